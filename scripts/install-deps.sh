@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Installs what hybridcache's build, tests and tools need on a fresh Debian machine, and
+# nothing that is already there. Debian packages only; nothing is downloaded elsewhere.
+set -euo pipefail
+need=()
+have_pkg() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok installed"; }
+for p in cmake ninja-build g++ clang doctest-dev libcli11-dev libbenchmark-dev nlohmann-json3-dev python3; do
+  have_pkg "$p" || need+=("$p")
+done
+if ((${#need[@]})); then
+  echo "install-deps: installing ${need[*]}" >&2
+  SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+fi
+# nvcc is optional: CUDA headers and device tests are built when it is on PATH or in
+# /usr/local/cuda (the toolkit is not a Debian package here).
+if ! command -v nvcc >/dev/null && [ -x /usr/local/cuda/bin/nvcc ]; then
+  echo "install-deps: note: add /usr/local/cuda/bin to PATH to build the CUDA parts" >&2
+fi
