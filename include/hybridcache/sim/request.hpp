@@ -1,0 +1,78 @@
+// hybridcache/sim/request.hpp
+//
+// The one in-memory request every trace reader and generator produces, and the
+// `request_source` concept the replay engine consumes.
+//
+// A request is what a serving engine sees: an arrival time, the prompt as a sequence of
+// ids, the output, and the real token counts. Formats differ in what they know:
+//
+//   format      input ids                       output ids              lengths
+//   synth-v1    token ids                       token ids               exact
+//   marconi     token ids                       token ids               exact
+//   sharegpt    built-in tokenizer ids          tokenizer ids           tokenizer counts
+//   mooncake    block ids (one per B tokens)    synthetic unique ids    exact
+//   azure       none                            none                    exact
+//   cachepawl   none                            none                    prompt only
+//
+// `tokens_per_id` says how many real tokens one id stands for (1 for token traces, the
+// engine block size B for Mooncake), so a block-granular replay and a token-granular one
+// use the same type. Sources fill a caller-owned `request` and reuse its vectors, so a
+// replay loop over millions of requests does not allocate once the buffers are warm.
+#pragma once
+
+#include <concepts>
+#include <cstdint>
+#include <vector>
+
+namespace hybridcache::sim {
+
+/// A token (or block) id in a replayed sequence. Real vocabularies and the Mooncake
+/// block ids expanded to 16-token blocks fit comfortably; negative ids are reserved for
+/// ids a reader synthesizes to be unique (Mooncake decode blocks).
+using token_id = std::int32_t;
+
+/// One request of a trace, in the common representation.
+struct request {
+  /// Arrival time in seconds since the start of the trace.
+  double arrival_s = 0.0;
+  /// Session (conversation) id, or -1 when the format has none (Mooncake, Azure, cachepawl).
+  std::int64_t session_id = -1;
+  /// Turn within the session (0-based), or -1 when unknown.
+  std::int64_t turn_id = -1;
+  /// The prompt's ids: full history plus the new user turn. Empty for length-only formats.
+  std::vector<token_id> input;
+  /// The output's ids. Empty when the format has no output ids and none were synthesized.
+  std::vector<token_id> output;
+  /// Real prompt length in tokens (not ids): for Mooncake `input_length`, not `input.size()*B`.
+  std::int64_t input_tokens = 0;
+  /// Real output length in tokens.
+  std::int64_t output_tokens = 0;
+  /// How many real tokens one id of `input`/`output` stands for (1 = token granularity).
+  std::int32_t tokens_per_id = 1;
+  /// 1-based line of the source file where the request was read (0 when generated).
+  std::int64_t source_line = 0;
+
+  /// True when the request carries ids (a prefix cache can replay it), false for the
+  /// length-only formats that feed allocator replays.
+  [[nodiscard]] bool has_ids() const noexcept { return !input.empty() || input_tokens == 0; }
+};
+
+/// A stream of requests in arrival order. `next(r)` overwrites `r` (reusing its vectors)
+/// and returns true, or returns false at the end. Malformed input throws
+/// `hybridcache::format_error` naming the line and field. Every reader in this folder and
+/// `trace_reader` (trace.hpp) model it.
+template <class S>
+concept request_source = requires(S& source, request& r) {
+  { source.next(r) } -> std::same_as<bool>;
+};
+
+/// Drains a source into a vector (for small traces and tests; the replay engine streams).
+template <request_source S>
+[[nodiscard]] std::vector<request> collect(S& source) {
+  std::vector<request> out;
+  request r;
+  while (source.next(r)) out.push_back(r);
+  return out;
+}
+
+}  // namespace hybridcache::sim
