@@ -1,0 +1,49 @@
+// hcbench's capacity parsing and list helpers.
+#include <doctest/doctest.h>
+
+#include <hybridcache/core/error.hpp>
+
+#include "replay_args.hpp"
+
+using hcbench::parse_capacity;
+
+TEST_CASE("parse_capacity accepts plain, scientific and unit-suffixed byte counts") {
+  CHECK(parse_capacity("500000000") == 500000000);
+  CHECK(parse_capacity("5e8") == 500000000);
+  CHECK(parse_capacity("5E8") == 500000000);
+  CHECK(parse_capacity("1.5e9") == 1500000000);
+  CHECK(parse_capacity("5GB") == 5000000000);
+  CHECK(parse_capacity("5gb") == 5000000000);
+  CHECK(parse_capacity("4GiB") == 4LL << 30);
+  CHECK(parse_capacity("512 MiB") == 512LL << 20);
+  CHECK(parse_capacity("1.5GB") == 1500000000);
+  CHECK(parse_capacity("2TB") == 2000000000000);
+  CHECK(parse_capacity("64KiB") == 65536);
+  CHECK(parse_capacity("7B") == 7);
+  CHECK(parse_capacity(" 3kB ") == 3000);
+  CHECK(parse_capacity("9223372036854775807") == 9223372036854775807LL);
+}
+
+TEST_CASE("parse_capacity rejects what is not a positive whole number of bytes") {
+  for (const char* bad : {"", "GB", "abc", "0", "-5", "-5e8", "0.5", "5XB", "5 G", "1e30", "9223372036854775808",
+                          "8EiB", "10000000TB", "1.5B", "5e", "nan", "inf", "5GB5"}) {
+    CAPTURE(bad);
+    CHECK_THROWS_AS((void)parse_capacity(bad), hybridcache::invalid_argument);
+  }
+  try {
+    (void)parse_capacity("5XB");
+  } catch (const hybridcache::invalid_argument& e) {
+    CHECK(std::string(e.what()).find("'5XB'") != std::string::npos);
+  }
+}
+
+TEST_CASE("split_list and format_bytes") {
+  CHECK(hcbench::split_list("marconi, sglang+,,vllm+ ") == std::vector<std::string>{"marconi", "sglang+", "vllm+"});
+  CHECK(hcbench::split_list("").empty());
+  CHECK(hcbench::format_bytes(500000000) == "500MB");
+  CHECK(hcbench::format_bytes(4LL << 30) == "4GiB");
+  CHECK(hcbench::format_bytes(5000000000) == "5GB");
+  CHECK(hcbench::format_bytes(1500000000) == "1500MB");  // exact whole units first
+  CHECK(hcbench::format_bytes(1234567890) == "1.23GB");
+  CHECK(hcbench::format_bytes(999) == "999B");
+}
