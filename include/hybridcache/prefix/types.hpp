@@ -1,0 +1,112 @@
+// hybridcache/prefix/types.hpp
+//
+// Vocabulary types of the hybrid prefix cache: token ids, node ids, and the plain result
+// structs that `prefix_cache` hands back per call (what a replay engine records per
+// request). All are aggregates, trivially copyable except `checkpoint_plan`, and cost
+// nothing to return.
+#pragma once
+
+#include <cstdint>
+#include <limits>
+#include <vector>
+
+#include "hybridcache/core/handle.hpp"
+
+namespace hybridcache::prefix {
+
+/// A token id. Traces store ids < 2^31; 32 bits halve the memory of cached edges.
+using token_id = std::int32_t;
+
+/// Index of a node slot in the radix tree. Slots are reused after a node is freed.
+using node_id = std::uint32_t;
+
+/// "No node" sentinel (the root is node 0 and is never a victim or a match result).
+inline constexpr node_id no_node = std::numeric_limits<node_id>::max();
+
+/// A time point of the cache's logical clock.
+using time_point = std::uint64_t;
+
+/// What `prefix_cache::match` found for one input.
+///
+/// `reusable_tokens` follows the joint-min rule: the prefix ends at a node end that holds
+/// an SSM checkpoint, and every earlier token has KV in the cache, so prefill may start at
+/// token `reusable_tokens` from the checkpoint's state. `common_prefix` is the longest
+/// common prefix with the cached tokens ignoring checkpoints (>= reusable_tokens): when it is
+/// larger, KV is cached beyond the last checkpoint (a "KV hit, SSM miss", the case vLLM
+/// counters report) and speculative insertion will checkpoint there.
+struct match_result {
+  std::int64_t input_tokens = 0;     ///< length of the matched input
+  std::int64_t reusable_tokens = 0;  ///< tokens whose prefill is skipped (0 on a miss)
+  std::int64_t common_prefix = 0;    ///< longest common prefix ignoring checkpoints
+  std::int64_t flops_saved = 0;      ///< cost_model::hit_flops(reusable_tokens)
+  node_id node = no_node;            ///< deepest usable node (holds the checkpoint reused)
+  packed_handle pin;                 ///< pin ticket; pass the result to `release` (null on a miss)
+  time_point at = 0;                 ///< logical time of the match
+
+  /// True when some prefill is skipped.
+  [[nodiscard]] constexpr bool hit() const noexcept { return reusable_tokens > 0; }
+  /// Checkpoints reused by this hit (one SSM state restores the whole prefix).
+  [[nodiscard]] constexpr std::int64_t checkpoints_reused() const noexcept { return hit() ? 1 : 0; }
+};
+
+/// Where prefill must save an SSM state so that `commit` can admit it.
+///
+/// A chunked scan (Mamba-2 SSD, GDN chunkwise) materialises states only at multiples of
+/// its chunk size C. For a wanted position p (the state after token p, 1-based count of
+/// tokens), prefill saves the state at `chunk_boundary` = the largest multiple of C that is
+/// <= p (or the prefill start, if later) and rolls forward `roll_forward = p -
+/// chunk_boundary` tokens with the recurrent form (Marconi §4.2). Two-pass prefill instead
+/// splits the prefill at p.
+struct checkpoint_site {
+  std::int64_t position = 0;        ///< tokens before the state (1..sequence length)
+  std::int64_t chunk_boundary = 0;  ///< state materialised by the chunked scan
+  std::int64_t roll_forward = 0;    ///< tokens stepped recurrently from there (< C)
+};
+
+/// Output of `prefix_cache::plan`: the checkpoint sites of one request, ascending.
+struct checkpoint_plan {
+  std::int64_t prefill_start = 0;      ///< = match.reusable_tokens
+  std::int64_t chunk = 0;              ///< scan chunk size C used
+  std::vector<checkpoint_site> sites;  ///< ascending positions, all > prefill_start
+  /// Split points for a two-pass prefill (the same positions, for engines without
+  /// chunk-boundary state output): prefill [prefill_start, p1), [p1, p2), ...
+  [[nodiscard]] std::vector<std::int64_t> two_pass_splits() const {
+    std::vector<std::int64_t> out;
+    out.reserve(sites.size());
+    for (const auto& s : sites) out.push_back(s.position);
+    return out;
+  }
+};
+
+/// What one `prefix_cache::commit` did (a replay engine sums these per run).
+struct commit_result {
+  std::int64_t sequence_tokens = 0;       ///< length of the committed sequence
+  std::int64_t new_tokens = 0;            ///< tokens whose KV was admitted (not already cached)
+  std::int64_t kv_bytes_admitted = 0;     ///< store bytes of those tokens' KV
+  std::int64_t checkpoints_admitted = 0;  ///< SSM checkpoints added (at most 2 for judicious)
+  std::int64_t checkpoint_bytes_admitted = 0;
+  std::int64_t evictions = 0;             ///< eviction actions taken to make room
+  std::int64_t nodes_removed = 0;         ///< nodes deleted (leaves, merged parents)
+  std::int64_t checkpoints_evicted = 0;   ///< SSM checkpoints dropped by eviction
+  std::int64_t bytes_evicted = 0;         ///< store bytes freed by eviction
+  bool over_capacity = false;             ///< store above capacity after commit (reference quirk mode only)
+  double alpha = 0.0;                     ///< scorer's alpha after this commit (0 for LRU)
+};
+
+/// Running totals a cache keeps (all monotone counters; O(1) to read).
+struct cache_counters {
+  std::int64_t matches = 0;
+  std::int64_t hits = 0;
+  std::int64_t tokens_matched = 0;       ///< Σ input tokens of matches
+  std::int64_t tokens_skipped = 0;       ///< Σ reusable tokens
+  std::int64_t flops_saved = 0;          ///< Σ hit FLOPs (saturating at int64 max)
+  std::int64_t commits = 0;
+  std::int64_t checkpoints_admitted = 0;
+  std::int64_t checkpoints_reused = 0;
+  std::int64_t checkpoints_evicted = 0;
+  std::int64_t kv_bytes_admitted = 0;
+  std::int64_t evictions = 0;
+  std::int64_t bytes_evicted = 0;
+};
+
+}  // namespace hybridcache::prefix
