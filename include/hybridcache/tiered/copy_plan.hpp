@@ -1,0 +1,58 @@
+// hybridcache/tiered/copy_plan.hpp
+//
+// Turning a move ticket into as few, as large copies as possible. A ticket lists source
+// and destination pages (each ascending); pages adjacent in both lists merge into one
+// transfer. Each copy call costs a fixed ~5-7 µs on a real link (anchors/multitier.md
+// §4.1: 64 KiB pieces drop an H100's PCIe copy rate from ~50 to ~9 GB/s), so the page
+// allocator hands out adjacent pages and this planner merges them; `min_transfer_bytes`
+// (0.5 MiB by default, vLLM's block size after its re-layout) is the size below which a
+// transfer counts as "small" in the statistics a caller reports.
+//
+// Shared by host_copy_engine.hpp and cuda/copy_engine.cuh. O(pages) time, one allocation.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "hybridcache/tiered/tiered_store.hpp"
+
+namespace hybridcache::tiered {
+
+/// One contiguous copy: byte offsets into the source and destination tiers' arenas.
+struct copy_span {
+  std::int64_t src_offset = 0;
+  std::int64_t dst_offset = 0;
+  std::int64_t bytes = 0;
+};
+
+/// Transfers below this size count as small (per-call overhead dominates).
+inline constexpr std::int64_t default_min_transfer_bytes = std::int64_t{512} * 1024;
+
+/// Coalesces a ticket's pages into copies. Moves `min(src_bytes, dst_bytes)` bytes: a
+/// sparsifying mover that stores fewer bytes compacts first and copies the prefix.
+[[nodiscard]] inline std::vector<copy_span> plan_copies(const move_ticket& t, std::int64_t page_bytes) {
+  std::vector<copy_span> out;
+  std::int64_t left = t.dst_bytes < t.src_bytes ? t.dst_bytes : t.src_bytes;
+  const std::size_t n = t.src_pages.size() < t.dst_pages.size() ? t.src_pages.size() : t.dst_pages.size();
+  for (std::size_t i = 0; i < n && left > 0; ++i) {
+    const std::int64_t b = left < page_bytes ? left : page_bytes;
+    const std::int64_t s = static_cast<std::int64_t>(t.src_pages[i]) * page_bytes;
+    const std::int64_t d = static_cast<std::int64_t>(t.dst_pages[i]) * page_bytes;
+    if (!out.empty() && out.back().src_offset + out.back().bytes == s && out.back().dst_offset + out.back().bytes == d)
+      out.back().bytes += b;
+    else
+      out.push_back({s, d, b});
+    left -= b;
+  }
+  return out;
+}
+
+/// Modelled time of a list of copies over a link: Σ (per-copy overhead + bytes / bandwidth).
+[[nodiscard]] inline double transfer_seconds(const std::vector<copy_span>& spans, double link_gbps,
+                                             double per_copy_overhead_s = 6e-6) {
+  double s = 0.0;
+  for (const auto& c : spans) s += per_copy_overhead_s + static_cast<double>(c.bytes) / (link_gbps * 1e9);
+  return s;
+}
+
+}  // namespace hybridcache::tiered

@@ -1,0 +1,309 @@
+// hybridcache/tiered/host_copy_engine.hpp
+//
+// The host implementation of the copy-engine interface (the CUDA one is
+// cuda/copy_engine.cuh): one arena per tier, two copy "streams" (an offload queue towards
+// slower tiers and an onboard queue towards HBM), each a worker thread executing memcpy
+// jobs in FIFO order, and per-page hazard tracking so that jobs on different streams
+// never race on a page:
+//
+//   before a job runs it waits for the last writer of every source page (read after
+//   write) and for the last writer and last readers of every destination page (write
+//   after write, write after read) — TensorRT-LLM's per-slot read/write events, keyed by
+//   the physical page, not the logical entry.
+//
+// Protocol (prepare/complete, vLLM's two phases): the store's `prepare_move` reserves the
+// destination, `submit` enqueues the copies and returns an event, `wait` reports success or
+// the injected/real failure, and the caller passes that to `complete_move`. `move_entry`
+// does all four.
+//
+// Bandwidth per lower tier and direction is measured at start-up with a memcpy probe
+// (`measured_gbps`), so policies can decide reload-vs-recompute from numbers, not constants.
+//
+// Costs: submit O(pages of the ticket) (allocates the job's span list), query O(1),
+// wait blocks until the job ran. Thread-safe: any thread may submit and wait.
+#pragma once
+
+#include <array>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <cstring>
+#include <deque>
+#include <functional>
+#include <mutex>
+#include <set>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "hybridcache/core/error.hpp"
+#include "hybridcache/core/expected.hpp"
+#include "hybridcache/tiered/copy_plan.hpp"
+#include "hybridcache/tiered/host_memory.hpp"
+#include "hybridcache/tiered/tiered_store.hpp"
+
+namespace hybridcache::tiered {
+
+/// The two copy streams: towards slower tiers (offload, D2H) and towards HBM (onboard, H2D).
+enum class copy_stream : std::uint8_t { offload = 0, onboard = 1 };
+
+/// Completion marker of one submitted job (stream + position in its FIFO).
+struct copy_event {
+  copy_stream stream = copy_stream::offload;
+  std::uint64_t seq = 0;  ///< 0 = the null event (already complete)
+};
+
+/// Counters since construction (or the last `take_stats`).
+struct copy_stats {
+  std::int64_t jobs = 0;
+  std::int64_t transfers = 0;        ///< copy calls after coalescing
+  std::int64_t small_transfers = 0;  ///< transfers below min_transfer_bytes
+  std::int64_t bytes = 0;
+  std::int64_t failed_jobs = 0;
+};
+
+/// Options of the host copy engine. Aggregate with defaults.
+struct host_copy_engine_options {
+  bool measure_bandwidth = true;                           ///< run the memcpy probe at start-up
+  std::int64_t probe_bytes = std::int64_t{8} << 20;        ///< probe size (capped by the arenas)
+  std::int64_t min_transfer_bytes = default_min_transfer_bytes;
+};
+
+/// memcpy-based copy engine over one host arena per tier (tier 0 stands in for HBM).
+class host_copy_engine {
+ public:
+  /// Test hook: called for every copy span about to run; returning true makes that span
+  /// (and so the job) fail without copying it. Runs on a worker thread.
+  using fault_hook = std::function<bool(const copy_span&)>;
+
+  /// Allocates one arena per tier (page aligned; host/CXL tiers bound to their NUMA node
+  /// when configured), starts the two workers, measures bandwidth.
+  /// @throws invalid_argument for a bad tier list (tier.hpp rules).
+  host_copy_engine(const std::vector<tier_config>& tiers, std::int64_t page_bytes,
+                   host_copy_engine_options options = {})
+      : page_bytes_(page_bytes), options_(options) {
+    validate_tiers(tiers, page_bytes);
+    for (const auto& t : tiers) {
+      const std::int64_t pages = t.capacity_bytes / page_bytes;
+      arenas_.emplace_back(pages * page_bytes, t.kind == tier_kind::hbm ? -1 : t.numa_node);
+      hazards_.emplace_back(static_cast<std::size_t>(pages));
+    }
+    gbps_.assign(tiers.size(), {0.0, 0.0});
+    if (options_.measure_bandwidth) measure();
+    for (int s = 0; s < 2; ++s) workers_[s] = std::thread([this, s] { run(static_cast<copy_stream>(s)); });
+  }
+
+  ~host_copy_engine() {
+    {
+      std::lock_guard lock(mu_);
+      stop_ = true;
+    }
+    work_cv_.notify_all();
+    done_cv_.notify_all();
+    for (auto& w : workers_)
+      if (w.joinable()) w.join();
+  }
+
+  host_copy_engine(const host_copy_engine&) = delete;
+  host_copy_engine& operator=(const host_copy_engine&) = delete;
+
+  /// Start of tier `t`'s arena.
+  [[nodiscard]] std::byte* base(tier_id t) { return arenas_.at(t.value).data(); }
+  [[nodiscard]] std::int64_t arena_bytes(tier_id t) const { return arenas_.at(t.value).size(); }
+  /// Whether tier `t`'s arena was bound to its NUMA node.
+  [[nodiscard]] bool numa_bound(tier_id t) const { return arenas_.at(t.value).bound(); }
+  [[nodiscard]] std::int64_t page_bytes() const noexcept { return page_bytes_; }
+
+  /// Measured memcpy bandwidth (GB/s) between HBM's arena and tier `t`'s, in the direction
+  /// of `s` (0 when not measured or t is HBM).
+  [[nodiscard]] double measured_gbps(tier_id t, copy_stream s) const {
+    return gbps_.at(t.value)[static_cast<std::size_t>(s)];
+  }
+
+  /// Installs (or clears, with {}) the fault hook. Not while jobs are queued.
+  void set_fault_hook(fault_hook hook) {
+    std::lock_guard lock(mu_);
+    fault_ = std::move(hook);
+  }
+
+  /// Enqueues the copies of a prepared move on the stream of its direction.
+  /// Errors: invalid_argument when the ticket names an unknown tier or pages outside an arena.
+  [[nodiscard]] expected<copy_event> submit(const move_ticket& t) {
+    if (t.src.value >= arenas_.size() || t.dst.value >= arenas_.size() || t.src == t.dst)
+      return unexpected(errc::invalid_argument);
+    const copy_stream s = t.dst.value > t.src.value ? copy_stream::offload : copy_stream::onboard;
+    return submit(t.src, t.dst, plan_copies(t, page_bytes_), s);
+  }
+
+  /// Enqueues arbitrary spans from tier `src` to tier `dst` on stream `s`.
+  [[nodiscard]] expected<copy_event> submit(tier_id src, tier_id dst, std::vector<copy_span> spans, copy_stream s) {
+    if (src.value >= arenas_.size() || dst.value >= arenas_.size()) return unexpected(errc::invalid_argument);
+    for (const auto& c : spans)
+      if (c.bytes <= 0 || c.src_offset < 0 || c.dst_offset < 0 || c.src_offset + c.bytes > arenas_[src.value].size() ||
+          c.dst_offset + c.bytes > arenas_[dst.value].size())
+        return unexpected(errc::invalid_argument);
+    std::lock_guard lock(mu_);
+    const auto si = static_cast<std::size_t>(s);
+    const auto other = 1 - si;
+    job j{src, dst, std::move(spans), ++submitted_[si], 0};
+    // Hazards: the job may not start before the other stream finished the last writer of
+    // each source page and the last writer/readers of each destination page.
+    for_pages(j, true, [&](page_hazard& h) {
+      if (h.writer_stream == other) j.wait_other = std::max(j.wait_other, h.writer_seq);
+    });
+    for_pages(j, false, [&](page_hazard& h) {
+      if (h.writer_stream == other) j.wait_other = std::max(j.wait_other, h.writer_seq);
+      j.wait_other = std::max(j.wait_other, h.reader_seq[other]);
+    });
+    for_pages(j, true, [&](page_hazard& h) { h.reader_seq[si] = j.seq; });
+    for_pages(j, false, [&](page_hazard& h) {
+      h.writer_stream = si;
+      h.writer_seq = j.seq;
+    });
+    stats_.jobs += 1;
+    for (const auto& c : j.spans) {
+      stats_.transfers += 1;
+      stats_.small_transfers += c.bytes < options_.min_transfer_bytes;
+      stats_.bytes += c.bytes;
+    }
+    const copy_event ev{s, j.seq};
+    queues_[si].push_back(std::move(j));
+    work_cv_.notify_all();
+    return ev;
+  }
+
+  /// True when the job has run (successfully or not).
+  [[nodiscard]] bool query(copy_event ev) const {
+    std::lock_guard lock(mu_);
+    return completed_[static_cast<std::size_t>(ev.stream)] >= ev.seq;
+  }
+
+  /// Blocks until the job has run; returns `busy` if a copy of it failed.
+  [[nodiscard]] expected<void> wait(copy_event ev) {
+    std::unique_lock lock(mu_);
+    const auto si = static_cast<std::size_t>(ev.stream);
+    done_cv_.wait(lock, [&] { return completed_[si] >= ev.seq || stop_; });
+    if (failed_[si].erase(ev.seq) > 0) return unexpected(errc::busy);
+    return {};
+  }
+
+  /// Blocks until every submitted job has run.
+  void synchronize() {
+    std::unique_lock lock(mu_);
+    done_cv_.wait(lock, [&] { return (completed_[0] >= submitted_[0] && completed_[1] >= submitted_[1]) || stop_; });
+  }
+
+  /// Returns the counters and resets them.
+  [[nodiscard]] copy_stats take_stats() {
+    std::lock_guard lock(mu_);
+    return std::exchange(stats_, copy_stats{});
+  }
+
+ private:
+  struct page_hazard {
+    std::size_t writer_stream = 2;  // 2 = never written
+    std::uint64_t writer_seq = 0;
+    std::array<std::uint64_t, 2> reader_seq{};
+  };
+  struct job {
+    tier_id src, dst;
+    std::vector<copy_span> spans;
+    std::uint64_t seq;
+    std::uint64_t wait_other;  // the other stream must have completed this seq first
+  };
+
+  template <class F>
+  void for_pages(const job& j, bool source, F&& f) {
+    auto& table = hazards_[source ? j.src.value : j.dst.value];
+    for (const auto& c : j.spans) {
+      const std::int64_t off = source ? c.src_offset : c.dst_offset;
+      for (std::int64_t p = off / page_bytes_; p * page_bytes_ < off + c.bytes; ++p) f(table[static_cast<std::size_t>(p)]);
+    }
+  }
+
+  void run(copy_stream s) {
+    const auto si = static_cast<std::size_t>(s);
+    const auto other = 1 - si;
+    std::unique_lock lock(mu_);
+    for (;;) {
+      work_cv_.wait(lock, [&] { return stop_ || !queues_[si].empty(); });
+      if (stop_) return;
+      job& j = queues_[si].front();
+      done_cv_.wait(lock, [&] { return stop_ || completed_[other] >= j.wait_other; });
+      if (stop_) return;
+      fault_hook fault = fault_;
+      lock.unlock();
+      bool ok = true;
+      for (const auto& c : j.spans) {
+        if (fault && fault(c)) {
+          ok = false;
+          break;
+        }
+        std::memcpy(arenas_[j.dst.value].data() + c.dst_offset, arenas_[j.src.value].data() + c.src_offset,
+                    static_cast<std::size_t>(c.bytes));
+      }
+      lock.lock();
+      if (!ok) {
+        failed_[si].insert(j.seq);
+        stats_.failed_jobs += 1;
+      }
+      completed_[si] = j.seq;
+      queues_[si].pop_front();
+      done_cv_.notify_all();
+    }
+  }
+
+  void measure() {
+    for (std::size_t t = 1; t < arenas_.size(); ++t) {
+      const std::int64_t n = std::min({options_.probe_bytes, arenas_[0].size(), arenas_[t].size()});
+      if (n <= 0) continue;
+      auto time_copy = [&](std::byte* dst, const std::byte* src) {
+        double best = 0.0;
+        for (int rep = 0; rep < 3; ++rep) {
+          const auto a = std::chrono::steady_clock::now();
+          std::memcpy(dst, src, static_cast<std::size_t>(n));
+          const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - a).count();
+          if (sec > 0) best = std::max(best, static_cast<double>(n) / sec / 1e9);
+        }
+        return best;
+      };
+      gbps_[t][0] = time_copy(arenas_[t].data(), arenas_[0].data());
+      gbps_[t][1] = time_copy(arenas_[0].data(), arenas_[t].data());
+    }
+  }
+
+  std::int64_t page_bytes_;
+  host_copy_engine_options options_;
+  std::vector<host_arena> arenas_;
+  std::vector<std::vector<page_hazard>> hazards_;
+  std::vector<std::array<double, 2>> gbps_;
+  mutable std::mutex mu_;
+  std::condition_variable work_cv_, done_cv_;
+  std::array<std::deque<job>, 2> queues_;
+  std::array<std::uint64_t, 2> submitted_{}, completed_{};
+  std::array<std::set<std::uint64_t>, 2> failed_;
+  fault_hook fault_;
+  copy_stats stats_;
+  bool stop_ = false;
+  std::array<std::thread, 2> workers_;
+};
+
+/// Moves one entry to tier `dst` through the full protocol: prepare (reserve destination),
+/// submit, wait, complete. On any failure the entry stays at its source, intact, and the
+/// reservation is released. Returns the first error (`out_of_capacity`, `busy`, ...).
+template <class Store, class Engine>
+[[nodiscard]] expected<void> move_entry(Store& store, Engine& engine, node_id id, tier_id dst, std::int64_t dst_bytes = 0) {
+  auto ticket = store.prepare_move(id, dst, dst_bytes);
+  if (!ticket) return unexpected(ticket.error());
+  auto ev = engine.submit(*ticket);
+  if (!ev) {
+    (void)store.complete_move(*ticket, false);
+    return unexpected(ev.error());
+  }
+  const auto done = engine.wait(*ev);
+  const auto fin = store.complete_move(*ticket, done.has_value());
+  if (!done) return done;
+  return fin;
+}
+
+}  // namespace hybridcache::tiered

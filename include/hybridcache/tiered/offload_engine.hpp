@@ -1,0 +1,183 @@
+// hybridcache/tiered/offload_engine.hpp
+//
+// Asynchronous offload with watermarks (CaR §III-C2): once HBM use reaches the high
+// watermark (90 % by default, CaR's and Mooncake's number), demote victims — chosen by the
+// store's demotion scorer — to the next tier until use falls to the low watermark (80 %;
+// the hysteresis the anchors ask for: a 90 %-only trigger thrashes). Room in a full
+// lower tier is made by moving its own victims one tier further down, or dropping them
+// from the last tier.
+//
+// It runs off the request path: `start()` launches a background thread that wakes on
+// `notify()` (cheap: the request path calls it after inserting) or every `poll`; or a
+// simulator calls `run_once()` at the points it chooses. Moves go through the two-phase
+// protocol (`move_entry`), so a failed copy leaves the entry where it was.
+//
+// Costs: one pass demotes k entries in O(k · (pages + log n)) plus the copies.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <mutex>
+#include <thread>
+
+#include "hybridcache/core/error.hpp"
+#include "hybridcache/tiered/host_copy_engine.hpp"
+#include "hybridcache/tiered/tiered_store.hpp"
+
+namespace hybridcache::tiered {
+
+/// Offload thresholds as fractions of HBM capacity.
+struct watermarks {
+  double high = 0.90;  ///< start demoting at or above this use
+  double low = 0.80;   ///< stop when use is at or below this
+
+  /// @throws invalid_argument unless 0 <= low < high <= 1.
+  void validate() const {
+    HYBRIDCACHE_EXPECTS(low >= 0.0 && low < high && high <= 1.0, invalid_argument,
+                        "watermarks: need 0 <= low < high <= 1");
+  }
+};
+
+/// Counters of an offload engine.
+struct offload_stats {
+  std::int64_t passes = 0;
+  std::int64_t demoted_entries = 0;
+  std::int64_t demoted_bytes = 0;   ///< bytes written to lower tiers
+  std::int64_t dropped_entries = 0; ///< dropped from the last tier to make room
+  std::int64_t failed_moves = 0;
+};
+
+/// Watermark-driven demotion from HBM, synchronous (`run_once`) or in a background thread.
+template <class Store, class Engine>
+class offload_engine {
+ public:
+  offload_engine(Store& store, Engine& engine, watermarks marks = {})
+      : store_(store), engine_(engine), marks_(marks) {
+    marks_.validate();
+    HYBRIDCACHE_EXPECTS(store.tier_count() >= 2, invalid_argument, "offload_engine: needs at least two tiers");
+  }
+  ~offload_engine() { stop(); }
+  offload_engine(const offload_engine&) = delete;
+  offload_engine& operator=(const offload_engine&) = delete;
+
+  /// True when HBM use is at or above the high watermark.
+  [[nodiscard]] bool above_high() const {
+    const auto u = store_.usage(hbm_tier);
+    return static_cast<double>(u.used_bytes) >= marks_.high * static_cast<double>(u.capacity_bytes);
+  }
+
+  /// One pass: if HBM use >= high, demote until use <= low (or nothing is evictable).
+  /// Returns the bytes demoted. Thread-safe against concurrent store users.
+  std::int64_t run_once() {
+    std::lock_guard pass(pass_mu_);
+    if (!above_high()) return 0;
+    std::int64_t moved = 0;
+    int failures = 0;
+    stats_.passes += 1;
+    for (;;) {
+      const auto u = store_.usage(hbm_tier);
+      if (static_cast<double>(u.used_bytes) <= marks_.low * static_cast<double>(u.capacity_bytes)) break;
+      const auto v = store_.victim(hbm_tier);
+      if (!v) break;
+      const auto row = store_.locate(*v);
+      const auto e = store_.find(*v);
+      if (!row || !e) continue;  // raced with an erase
+      if (!make_room(tier_id{1}, e->bytes) || failures > 8) break;
+      const auto r = move_entry(store_, engine_, *v, tier_id{1});
+      if (r) {
+        moved += e->bytes;
+        stats_.demoted_entries += 1;
+        stats_.demoted_bytes += e->bytes;
+      } else {
+        stats_.failed_moves += 1;
+        ++failures;  // pinned meanwhile, copy failed, ...: try the next victim a few times
+      }
+    }
+    return moved;
+  }
+
+  /// Starts the background thread (idempotent). It runs a pass whenever notified or every
+  /// `poll`, and only acts above the high watermark.
+  void start(std::chrono::microseconds poll = std::chrono::milliseconds(1)) {
+    std::lock_guard lock(mu_);
+    if (thread_.joinable()) return;
+    stop_ = false;
+    thread_ = std::thread([this, poll] {
+      std::unique_lock l(mu_);
+      while (!stop_) {
+        cv_.wait_for(l, poll, [&] { return stop_ || pending_; });
+        if (stop_) break;
+        pending_ = false;
+        l.unlock();
+        run_once();
+        l.lock();
+      }
+    });
+  }
+
+  /// Wakes the background thread (cheap; call after inserting into HBM).
+  void notify() {
+    {
+      std::lock_guard lock(mu_);
+      pending_ = true;
+    }
+    cv_.notify_one();
+  }
+
+  /// Stops and joins the background thread (idempotent).
+  void stop() {
+    {
+      std::lock_guard lock(mu_);
+      stop_ = true;
+    }
+    cv_.notify_one();
+    if (thread_.joinable()) thread_.join();
+  }
+
+  [[nodiscard]] offload_stats stats() const {
+    std::lock_guard pass(pass_mu_);
+    return stats_;
+  }
+
+ private:
+  // Frees room for `bytes` in tier t by pushing its victims one tier down (dropping them
+  // from the last tier). False when it cannot.
+  bool make_room(tier_id t, std::int64_t bytes) {
+    for (int guard = 0; guard < 1 << 20; ++guard) {
+      const auto u = store_.usage(t);
+      if (u.capacity_bytes - u.used_bytes >= store_.pages_for(bytes) * store_.page_bytes()) return true;
+      const auto v = store_.victim(t);
+      if (!v) return false;
+      if (t.value + 1u < store_.tier_count()) {
+        const auto e = store_.find(*v);
+        if (!e) continue;
+        const tier_id next{static_cast<std::uint8_t>(t.value + 1)};
+        if (!make_room(next, e->bytes)) return false;
+        if (move_entry(store_, engine_, *v, next)) {
+          stats_.demoted_entries += 1;
+          stats_.demoted_bytes += e->bytes;
+        } else {
+          stats_.failed_moves += 1;
+          return false;
+        }
+      } else if (store_.erase(*v)) {
+        stats_.dropped_entries += 1;
+      }
+    }
+    return false;
+  }
+
+  Store& store_;
+  Engine& engine_;
+  watermarks marks_;
+  mutable std::mutex pass_mu_;
+  offload_stats stats_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool stop_ = false, pending_ = false;
+  std::thread thread_;
+};
+
+}  // namespace hybridcache::tiered

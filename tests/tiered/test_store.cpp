@@ -1,0 +1,315 @@
+// Tiers, the page-state machine, the cache table and the demotion scorers.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <map>
+#include <random>
+#include <set>
+
+#include "hybridcache/core/presets.hpp"
+#include "hybridcache/tiered/demotion_policy.hpp"
+#include "hybridcache/tiered/page_state.hpp"
+#include "hybridcache/tiered/tier.hpp"
+#include "hybridcache/tiered/tiered_store.hpp"
+
+using namespace hybridcache;
+using namespace hybridcache::tiered;
+
+namespace {
+std::vector<tier_config> two_tiers(std::int64_t hbm, std::int64_t host) {
+  return {{.kind = tier_kind::hbm, .capacity_bytes = hbm}, {.kind = tier_kind::host, .capacity_bytes = host}};
+}
+}  // namespace
+
+TEST_CASE("parse_tiers reads kinds, units, NUMA nodes and link bandwidth") {
+  const auto t = parse_tiers("hbm=16GiB,host@1=64GB,cxl=1.5TiB", 4096, 25.0);
+  REQUIRE(t.size() == 3);
+  CHECK(t[0].kind == tier_kind::hbm);
+  CHECK(t[0].capacity_bytes == std::int64_t{16} << 30);
+  CHECK(t[1].kind == tier_kind::host);
+  CHECK(t[1].capacity_bytes == 64'000'000'000);
+  CHECK(t[1].numa_node == 1);
+  CHECK(t[1].link_gbps == 25.0);
+  CHECK(t[2].kind == tier_kind::cxl);
+  CHECK(t[2].capacity_bytes == static_cast<std::int64_t>(1.5 * 1099511627776.0));
+  CHECK(parse_tiers("hbm=8192", 4096).size() == 1);
+  CHECK(parse_tiers("hbm=4K,host=2MiB", 4000)[0].capacity_bytes == 4000);
+}
+
+TEST_CASE("parse_tiers rejects bad input with clear errors") {
+  auto msg = [](auto&& f) {
+    try {
+      f();
+    } catch (const invalid_argument& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  CHECK(msg([] { (void)parse_tiers("hbm=0,host=1GiB", 4096); }).find("must be > 0") != std::string::npos);
+  CHECK(msg([] { (void)parse_tiers("hbm=1GiB,host=0", 4096); }).find("tier 1 (host)") != std::string::npos);
+  CHECK(msg([] { (void)parse_tiers("hbm=1GiB,host=100", 4096); }).find("smaller than one page") != std::string::npos);
+  CHECK(msg([] { (void)parse_tiers("hbm=1GiB,host=1GiB", 4096, 0.0); }).find("bandwidth") != std::string::npos);
+  CHECK(msg([] { (void)parse_tiers("host=1GiB", 4096); }).find("first tier must be hbm") != std::string::npos);
+  CHECK(msg([] { (void)parse_tiers("hbm=1GiB,hbm=1GiB", 4096); }).find("only the first") != std::string::npos);
+  CHECK(msg([] { (void)parse_tiers("hbm=1GiB,disk=1GiB", 4096); }).find("unknown tier kind") != std::string::npos);
+  CHECK(msg([] { (void)parse_tiers("hbm=1XB", 4096); }).find("unknown unit") != std::string::npos);
+  CHECK(msg([] { (void)parse_tiers("hbm=GiB", 4096); }).find("not a size") != std::string::npos);
+  CHECK(msg([] { (void)parse_tiers("", 4096); }).find("kind=SIZE") != std::string::npos);
+  CHECK(msg([] { (void)parse_tiers("hbm=1GiB,", 4096); }).find("kind=SIZE") != std::string::npos);
+  CHECK(msg([] { (void)parse_tiers("hbm@0=1GiB", 4096); }).find("NUMA") != std::string::npos);
+  CHECK_THROWS_AS((void)parse_tiers("hbm=99999999TiB", 4096), overflow_error);
+  CHECK_THROWS_AS(tiered_store<>(two_tiers(4096, 0), 4096), invalid_argument);
+  CHECK_THROWS_AS(tiered_store<>(two_tiers(4096, 8192), 0), invalid_argument);
+  auto t = two_tiers(1 << 20, 1 << 20);
+  t[1].link_gbps = 0.0;
+  CHECK_THROWS_AS(tiered_store<>(t, 4096), invalid_argument);
+}
+
+TEST_CASE("page state machine: exactly the documented transitions are allowed") {
+  using S = page_state;
+  using E = page_event;
+  const std::set<std::tuple<S, E, S>> allowed = {
+      {S::resident, E::pin, S::pinned},          {S::resident, E::prepare_move, S::moving},
+      {S::resident, E::erase, S::resident},      {S::pinned, E::pin, S::pinned},
+      {S::pinned, E::unpin_more, S::pinned},     {S::pinned, E::unpin_last, S::resident},
+      {S::moving, E::complete_ok, S::resident},  {S::moving, E::complete_fail, S::resident},
+  };
+  int n_allowed = 0;
+  for (auto s : {S::resident, S::pinned, S::moving})
+    for (auto e : {E::pin, E::unpin_last, E::unpin_more, E::prepare_move, E::complete_ok, E::complete_fail, E::erase}) {
+      const auto t = next_state(s, e);
+      CAPTURE(to_string(s));
+      CAPTURE(to_string(e));
+      bool listed = false;
+      for (const auto& [a, b, c] : allowed)
+        if (a == s && b == e) {
+          listed = true;
+          CHECK(t.to == c);
+        }
+      CHECK(t.allowed == listed);
+      n_allowed += t.allowed;
+    }
+  CHECK(n_allowed == 8);
+  CHECK(evictable(S::resident));
+  CHECK_FALSE(evictable(S::pinned));
+  CHECK_FALSE(evictable(S::moving));
+}
+
+TEST_CASE("store: moving entries are neither pinned, erased, moved again nor chosen as victims") {
+  tiered_store<> s(two_tiers(8 * 4096, 16 * 4096), 4096);
+  REQUIRE(s.insert(1, 3 * 4096).has_value());
+  REQUIRE(s.insert(2, 4096).has_value());
+  auto t = s.prepare_move(1, tier_id{1});
+  REQUIRE(t.has_value());
+  CHECK(t->src_pages.size() == 3);
+  CHECK(t->dst_pages.size() == 3);
+  CHECK(s.pin(1).error() == errc::busy);
+  CHECK(s.erase(1).error() == errc::busy);
+  CHECK(s.prepare_move(1, tier_id{1}).error() == errc::busy);
+  CHECK(s.victim(hbm_tier) == node_id{2});
+  CHECK_FALSE(s.find(1)->valid_in_gpu());
+  CHECK(s.usage(hbm_tier).used_bytes == 4 * 4096);  // source still held while copying
+  CHECK(s.usage(tier_id{1}).used_bytes == 3 * 4096);
+  CHECK(s.check_invariants({*t}).empty());
+  // A forged ticket is refused; the real one completes.
+  auto forged = *t;
+  forged.seq += 1;
+  CHECK(s.complete_move(forged, true).error() == errc::stale_handle);
+  REQUIRE(s.complete_move(*t, true).has_value());
+  CHECK(s.complete_move(*t, true).error() == errc::stale_handle);  // twice
+  CHECK(s.find(1)->tier == tier_id{1});
+  CHECK(s.usage(hbm_tier).used_bytes == 4096);
+  CHECK(s.check_invariants().empty());
+  // Failed move: stays put, destination released.
+  auto back = s.prepare_move(1, hbm_tier);
+  REQUIRE(back.has_value());
+  REQUIRE(s.complete_move(*back, false).has_value());
+  CHECK(s.find(1)->tier == tier_id{1});
+  CHECK(s.usage(hbm_tier).used_bytes == 4096);
+  CHECK(s.check_invariants().empty());
+  // Pinned entries are not victims and cannot move.
+  REQUIRE(s.pin(2).has_value());
+  REQUIRE(s.pin(2).has_value());
+  CHECK_FALSE(s.victim(hbm_tier).has_value());
+  CHECK(s.prepare_move(2, tier_id{1}).error() == errc::busy);
+  REQUIRE(s.unpin(2).has_value());
+  CHECK(s.find(2)->state == page_state::pinned);
+  REQUIRE(s.unpin(2).has_value());
+  CHECK(s.unpin(2).error() == errc::invalid_argument);
+  CHECK(s.victim(hbm_tier) == node_id{2});
+}
+
+TEST_CASE("store: bad calls leave the table unchanged") {
+  tiered_store<> s(two_tiers(4 * 4096, 4 * 4096), 4096);
+  REQUIRE(s.insert(7, 2 * 4096).has_value());
+  const auto before = s.usage(hbm_tier);
+  CHECK(s.insert(7, 4096).error() == errc::invalid_argument);         // duplicate
+  CHECK(s.insert(8, 0).error() == errc::invalid_argument);            // empty
+  CHECK(s.insert(8, 4096, tier_id{5}).error() == errc::invalid_argument);
+  CHECK(s.insert(8, 3 * 4096).error() == errc::out_of_capacity);      // does not evict
+  CHECK(s.prepare_move(7, hbm_tier).error() == errc::invalid_argument);
+  CHECK(s.prepare_move(7, tier_id{1}, 3 * 4096).error() == errc::invalid_argument);
+  CHECK(s.prepare_move(99, tier_id{1}).error() == errc::not_found);
+  CHECK(s.erase(99).error() == errc::not_found);
+  CHECK(s.usage(hbm_tier).used_bytes == before.used_bytes);
+  CHECK(s.size() == 1);
+  CHECK(s.check_invariants().empty());
+  // Dry run: fits after evicting 7, not beyond capacity; nothing changes.
+  CHECK(s.would_fit(hbm_tier, 4 * 4096));
+  CHECK_FALSE(s.would_fit(hbm_tier, 5 * 4096));
+  REQUIRE(s.pin(7).has_value());
+  CHECK_FALSE(s.would_fit(hbm_tier, 3 * 4096));
+  CHECK(s.would_fit(hbm_tier, 2 * 4096));
+  CHECK(s.find(7)->pins == 1);
+}
+
+TEST_CASE("store: sparsified demotion stores fewer bytes") {
+  tiered_store<> s(two_tiers(8 * 4096, 8 * 4096), 4096);
+  REQUIRE(s.insert(1, 4 * 4096).has_value());
+  auto t = s.prepare_move(1, tier_id{1}, 4096 + 1);
+  REQUIRE(t.has_value());
+  CHECK(t->dst_pages.size() == 2);
+  REQUIRE(s.complete_move(*t, true).has_value());
+  CHECK(s.find(1)->bytes == 4097);
+  CHECK(s.usage(tier_id{1}).used_bytes == 2 * 4096);
+}
+
+// Reference model: a list of (id, tier, bytes, pins, key inputs); victims by a linear scan.
+TEST_CASE("store matches a naive list model on thousands of random operations (all scorers)") {
+  const cost_model cm(presets::marconi_7b());
+  for (int which = 0; which < 3; ++which) {
+    CAPTURE(which);
+    auto body = [&](auto scorer) {
+      using Scorer = decltype(scorer);
+      tiered_store<Scorer> s(two_tiers(64 * 1024, 128 * 1024), 1024, scorer);
+      struct ref_entry {
+        tier_id tier;
+        std::int64_t bytes;
+        int pins;
+        cache_entry row;  // score, last_access, info mirror
+      };
+      std::map<node_id, ref_entry> ref;
+      std::uint64_t clock = 0;
+      std::mt19937_64 rng(42 + which);
+      std::vector<std::int64_t> used(2, 0);
+      auto pages = [](std::int64_t b) { return (b + 1023) / 1024; };
+      for (int op = 0; op < 6000; ++op) {
+        const node_id id = rng() % 48;
+        const int kind = static_cast<int>(rng() % 8);
+        auto it = ref.find(id);
+        if (kind == 0) {
+          const std::int64_t bytes = 1 + static_cast<std::int64_t>(rng() % 6000);
+          const tier_id t{static_cast<std::uint8_t>(rng() % 2)};
+          const node_info info{static_cast<std::int64_t>(rng() % 500), 0, (rng() & 1) != 0};
+          node_info inf = info;
+          inf.prefix_end = inf.prefix_begin + 1 + static_cast<std::int64_t>(rng() % 700);
+          const auto r = s.insert(id, bytes, t, inf);
+          const std::int64_t cap = t.value == 0 ? 64 : 128;
+          if (it != ref.end()) {
+            CHECK(r.error() == errc::invalid_argument);
+          } else if (used[t.value] + pages(bytes) > cap) {
+            CHECK(r.error() == errc::out_of_capacity);
+          } else {
+            REQUIRE(r.has_value());
+            cache_entry row;
+            row.id = id;
+            row.info = inf;
+            row.last_access = ++clock;
+            ref[id] = {t, bytes, 0, row};
+            used[t.value] += pages(bytes);
+          }
+        } else if (kind == 1 && it != ref.end()) {
+          REQUIRE(s.pin(id).has_value());
+          it->second.pins += 1;
+          it->second.row.last_access = ++clock;
+        } else if (kind == 2 && it != ref.end()) {
+          const auto r = s.unpin(id);
+          if (it->second.pins == 0) {
+            CHECK(r.error() == errc::invalid_argument);
+          } else {
+            REQUIRE(r.has_value());
+            it->second.pins -= 1;
+          }
+        } else if (kind == 3 && it != ref.end()) {
+          REQUIRE(s.touch(id).has_value());
+          it->second.row.last_access = ++clock;
+        } else if (kind == 4 && it != ref.end()) {
+          const double d = static_cast<double>(static_cast<int>(rng() % 5) - 2);
+          REQUIRE(s.add_score(id, d).has_value());
+          it->second.row.score += d;
+        } else if (kind == 5 && it != ref.end()) {
+          const tier_id dst{static_cast<std::uint8_t>(1 - it->second.tier.value)};
+          const bool ok = (rng() % 4) != 0;
+          const auto t = s.prepare_move(id, dst);
+          const std::int64_t cap = dst.value == 0 ? 64 : 128;
+          if (it->second.pins > 0) {
+            CHECK(t.error() == errc::busy);
+          } else if (used[dst.value] + pages(it->second.bytes) > cap) {
+            CHECK(t.error() == errc::out_of_capacity);
+          } else {
+            REQUIRE(t.has_value());
+            CHECK(s.check_invariants({*t}).empty());
+            REQUIRE(s.complete_move(*t, ok).has_value());
+            if (ok) {
+              used[it->second.tier.value] -= pages(it->second.bytes);
+              used[dst.value] += pages(it->second.bytes);
+              it->second.tier = dst;
+            }
+          }
+        } else if (kind == 6 && it != ref.end()) {
+          const auto r = s.erase(id);
+          if (it->second.pins > 0) {
+            CHECK(r.error() == errc::busy);
+          } else {
+            REQUIRE(r.has_value());
+            used[it->second.tier.value] -= pages(it->second.bytes);
+            ref.erase(it);
+          }
+        } else if (kind == 7) {
+          for (std::uint8_t t = 0; t < 2; ++t) {
+            std::optional<node_id> best;
+            demotion_key bk;
+            for (auto& [rid, re] : ref) {
+              if (re.tier.value != t || re.pins > 0) continue;
+              const auto k = s.find(rid) ? scorer.key(re.row) : demotion_key{};
+              if (!best || k < bk || (k == bk && rid < *best)) {
+                best = rid;
+                bk = k;
+              }
+            }
+            CHECK(s.victim(tier_id{t}) == best);
+          }
+        }
+        if (op % 500 == 0) REQUIRE(s.check_invariants().empty());
+        CHECK(s.usage(hbm_tier).used_bytes == used[0] * 1024);
+        CHECK(s.usage(tier_id{1}).used_bytes == used[1] * 1024);
+      }
+      CHECK(s.size() == ref.size());
+      CHECK(s.check_invariants().empty());
+    };
+    if (which == 0) body(lru_demotion{});
+    if (which == 1) body(car_score_demotion{});
+    if (which == 2) body(flop_aware_demotion{cm});
+  }
+}
+
+TEST_CASE("scorers: keys follow LRU, CaR score and FLOP efficiency") {
+  cache_entry a, b;
+  a.last_access = 5;
+  b.last_access = 9;
+  CHECK(lru_demotion{}.key(a) < lru_demotion{}.key(b));
+  a.score = car_score::enter_window + car_score::dispatch;  // 2
+  b.score = car_score::enter_window + car_score::dispatch + car_score::complete;  // 0
+  CHECK(b.score == 0.0);
+  CHECK(car_score_demotion{}.key(b) < car_score_demotion{}.key(a));
+  b.score = a.score;
+  CHECK(car_score_demotion{}.key(a) < car_score_demotion{}.key(b));  // LRU tie-break
+  const cost_model cm(presets::marconi_7b());
+  flop_aware_demotion f(cm);
+  a.info = {0, 64, true};      // short node with a checkpoint: poor FLOPs per byte
+  b.info = {4000, 8000, true};  // long node deep in the context: attention FLOPs dominate
+  CHECK(f.key(a).primary == doctest::Approx(cm.node_flop_efficiency(0, 64, true)));
+  CHECK(f.key(a) < f.key(b));
+  cache_entry empty;
+  CHECK(f.key(empty).primary == 0.0);
+}
