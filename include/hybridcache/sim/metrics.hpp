@@ -75,7 +75,7 @@ struct length_bin {
 };
 
 /// Counters only the cache knows; the replay engine fills them in after a run.
-struct cache_counters {
+struct cache_stats {
   std::int64_t checkpoints_admitted = 0;  ///< SSM checkpoints stored (leaf + branch points)
   std::int64_t checkpoints_reused = 0;    ///< hits that resumed from a stored checkpoint
   std::int64_t checkpoints_evicted = 0;   ///< SSM checkpoints dropped by eviction
@@ -100,7 +100,7 @@ struct run_metrics {
   double ttft_mean_ms = 0.0;
   double ttft_p95_no_cache_ms = 0.0;  ///< P95 TTFT if nothing were cached
   std::vector<length_bin> by_input_length{};
-  cache_counters cache{};
+  cache_stats cache{};
   double wall_seconds = 0.0;  ///< time in the replay loop only (set by the engine)
 };
 

@@ -230,16 +230,17 @@ inline constexpr const char* palette[] = {"#1f77b4", "#d62728", "#2ca02c", "#ff7
         if (usable(x, y))
           o += "<circle cx=\"" + fmt("%.1f", sx(x)) + "\" cy=\"" + fmt("%.1f", sy(y)) + "\" r=\"3\" fill=\"" + c + "\"/>\n";
     }
-    // Legend: a row under the x label.
-    double lx = x0;
-    const double ly = y0 + 58;
+    // Legend: rows under the x label (callers with many series raise margin_bottom).
+    double lx = x0, ly = y0 + 58;
     for (const auto& s : p.series) {
       const char* c = colour_of(s.name);
+      const double item = 34 + 7.0 * static_cast<double>(s.name.size());
+      if (lx > x0 && lx + item > x1 + style.margin_right) { lx = x0; ly += 16; }  // wrap the legend
       o += "<line x1=\"" + fmt("%.1f", lx) + "\" y1=\"" + fmt("%.1f", ly) + "\" x2=\"" + fmt("%.1f", lx + 18) + "\" y2=\"" +
            fmt("%.1f", ly) + "\" stroke=\"" + c + "\" stroke-width=\"3\"/>\n";
       o += "<text x=\"" + fmt("%.1f", lx + 22) + "\" y=\"" + fmt("%.1f", ly) + "\" dy=\"4\">" + xml_escape(s.name) +
            "</text>\n";
-      lx += 34 + 7.0 * static_cast<double>(s.name.size());
+      lx += item;
     }
     o += "</g>\n";
   }
