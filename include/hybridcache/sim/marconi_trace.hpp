@@ -1,0 +1,119 @@
+// hybridcache/sim/marconi_trace.hpp
+//
+// Reader for the Marconi reference simulator's JSONL traces (and synth-v1 files, which use
+// the same schema). One request per line:
+//
+//   {"session_id": 0, "turn_id": 0, "ts": 62.345, "num_input_tokens": 814,
+//    "num_output_tokens": 557, "input_tokens": [...], "output_tokens": [...]}
+//
+// `ts` is in seconds; `input_tokens` is the whole history plus the new user turn. All seven
+// keys are required, each once; other keys are skipped. The counts must equal the array
+// lengths, token ids must be in [0, 2^31), `ts` must be finite, >= 0 and non-decreasing
+// (the replay consumes requests in file order, as the reference does). Blank lines are
+// skipped. Any violation throws `format_error` naming the line and the key.
+//
+// Cost: O(line bytes) per request, no allocation once the request's vectors are warm.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <filesystem>
+#include <istream>
+#include <limits>
+#include <string>
+#include <string_view>
+
+#include "hybridcache/core/error.hpp"
+#include "hybridcache/sim/json.hpp"
+#include "hybridcache/sim/line_reader.hpp"
+#include "hybridcache/sim/request.hpp"
+
+namespace hybridcache::sim {
+
+/// Streaming reader of Marconi-format JSONL. Models `request_source`.
+class marconi_reader {
+ public:
+  /// Reads from `in` (which must outlive the reader).
+  explicit marconi_reader(std::istream& in) : lines_(in) {}
+  /// Opens `path`; throws `invalid_argument` if it cannot be opened.
+  explicit marconi_reader(const std::filesystem::path& path) : lines_(path) {}
+
+  /// Reads the next request into `r`; false at the end of the file.
+  bool next(request& r) {
+    std::string_view line;
+    do {
+      if (!lines_.next(line)) return false;
+    } while (line.find_first_not_of(" \t\r") == std::string_view::npos);
+    parse(line, lines_.line_number(), r);
+    return true;
+  }
+
+  /// 1-based line of the request last read.
+  [[nodiscard]] std::int64_t line_number() const noexcept { return lines_.line_number(); }
+
+ private:
+  void parse(std::string_view text, std::int64_t line, request& r) {
+    enum : unsigned { k_session = 1, k_turn = 2, k_ts = 4, k_num_in = 8, k_num_out = 16, k_in = 32, k_out = 64, k_all = 127 };
+    json_cursor c(text, line);
+    unsigned seen = 0;
+    std::int64_t num_input = 0, num_output = 0;
+    auto mark = [&](unsigned bit, std::string_view key) {
+      if ((seen & bit) != 0) c.fail(key, "duplicate key");
+      seen |= bit;
+    };
+    c.begin_object("");
+    std::string_view key;
+    while (c.next_member(key)) {
+      if (key == "session_id") {
+        mark(k_session, key);
+        r.session_id = c.read_int(key);
+      } else if (key == "turn_id") {
+        mark(k_turn, key);
+        r.turn_id = c.read_int(key);
+      } else if (key == "ts") {
+        mark(k_ts, key);
+        r.arrival_s = c.read_double(key);
+        if (!(r.arrival_s >= 0.0) || !std::isfinite(r.arrival_s)) c.fail(key, "timestamp must be finite and >= 0");
+      } else if (key == "num_input_tokens") {
+        mark(k_num_in, key);
+        num_input = c.read_int(key);
+      } else if (key == "num_output_tokens") {
+        mark(k_num_out, key);
+        num_output = c.read_int(key);
+      } else if (key == "input_tokens") {
+        mark(k_in, key);
+        c.read_int_array(key, r.input, 0, std::numeric_limits<token_id>::max());
+      } else if (key == "output_tokens") {
+        mark(k_out, key);
+        c.read_int_array(key, r.output, 0, std::numeric_limits<token_id>::max());
+      } else {
+        c.skip_value(key);
+      }
+    }
+    c.expect_end();
+    if (seen != k_all) {
+      static constexpr const char* names[] = {"session_id", "turn_id", "ts", "num_input_tokens", "num_output_tokens", "input_tokens", "output_tokens"};
+      for (unsigned i = 0; i < 7; ++i)
+        if ((seen & (1u << i)) == 0) throw format_error(line, names[i], "missing required key");
+    }
+    if (num_input != static_cast<std::int64_t>(r.input.size()))
+      throw format_error(line, "num_input_tokens",
+                         std::to_string(num_input) + " does not match the " + std::to_string(r.input.size()) + " ids in input_tokens");
+    if (num_output != static_cast<std::int64_t>(r.output.size()))
+      throw format_error(line, "num_output_tokens",
+                         std::to_string(num_output) + " does not match the " + std::to_string(r.output.size()) + " ids in output_tokens");
+    if (r.arrival_s < last_arrival_s_)
+      throw format_error(line, "ts", "timestamps go backwards (" + std::to_string(r.arrival_s) + " s after " + std::to_string(last_arrival_s_) + " s)");
+    last_arrival_s_ = r.arrival_s;
+    r.input_tokens = num_input;
+    r.output_tokens = num_output;
+    r.tokens_per_id = 1;
+    r.source_line = line;
+  }
+
+  line_reader lines_;
+  double last_arrival_s_ = 0.0;
+};
+static_assert(request_source<marconi_reader>);
+
+}  // namespace hybridcache::sim

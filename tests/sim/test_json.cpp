@@ -1,0 +1,174 @@
+// JSON reader: grammar, numbers, escapes (\uXXXX, surrogate pairs), nesting, errors with
+// line, field and column; and the buffered line reader.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <hybridcache/sim/json.hpp>
+#include <hybridcache/sim/line_reader.hpp>
+
+using namespace hybridcache;
+using namespace hybridcache::sim;
+
+namespace {
+
+// The format_error a parse raises (fails the test if none).
+format_error error_of(std::string_view text, std::int64_t first_line = 1) {
+  try {
+    (void)parse_json(text, first_line);
+  } catch (const format_error& e) {
+    return e;
+  }
+  FAIL("no format_error for: " << text);
+  return format_error(0, "", "");
+}
+
+}  // namespace
+
+TEST_CASE("json: scalars, numbers and their exact values") {
+  CHECK(parse_json("null").is_null());
+  CHECK(parse_json(" true ").as_bool());
+  CHECK_FALSE(parse_json("false").as_bool());
+  CHECK(parse_json("0").as_int() == 0);
+  CHECK(parse_json("-0").as_int() == 0);
+  CHECK(parse_json("9223372036854775807").as_int() == std::numeric_limits<std::int64_t>::max());
+  CHECK(parse_json("-9223372036854775808").as_int() == std::numeric_limits<std::int64_t>::min());
+  // Too big for int64: still a number (double), not an integer.
+  const json_value big = parse_json("9223372036854775808");
+  CHECK_FALSE(big.is_integer());
+  CHECK(big.as_double() == 9223372036854775808.0);
+  CHECK(parse_json("62.345").as_double() == 62.345);
+  CHECK_FALSE(parse_json("62.345").is_integer());
+  CHECK(parse_json("1e3").as_double() == 1000.0);
+  CHECK_FALSE(parse_json("1e3").is_integer());
+  CHECK(parse_json("-2.5E-3").as_double() == -0.0025);
+  CHECK(parse_json("1E+2").as_double() == 100.0);
+  CHECK(parse_json("0.1").as_double() == 0.1);
+  CHECK(parse_json("1e-400").as_double() == 0.0);
+  CHECK(std::signbit(parse_json("-1e-400").as_double()));
+  CHECK(parse_json("0.0000").as_double() == 0.0);
+  CHECK(parse_json("4.9e-324").as_double() > 0.0);
+  CHECK(error_of("1e400").field().empty());
+  CHECK(std::string(error_of("123456789012345678901234567890e300").what()).find("overflows") != std::string::npos);
+  for (const char* bad : {"01", "-", "+1", ".5", "1.", "1e", "1e+", "--1", "0x10", "NaN", "Infinity", "-01"}) {
+    CAPTURE(bad);
+    (void)error_of(bad);
+  }
+}
+
+TEST_CASE("json: strings, escapes, \\u and surrogate pairs") {
+  CHECK(parse_json(R"("plain")").as_string() == "plain");
+  CHECK(parse_json(R"("a\"b\\c\/d\b\f\n\r\t")").as_string() == "a\"b\\c/d\b\f\n\r\t");
+  CHECK(parse_json(R"("\u0041\u00e9\u4e2d")").as_string() == "A\xC3\xA9\xE4\xB8\xAD");  // A é 中
+  CHECK(parse_json(R"("\uD83D\uDE00")").as_string() == "\xF0\x9F\x98\x80");            // 😀
+  CHECK(parse_json(R"("\ud83d\ude00x")").as_string() == "\xF0\x9F\x98\x80x");
+  CHECK(parse_json(R"("\u0000")").as_string() == std::string(1, '\0'));
+  CHECK(parse_json("\"中文 text\"").as_string() == "中文 text");  // raw UTF-8 passes through
+  CHECK(parse_json(R"("")").as_string().empty());
+  CHECK(std::string(error_of(R"("\uD83D")").what()).find("unpaired high surrogate") != std::string::npos);
+  CHECK(std::string(error_of(R"("\uD83Dx")").what()).find("unpaired high surrogate") != std::string::npos);
+  CHECK(std::string(error_of(R"("\uDE00")").what()).find("unpaired low surrogate") != std::string::npos);
+  CHECK(std::string(error_of(R"("\uD83D\u0041")").what()).find("not followed by a low surrogate") != std::string::npos);
+  CHECK(std::string(error_of(R"("\u12G4")").what()).find("hex digit") != std::string::npos);
+  CHECK(std::string(error_of(R"("\u12")").what()).find("escape") != std::string::npos);
+  CHECK(std::string(error_of(R"("\x")").what()).find("invalid escape") != std::string::npos);
+  CHECK(std::string(error_of("\"abc").what()).find("unterminated") != std::string::npos);
+  CHECK(std::string(error_of("\"a\\").what()).find("unterminated") != std::string::npos);
+  CHECK(std::string(error_of("\"a\tb\"").what()).find("control character") != std::string::npos);
+}
+
+TEST_CASE("json: arrays, objects, nesting, member order") {
+  const json_value v = parse_json(R"({"a": [1, 2.5, "x", [], {}], "b": {"c": {"d": [null, true]}}, "e\u0041": -7})");
+  REQUIRE(v.kind() == json_kind::object);
+  REQUIRE(v.as_object().size() == 3);
+  CHECK(v.as_object()[0].first == "a");
+  CHECK(v.as_object()[2].first == "eA");
+  const auto& a = v.find("a")->as_array();
+  REQUIRE(a.size() == 5);
+  CHECK(a[0].as_int() == 1);
+  CHECK(a[1].as_double() == 2.5);
+  CHECK(a[2].as_string() == "x");
+  CHECK(a[3].as_array().empty());
+  CHECK(a[4].as_object().empty());
+  CHECK(v.find("b")->find("c")->find("d")->as_array()[1].as_bool());
+  CHECK(v.find("eA")->as_int() == -7);
+  CHECK(v.find("zz") == nullptr);
+  CHECK_THROWS_AS((void)v.find("a")->as_string(), invalid_argument);
+
+  // Deep nesting within the limit parses; beyond it is an error, not a stack overflow.
+  const std::string ok = std::string(200, '[') + std::string(200, ']');
+  CHECK(parse_json(ok).kind() == json_kind::array);
+  const std::string deep = std::string(100000, '[') + std::string(100000, ']');
+  CHECK(std::string(error_of(deep).what()).find("nesting deeper") != std::string::npos);
+
+  for (const char* bad : {"[1,]", "[,1]", "[1 2]", "{\"a\" 1}", "{\"a\":1,}", "{a:1}", "{\"a\":}", "[", "{", "[1]]", "{} x", "", "  "}) {
+    CAPTURE(bad);
+    (void)error_of(bad);
+  }
+}
+
+TEST_CASE("json: errors name the line, the field and the column") {
+  json_cursor c(R"({"ids": [1, 2, "three"]})", 41);
+  c.begin_object("");
+  std::string_view key;
+  REQUIRE(c.next_member(key));
+  CHECK(key == "ids");
+  std::vector<std::int32_t> ids;
+  try {
+    c.read_int_array(key, ids);
+    FAIL("expected a format_error");
+  } catch (const format_error& e) {
+    CHECK(e.line() == 41);
+    CHECK(e.field() == "ids");
+    CHECK(std::string(e.what()).find("column 16") != std::string::npos);
+  }
+  // Multi-line documents: the line of the failing character.
+  const format_error e = error_of("[\n  1,\n  2,\n  x\n]", 10);
+  CHECK(e.line() == 13);
+  // Integers where an integer is required.
+  json_cursor f(R"([1.5, 3000000000, -1])");
+  f.begin_array("");
+  REQUIRE(f.next_element());
+  CHECK_THROWS_AS((void)f.read_int("n"), format_error);
+  json_cursor g(R"([3000000000, -1])");
+  CHECK_THROWS_WITH_AS(g.read_int_array<std::int32_t>("ids", ids), doctest::Contains("outside"), format_error);
+  json_cursor h(R"([5, 6, 7])");
+  h.read_int_array<std::int32_t>("ids", ids);
+  CHECK(ids == std::vector<std::int32_t>{5, 6, 7});
+}
+
+TEST_CASE("line_reader: lines across buffer refills, CRLF, no final newline, long lines") {
+  std::string text;
+  std::vector<std::string> expected;
+  for (int i = 0; i < 500; ++i) {
+    std::string line(static_cast<std::size_t>((i * 37) % 300), static_cast<char>('a' + i % 26));
+    if (i % 7 == 0) line += std::to_string(i);
+    expected.push_back(line);
+    text += line;
+    text += (i % 5 == 0) ? "\r\n" : "\n";
+  }
+  expected.emplace_back(1000, 'z');  // longer than the buffer, no trailing newline
+  text += expected.back();
+  std::istringstream in(text);
+  line_reader reader(in, 64);
+  std::string_view line;
+  std::size_t n = 0;
+  while (reader.next(line)) {
+    REQUIRE(n < expected.size());
+    CHECK(line == expected[n]);
+    ++n;
+    CHECK(reader.line_number() == static_cast<std::int64_t>(n));
+  }
+  CHECK(n == expected.size());
+  CHECK_FALSE(reader.next(line));
+
+  std::istringstream empty("");
+  line_reader none(empty);
+  CHECK_FALSE(none.next(line));
+  CHECK_THROWS_AS(line_reader(std::filesystem::path("/nonexistent/trace.jsonl")), invalid_argument);
+}
