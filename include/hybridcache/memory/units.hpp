@@ -1,0 +1,90 @@
+// hybridcache/memory/units.hpp
+//
+// Unit sizes of the asymmetric memory pools, derived from a model's cost model.
+//
+// A KV page holds `tokens_per_page` tokens of K and V for the attention layers it serves
+// (one layer by default, as the AVMP reference allocates per layer); an SSM block holds
+// the recurrent state of one layer of one sequence. Both are rounded up to 128 B, the
+// coalesced-load width the reference also uses (`align128`), so every unit offset is
+// 128 B aligned. For the AVMP presets this gives 65,536 B KV pages and 262,144 B
+// (jamba_1_5_mini) or 2,097,152 B (mamba2_1b3) SSM blocks, exactly the reference's sizes.
+//
+// Everything here is O(1).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "hybridcache/core/checked_math.hpp"
+#include "hybridcache/core/cost_model.hpp"
+#include "hybridcache/core/error.hpp"
+
+namespace hybridcache::memory {
+
+/// Alignment of every unit size and unit offset (bytes).
+inline constexpr std::uint64_t unit_alignment = 128;
+
+/// Default physical chunk: the CUDA VMM allocation granularity of current NVIDIA GPUs.
+inline constexpr std::uint64_t default_granularity_bytes = std::uint64_t{2} << 20;
+
+/// Which of the two pools a unit lives in.
+enum class pool_kind : std::uint8_t {
+  kv = 0,   ///< paged attention KV cache (grows with the sequence)
+  ssm = 1,  ///< fixed-size recurrent (SSM / linear attention) state blocks
+};
+
+/// The other pool.
+[[nodiscard]] constexpr pool_kind other(pool_kind k) noexcept {
+  return k == pool_kind::kv ? pool_kind::ssm : pool_kind::kv;
+}
+
+/// "kv" or "ssm".
+[[nodiscard]] constexpr std::string_view to_string(pool_kind k) noexcept {
+  return k == pool_kind::kv ? "kv" : "ssm";
+}
+
+/// Rounds `bytes` up to a multiple of `alignment`.
+/// @throws invalid_argument if `bytes` or `alignment` is not positive.
+[[nodiscard]] inline std::uint64_t align_up(std::int64_t bytes, std::uint64_t alignment = unit_alignment) {
+  HYBRIDCACHE_EXPECTS(bytes > 0, invalid_argument,
+                      "align_up: size must be > 0 bytes, got " + std::to_string(bytes));
+  HYBRIDCACHE_EXPECTS(alignment > 0, invalid_argument, "align_up: alignment must be > 0");
+  const auto b = static_cast<std::uint64_t>(bytes);
+  return (b + alignment - 1) / alignment * alignment;
+}
+
+/// Unit sizes of both pools for one model.
+struct unit_sizes {
+  std::uint64_t kv_page_bytes = 0;    ///< one KV page (128 B aligned)
+  std::uint64_t ssm_block_bytes = 0;  ///< one SSM block (128 B aligned)
+};
+
+/// KV page bytes: `tokens_per_page` x KV bytes per token of `layers_per_page` attention
+/// layers, rounded up to 128 B. @throws invalid_argument on non-positive arguments or a
+/// model without attention layers.
+[[nodiscard]] inline std::uint64_t kv_page_bytes(const cost_model& model, std::int64_t tokens_per_page = 16,
+                                                 std::int64_t layers_per_page = 1) {
+  HYBRIDCACHE_EXPECTS(tokens_per_page > 0, invalid_argument, "kv_page_bytes: tokens_per_page must be > 0");
+  HYBRIDCACHE_EXPECTS(layers_per_page > 0, invalid_argument, "kv_page_bytes: layers_per_page must be > 0");
+  HYBRIDCACHE_EXPECTS(model.kv_bytes_per_token_per_layer() > 0, invalid_argument,
+                      "kv_page_bytes: model '" + model.spec().name + "' has no attention layers");
+  return align_up(checked_product("KV page bytes", tokens_per_page, layers_per_page,
+                                  model.kv_bytes_per_token_per_layer()));
+}
+
+/// SSM block bytes: the recurrent state of one layer of one sequence, rounded up to 128 B
+/// (the conv state is not included, as in the reference). @throws invalid_argument for a
+/// model without recurrent layers.
+[[nodiscard]] inline std::uint64_t ssm_block_bytes(const cost_model& model) {
+  HYBRIDCACHE_EXPECTS(model.recurrent_state_bytes_per_layer() > 0, invalid_argument,
+                      "ssm_block_bytes: model '" + model.spec().name + "' has no recurrent layers");
+  return align_up(model.recurrent_state_bytes_per_layer());
+}
+
+/// Both unit sizes of `model` (16-token single-layer KV pages).
+[[nodiscard]] inline unit_sizes unit_sizes_for(const cost_model& model, std::int64_t tokens_per_page = 16) {
+  return unit_sizes{kv_page_bytes(model, tokens_per_page), ssm_block_bytes(model)};
+}
+
+}  // namespace hybridcache::memory
