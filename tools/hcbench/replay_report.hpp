@@ -1,0 +1,175 @@
+// How hcbench prints replay results: one JSON object (the `replay --json` contract), an
+// aligned text table, CSV rows, and the hit-rate / P95-TTFT vs capacity SVG.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <map>
+#include <string>
+#include <vector>
+
+#include <hybridcache/sim/svg_chart.hpp>
+
+#include "replay_args.hpp"
+#include "replay_run.hpp"
+
+namespace hcbench {
+
+namespace detail {
+inline std::string json_string(const std::string& s) {
+  std::string o = "\"";
+  for (unsigned char c : s) {
+    if (c == '"' || c == '\\') { o += '\\'; o += static_cast<char>(c); }
+    else if (c < 0x20) { char b[8]; std::snprintf(b, sizeof b, "\\u%04x", c); o += b; }
+    else o += static_cast<char>(c);
+  }
+  return o + "\"";
+}
+inline std::string json_number(double v) {
+  if (!std::isfinite(v)) return "null";
+  char b[40];
+  std::snprintf(b, sizeof b, "%.17g", v);
+  return b;
+}
+}  // namespace detail
+
+/// One JSON object with the keys of the CLI contract (and a few more). Stable key names.
+[[nodiscard]] inline std::string to_json(const replay_result& r) {
+  using detail::json_number;
+  using detail::json_string;
+  const auto& m = r.metrics;
+  auto i = [](std::int64_t v) { return std::to_string(v); };
+  std::string o = "{";
+  auto kv = [&](const char* k, const std::string& v) {
+    if (o.size() > 1) o += ", ";
+    o += json_string(k) + ": " + v;
+  };
+  kv("policy", json_string(r.policy));
+  kv("trace", json_string(r.trace));
+  kv("model", json_string(r.model));
+  kv("capacity_bytes", i(r.capacity_bytes));
+  kv("requests", i(m.requests));
+  kv("input_tokens", i(m.input_tokens));
+  kv("skipped_tokens", i(m.skipped_tokens));
+  kv("hit_requests", i(m.hit_requests));
+  kv("token_hit_rate", json_number(m.token_hit_rate));
+  kv("request_hit_rate", json_number(m.request_hit_rate));
+  kv("flops_saved", json_number(m.flops_saved));
+  kv("ttft_p5_ms", json_number(m.ttft_p5_ms));
+  kv("ttft_p50_ms", json_number(m.ttft_p50_ms));
+  kv("ttft_p95_ms", json_number(m.ttft_p95_ms));
+  kv("ttft_mean_ms", json_number(m.ttft_mean_ms));
+  kv("ttft_p95_no_cache_ms", json_number(m.ttft_p95_no_cache_ms));
+  kv("checkpoints_admitted", i(m.cache.checkpoints_admitted));
+  kv("checkpoints_reused", i(m.cache.checkpoints_reused));
+  kv("checkpoints_evicted", i(m.cache.checkpoints_evicted));
+  kv("kv_bytes_admitted", i(m.cache.kv_bytes_admitted));
+  kv("evictions", i(m.cache.evictions));
+  kv("peak_bytes", i(m.cache.peak_bytes));
+  kv("alpha", json_number(m.cache.alpha));
+  std::string bins = "[";
+  for (const auto& b : m.by_input_length) {
+    if (bins.size() > 1) bins += ", ";
+    bins += "{\"min_tokens\": " + i(b.lo) + ", \"max_tokens\": " +
+            (b.hi == std::numeric_limits<std::int64_t>::max() ? std::string("null") : i(b.hi)) +
+            ", \"requests\": " + i(b.requests) + ", \"input_tokens\": " + i(b.input_tokens) +
+            ", \"skipped_tokens\": " + i(b.skipped_tokens) + ", \"token_hit_rate\": " + json_number(b.token_hit_rate()) + "}";
+  }
+  kv("hit_rate_by_input_length", bins + "]");
+  kv("wall_seconds", json_number(m.wall_seconds));
+  return o + "}";
+}
+
+/// CSV header matching csv_row().
+inline const char* csv_header() {
+  return "trace,model,policy,capacity_bytes,requests,input_tokens,skipped_tokens,token_hit_rate,request_hit_rate,"
+         "flops_saved,ttft_p5_ms,ttft_p50_ms,ttft_p95_ms,ttft_p95_no_cache_ms,checkpoints_admitted,checkpoints_reused,"
+         "checkpoints_evicted,kv_bytes_admitted,evictions,alpha,wall_seconds";
+}
+
+[[nodiscard]] inline std::string csv_row(const replay_result& r) {
+  const auto& m = r.metrics;
+  auto n = [](double v) { return std::isfinite(v) ? detail::json_number(v) : std::string(); };
+  auto i = [](std::int64_t v) { return std::to_string(v); };
+  return r.trace + "," + r.model + "," + r.policy + "," + i(r.capacity_bytes) + "," + i(m.requests) + "," +
+         i(m.input_tokens) + "," + i(m.skipped_tokens) + "," + n(m.token_hit_rate) + "," + n(m.request_hit_rate) + "," +
+         n(m.flops_saved) + "," + n(m.ttft_p5_ms) + "," + n(m.ttft_p50_ms) + "," + n(m.ttft_p95_ms) + "," +
+         n(m.ttft_p95_no_cache_ms) + "," + i(m.cache.checkpoints_admitted) + "," + i(m.cache.checkpoints_reused) + "," +
+         i(m.cache.checkpoints_evicted) + "," + i(m.cache.kv_bytes_admitted) + "," + i(m.cache.evictions) + "," +
+         n(m.cache.alpha) + "," + n(m.wall_seconds);
+}
+
+/// An aligned text table, one row per result (in the given order).
+[[nodiscard]] inline std::string format_table(const std::vector<replay_result>& results) {
+  std::vector<std::vector<std::string>> rows;
+  rows.push_back({"trace", "policy", "capacity", "requests", "token hit", "req hit", "FLOPs saved", "TTFT p50",
+                  "TTFT p95", "ckpt adm", "evictions", "alpha", "wall s"});
+  auto f = [](const char* fmt, double v) {
+    char b[48];
+    std::snprintf(b, sizeof b, fmt, v);
+    return std::string(b);
+  };
+  for (const auto& r : results) {
+    const auto& m = r.metrics;
+    rows.push_back({r.trace, r.policy, format_bytes(r.capacity_bytes), std::to_string(m.requests),
+                    f("%.2f%%", 100 * m.token_hit_rate), f("%.2f%%", 100 * m.request_hit_rate),
+                    f("%.3e", m.flops_saved), f("%.1f ms", m.ttft_p50_ms), f("%.1f ms", m.ttft_p95_ms),
+                    std::to_string(m.cache.checkpoints_admitted), std::to_string(m.cache.evictions),
+                    std::isfinite(m.cache.alpha) ? f("%.2f", m.cache.alpha) : std::string("-"),
+                    f("%.4f", m.wall_seconds)});
+  }
+  std::vector<std::size_t> w(rows[0].size(), 0);
+  for (const auto& row : rows)
+    for (std::size_t c = 0; c < row.size(); ++c) w[c] = std::max(w[c], row[c].size());
+  std::string out;
+  for (std::size_t k = 0; k < rows.size(); ++k) {
+    for (std::size_t c = 0; c < rows[k].size(); ++c) {
+      const std::string& cell = rows[k][c];
+      const std::string pad(w[c] - cell.size(), ' ');
+      out += c < 2 ? cell + pad : pad + cell;  // text left, numbers right
+      out += c + 1 < rows[k].size() ? "  " : "\n";
+    }
+    if (k == 0) {
+      std::size_t total = 0;
+      for (auto x : w) total += x + 2;
+      out += std::string(total - 2, '-') + "\n";
+    }
+  }
+  return out;
+}
+
+/// The figure: token hit rate and P95 TTFT against capacity, one line per (trace, policy).
+[[nodiscard]] inline std::string hit_rate_svg(const std::vector<replay_result>& results, const std::string& title) {
+  using namespace hybridcache::sim;
+  std::vector<std::string> traces;
+  for (const auto& r : results)
+    if (std::find(traces.begin(), traces.end(), r.trace) == traces.end()) traces.push_back(r.trace);
+  chart_panel hit{.title = "token hit rate", .x_label = "cache capacity", .y_label = "token hit rate",
+                  .x_format = axis_format::bytes, .y_format = axis_format::percent, .log_x = true, .series = {}};
+  chart_panel ttft{.title = "P95 TTFT (modelled)", .x_label = "cache capacity", .y_label = "P95 TTFT",
+                   .x_format = axis_format::bytes, .y_format = axis_format::ms, .log_x = true, .series = {}};
+  std::map<std::string, std::vector<const replay_result*>> by_line;
+  std::vector<std::string> order;
+  for (const auto& r : results) {
+    const std::string name = traces.size() > 1 ? r.trace + " " + r.policy : r.policy;
+    if (!by_line.count(name)) order.push_back(name);
+    by_line[name].push_back(&r);
+  }
+  for (const auto& name : order) {
+    auto& v = by_line[name];
+    std::sort(v.begin(), v.end(), [](auto* a, auto* b) { return a->capacity_bytes < b->capacity_bytes; });
+    chart_series h{name, {}}, t{name, {}};
+    for (const auto* r : v) {
+      h.points.emplace_back(static_cast<double>(r->capacity_bytes), r->metrics.token_hit_rate);
+      t.points.emplace_back(static_cast<double>(r->capacity_bytes), r->metrics.ttft_p95_ms);
+    }
+    hit.series.push_back(std::move(h));
+    ttft.series.push_back(std::move(t));
+  }
+  chart_style style;
+  if (order.size() > 4) style.margin_bottom += 16 * static_cast<int>((order.size() - 1) / 4);
+  return to_svg(std::vector<chart_panel>{hit, ttft}, title, style);
+}
+
+}  // namespace hcbench

@@ -1,0 +1,68 @@
+// What `hcbench replay` and `hcbench compare` run: one trace through one cache policy at
+// one capacity. The cache compositions are instantiated once, in replay_run.cpp.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <hybridcache/core/model_spec.hpp>
+#include <hybridcache/sim/metrics.hpp>
+#include <hybridcache/sim/request.hpp>
+
+namespace hcbench {
+
+/// The policy names of the CLI contract, in the order tables list them.
+inline const std::vector<std::string>& policy_names() {
+  static const std::vector<std::string> names{"marconi", "sglang+", "vllm+", "lru"};
+  return names;
+}
+
+/// The trace formats `--format` accepts.
+inline const std::vector<std::string>& trace_formats() {
+  static const std::vector<std::string> names{"marconi", "mooncake", "sharegpt"};
+  return names;
+}
+
+/// Throws hybridcache::invalid_argument unless `name` is a known policy.
+void check_policy(const std::string& name);
+
+/// One replay to run.
+struct replay_job {
+  const std::vector<hybridcache::sim::request>* requests = nullptr;  ///< parsed trace (not owned)
+  std::string trace;                        ///< label for tables and JSON
+  hybridcache::model_spec model{};          ///< the model preset
+  std::int64_t capacity_bytes = 0;
+  std::string policy = "marconi";
+  std::optional<double> alpha{};            ///< fixed FLOP weight; nullopt = tune online (marconi only)
+  std::int64_t vllm_block = 32;             ///< vllm+: tokens per checkpointed block
+  std::int64_t concurrency = 1;             ///< requests in flight (matches pinned until they finish)
+  bool progress = false;                    ///< progress bar on stderr
+};
+
+/// A finished replay: the job's labels and its metrics.
+struct replay_result {
+  std::string trace;
+  std::string model;
+  std::string policy;
+  std::int64_t capacity_bytes = 0;
+  hybridcache::sim::run_metrics metrics{};
+};
+
+/// Runs `job`. @throws hybridcache::invalid_argument (unknown policy, bad alpha),
+/// hybridcache::capacity_error (capacity below one checkpoint plus one block of KV).
+[[nodiscard]] replay_result run_replay(const replay_job& job);
+
+/// Reads a whole trace (`format` one of trace_formats()). `block_size` is the engine block
+/// size for Mooncake (must divide 512; each 512-token hash id expands into 512/B ids).
+/// @throws hybridcache::invalid_argument (missing file, unknown format),
+///         hybridcache::format_error (malformed line).
+[[nodiscard]] std::vector<hybridcache::sim::request> load_trace(const std::string& path, const std::string& format,
+                                                                std::int64_t block_size);
+
+/// The embedded default workload of `hcbench compare`: a synth-v1 trace generated in memory.
+[[nodiscard]] std::vector<hybridcache::sim::request> synth_workload(const std::string& profile, std::uint64_t seed,
+                                                                    std::int64_t sessions, std::int64_t gap_ms);
+
+}  // namespace hcbench
