@@ -285,6 +285,7 @@ class json_cursor {
   // Between elements: consumes ',' or the closing bracket. Returns false at the close.
   bool continue_container(char close, const char* what, std::string_view field) {
     skip_ws();
+    if (pos_ >= text_.size()) fail(field, std::string("unexpected end of input in ") + what);
     auto& first = first_[static_cast<std::size_t>(depth_ - 1)];
     if (pos_ < text_.size() && text_[pos_] == close) {
       ++pos_;
