@@ -1,0 +1,258 @@
+// hybridcache/prefix/flop_aware_scorer.hpp
+//
+// `flop_aware_scorer`: Marconi's FLOP-aware eviction (paper §4.3; anchors/marconi.md 1(c)).
+//
+// - Candidates: unpinned non-root nodes with no child, or with one child and a checkpoint
+//   (a single-child node without a checkpoint frees nothing when merged).
+// - Utility U(n) = alpha·eff'(n) + rec'(n), each term min-max normalised over the current
+//   candidates (x' = (x - min)/(max - min); all 1 when there is one candidate or all values
+//   are equal), computed in that order without FMA contraction so results equal the
+//   reference's Python floats. rec(n) = 1/(now - last_access(n)).
+//   eff(n) = cost_model::saved_flops(p, L) / (checkpoint bytes + KV bytes of the node's own
+//   L - p tokens): the correct marginal FLOPs and the node's own bytes, not the reference's
+//   defects (MLP term subtracting attention FLOPs; KV of the whole root-to-node prefix).
+// - Victim: the first argmin of U in DFS preorder (children in insertion order).
+// - Refresh: a hit stamps only the deepest matched node that holds a checkpoint; a commit
+//   stamps nothing but the nodes it creates.
+// - Action: a leaf is deleted; a single-child node drops its checkpoint and merges its KV
+//   into its child (or, with `intermediate_eviction::tombstone`, keeps its KV as a
+//   KV-only node, as SGLang does).
+//
+// Eviction without rescanning every node. The reference recomputes every candidate's
+// score for every single eviction (O(n) each). Here candidates sit in two ordered indexes,
+// by last access (= by rec, ascending) and by eff (ascending), and a victim is found by
+// Fagin's threshold algorithm: walk both indexes from their minimum, score each node seen,
+// and stop as soon as alpha·eff'(frontier) + rec'(frontier) exceeds the best score seen.
+// Every unseen node has rec and eff at least the frontier's, and the float operations
+// used are monotone, so none can score lower: the victim (ties included, by DFS order) is
+// exactly the naive argmin (tests/prefix check this against `reference_flop_scorer` on
+// random trees). The normalisation bounds are the indexes' ends, read in O(1).
+// Costs: on_update / on_erase O(log n); select_victim O((k + 1) log n) where k is the
+// number of nodes the threshold walk visits — in practice a handful, since low-rec and
+// low-eff nodes come first; worst case O(n). Index nodes come from a pooled resource, so
+// steady state allocates nothing.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <memory>
+#include <memory_resource>
+#include <set>
+#include <span>
+#include <utility>
+#include <vector>
+
+#include "hybridcache/core/cost_model.hpp"
+#include "hybridcache/prefix/concepts.hpp"
+#include "hybridcache/prefix/counting_store.hpp"
+#include "hybridcache/prefix/radix_tree.hpp"
+
+namespace hybridcache::prefix {
+
+/// What eviction does with a single-child candidate.
+enum class intermediate_eviction : unsigned char {
+  merge,      ///< Marconi: drop the checkpoint, merge the node's KV into its child
+  tombstone,  ///< SGLang: drop the checkpoint, keep the node and its KV
+};
+
+namespace detail {
+
+/// alpha·e + r, rounded after the product and after the sum (never fused into an FMA,
+/// whatever -ffp-contract says), as Python computes `eff_weight * eff + rec`.
+#if defined(__clang__)
+[[nodiscard]] inline double utility_no_fma(double alpha, double e, double r) noexcept {
+#pragma clang fp contract(off)
+  const double p = alpha * e;
+  return p + r;
+}
+#elif defined(__GNUC__)
+[[nodiscard]] __attribute__((optimize("fp-contract=off"))) inline double utility_no_fma(double alpha, double e,
+                                                                                         double r) noexcept {
+  const double p = alpha * e;
+  return p + r;
+}
+#else
+[[nodiscard]] inline double utility_no_fma(double alpha, double e, double r) noexcept {
+  const volatile double p = alpha * e;
+  return p + r;
+}
+#endif
+
+/// Min-max normalisation of one value, as the reference's `_normalize` does.
+[[nodiscard]] inline double normalise(double x, double lo, double hi, bool degenerate) noexcept {
+  return (degenerate || lo == hi) ? 1.0 : (x - lo) / (hi - lo);
+}
+
+/// rec = 1 / (now - t) (Python int/int: exact operands, one rounding).
+[[nodiscard]] inline double recency(time_point now, time_point t) noexcept {
+  return 1.0 / static_cast<double>(now - t);
+}
+
+/// Correct node FLOP efficiency: marginal saved FLOPs over the node's own bytes.
+template <class Tree>
+[[nodiscard]] double node_efficiency(const cost_model& m, const Tree& tree, node_id n) noexcept {
+  const auto& nd = tree.at(n);
+  try {
+    return m.node_flop_efficiency(nd.begin(), nd.end, nd.has_checkpoint);
+  } catch (...) {  // overflow_error only for sequences far beyond 2^20 tokens
+    return std::numeric_limits<double>::max();
+  }
+}
+
+/// Marconi's candidate rule generalised to nodes that may lack a checkpoint.
+template <class Tree>
+[[nodiscard]] bool flop_candidate(const Tree& tree, node_id n) noexcept {
+  if (n == Tree::root()) return false;
+  const auto& nd = tree.at(n);
+  return nd.live && nd.pins == 0 && (nd.children == 0 || (nd.children == 1 && nd.has_checkpoint));
+}
+
+}  // namespace detail
+
+/// Configuration of `flop_aware_scorer` (aggregate; designated initializers welcome).
+struct flop_aware_config {
+  double alpha = 0.0;  ///< weight of FLOP efficiency against recency (>= 0)
+  intermediate_eviction intermediate = intermediate_eviction::merge;
+};
+
+/// Marconi FLOP-aware scorer. See the file comment.
+class flop_aware_scorer {
+ public:
+  /// @throws invalid_argument when alpha is negative or not finite.
+  explicit flop_aware_scorer(cost_model model, flop_aware_config cfg = {})
+      : model_(std::move(model)),
+        cfg_(cfg),
+        pool_(std::make_unique<std::pmr::unsynchronized_pool_resource>()),
+        by_rec_(pool_.get()),
+        by_eff_(pool_.get()) {
+    set_alpha(cfg.alpha);
+  }
+  /// Movable (the index nodes stay in the moved pool); not copyable, not move-assignable.
+  flop_aware_scorer(flop_aware_scorer&&) noexcept = default;
+  flop_aware_scorer& operator=(flop_aware_scorer&&) = delete;
+
+  /// @throws invalid_argument when alpha is negative or not finite.
+  void set_alpha(double a) {
+    HYBRIDCACHE_EXPECTS(std::isfinite(a) && a >= 0.0, invalid_argument, "flop_aware_scorer: alpha must be >= 0");
+    cfg_.alpha = a;
+  }
+  [[nodiscard]] double alpha() const noexcept { return cfg_.alpha; }
+  [[nodiscard]] const cost_model& model() const noexcept { return model_; }
+  [[nodiscard]] const flop_aware_config& config() const noexcept { return cfg_; }
+  /// A fresh scorer (empty index) with the same model and options at alpha `a` (tuning replays).
+  [[nodiscard]] flop_aware_scorer with_alpha(double a) const {
+    flop_aware_config c = cfg_;
+    c.alpha = a;
+    return flop_aware_scorer(model_, c);
+  }
+
+  void reserve(std::size_t ids) {
+    if (eff_.size() < ids) {
+      eff_.resize(ids, 0.0);
+      ts_.resize(ids, 0);
+      in_.resize(ids, 0);
+    }
+  }
+
+  template <class Tree>
+  void on_match(Tree& tree, std::span<const node_id> path, node_id, time_point now) noexcept {
+    for (auto it = path.rbegin(); it != path.rend(); ++it) {
+      if (tree.at(*it).has_checkpoint) {
+        tree.touch(*it, now);
+        on_update(tree, *it);
+        return;
+      }
+    }
+  }
+  template <class Tree>
+  void on_insert_path(Tree&, std::span<const node_id>, time_point) noexcept {}
+
+  template <class Tree>
+  void on_update(const Tree& tree, node_id n) noexcept {
+    if (n == Tree::root()) return;
+    erase(n);
+    if (!detail::flop_candidate(tree, n)) return;
+    const auto& nd = tree.at(n);
+    eff_[n] = detail::node_efficiency(model_, tree, n);
+    ts_[n] = nd.last_access;
+    in_[n] = 1;
+    by_rec_.emplace(ts_[n], n);
+    by_eff_.emplace(eff_[n], n);
+  }
+  template <class Tree>
+  void on_erase(const Tree&, node_id n) noexcept {
+    erase(n);
+  }
+
+  template <class Tree>
+  [[nodiscard]] node_id select_victim(const Tree& tree, time_point now) noexcept {
+    if (by_rec_.empty()) return no_node;
+    const bool single = by_rec_.size() == 1;
+    const double rmin = detail::recency(now, by_rec_.begin()->first);
+    const double rmax = detail::recency(now, by_rec_.rbegin()->first);
+    const double emin = by_eff_.begin()->first;
+    const double emax = by_eff_.rbegin()->first;
+    const double a = cfg_.alpha;
+    auto score = [&](double e, double r) noexcept {
+      return detail::utility_no_fma(a, detail::normalise(e, emin, emax, single), detail::normalise(r, rmin, rmax, single));
+    };
+    node_id best = no_node;
+    double best_u = std::numeric_limits<double>::infinity();
+    auto consider = [&](node_id n) noexcept {
+      ++visits_;
+      const double u = score(eff_[n], detail::recency(now, ts_[n]));
+      if (best == no_node || u < best_u || (u == best_u && tree.dfs_before(n, best))) {
+        best = n;
+        best_u = u;
+      }
+    };
+    auto ir = by_rec_.begin();
+    auto ie = by_eff_.begin();
+    while (ir != by_rec_.end() && ie != by_eff_.end()) {
+      const double fr = detail::recency(now, ir->first);
+      const double fe = ie->first;
+      consider(ir->second);
+      consider(ie->second);
+      ++ir;
+      ++ie;
+      // Unseen nodes have rec >= fr and eff >= fe, hence U >= score(fe, fr).
+      if (score(fe, fr) > best_u) break;
+    }
+    return best;
+  }
+
+  template <class Tree>
+  [[nodiscard]] evict_action action(const Tree& tree, node_id n) const noexcept {
+    if (tree.at(n).children == 0) return evict_action::remove_leaf;
+    return cfg_.intermediate == intermediate_eviction::merge ? evict_action::merge_into_child
+                                                             : evict_action::drop_checkpoint;
+  }
+
+  /// Candidates currently indexed. O(1).
+  [[nodiscard]] std::size_t candidates() const noexcept { return by_rec_.size(); }
+  /// Nodes scored by all select_victim calls so far (measures the threshold walk).
+  [[nodiscard]] std::uint64_t nodes_scored() const noexcept { return visits_; }
+
+ private:
+  void erase(node_id n) noexcept {
+    if (n >= in_.size() || !in_[n]) return;
+    by_rec_.erase({ts_[n], n});
+    by_eff_.erase({eff_[n], n});
+    in_[n] = 0;
+  }
+
+  cost_model model_;
+  flop_aware_config cfg_;
+  std::unique_ptr<std::pmr::unsynchronized_pool_resource> pool_;
+  std::pmr::set<std::pair<time_point, node_id>> by_rec_;
+  std::pmr::set<std::pair<double, node_id>> by_eff_;
+  std::vector<double> eff_;
+  std::vector<time_point> ts_;
+  std::vector<unsigned char> in_;
+  std::uint64_t visits_ = 0;
+};
+
+static_assert(utility_scorer<flop_aware_scorer, radix_tree<counting_store>>);
+
+}  // namespace hybridcache::prefix

@@ -1,0 +1,276 @@
+// hybridcache/prefix/lru_scorer.hpp
+//
+// `lru_scorer`: SGLang+ eviction as in the Marconi reference's policy V1
+// (anchors/marconi.md 1(c), 1(f)).
+//
+// - Candidates: unpinned leaves. A parent whose last child goes becomes a candidate.
+// - Victim: the least recently accessed candidate. Ties do happen under the reference's
+//   rules (an insert that splits an edge stamps the old tail leaf and creates the new leaf at
+//   the same tick), so the tie order matters for exact parity:
+//     lru_ties::by_node_id     (default) the lower node id (deterministic, not the
+//                              reference's order); persistent heap, O(log n) per victim.
+//     lru_ties::python_heapq   exactly what the reference does: each eviction round collects
+//                              the leaves in DFS preorder, runs CPython's heapify, heappop and
+//                              heappush (comparing only last-access times). O(n) per round,
+//                              O(log n) per victim within a round. Use it to reproduce the
+//                              reference's SGLang+ rows bit for bit.
+// - Refresh: a lookup stamps every node it enters (the whole matched path and a partially
+//   matched child); a commit stamps every existing node on its path.
+// - Action: delete the leaf (its KV and checkpoint).
+//
+// Index: an indexed binary min-heap over (last access, id) with a position per node.
+// Costs: select_victim O(1); on_update / on_erase O(log n); on_match O(|path| log n).
+// Allocation only when the per-node arrays grow (reserve()).
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "hybridcache/prefix/concepts.hpp"
+#include "hybridcache/prefix/counting_store.hpp"
+#include "hybridcache/prefix/radix_tree.hpp"
+
+namespace hybridcache::prefix {
+
+namespace detail {
+
+/// Indexed binary min-heap of node ids ordered by (key, id). O(log n) push/erase/update,
+/// O(1) top. Positions live in a per-node array (grown by reserve()).
+class node_heap {
+ public:
+  static constexpr std::uint32_t absent = 0xffffffffu;
+
+  void reserve(std::size_t ids) {
+    if (pos_.size() < ids) {
+      pos_.resize(ids, absent);
+      key_.resize(ids, 0);
+    }
+    heap_.reserve(ids);
+  }
+  [[nodiscard]] bool contains(node_id n) const noexcept { return n < pos_.size() && pos_[n] != absent; }
+  [[nodiscard]] bool empty() const noexcept { return heap_.empty(); }
+  [[nodiscard]] node_id top() const noexcept { return heap_.empty() ? no_node : heap_[0]; }
+  [[nodiscard]] std::size_t size() const noexcept { return heap_.size(); }
+
+  /// Inserts `n` or moves it to `key`. Precondition: reserve() covered n.
+  void set(node_id n, std::uint64_t key) noexcept {
+    key_[n] = key;
+    if (pos_[n] == absent) {
+      pos_[n] = static_cast<std::uint32_t>(heap_.size());
+      heap_.push_back(n);  // capacity reserved
+      up(pos_[n]);
+    } else {
+      up(pos_[n]);
+      down(pos_[n]);
+    }
+  }
+  void erase(node_id n) noexcept {
+    if (!contains(n)) return;
+    const std::uint32_t i = pos_[n];
+    const node_id last = heap_.back();
+    heap_.pop_back();
+    pos_[n] = absent;
+    if (last != n) {
+      heap_[i] = last;
+      pos_[last] = i;
+      up(i);
+      down(pos_[last]);
+    }
+  }
+
+ private:
+  [[nodiscard]] bool less(node_id a, node_id b) const noexcept {
+    return key_[a] != key_[b] ? key_[a] < key_[b] : a < b;
+  }
+  void up(std::uint32_t i) noexcept {
+    while (i > 0) {
+      const std::uint32_t p = (i - 1) / 2;
+      if (!less(heap_[i], heap_[p])) break;
+      swap_at(i, p);
+      i = p;
+    }
+  }
+  void down(std::uint32_t i) noexcept {
+    const auto n = static_cast<std::uint32_t>(heap_.size());
+    while (true) {
+      const std::uint32_t l = 2 * i + 1, r = l + 1;
+      std::uint32_t m = i;
+      if (l < n && less(heap_[l], heap_[m])) m = l;
+      if (r < n && less(heap_[r], heap_[m])) m = r;
+      if (m == i) break;
+      swap_at(i, m);
+      i = m;
+    }
+  }
+  void swap_at(std::uint32_t i, std::uint32_t j) noexcept {
+    std::swap(heap_[i], heap_[j]);
+    pos_[heap_[i]] = i;
+    pos_[heap_[j]] = j;
+  }
+
+  std::vector<node_id> heap_;
+  std::vector<std::uint32_t> pos_;
+  std::vector<std::uint64_t> key_;
+};
+
+}  // namespace detail
+
+/// How `lru_scorer` orders leaves with equal last-access times.
+enum class lru_ties : unsigned char {
+  by_node_id,    ///< lower node id first (persistent heap, O(log n))
+  python_heapq,  ///< the reference's per-round heapify/heappop order (O(n) per round)
+};
+
+/// Options of `lru_scorer`.
+struct lru_config {
+  lru_ties ties = lru_ties::by_node_id;
+};
+
+/// SGLang+ (Marconi reference V1) leaf LRU. See the file comment.
+class lru_scorer {
+ public:
+  lru_scorer() = default;
+  explicit lru_scorer(lru_config cfg) : cfg_(cfg) {}
+
+  /// Grows the per-node index to cover node ids < `ids` (the cache calls it before it
+  /// creates nodes, so the noexcept hooks never allocate).
+  void reserve(std::size_t ids) {
+    heap_.reserve(ids);
+    if (cfg_.ties == lru_ties::python_heapq) round_.reserve(ids);
+  }
+  [[nodiscard]] const lru_config& config() const noexcept { return cfg_; }
+
+  template <class Tree>
+  void on_match(Tree& tree, std::span<const node_id> path, node_id partial, time_point now) noexcept {
+    in_round_ = false;
+    for (node_id n : path) stamp(tree, n, now);
+    if (partial != no_node) stamp(tree, partial, now);
+  }
+  template <class Tree>
+  void on_insert_path(Tree& tree, std::span<const node_id> path, time_point now) noexcept {
+    in_round_ = false;
+    for (node_id n : path) stamp(tree, n, now);
+  }
+  template <class Tree>
+  void on_update(const Tree& tree, node_id n) noexcept {
+    if (n == Tree::root()) return;
+    const auto& nd = tree.at(n);
+    const bool candidate = nd.live && nd.children == 0 && nd.pins == 0;
+    if (cfg_.ties == lru_ties::python_heapq) {
+      // Within an eviction round the reference pushes a parent that has just lost its
+      // last child; everything else waits for the next round's heapify.
+      if (in_round_ && candidate) heappush(tree, n);
+      return;
+    }
+    if (candidate) heap_.set(n, key(tree, n));
+    else heap_.erase(n);
+  }
+  template <class Tree>
+  void on_erase(const Tree&, node_id n) noexcept {
+    heap_.erase(n);
+  }
+  template <class Tree>
+  [[nodiscard]] node_id select_victim(const Tree& tree, time_point now) noexcept {
+    if (cfg_.ties == lru_ties::by_node_id) return heap_.top();
+    if (!in_round_ || now != round_now_) start_round(tree, now);
+    while (!round_.empty()) {
+      const node_id x = heappop(tree);
+      const auto& nd = tree.at(x);
+      if (nd.live && nd.children == 0 && nd.pins == 0) return x;
+    }
+    return no_node;
+  }
+  template <class Tree>
+  [[nodiscard]] evict_action action(const Tree&, node_id) const noexcept {
+    return evict_action::remove_leaf;
+  }
+  [[nodiscard]] double alpha() const noexcept { return 0.0; }
+  /// Candidates currently indexed (by_node_id mode). O(1).
+  [[nodiscard]] std::size_t candidates() const noexcept { return heap_.size(); }
+
+ private:
+  template <class Tree>
+  void stamp(Tree& tree, node_id n, time_point now) noexcept {
+    tree.touch(n, now);
+    on_update(tree, n);
+  }
+
+  /// Heap key: the last-access time (node_heap breaks ties by node id).
+  template <class Tree>
+  static std::uint64_t key(const Tree& tree, node_id n) noexcept {
+    return tree.at(n).last_access;
+  }
+
+  // --- python_heapq mode: CPython's heapq on last-access times ---------------------------
+  template <class Tree>
+  void start_round(const Tree& tree, time_point now) noexcept {
+    round_.clear();
+    tree.preorder([&](node_id n) {
+      const auto& nd = tree.at(n);
+      if (nd.children == 0 && nd.pins == 0) round_.push_back(n);  // capacity reserved
+    });
+    for (std::size_t i = round_.size() / 2; i-- > 0;) siftup(tree, i);
+    round_now_ = now;
+    in_round_ = true;
+  }
+  template <class Tree>
+  static bool lt(const Tree& tree, node_id a, node_id b) noexcept {
+    return tree.at(a).last_access < tree.at(b).last_access;
+  }
+  template <class Tree>
+  void siftdown(const Tree& tree, std::size_t startpos, std::size_t pos) noexcept {
+    const node_id newitem = round_[pos];
+    while (pos > startpos) {
+      const std::size_t parentpos = (pos - 1) >> 1;
+      const node_id parent = round_[parentpos];
+      if (lt(tree, newitem, parent)) {
+        round_[pos] = parent;
+        pos = parentpos;
+        continue;
+      }
+      break;
+    }
+    round_[pos] = newitem;
+  }
+  template <class Tree>
+  void siftup(const Tree& tree, std::size_t pos) noexcept {
+    const std::size_t endpos = round_.size(), startpos = pos;
+    const node_id newitem = round_[pos];
+    std::size_t childpos = 2 * pos + 1;
+    while (childpos < endpos) {
+      const std::size_t rightpos = childpos + 1;
+      if (rightpos < endpos && !lt(tree, round_[childpos], round_[rightpos])) childpos = rightpos;
+      round_[pos] = round_[childpos];
+      pos = childpos;
+      childpos = 2 * pos + 1;
+    }
+    round_[pos] = newitem;
+    siftdown(tree, startpos, pos);
+  }
+  template <class Tree>
+  node_id heappop(const Tree& tree) noexcept {
+    const node_id last = round_.back();
+    round_.pop_back();
+    if (round_.empty()) return last;
+    const node_id top = round_[0];
+    round_[0] = last;
+    siftup(tree, 0);
+    return top;
+  }
+  template <class Tree>
+  void heappush(const Tree& tree, node_id n) noexcept {
+    round_.push_back(n);  // capacity reserved
+    siftdown(tree, 0, round_.size() - 1);
+  }
+
+  lru_config cfg_{};
+  detail::node_heap heap_;
+  std::vector<node_id> round_;
+  time_point round_now_ = 0;
+  bool in_round_ = false;
+};
+
+static_assert(utility_scorer<lru_scorer, radix_tree<counting_store>>);
+
+}  // namespace hybridcache::prefix

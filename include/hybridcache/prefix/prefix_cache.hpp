@@ -1,0 +1,765 @@
+// hybridcache/prefix/prefix_cache.hpp
+//
+// `prefix_cache<Model, Admission, Scorer, Store, Lock>`: the hybrid prefix cache of
+// Marconi (Pan et al., MLSys 2025), as static policies over one radix tree.
+//
+// A request's life:
+//   auto m = cache.match(input);              // joint-min hit; pins the checkpoint node
+//   auto p = cache.plan(input, *m);           // where prefill must save SSM states
+//   ... prefill from m->reusable_tokens, decode ...
+//   cache.commit(input ++ output, input.size(), &*m);   // admit; releases the pin
+// (or `release(m)` when the request is abandoned).
+//
+// Joint-min rule: a hit is usable only up to the end of a node that holds an SSM checkpoint
+// and whose whole root path has KV (every node on the path does). Reusing KV past the last
+// checkpoint would start the recurrent layers from a wrong state (vLLM PR #47491).
+//
+// Logical clock, ticking exactly like the reference simulator (anchors/marconi.md, checklist
+// item 1): +1 per `match`; +2 per `commit` (the reference's `insert` and the `match_prefix`
+// inside it; the scorer's refresh rule runs at the second tick); +1 per eviction round.
+//
+// Commit: walk the sequence (the scorer refreshes what it refreshes on a lookup), ask the
+// admission policy for checkpoint positions (speculative insertion: the branch point is where
+// the sequence leaves an existing edge), add application-directed positions, estimate the
+// bytes of new KV and new checkpoints, evict the deficit in one round (`used + needed -
+// capacity`, the reference's rule), then walk again (eviction may have changed the path),
+// allocate every new handle (on failure: free them, evict one more victim, retry), and only
+// then mutate the tree: split edges at checkpoint positions and append the new tokens as a
+// chain of nodes ending at the admitted positions.
+//
+// Costs (|s| = sequence length, d = nodes on its path, n = cached nodes):
+//   match    O(|s| + d) token compares (a memcmp per edge) + scorer refresh (O(d log n) LRU,
+//            O(log n) FLOP-aware); no allocation in steady state.
+//   plan     O(|s| + d + positions).
+//   commit   O(|s| + d + positions·log) + evictions; allocates only the new edges' token
+//            storage (reused from freed nodes when possible) and index growth.
+//   evict    per victim: LRU O(log n); FLOP-aware O((k+1) log n), k = nodes the threshold
+//            walk scores (flop_aware_scorer.hpp).
+//   release  O(log n).
+//
+// Thread safety: `Lock` (lock_policy.hpp); with `mutex_lock` every public call holds one
+// mutex for its whole duration.
+#pragma once
+
+#include <algorithm>
+#include <atomic>
+#include <cstdint>
+#include <limits>
+#include <mutex>
+#include <span>
+#include <thread>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "hybridcache/core/cost_model.hpp"
+#include "hybridcache/core/error.hpp"
+#include "hybridcache/core/expected.hpp"
+#include "hybridcache/core/handle.hpp"
+#include "hybridcache/core/logical_clock.hpp"
+#include "hybridcache/prefix/admission.hpp"
+#include "hybridcache/prefix/concepts.hpp"
+#include "hybridcache/prefix/counting_store.hpp"
+#include "hybridcache/prefix/lock_policy.hpp"
+#include "hybridcache/prefix/lru_scorer.hpp"
+#include "hybridcache/prefix/radix_tree.hpp"
+#include "hybridcache/prefix/types.hpp"
+
+namespace hybridcache::prefix {
+
+/// What alpha tuning optimises in each replay of the window.
+enum class tuning_objective : unsigned char {
+  flops_saved,     ///< Σ FLOPs saved over the last `score_last` requests (the reference)
+  token_hit_rate,  ///< Σ skipped / Σ input tokens over the same requests (the paper's text)
+};
+
+/// Online alpha tuning (Marconi §4.3, reference config_tuner.py). Used only when the
+/// scorer has `set_alpha` and `with_alpha`.
+struct tuning_config {
+  bool enabled = false;
+  /// Bootstrap window = multiplier × requests seen at the first eviction (reference: 5;
+  /// its LMSys sweep: 15). Alpha stays at the scorer's initial value (0) until then.
+  std::int64_t bootstrap_multiplier = 5;
+  double alpha_step = 0.1;   ///< grid {0, step, 2·step, ..., alpha_max}, each k/10 exactly for step 0.1
+  double alpha_max = 2.0;
+  std::int64_t score_last = 500;  ///< replays are scored over their last N requests
+  tuning_objective objective = tuning_objective::flops_saved;
+  unsigned threads = 0;           ///< replay threads (0 = hardware concurrency)
+  /// Beyond the reference: after the first tuning, re-tune every `retune_every` requests
+  /// over the last `window` requests replayed from an empty cache (0 = tune once).
+  std::int64_t retune_every = 0;
+  std::int64_t retune_window = 0;  ///< 0 = the bootstrap window's length
+};
+
+/// Cache options (aggregate).
+struct prefix_cache_config {
+  /// Allow a commit whose new state alone exceeds the store's capacity (the reference
+  /// inserts it anyway and the tree goes over capacity; pair with a store that allows
+  /// overflow). Off: such a commit returns `errc::out_of_capacity` and changes nothing.
+  bool admit_oversized = false;
+  tuning_config tuning{};
+};
+
+/// One tuning decision (for logs and tests).
+struct tuning_event {
+  std::int64_t at_request = 0;   ///< requests seen when it ran
+  std::int64_t window = 0;       ///< requests replayed
+  double alpha = 0.0;            ///< chosen alpha
+  std::vector<double> alphas;    ///< grid
+  std::vector<double> scores;    ///< objective per grid value
+};
+
+/// The hybrid prefix cache. See the file comment.
+///
+/// @tparam Model      cost model (`prefix_cost_model`), normally `hybridcache::cost_model`
+/// @tparam Admission  `judicious_admission`, `every_block_admission<B>`, `no_admission`
+/// @tparam Scorer     `lru_scorer`, `flop_aware_scorer`, `reference_flop_scorer`
+/// @tparam Store      `counting_store` or a real store (`state_store`)
+/// @tparam Lock       `no_lock` (default) or `mutex_lock`
+template <prefix_cost_model Model = cost_model, admission_policy Admission = judicious_admission,
+          class Scorer = lru_scorer, state_store Store = counting_store, lock_policy Lock = no_lock>
+  requires utility_scorer<Scorer, radix_tree<Store>>
+class prefix_cache {
+ public:
+  using model_type = Model;
+  using admission_type = Admission;
+  using scorer_type = Scorer;
+  using store_type = Store;
+  using tree_type = radix_tree<Store>;
+
+  /// @throws capacity_error when the store cannot hold one SSM checkpoint;
+  /// @throws invalid_argument on a bad tuning configuration.
+  prefix_cache(Model model, Store store, Scorer scorer, Admission admission = {}, prefix_cache_config cfg = {})
+      : model_(std::move(model)),
+        store_(std::move(store)),
+        scorer_(std::move(scorer)),
+        admission_(std::move(admission)),
+        cfg_(cfg),
+        pins_(/*pool_tag=*/0x50, 64) {
+    if (store_.capacity_bytes() < store_.checkpoint_bytes())
+      throw capacity_error("prefix_cache: store capacity " + std::to_string(store_.capacity_bytes()) +
+                           " B is smaller than one SSM checkpoint (" + std::to_string(store_.checkpoint_bytes()) +
+                           " B)");
+    HYBRIDCACHE_EXPECTS(cfg_.tuning.bootstrap_multiplier > 0, invalid_argument,
+                        "prefix_cache: tuning.bootstrap_multiplier must be > 0");
+    HYBRIDCACHE_EXPECTS(cfg_.tuning.alpha_step > 0 && cfg_.tuning.alpha_max >= 0, invalid_argument,
+                        "prefix_cache: tuning alpha grid must have step > 0 and max >= 0");
+    HYBRIDCACHE_EXPECTS(cfg_.tuning.score_last > 0, invalid_argument, "prefix_cache: tuning.score_last must be > 0");
+    HYBRIDCACHE_EXPECTS(cfg_.tuning.retune_every >= 0 && cfg_.tuning.retune_window >= 0, invalid_argument,
+                        "prefix_cache: tuning.retune_every/retune_window must be >= 0");
+    pin_node_.assign(64, no_node);
+    reserve_indexes(64);
+  }
+
+  prefix_cache(const prefix_cache&) = delete;
+  prefix_cache& operator=(const prefix_cache&) = delete;
+
+  // --- runtime API ---------------------------------------------------------------------
+
+  /// Longest usable prefix of `input` under the joint-min rule; pins its checkpoint node
+  /// (call `release` or pass the result to `commit`). Ticks the clock once; the scorer
+  /// refreshes per its rule. Empty input: `errc::invalid_argument`, nothing changes.
+  [[nodiscard]] expected<match_result> match(std::span<const token_id> input) {
+    std::lock_guard<Lock> guard(lock_);
+    if (input.empty()) return unexpected(errc::invalid_argument);
+    if (pins_.free_count() == 0) grow_pins();  // before any change (may throw bad_alloc)
+    const time_point now = clock_.tick();
+    const walk_result w = tree_.walk(input, path_);
+    match_result r;
+    r.input_tokens = static_cast<std::int64_t>(input.size());
+    r.common_prefix = w.common_prefix;
+    r.at = now;
+    const node_id use = deepest_usable(path_, r.input_tokens);
+    scorer_.on_match(tree_, std::span<const node_id>(path_), w.partial, now);
+    if (use != no_node) {
+      r.node = use;
+      r.reusable_tokens = tree_.at(use).end;
+      r.flops_saved = saturating_flops(r.reusable_tokens);
+      const packed_handle h = *pins_.acquire();
+      pin_node_[h.index()] = use;
+      r.pin = h;
+      tree_.pin(use);
+      scorer_.on_update(tree_, use);
+    }
+    ++counters_.matches;
+    counters_.tokens_matched += r.input_tokens;
+    if (r.hit()) {
+      ++counters_.hits;
+      counters_.tokens_skipped += r.reusable_tokens;
+      counters_.flops_saved = sat_add(counters_.flops_saved, r.flops_saved);
+      ++counters_.checkpoints_reused;
+    }
+    last_match_ = r;
+    return r;
+  }
+
+  /// Speculative insertion for the prefill of `input` after `m`: the positions where
+  /// prefill must save SSM states (admission + `extra` application-directed positions),
+  /// each with the chunk boundary at or before it and the roll-forward distance for the
+  /// model's scan chunk C. Pure query: no tick, no refresh. Positions outside [1, |input|]
+  /// in `extra`: `errc::invalid_argument`.
+  [[nodiscard]] expected<checkpoint_plan> plan(std::span<const token_id> input, const match_result& m,
+                                               std::span<const std::int64_t> extra = {}) {
+    std::lock_guard<Lock> guard(lock_);
+    if (input.empty()) return unexpected(errc::invalid_argument);
+    const auto n = static_cast<std::int64_t>(input.size());
+    for (std::int64_t p : extra)
+      if (p < 1 || p > n) return unexpected(errc::invalid_argument);
+    const walk_result w = tree_.walk(input, path_);
+    const insertion_view v = make_view(w, n, n, std::min(m.reusable_tokens, n));
+    select_positions(v, extra);
+    checkpoint_plan out;
+    out.prefill_start = v.reusable_tokens;
+    out.chunk = static_cast<std::int64_t>(model_.spec().scan_chunk);
+    const std::int64_t c = out.chunk > 0 ? out.chunk : 1;
+    for (std::int64_t p : positions_) {
+      if (p <= v.reusable_tokens) continue;
+      if (p <= w.common_prefix && has_checkpoint_at(p)) continue;  // already cached
+      checkpoint_site s;
+      s.position = p;
+      s.chunk_boundary = std::max(v.reusable_tokens, (p / c) * c);
+      s.roll_forward = p - s.chunk_boundary;
+      out.sites.push_back(s);
+    }
+    return out;
+  }
+
+  /// Inserts `sequence` (= input ++ output; `input_tokens` = |input|) after decode. When
+  /// `m` is given, its pin is released first (the request hands its state over; eviction
+  /// may then take the matched nodes, exactly like the reference). `extra` names
+  /// application-directed checkpoint positions (vLLM RFC #55697), kept in addition to the
+  /// admission policy's.
+  ///
+  /// Errors (tree and store unchanged): empty sequence, input_tokens outside [0, |seq|],
+  /// a position outside [1, |seq|] -> invalid_argument; `m` not a live pin -> stale_handle /
+  /// double_free / foreign_handle; `sequence` does not extend `m`'s reused prefix ->
+  /// invalid_argument; new state larger than the whole capacity (unless admit_oversized) ->
+  /// out_of_capacity. If the store refuses an allocation even after every evictable node is
+  /// gone -> out_of_capacity with the tree as the evictions left it and nothing inserted.
+  [[nodiscard]] expected<commit_result> commit(std::span<const token_id> sequence, std::int64_t input_tokens,
+                                               const match_result* m = nullptr,
+                                               std::span<const std::int64_t> extra = {}) {
+    std::lock_guard<Lock> guard(lock_);
+    const auto len = static_cast<std::int64_t>(sequence.size());
+    if (len == 0 || input_tokens < 0 || input_tokens > len) return unexpected(errc::invalid_argument);
+    for (std::int64_t p : extra)
+      if (p < 1 || p > len) return unexpected(errc::invalid_argument);
+    std::int64_t reusable = -1;
+    if (m != nullptr && !m->pin.is_null()) {
+      const errc e = pins_.validate(m->pin);
+      if (e != errc::ok) return unexpected(e);
+      const node_id pinned = pin_node_[m->pin.index()];
+      if (m->reusable_tokens > len || !on_path(sequence, pinned)) return unexpected(errc::invalid_argument);
+      reusable = m->reusable_tokens;
+    }
+    // Oversized check before anything changes: the new state alone must fit.
+    {
+      const walk_result w0 = tree_.walk(sequence, path_);
+      const std::int64_t r0 = reusable >= 0 ? reusable : reusable_in(path_, input_tokens);
+      select_positions(make_view(w0, input_tokens, len, r0), extra);
+      const std::int64_t need0 = needed_bytes(w0, len);
+      if (!cfg_.admit_oversized && need0 > store_.capacity_bytes()) return unexpected(errc::out_of_capacity);
+    }
+    reserve_indexes(tree_.id_bound() + positions_.size() + 4);  // may throw: nothing changed yet
+    if (m != nullptr && !m->pin.is_null()) unpin(m->pin);
+    maybe_tune_before_insert(sequence, input_tokens);
+
+    commit_result res;
+    res.sequence_tokens = len;
+    clock_.tick();                           // the reference's insert()
+    const time_point t_match = clock_.tick();  // its inner match_prefix()
+    walk_result w = tree_.walk(sequence, path_);
+    scorer_.on_match(tree_, std::span<const node_id>(path_), w.partial, t_match);
+    if (reusable < 0) reusable = reusable_in(path_, input_tokens);
+    select_positions(make_view(w, input_tokens, len, reusable), extra);
+    const std::int64_t need = needed_bytes(w, len);
+    const std::int64_t deficit = store_.used_bytes() + need - store_.capacity_bytes();
+    bool evict_round = false;
+    if (deficit > 0) {
+      evict_round = true;
+      evict_bytes(deficit, res);
+    }
+    // Allocate every new handle before touching the tree; evict one more victim per failure.
+    while (true) {
+      w = tree_.walk(sequence, path_);
+      select_positions(make_view(w, input_tokens, len, std::min(reusable, w.common_prefix)), extra);
+      const errc e = allocate_all(w, len);
+      if (e == errc::ok) break;
+      if (!evict_round) {
+        evict_round = true;
+        begin_eviction_round();
+      }
+      if (!evict_one(res)) return unexpected(e);
+    }
+    reserve_indexes(tree_.id_bound() + positions_.size() + 4);
+    const time_point now = clock_.now();
+    scorer_.on_insert_path(tree_, std::span<const node_id>(path_), now);
+    const errc e = build(sequence, w, len, now, res);
+    if (e != errc::ok) return unexpected(e);
+    res.over_capacity = store_.used_bytes() > store_.capacity_bytes();
+    res.alpha = scorer_.alpha();
+    ++counters_.commits;
+    counters_.checkpoints_admitted += res.checkpoints_admitted;
+    counters_.kv_bytes_admitted += res.kv_bytes_admitted;
+    return res;
+  }
+
+  /// Unpins a match that will not be committed. Releasing twice: `errc::double_free`; a
+  /// result of another cache: `errc::foreign_handle` or `stale_handle`; a miss: ok (no-op).
+  expected<void> release(const match_result& m) {
+    std::lock_guard<Lock> guard(lock_);
+    if (m.pin.is_null()) return {};
+    const errc e = pins_.validate(m.pin);
+    if (e != errc::ok) return unexpected(e);
+    unpin(m.pin);
+    return {};
+  }
+
+  // --- observers -----------------------------------------------------------------------
+
+  [[nodiscard]] const tree_type& tree() const noexcept { return tree_; }
+  [[nodiscard]] const Store& store() const noexcept { return store_; }
+  [[nodiscard]] Store& store() noexcept { return store_; }
+  [[nodiscard]] const Scorer& scorer() const noexcept { return scorer_; }
+  [[nodiscard]] const Model& model() const noexcept { return model_; }
+  [[nodiscard]] const cache_counters& counters() const noexcept { return counters_; }
+  [[nodiscard]] time_point now() const noexcept { return clock_.now(); }
+  [[nodiscard]] double alpha() const noexcept { return scorer_.alpha(); }
+  [[nodiscard]] const std::vector<tuning_event>& tuning_history() const noexcept { return tunings_; }
+  /// Requests seen when eviction first ran (-1 before).
+  [[nodiscard]] std::int64_t requests_before_first_eviction() const noexcept { return first_evict_at_; }
+  /// Checkpoints held by the tree. O(n).
+  [[nodiscard]] std::int64_t checkpoints_cached() const {
+    std::int64_t k = 0;
+    tree_.preorder([&](node_id n) { k += tree_.at(n).has_checkpoint ? 1 : 0; });
+    return k;
+  }
+  /// Tokens with KV in the tree. O(n).
+  [[nodiscard]] std::int64_t tokens_cached() const {
+    std::int64_t k = 0;
+    tree_.preorder([&](node_id n) { k += tree_.at(n).edge(); });
+    return k;
+  }
+
+ private:
+  static constexpr bool tunable = requires(Scorer& s, const Scorer& cs, double a) {
+    s.set_alpha(a);
+    { cs.with_alpha(a) } -> std::same_as<Scorer>;
+  };
+
+  static std::int64_t sat_add(std::int64_t a, std::int64_t b) noexcept {
+    return a > std::numeric_limits<std::int64_t>::max() - b ? std::numeric_limits<std::int64_t>::max() : a + b;
+  }
+  std::int64_t saturating_flops(std::int64_t s) const noexcept {
+    try {
+      return static_cast<std::int64_t>(model_.hit_flops(s));
+    } catch (...) {
+      return std::numeric_limits<std::int64_t>::max();
+    }
+  }
+
+  bool usable(node_id n) const noexcept {
+    return tree_.at(n).has_checkpoint || model_.ssm_checkpoint_bytes() == 0;
+  }
+  /// Deepest node on `path` that is usable and ends within `limit` tokens.
+  node_id deepest_usable(const std::vector<node_id>& path, std::int64_t limit) const noexcept {
+    for (auto it = path.rbegin(); it != path.rend(); ++it)
+      if (tree_.at(*it).end <= limit && usable(*it)) return *it;
+    return no_node;
+  }
+  std::int64_t reusable_in(const std::vector<node_id>& path, std::int64_t limit) const noexcept {
+    const node_id n = deepest_usable(path, limit);
+    return n == no_node ? 0 : tree_.at(n).end;
+  }
+
+  /// True when `n` is a live node whose root path spells the first tokens of `seq`.
+  bool on_path(std::span<const token_id> seq, node_id n) const noexcept {
+    if (!tree_.live(n) || n == tree_type::root()) return false;
+    tree_.walk(seq, path_);
+    return std::find(path_.begin(), path_.end(), n) != path_.end();
+  }
+
+  insertion_view make_view(const walk_result& w, std::int64_t input, std::int64_t total,
+                           std::int64_t reusable) const noexcept {
+    insertion_view v;
+    v.input_tokens = input;
+    v.total_tokens = total;
+    v.reusable_tokens = reusable;
+    v.common_prefix = w.common_prefix;
+    if (w.partial != no_node) {
+      v.branch_point = w.common_prefix;
+    } else if (w.common_prefix > 0 && w.common_prefix < total && !path_.empty() && !usable(path_.back())) {
+      v.branch_point = w.common_prefix;  // the sequence leaves the tree at a node end without a state
+    }
+    return v;
+  }
+
+  /// positions_ = admission ∪ extra, sorted, unique, within [1, total].
+  void select_positions(const insertion_view& v, std::span<const std::int64_t> extra) {
+    positions_.clear();
+    if (positions_.capacity() < static_cast<std::size_t>(v.total_tokens) + extra.size() + 2)
+      positions_.reserve(static_cast<std::size_t>(v.total_tokens) + extra.size() + 2);
+    admission_.select(v, positions_);
+    positions_.insert(positions_.end(), extra.begin(), extra.end());
+    std::sort(positions_.begin(), positions_.end());
+    positions_.erase(std::unique(positions_.begin(), positions_.end()), positions_.end());
+    std::erase_if(positions_, [&](std::int64_t p) { return p < 1 || p > v.total_tokens; });
+  }
+
+  /// Does a node on the current path_ end at p with a usable state?
+  bool has_checkpoint_at(std::int64_t p) const noexcept {
+    for (node_id n : path_)
+      if (tree_.at(n).end == p) return tree_.at(n).has_checkpoint;
+    return false;
+  }
+
+  /// Bytes of the new KV and new checkpoints the current positions_ need.
+  std::int64_t needed_bytes(const walk_result& w, std::int64_t len) const noexcept {
+    std::int64_t ckpts = 0;
+    for (std::int64_t p : positions_)
+      if (p > w.common_prefix || !has_checkpoint_at(p)) ++ckpts;
+    return store_.kv_bytes(len - w.common_prefix) + ckpts * store_.checkpoint_bytes();
+  }
+
+  void begin_eviction_round() {
+    clock_.tick();
+    if (first_evict_at_ < 0) {
+      first_evict_at_ = counters_.matches;
+      if constexpr (tunable) {
+        if (cfg_.tuning.enabled) bootstrap_window_ = cfg_.tuning.bootstrap_multiplier * first_evict_at_;
+      }
+    }
+  }
+
+  /// One eviction round of at least `bytes` (as the scorer accounts them).
+  void evict_bytes(std::int64_t bytes, commit_result& res) {
+    begin_eviction_round();
+    std::int64_t freed = 0;
+    while (freed < bytes) {
+      const std::int64_t got = evict_one(res);
+      if (got < 0) break;
+      freed += got;
+    }
+  }
+
+  /// Evicts the scorer's next victim. Returns the bytes accounted (>= 0), or -1 when there
+  /// is no victim. (Returns 0 for a victim that freed nothing, so callers make progress.)
+  std::int64_t evict_one(commit_result& res) noexcept {
+    const time_point now = clock_.now();
+    const node_id v = scorer_.select_victim(tree_, now);
+    if (v == no_node) return -1;
+    const evict_action act = scorer_.action(tree_, v);
+    const std::int64_t actual = apply(v, act, res);
+    std::int64_t accounted = actual;
+    if constexpr (requires { scorer_.accounted_bytes(tree_, v, act, actual); })
+      accounted = scorer_.accounted_bytes(tree_, v, act, actual);
+    ++res.evictions;
+    res.bytes_evicted += actual;
+    ++counters_.evictions;
+    counters_.bytes_evicted += actual;
+    return accounted;
+  }
+
+  std::int64_t apply(node_id v, evict_action act, commit_result& res) noexcept {
+    const auto& nd = tree_.at(v);
+    std::int64_t freed = 0;
+    if (nd.has_checkpoint) {
+      freed += store_.checkpoint_bytes();
+      store_.free_checkpoint(tree_.take_checkpoint(v));
+      ++res.checkpoints_evicted;
+      ++counters_.checkpoints_evicted;
+    }
+    if (act == evict_action::remove_leaf && nd.children == 0) {
+      const node_id parent = nd.parent;
+      freed += store_.kv_bytes(nd.edge());
+      scorer_.on_erase(tree_, v);
+      store_.free_kv(tree_.remove_leaf(v));
+      ++res.nodes_removed;
+      scorer_.on_update(tree_, parent);
+      return freed;
+    }
+    if (act == evict_action::merge_into_child && nd.children == 1) {
+      const node_id c = nd.first_child;
+      if (store_.join_kv(tree_.kv(v), std::move(tree_.kv(c)))) {
+        scorer_.on_erase(tree_, v);
+        try {
+          tree_.merge_into_child(v, std::move(tree_.kv(v)));
+        } catch (...) {  // merge only shrinks the child table; bad_alloc cannot happen
+        }
+        ++res.nodes_removed;
+        scorer_.on_update(tree_, c);
+        return freed;
+      }
+    }
+    scorer_.on_update(tree_, v);  // tombstone (or a failed join): the node keeps its KV
+    return freed;
+  }
+
+  /// Allocates the handles the current plan (path_, positions_) needs into pending_*.
+  errc allocate_all(const walk_result& w, std::int64_t len) noexcept {
+    free_pending();
+    std::int64_t prev = w.common_prefix;
+    // Checkpoints for positions inside the cached part.
+    for (std::int64_t p : positions_) {
+      if (p > w.common_prefix) break;
+      if (has_checkpoint_at(p)) continue;
+      auto h = store_.allocate_checkpoint();
+      if (!h) return free_pending(), h.error();
+      pending_ckpt_.push_back(std::move(*h));
+    }
+    // New segments after the common prefix: boundaries at positions > cp, and len.
+    auto it = std::upper_bound(positions_.begin(), positions_.end(), w.common_prefix);
+    while (prev < len) {
+      const std::int64_t end = it != positions_.end() ? *it : len;
+      auto kv = store_.allocate_kv(end - prev);
+      if (!kv) return free_pending(), kv.error();
+      pending_kv_.push_back(std::move(*kv));
+      if (it != positions_.end()) {
+        auto h = store_.allocate_checkpoint();
+        if (!h) return free_pending(), h.error();
+        pending_ckpt_.push_back(std::move(*h));
+        ++it;
+      }
+      prev = end;
+    }
+    return errc::ok;
+  }
+
+  void free_pending() noexcept {
+    for (auto& k : pending_kv_) store_.free_kv(std::move(k));
+    for (auto& c : pending_ckpt_) store_.free_checkpoint(std::move(c));
+    pending_kv_.clear();
+    pending_ckpt_.clear();
+  }
+
+  /// Mutates the tree with the handles in pending_* (allocate_all succeeded for `w`).
+  errc build(std::span<const token_id> seq, walk_result w, std::int64_t len, time_point now, commit_result& res) {
+    std::size_t ck = 0, kvi = 0;
+    const std::int64_t cp = w.common_prefix;
+    // 1. Checkpoints at or before the common prefix (splitting edges where needed).
+    for (std::int64_t p : positions_) {
+      if (p > cp) break;
+      node_id at = node_ending_at(p);
+      if (at != no_node && tree_.at(at).has_checkpoint) continue;
+      if (at == no_node) {
+        at = split_at(seq, p, now);
+        if (at == no_node) return abort_build(ck, kvi);
+        w = tree_.walk(seq, path_);
+      }
+      tree_.set_checkpoint(at, std::move(pending_ckpt_[ck++]));
+      res.checkpoints_admitted += 1;
+      res.checkpoint_bytes_admitted += store_.checkpoint_bytes();
+      scorer_.on_update(tree_, at);
+    }
+    if (cp == len) return finish_build(ck, kvi);
+    // 2. The attach point: a node ending exactly at cp (split the partial edge if needed).
+    node_id parent = cp == 0 ? tree_type::root() : node_ending_at(cp);
+    if (parent == no_node) {
+      parent = split_at(seq, cp, now);
+      if (parent == no_node) return abort_build(ck, kvi);
+    }
+    // 3. The new chain.
+    auto it = std::upper_bound(positions_.begin(), positions_.end(), cp);
+    std::int64_t prev = cp;
+    while (prev < len) {
+      const std::int64_t end = it != positions_.end() ? *it : len;
+      const node_id prev_parent = parent;
+      parent = tree_.add_leaf(parent, seq.subspan(static_cast<std::size_t>(prev), static_cast<std::size_t>(end - prev)),
+                              std::move(pending_kv_[kvi++]), now);
+      res.new_tokens += end - prev;
+      res.kv_bytes_admitted += store_.kv_bytes(end - prev);
+      if (it != positions_.end()) {
+        tree_.set_checkpoint(parent, std::move(pending_ckpt_[ck++]));
+        res.checkpoints_admitted += 1;
+        res.checkpoint_bytes_admitted += store_.checkpoint_bytes();
+        ++it;
+      }
+      scorer_.on_update(tree_, prev_parent);
+      scorer_.on_update(tree_, parent);
+      prev = end;
+    }
+    return finish_build(ck, kvi);
+  }
+
+  errc finish_build(std::size_t ck, std::size_t kvi) noexcept {
+    HYBRIDCACHE_ASSERT(ck == pending_ckpt_.size() && kvi == pending_kv_.size());
+    (void)ck;
+    (void)kvi;
+    pending_ckpt_.clear();
+    pending_kv_.clear();
+    return errc::ok;
+  }
+  errc abort_build(std::size_t ck, std::size_t kvi) noexcept {
+    for (std::size_t i = ck; i < pending_ckpt_.size(); ++i) store_.free_checkpoint(std::move(pending_ckpt_[i]));
+    for (std::size_t i = kvi; i < pending_kv_.size(); ++i) store_.free_kv(std::move(pending_kv_[i]));
+    pending_ckpt_.clear();
+    pending_kv_.clear();
+    return errc::out_of_capacity;
+  }
+
+  /// The node on path_ (or the partial child) ending exactly at p, else no_node.
+  node_id node_ending_at(std::int64_t p) const noexcept {
+    for (node_id n : path_)
+      if (tree_.at(n).end == p) return n;
+    return no_node;
+  }
+
+  /// Splits the edge of `seq`'s path that strictly contains position p; returns the new
+  /// head node (ending at p), or no_node when the store could not split the KV.
+  node_id split_at(std::span<const token_id> seq, std::int64_t p, time_point now) {
+    const walk_result w = tree_.walk(seq.first(static_cast<std::size_t>(p)), path_);
+    HYBRIDCACHE_ASSERT(w.partial != no_node);
+    const node_id n = w.partial;
+    const std::int64_t head = p - tree_.at(n).begin();
+    auto head_kv = store_.split_kv(tree_.kv(n), head);
+    if (!head_kv) return no_node;
+    const node_id parent = tree_.at(n).parent;
+    const node_id h = tree_.split(n, head, std::move(*head_kv), now);
+    scorer_.on_update(tree_, h);
+    scorer_.on_update(tree_, n);
+    scorer_.on_update(tree_, parent);
+    tree_.walk(seq, path_);
+    return h;
+  }
+
+  void unpin(packed_handle h) noexcept {
+    const node_id n = pin_node_[h.index()];
+    (void)pins_.release(h);
+    tree_.unpin(n);
+    scorer_.on_update(tree_, n);
+  }
+
+  void grow_pins() {
+    const auto cap = pins_.capacity() * 2;
+    pin_node_.resize(cap, no_node);
+    pins_.reserve(cap);
+  }
+
+  void reserve_indexes(std::size_t ids) {
+    tree_.reserve(ids);
+    if constexpr (requires { scorer_.reserve(ids); }) scorer_.reserve(ids * 2);
+    if (pending_ckpt_.capacity() < positions_.capacity() + 2) pending_ckpt_.reserve(positions_.capacity() + 2);
+    if (pending_kv_.capacity() < positions_.capacity() + 2) pending_kv_.reserve(positions_.capacity() + 2);
+  }
+
+  // --- alpha tuning ----------------------------------------------------------------------
+
+  void maybe_tune_before_insert(std::span<const token_id> seq, std::int64_t input_tokens) {
+    if constexpr (tunable) {
+      if (!cfg_.tuning.enabled) return;
+      history_.push_back(request_record{std::vector<token_id>(seq.begin(), seq.end()), input_tokens});
+      const auto seen = static_cast<std::int64_t>(counters_.matches);
+      if (bootstrap_window_ > 0 && tunings_.empty() && seen == bootstrap_window_) {
+        run_tuning(0, seen);
+        last_tune_at_ = seen;
+      } else if (!tunings_.empty() && cfg_.tuning.retune_every > 0 && seen - last_tune_at_ >= cfg_.tuning.retune_every) {
+        const std::int64_t win = cfg_.tuning.retune_window > 0 ? cfg_.tuning.retune_window : bootstrap_window_;
+        const std::int64_t from = std::max<std::int64_t>(0, static_cast<std::int64_t>(history_.size()) - win);
+        run_tuning(from, seen);
+        last_tune_at_ = seen;
+      }
+    } else {
+      (void)seq;
+      (void)input_tokens;
+    }
+  }
+
+  struct request_record {
+    std::vector<token_id> sequence;
+    std::int64_t input_tokens = 0;
+  };
+
+  void run_tuning(std::int64_t from, std::int64_t seen) {
+    if constexpr (tunable) {
+      tuning_event ev;
+      ev.at_request = seen;
+      ev.window = static_cast<std::int64_t>(history_.size()) - from;
+      const auto steps = static_cast<std::int64_t>(cfg_.tuning.alpha_max / cfg_.tuning.alpha_step + 1e-9);
+      for (std::int64_t k = 0; k <= steps; ++k) {
+        // k/10 rounds exactly like the literals 0.1 ... 2.0 of the reference's grid.
+        const double a = cfg_.tuning.alpha_step == 0.1 ? static_cast<double>(k) / 10.0
+                                                       : static_cast<double>(k) * cfg_.tuning.alpha_step;
+        ev.alphas.push_back(a);
+      }
+      ev.scores.assign(ev.alphas.size(), 0.0);
+      const unsigned hw = std::max(1u, std::thread::hardware_concurrency());
+      const unsigned nthreads = cfg_.tuning.threads > 0 ? cfg_.tuning.threads : hw;
+      std::atomic<std::size_t> next{0};
+      auto worker = [&] {
+        for (std::size_t i = next++; i < ev.alphas.size(); i = next++) ev.scores[i] = replay_score(ev.alphas[i], from);
+      };
+      std::vector<std::thread> pool;
+      for (unsigned t = 1; t < std::min<std::size_t>(nthreads, ev.alphas.size()); ++t) pool.emplace_back(worker);
+      worker();
+      for (auto& t : pool) t.join();
+      std::size_t best = 0;
+      for (std::size_t i = 1; i < ev.scores.size(); ++i)
+        if (ev.scores[i] > ev.scores[best]) best = i;  // strict: the smallest alpha wins ties
+      ev.alpha = ev.alphas[best];
+      scorer_.set_alpha(ev.alpha);
+      tunings_.push_back(std::move(ev));
+    } else {
+      (void)from;
+      (void)seen;
+    }
+  }
+
+  /// Replays history_[from..] from an empty cache (a counting store with this store's
+  /// capacity and byte costs) at fixed alpha; returns the objective over the last
+  /// `score_last` requests.
+  double replay_score(double a, std::int64_t from) const {
+    if constexpr (tunable) {
+      using replica = prefix_cache<Model, Admission, Scorer, counting_store, no_lock>;
+      counting_store st(store_.capacity_bytes(), store_.kv_bytes(1), store_.checkpoint_bytes());
+      st.allow_overflow(cfg_.admit_oversized);
+      prefix_cache_config c = cfg_;
+      c.tuning.enabled = false;
+      replica r(model_, std::move(st), scorer_.with_alpha(a), admission_, c);
+      const auto n = static_cast<std::int64_t>(history_.size());
+      const std::int64_t score_from = std::max(from, n - cfg_.tuning.score_last);
+      long double flops = 0;
+      std::int64_t skipped = 0, inputs = 0;
+      for (std::int64_t i = from; i < n; ++i) {
+        const auto& rq = history_[static_cast<std::size_t>(i)];
+        const std::span<const token_id> seq(rq.sequence);
+        auto mr = r.match(seq.first(static_cast<std::size_t>(rq.input_tokens)));
+        if (mr && i >= score_from) {
+          flops += static_cast<long double>(mr->flops_saved);
+          skipped += mr->reusable_tokens;
+          inputs += rq.input_tokens;
+        }
+        if (mr) (void)r.commit(seq, rq.input_tokens, &*mr);
+      }
+      if (cfg_.tuning.objective == tuning_objective::flops_saved) return static_cast<double>(flops);
+      return inputs > 0 ? static_cast<double>(skipped) / static_cast<double>(inputs) : 0.0;
+    } else {
+      (void)a;
+      (void)from;
+      return 0.0;
+    }
+  }
+
+  Model model_;
+  Store store_;
+  Scorer scorer_;
+  Admission admission_;
+  prefix_cache_config cfg_;
+  tree_type tree_;
+  logical_clock clock_;
+  Lock lock_;
+  generation_table pins_;
+  std::vector<node_id> pin_node_;
+  mutable std::vector<node_id> path_;
+  std::vector<std::int64_t> positions_;
+  std::vector<typename Store::kv_extent> pending_kv_;
+  std::vector<typename Store::checkpoint_handle> pending_ckpt_;
+  cache_counters counters_;
+  match_result last_match_;
+  std::int64_t first_evict_at_ = -1;
+  std::int64_t bootstrap_window_ = 0;
+  std::int64_t last_tune_at_ = 0;
+  std::vector<request_record> history_;
+  std::vector<tuning_event> tunings_;
+};
+
+}  // namespace hybridcache::prefix

@@ -1,0 +1,459 @@
+// hybridcache/prefix/radix_tree.hpp
+//
+// `radix_tree<Store>`: the token radix tree under `prefix_cache`.
+//
+// Each node holds the tokens of the edge from its parent (stored contiguously in one
+// vector, not one node per token), the KV extent of those tokens (a `Store::kv_extent`),
+// an optional SSM checkpoint (the state after the edge's last token), its last-access
+// time, a pin count and links to its parent, its first/last child and its siblings.
+// Children keep insertion order (a node that replaces another keeps its position, like a
+// Python dict key re-assignment), which is the DFS preorder eviction tie-breaks use.
+// Child lookup by first token goes through one flat open-addressing table keyed by
+// (parent, first token) shared by the whole tree, so nodes carry no per-node map.
+//
+// Costs (n = live nodes, e = edge length, d = depth):
+//   child(parent, token)        O(1) average
+//   walk(seq)                   O(|common prefix| + nodes on the path); allocation-free
+//                               (the caller's path vector keeps its capacity)
+//   add_leaf(parent, tokens)    O(e) (copies the tokens; reuses a freed slot's buffer)
+//   split(n, head)              O(e)
+//   merge_into_child(n)         O(e_n + e_child)
+//   remove_leaf(n)              O(1)
+//   touch / pin / unpin         O(1)
+//   dfs_before(a, b)            O(d)
+//   preorder(f)                 O(n) (naive scorers and tests only)
+//
+// The tree does not own the store: it moves handles in and out and the cache frees them.
+// Not thread-safe (the cache's lock policy serialises access).
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <span>
+#include <utility>
+#include <vector>
+
+#include "hybridcache/core/config.hpp"
+#include "hybridcache/prefix/concepts.hpp"
+#include "hybridcache/prefix/types.hpp"
+
+namespace hybridcache::prefix {
+
+namespace detail {
+
+/// Flat open-addressing map (parent, first token) -> child, linear probing, backward-shift
+/// erase, power-of-two capacity grown at 1/2 load. find/insert/erase O(1) average;
+/// allocates only when it grows.
+class child_table {
+ public:
+  child_table() { rehash(64); }
+
+  [[nodiscard]] static std::uint64_t key(node_id parent, token_id first) noexcept {
+    return (static_cast<std::uint64_t>(parent) << 32) | static_cast<std::uint32_t>(first);
+  }
+
+  [[nodiscard]] node_id find(std::uint64_t k) const noexcept {
+    std::size_t i = slot(k);
+    while (true) {
+      const entry& e = table_[i];
+      if (e.k == k) return e.v;
+      if (e.k == empty_key) return no_node;
+      i = (i + 1) & mask_;
+    }
+  }
+
+  /// Inserts or overwrites. Overwriting never allocates; inserting may grow the table.
+  void put(std::uint64_t k, node_id v) {
+    std::size_t i = slot(k);
+    while (table_[i].k != empty_key) {
+      if (table_[i].k == k) {
+        table_[i].v = v;
+        return;
+      }
+      i = (i + 1) & mask_;
+    }
+    if ((size_ + 1) * 2 > table_.size()) {
+      rehash(table_.size() * 2);
+      i = slot(k);
+      while (table_[i].k != empty_key) i = (i + 1) & mask_;
+    }
+    table_[i] = entry{k, v};
+    ++size_;
+  }
+
+  void erase(std::uint64_t k) noexcept {
+    std::size_t i = slot(k);
+    while (table_[i].k != k) {
+      if (table_[i].k == empty_key) return;
+      i = (i + 1) & mask_;
+    }
+    // Backward-shift deletion keeps probe chains intact without tombstones.
+    std::size_t j = i;
+    while (true) {
+      j = (j + 1) & mask_;
+      if (table_[j].k == empty_key) break;
+      const std::size_t home = slot(table_[j].k);
+      // Move j into the hole at i when its home is not cyclically in (i, j].
+      const bool between = (i <= j) ? (home > i && home <= j) : (home > i || home <= j);
+      if (!between) {
+        table_[i] = table_[j];
+        i = j;
+      }
+    }
+    table_[i] = entry{};
+    --size_;
+  }
+
+  [[nodiscard]] std::size_t size() const noexcept { return size_; }
+
+ private:
+  static constexpr std::uint64_t empty_key = ~std::uint64_t{0};
+  struct entry {
+    std::uint64_t k = empty_key;
+    node_id v = no_node;
+  };
+
+  [[nodiscard]] std::size_t slot(std::uint64_t k) const noexcept {
+    std::uint64_t z = k + 0x9E3779B97F4A7C15ull;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return static_cast<std::size_t>(z ^ (z >> 31)) & mask_;
+  }
+
+  void rehash(std::size_t cap) {
+    std::vector<entry> old = std::move(table_);
+    table_.assign(cap, entry{});
+    mask_ = cap - 1;
+    size_ = 0;
+    for (const entry& e : old)
+      if (e.k != empty_key) put(e.k, e.v);
+  }
+
+  std::vector<entry> table_;
+  std::size_t mask_ = 0;
+  std::size_t size_ = 0;
+};
+
+}  // namespace detail
+
+/// Result of `radix_tree::walk`: how far a sequence follows the cached tokens.
+struct walk_result {
+  std::int64_t common_prefix = 0;  ///< tokens matched, ignoring node boundaries
+  node_id partial = no_node;       ///< child whose edge matched only in part (the split point), or no_node
+  std::int64_t partial_len = 0;    ///< tokens of `partial`'s edge that matched (0 < . < edge)
+};
+
+/// Radix tree over token ids whose nodes own a KV extent and an optional SSM checkpoint
+/// of `Store`. See the file comment for costs.
+template <state_store Store>
+class radix_tree {
+ public:
+  using kv_extent = typename Store::kv_extent;
+  using checkpoint_handle = typename Store::checkpoint_handle;
+
+  /// One node. Read through `at(id)`; mutate only through the tree's operations.
+  struct node {
+    std::vector<token_id> tokens;  ///< the edge's tokens (empty for the root)
+    kv_extent kv{};                ///< KV of the edge's tokens
+    checkpoint_handle checkpoint{};
+    bool has_checkpoint = false;   ///< state after the edge's last token is cached
+    bool live = false;
+    std::uint32_t children = 0;
+    std::uint32_t pins = 0;
+    node_id parent = no_node;
+    node_id first_child = no_node, last_child = no_node;
+    node_id prev_sibling = no_node, next_sibling = no_node;
+    std::int64_t end = 0;          ///< tokens from the root through this edge
+    time_point last_access = 0;
+    std::uint64_t order = 0;       ///< position among siblings (insertion order)
+
+    [[nodiscard]] std::int64_t edge() const noexcept { return static_cast<std::int64_t>(tokens.size()); }
+    [[nodiscard]] std::int64_t begin() const noexcept { return end - edge(); }
+  };
+
+  radix_tree() {
+    nodes_.emplace_back();
+    nodes_[0].live = true;
+  }
+
+  [[nodiscard]] static constexpr node_id root() noexcept { return 0; }
+  [[nodiscard]] const node& at(node_id n) const noexcept { return nodes_[n]; }
+  /// Live nodes, root excluded. O(1).
+  [[nodiscard]] std::size_t size() const noexcept { return live_ - 1; }
+  /// One past the largest node id ever issued (scorers size their per-node arrays by it).
+  [[nodiscard]] std::size_t id_bound() const noexcept { return nodes_.size(); }
+  [[nodiscard]] bool live(node_id n) const noexcept { return n < nodes_.size() && nodes_[n].live; }
+
+  /// The child of `parent` whose edge starts with `first`, or no_node. O(1) average.
+  [[nodiscard]] node_id child(node_id parent, token_id first) const noexcept {
+    return map_.find(detail::child_table::key(parent, first));
+  }
+
+  /// Follows `seq` from the root. `path` receives the fully matched nodes (root
+  /// excluded), in order. O(|common prefix| + |path|); no allocation once `path` has grown.
+  walk_result walk(std::span<const token_id> seq, std::vector<node_id>& path) const noexcept {
+    path.clear();
+    walk_result r;
+    node_id cur = root();
+    std::size_t pos = 0;
+    while (pos < seq.size()) {
+      const node_id c = child(cur, seq[pos]);
+      if (c == no_node) break;
+      const node& cn = nodes_[c];
+      const std::size_t e = cn.tokens.size();
+      const std::size_t avail = seq.size() - pos;
+      const std::size_t n = std::min(e, avail);
+      const std::size_t m = common_length(cn.tokens.data(), seq.data() + pos, n);
+      if (m == e) {
+        path.push_back(c);
+        pos += e;
+        cur = c;
+        continue;
+      }
+      r.partial = c;
+      r.partial_len = static_cast<std::int64_t>(m);
+      pos += m;
+      break;
+    }
+    r.common_prefix = static_cast<std::int64_t>(pos);
+    return r;
+  }
+
+  /// Adds a leaf under `parent` with edge `tokens` (non-empty, first token not already a
+  /// child key). O(e). @throws std::bad_alloc only.
+  node_id add_leaf(node_id parent, std::span<const token_id> tokens, kv_extent&& kv, time_point now) {
+    HYBRIDCACHE_ASSERT(!tokens.empty());
+    HYBRIDCACHE_ASSERT(child(parent, tokens[0]) == no_node);
+    map_.put(detail::child_table::key(parent, tokens[0]), no_node);  // may grow: do it before taking a slot
+    const node_id id = acquire();
+    node& n = nodes_[id];
+    n.tokens.assign(tokens.begin(), tokens.end());
+    n.kv = std::move(kv);
+    n.parent = parent;
+    n.end = nodes_[parent].end + static_cast<std::int64_t>(tokens.size());
+    n.last_access = now;
+    n.order = ++order_counter_;
+    link_last(parent, id);
+    map_.put(detail::child_table::key(parent, tokens[0]), id);
+    return id;
+  }
+
+  /// Splits `n`'s edge after `head` tokens (0 < head < edge): a new node takes the first
+  /// `head` tokens and `head_kv`, replaces `n` among its parent's children (same position)
+  /// and gets `n` as its only child. `n` keeps its checkpoint, time and the tail. O(e).
+  node_id split(node_id n, std::int64_t head, kv_extent&& head_kv, time_point now) {
+    HYBRIDCACHE_ASSERT(head > 0 && head < nodes_[n].edge());
+    // Reserve before mutating so that a bad_alloc leaves the tree intact.
+    map_.put(detail::child_table::key(n, nodes_[n].tokens[static_cast<std::size_t>(head)]), no_node);
+    const node_id h = acquire();
+    node& hn = nodes_[h];
+    node& nn = nodes_[n];
+    const node_id p = nn.parent;
+    hn.tokens.assign(nn.tokens.begin(), nn.tokens.begin() + head);
+    nn.tokens.erase(nn.tokens.begin(), nn.tokens.begin() + head);
+    hn.kv = std::move(head_kv);
+    hn.parent = p;
+    hn.end = nn.end - nn.edge();
+    hn.last_access = now;
+    replace_in_siblings(n, h);
+    hn.order = nn.order;
+    nn.parent = h;
+    nn.prev_sibling = nn.next_sibling = no_node;
+    nn.order = ++order_counter_;
+    hn.first_child = hn.last_child = n;
+    hn.children = 1;
+    map_.put(detail::child_table::key(p, hn.tokens[0]), h);
+    map_.put(detail::child_table::key(h, nn.tokens[0]), n);
+    return h;
+  }
+
+  /// Removes leaf `n` (no children, not the root) and returns its KV extent; its
+  /// checkpoint must have been taken first. O(1).
+  kv_extent remove_leaf(node_id n) noexcept {
+    node& nn = nodes_[n];
+    HYBRIDCACHE_ASSERT(n != root() && nn.children == 0 && !nn.has_checkpoint);
+    map_.erase(detail::child_table::key(nn.parent, nn.tokens[0]));
+    unlink(n);
+    kv_extent kv = std::move(nn.kv);
+    release(n);
+    return kv;
+  }
+
+  /// Merges single-child `n` into its child: the child's edge becomes n's tokens followed
+  /// by its own, its KV becomes `joined` (n's KV ++ child's KV, from the store), its time
+  /// max(n, child); the child takes n's place among n's parent's children. `n`'s
+  /// checkpoint must have been taken first. Returns the child. O(e_n + e_child).
+  node_id merge_into_child(node_id n, kv_extent&& joined) {
+    node& nn = nodes_[n];
+    HYBRIDCACHE_ASSERT(n != root() && nn.children == 1 && !nn.has_checkpoint);
+    const node_id c = nn.first_child;
+    node& cn = nodes_[c];
+    const node_id p = nn.parent;
+    cn.tokens.insert(cn.tokens.begin(), nn.tokens.begin(), nn.tokens.end());
+    map_.erase(detail::child_table::key(n, cn.tokens[static_cast<std::size_t>(nn.edge())]));
+    cn.kv = std::move(joined);
+    cn.last_access = std::max(cn.last_access, nn.last_access);
+    cn.parent = p;
+    replace_in_siblings(n, c);
+    cn.order = nn.order;
+    map_.put(detail::child_table::key(p, cn.tokens[0]), c);  // overwrite: never grows
+    nn.children = 0;
+    nn.first_child = nn.last_child = no_node;
+    release(n);
+    return c;
+  }
+
+  void set_checkpoint(node_id n, checkpoint_handle&& h) noexcept {
+    nodes_[n].checkpoint = std::move(h);
+    nodes_[n].has_checkpoint = true;
+  }
+  [[nodiscard]] checkpoint_handle take_checkpoint(node_id n) noexcept {
+    nodes_[n].has_checkpoint = false;
+    return std::move(nodes_[n].checkpoint);
+  }
+  /// Moves KV out of a node (used by the cache around merges). O(1).
+  [[nodiscard]] kv_extent& kv(node_id n) noexcept { return nodes_[n].kv; }
+
+  void touch(node_id n, time_point now) noexcept { nodes_[n].last_access = now; }
+  void pin(node_id n) noexcept { ++nodes_[n].pins; }
+  void unpin(node_id n) noexcept {
+    HYBRIDCACHE_ASSERT(nodes_[n].pins > 0);
+    --nodes_[n].pins;
+  }
+
+  /// True when `a` comes before `b` in DFS preorder over children in insertion order.
+  /// O(depth).
+  [[nodiscard]] bool dfs_before(node_id a, node_id b) const noexcept {
+    if (a == b) return false;
+    // Bring both to the same depth (depth in nodes), remembering the child on the way.
+    const std::size_t da = depth(a), db = depth(b);
+    node_id x = a, y = b;
+    node_id xc = no_node, yc = no_node;
+    std::size_t dx = da, dy = db;
+    while (dx > dy) { xc = x; x = nodes_[x].parent; --dx; }
+    while (dy > dx) { yc = y; y = nodes_[y].parent; --dy; }
+    if (x == y) return da < db;  // ancestor comes first
+    while (nodes_[x].parent != nodes_[y].parent) {
+      x = nodes_[x].parent;
+      y = nodes_[y].parent;
+    }
+    (void)xc;
+    (void)yc;
+    return nodes_[x].order < nodes_[y].order;
+  }
+
+  /// Number of edges from the root. O(depth).
+  [[nodiscard]] std::size_t depth(node_id n) const noexcept {
+    std::size_t d = 0;
+    while (n != root()) {
+      n = nodes_[n].parent;
+      ++d;
+    }
+    return d;
+  }
+
+  /// Calls f(node_id) for every live non-root node in DFS preorder (children in
+  /// insertion order). O(n).
+  template <class F>
+  void preorder(F&& f) const {
+    std::vector<node_id> stack;
+    for (node_id c = nodes_[root()].last_child; c != no_node; c = nodes_[c].prev_sibling) stack.push_back(c);
+    while (!stack.empty()) {
+      const node_id n = stack.back();
+      stack.pop_back();
+      f(n);
+      for (node_id c = nodes_[n].last_child; c != no_node; c = nodes_[c].prev_sibling) stack.push_back(c);
+    }
+  }
+
+  /// Reserve room for `n` nodes (benchmarks; avoids growth on the hot path).
+  void reserve(std::size_t n) { nodes_.reserve(n + 1); }
+
+ private:
+  static std::size_t common_length(const token_id* a, const token_id* b, std::size_t n) noexcept {
+    // Whole-edge compare first: the common case on a hit is a full match.
+    if (std::memcmp(a, b, n * sizeof(token_id)) == 0) return n;
+    std::size_t i = 0;
+    constexpr std::size_t block = 16;
+    while (i + block <= n && std::memcmp(a + i, b + i, block * sizeof(token_id)) == 0) i += block;
+    while (i < n && a[i] == b[i]) ++i;
+    return i;
+  }
+
+  node_id acquire() {
+    node_id id;
+    if (!free_.empty()) {
+      id = free_.back();
+      free_.pop_back();
+    } else {
+      id = static_cast<node_id>(nodes_.size());
+      nodes_.emplace_back();
+      // Keep room to free every slot, so release() (noexcept) never allocates.
+      if (free_.capacity() < nodes_.size()) free_.reserve(nodes_.capacity());
+    }
+    node& n = nodes_[id];
+    n.live = true;
+    ++live_;
+    return id;
+  }
+
+  void release(node_id id) noexcept {
+    node& n = nodes_[id];
+    n.tokens.clear();  // keeps capacity for the next node in this slot
+    n.kv = kv_extent{};
+    n.checkpoint = checkpoint_handle{};
+    n.has_checkpoint = false;
+    n.live = false;
+    n.children = n.pins = 0;
+    n.parent = n.first_child = n.last_child = n.prev_sibling = n.next_sibling = no_node;
+    n.end = 0;
+    n.last_access = 0;
+    n.order = 0;
+    --live_;
+    free_.push_back(id);  // never allocates: acquire() reserved a free slot per node
+  }
+
+  void link_last(node_id parent, node_id id) noexcept {
+    node& p = nodes_[parent];
+    node& n = nodes_[id];
+    n.prev_sibling = p.last_child;
+    n.next_sibling = no_node;
+    if (p.last_child != no_node) nodes_[p.last_child].next_sibling = id;
+    else p.first_child = id;
+    p.last_child = id;
+    ++p.children;
+  }
+
+  void unlink(node_id id) noexcept {
+    node& n = nodes_[id];
+    node& p = nodes_[n.parent];
+    if (n.prev_sibling != no_node) nodes_[n.prev_sibling].next_sibling = n.next_sibling;
+    else p.first_child = n.next_sibling;
+    if (n.next_sibling != no_node) nodes_[n.next_sibling].prev_sibling = n.prev_sibling;
+    else p.last_child = n.prev_sibling;
+    --p.children;
+  }
+
+  /// `to` takes `from`'s place among from's parent's children.
+  void replace_in_siblings(node_id from, node_id to) noexcept {
+    node& f = nodes_[from];
+    node& t = nodes_[to];
+    node& p = nodes_[f.parent];
+    t.prev_sibling = f.prev_sibling;
+    t.next_sibling = f.next_sibling;
+    if (f.prev_sibling != no_node) nodes_[f.prev_sibling].next_sibling = to;
+    else p.first_child = to;
+    if (f.next_sibling != no_node) nodes_[f.next_sibling].prev_sibling = to;
+    else p.last_child = to;
+    f.prev_sibling = f.next_sibling = no_node;
+  }
+
+  std::vector<node> nodes_;
+  std::vector<node_id> free_;
+  detail::child_table map_;
+  std::size_t live_ = 1;
+  std::uint64_t order_counter_ = 0;
+};
+
+}  // namespace hybridcache::prefix
