@@ -23,6 +23,9 @@ struct problem {
   std::vector<float> q, k, v, g, beta;
   std::vector<double> s0;  // [HV][dk][dv]
   hc::qk_options opt;
+
+  /// Elements of an output tensor [T][HV][dv].
+  [[nodiscard]] std::size_t o_size() const { return static_cast<std::size_t>(T) * HV * dv; }
 };
 
 /// Random problem. `gate_norm` > 0: g = logsigmoid(U(0,1)) / gate_norm with a fraction

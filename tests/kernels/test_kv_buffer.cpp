@@ -1,0 +1,385 @@
+// Host tests of the KVBuffer: table bookkeeping, chunkwise decode through flush cycles,
+// B = 1 bit-identity with recurrent decode, draft verification and commit, KV-only decode and
+// the switch to chunkwise, skipped slots, guard regions, and bad input.
+#include <doctest/doctest.h>
+
+#include <cstring>
+#include <limits>
+#include <vector>
+
+#include "hybridcache/cuda/decode_programs.cuh"
+#include "reference.hpp"
+
+namespace hc = hybridcache::cuda;
+using hctest::problem;
+
+namespace {
+
+constexpr float sentinel = -12345.0f;
+constexpr std::size_t guard = 64;
+
+// A vector with `guard` sentinel floats on both sides of the payload.
+template <class T>
+struct guarded {
+  std::vector<T> all;
+  explicit guarded(std::size_t n, T fill) : all(n + 2 * guard, fill) {
+    for (std::size_t i = 0; i < guard; ++i) all[i] = all[all.size() - 1 - i] = guard_value();
+  }
+  static T guard_value() { return hc::from_float<T>(sentinel); }
+  T* data() { return all.data() + guard; }
+  std::size_t size() const { return all.size() - 2 * guard; }
+  bool guards_intact() const {
+    const T g = guard_value();
+    for (std::size_t i = 0; i < guard; ++i) {
+      if (std::memcmp(&all[i], &g, sizeof(T)) != 0) return false;
+      if (std::memcmp(&all[all.size() - 1 - i], &g, sizeof(T)) != 0) return false;
+    }
+    return true;
+  }
+};
+
+// One layer's KVBuffer on the host plus a request per slot, each with its own random sequence.
+template <class Rule, hc::state_layout L, int DK, int DV, class In, class ValueT>
+struct harness {
+  static constexpr std::int64_t n_state = static_cast<std::int64_t>(DK) * DV;
+  int H, HV;
+  hc::kv_buffer_config cfg;
+  hc::kv_buffer_table table;
+  guarded<In> keys;
+  guarded<ValueT> values;
+  guarded<float> decays;
+  guarded<float> states;
+  std::vector<problem> req;                   // per slot
+  std::vector<int> pos;                       // per slot: tokens consumed so far
+  std::vector<std::vector<double>> ref_o;     // per slot: fp64 outputs [T][HV][dv]
+  bool delta = Rule::delta;
+
+  harness(const hc::kv_buffer_config& c, int h, int hv, int T, std::uint64_t seed, double gate_norm)
+      : H(h), HV(hv), cfg(c), table(c),
+        keys(static_cast<std::size_t>(c.num_blocks) * c.block_tokens * h * DK, In{}),
+        values(static_cast<std::size_t>(c.num_blocks) * c.block_tokens * hv * DV, ValueT{}),
+        decays(static_cast<std::size_t>(c.num_blocks) * c.block_tokens * hv, 0.0f),
+        states(static_cast<std::size_t>(c.num_slots) * hv * n_state, sentinel) {
+    for (int s = 0; s < c.num_slots; ++s) {
+      req.push_back(hctest::make_problem(seed + s, T, h, hv, DK, DV, gate_norm, 0.3, true));
+      hctest::round_inputs<In>(req.back());
+      ref_o.emplace_back(static_cast<std::size_t>(T) * hv * DV);
+      for (int v = 0; v < hv; ++v) {
+        auto st = hctest::initial_state(req.back(), v);
+        hctest::reference_run(req.back(), delta, v, st, ref_o.back(), 0, T);
+      }
+    }
+    pos.assign(static_cast<std::size_t>(c.num_slots), 0);
+  }
+
+  hc::kv_buffer_ref<In, ValueT> ref() {
+    return {keys.data(), values.data(), decays.data(), table.block_table_data(),
+            table.cursor_data(), table.state_valid_data(), cfg.block_tokens, table.max_blocks_per_slot(), H, HV, DK, DV};
+  }
+  float* state_of(int slot, int hv) { return states.data() + (static_cast<std::int64_t>(slot) * HV + hv) * n_state; }
+
+  void open(int slot, bool kv_only) {
+    REQUIRE(table.open(slot, kv_only));
+    if (!kv_only)
+      for (int v = 0; v < HV; ++v) hctest::store_state(L, DK, DV, hctest::initial_state(req[slot], v), state_of(slot, v));
+  }
+
+  // Builds a step's inputs: entry b takes tokens [pos, pos+n) of its slot's sequence, or of
+  // `other` (wrong drafts) from draft index `first_wrong` on.
+  struct step_inputs {
+    std::vector<In> q, k, v;
+    std::vector<float> g, beta, o;
+  };
+  step_inputs inputs(const std::vector<std::int32_t>& slots, int n, const problem* other = nullptr, int first_wrong = 1 << 30) {
+    step_inputs in;
+    const std::size_t B = slots.size();
+    in.q.resize(B * n * H * DK);
+    in.k.resize(in.q.size());
+    in.v.resize(B * n * HV * DV);
+    in.g.resize(B * n * HV);
+    in.beta.resize(in.g.size());
+    in.o.assign(B * n * HV * DV, sentinel);
+    for (std::size_t b = 0; b < B; ++b) {
+      if (slots[b] < 0) continue;
+      for (int r = 0; r < n; ++r) {
+        const problem& p = r >= first_wrong && other ? *other : req[slots[b]];
+        const int t = pos[slots[b]] + r;
+        const std::size_t dst = b * n + r;
+        for (int i = 0; i < H * DK; ++i) {
+          in.q[dst * H * DK + i] = hc::from_float<In>(p.q[t * H * DK + i]);
+          in.k[dst * H * DK + i] = hc::from_float<In>(p.k[t * H * DK + i]);
+        }
+        for (int i = 0; i < HV * DV; ++i) in.v[dst * HV * DV + i] = hc::from_float<In>(p.v[t * HV * DV + i]);
+        for (int i = 0; i < HV; ++i) {
+          in.g[dst * HV + i] = p.g[t * HV + i];
+          in.beta[dst * HV + i] = p.beta[t * HV + i];
+        }
+      }
+    }
+    return in;
+  }
+  hc::step_io<In, float> io(const std::vector<std::int32_t>& slots, int n, step_inputs& in) {
+    hc::step_io<In, float> s;
+    s.slots = slots.data();
+    s.batch = static_cast<int>(slots.size());
+    s.new_tokens = n;
+    s.num_k_heads = H;
+    s.num_v_heads = HV;
+    s.q = in.q.data();
+    s.k = in.k.data();
+    s.v = in.v.data();
+    s.log_decay = in.g.data();
+    s.beta = in.beta.data();
+    s.o = in.o.data();
+    s.states = states.data();
+    s.qk = req[0].opt;
+    return s;
+  }
+
+  // One decode step for `slots`; checks outputs of active entries against fp64.
+  std::vector<float> decode(const std::vector<std::int32_t>& slots, double tol) {
+    table.check_step(slots, 1);
+    auto in = inputs(slots, 1);
+    auto s = io(slots, 1, in);
+    hc::kv_step_host<Rule, L, DK, DV>(s, ref(), cfg.flush_interval, cfg.kv_only_crossover, true);
+    for (std::size_t b = 0; b < slots.size(); ++b) {
+      if (slots[b] < 0) continue;
+      check_outputs(slots[b], in.o.data() + b * HV * DV, 1, tol);
+      table.advance(slots[b], 1);
+      ++pos[slots[b]];
+    }
+    return in.o;
+  }
+
+  void check_outputs(int slot, const float* o, int n, double tol) {
+    const auto first = ref_o[slot].begin() + static_cast<std::ptrdiff_t>(pos[slot]) * HV * DV;
+    std::vector<double> want(first, first + static_cast<std::ptrdiff_t>(n) * HV * DV);
+    std::vector<float> got(o, o + static_cast<std::ptrdiff_t>(n) * HV * DV);
+    const int at = pos[slot];
+    CAPTURE(slot);
+    CAPTURE(at);
+    CHECK(hctest::rel_rms(got, want) <= tol);
+  }
+
+  // The pool state holds the state at the last flush (pos - cursor): compare it with fp64.
+  void check_state(int slot, double tol) {
+    std::vector<double> want, got;
+    const int flushed_at = pos[slot] - table.cursor(slot);
+    for (int v = 0; v < HV; ++v) {
+      auto st = hctest::initial_state(req[slot], v);
+      std::vector<double> scratch(req[slot].o_size());
+      hctest::reference_run(req[slot], delta, v, st, scratch, 0, flushed_at);
+      want.insert(want.end(), st.begin(), st.end());
+      const auto g = hctest::load_state(L, DK, DV, state_of(slot, v));
+      got.insert(got.end(), g.begin(), g.end());
+    }
+    CAPTURE(slot);
+    CAPTURE(flushed_at);
+    CHECK(hctest::rel_rms(got, want) <= tol);
+  }
+};
+
+constexpr auto V = hc::state_layout::v_major;
+constexpr auto K = hc::state_layout::k_major;
+
+}  // namespace
+
+TEST_CASE("kv_buffer_table: open, capacity, close, strong guarantee, cursor rule") {
+  hc::kv_buffer_table t({.num_slots = 4, .num_blocks = 4, .block_tokens = 8, .flush_interval = 8,
+                         .max_new_tokens = 4, .kv_only_crossover = 20});
+  CHECK(t.capacity(false) == 11);
+  CHECK(t.capacity(true) == 23);
+  CHECK(t.max_blocks_per_slot() == 3);
+  REQUIRE(t.open(0, false));
+  CHECK(t.free_blocks() == 2);
+  CHECK(t.open(0, false).error() == hybridcache::errc::invalid_argument);  // already open
+  CHECK(t.open(9, false).error() == hybridcache::errc::invalid_argument);
+  const auto before = t.version();
+  CHECK(t.open(1, true).error() == hybridcache::errc::out_of_capacity);  // needs 3 blocks, 2 free
+  CHECK(t.free_blocks() == 2);
+  CHECK(t.version() == before);
+  CHECK_FALSE(t.is_open(1));
+  t.close(0);
+  CHECK(t.free_blocks() == 4);
+  REQUIRE(t.open(1, true));
+  CHECK(t.free_blocks() == 1);
+  CHECK_FALSE(t.state_valid(1));
+  for (int i = 0; i < 19; ++i) CHECK_FALSE(t.advance(1, 1).fold);
+  const auto st = t.advance(1, 1);  // reaches the crossover: fold + switch, surplus block released
+  CHECK(st.fold);
+  CHECK(t.state_valid(1));
+  CHECK(t.cursor(1) == 0);
+  CHECK(t.free_blocks() == 2);
+  CHECK_THROWS_AS(t.advance(1, 20), hybridcache::invalid_argument);
+  CHECK_THROWS_AS(hc::kv_buffer_table({.num_slots = 0}), hybridcache::invalid_argument);
+  CHECK_THROWS_AS(hc::kv_buffer_table({.num_slots = 1, .num_blocks = 1, .block_tokens = 4}), hybridcache::invalid_argument);
+  // The cursor rule the kernels share.
+  CHECK(hc::advance_cursor(15, true, 1, 16, 0).fold);
+  CHECK_FALSE(hc::advance_cursor(14, true, 1, 16, 0).fold);
+  CHECK(hc::advance_cursor(14, true, 3, 16, 0).length == 0);
+  CHECK(hc::advance_cursor(2, true, 0, 16, 0).length == 2);
+  CHECK(hc::optimal_flush_interval(128, 128) == 16);
+  CHECK(hc::kv_only_crossover(16, 32, 128, 128) == 171);
+  CHECK(hc::kv_only_crossover(8, 8, 128, 128) == 128);
+}
+
+TEST_CASE("KVBuffer decode through flush cycles matches the fp64 recurrence") {
+  SUBCASE("GDN, Qwen3-Next heads (H 16, HV 32, d 128), B 16, two requests + a skipped entry") {
+    harness<hc::delta_rule, V, 128, 128, hc::bfloat16_t, float> hx(
+        {.num_slots = 3, .num_blocks = 6, .block_tokens = 8, .flush_interval = 16}, 16, 32, 18, 100, 1.0);
+    hx.open(0, false);
+    hx.open(2, false);
+    std::vector<float> untouched(hx.states.data() + 32 * 128 * 128, hx.states.data() + 2 * 32 * 128 * 128);
+    const std::vector<float> initial(hx.states.data(), hx.states.data() + 32 * 128 * 128);
+    for (int step = 0; step < 18; ++step) {
+      const auto o = hx.decode({2, -1, 0}, 2e-3);
+      for (int i = 0; i < 32 * 128; ++i) REQUIRE(o[32 * 128 + i] == sentinel);  // skipped entry untouched
+      if (step == 14)  // m = B-1: the state is still the one written at open (read, never written)
+        CHECK(std::memcmp(initial.data(), hx.states.data(), initial.size() * sizeof(float)) == 0);
+      if (step == 15) hx.check_state(0, 2e-3);          // flush at m = B
+    }
+    CHECK(std::memcmp(untouched.data(), hx.states.data() + 32 * 128 * 128, untouched.size() * sizeof(float)) == 0);
+    CHECK(hx.table.cursor(0) == 2);
+    CHECK(hx.keys.guards_intact());
+    CHECK(hx.values.guards_intact());
+    CHECK(hx.decays.guards_intact());
+    CHECK(hx.states.guards_intact());
+  }
+  SUBCASE("linear attention with decay, d 60, GVA 4, B 5, fp16 values in the buffer") {
+    harness<hc::linear_rule, K, 60, 60, hc::half_t, hc::half_t> hx(
+        {.num_slots = 2, .num_blocks = 4, .block_tokens = 3, .flush_interval = 5}, 1, 4, 23, 200, 10.0);
+    hx.open(0, false);
+    hx.open(1, false);
+    for (int step = 0; step < 23; ++step) {
+      hx.decode({1, 0}, 1e-3);
+      if (step % 5 == 4) {
+        hx.check_state(0, 1e-3);
+        hx.check_state(1, 1e-3);
+      }
+    }
+    CHECK(hx.keys.guards_intact());
+    CHECK(hx.values.guards_intact());
+  }
+}
+
+TEST_CASE("KVBuffer with B = 1 is bit-identical to recurrent decode") {
+  harness<hc::delta_rule, V, 100, 100, float, float> hx({.num_slots = 2, .num_blocks = 2, .block_tokens = 1, .flush_interval = 1},
+                                                         2, 4, 6, 300, 0.1);
+  hx.open(0, false);
+  hx.open(1, false);
+  guarded<float> rec_states(hx.states.size(), 0.0f);
+  std::memcpy(rec_states.data(), hx.states.data(), hx.states.size() * sizeof(float));
+  for (int step = 0; step < 6; ++step) {
+    const std::vector<std::int32_t> slots{0, 1};
+    auto in = hx.inputs(slots, 1);
+    auto io = hx.io(slots, 1, in);
+    io.states = rec_states.data();
+    hc::recurrent_step_host<hc::delta_rule, V, 100, 100>(io);
+    const auto rec_o = in.o;
+    const auto buf_o = hx.decode(slots, 2e-3);
+    REQUIRE(std::memcmp(rec_o.data(), buf_o.data(), rec_o.size() * sizeof(float)) == 0);
+    REQUIRE(std::memcmp(rec_states.data(), hx.states.data(), hx.states.size() * sizeof(float)) == 0);
+  }
+}
+
+TEST_CASE("speculative verification: n drafts in parallel, commit only the accepted prefix") {
+  for (int m : {0, 5, 7}) {
+    for (int accept = 0; accept <= 4; ++accept) {
+      CAPTURE(m);
+      CAPTURE(accept);
+      harness<hc::delta_rule, V, 64, 64, float, float> hx(
+          {.num_slots = 2, .num_blocks = 6, .block_tokens = 4, .flush_interval = 8, .max_new_tokens = 4}, 1, 2, 24,
+          400, 1.0);
+      const auto wrong = hctest::make_problem(999, 24, 1, 2, 64, 64, 1.0, 0.3, true);
+      hx.open(0, false);
+      hx.open(1, false);
+      for (int i = 0; i < m; ++i) hx.decode({0, 1}, 2e-3);
+      const std::vector<float> state_before(hx.states.data(), hx.states.data() + hx.states.size());
+      // Verify 4 drafts; the first `accept` are right, the rest come from another sequence.
+      const std::vector<std::int32_t> slots{0, -1, 1};
+      hx.table.check_step(slots, 4);
+      auto in = hx.inputs(slots, 4, &wrong, accept);
+      auto io = hx.io(slots, 4, in);
+      hc::kv_step_host<hc::delta_rule, V, 64, 64>(io, hx.ref(), 8, 0, false);
+      // No state write during verification; outputs of the right drafts match fp64.
+      REQUIRE(std::memcmp(state_before.data(), hx.states.data(), state_before.size() * sizeof(float)) == 0);
+      if (accept > 0) {
+        hx.check_outputs(0, in.o.data(), accept, 2e-3);
+        hx.check_outputs(1, in.o.data() + 2 * 4 * 2 * 64, accept, 2e-3);
+      }
+      for (std::size_t i = 4 * 2 * 64; i < 2 * 4 * 2 * 64; ++i) REQUIRE(in.o[i] == sentinel);
+      // Commit: entry 0 accepts `accept`, entry 1 accepts `accept` too; a skipped entry in between.
+      const std::vector<std::int32_t> acc{accept, 3, accept};
+      hc::kv_commit_host<hc::delta_rule, V, 64, 64>(slots.data(), acc.data(), 3, 1, 2, hx.states.data(), hx.ref(),
+                                                   hx.req[0].opt, 8, 0);
+      for (int s : {0, 1}) {
+        const auto st = hx.table.advance(s, accept);
+        hx.pos[s] += accept;
+        CHECK(st.fold == (m + accept >= 8));
+        if (st.fold) hx.check_state(s, 2e-3);
+      }
+      if (m + accept < 8)
+        REQUIRE(std::memcmp(state_before.data(), hx.states.data(), state_before.size() * sizeof(float)) == 0);
+      // Decoding continues with the true sequence; rejected drafts leave no trace.
+      for (int i = 0; i < 10; ++i) hx.decode({0, 1}, 2e-3);
+      hx.check_state(0, 2e-3);
+      CHECK(hx.states.guards_intact());
+      CHECK(hx.values.guards_intact());
+    }
+  }
+}
+
+TEST_CASE("KV-only decode below the crossover, then fold into a state and switch to chunkwise") {
+  harness<hc::delta_rule, V, 60, 60, float, float> hx(
+      {.num_slots = 2, .num_blocks = 12, .block_tokens = 4, .flush_interval = 4, .kv_only_crossover = 10}, 1, 2, 30,
+      500, 1.0);
+  // KV-only requests start from a zero state: make the fp64 oracle agree.
+  for (auto& p : hx.req) std::fill(p.s0.begin(), p.s0.end(), 0.0);
+  for (int s = 0; s < 2; ++s)
+    for (int v = 0; v < 2; ++v) {
+      auto st = hctest::initial_state(hx.req[s], v);
+      hctest::reference_run(hx.req[s], true, v, st, hx.ref_o[s], 0, 30);
+    }
+  hx.open(0, true);
+  hx.open(1, true);
+  const int free_kv_only = hx.table.free_blocks();
+  for (int step = 0; step < 30; ++step) {
+    hx.decode({0, 1}, 2e-3);
+    if (step < 9) {
+      CHECK_FALSE(hx.table.state_valid(0));
+      REQUIRE(hx.states.data()[0] == sentinel);  // the state is never read or written
+    }
+    if (step == 9) {
+      CHECK(hx.table.state_valid(0));
+      CHECK(hx.table.free_blocks() == free_kv_only + 4);  // both requests: 3 -> 1 block
+      hx.check_state(0, 2e-3);
+    }
+  }
+  hx.check_state(1, 2e-3);
+}
+
+TEST_CASE("bad input: clear errors before any write") {
+  harness<hc::delta_rule, V, 64, 64, float, float> hx(
+      {.num_slots = 3, .num_blocks = 6, .block_tokens = 4, .flush_interval = 8, .max_new_tokens = 2}, 1, 2, 8, 600, 1.0);
+  hx.open(0, false);
+  CHECK_THROWS_AS(hx.table.check_step(std::vector<std::int32_t>{0}, 3), hybridcache::invalid_argument);  // drafts > capacity
+  CHECK_THROWS_AS(hx.table.check_step(std::vector<std::int32_t>{1}, 1), hybridcache::invalid_argument);  // slot not open
+  CHECK_THROWS_AS(hx.table.check_step(std::vector<std::int32_t>{7}, 1), hybridcache::invalid_argument);  // out of range
+  CHECK_NOTHROW(hx.table.check_step(std::vector<std::int32_t>{-1, 0}, 2));
+  for (int i = 0; i < 7; ++i) hx.decode({0}, 2e-3);
+  CHECK_THROWS_AS(hx.table.advance(0, 3), hybridcache::invalid_argument);  // past the reserved buffer
+  CHECK(hx.table.cursor(0) == 7);
+  const std::vector<std::int32_t> slots{0};
+  auto in = hx.inputs(slots, 1);
+  in.k[3] = std::numeric_limits<float>::quiet_NaN();
+  auto io = hx.io(slots, 1, in);
+  const std::vector<float> before(hx.states.all);
+#if !defined(NDEBUG)
+  CHECK_THROWS_AS((hc::kv_step_host<hc::delta_rule, V, 64, 64>(io, hx.ref(), 8, 0, true)), hybridcache::invalid_argument);
+  CHECK(before == hx.states.all);
+#endif
+  io.num_v_heads = 3;  // not a multiple of H... (H = 1 always divides); use H = 2 instead
+  io.num_k_heads = 2;
+  CHECK_THROWS_AS((hc::recurrent_step_host<hc::delta_rule, V, 64, 64>(io)), hybridcache::invalid_argument);
+  CHECK(before == hx.states.all);
+}
