@@ -110,3 +110,79 @@ TEST_CASE("Marconi with the reference's quirks reproduces the fixed-alpha rows e
     CHECK_MESSAGE(skipped == row, diff(skipped, row));
   }
 }
+
+TEST_CASE("vLLM+ (every_block<32> + lru) reproduces the reference row exactly") {
+  // The reference's block tree differs structurally (a partial last block is later filled
+  // in place, dropping the state at its old end; its byte estimate counts the root as a
+  // block), but on this trace none of those paths changes a decision: the rows are equal.
+  const cost_model m(presets::marconi_7b());
+  prefix_cache<cost_model, every_block_admission<32>, lru_scorer> c(
+      m, fixture_store(m), lru_scorer({.ties = lru_ties::python_heapq}), {}, {.admit_oversized = true});
+  const auto skipped = replay(c);
+  CHECK_MESSAGE(skipped == vllm_row, diff(skipped, vllm_row));
+  CHECK(token_hit_rate(skipped) == doctest::Approx(0.121233).epsilon(1e-6));
+}
+
+TEST_CASE("SGLang+ with deterministic node-id ties: pinned (one request differs by tie order)") {
+  // Leaves with equal last-access times exist (an edge split stamps the old tail and creates
+  // the new leaf at the same tick); heapq pops them in an order set by the DFS layout, the
+  // default breaks ties by node id. Request 8 then hits 740 instead of 1371.
+  const cost_model m(presets::marconi_7b());
+  prefix_cache<cost_model, judicious_admission, lru_scorer> c(m, fixture_store(m), lru_scorer{}, {},
+                                                              {.admit_oversized = true});
+  auto expected = sglang_row;
+  expected[8] = 740;
+  const auto skipped = replay(c);
+  CHECK_MESSAGE(skipped == expected, diff(skipped, expected));
+}
+
+TEST_CASE("Marconi, correct FLOP-aware scorer: pinned rows; threshold walk == naive scorer") {
+  const cost_model m(presets::marconi_7b());
+  // alpha = 0: only recency counts, and the byte-accounting defect happens not to change a
+  // decision here, so the row equals the reference's.
+  // alpha = 1: the correct marginal FLOPs and the node's own bytes rank nodes differently
+  // (the reference's mem(n) grows with the whole prefix, which favours evicting deep nodes;
+  // its MLP typo makes eff negative for short nodes deep in a conversation).
+  const std::vector<std::int64_t> correct_a1 = {
+      0, 0, 0, 0, 0, 740, 0, 690, 1371, 740, 0, 0, 740, 690, 740, 0, 690, 0, 1522, 0, 0, 0, 0, 0,
+      0, 1401, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2788, 0, 0, 3317, 0, 0, 0, 0, 0, 0, 0, 0, 0, 4913, 0, 0, 0,
+      0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 8161};
+  for (const auto& [alpha, row] : {std::pair{0.0, marconi_a0_row}, std::pair{1.0, correct_a1}}) {
+    CAPTURE(alpha);
+    prefix_cache<cost_model, judicious_admission, flop_aware_scorer> fast(
+        m, fixture_store(m), flop_aware_scorer(m, {.alpha = alpha}), {}, {.admit_oversized = true});
+    prefix_cache<cost_model, judicious_admission, reference_flop_scorer> naive(
+        m, fixture_store(m), reference_flop_scorer(m, {.alpha = alpha}), {}, {.admit_oversized = true});
+    std::vector<commit_result> cf, cn;
+    const auto a = replay(fast, &cf);
+    const auto b = replay(naive, &cn);
+    CHECK_MESSAGE(a == row, diff(a, row));
+    CHECK(a == b);
+    REQUIRE(cf.size() == cn.size());
+    for (std::size_t i = 0; i < cf.size(); ++i) {
+      CHECK(cf[i].evictions == cn[i].evictions);
+      CHECK(cf[i].bytes_evicted == cn[i].bytes_evicted);
+    }
+  }
+}
+
+TEST_CASE("Marconi V2 with online tuning (reference quirks, bootstrap multiplier 2) picks alpha 1.5") {
+  // Reference: "V2 (bootstrap multiplier 2): tunes alpha=1.5 -> 13.8954%".
+  const cost_model m(presets::marconi_7b());
+  prefix_cache<cost_model, judicious_admission, reference_flop_scorer> c(
+      m, fixture_store(m), reference_flop_scorer(m, {.alpha = 0.0, .quirks = true}), {},
+      {.admit_oversized = true, .tuning = {.enabled = true, .bootstrap_multiplier = 2}});
+  const auto skipped = replay(c);
+  REQUIRE(c.tuning_history().size() == 1);
+  const auto& ev = c.tuning_history()[0];
+  CHECK(c.requests_before_first_eviction() == 6);
+  CHECK(ev.at_request == 12);
+  CHECK(ev.window == 12);
+  CHECK(ev.alphas.size() == 21);
+  CHECK(ev.alpha == 1.5);
+  CHECK(c.alpha() == 1.5);
+  // 1.5 .. 1.8 tie at the maximum: the smallest wins (deterministic).
+  CHECK(ev.scores[15] == ev.scores[18]);
+  CHECK(ev.scores[14] < ev.scores[15]);
+  CHECK(token_hit_rate(skipped) == doctest::Approx(0.138954).epsilon(1e-6));
+}
