@@ -20,8 +20,10 @@
 //
 // Variants: padded_unified, fixed_dual_mr05 / _mr09 (ssm ratio 0.5 / 0.9), avmp_static_mr05
 // (our asymmetric pool, no rebalancing), avmp_dynamic_b128 (the paper's ladder: evict,
-// then a rebalance of 128 donor units gated by threshold_high and the 1000-op throttle),
-// vmm_dynamic (ours: rebalance before evicting, sized to the demand, compaction on).
+// then a rebalance of 128 donor units gated by threshold_high 0.30 and the 1000-op
+// throttle, on our chunk stores), vmm_dynamic (ours: the victim is evicted from both pools
+// so its other-pool chunks can move, then a rebalance sized to the demand, compaction on,
+// gate 0.05, throttle 100 ops).
 #pragma once
 
 #include <algorithm>
@@ -76,6 +78,13 @@ inline constexpr alloc_variant all_alloc_variants[] = {
                          "avmp_dynamic_b128, vmm_dynamic)");
 }
 
+/// What a replayed allocate call does when the pool is full.
+enum class alloc_ladder : std::uint8_t {
+  evict_only,            ///< evict one LRU request of the failing pool, retry, else OOM (static)
+  evict_then_rebalance,  ///< ... then ask the rebalancer, retry (the reference's dynamic ladder)
+  rebalance_first,       ///< ask the rebalancer on every failed try, before and after evicting
+};
+
 /// Replay settings.
 struct alloc_replay_config {
   std::uint64_t budget_bytes = std::uint64_t{1} << 30;
@@ -88,6 +97,13 @@ struct alloc_replay_config {
   /// (their owners lose them silently). Needed to match the reference's padded numbers;
   /// off by default (our handles are generation-checked, so this cannot happen by accident).
   bool reference_padded_id_reuse = false;
+  /// Ladder and compaction of the dynamic variants; unset = the variant's defaults.
+  std::optional<alloc_ladder> ladder;
+  std::optional<bool> compaction;
+  /// Evict a victim from both pools at once (its request is lost either way), so the
+  /// freed units of the other pool can be migrated; unset = the variant's default (on
+  /// for vmm_dynamic only; the reference evicts from the failing pool only).
+  std::optional<bool> evict_whole_request;
 };
 
 /// What one replay measured. Deterministic except wall_seconds.
@@ -122,7 +138,7 @@ struct alloc_replay_result {
 
 namespace detail {
 
-enum class ladder : std::uint8_t { evict_only, evict_then_rebalance, rebalance_first };
+using ladder = alloc_ladder;
 
 struct alloc_event {
   std::int64_t tick;
@@ -209,7 +225,7 @@ std::uint64_t free_units_of(const Pool& pool, bool unified) {
 
 template <class Pool>
 alloc_replay_result run_alloc_replay(Pool& pool, const alloc_workload& w, const cost_model& model, ladder lad,
-                                     bool unified, const alloc_replay_config& cfg) {
+                                     bool unified, const alloc_replay_config& cfg, bool whole = false) {
   using memory::pool_kind;
   const auto start = std::chrono::steady_clock::now();
   const std::int64_t page_tokens = cfg.tokens_per_page;
@@ -260,6 +276,8 @@ alloc_replay_result run_alloc_replay(Pool& pool, const alloc_workload& w, const 
     auto victim = lru[domain].oldest();
     if (!victim) return;
     for (packed_handle h : lru[domain].drop(*victim)) (void)pool.free(h);
+    if (whole && !unified)
+      for (packed_handle h : lru[1 - domain].drop(*victim)) (void)pool.free(h);
     ++res.eviction_events;
     if (!evicted[*victim]) {
       evicted[*victim] = 1;
@@ -386,10 +404,11 @@ alloc_replay_result run_alloc_replay(Pool& pool, const alloc_workload& w, const 
 /// The rebalancer settings each dynamic variant uses by default.
 [[nodiscard]] inline memory::rebalancer_config default_rebalancer_config(alloc_variant v) {
   memory::rebalancer_config rc;  // the paper's: 0.05 / 0.30, batch 128, 1000-op throttle
-  if (v == alloc_variant::vmm_dynamic) {
+  if (v == alloc_variant::vmm_dynamic) {  // tuned on the sweep grid, see docs/memory.md
+    rc.threshold_low = 0.01;
+    rc.threshold_high = 0.05;
+    rc.min_rebalance_interval_ops = 100;
     rc.size_to_demand = true;
-    rc.threshold_high = 0.10;
-    rc.min_rebalance_interval_ops = 0;
   }
   return rc;
 }
@@ -427,11 +446,10 @@ alloc_replay_result run_alloc_replay(Pool& pool, const alloc_workload& w, const 
       const bool ours = variant == alloc_variant::vmm_dynamic;
       simulated_vmm_pool<threshold_rebalancer> pool(
           {.budget_bytes = cfg.budget_bytes, .kv_page_bytes = kv, .ssm_block_bytes = ssm, .ssm_fraction = 0.5,
-           .compaction = ours},
+           .compaction = cfg.compaction.value_or(ours)},
           threshold_rebalancer(cfg.rebalancer.value_or(default_rebalancer_config(variant))));
-      return detail::run_alloc_replay(pool, w, model,
-                                      ours ? detail::ladder::rebalance_first : detail::ladder::evict_then_rebalance,
-                                      false, cfg);
+      const alloc_ladder lad = cfg.ladder.value_or(alloc_ladder::evict_then_rebalance);
+      return detail::run_alloc_replay(pool, w, model, lad, false, cfg, cfg.evict_whole_request.value_or(ours));
     }
   }
   throw invalid_argument("alloc replay: unknown variant");

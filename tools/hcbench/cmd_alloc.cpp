@@ -1,0 +1,379 @@
+// `hcbench alloc`: allocator replay of the AVMP benchmark (hybridcache/sim/alloc_replay.hpp).
+//
+//   hcbench alloc --workload mixed_long --model jamba_1_5_mini --budget 1GiB --variant vmm_dynamic --seed 2 [--json]
+//   hcbench alloc --sweep --out DIR [--threads N]
+//
+// The sweep runs variants x workloads x {jamba_1_5_mini, mamba2_1b3} x {1, 4 GiB} x the
+// three bundled seeds in parallel threads and writes DIR/alloc_sweep.csv (one row per
+// cell), DIR/alloc_sweep_summary.csv (seed means) and DIR/alloc_ooms.svg (mean OOM events
+// per variant and workload, one panel per model and budget), and prints the summary.
+#include <algorithm>
+#include <atomic>
+#include <cctype>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <hybridcache/core/error.hpp>
+#include <hybridcache/core/presets.hpp>
+#include <hybridcache/sim/alloc_replay.hpp>
+
+#include "command.hpp"
+
+namespace {
+
+using namespace hybridcache;
+
+std::uint64_t parse_budget(const std::string& text) {
+  std::size_t pos = 0;
+  double v = 0;
+  try {
+    v = std::stod(text, &pos);
+  } catch (const std::exception&) {
+    throw invalid_argument("--budget '" + text + "': not a number (e.g. 1073741824, 1GiB, 512MiB)");
+  }
+  std::string unit;
+  for (; pos < text.size(); ++pos)
+    if (!std::isspace(static_cast<unsigned char>(text[pos]))) unit += text[pos];
+  double mult = 1;
+  if (unit == "GiB") mult = 1024.0 * 1024 * 1024;
+  else if (unit == "MiB") mult = 1024.0 * 1024;
+  else if (unit == "KiB") mult = 1024.0;
+  else if (unit == "GB") mult = 1e9;
+  else if (unit == "MB") mult = 1e6;
+  else if (!unit.empty() && unit != "B")
+    throw invalid_argument("--budget '" + text + "': unknown unit '" + unit + "' (B, KiB, MiB, GiB, MB, GB)");
+  const double bytes = v * mult;
+  if (!(bytes >= 1) || bytes > 1e15) throw invalid_argument("--budget '" + text + "': must be between 1 B and 1 PB");
+  return static_cast<std::uint64_t>(bytes);
+}
+
+struct cell {
+  std::string workload;
+  std::string model;
+  std::uint64_t budget = 0;
+  std::uint64_t seed = 0;
+  sim::alloc_variant variant{};
+  sim::alloc_replay_result result{};
+};
+
+std::string json_of(const cell& c) {
+  const auto& r = c.result;
+  char buf[2048];
+  std::snprintf(buf, sizeof buf,
+                "{\"workload\":\"%s\",\"model\":\"%s\",\"budget_bytes\":%llu,\"variant\":\"%s\",\"seed\":%llu,"
+                "\"submitted\":%llu,\"oom_events\":%llu,\"completed\":%llu,\"completion\":%.6f,"
+                "\"completed_reference\":%llu,\"completion_reference\":%.6f,\"evicted\":%llu,\"eviction_events\":%llu,"
+                "\"rebalances\":%llu,\"bytes_migrated\":%llu,\"bytes_wasted\":%llu,\"compactions\":%llu,"
+                "\"fragmentation_mean\":%.6f,\"fragmentation_peak\":%.6f,\"external_fragmentation_mean\":%.6f,"
+                "\"peak_reserved_bytes\":%llu,\"kv_bytes_end\":%llu,\"ssm_bytes_end\":%llu,\"allocate_calls\":%llu,"
+                "\"growth_events\":%llu,\"wall_seconds\":%.6f}",
+                c.workload.c_str(), c.model.c_str(), static_cast<unsigned long long>(c.budget),
+                std::string(sim::to_string(c.variant)).c_str(), static_cast<unsigned long long>(c.seed),
+                static_cast<unsigned long long>(r.submitted), static_cast<unsigned long long>(r.oom_events),
+                static_cast<unsigned long long>(r.completed), r.completion(),
+                static_cast<unsigned long long>(r.completed_reference), r.completion_reference(),
+                static_cast<unsigned long long>(r.evicted), static_cast<unsigned long long>(r.eviction_events),
+                static_cast<unsigned long long>(r.rebalances), static_cast<unsigned long long>(r.bytes_migrated),
+                static_cast<unsigned long long>(r.bytes_wasted), static_cast<unsigned long long>(r.compactions),
+                r.fragmentation_mean, r.fragmentation_peak, r.external_fragmentation_mean,
+                static_cast<unsigned long long>(r.peak_reserved_bytes), static_cast<unsigned long long>(r.kv_bytes_end),
+                static_cast<unsigned long long>(r.ssm_bytes_end), static_cast<unsigned long long>(r.allocate_calls),
+                static_cast<unsigned long long>(r.growth_events), r.wall_seconds);
+  return buf;
+}
+
+void print_text(const cell& c) {
+  const auto& r = c.result;
+  std::printf("%s / %s / %.3f GiB / seed %llu / %s\n", c.workload.c_str(), c.model.c_str(),
+              static_cast<double>(c.budget) / (1u << 30), static_cast<unsigned long long>(c.seed),
+              std::string(sim::to_string(c.variant)).c_str());
+  std::printf("  requests           %llu submitted, %llu allocate calls, %llu growth events\n",
+              static_cast<unsigned long long>(r.submitted), static_cast<unsigned long long>(r.allocate_calls),
+              static_cast<unsigned long long>(r.growth_events));
+  std::printf("  OOM events         %llu\n", static_cast<unsigned long long>(r.oom_events));
+  std::printf("  completed          %llu (%.4f; evicted requests count as not completed)\n",
+              static_cast<unsigned long long>(r.completed), r.completion());
+  std::printf("  completed (ref.)   %llu (%.4f; the reference's counting: evictions ignored)\n",
+              static_cast<unsigned long long>(r.completed_reference), r.completion_reference());
+  std::printf("  evicted            %llu requests (%llu eviction events)\n", static_cast<unsigned long long>(r.evicted),
+              static_cast<unsigned long long>(r.eviction_events));
+  std::printf("  rebalances         %llu (%.1f MiB migrated, %llu B wasted, %llu compactions)\n",
+              static_cast<unsigned long long>(r.rebalances), static_cast<double>(r.bytes_migrated) / (1 << 20),
+              static_cast<unsigned long long>(r.bytes_wasted), static_cast<unsigned long long>(r.compactions));
+  std::printf("  fragmentation      mean %.4f, peak %.4f (free fraction under load); external %.4f\n",
+              r.fragmentation_mean, r.fragmentation_peak, r.external_fragmentation_mean);
+  std::printf("  peak reserved      %llu B\n", static_cast<unsigned long long>(r.peak_reserved_bytes));
+  if (r.kv_bytes_end || r.ssm_bytes_end)
+    std::printf("  pools at end       KV %.3f MiB, SSM %.3f MiB\n", static_cast<double>(r.kv_bytes_end) / (1 << 20),
+                static_cast<double>(r.ssm_bytes_end) / (1 << 20));
+  std::printf("  wall               %.4f s\n", r.wall_seconds);
+}
+
+// Grouped bar chart: one panel per (model, budget), groups = workloads, bars = variants.
+std::string bar_chart_svg(const std::vector<std::string>& panels, const std::vector<std::string>& groups,
+                          const std::vector<std::string>& bars,
+                          const std::map<std::string, double>& value,  // key panel|group|bar
+                          const std::string& title) {
+  static const char* colours[] = {"#7f7f7f", "#1f77b4", "#aec7e8", "#ff7f0e", "#d62728", "#2ca02c"};
+  const int pw = 520, ph = 330, ml = 56, mr = 12, mt = 34, mb = 46, legend_h = 26;
+  const int W = pw * static_cast<int>(std::min<std::size_t>(panels.size(), 2));
+  const int rows = static_cast<int>((panels.size() + 1) / 2);
+  const int H = 40 + rows * ph + legend_h;
+  std::string o;
+  auto num = [](double v) {
+    char b[32];
+    std::snprintf(b, sizeof b, "%.1f", v);
+    return std::string(b);
+  };
+  o += "<svg xmlns=\"http://www.w3.org/2000/svg\" version=\"1.1\" width=\"" + std::to_string(W) + "\" height=\"" +
+       std::to_string(H) + "\" font-family=\"sans-serif\">\n";
+  o += "<rect x=\"0\" y=\"0\" width=\"" + std::to_string(W) + "\" height=\"" + std::to_string(H) + "\" fill=\"white\"/>\n";
+  o += "<text x=\"" + std::to_string(W / 2) + "\" y=\"22\" text-anchor=\"middle\" font-size=\"15\" font-weight=\"bold\">" +
+       title + "</text>\n";
+  for (std::size_t p = 0; p < panels.size(); ++p) {
+    const int ox = static_cast<int>(p % 2) * pw, oy = 40 + static_cast<int>(p / 2) * ph;
+    double vmax = 1;
+    for (const auto& g : groups)
+      for (const auto& b : bars) {
+        auto it = value.find(panels[p] + "|" + g + "|" + b);
+        if (it != value.end()) vmax = std::max(vmax, it->second);
+      }
+    const double mag = std::pow(10.0, std::floor(std::log10(vmax)));
+    double top = mag;
+    while (top < vmax) top += mag / (vmax / mag > 5 ? 1 : 2);
+    const int x0 = ox + ml, y0 = oy + ph - mb, pwid = pw - ml - mr, phgt = ph - mt - mb;
+    o += "<text x=\"" + std::to_string(ox + pw / 2) + "\" y=\"" + std::to_string(oy + 20) +
+         "\" text-anchor=\"middle\" font-size=\"13\">" + panels[p] + "</text>\n";
+    for (int t = 0; t <= 4; ++t) {
+      const double v = top * t / 4;
+      const int y = y0 - static_cast<int>(phgt * t / 4.0);
+      o += "<line x1=\"" + std::to_string(x0) + "\" y1=\"" + std::to_string(y) + "\" x2=\"" + std::to_string(x0 + pwid) +
+           "\" y2=\"" + std::to_string(y) + "\" stroke=\"#ddd\"/>\n";
+      o += "<text x=\"" + std::to_string(x0 - 6) + "\" y=\"" + std::to_string(y + 4) +
+           "\" text-anchor=\"end\" font-size=\"11\">" + num(v) + "</text>\n";
+    }
+    o += "<text x=\"" + std::to_string(ox + 14) + "\" y=\"" + std::to_string(oy + mt + phgt / 2) +
+         "\" font-size=\"11\" transform=\"rotate(-90 " + std::to_string(ox + 14) + " " +
+         std::to_string(oy + mt + phgt / 2) + ")\" text-anchor=\"middle\">mean OOM events</text>\n";
+    const double gw = static_cast<double>(pwid) / static_cast<double>(groups.size());
+    const double bw = gw * 0.8 / static_cast<double>(bars.size());
+    for (std::size_t g = 0; g < groups.size(); ++g) {
+      const double gx = x0 + gw * static_cast<double>(g) + gw * 0.1;
+      for (std::size_t b = 0; b < bars.size(); ++b) {
+        auto it = value.find(panels[p] + "|" + groups[g] + "|" + bars[b]);
+        if (it == value.end()) continue;
+        const double h = phgt * it->second / top;
+        o += "<rect x=\"" + num(gx + bw * static_cast<double>(b)) + "\" y=\"" + num(y0 - h) + "\" width=\"" +
+             num(bw * 0.92) + "\" height=\"" + num(h) + "\" fill=\"" + colours[b % 6] + "\"><title>" + bars[b] + " " +
+             groups[g] + ": " + num(it->second) + "</title></rect>\n";
+      }
+      o += "<text x=\"" + num(gx + gw * 0.4) + "\" y=\"" + std::to_string(y0 + 16) +
+           "\" text-anchor=\"middle\" font-size=\"11\">" + groups[g] + "</text>\n";
+    }
+    o += "<line x1=\"" + std::to_string(x0) + "\" y1=\"" + std::to_string(y0) + "\" x2=\"" + std::to_string(x0 + pwid) +
+         "\" y2=\"" + std::to_string(y0) + "\" stroke=\"black\"/>\n";
+  }
+  int lx = 10;
+  const int ly = H - 10;
+  for (std::size_t b = 0; b < bars.size(); ++b) {
+    o += "<rect x=\"" + std::to_string(lx) + "\" y=\"" + std::to_string(ly - 10) + "\" width=\"12\" height=\"12\" fill=\"" +
+         colours[b % 6] + "\"/>\n";
+    o += "<text x=\"" + std::to_string(lx + 16) + "\" y=\"" + std::to_string(ly) + "\" font-size=\"12\">" + bars[b] +
+         "</text>\n";
+    lx += 24 + static_cast<int>(bars[b].size()) * 7;
+  }
+  o += "</svg>\n";
+  return o;
+}
+
+void run_sweep(const std::string& out_dir, unsigned threads, bool reference_quirks) {
+  std::vector<cell> cells;
+  for (const char* model : {"jamba_1_5_mini", "mamba2_1b3"})
+    for (std::uint64_t budget : {std::uint64_t{1} << 30, std::uint64_t{4} << 30})
+      for (auto w : sim::alloc_workload_names())
+        for (auto seed : sim::alloc_workload_seeds(w))
+          for (auto v : sim::all_alloc_variants) cells.push_back({std::string(w), model, budget, seed, v, {}});
+
+  // Load each trace once; cells only read them.
+  std::map<std::string, sim::alloc_workload> traces;
+  for (auto w : sim::alloc_workload_names())
+    for (auto seed : sim::alloc_workload_seeds(w))
+      traces.emplace(std::string(w) + "#" + std::to_string(seed), sim::bundled_alloc_workload(w, seed));
+
+  const auto start = std::chrono::steady_clock::now();
+  std::atomic<std::size_t> next{0};
+  std::vector<std::thread> pool;
+  std::vector<std::string> errors(threads);
+  for (unsigned t = 0; t < threads; ++t)
+    pool.emplace_back([&, t] {
+      try {
+        for (std::size_t i = next++; i < cells.size(); i = next++) {
+          cell& c = cells[i];
+          sim::alloc_replay_config cfg;
+          cfg.budget_bytes = c.budget;
+          cfg.reference_padded_id_reuse = reference_quirks;
+          c.result = sim::replay_alloc(traces.at(c.workload + "#" + std::to_string(c.seed)), presets::preset(c.model),
+                                       c.variant, cfg);
+        }
+      } catch (const std::exception& e) {
+        errors[t] = e.what();
+      }
+    });
+  for (auto& th : pool) th.join();
+  for (const auto& e : errors)
+    if (!e.empty()) throw error("sweep: " + e);
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+
+  std::filesystem::create_directories(out_dir);
+  {
+    std::ofstream csv(std::filesystem::path(out_dir) / "alloc_sweep.csv");
+    csv << "workload,model,budget_bytes,seed,variant,submitted,oom_events,completed,completion,completed_reference,"
+           "completion_reference,evicted,eviction_events,rebalances,bytes_migrated,bytes_wasted,compactions,"
+           "fragmentation_mean,fragmentation_peak,external_fragmentation_mean,peak_reserved_bytes,kv_bytes_end,"
+           "ssm_bytes_end\n";
+    for (const auto& c : cells) {
+      const auto& r = c.result;
+      char row[1024];
+      std::snprintf(row, sizeof row,
+                    "%s,%s,%llu,%llu,%s,%llu,%llu,%llu,%.6f,%llu,%.6f,%llu,%llu,%llu,%llu,%llu,%llu,%.6f,%.6f,%.6f,%llu,"
+                    "%llu,%llu\n",
+                    c.workload.c_str(), c.model.c_str(), static_cast<unsigned long long>(c.budget),
+                    static_cast<unsigned long long>(c.seed), std::string(sim::to_string(c.variant)).c_str(),
+                    static_cast<unsigned long long>(r.submitted), static_cast<unsigned long long>(r.oom_events),
+                    static_cast<unsigned long long>(r.completed), r.completion(),
+                    static_cast<unsigned long long>(r.completed_reference), r.completion_reference(),
+                    static_cast<unsigned long long>(r.evicted), static_cast<unsigned long long>(r.eviction_events),
+                    static_cast<unsigned long long>(r.rebalances), static_cast<unsigned long long>(r.bytes_migrated),
+                    static_cast<unsigned long long>(r.bytes_wasted), static_cast<unsigned long long>(r.compactions),
+                    r.fragmentation_mean, r.fragmentation_peak, r.external_fragmentation_mean,
+                    static_cast<unsigned long long>(r.peak_reserved_bytes),
+                    static_cast<unsigned long long>(r.kv_bytes_end), static_cast<unsigned long long>(r.ssm_bytes_end));
+      csv << row;
+    }
+  }
+
+  // Seed means per (model, budget, workload, variant).
+  struct agg {
+    double oom = 0, completion = 0, completion_ref = 0, evicted = 0, rebalances = 0, migrated = 0, frag = 0;
+    double reserved = 0;
+    int n = 0;
+  };
+  std::map<std::string, agg> means;
+  std::vector<std::string> panels, groups, bars;
+  auto add_unique = [](std::vector<std::string>& v, const std::string& s) {
+    if (std::find(v.begin(), v.end(), s) == v.end()) v.push_back(s);
+  };
+  std::map<std::string, double> oom_value;
+  for (const auto& c : cells) {
+    const std::string panel = c.model + " " + std::to_string(c.budget >> 30) + "GiB";
+    const std::string variant(sim::to_string(c.variant));
+    add_unique(panels, panel);
+    add_unique(groups, c.workload);
+    add_unique(bars, variant);
+    agg& a = means[panel + "|" + c.workload + "|" + variant];
+    const auto& r = c.result;
+    a.oom += static_cast<double>(r.oom_events);
+    a.completion += r.completion();
+    a.completion_ref += r.completion_reference();
+    a.evicted += static_cast<double>(r.evicted);
+    a.rebalances += static_cast<double>(r.rebalances);
+    a.migrated += static_cast<double>(r.bytes_migrated) / (1 << 20);
+    a.frag += r.fragmentation_mean;
+    a.reserved = static_cast<double>(r.peak_reserved_bytes);
+    ++a.n;
+  }
+  {
+    std::ofstream csv(std::filesystem::path(out_dir) / "alloc_sweep_summary.csv");
+    csv << "panel,workload,variant,seeds,oom_mean,completion_mean,completion_reference_mean,evicted_mean,"
+           "rebalances_mean,migrated_mib_mean,fragmentation_mean,peak_reserved_bytes\n";
+    std::printf("sweep: %zu cells in %.2f s on %u threads -> %s\n\n", cells.size(), seconds, threads, out_dir.c_str());
+    for (const auto& panel : panels) {
+      std::printf("%s: mean OOM events over seeds (completion, evictions counted)\n", panel.c_str());
+      std::printf("| workload |");
+      for (const auto& b : bars) std::printf(" %s |", b.c_str());
+      std::printf("\n|---|");
+      for (std::size_t i = 0; i < bars.size(); ++i) std::printf("---:|");
+      std::printf("\n");
+      for (const auto& g : groups) {
+        std::printf("| %s |", g.c_str());
+        for (const auto& b : bars) {
+          const std::string key = panel + "|" + g + "|" + b;
+          const agg& a = means[key];
+          const double n = a.n ? a.n : 1;
+          oom_value[key] = a.oom / n;
+          std::printf(" %.2f (%.3f) |", a.oom / n, a.completion / n);
+          char row[512];
+          std::snprintf(row, sizeof row, "%s,%s,%s,%d,%.4f,%.6f,%.6f,%.2f,%.2f,%.2f,%.6f,%.0f\n", panel.c_str(),
+                        g.c_str(), b.c_str(), a.n, a.oom / n, a.completion / n, a.completion_ref / n, a.evicted / n,
+                        a.rebalances / n, a.migrated / n, a.frag / n, a.reserved);
+          csv << row;
+        }
+        std::printf("\n");
+      }
+      std::printf("\n");
+    }
+  }
+  std::ofstream(std::filesystem::path(out_dir) / "alloc_ooms.svg")
+      << bar_chart_svg(panels, groups, bars, oom_value, "AVMP allocator replay: mean OOM events (3 seeds)");
+}
+
+const bool registered = hcbench::register_command(
+    {"alloc", "replay the AVMP allocator benchmark (KV pages + SSM blocks) through one pool variant, or sweep the grid",
+     [](CLI::App& sub) {
+       struct options {
+         std::string workload = "uniform_short";
+         std::string model = "jamba_1_5_mini";
+         std::string budget = "1GiB";
+         std::string variant = "vmm_dynamic";
+         std::uint64_t seed = 0;
+         bool json = false;
+         bool sweep = false;
+         bool reference_quirks = false;
+         std::string out = "alloc-sweep";
+         unsigned threads = 0;
+       };
+       static options o;
+       sub.add_option("--workload", o.workload, "uniform_short | mixed_long | agentic_burst | sharegpt_replay");
+       sub.add_option("--model", o.model, "model preset (jamba_1_5_mini, mamba2_1b3, ...)");
+       sub.add_option("--budget", o.budget, "memory budget: bytes or with a unit (1GiB, 512MiB)");
+       sub.add_option("--variant", o.variant,
+                      "padded_unified | fixed_dual_mr05 | fixed_dual_mr09 | avmp_static_mr05 | avmp_dynamic_b128 | "
+                      "vmm_dynamic");
+       sub.add_option("--seed", o.seed, "trace seed (default: the workload's base seed)");
+       sub.add_flag("--json", o.json, "print one JSON object");
+       sub.add_flag("--reference-quirks", o.reference_quirks,
+                    "padded_unified frees by page id as the reference does (reproduces its numbers)");
+       sub.add_flag("--sweep", o.sweep, "run the whole grid in parallel; writes CSV + SVG into --out");
+       sub.add_option("--out", o.out, "output directory of --sweep");
+       sub.add_option("--threads", o.threads, "sweep threads (default: hardware concurrency)");
+       sub.callback([] {
+         if (o.sweep) {
+           const unsigned t = o.threads ? o.threads : std::max(1u, std::thread::hardware_concurrency());
+           run_sweep(o.out, t, o.reference_quirks);
+           return;
+         }
+         std::uint64_t seed = o.seed;
+         if (seed == 0) {
+           const auto seeds = sim::alloc_workload_seeds(o.workload);
+           if (!seeds.empty()) seed = seeds.front();
+         }
+         cell c{o.workload, o.model, parse_budget(o.budget), seed, sim::parse_alloc_variant(o.variant), {}};
+         sim::alloc_replay_config cfg;
+         cfg.budget_bytes = c.budget;
+         cfg.reference_padded_id_reuse = o.reference_quirks;
+         c.result = sim::replay_alloc(sim::bundled_alloc_workload(c.workload, seed), presets::preset(c.model),
+                                      c.variant, cfg);
+         if (o.json) std::printf("%s\n", json_of(c).c_str());
+         else print_text(c);
+       });
+     }});
+
+}  // namespace
