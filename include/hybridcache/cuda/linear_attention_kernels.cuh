@@ -1,0 +1,452 @@
+// hybridcache/cuda/linear_attention_kernels.cuh
+//
+// Kernels and launch wrappers for the batched linear-attention / Gated DeltaNet forms.
+// nvcc only. The kernels are a thin layer over the shared per-head programs
+// (decode_programs.cuh, linear_attention_forms.cuh): one CTA of `kThreads` threads per
+// (batch entry or sequence, value head); warps take per-head items and value rows, lanes
+// split d_k (`warp_group`: shuffle reductions), per-head scalars are staged in dynamic shared
+// memory, phases are separated by __syncthreads.
+//
+// Every wrapper validates on the host before launching (throws, nothing launched):
+// supported head dims and state layout against the template, head-count ratio, slot range,
+// draft counts and buffer capacity (through kv_buffer_table::check_step), and, in debug
+// builds (NDEBUG not defined), NaN/Inf in the inputs. Launch failures throw cuda_error.
+// Wrappers are asynchronous on `stream` unless a debug input check synchronises it.
+//
+// Memory access: for V-major pools a warp reads one state row (d_k contiguous floats) per
+// instruction group, so state traffic is fully coalesced; K-major pools are supported for
+// correctness but read rows with stride d_v (use V-major for serving).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "hybridcache/core/error.hpp"
+#include "hybridcache/cuda/cuda_check.cuh"
+#include "hybridcache/cuda/decode_programs.cuh"
+#include "hybridcache/cuda/kv_buffer.cuh"
+#include "hybridcache/cuda/linear_attention_forms.cuh"
+
+namespace hybridcache::cuda {
+
+/// Threads per CTA of every kernel here (4 warps).
+inline constexpr int kThreads = 128;
+inline constexpr int kWarps = kThreads / 32;
+
+/// A warp as a cooperative group for the row primitives: lanes split d_k, sums by butterfly
+/// shuffles (every lane gets the total). On the host pass it degenerates to one member.
+struct warp_group {
+  static constexpr int size = 32;
+  HYBRIDCACHE_HD_INLINE int rank() const {
+#if defined(__CUDA_ARCH__)
+    return static_cast<int>(threadIdx.x & 31u);
+#else
+    return 0;
+#endif
+  }
+  HYBRIDCACHE_HD_INLINE float sum(float x) const {
+#if defined(__CUDA_ARCH__)
+    HYBRIDCACHE_CUDA_UNROLL
+    for (int offset = 16; offset > 0; offset >>= 1) x += __shfl_xor_sync(0xFFFFFFFFu, x, offset);
+#endif
+    return x;
+  }
+  HYBRIDCACHE_HD_INLINE void sync() const {
+#if defined(__CUDA_ARCH__)
+    __syncwarp();
+#endif
+  }
+};
+
+/// Description of a state pool `[num_slots][num_v_heads][d_k*d_v]` fp32, for validation.
+struct state_pool {
+  float* data = nullptr;
+  int num_slots = 0;
+  int num_v_heads = 0;
+  int key_dim = 0;
+  int value_dim = 0;
+  state_layout layout = state_layout::v_major;
+};
+
+/// Inputs of a batched chunked prefill over packed variable-length sequences. Token t of
+/// sequence s is row `cu_seqlens[s] + t` of q, k [tokens][H][d_k], v, o [tokens][HV][d_v],
+/// log_decay, beta [tokens][HV]. The state of `slots[s]` is the initial state and receives the
+/// final state. Checkpoints of sequence s are `checkpoint_positions[checkpoint_offsets[s] ..
+/// checkpoint_offsets[s+1])` (absolute positions, ascending), written to
+/// `checkpoint_states[i][HV][d_k*d_v]`. Chunks are aligned to absolute multiples of `chunk`.
+template <class In, class Out>
+struct prefill_io {
+  int num_seqs = 0;
+  int num_k_heads = 0;
+  int num_v_heads = 0;
+  int chunk = 64;
+  const std::int64_t* cu_seqlens = nullptr;
+  const std::int64_t* start_positions = nullptr;
+  const std::int32_t* slots = nullptr;
+  const In* q = nullptr;
+  const In* k = nullptr;
+  const In* v = nullptr;
+  const float* log_decay = nullptr;
+  const float* beta = nullptr;
+  Out* o = nullptr;
+  float* states = nullptr;
+  const std::int64_t* checkpoint_offsets = nullptr;
+  const std::int64_t* checkpoint_positions = nullptr;
+  float* checkpoint_states = nullptr;
+  qk_options qk{};
+};
+
+/// Host copies of a prefill's index arrays, for validation before launch.
+struct prefill_host_view {
+  std::span<const std::int64_t> cu_seqlens;
+  std::span<const std::int64_t> start_positions;
+  std::span<const std::int32_t> slots;
+  std::span<const std::int64_t> checkpoint_offsets;    ///< empty: no checkpoints
+  std::span<const std::int64_t> checkpoint_positions;
+};
+
+namespace kernels {
+
+template <class Rule, state_layout Layout, int DK, int DV, class In, class Out>
+__global__ void __launch_bounds__(kThreads) chunked_prefill(prefill_io<In, Out> io) {
+  using state_type = state_ref<Layout, DK, DV>;
+  extern __shared__ float workspace[];
+  const int seq = static_cast<int>(blockIdx.y), hv = static_cast<int>(blockIdx.x);
+  const int slot = io.slots[seq];
+  if (slot < 0) return;
+  const int h = key_head_of(hv, io.num_k_heads, io.num_v_heads);
+  const std::int64_t t0 = io.cu_seqlens[seq];
+  const int len = static_cast<int>(io.cu_seqlens[seq + 1] - t0);
+  const std::int64_t start = io.start_positions[seq];
+  const std::int64_t kstride = static_cast<std::int64_t>(io.num_k_heads) * DK;
+  const std::int64_t vstride = static_cast<std::int64_t>(io.num_v_heads) * DV;
+  head_input<In> in;
+  in.q = io.q + t0 * kstride + h * DK;
+  in.k = io.k + t0 * kstride + h * DK;
+  in.v = io.v + t0 * vstride + hv * DV;
+  in.q_stride = in.k_stride = kstride;
+  in.v_stride = vstride;
+  in.log_decay = io.log_decay ? io.log_decay + t0 * io.num_v_heads + hv : nullptr;
+  in.decay_stride = io.num_v_heads;
+  in.beta = io.beta ? io.beta + t0 * io.num_v_heads + hv : nullptr;
+  in.beta_stride = io.num_v_heads;
+  in.length = len;
+  const head_output<Out> out{io.o + t0 * vstride + hv * DV, vstride};
+  const state_type state{io.states + (static_cast<std::int64_t>(slot) * io.num_v_heads + hv) * state_type::elements};
+  checkpoint_sink ck;
+  if (io.checkpoint_offsets != nullptr) {
+    const std::int64_t first = io.checkpoint_offsets[seq];
+    ck.positions = io.checkpoint_positions + first;
+    ck.count = static_cast<int>(io.checkpoint_offsets[seq + 1] - first);
+    ck.state_stride = static_cast<std::int64_t>(io.num_v_heads) * state_type::elements;
+    ck.states = io.checkpoint_states + first * ck.state_stride + hv * state_type::elements;
+  }
+  for (int i = 0; i < ck.count; ++i)
+    if (ck.positions[i] == start)
+      for (int e = static_cast<int>(threadIdx.x); e < state_type::elements; e += kThreads)
+        ck.states[i * ck.state_stride + e] = state.data[e];
+  __syncthreads();
+  chunk_program<Rule, state_type, In, Out> p{in, out, state, io.qk, chunk_workspace::carve(workspace, io.chunk), 0, 0};
+  const int warp = static_cast<int>(threadIdx.x / 32);
+  for (int t = 0; t < len;) {
+    const std::int64_t abs = start + t;
+    p.t0 = t;
+    p.len = static_cast<int>(min(static_cast<std::int64_t>(len - t), (abs / io.chunk + 1) * io.chunk - abs));
+    for (int i = warp; i < p.items(); i += kWarps) p.dots(i, warp_group{});
+    __syncthreads();
+    for (int i = static_cast<int>(threadIdx.x); i < p.items(); i += kThreads) p.weights(i);
+    __syncthreads();
+    for (int c = static_cast<int>(threadIdx.x); c < p.len; c += kThreads) p.solve(c);
+    __syncthreads();
+    p.rows(warp, kWarps, p.ws.rows + warp * 3 * io.chunk, start, ck, warp_group{});
+    __syncthreads();
+    t += p.len;
+  }
+}
+
+template <class Program>
+__global__ void __launch_bounds__(kThreads) recurrent_step(Program p) {
+  if (!p.init(static_cast<int>(blockIdx.y), static_cast<int>(blockIdx.x))) return;
+  p.rows(static_cast<int>(threadIdx.x / 32), kWarps, warp_group{});
+}
+
+template <class Program>
+__global__ void __launch_bounds__(kThreads) kv_step(Program p) {
+  extern __shared__ float workspace[];
+  if (!p.init(static_cast<int>(blockIdx.y), static_cast<int>(blockIdx.x))) return;
+  p.carve(workspace);
+  const int warp = static_cast<int>(threadIdx.x / 32);
+  for (int i = warp; i < p.dot_items(); i += kWarps) p.dots(i, warp_group{});
+  __syncthreads();
+  for (int i = static_cast<int>(threadIdx.x); i < p.weight_items(); i += kThreads) p.weights(i);
+  __syncthreads();
+  p.rows(warp, kWarps, p.row_scratch(warp), warp_group{});
+}
+
+template <class Program>
+__global__ void __launch_bounds__(kThreads) kv_commit(Program p) {
+  extern __shared__ float workspace[];
+  if (!p.init(static_cast<int>(blockIdx.y), static_cast<int>(blockIdx.x))) return;
+  p.kfac = workspace;
+  const int warp = static_cast<int>(threadIdx.x / 32);
+  for (int j = warp; j < p.total; j += kWarps) p.dots(j, warp_group{});
+  __syncthreads();
+  p.rows(warp, kWarps, warp_group{});
+}
+
+template <class T>
+__global__ void count_nonfinite(const T* data, std::int64_t n, unsigned int* count) {
+  unsigned int local = 0;
+  for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<std::int64_t>(gridDim.x) * blockDim.x)
+    local += is_finite(to_float(data[i])) ? 0u : 1u;
+  if (local != 0) atomicAdd(count, local);
+}
+
+template <class In>
+__global__ void qwen3_next_gates(const In* a, const In* b, const float* a_log, const float* dt_bias, float* log_decay,
+                                 float* beta, std::int64_t tokens, int num_v_heads) {
+  const std::int64_t n = tokens * num_v_heads;
+  for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
+    const int hv = static_cast<int>(i % num_v_heads);
+    log_decay[i] = qwen3_next_log_decay(a_log[hv], to_float(a[i]), dt_bias[hv]);
+    beta[i] = qwen3_next_beta(to_float(b[i]));
+  }
+}
+
+}  // namespace kernels
+
+namespace detail {
+
+template <int DK, int DV, state_layout Layout>
+void check_pool(const state_pool& pool, int num_v_heads) {
+  HYBRIDCACHE_EXPECTS(pool.key_dim == DK && pool.value_dim == DV, invalid_argument,
+                      "state pool head dims " + std::to_string(pool.key_dim) + "x" + std::to_string(pool.value_dim) +
+                          " do not match the kernel's " + std::to_string(DK) + "x" + std::to_string(DV));
+  HYBRIDCACHE_EXPECTS(pool.layout == Layout, invalid_argument,
+                      std::string("state pool layout is ") +
+                          (pool.layout == state_layout::k_major ? "K-major" : "V-major") + ", the kernel expects " +
+                          (Layout == state_layout::k_major ? "K-major" : "V-major"));
+  HYBRIDCACHE_EXPECTS(pool.num_v_heads == num_v_heads, invalid_argument,
+                      "state pool has " + std::to_string(pool.num_v_heads) + " value heads, the step " +
+                          std::to_string(num_v_heads));
+  HYBRIDCACHE_EXPECTS(pool.data != nullptr, invalid_argument, "state pool data is null");
+}
+
+inline void check_slots(std::span<const std::int32_t> host_slots, int batch, int num_slots) {
+  HYBRIDCACHE_EXPECTS(static_cast<int>(host_slots.size()) == batch, invalid_argument,
+                      "host_slots has " + std::to_string(host_slots.size()) + " entries, batch is " + std::to_string(batch));
+  for (std::size_t b = 0; b < host_slots.size(); ++b)
+    HYBRIDCACHE_EXPECTS(host_slots[b] < num_slots, invalid_argument,
+                        "batch entry " + std::to_string(b) + ": slot " + std::to_string(host_slots[b]) +
+                            " outside the pool of " + std::to_string(num_slots));
+}
+
+/// Debug builds: throws invalid_argument when `data[0..n)` (device) holds a NaN or an Inf.
+template <class T>
+void check_finite_device(const char* what, const T* data, std::int64_t n, cudaStream_t stream) {
+#if !defined(NDEBUG)
+  if (data == nullptr || n == 0) return;
+  device_array<unsigned int> count(1);
+  HYBRIDCACHE_CUDA_TRY(cudaMemsetAsync(count.data(), 0, sizeof(unsigned int), stream));
+  kernels::count_nonfinite<<<static_cast<unsigned>(std::min<std::int64_t>((n + 255) / 256, 1024)), 256, 0, stream>>>(
+      data, n, count.data());
+  HYBRIDCACHE_CUDA_TRY(cudaGetLastError());
+  unsigned int host = 0;
+  HYBRIDCACHE_CUDA_TRY(cudaMemcpyAsync(&host, count.data(), sizeof host, cudaMemcpyDeviceToHost, stream));
+  HYBRIDCACHE_CUDA_TRY(cudaStreamSynchronize(stream));
+  HYBRIDCACHE_EXPECTS(host == 0, invalid_argument, std::string(what) + " holds " + std::to_string(host) + " NaN/Inf values");
+#else
+  (void)what, (void)data, (void)n, (void)stream;
+#endif
+}
+
+template <int DK, int DV, class In, class Out>
+void check_step(const step_io<In, Out>& io, std::span<const std::int32_t> host_slots, const state_pool& pool,
+                cudaStream_t stream) {
+  HYBRIDCACHE_EXPECTS(io.num_k_heads > 0 && io.num_v_heads > 0 && io.num_v_heads % io.num_k_heads == 0,
+                      invalid_argument, "num_v_heads must be a positive multiple of num_k_heads");
+  HYBRIDCACHE_EXPECTS(io.batch >= 0 && io.batch <= 65535, invalid_argument, "batch must be in [0, 65535]");
+  HYBRIDCACHE_EXPECTS(io.new_tokens >= 1, invalid_argument, "new_tokens must be >= 1");
+  check_slots(host_slots, io.batch, pool.num_slots);
+  const std::int64_t tokens = static_cast<std::int64_t>(io.batch) * io.new_tokens;
+  check_finite_device("q", io.q, tokens * io.num_k_heads * DK, stream);
+  check_finite_device("k", io.k, tokens * io.num_k_heads * DK, stream);
+  check_finite_device("v", io.v, tokens * io.num_v_heads * DV, stream);
+  check_finite_device("log_decay", io.log_decay, tokens * io.num_v_heads, stream);
+  check_finite_device("beta", io.beta, tokens * io.num_v_heads, stream);
+}
+
+template <class KeyT, class ValueT>
+void check_buffer(const kv_buffer_ref<KeyT, ValueT>& buf, const kv_buffer_table& table, int dk, int dv, int h, int hv) {
+  HYBRIDCACHE_EXPECTS(buf.key_dim == dk && buf.value_dim == dv && buf.num_k_heads == h && buf.num_v_heads == hv,
+                      invalid_argument, "kv_buffer_ref shape does not match the step (heads or head dims)");
+  HYBRIDCACHE_EXPECTS(buf.block_tokens == table.config().block_tokens && buf.max_blocks == table.max_blocks_per_slot(),
+                      invalid_argument, "kv_buffer_ref does not match its kv_buffer_table (block size)");
+}
+
+inline dim3 grid_of(int batch, int num_v_heads) {
+  return dim3(static_cast<unsigned>(num_v_heads), static_cast<unsigned>(std::max(batch, 1)));
+}
+
+}  // namespace detail
+
+/// Recurrent decode (n = 1) or per-draft-state verification (`intermediate` != nullptr:
+/// states after each token go to `intermediate[((b*n + r)*HV + hv) * d_k*d_v]`, pool
+/// untouched). `io` points to device memory; `host_slots` is a host copy of `io.slots`.
+template <class Rule, state_layout Layout, int DK, int DV, class In, class Out>
+void launch_recurrent_step(const step_io<In, Out>& io, const state_pool& pool, std::span<const std::int32_t> host_slots,
+                           float* intermediate = nullptr, cudaStream_t stream = nullptr) {
+  detail::check_pool<DK, DV, Layout>(pool, io.num_v_heads);
+  detail::check_step<DK, DV>(io, host_slots, pool, stream);
+  if (io.batch == 0) return;
+  recurrent_program<Rule, Layout, DK, DV, In, Out> p{io, intermediate};
+  p.io.states = pool.data;
+  kernels::recurrent_step<<<detail::grid_of(io.batch, io.num_v_heads), kThreads, 0, stream>>>(p);
+  HYBRIDCACHE_CUDA_TRY(cudaGetLastError());
+}
+
+namespace detail {
+template <class Rule, state_layout Layout, int DK, int DV, class In, class Out, class ValueT>
+void launch_kv_step(const step_io<In, Out>& io, const state_pool& pool, std::span<const std::int32_t> host_slots,
+                    const kv_buffer_table& table, const kv_buffer_ref<In, ValueT>& buf, bool decode, cudaStream_t stream) {
+  check_pool<DK, DV, Layout>(pool, io.num_v_heads);
+  check_step<DK, DV>(io, host_slots, pool, stream);
+  check_buffer(buf, table, DK, DV, io.num_k_heads, io.num_v_heads);
+  table.check_step(host_slots, io.new_tokens);
+  if (io.batch == 0) return;
+  using program = kv_step_program<Rule, Layout, DK, DV, In, Out, ValueT>;
+  const int max_total = std::max(table.capacity(false), table.capacity(true));
+  const auto bytes = static_cast<std::size_t>(program::workspace_floats(max_total, io.new_tokens, kWarps)) * sizeof(float);
+  if (bytes > 48 * 1024)
+    HYBRIDCACHE_CUDA_TRY(cudaFuncSetAttribute(kernels::kv_step<program>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                              static_cast<int>(bytes)));
+  program p{io, buf, table.config().flush_interval, table.config().kv_only_crossover, decode};
+  p.io.states = pool.data;
+  kernels::kv_step<<<grid_of(io.batch, io.num_v_heads), kThreads, bytes, stream>>>(p);
+  HYBRIDCACHE_CUDA_TRY(cudaGetLastError());
+}
+}  // namespace detail
+
+/// KVBuffer decode of one token per entry: output from the state at the last flush plus the
+/// buffer; appends (k, u|v, g); folds the buffer into the state when it reaches B (or the
+/// crossover, KV-only). Afterwards call `table.advance(slot, 1)` for every active entry and
+/// re-upload the table's arrays before the next launch. `buf` views device memory whose
+/// cursor/state_valid/block_table arrays mirror `table`.
+template <class Rule, state_layout Layout, int DK, int DV, class In, class Out, class ValueT>
+void launch_kv_decode(const step_io<In, Out>& io, const state_pool& pool, std::span<const std::int32_t> host_slots,
+                      const kv_buffer_table& table, const kv_buffer_ref<In, ValueT>& buf, cudaStream_t stream = nullptr) {
+  HYBRIDCACHE_EXPECTS(io.new_tokens == 1, invalid_argument, "launch_kv_decode: one token per entry");
+  detail::launch_kv_step<Rule, Layout, DK, DV>(io, pool, host_slots, table, buf, true, stream);
+}
+
+/// Verification of `io.new_tokens` drafts per entry in one pass (no state write, no
+/// per-draft states): outputs for every draft; drafts are written past the cursor. Then call
+/// `launch_kv_commit` with the accepted counts.
+template <class Rule, state_layout Layout, int DK, int DV, class In, class Out, class ValueT>
+void launch_kv_verify(const step_io<In, Out>& io, const state_pool& pool, std::span<const std::int32_t> host_slots,
+                      const kv_buffer_table& table, const kv_buffer_ref<In, ValueT>& buf, cudaStream_t stream = nullptr) {
+  detail::launch_kv_step<Rule, Layout, DK, DV>(io, pool, host_slots, table, buf, false, stream);
+}
+
+/// Commit of the accepted draft prefixes (`accepted` device, `host_accepted` its host copy):
+/// folds into the state only the entries whose buffer fills; afterwards call
+/// `table.advance(slot, accepted)` per active entry.
+template <class Rule, state_layout Layout, int DK, int DV, class In, class ValueT>
+void launch_kv_commit(const std::int32_t* slots, const std::int32_t* accepted, std::span<const std::int32_t> host_slots,
+                      std::span<const std::int32_t> host_accepted, int num_k_heads, int num_v_heads,
+                      const state_pool& pool, const kv_buffer_table& table, const kv_buffer_ref<In, ValueT>& buf,
+                      const qk_options& qk, int verified_tokens, cudaStream_t stream = nullptr) {
+  detail::check_pool<DK, DV, Layout>(pool, num_v_heads);
+  detail::check_slots(host_slots, static_cast<int>(host_slots.size()), pool.num_slots);
+  detail::check_buffer(buf, table, DK, DV, num_k_heads, num_v_heads);
+  HYBRIDCACHE_EXPECTS(host_accepted.size() == host_slots.size(), invalid_argument,
+                      "launch_kv_commit: one accepted count per batch entry");
+  table.check_step(host_slots, verified_tokens);
+  for (std::size_t b = 0; b < host_slots.size(); ++b)
+    HYBRIDCACHE_EXPECTS(host_accepted[b] >= 0 && host_accepted[b] <= verified_tokens, invalid_argument,
+                        "launch_kv_commit: entry " + std::to_string(b) + " accepts " + std::to_string(host_accepted[b]) +
+                            " of " + std::to_string(verified_tokens) + " drafts");
+  if (host_slots.empty()) return;
+  using program = kv_commit_program<Rule, Layout, DK, DV, In, ValueT>;
+  const int max_total = std::max(table.capacity(false), table.capacity(true));
+  const auto bytes = static_cast<std::size_t>(program::workspace_floats(max_total)) * sizeof(float);
+  program p{slots, accepted, num_k_heads, num_v_heads, pool.data, buf, qk, table.config().flush_interval,
+            table.config().kv_only_crossover};
+  kernels::kv_commit<<<detail::grid_of(static_cast<int>(host_slots.size()), num_v_heads), kThreads, bytes, stream>>>(p);
+  HYBRIDCACHE_CUDA_TRY(cudaGetLastError());
+}
+
+/// Chunked prefill (chunkwise form through the UT transform for the delta rule) of a batch of
+/// packed sequences, writing the state at every requested checkpoint position: at a chunk
+/// boundary directly, inside a chunk by rolling forward from the previous boundary. Chunk
+/// sizes 1..64. `host` mirrors the index arrays for validation.
+template <class Rule, state_layout Layout, int DK, int DV, class In, class Out>
+void launch_chunked_prefill(const prefill_io<In, Out>& io, const state_pool& pool, const prefill_host_view& host,
+                            cudaStream_t stream = nullptr) {
+  detail::check_pool<DK, DV, Layout>(pool, io.num_v_heads);
+  HYBRIDCACHE_EXPECTS(io.num_k_heads > 0 && io.num_v_heads > 0 && io.num_v_heads % io.num_k_heads == 0,
+                      invalid_argument, "num_v_heads must be a positive multiple of num_k_heads");
+  HYBRIDCACHE_EXPECTS(io.chunk >= 1 && io.chunk <= 64, invalid_argument,
+                      "chunked prefill: chunk " + std::to_string(io.chunk) + " outside [1, 64]");
+  HYBRIDCACHE_EXPECTS(io.num_seqs >= 0 && io.num_seqs <= 65535, invalid_argument, "num_seqs must be in [0, 65535]");
+  HYBRIDCACHE_EXPECTS(host.cu_seqlens.size() == static_cast<std::size_t>(io.num_seqs) + 1 &&
+                          host.start_positions.size() == static_cast<std::size_t>(io.num_seqs),
+                      invalid_argument, "chunked prefill: cu_seqlens / start_positions sizes do not match num_seqs");
+  detail::check_slots(host.slots, io.num_seqs, pool.num_slots);
+  const bool ckpts = !host.checkpoint_offsets.empty();
+  HYBRIDCACHE_EXPECTS(!ckpts || host.checkpoint_offsets.size() == static_cast<std::size_t>(io.num_seqs) + 1,
+                      invalid_argument, "chunked prefill: checkpoint_offsets must have num_seqs + 1 entries");
+  for (int s = 0; s < io.num_seqs; ++s) {
+    const std::int64_t len = host.cu_seqlens[s + 1] - host.cu_seqlens[s];
+    HYBRIDCACHE_EXPECTS(len >= 0 && len < (std::int64_t{1} << 31), invalid_argument,
+                        "chunked prefill: sequence " + std::to_string(s) + " has a bad length");
+    if (!ckpts) continue;
+    std::int64_t prev = -1;
+    for (std::int64_t i = host.checkpoint_offsets[s]; i < host.checkpoint_offsets[s + 1]; ++i) {
+      const std::int64_t p = host.checkpoint_positions[static_cast<std::size_t>(i)];
+      HYBRIDCACHE_EXPECTS(p > prev && p >= host.start_positions[s] && p <= host.start_positions[s] + len,
+                          invalid_argument,
+                          "chunked prefill: checkpoint position " + std::to_string(p) + " of sequence " +
+                              std::to_string(s) + " is not ascending inside the prefill");
+      prev = p;
+    }
+  }
+  const std::int64_t tokens = host.cu_seqlens.empty() ? 0 : host.cu_seqlens.back();
+  detail::check_finite_device("q", io.q, tokens * io.num_k_heads * DK, stream);
+  detail::check_finite_device("k", io.k, tokens * io.num_k_heads * DK, stream);
+  detail::check_finite_device("v", io.v, tokens * io.num_v_heads * DV, stream);
+  detail::check_finite_device("log_decay", io.log_decay, tokens * io.num_v_heads, stream);
+  detail::check_finite_device("beta", io.beta, tokens * io.num_v_heads, stream);
+  if (io.num_seqs == 0) return;
+  prefill_io<In, Out> p = io;
+  p.states = pool.data;
+  if (!ckpts) p.checkpoint_offsets = nullptr;
+  const auto bytes = static_cast<std::size_t>(chunk_workspace::floats(io.chunk, kWarps)) * sizeof(float);
+  auto kernel = kernels::chunked_prefill<Rule, Layout, DK, DV, In, Out>;
+  if (bytes > 48 * 1024)
+    HYBRIDCACHE_CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
+  kernel<<<detail::grid_of(io.num_seqs, io.num_v_heads), kThreads, bytes, stream>>>(p);
+  HYBRIDCACHE_CUDA_TRY(cudaGetLastError());
+}
+
+/// Qwen3-Next gates for `tokens` x `num_v_heads`: log_decay = -exp(A_log) softplus(a + dt_bias),
+/// beta = sigmoid(b). All pointers are device memory.
+template <class In>
+void launch_qwen3_next_gates(const In* a, const In* b, const float* a_log, const float* dt_bias, float* log_decay,
+                             float* beta, std::int64_t tokens, int num_v_heads, cudaStream_t stream = nullptr) {
+  HYBRIDCACHE_EXPECTS(tokens >= 0 && num_v_heads > 0, invalid_argument, "qwen3_next_gates: bad shape");
+  const std::int64_t n = tokens * num_v_heads;
+  if (n == 0) return;
+  kernels::qwen3_next_gates<<<static_cast<unsigned>(std::min<std::int64_t>((n + 255) / 256, 4096)), 256, 0, stream>>>(
+      a, b, a_log, dt_bias, log_decay, beta, tokens, num_v_heads);
+  HYBRIDCACHE_CUDA_TRY(cudaGetLastError());
+}
+
+}  // namespace hybridcache::cuda
