@@ -142,6 +142,29 @@ TEST_CASE("json: errors name the line, the field and the column") {
   CHECK(ids == std::vector<std::int32_t>{5, 6, 7});
 }
 
+TEST_CASE("json: integer arrays (fast path and its fallbacks)") {
+  auto ints = [](std::string_view text) {
+    json_cursor c(text);
+    std::vector<std::int64_t> out;
+    c.read_int_array("a", out);
+    c.expect_end();
+    return out;
+  };
+  CHECK(ints("[]").empty());
+  CHECK(ints(" [ ] ").empty());
+  CHECK(ints("[0]") == std::vector<std::int64_t>{0});
+  CHECK(ints("[ 5 ,6\t,\n7 ]") == std::vector<std::int64_t>{5, 6, 7});
+  CHECK(ints("[-3, 0, 999999999999999999, 1234567890123456789, -9223372036854775808]") ==
+        std::vector<std::int64_t>{-3, 0, 999999999999999999, 1234567890123456789, std::numeric_limits<std::int64_t>::min()});
+  for (const char* bad : {"[1,]", "[,1]", "[1 2]", "[01]", "[1.0]", "[1e2]", "[\"1\"]", "[1", "[1,", "[9223372036854775808]", "[--1]"}) {
+    CAPTURE(bad);
+    CHECK_THROWS_AS(ints(bad), format_error);
+  }
+  json_cursor c("[1, -1]");
+  std::vector<std::uint32_t> u;
+  CHECK_THROWS_WITH_AS(c.read_int_array("ids", u, 0, 10), doctest::Contains("element 1 = -1 is outside [0, 10]"), format_error);
+}
+
 TEST_CASE("line_reader: lines across buffer refills, CRLF, no final newline, long lines") {
   std::string text;
   std::vector<std::string> expected;

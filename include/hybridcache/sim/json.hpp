@@ -190,13 +190,32 @@ class json_cursor {
                       std::int64_t hi = std::numeric_limits<Int>::max()) {
     out.clear();
     begin_array(field);
-    while (next_element(field)) {
+    skip_ws();
+    if (pos_ < text_.size() && text_[pos_] == ']') {
+      ++pos_;
+      --depth_;
+      return;
+    }
+    for (;;) {
+      skip_ws();
       const std::size_t start = pos_;
-      const std::int64_t v = read_int(field);
+      std::int64_t v = 0;
+      if (!scan_small_non_negative(v)) v = read_int(field);  // the general path (and its errors)
       if (v < lo || v > hi)
         fail_at(start, field, "element " + std::to_string(out.size()) + " = " + std::to_string(v) + " is outside [" + std::to_string(lo) + ", " +
                                   std::to_string(hi) + "]");
       out.push_back(static_cast<Int>(v));
+      skip_ws();
+      if (pos_ < text_.size() && text_[pos_] == ',') {
+        ++pos_;
+        continue;
+      }
+      if (pos_ < text_.size() && text_[pos_] == ']') {
+        ++pos_;
+        --depth_;
+        return;
+      }
+      fail(field, "expected ',' or ']' in array" + found());
     }
   }
 
@@ -300,6 +319,31 @@ class json_cursor {
       if (pos_ < text_.size() && text_[pos_] == close) fail(field, std::string("trailing comma in ") + what);
     }
     first = false;
+    return true;
+  }
+
+  // Fast path for the common token id: a non-negative integer of at most 18 digits with
+  // no fraction or exponent. Leaves the cursor unchanged and returns false otherwise.
+  bool scan_small_non_negative(std::int64_t& value) noexcept {
+    std::size_t p = pos_;
+    const std::size_t n = text_.size();
+    auto digit = [&](std::size_t i) { return i < n && text_[i] >= '0' && text_[i] <= '9'; };
+    if (!digit(p)) return false;
+    std::int64_t v = 0;
+    if (text_[p] == '0') {
+      ++p;
+      if (digit(p)) return false;
+    } else {
+      int digits = 0;
+      while (digit(p) && digits < 18) {
+        v = v * 10 + (text_[p++] - '0');
+        ++digits;
+      }
+      if (digit(p)) return false;
+    }
+    if (p < n && (text_[p] == '.' || text_[p] == 'e' || text_[p] == 'E')) return false;
+    pos_ = p;
+    value = v;
     return true;
   }
 

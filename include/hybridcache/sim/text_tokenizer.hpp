@@ -14,7 +14,8 @@
 //   spaces    any other run of whitespace is one token (indentation, blank lines);
 //   others    every other code point is one token: punctuation, CJK ideographs, kana,
 //             hangul, emoji; an invalid UTF-8 byte is one token.
-// Bias against real BPEs (measured on ShareGPT-style text, see docs/traces.md):
+// Bias against real BPEs (estimates from the BPEs' published characters-per-token ratios,
+// not measured here; see docs/traces.md):
 //   English prose  about 1 token per word, close to Llama 2 / GPT-4 (1.2-1.3 per word);
 //                  long or rare words count 2 instead of 3-4, so it under-counts a little;
 //   code           one token per punctuation character over-counts runs like "});" or
