@@ -73,10 +73,12 @@ TEST_CASE("page state machine: exactly the documented transitions are allowed") 
       {S::resident, E::erase, S::resident},      {S::pinned, E::pin, S::pinned},
       {S::pinned, E::unpin_more, S::pinned},     {S::pinned, E::unpin_last, S::resident},
       {S::moving, E::complete_ok, S::resident},  {S::moving, E::complete_fail, S::resident},
+      {S::writing, E::publish, S::resident},     {S::writing, E::erase, S::writing},
   };
   int n_allowed = 0;
-  for (auto s : {S::resident, S::pinned, S::moving})
-    for (auto e : {E::pin, E::unpin_last, E::unpin_more, E::prepare_move, E::complete_ok, E::complete_fail, E::erase}) {
+  for (auto s : {S::resident, S::pinned, S::moving, S::writing})
+    for (auto e : {E::pin, E::unpin_last, E::unpin_more, E::prepare_move, E::complete_ok, E::complete_fail, E::erase,
+                   E::publish}) {
       const auto t = next_state(s, e);
       CAPTURE(to_string(s));
       CAPTURE(to_string(e));
@@ -89,10 +91,28 @@ TEST_CASE("page state machine: exactly the documented transitions are allowed") 
       CHECK(t.allowed == listed);
       n_allowed += t.allowed;
     }
-  CHECK(n_allowed == 8);
+  CHECK(n_allowed == 10);
   CHECK(evictable(S::resident));
   CHECK_FALSE(evictable(S::pinned));
   CHECK_FALSE(evictable(S::moving));
+  CHECK_FALSE(evictable(S::writing));
+}
+
+TEST_CASE("store: a writing entry is invisible to readers and movers until published") {
+  tiered_store<> s(two_tiers(8 * 4096, 8 * 4096), 4096);
+  REQUIRE(s.insert(1, 4096, hbm_tier, {}, true).has_value());
+  CHECK(s.find(1)->state == page_state::writing);
+  CHECK(s.pin(1).error() == errc::busy);
+  CHECK(s.prepare_move(1, tier_id{1}).error() == errc::busy);
+  CHECK_FALSE(s.victim(hbm_tier).has_value());
+  CHECK(s.usage(hbm_tier).evictable_bytes == 0);
+  CHECK(s.check_invariants().empty());
+  REQUIRE(s.publish(1).has_value());
+  CHECK(s.publish(1).error() == errc::invalid_argument);
+  CHECK(s.victim(hbm_tier) == node_id{1});
+  REQUIRE(s.insert(2, 4096, hbm_tier, {}, true).has_value());
+  REQUIRE(s.erase(2).has_value());  // the writer aborts
+  CHECK(s.check_invariants().empty());
 }
 
 TEST_CASE("store: moving entries are neither pinned, erased, moved again nor chosen as victims") {

@@ -7,14 +7,16 @@
 // expressed: an entry whose copy is in flight is neither evicted, nor pinned, nor moved
 // again until the copy completes (successfully or not).
 //
-//        insert                 prepare_move                complete_move(ok)
+//   insert(writing) ─► writing ─publish─┐
+//        insert                 ▼     prepare_move                complete_move(ok)
 //   ───────────► resident ─────────────────────► moving ───────────────────────► resident
 //                 │  ▲  ▲                          │        (home = destination)   (new tier)
 //          pin    │  │  │   complete_move(failed)  │
 //                 ▼  │  └──────────────────────────┘  (home unchanged, reservation freed)
 //                pinned  (pin count > 0; unpin to 0 returns to resident)
 //
-//   erase: only from resident (not pinned, not moving).
+//   writing: the node's request is still producing its bytes; nobody may pin, copy or
+//   pick it until `publish`. erase: from resident, or from writing (the writer aborts).
 //
 // All functions are constexpr and O(1).
 #pragma once
@@ -29,6 +31,7 @@ enum class page_state : std::uint8_t {
   resident,  ///< lives in exactly one tier, idle: may be pinned, moved or erased
   pinned,    ///< in use by at least one request: may only be pinned again or unpinned
   moving,    ///< a copy to another tier is in flight: source and destination both held
+  writing,   ///< inserted, bytes still being produced: invisible to readers and movers
 };
 
 /// Events that drive the state machine.
@@ -40,6 +43,7 @@ enum class page_event : std::uint8_t {
   complete_ok,    ///< the copy finished; the entry now lives at the destination
   complete_fail,  ///< the copy failed; destination released, the entry stays at its source
   erase,          ///< the entry is dropped from the cache
+  publish,        ///< the writer finished: the entry becomes usable
 };
 
 [[nodiscard]] constexpr std::string_view to_string(page_state s) noexcept {
@@ -47,6 +51,7 @@ enum class page_event : std::uint8_t {
     case page_state::resident: return "resident";
     case page_state::pinned: return "pinned";
     case page_state::moving: return "moving";
+    case page_state::writing: return "writing";
   }
   return "unknown";
 }
@@ -60,6 +65,7 @@ enum class page_event : std::uint8_t {
     case page_event::complete_ok: return "complete_ok";
     case page_event::complete_fail: return "complete_fail";
     case page_event::erase: return "erase";
+    case page_event::publish: return "publish";
   }
   return "unknown";
 }
@@ -92,6 +98,12 @@ struct page_transition {
       switch (ev) {
         case page_event::complete_ok: return {true, page_state::resident};
         case page_event::complete_fail: return {true, page_state::resident};
+        default: return {};
+      }
+    case page_state::writing:
+      switch (ev) {
+        case page_event::publish: return {true, page_state::resident};
+        case page_event::erase: return {true, page_state::writing};
         default: return {};
       }
   }

@@ -100,10 +100,13 @@ class tiered_store {
     return (bytes + page_bytes_ - 1) / page_bytes_;
   }
 
-  /// Inserts a new resident entry of `bytes` in `tier`. Does not evict: when the tier lacks
-  /// free pages it returns `out_of_capacity` (demote first; see `victim`). Returns
-  /// `invalid_argument` for bytes <= 0, an unknown tier or an id already present.
-  [[nodiscard]] expected<void> insert(node_id id, std::int64_t bytes, tier_id tier = hbm_tier, node_info info = {}) {
+  /// Inserts a new entry of `bytes` in `tier`: resident, or `writing` when `writing` is
+  /// true (its request is still producing the bytes: nobody may pin, copy or pick it until
+  /// `publish`). Does not evict: when the tier lacks free pages it returns
+  /// `out_of_capacity` (demote first; see `victim`). Returns `invalid_argument` for
+  /// bytes <= 0, an unknown tier or an id already present.
+  [[nodiscard]] expected<void> insert(node_id id, std::int64_t bytes, tier_id tier = hbm_tier, node_info info = {},
+                                      bool writing = false) {
     std::lock_guard lock(mu_);
     if (bytes <= 0 || tier.value >= tiers_.size() || entries_.count(id)) return unexpected(errc::invalid_argument);
     auto& ts = tiers_[tier.value];
@@ -116,6 +119,7 @@ class tiered_store {
     e.info = info;
     e.last_access = ++clock_;
     e.pages = take_pages(ts, need);
+    if (writing) e.state = page_state::writing;
     ts.entries += 1;
     auto [it, ok] = entries_.emplace(id, std::move(e));
     (void)ok;
@@ -146,6 +150,18 @@ class tiered_store {
 
   /// Pins the entry (a request uses it; it cannot be demoted or erased). `busy` while moving.
   [[nodiscard]] expected<void> pin(node_id id) { return apply(id, page_event::pin); }
+
+  /// Makes a `writing` entry usable (resident). `invalid_argument` unless it is writing.
+  [[nodiscard]] expected<void> publish(node_id id) {
+    std::lock_guard lock(mu_);
+    const auto it = entries_.find(id);
+    if (it == entries_.end()) return unexpected(errc::not_found);
+    if (it->second.state != page_state::writing) return unexpected(errc::invalid_argument);
+    it->second.state = page_state::resident;
+    it->second.last_access = ++clock_;
+    index_add(it->second);
+    return {};
+  }
 
   /// Releases one pin. `invalid_argument` if the entry is not pinned.
   [[nodiscard]] expected<void> unpin(node_id id) {
@@ -230,7 +246,7 @@ class tiered_store {
     return {};
   }
 
-  /// Drops a resident entry and frees its pages. not_found / busy (pinned or moving).
+  /// Drops a resident (or writing) entry and frees its pages. not_found / busy (pinned or moving).
   [[nodiscard]] expected<void> erase(node_id id) {
     std::lock_guard lock(mu_);
     const auto it = entries_.find(id);

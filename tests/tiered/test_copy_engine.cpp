@@ -1,0 +1,283 @@
+// Host copy engine: data integrity, coalescing, hazards between the two streams, injected
+// failures at every step of a move, and the randomized offload/load race test (suite
+// "concurrency", run under TSan in CI).
+#include <doctest/doctest.h>
+
+#include <atomic>
+#include <cstring>
+#include <map>
+#include <random>
+#include <thread>
+
+#include "hybridcache/tiered/host_copy_engine.hpp"
+#include "hybridcache/tiered/offload_engine.hpp"
+#include "hybridcache/tiered/tiered_store.hpp"
+
+using namespace hybridcache;
+using namespace hybridcache::tiered;
+
+namespace {
+constexpr std::int64_t page = 4096;
+
+std::vector<tier_config> tiers(std::int64_t hbm_pages, std::int64_t host_pages) {
+  return {{.kind = tier_kind::hbm, .capacity_bytes = hbm_pages * page},
+          {.kind = tier_kind::host, .capacity_bytes = host_pages * page, .numa_node = 0}};
+}
+
+std::byte pattern(node_id id, std::int64_t i) { return static_cast<std::byte>((id * 131 + static_cast<std::uint64_t>(i) * 7 + 3) & 0xff); }
+
+template <class Store>
+void fill(Store& s, host_copy_engine& e, node_id id) {
+  const auto row = s.find(id);
+  REQUIRE(row);
+  for (std::int64_t i = 0; i < row->bytes; ++i) {
+    const auto p = row->pages[static_cast<std::size_t>(i / page)];
+    e.base(row->tier)[static_cast<std::int64_t>(p) * page + i % page] = pattern(id, i);
+  }
+}
+
+template <class Store>
+bool intact(const Store& s, host_copy_engine& e, node_id id) {
+  const auto row = s.find(id);
+  if (!row) return false;
+  for (std::int64_t i = 0; i < row->bytes; ++i) {
+    const auto p = row->pages[static_cast<std::size_t>(i / page)];
+    if (e.base(row->tier)[static_cast<std::int64_t>(p) * page + i % page] != pattern(id, i)) return false;
+  }
+  return true;
+}
+}  // namespace
+
+TEST_CASE("host copy engine: a demotion and a promotion carry the bytes, coalesced") {
+  tiered_store<> s(tiers(16, 32), page);
+  host_copy_engine e(tiers(16, 32), page, {.probe_bytes = 64 * 1024});
+  CHECK(e.measured_gbps(tier_id{1}, copy_stream::offload) > 0.0);
+  CHECK(e.measured_gbps(tier_id{1}, copy_stream::onboard) > 0.0);
+  CHECK(e.measured_gbps(hbm_tier, copy_stream::offload) == 0.0);
+  if (numa_binding_available()) CHECK(e.numa_bound(tier_id{1}));  // node 0 exists on Linux
+  REQUIRE(s.insert(1, 5 * page - 17).has_value());
+  fill(s, e, 1);
+  (void)e.take_stats();
+  REQUIRE(move_entry(s, e, 1, tier_id{1}).has_value());
+  CHECK(s.find(1)->tier == tier_id{1});
+  CHECK(intact(s, e, 1));
+  auto st = e.take_stats();
+  CHECK(st.jobs == 1);
+  CHECK(st.transfers == 1);  // five adjacent pages in both tiers: one copy
+  CHECK(st.bytes == 5 * page - 17);
+  REQUIRE(move_entry(s, e, 1, hbm_tier).has_value());
+  CHECK(intact(s, e, 1));
+  CHECK(s.check_invariants().empty());
+}
+
+TEST_CASE("plan_copies merges only runs adjacent on both sides") {
+  move_ticket t;
+  t.src_bytes = t.dst_bytes = 5 * page;
+  t.src_pages = {0, 1, 2, 7, 8};
+  t.dst_pages = {3, 4, 9, 10, 11};
+  const auto c = plan_copies(t, page);
+  REQUIRE(c.size() == 3);
+  CHECK(c[0].src_offset == 0);
+  CHECK(c[0].dst_offset == 3 * page);
+  CHECK(c[0].bytes == 2 * page);
+  CHECK(c[1].src_offset == 2 * page);
+  CHECK(c[1].bytes == page);
+  CHECK(c[2].src_offset == 7 * page);
+  CHECK(c[2].dst_offset == 10 * page);
+  CHECK(c[2].bytes == 2 * page);
+  CHECK(transfer_seconds(c, 50.0, 6e-6) == doctest::Approx(3 * 6e-6 + 5.0 * page / 50e9));
+  t.dst_bytes = page + 5;  // sparsified: copies a compacted prefix
+  const auto d = plan_copies(t, page);
+  REQUIRE(d.size() == 1);  // pages 0,1 -> 3,4 are adjacent: one copy of the compacted prefix
+  CHECK(d[0].bytes == page + 5);
+  t.dst_pages = {5, 4};
+  CHECK(plan_copies(t, page).size() == 2);
+}
+
+TEST_CASE("host copy engine: jobs on the two streams respect read/write hazards per page") {
+  // Random jobs between two arenas on both streams; the result must equal applying them in
+  // submission order on a shadow copy (RAW, WAR and WAW across streams).
+  const std::int64_t pages = 16;
+  host_copy_engine e(tiers(pages, pages), page, {.measure_bandwidth = false});
+  std::vector<std::vector<std::byte>> shadow(2, std::vector<std::byte>(static_cast<std::size_t>(pages * page)));
+  std::mt19937_64 rng(7);
+  for (std::uint8_t t = 0; t < 2; ++t)
+    for (std::int64_t i = 0; i < pages * page; ++i) {
+      const auto b = static_cast<std::byte>(rng() & 0xff);
+      e.base(tier_id{t})[i] = b;
+      shadow[t][static_cast<std::size_t>(i)] = b;
+    }
+  std::vector<copy_event> events;
+  for (int j = 0; j < 400; ++j) {
+    const tier_id src{static_cast<std::uint8_t>(rng() % 2)};
+    const tier_id dst{static_cast<std::uint8_t>(1 - src.value)};
+    const std::int64_t sp = static_cast<std::int64_t>(rng() % pages), dp = static_cast<std::int64_t>(rng() % pages);
+    const std::int64_t n = 1 + static_cast<std::int64_t>(rng() % static_cast<std::uint64_t>(std::min(pages - sp, pages - dp)));
+    const copy_stream s = (rng() & 1) ? copy_stream::offload : copy_stream::onboard;
+    auto ev = e.submit(src, dst, {{sp * page, dp * page, n * page}}, s);
+    REQUIRE(ev.has_value());
+    events.push_back(*ev);
+    std::memmove(shadow[dst.value].data() + dp * page, shadow[src.value].data() + sp * page, static_cast<std::size_t>(n * page));
+  }
+  for (auto ev : events) CHECK(e.wait(ev).has_value());
+  e.synchronize();
+  for (std::uint8_t t = 0; t < 2; ++t) CHECK(std::memcmp(e.base(tier_id{t}), shadow[t].data(), shadow[t].size()) == 0);
+  CHECK(e.submit(hbm_tier, tier_id{1}, {{0, pages * page, page}}, copy_stream::offload).error() == errc::invalid_argument);
+  CHECK(e.submit(hbm_tier, tier_id{3}, {}, copy_stream::offload).error() == errc::invalid_argument);
+}
+
+TEST_CASE("injected failures at every step of a move leave no entry half-moved") {
+  // Steps of a move: prepare (destination full), submit (bad ticket), every copy span of
+  // the job, and the success path. After each the entry is in exactly one tier, resident,
+  // its bytes intact, and no page is lost or owned twice.
+  for (int fail_at = -2; fail_at <= 3; ++fail_at) {
+    CAPTURE(fail_at);
+    tiered_store<> s(tiers(16, 8), page);
+    host_copy_engine e(tiers(16, 8), page, {.measure_bandwidth = false});
+    // Entry 1: 6 pages, laid out so its copy has 3 spans (pages 0,1 | 3,4 | 6,7 hold it).
+    REQUIRE(s.insert(10, page).has_value());
+    REQUIRE(s.insert(1, 2 * page).has_value());
+    REQUIRE(s.insert(11, page).has_value());
+    REQUIRE(s.insert(12, 2 * page).has_value());
+    REQUIRE(s.insert(13, page).has_value());
+    REQUIRE(s.insert(14, 2 * page).has_value());
+    REQUIRE(s.erase(1).has_value());
+    REQUIRE(s.erase(12).has_value());
+    REQUIRE(s.erase(14).has_value());
+    REQUIRE(s.insert(1, 6 * page).has_value());
+    fill(s, e, 1);
+    const auto spans_before = s.find(1)->pages;
+    if (fail_at == -2) REQUIRE(s.insert(99, 4 * page, tier_id{1}).has_value());  // host too full
+    int span = 0;
+    e.set_fault_hook([&](const copy_span&) { return span++ == fail_at; });
+    auto r = fail_at == -1 ? [&] {
+      // submit fails: a ticket naming pages outside the arena.
+      auto t = s.prepare_move(1, tier_id{1});
+      REQUIRE(t.has_value());
+      auto bad = *t;
+      bad.dst_pages.back() = 1000;
+      auto ev = e.submit(bad);
+      CHECK(ev.error() == errc::invalid_argument);
+      return s.complete_move(*t, false).has_value() ? expected<void>(unexpected(errc::invalid_argument)) : expected<void>{};
+    }()
+                           : move_entry(s, e, 1, tier_id{1});
+    const bool should_succeed = fail_at == 3;
+    CHECK(r.has_value() == should_succeed);
+    const auto row = s.find(1);
+    REQUIRE(row);
+    CHECK(row->state == page_state::resident);
+    CHECK(row->tier == (should_succeed ? tier_id{1} : hbm_tier));
+    if (!should_succeed) CHECK(row->pages == spans_before);
+    CHECK(intact(s, e, 1));
+    CHECK(s.check_invariants().empty());
+    CHECK(s.usage(tier_id{1}).used_bytes == (should_succeed ? 6 : 0) * page + (fail_at == -2 ? 4 * page : 0));
+    // And the entry can still move afterwards.
+    e.set_fault_hook({});
+    if (!should_succeed && fail_at != -2) {
+      REQUIRE(move_entry(s, e, 1, tier_id{1}).has_value());
+      CHECK(intact(s, e, 1));
+    }
+  }
+}
+
+TEST_CASE("offload engine: watermarks with hysteresis, victims by score, cascade and drop") {
+  tiered_store<car_score_demotion> s(tiers(10, 4), page);
+  host_copy_engine e(tiers(10, 4), page, {.measure_bandwidth = false});
+  offload_engine off(s, e, {.high = 0.9, .low = 0.5});
+  for (node_id id = 1; id <= 8; ++id) {
+    REQUIRE(s.insert(id, page).has_value());
+    REQUIRE(s.add_score(id, static_cast<double>(10 - id)).has_value());  // id 8 has the lowest score
+    fill(s, e, id);
+  }
+  CHECK(off.run_once() == 0);  // 80 % < 90 %
+  REQUIRE(s.insert(9, page).has_value());
+  fill(s, e, 9);
+  REQUIRE(s.add_score(9, 100).has_value());
+  CHECK(off.above_high());
+  CHECK(off.run_once() == 4 * page);  // 9 pages -> 5 pages (50 %)
+  for (node_id id = 5; id <= 8; ++id) CHECK(s.find(id)->tier == tier_id{1});
+  for (node_id id = 1; id <= 4; ++id) CHECK(s.find(id)->tier == hbm_tier);
+  // Host is full now (4 pages): the next pass drops host victims (LRU-free: lowest score).
+  for (node_id id = 20; id <= 23; ++id) {
+    REQUIRE(s.insert(id, page).has_value());
+    fill(s, e, id);
+  }
+  CHECK(off.run_once() > 0);
+  CHECK(off.stats().dropped_entries > 0);
+  CHECK(s.check_invariants().empty());
+  std::vector<node_id> ids;
+  s.for_each([&](const cache_entry& row) { ids.push_back(row.id); });
+  for (auto id : ids) CHECK(intact(s, e, id));
+  CHECK_THROWS_AS((offload_engine<tiered_store<car_score_demotion>, host_copy_engine>(s, e, {.high = 0.5, .low = 0.6})),
+                  invalid_argument);
+}
+
+TEST_CASE("concurrency: entries are never lost or duplicated under concurrent offload and load threads" *
+          doctest::test_suite("concurrency")) {
+  tiered_store<> s(tiers(48, 96), page);
+  host_copy_engine e(tiers(48, 96), page, {.measure_bandwidth = false});
+  offload_engine off(s, e, {.high = 0.9, .low = 0.6});
+  std::atomic<bool> go{true};
+  std::atomic<std::int64_t> inserted{0}, erased{0}, loads{0};
+    off.start(std::chrono::microseconds(200));
+  auto inserter = [&](node_id first) {
+    std::mt19937_64 rng(first);
+    for (node_id id = first; go.load(); id += 4) {
+      if (id > first + 4 * 3000) break;
+      const std::int64_t bytes = page * (1 + static_cast<std::int64_t>(rng() % 3));
+      if (s.insert(id, bytes, hbm_tier, {}, /*writing=*/true).has_value()) {
+        // Inserted as writing: nobody reads or copies the bytes before they are published.
+        fill(s, e, id);
+        REQUIRE(s.publish(id).has_value());
+        inserted += 1;
+        off.notify();
+      } else {
+        std::this_thread::yield();
+      }
+      if (rng() % 5 == 0) {
+        const node_id victim = first + 4 * (rng() % ((id - first) / 4 + 1));
+        if (s.erase(victim).has_value()) erased += 1;
+      }
+    }
+  };
+  auto loader = [&](std::uint64_t seed) {
+    std::mt19937_64 rng(seed);
+    while (go.load()) {
+      const node_id id = 1 + rng() % 12000;
+      const auto where = s.locate(id);
+      if (!where) continue;
+      if (where->first == tier_id{1}) {
+        if (move_entry(s, e, id, hbm_tier).has_value()) loads += 1;  // promotion
+      } else if (s.pin(id).has_value()) {  // a hit in HBM: use it
+        CHECK(intact(s, e, id));
+        (void)s.unpin(id);
+      }
+    }
+  };
+  std::vector<std::thread> th;
+  th.emplace_back(inserter, 1);
+  th.emplace_back(inserter, 2);
+  th.emplace_back(loader, 11);
+  th.emplace_back(loader, 12);
+  th[0].join();
+  th[1].join();
+  go = false;
+  th[2].join();
+  th[3].join();
+  off.stop();
+  e.synchronize();
+  CHECK(s.check_invariants().empty());
+  const auto dropped = off.stats().dropped_entries;
+  CHECK(static_cast<std::int64_t>(s.size()) == inserted.load() - erased.load() - dropped);
+  std::int64_t bad = 0;
+  std::vector<node_id> ids;
+  s.for_each([&](const cache_entry& row) {
+    bad += row.state != page_state::resident;
+    ids.push_back(row.id);
+  });
+  for (auto id : ids) bad += !intact(s, e, id) ? 1 : 0;
+  CHECK(bad == 0);
+  CHECK(off.stats().demoted_entries > 0);
+  MESSAGE("inserted " << inserted.load() << ", promotions " << loads.load() << ", demotions "
+                      << off.stats().demoted_entries << ", dropped " << dropped);
+}
