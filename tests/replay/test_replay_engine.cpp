@@ -34,14 +34,11 @@ struct fake_cache {
     log.push_back("match " + std::to_string(in.size()));
     return m;
   }
-  void commit(std::span<const sim::token_id> seq, std::int64_t input_ids) {
+  void commit(std::span<const sim::token_id> seq, std::int64_t input_ids, const prefix::match_result&) {
+    --pinned;  // commit hands the match's pin back first
     committed.emplace_back(seq.begin(), seq.end());
     used += static_cast<std::int64_t>(seq.size());
     log.push_back("commit " + std::to_string(seq.size()) + "/" + std::to_string(input_ids));
-  }
-  void release(prefix::match_result&) {
-    --pinned;
-    log.push_back("release");
   }
   prefix::cache_counters counters() const {
     prefix::cache_counters c;
@@ -68,7 +65,7 @@ sim::request req(std::vector<sim::token_id> in, std::vector<sim::token_id> out, 
 
 }  // namespace
 
-TEST_CASE("replay: single stream matches, records, releases, then commits input ++ output") {
+TEST_CASE("replay: single stream matches, records, then commits input ++ output (handing the pin back)") {
   const std::vector<sim::request> reqs{req({5, 6, 7}, {8, 9}), req({5, 6, 7, 8, 9, 10}, {11}), req({1, 2}, {3})};
   const sim::replay_trace trace(reqs);
   CHECK(trace.size() == 3);
@@ -77,8 +74,7 @@ TEST_CASE("replay: single stream matches, records, releases, then commits input 
         std::vector<sim::token_id>{5, 6, 7, 8, 9, 10, 11});
   fake_cache cache;
   const auto m = sim::replay(cache, trace, cost_model(presets::marconi_7b()));
-  CHECK(cache.log == std::vector<std::string>{"match 3", "release", "commit 5/3", "match 6", "release", "commit 7/6",
-                                              "match 2", "release", "commit 3/2"});
+  CHECK(cache.log == std::vector<std::string>{"match 3", "commit 5/3", "match 6", "commit 7/6", "match 2", "commit 3/2"});
   CHECK(cache.max_pinned == 1);
   CHECK(m.requests == 3);
   CHECK(m.input_tokens == 11);
@@ -104,8 +100,8 @@ TEST_CASE("replay: with concurrency N a request finishes when N more have arrive
   CHECK(b.skipped_tokens == 4);  // request 3 sees request 1 only (request 2 still running)
   CHECK(batched.max_pinned == 2);
   CHECK(batched.pinned == 0);  // every match released at the end
-  CHECK(batched.log == std::vector<std::string>{"match 3", "match 5", "release", "commit 4/3", "match 7", "release",
-                                                "commit 6/5", "release", "commit 8/7"});
+  CHECK(batched.log ==
+        std::vector<std::string>{"match 3", "match 5", "commit 4/3", "match 7", "commit 6/5", "commit 8/7"});
   fake_cache bad;
   CHECK_THROWS_AS((void)sim::replay(bad, trace, cost_model(presets::marconi_7b()), {.concurrency = 0}),
                   invalid_argument);

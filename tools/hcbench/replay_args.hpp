@@ -113,8 +113,8 @@ inline std::string_view trim(std::string_view s) {
   static constexpr u units[] = {{1LL << 40, "TiB"}, {1000LL * 1000 * 1000 * 1000, "TB"}, {1LL << 30, "GiB"},
                                 {1000LL * 1000 * 1000, "GB"}, {1LL << 20, "MiB"}, {1000 * 1000, "MB"},
                                 {1LL << 10, "KiB"}, {1000, "kB"}};
-  for (const auto& x : units)
-    if (b >= x.scale && b % x.scale == 0) return std::to_string(b / x.scale) + x.name;
+  for (const auto& x : units)  // exact, in a unit that keeps the number short
+    if (b >= x.scale && b % x.scale == 0 && b / x.scale < 10000) return std::to_string(b / x.scale) + x.name;
   for (const auto& x : units)  // not whole: one decimal of the largest decimal unit
     if (b >= x.scale && x.scale % 1000 == 0) {
       char buf[32];

@@ -67,6 +67,7 @@ inline std::string json_number(double v) {
   kv("kv_bytes_admitted", i(m.cache.kv_bytes_admitted));
   kv("evictions", i(m.cache.evictions));
   kv("peak_bytes", i(m.cache.peak_bytes));
+  kv("refused_commits", i(m.cache.refused_commits));
   kv("alpha", json_number(m.cache.alpha));
   std::string bins = "[";
   for (const auto& b : m.by_input_length) {

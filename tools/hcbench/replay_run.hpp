@@ -39,6 +39,11 @@ struct replay_job {
   std::int64_t vllm_block = 32;             ///< vllm+: tokens per checkpointed block
   std::int64_t concurrency = 1;             ///< requests in flight (matches pinned until they finish)
   bool progress = false;                    ///< progress bar on stderr
+  /// Keep the cache within capacity: a request whose new state alone exceeds the capacity
+  /// is not cached (counted in refused_commits). Off (default): like the reference, it is
+  /// inserted and the cache runs over capacity until later evictions.
+  bool strict_capacity = false;
+  unsigned tuning_threads = 0;              ///< alpha-tuning replay threads (0 = hardware concurrency)
 };
 
 /// A finished replay: the job's labels and its metrics.

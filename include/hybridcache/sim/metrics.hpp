@@ -83,6 +83,7 @@ struct cache_stats {
   std::int64_t evictions = 0;             ///< eviction steps (nodes evicted or merged)
   double alpha = std::numeric_limits<double>::quiet_NaN();  ///< FLOP weight in use at the end; NaN if none
   std::int64_t peak_bytes = 0;            ///< largest resident size seen
+  std::int64_t refused_commits = 0;       ///< commits the cache refused (state larger than capacity)
 };
 
 /// Summary of one replay run.

@@ -9,10 +9,11 @@
 //
 // Per request (single stream, `concurrency = 1`, the Marconi reference's model):
 //
-//   m = cache.match(input)          lookup: tokens skipped (joint-min rule)
-//   record(input_tokens, skipped)   metrics
-//   cache.release(m)                the reference pins nothing across its insert
-//   cache.commit(input ++ output)   insert; admission and eviction happen here
+//   m = cache.match(input)              lookup: tokens skipped (joint-min rule); pins
+//   record(input_tokens, skipped)       metrics
+//   cache.commit(input ++ output, m)    unpins m, then inserts; admission and eviction
+//                                       happen here (the reference pins nothing across
+//                                       its insert, so neither do we)
 //
 // With `concurrency = N > 1` a request stays in flight until N more requests have arrived
 // (FIFO completion): its match stays pinned, so eviction cannot take the prefix it is
@@ -110,16 +111,15 @@ class replay_trace {
   std::vector<entry> entries_;
 };
 
-/// What the engine needs from a cache: `match(input)` → `prefix::match_result`,
-/// `commit(sequence, input_ids)` (insert input ++ output; admission and eviction inside),
-/// `release(match_result&)`, and `counters()` → `prefix::cache_counters`, `alpha()`,
-/// `used_bytes()`.
+/// What the engine needs from a cache: `match(input)` → `prefix::match_result` (pinned),
+/// `commit(sequence, input_ids, match)` (unpin the match, insert input ++ output; admission
+/// and eviction inside), and `counters()` → `prefix::cache_counters`, `alpha()`,
+/// `used_bytes()`. `prefix_cache` returns `expected` results; hcbench's runner adapts them.
 template <class C>
 concept replayable_cache = requires(C& c, const C& cc, std::span<const token_id> tokens, std::int64_t n,
-                                    prefix::match_result& m) {
+                                    const prefix::match_result& m) {
   { c.match(tokens) } -> std::same_as<prefix::match_result>;
-  c.commit(tokens, n);
-  c.release(m);
+  c.commit(tokens, n, m);
   { cc.counters() } -> std::convertible_to<prefix::cache_counters>;
   { cc.alpha() } -> std::convertible_to<double>;
   { cc.used_bytes() } -> std::convertible_to<std::int64_t>;
@@ -156,9 +156,8 @@ template <class Cache, prefill_time_model PrefillTime = marconi_reference_ttft, 
   };
   std::deque<in_flight> running;
   auto finish_oldest = [&] {
-    in_flight& f = running.front();
-    cache.release(f.match);
-    cache.commit(trace.sequence(f.index), trace[f.index].input_ids);
+    const in_flight& f = running.front();
+    cache.commit(trace.sequence(f.index), trace[f.index].input_ids, f.match);
     peak = std::max<std::int64_t>(peak, cache.used_bytes());
     running.pop_front();
   };
@@ -170,8 +169,7 @@ template <class Cache, prefill_time_model PrefillTime = marconi_reference_ttft, 
     const std::int64_t skipped = std::min<std::int64_t>(m.reusable_tokens * e.tokens_per_id, e.input_tokens);
     rec.record(e.input_tokens, skipped);
     if (options.concurrency == 1) {
-      cache.release(m);
-      cache.commit(trace.sequence(i), e.input_ids);
+      cache.commit(trace.sequence(i), e.input_ids, m);
       peak = std::max<std::int64_t>(peak, cache.used_bytes());
     } else {
       running.push_back({i, m});

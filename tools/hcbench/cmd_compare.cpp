@@ -1,0 +1,192 @@
+// `hcbench compare`: several policies × capacities (× traces), run in parallel threads.
+//
+//   hcbench compare [--trace PATH --format F]... [--policies marconi,sglang+,vllm+,lru]
+//                   [--capacities 1e9,2e9,5e9,1e10] [--model PRESET] [--alpha X|auto]
+//                   [--block-size N] [--threads N] [--out DIR]
+//
+// Prints an aligned table and writes DIR/results.csv and DIR/hit_rate_vs_capacity.svg.
+// With no --trace it replays the embedded workload: synth-v1 chat (seed 1, 100 sessions,
+// 2 s apart) and agent (seed 2, 100 sessions, 4 s apart), generated in memory — the same
+// traces the Marconi reference was run on (anchors/marconi.md 1(i)).
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstdio>
+#include <exception>
+#include <filesystem>
+#include <fstream>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <unistd.h>
+
+#include <hybridcache/core/error.hpp>
+#include <hybridcache/core/presets.hpp>
+
+#include "command.hpp"
+#include "replay_args.hpp"
+#include "replay_report.hpp"
+#include "replay_run.hpp"
+
+namespace {
+
+struct compare_cli {
+  std::vector<std::string> traces;
+  std::vector<std::string> formats;
+  std::vector<std::string> labels;
+  std::string policies = "marconi,sglang+,vllm+,lru";
+  std::string capacities;  // default depends on the workload
+  std::string model = "marconi_7b";
+  std::string alpha = "auto";
+  std::int64_t block_size = 0;
+  std::int64_t threads = 0;
+  std::string out = "hcbench-results";
+  bool strict_capacity = false;
+};
+
+struct loaded_trace {
+  std::string label;
+  std::vector<hybridcache::sim::request> requests;
+};
+
+std::optional<double> parse_alpha(const std::string& s) {
+  if (s == "auto") return std::nullopt;
+  std::size_t used = 0;
+  double v = -1;
+  try {
+    v = std::stod(s, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used != s.size() || !(v >= 0) || !std::isfinite(v))
+    throw hybridcache::invalid_argument("--alpha '" + s + "': expected 'auto' or a number >= 0");
+  return v;
+}
+
+void run(const compare_cli& o) {
+  using namespace hcbench;
+  const hybridcache::model_spec model = hybridcache::presets::preset(o.model);
+  const std::vector<std::string> policies = split_list(o.policies);
+  if (policies.empty()) throw hybridcache::invalid_argument("--policies is empty");
+  for (const auto& p : policies) check_policy(p);
+  const std::optional<double> alpha = parse_alpha(o.alpha);
+  if (o.block_size < 0) throw hybridcache::invalid_argument("--block-size must be > 0");
+  if (o.threads < 0) throw hybridcache::invalid_argument("--threads must be >= 0");
+
+  std::vector<loaded_trace> traces;
+  std::string default_caps;
+  if (o.traces.empty()) {
+    std::fprintf(stderr, "hcbench compare: no --trace given; replaying the embedded synth-v1 chat and agent workloads\n");
+    traces.push_back({"synth-chat", synth_workload("chat", 1, 100, 2000)});
+    traces.push_back({"synth-agent", synth_workload("agent", 2, 100, 4000)});
+    default_caps = "1e9,2e9,5e9,1e10";
+  } else {
+    if (!(o.formats.size() == 1 || o.formats.size() == o.traces.size()))
+      throw hybridcache::invalid_argument("give one --format for all traces or one per --trace");
+    for (std::size_t i = 0; i < o.traces.size(); ++i) {
+      const std::string& fmt = o.formats.size() == 1 ? o.formats[0] : o.formats[i];
+      const std::int64_t block = fmt == "mooncake" && o.block_size > 0 ? o.block_size : 512;
+      std::string label = i < o.labels.size() ? o.labels[i] : std::filesystem::path(o.traces[i]).stem().string();
+      traces.push_back({label, load_trace(o.traces[i], fmt, block)});
+    }
+    default_caps = "1e9,2e9,5e9,1e10";
+  }
+  std::vector<std::int64_t> capacities;
+  for (const auto& c : split_list(o.capacities.empty() ? default_caps : o.capacities))
+    capacities.push_back(parse_capacity(c));
+  std::sort(capacities.begin(), capacities.end());
+
+  std::vector<replay_job> jobs;
+  for (const auto& t : traces)
+    for (const auto& p : policies)
+      for (std::int64_t cap : capacities) {
+        replay_job j;
+        j.requests = &t.requests;
+        j.trace = t.label;
+        j.model = model;
+        j.capacity_bytes = cap;
+        j.policy = p;
+        j.alpha = alpha;
+        j.strict_capacity = o.strict_capacity;
+        j.tuning_threads = 1;  // the jobs already run in parallel
+        if (o.block_size > 0) j.vllm_block = o.block_size;
+        jobs.push_back(std::move(j));
+      }
+
+  // Parallel std::threads over a shared job index; results land in job order.
+  std::vector<replay_result> results(jobs.size());
+  std::vector<std::exception_ptr> errors(jobs.size());
+  std::atomic<std::size_t> next{0}, done{0};
+  const bool tty = isatty(STDERR_FILENO) != 0;
+  std::mutex progress_mutex;
+  const std::size_t n_threads = std::min<std::size_t>(
+      jobs.size(), o.threads > 0 ? static_cast<std::size_t>(o.threads) : std::max(1u, std::thread::hardware_concurrency()));
+  auto worker = [&] {
+    for (std::size_t i; (i = next.fetch_add(1)) < jobs.size();) {
+      try {
+        results[i] = run_replay(jobs[i]);
+      } catch (...) {
+        errors[i] = std::current_exception();
+      }
+      const std::size_t d = ++done;
+      if (tty) {
+        std::lock_guard lock(progress_mutex);
+        std::fprintf(stderr, "\r[%zu/%zu] replays done", d, jobs.size());
+        if (d == jobs.size()) std::fprintf(stderr, "\n");
+      }
+    }
+  };
+  std::vector<std::thread> pool;
+  for (std::size_t t = 0; t < n_threads; ++t) pool.emplace_back(worker);
+  for (auto& t : pool) t.join();
+  for (auto& e : errors)
+    if (e) std::rethrow_exception(e);
+
+  const std::string table = format_table(results);
+  std::printf("%s", table.c_str());
+
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  fs::create_directories(o.out, ec);
+  if (ec) throw hybridcache::invalid_argument("--out '" + o.out + "': cannot create directory (" + ec.message() + ")");
+  const fs::path csv_path = fs::path(o.out) / "results.csv";
+  const fs::path svg_path = fs::path(o.out) / "hit_rate_vs_capacity.svg";
+  const fs::path table_path = fs::path(o.out) / "table.txt";
+  auto write = [](const fs::path& p, const std::string& text) {
+    std::ofstream f(p, std::ios::binary);
+    f << text;
+    if (!f) throw hybridcache::invalid_argument("cannot write '" + p.string() + "'");
+  };
+  std::string csv = std::string(csv_header()) + "\n";
+  for (const auto& r : results) csv += csv_row(r) + "\n";
+  write(csv_path, csv);
+  write(table_path, table);
+  std::string title = "hcbench compare: " + o.model;
+  for (const auto& t : traces) title += (&t == &traces.front() ? " on " : ", ") + t.label;
+  write(svg_path, hit_rate_svg(results, title));
+  std::printf("\ntable: %s\ncsv:   %s\nplot:  %s\n", table_path.string().c_str(), csv_path.string().c_str(),
+              svg_path.string().c_str());
+}
+
+const bool registered = hcbench::register_command(
+    {"compare", "run several policies over several capacities (and traces) in parallel; table, CSV and SVG plot",
+     [](CLI::App& sub) {
+       static compare_cli o;
+       sub.add_option("--trace", o.traces, "trace file (repeatable); none: the embedded synth-v1 workloads");
+       sub.add_option("--format", o.formats, "format of each --trace (one for all, or one per trace)");
+       sub.add_option("--label", o.labels, "table label of each --trace (default: file stem)");
+       sub.add_option("--policies", o.policies, "comma-separated: marconi,sglang+,vllm+,lru");
+       sub.add_option("--capacities", o.capacities, "comma-separated byte capacities (default 1e9,2e9,5e9,1e10)");
+       sub.add_option("--model", o.model, "model preset (see `hcbench models`)");
+       sub.add_option("--alpha", o.alpha, "marconi's FLOP-efficiency weight: a number, or auto");
+       sub.add_option("--block-size", o.block_size, "mooncake engine block size / vllm+ checkpoint block");
+       sub.add_option("--threads", o.threads, "worker threads (default: hardware concurrency)");
+       sub.add_option("--out", o.out, "output directory for results.csv, table.txt and hit_rate_vs_capacity.svg");
+       sub.add_flag("--strict-capacity", o.strict_capacity, "never exceed the capacity (see replay --help)");
+       sub.callback([] { run(o); });
+     }});
+
+}  // namespace

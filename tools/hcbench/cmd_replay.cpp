@@ -1,0 +1,119 @@
+// `hcbench replay`: one trace through one cache policy at one capacity.
+//
+//   hcbench replay --trace PATH --format marconi|mooncake|sharegpt --model PRESET
+//                  --capacity BYTES --policy marconi|sglang+|vllm+|lru [--alpha X|auto]
+//                  [--block-size N] [--concurrency N] [--json]
+//
+// --json prints exactly one JSON object on stdout (keys in replay_report.hpp's to_json);
+// otherwise a one-row table and the hit rate by input length. Progress goes to stderr, only
+// when stderr is a terminal.
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <limits>
+#include <optional>
+#include <string>
+
+#include <unistd.h>
+
+#include <hybridcache/core/error.hpp>
+#include <hybridcache/core/presets.hpp>
+
+#include "command.hpp"
+#include "replay_args.hpp"
+#include "replay_report.hpp"
+#include "replay_run.hpp"
+
+namespace {
+
+struct replay_cli {
+  std::string trace;
+  std::string format = "marconi";
+  std::string model = "marconi_7b";
+  std::string capacity;
+  std::string policy = "marconi";
+  std::string alpha = "auto";
+  std::int64_t block_size = 0;  // 0: the format's default (mooncake 512 = one id per hash id; vllm+ 32)
+  std::int64_t concurrency = 1;
+  bool json = false;
+  bool strict_capacity = false;
+};
+
+/// Parses --alpha: "auto" (nullopt) or a number >= 0.
+std::optional<double> parse_alpha(const std::string& s) {
+  if (s == "auto") return std::nullopt;
+  std::size_t used = 0;
+  double v = -1;
+  try {
+    v = std::stod(s, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used != s.size() || !(v >= 0) || !std::isfinite(v))
+    throw hybridcache::invalid_argument("--alpha '" + s + "': expected 'auto' or a number >= 0");
+  return v;
+}
+
+void run(const replay_cli& o) {
+  using namespace hcbench;
+  hcbench::replay_job job;
+  job.model = hybridcache::presets::preset(o.model);  // throws naming an unknown preset
+  check_policy(o.policy);
+  job.policy = o.policy;
+  job.capacity_bytes = parse_capacity(o.capacity);
+  job.alpha = parse_alpha(o.alpha);
+  if (o.block_size < 0) throw hybridcache::invalid_argument("--block-size must be > 0");
+  if (o.concurrency < 1) throw hybridcache::invalid_argument("--concurrency must be >= 1");
+  const std::int64_t mooncake_block = o.format == "mooncake" && o.block_size > 0 ? o.block_size : 512;
+  if (o.format != "mooncake" && o.block_size > 0) job.vllm_block = o.block_size;
+  job.concurrency = o.concurrency;
+  job.progress = isatty(STDERR_FILENO) != 0;
+  job.strict_capacity = o.strict_capacity;
+  const auto requests = load_trace(o.trace, o.format, mooncake_block);
+  job.requests = &requests;
+  job.trace = std::filesystem::path(o.trace).stem().string();
+  const replay_result r = run_replay(job);
+  if (o.json) {
+    std::printf("%s\n", to_json(r).c_str());
+    return;
+  }
+  std::printf("%s", format_table({r}).c_str());
+  std::printf("\ntoken hit rate by input length:\n");
+  for (const auto& b : r.metrics.by_input_length) {
+    if (b.requests == 0) continue;
+    const std::string range = b.hi == std::numeric_limits<std::int64_t>::max()
+                                  ? ">= " + std::to_string(b.lo)
+                                  : std::to_string(b.lo) + "-" + std::to_string(b.hi - 1);
+    std::printf("  %-14s %7lld requests  %6.2f%%\n", range.c_str(), static_cast<long long>(b.requests),
+                100.0 * b.token_hit_rate());
+  }
+  std::printf("checkpoints: %lld admitted, %lld reused, %lld evicted; KV admitted %s; peak %s\n",
+              static_cast<long long>(r.metrics.cache.checkpoints_admitted),
+              static_cast<long long>(r.metrics.cache.checkpoints_reused),
+              static_cast<long long>(r.metrics.cache.checkpoints_evicted),
+              format_bytes(r.metrics.cache.kv_bytes_admitted).c_str(), format_bytes(r.metrics.cache.peak_bytes).c_str());
+}
+
+const bool registered = hcbench::register_command(
+    {"replay", "replay one trace through one cache policy at one capacity", [](CLI::App& sub) {
+       static replay_cli o;
+       sub.add_option("--trace", o.trace, "trace file")->required();
+       sub.add_option("--format", o.format, "trace format: marconi (token-id JSONL), mooncake (hash_ids JSONL), "
+                                            "sharegpt (conversation JSONL)");
+       sub.add_option("--model", o.model, "model preset (see `hcbench models`)");
+       sub.add_option("--capacity", o.capacity, "cache capacity in bytes: 5e8, 500000000, 5GB, 4GiB")->required();
+       sub.add_option("--policy", o.policy, "marconi | sglang+ | vllm+ | lru");
+       sub.add_option("--alpha", o.alpha, "marconi's FLOP-efficiency weight: a number, or auto (tuned online)");
+       sub.add_option("--block-size", o.block_size,
+                      "mooncake: engine block size B dividing 512 (default 512); other formats: vllm+ "
+                      "checkpoint block in tokens (default 32)");
+       sub.add_option("--concurrency", o.concurrency, "requests in flight; a match stays pinned until its "
+                                                      "request finishes (default 1, the reference's model)");
+       sub.add_flag("--json", o.json, "print one JSON object on stdout");
+       sub.add_flag("--strict-capacity", o.strict_capacity,
+                    "never exceed the capacity: do not cache a request whose state alone is larger "
+                    "(default: insert it anyway, as the Marconi reference does)");
+       sub.callback([] { run(o); });
+     }});
+
+}  // namespace

@@ -1,0 +1,213 @@
+// hcbench's replay runner: trace loading, the embedded workload, and the four cache
+// compositions behind the CLI's policy names. All prefix_cache instantiations live in this
+// one translation unit.
+//
+// Policies (all on the counting store, one byte budget for KV and SSM checkpoints, logical
+// clock, as the Marconi reference simulates):
+//   marconi  judicious admission (branch point + last decoded token) + FLOP-aware eviction
+//            (U = alpha·eff' + rec'); --alpha auto tunes alpha online (bootstrap replay)
+//   sglang+  judicious admission + LRU on leaves, whole path refreshed (the reference's V1)
+//   vllm+    a checkpoint every block (32 tokens) + LRU on leaves (the reference's vLLM+)
+//   lru      no branch-point checkpoints: only the state after each request's last decoded
+//            token is kept (what an engine without speculative insertion caches), LRU on leaves
+#include "replay_run.hpp"
+
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <limits>
+#include <span>
+
+#include <hybridcache/core/cost_model.hpp>
+#include <hybridcache/core/checked_math.hpp>
+#include <hybridcache/core/error.hpp>
+#include <hybridcache/prefix/admission.hpp>
+#include <hybridcache/prefix/counting_store.hpp>
+#include <hybridcache/prefix/flop_aware_scorer.hpp>
+#include <hybridcache/prefix/lru_scorer.hpp>
+#include <hybridcache/prefix/prefix_cache.hpp>
+#include <hybridcache/sim/marconi_trace.hpp>
+#include <hybridcache/sim/mooncake_trace.hpp>
+#include <hybridcache/sim/replay.hpp>
+#include <hybridcache/sim/synth_v1.hpp>
+
+namespace hcbench {
+
+void check_policy(const std::string& name) {
+  for (const auto& p : policy_names())
+    if (p == name) return;
+  throw hybridcache::invalid_argument("unknown policy '" + name + "' (known: marconi, sglang+, vllm+, lru)");
+}
+
+std::vector<hybridcache::sim::request> load_trace(const std::string& path, const std::string& format,
+                                                  std::int64_t block_size) {
+  using namespace hybridcache;
+  bool known = false;
+  for (const auto& f : trace_formats()) known = known || f == format;
+  if (!known) throw invalid_argument("unknown trace format '" + format + "' (known: marconi, mooncake, sharegpt)");
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(path, ec))
+    throw invalid_argument("trace file '" + path + "' does not exist or is not a regular file");
+  std::vector<sim::request> out;
+  sim::request r;
+  if (format == "marconi") {
+    sim::marconi_reader reader{std::filesystem::path(path)};
+    while (reader.next(r)) out.push_back(r);
+  } else if (format == "mooncake") {
+    if (block_size <= 0 || block_size > 512 || 512 % block_size != 0)
+      throw invalid_argument("--block-size " + std::to_string(block_size) + ": must divide 512 for mooncake traces");
+    sim::mooncake_reader reader{std::filesystem::path(path),
+                                sim::mooncake_options{.block_size = static_cast<std::int32_t>(block_size),
+                                                      .synthesize_output_ids = true}};
+    while (reader.next(r)) out.push_back(r);
+  } else {
+    throw invalid_argument("trace format 'sharegpt' is not available in this build yet");
+  }
+  if (out.empty()) throw invalid_argument("trace file '" + path + "' holds no requests");
+  return out;
+}
+
+std::vector<hybridcache::sim::request> synth_workload(const std::string& profile, std::uint64_t seed,
+                                                      std::int64_t sessions, std::int64_t gap_ms) {
+  using namespace hybridcache::sim;
+  const auto generated = generate_synth_v1(
+      {.profile = parse_synth_profile(profile), .seed = seed, .sessions = sessions, .session_gap_ms = gap_ms});
+  std::vector<request> out;
+  out.reserve(generated.size());
+  for (const auto& g : generated) out.push_back(g.to_request());
+  return out;
+}
+
+namespace {
+
+namespace hc = hybridcache;
+namespace pc = hybridcache::prefix;
+
+/// The `lru` policy's admission: only the state after the last decoded token (what an engine
+/// without speculative insertion keeps; no branch-point checkpoints).
+struct last_token_admission {
+  void select(const pc::insertion_view& v, std::vector<std::int64_t>& out) const noexcept {
+    if (v.total_tokens > 0) out.push_back(v.total_tokens);
+  }
+};
+static_assert(pc::admission_policy<last_token_admission>);
+
+/// Adapts prefix_cache's `expected` results to the engine's calls; a refused commit (state
+/// larger than the whole cache under --strict-capacity) is counted, not fatal.
+template <class Cache>
+class engine_adapter {
+ public:
+  explicit engine_adapter(Cache& c) : c_(c) {}
+  pc::match_result match(std::span<const pc::token_id> in) {
+    auto m = c_.match(in);
+    if (!m) throw hc::invalid_argument("replay: match failed (" + std::string(hc::to_string(m.error())) + ")");
+    return *m;
+  }
+  void commit(std::span<const pc::token_id> seq, std::int64_t input_ids, const pc::match_result& m) {
+    auto r = c_.commit(seq, input_ids, &m);
+    if (r) return;
+    if (r.error() == hc::errc::out_of_capacity) {
+      ++refused_;
+      return;
+    }
+    throw hc::invalid_argument("replay: commit failed (" + std::string(hc::to_string(r.error())) + ")");
+  }
+  [[nodiscard]] pc::cache_counters counters() const { return c_.counters(); }
+  [[nodiscard]] double alpha() const { return c_.alpha(); }
+  [[nodiscard]] std::int64_t used_bytes() const { return c_.store().used_bytes(); }
+  [[nodiscard]] std::int64_t refused() const noexcept { return refused_; }
+
+ private:
+  Cache& c_;
+  std::int64_t refused_ = 0;
+};
+
+struct run_context {
+  const replay_job& job;
+  const hc::sim::replay_trace& trace;
+  const hc::cost_model& costs;
+  std::int32_t tokens_per_id;
+};
+
+pc::counting_store make_store(const run_context& ctx) {
+  const std::int64_t kv = hc::checked_mul(ctx.costs.kv_bytes_per_token(), ctx.tokens_per_id, "KV bytes per id");
+  pc::counting_store s(ctx.job.capacity_bytes, kv, ctx.costs.ssm_checkpoint_bytes());
+  s.allow_overflow(!ctx.job.strict_capacity);
+  return s;
+}
+
+template <class Admission, class Scorer>
+hc::sim::run_metrics run_with(const run_context& ctx, Scorer scorer, pc::prefix_cache_config cfg) {
+  cfg.admit_oversized = !ctx.job.strict_capacity;
+  pc::prefix_cache<hc::cost_model, Admission, Scorer> cache(ctx.costs, make_store(ctx), std::move(scorer), Admission{},
+                                                           cfg);
+  engine_adapter<decltype(cache)> adapter(cache);
+  const hc::sim::replay_options opt{.concurrency = ctx.job.concurrency};
+  hc::sim::run_metrics m;
+  if (ctx.job.progress) {
+    m = hc::sim::replay(adapter, ctx.trace, ctx.costs, opt, hc::marconi_reference_ttft{},
+                        [](std::size_t done, std::size_t total) {
+                          std::fprintf(stderr, "\r%zu/%zu requests", done, total);
+                          if (done == total) std::fprintf(stderr, "\n");
+                        });
+  } else {
+    m = hc::sim::replay(adapter, ctx.trace, ctx.costs, opt);
+  }
+  m.cache.refused_commits = adapter.refused();
+  return m;
+}
+
+template <std::int64_t Block>
+hc::sim::run_metrics run_every_block(const run_context& ctx) {
+  return run_with<pc::every_block_admission<Block>>(ctx, pc::lru_scorer({.ties = pc::lru_ties::python_heapq}), {});
+}
+
+}  // namespace
+
+replay_result run_replay(const replay_job& job) {
+  namespace hc = hybridcache;
+  check_policy(job.policy);
+  HYBRIDCACHE_EXPECTS(job.requests != nullptr && !job.requests->empty(), hc::invalid_argument,
+                      "replay: the trace holds no requests");
+  HYBRIDCACHE_EXPECTS(!job.alpha || (*job.alpha >= 0 && std::isfinite(*job.alpha)), hc::invalid_argument,
+                      "--alpha must be a number >= 0 or auto");
+  const hc::cost_model costs(job.model);
+  std::int32_t per_id = job.requests->front().tokens_per_id;
+  for (const auto& r : *job.requests)
+    HYBRIDCACHE_EXPECTS(r.tokens_per_id == per_id, hc::invalid_argument,
+                        "replay: requests of one trace must share tokens_per_id");
+  // Fail early, before the trace is flattened, when no checkpoint fits.
+  if (costs.ssm_checkpoint_bytes() > job.capacity_bytes)
+    throw hc::capacity_error("capacity " + std::to_string(job.capacity_bytes) + " B is smaller than one SSM checkpoint of " +
+                             job.model.name + " (" + std::to_string(costs.ssm_checkpoint_bytes()) + " B)");
+  const hc::sim::replay_trace trace(*job.requests);
+  const run_context ctx{job, trace, costs, per_id};
+
+  hc::sim::run_metrics m;
+  if (job.policy == "marconi") {
+    pc::prefix_cache_config cfg;
+    cfg.tuning.enabled = !job.alpha.has_value();
+    cfg.tuning.threads = job.tuning_threads;
+    m = run_with<pc::judicious_admission>(ctx, pc::flop_aware_scorer(costs, {.alpha = job.alpha.value_or(0.0)}), cfg);
+  } else if (job.policy == "sglang+") {
+    m = run_with<pc::judicious_admission>(ctx, pc::lru_scorer({.ties = pc::lru_ties::python_heapq}), {});
+  } else if (job.policy == "lru") {
+    m = run_with<last_token_admission>(ctx, pc::lru_scorer({.ties = pc::lru_ties::python_heapq}), {});
+  } else {  // vllm+: a checkpoint every `vllm_block` tokens = vllm_block / tokens_per_id ids
+    const std::int64_t ids = std::max<std::int64_t>(1, job.vllm_block / per_id);
+    switch (ids) {
+      case 1: m = run_every_block<1>(ctx); break;
+      case 2: m = run_every_block<2>(ctx); break;
+      case 16: m = run_every_block<16>(ctx); break;
+      case 32: m = run_every_block<32>(ctx); break;
+      case 64: m = run_every_block<64>(ctx); break;
+      default:
+        throw hc::invalid_argument("vllm+ block of " + std::to_string(ids) +
+                                   " ids is not compiled in (supported: 1, 2, 16, 32, 64 ids; default 32 tokens)");
+    }
+  }
+  if (job.policy != "marconi") m.cache.alpha = std::numeric_limits<double>::quiet_NaN();  // recency only
+  return {job.trace, job.model.name, job.policy, job.capacity_bytes, std::move(m)};
+}
+
+}  // namespace hcbench
