@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <memory>
 #include <sstream>
@@ -342,4 +343,45 @@ TEST_CASE("open_trace: format names, errors for missing files and unknown format
   CHECK_THROWS_WITH_AS((void)open_trace("/nonexistent/x.jsonl", trace_format::marconi), doctest::Contains("/nonexistent/x.jsonl"),
                        invalid_argument);
   CHECK_THROWS_AS((void)open_trace("/nonexistent/x.jsonl", trace_format::mooncake, {.mooncake = {.block_size = 100}}), invalid_argument);
+}
+
+TEST_CASE("open_trace reads every format from a file") {
+  const std::filesystem::path dir = std::filesystem::temp_directory_path() / "hybridcache_test_sim_open_trace";
+  std::filesystem::create_directories(dir);
+  auto write = [&dir](const char* name, const std::string& text) {
+    const std::filesystem::path p = dir / name;
+    std::ofstream(p, std::ios::binary) << text;
+    return p;
+  };
+  struct format_case {
+    trace_format format;
+    std::filesystem::path path;
+    std::size_t requests;
+    std::int64_t first_input_tokens;
+    bool ids;
+  };
+  const format_case cases[] = {
+      {trace_format::marconi,
+       write("m.jsonl", R"({"session_id": 0, "turn_id": 0, "ts": 0.5, "num_input_tokens": 2, "num_output_tokens": 1, "input_tokens": [3, 4], "output_tokens": [5]})" "\n"),
+       1, 2, true},
+      {trace_format::mooncake,
+       write("k.jsonl", "{\"timestamp\": 0, \"input_length\": 700, \"output_length\": 3, \"hash_ids\": [0, 1]}\n"
+                        "{\"timestamp\": 10, \"input_length\": 100, \"output_length\": 3, \"hash_ids\": [0]}\n"),
+       2, 700, true},
+      {trace_format::sharegpt, write("s.jsonl", R"({"conversations": [{"from": "human", "value": "hi"}, {"from": "gpt", "value": "yo"}]})" "\n"), 1, 2,
+       true},
+      {trace_format::azure, write("a.csv", "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.6805900,374,44\n"), 1, 374, false},
+      {trace_format::cachepawl, write("c.json", R"([{"conversation_id": "a", "prompt_tokens": 8, "prompt_chars": 31}])"), 1, 8, false},
+  };
+  for (const auto& c : cases) {
+    CAPTURE(to_string(c.format));
+    auto trace = open_trace(c.path, c.format);
+    CHECK(trace.format() == c.format);
+    const auto requests = collect(trace);
+    REQUIRE(requests.size() == c.requests);
+    CHECK(requests[0].input_tokens == c.first_input_tokens);
+    CHECK(requests[0].has_ids() == c.ids);
+    CHECK(requests[0].source_line == (c.format == trace_format::azure ? 2 : 1));  // after the CSV header
+  }
+  std::filesystem::remove_all(dir);
 }
