@@ -42,6 +42,19 @@ const std::string marconi_line_0 =
 const std::string marconi_line_1 =
     R"({"turn_id": 1, "session_id": 0, "ts": 62.345, "extra": {"ignored": [1, "x"]}, "num_input_tokens": 6, "num_output_tokens": 0, "input_tokens": [5, 6, 7, 8, 9, 10], "output_tokens": []})";
 
+// The concept accepts exactly `bool next(request&)`.
+struct returns_int {
+  int next(request&);
+};
+struct takes_const {
+  bool next(const request&) const;
+};
+struct no_next {};
+static_assert(!request_source<returns_int>);
+static_assert(!request_source<no_next>);
+static_assert(request_source<takes_const>);  // binding request& to const request& is fine
+static_assert(request_source<marconi_reader> && request_source<mooncake_reader> && request_source<synth_v1_source>);
+
 }  // namespace
 
 TEST_CASE("marconi reader: fields, key order, unknown keys, blank lines") {

@@ -59,7 +59,8 @@ struct request {
 
 /// A stream of requests in arrival order. `next(r)` overwrites `r` (reusing its vectors)
 /// and returns true, or returns false at the end. Malformed input throws
-/// `hybridcache::format_error` naming the line and field. Every reader in this folder and
+/// `hybridcache::format_error` naming the line and field (then `r`'s contents are
+/// unspecified and the source should not be read further). Every reader in this folder and
 /// `trace_reader` (trace.hpp) model it.
 template <class S>
 concept request_source = requires(S& source, request& r) {

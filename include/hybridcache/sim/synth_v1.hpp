@@ -75,8 +75,8 @@ enum class synth_profile { chat, agent };
 
 /// Inclusive integer range of one draw.
 struct synth_range {
-  std::int64_t lo = 0;
-  std::int64_t hi = 0;
+  std::int64_t lo = 0;  ///< smallest value drawn
+  std::int64_t hi = 0;  ///< largest value drawn
 };
 
 /// Parameters of one profile (the table in gen_trace.py's PROFILES).
@@ -114,8 +114,8 @@ inline constexpr std::int64_t synth_max_total_tokens = 32768;
 
 /// Arguments of one generated trace (gen_trace.py's command line).
 struct synth_v1_options {
-  synth_profile profile = synth_profile::chat;
-  std::uint64_t seed = 1;
+  synth_profile profile = synth_profile::chat;  ///< --profile
+  std::uint64_t seed = 1;                       ///< --seed (negative seeds: their two's complement)
   std::int64_t sessions = 100;         ///< --sessions
   std::int64_t session_gap_ms = 2000;  ///< --session-gap-ms: session s starts at s * gap
 };
@@ -123,9 +123,9 @@ struct synth_v1_options {
 /// One generated request, with its time in integer milliseconds (the JSONL's `ts` is
 /// ts_ms / 1000.0).
 struct synth_request {
-  std::int64_t ts_ms = 0;
-  std::int64_t session_id = 0;
-  std::int64_t turn_id = 0;
+  std::int64_t ts_ms = 0;       ///< arrival in ms: session * gap + the think times of earlier turns
+  std::int64_t session_id = 0;  ///< 0-based session
+  std::int64_t turn_id = 0;     ///< 0-based turn within the session
   std::vector<token_id> input;   ///< history (system prompt, earlier turns and outputs) + user turn
   std::vector<token_id> output;  ///< this turn's output
 
@@ -255,7 +255,9 @@ inline void write_synth_v1_jsonl(std::ostream& out, const std::vector<synth_requ
 /// A generated trace as a `request_source` (in arrival order).
 class synth_v1_source {
  public:
+  /// Generates the trace (see `generate_synth_v1`).
   explicit synth_v1_source(const synth_v1_options& options) : requests_(generate_synth_v1(options)) {}
+  /// Replays already generated requests.
   explicit synth_v1_source(std::vector<synth_request> requests) : requests_(std::move(requests)) {}
 
   /// Fills `r` with the next request; false at the end. Reuses `r`'s vectors.
