@@ -1,0 +1,116 @@
+// hybridcache/tiered/prefetch.hpp
+//
+// When to start loading a lower-tier hit into HBM.
+//
+// CaR's deadline rule (papers/003 §III-B2): with N requests running on the GPU, each with
+// a timer started at `timer_i`, a predicted output length `len_i` and the current time
+// per output token TPOT, the GPU frees up for the next request after
+// min_i (TPOT·len_i − (t − timer_i)). Fetch as soon as that is no more than the transfer
+// time SIZE / bandwidth, so the data lands just in time — not earlier (it would occupy
+// HBM idly) and not later (the request would stall). With nothing running, the GPU is
+// idle and the rule fires at once. `fire_time` gives the earliest firing instant in closed
+// form for a simulator.
+//
+// HiCache's threshold rule (anchors/multitier.md §2.3): fetch when the lower-tier hit is
+// at least `min_tokens` (256 by default), immediately.
+//
+// Output lengths come from a pluggable predictor (`output_length_predictor`); the default
+// is the running mean of completed requests (CaR uses a model-based predictor [40]; the
+// mean is the simplest unbiased stand-in).
+//
+// Every function here is O(running requests), allocation-free.
+#pragma once
+
+#include <algorithm>
+#include <concepts>
+#include <cstdint>
+#include <limits>
+#include <span>
+
+namespace hybridcache::tiered {
+
+/// Predicts how many tokens a request will generate, and learns from finished requests.
+template <class P>
+concept output_length_predictor = requires(P& p, const P& cp, std::int64_t prompt_tokens, std::int64_t output_tokens) {
+  { cp.predict(prompt_tokens) } -> std::convertible_to<double>;
+  p.observe(prompt_tokens, output_tokens);
+};
+
+/// The running mean of observed output lengths (`prior` until the first observation).
+struct running_mean_predictor {
+  double prior = 256.0;
+  double sum = 0.0;
+  std::int64_t count = 0;
+  [[nodiscard]] double predict(std::int64_t /*prompt_tokens*/) const noexcept {
+    return count > 0 ? sum / static_cast<double>(count) : prior;
+  }
+  void observe(std::int64_t /*prompt_tokens*/, std::int64_t output_tokens) noexcept {
+    sum += static_cast<double>(output_tokens);
+    count += 1;
+  }
+};
+static_assert(output_length_predictor<running_mean_predictor>);
+
+/// A request running on the GPU, as the prefetcher sees it.
+struct running_request {
+  double timer_ms = 0.0;          ///< timer_i: when its service started
+  double predicted_tokens = 0.0;  ///< len_i from the predictor
+};
+
+/// Everything a prefetch rule may look at for one candidate transfer.
+struct prefetch_context {
+  double now_ms = 0.0;
+  double tpot_ms = 0.0;                          ///< current time per output token
+  std::span<const running_request> running{};   ///< requests on the GPU now
+  double bytes = 0.0;                            ///< SIZE: bytes to fetch
+  double bandwidth_bytes_per_ms = 0.0;           ///< measured link bandwidth
+  std::int64_t lower_hit_tokens = 0;             ///< tokens the fetch would bring in
+};
+
+/// A prefetch rule: fire now or not.
+template <class R>
+concept prefetch_rule = requires(const R& r, const prefetch_context& c) {
+  { r.should_fetch(c) } -> std::same_as<bool>;
+};
+
+/// CaR's deadline rule.
+struct deadline_prefetch {
+  /// min_i (TPOT·len_i − (t − timer_i)); +inf with nothing running.
+  [[nodiscard]] static double min_remaining_ms(const prefetch_context& c) noexcept {
+    double m = std::numeric_limits<double>::infinity();
+    for (const auto& r : c.running) m = std::min(m, c.tpot_ms * r.predicted_tokens - (c.now_ms - r.timer_ms));
+    return m;
+  }
+  /// SIZE / bandwidth.
+  [[nodiscard]] static double transfer_ms(const prefetch_context& c) noexcept {
+    return c.bandwidth_bytes_per_ms > 0 ? c.bytes / c.bandwidth_bytes_per_ms : std::numeric_limits<double>::infinity();
+  }
+  [[nodiscard]] bool should_fetch(const prefetch_context& c) const noexcept {
+    if (c.running.empty()) return true;  // GPU idle: fetch now
+    return min_remaining_ms(c) <= transfer_ms(c);
+  }
+  /// Earliest time >= c.now_ms at which `should_fetch` holds (the timers and predictions
+  /// held fixed): min_i (timer_i + TPOT·len_i) − SIZE/bandwidth, clamped to now.
+  [[nodiscard]] static double fire_time(const prefetch_context& c) noexcept {
+    if (c.running.empty()) return c.now_ms;
+    double end = std::numeric_limits<double>::infinity();
+    for (const auto& r : c.running) end = std::min(end, r.timer_ms + c.tpot_ms * r.predicted_tokens);
+    return std::max(c.now_ms, end - transfer_ms(c));
+  }
+};
+static_assert(prefetch_rule<deadline_prefetch>);
+
+/// HiCache's rule: fetch immediately when the lower-tier hit has at least `min_tokens`.
+struct threshold_prefetch {
+  std::int64_t min_tokens = 256;
+  [[nodiscard]] bool should_fetch(const prefetch_context& c) const noexcept { return c.lower_hit_tokens >= min_tokens; }
+};
+static_assert(prefetch_rule<threshold_prefetch>);
+
+/// Never prefetch: load on dispatch.
+struct no_prefetch {
+  [[nodiscard]] bool should_fetch(const prefetch_context&) const noexcept { return false; }
+};
+static_assert(prefetch_rule<no_prefetch>);
+
+}  // namespace hybridcache::tiered

@@ -1,0 +1,131 @@
+// hybridcache/tiered/sparsify.hpp
+//
+// Quality-aware KV sparsification (CaR §III-D), applied when attention KV pages are
+// demoted to a slower tier or loaded back.
+//
+// CaR's observation: count an attention score as zero when it is below 1 % of its row's
+// maximum; the fraction of zeros (the layer's sparsity) rises from about 60 % in the first
+// layer to about 95 % in the last. So each layer keeps a different share of its tokens:
+// `keep_l = 1 − sparsity_l`, measured once per model on calibration prompts
+// (`measure_row_sparsity` / `sparsity_profile::from_measurements`) or taken from the
+// paper's linear profile (`sparsity_profile::car_linear`).
+//
+// Which tokens: H2O's heavy hitters — the tokens with the largest attention *accumulated*
+// over the queries seen so far — plus a window of the most recent tokens, which are always
+// kept (anchors/multitier.md §2.6). `select_tokens` returns the kept positions, ascending.
+//
+// Scope: attention KV only. Recurrent (SSM / GDN) states and conv states are never
+// sparsified: they are a fixed-size summary of the whole prefix, with no tokens to drop.
+// `sparsified_node_bytes` keeps the checkpoint bytes as they are.
+//
+// Costs: select_tokens O(T log T) with one allocation; the byte helpers O(layers).
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <numeric>
+#include <span>
+#include <vector>
+
+#include "hybridcache/core/cost_model.hpp"
+#include "hybridcache/core/error.hpp"
+
+namespace hybridcache::tiered {
+
+/// Fraction of a row's entries below `relative_threshold` × the row maximum (CaR: 1 %).
+[[nodiscard]] inline double measure_row_sparsity(std::span<const double> row, double relative_threshold = 0.01) {
+  if (row.empty()) return 0.0;
+  const double mx = *std::max_element(row.begin(), row.end());
+  std::size_t zeros = 0;
+  for (double x : row) zeros += x < relative_threshold * mx;
+  return static_cast<double>(zeros) / static_cast<double>(row.size());
+}
+
+/// Per-attention-layer sparsity (fraction of tokens that may be dropped).
+struct sparsity_profile {
+  std::vector<double> sparsity;  ///< one value in [0, 1) per attention layer, model order
+
+  /// CaR's profile: linear from `first` (≈ 0.60) to `last` (≈ 0.95) over `layers` layers.
+  /// @throws invalid_argument for layers <= 0 or values outside [0, 1).
+  [[nodiscard]] static sparsity_profile car_linear(std::int64_t layers, double first = 0.60, double last = 0.95) {
+    HYBRIDCACHE_EXPECTS(layers > 0, invalid_argument, "sparsity_profile: layers must be > 0");
+    HYBRIDCACHE_EXPECTS(first >= 0 && first < 1 && last >= 0 && last < 1, invalid_argument,
+                        "sparsity_profile: sparsity must be in [0, 1)");
+    sparsity_profile p;
+    for (std::int64_t l = 0; l < layers; ++l)
+      p.sparsity.push_back(layers == 1 ? first : first + (last - first) * static_cast<double>(l) / static_cast<double>(layers - 1));
+    return p;
+  }
+
+  /// Profile from measured per-layer sparsities (e.g. averaged `measure_row_sparsity`).
+  [[nodiscard]] static sparsity_profile from_measurements(std::vector<double> per_layer) {
+    for (double s : per_layer)
+      HYBRIDCACHE_EXPECTS(s >= 0 && s < 1, invalid_argument, "sparsity_profile: sparsity must be in [0, 1)");
+    HYBRIDCACHE_EXPECTS(!per_layer.empty(), invalid_argument, "sparsity_profile: no layers");
+    return {std::move(per_layer)};
+  }
+
+  /// Share of tokens layer `l` keeps.
+  [[nodiscard]] double keep_ratio(std::size_t l) const { return 1.0 - sparsity.at(l); }
+  /// Mean keep ratio over layers.
+  [[nodiscard]] double mean_keep() const {
+    return sparsity.empty() ? 1.0 : 1.0 - std::accumulate(sparsity.begin(), sparsity.end(), 0.0) / static_cast<double>(sparsity.size());
+  }
+};
+
+/// Knobs of the token selection. Aggregate with defaults.
+struct sparsify_options {
+  std::int64_t recent_window = 32;  ///< most recent tokens, always kept
+};
+
+/// Tokens layer `l` keeps out of `tokens`: ceil(keep_ratio · tokens), at least the recent
+/// window, at most all of them.
+[[nodiscard]] inline std::int64_t kept_tokens(const sparsity_profile& p, std::size_t l, std::int64_t tokens,
+                                              const sparsify_options& o = {}) {
+  // The epsilon keeps 0.05 · 1000 at 50 (1 − 0.95 is 0.05000000000000004 in binary).
+  const auto k = static_cast<std::int64_t>(std::ceil(p.keep_ratio(l) * static_cast<double>(tokens) - 1e-9));
+  return std::min(tokens, std::max(k, std::min(tokens, o.recent_window)));
+}
+
+/// H2O selection: the last `recent_window` positions plus the `keep − window` positions
+/// with the largest accumulated attention among the rest (ties: earlier first). Returns
+/// positions ascending. keep >= size keeps everything.
+[[nodiscard]] inline std::vector<std::int32_t> select_tokens(std::span<const double> accumulated, std::int64_t keep,
+                                                             std::int64_t recent_window) {
+  const auto n = static_cast<std::int64_t>(accumulated.size());
+  keep = std::clamp<std::int64_t>(keep, 0, n);
+  const std::int64_t recent = std::min(std::max<std::int64_t>(recent_window, 0), keep);
+  std::vector<std::int32_t> idx(static_cast<std::size_t>(n - recent));
+  std::iota(idx.begin(), idx.end(), 0);
+  const std::int64_t heavy = keep - recent;
+  std::partial_sort(idx.begin(), idx.begin() + heavy, idx.end(), [&](std::int32_t a, std::int32_t b) {
+    return accumulated[static_cast<std::size_t>(a)] > accumulated[static_cast<std::size_t>(b)] ||
+           (accumulated[static_cast<std::size_t>(a)] == accumulated[static_cast<std::size_t>(b)] && a < b);
+  });
+  idx.resize(static_cast<std::size_t>(heavy));
+  for (std::int64_t t = n - recent; t < n; ++t) idx.push_back(static_cast<std::int32_t>(t));
+  std::sort(idx.begin(), idx.end());
+  return idx;
+}
+
+/// Attention-KV bytes of `tokens` tokens after sparsification: Σ over attention layers of
+/// kept_tokens × KV bytes per token per layer. The profile must have one value per
+/// attention layer. @throws invalid_argument on a size mismatch.
+[[nodiscard]] inline std::int64_t sparsified_kv_bytes(const cost_model& m, const sparsity_profile& p, std::int64_t tokens,
+                                                      const sparsify_options& o = {}) {
+  HYBRIDCACHE_EXPECTS(static_cast<std::int64_t>(p.sparsity.size()) == m.attention_layers(), invalid_argument,
+                      "sparsified_kv_bytes: profile needs one value per attention layer");
+  std::int64_t b = 0;
+  for (std::size_t l = 0; l < p.sparsity.size(); ++l) b += kept_tokens(p, l, tokens, o) * m.kv_bytes_per_token_per_layer();
+  return b;
+}
+
+/// Bytes of a node (its tokens' KV plus, if it has one, its recurrent checkpoint) after
+/// sparsification: only the KV shrinks; the checkpoint is never sparsified.
+[[nodiscard]] inline std::int64_t sparsified_node_bytes(const cost_model& m, const sparsity_profile& p, std::int64_t tokens,
+                                                        bool has_checkpoint, const sparsify_options& o = {}) {
+  return sparsified_kv_bytes(m, p, tokens, o) + (has_checkpoint ? m.ssm_checkpoint_bytes() : 0);
+}
+
+}  // namespace hybridcache::tiered
