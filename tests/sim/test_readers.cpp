@@ -13,6 +13,7 @@
 
 #include <hybridcache/sim/marconi_trace.hpp>
 #include <hybridcache/sim/mooncake_trace.hpp>
+#include <hybridcache/sim/sharegpt_trace.hpp>
 #include <hybridcache/sim/synth_v1.hpp>
 #include <hybridcache/sim/trace_stats.hpp>
 
@@ -93,7 +94,7 @@ TEST_CASE("marconi reader: malformed lines name line and field") {
       {R"({"session_id": "zero", "turn_id": 0, "ts": 1.0, "num_input_tokens": 3, "num_output_tokens": 2, "input_tokens": [5, 6, 7], "output_tokens": [8, 9]})", "session_id"},
       {R"({"session_id": 0, "turn_id": 0, "ts": 1.0, "num_input_tokens": 4, "num_output_tokens": 2, "input_tokens": [5, 6, 7], "output_tokens": [8, 9]})", "num_input_tokens"},
       {R"({"session_id": 0, "turn_id": 0, "ts": 1.0, "num_input_tokens": 3, "num_output_tokens": 1, "input_tokens": [5, 6, 7], "output_tokens": [8, 9]})", "num_output_tokens"},
-      {R"({"session_id": 0, "turn_id": 0, "ts": 1.0, "num_input_tokens": 3, "num_output_tokens": 2, "input_tokens": [5, -6, 7], "output_tokens": [8, 9]})", "input_tokens"},
+      {R"({"session_id": 0, "turn_id": 0, "ts": 1.0, "num_input_tokens": 3, "num_output_tokens": 2, "input_tokens": [5, 3000000000, 7], "output_tokens": [8, 9]})", "input_tokens"},
       {R"({"session_id": 0, "turn_id": 0, "ts": 1.0, "num_input_tokens": 3, "num_output_tokens": 2, "input_tokens": [5, 6.5, 7], "output_tokens": [8, 9]})", "input_tokens"},
       {R"({"session_id": 0, "turn_id": 0, "ts": 1.0, "num_input_tokens": 3, "num_output_tokens": 2, "input_tokens": "5 6 7", "output_tokens": [8, 9]})", "input_tokens"},
       {R"({"session_id": 0, "turn_id": 0, "ts": -1.0, "num_input_tokens": 3, "num_output_tokens": 2, "input_tokens": [5, 6, 7], "output_tokens": [8, 9]})", "ts"},
@@ -276,4 +277,53 @@ TEST_CASE("Mooncake conversation trace: infinite-cache bound is 36.64 % of block
   const infinite_cache_result b16 = infinite_cache_bound(reader16);
   CHECK(b16.input_ids == 9'055'233);
   CHECK(b16.hit_ids == 3'381'208);
+}
+
+TEST_CASE("marconi writer: any id trace round-trips through Marconi JSONL") {
+  SUBCASE("ShareGPT-built requests") {
+    const std::string text =
+        R"({"conversations": [{"from": "human", "value": "one two"}, {"from": "gpt", "value": "x"}, {"from": "human", "value": "three four five"}, {"from": "gpt", "value": "y"}]})"
+        "\n"
+        R"({"conversations": [{"from": "human", "value": "\u4e2d\u6587"}, {"from": "gpt", "value": "ok"}]})"
+        "\n";
+    std::istringstream a(text), b(text);
+    sharegpt_reader source(a, {.sessions_per_second = 0.3}), again(b, {.sessions_per_second = 0.3});
+    std::ostringstream jsonl;
+    CHECK(write_marconi_jsonl(jsonl, source) == 3);
+    std::istringstream in(jsonl.str());
+    marconi_reader reader(in);
+    const auto original = collect(again);
+    const auto read_back = collect(reader);
+    REQUIRE(read_back.size() == original.size());
+    for (std::size_t i = 0; i < original.size(); ++i) {
+      CHECK(read_back[i].arrival_s == original[i].arrival_s);  // Python repr round-trips exactly
+      CHECK(read_back[i].session_id == original[i].session_id);
+      CHECK(read_back[i].turn_id == original[i].turn_id);
+      CHECK(read_back[i].input == original[i].input);
+      CHECK(read_back[i].output == original[i].output);
+    }
+  }
+  SUBCASE("synth-v1 requests give the generator's exact bytes") {
+    const auto generated = generate_synth_v1({.profile = synth_profile::agent, .seed = 5, .sessions = 3, .session_gap_ms = 1500});
+    synth_v1_source source(generated);
+    std::ostringstream jsonl;
+    (void)write_marconi_jsonl(jsonl, source);
+    CHECK(jsonl.str() == synth_v1_jsonl(generated));
+  }
+  SUBCASE("Mooncake requests keep their negative output ids") {
+    std::istringstream in("{\"timestamp\": 0, \"input_length\": 600, \"output_length\": 700, \"hash_ids\": [0, 1]}\n");
+    mooncake_reader source(in);
+    std::ostringstream jsonl;
+    (void)write_marconi_jsonl(jsonl, source);
+    std::istringstream back(jsonl.str());
+    marconi_reader reader(back);
+    request r;
+    REQUIRE(reader.next(r));
+    CHECK(r.input == std::vector<token_id>{0, 1});
+    CHECK(r.output == std::vector<token_id>{-1, -2});
+  }
+  request lengths_only;
+  lengths_only.input_tokens = 10;
+  std::string out;
+  CHECK_THROWS_AS(append_marconi_jsonl(out, lengths_only), invalid_argument);
 }

@@ -8,24 +8,32 @@
 //
 // `ts` is in seconds; `input_tokens` is the whole history plus the new user turn. All seven
 // keys are required, each once; other keys are skipped. The counts must equal the array
-// lengths, token ids must be in [0, 2^31), `ts` must be finite, >= 0 and non-decreasing
+// lengths, token ids must fit int32 (negative ids are accepted: they are the unique ids
+// other readers synthesize, e.g. Mooncake decode blocks), `ts` must be finite, >= 0 and non-decreasing
 // (the replay consumes requests in file order, as the reference does). Blank lines are
 // skipped. Any violation throws `format_error` naming the line and the key.
 //
 // Cost: O(line bytes) per request, no allocation once the request's vectors are warm.
+//
+// `append_marconi_jsonl` writes any id-carrying request in this format (as Python's
+// json.dump would), so a trace from another reader (ShareGPT, Mooncake at some B) can be fed
+// to the Marconi reference simulator for side-by-side runs.
 #pragma once
 
+#include <charconv>
 #include <cmath>
 #include <cstdint>
 #include <filesystem>
 #include <istream>
 #include <limits>
+#include <ostream>
 #include <string>
 #include <string_view>
 
 #include "hybridcache/core/error.hpp"
 #include "hybridcache/sim/json.hpp"
 #include "hybridcache/sim/line_reader.hpp"
+#include "hybridcache/sim/python_float.hpp"
 #include "hybridcache/sim/request.hpp"
 
 namespace hybridcache::sim {
@@ -82,10 +90,10 @@ class marconi_reader {
         num_output = c.read_int(key);
       } else if (key == "input_tokens") {
         mark(k_in, key);
-        c.read_int_array(key, r.input, 0, std::numeric_limits<token_id>::max());
+        c.read_int_array(key, r.input);
       } else if (key == "output_tokens") {
         mark(k_out, key);
-        c.read_int_array(key, r.output, 0, std::numeric_limits<token_id>::max());
+        c.read_int_array(key, r.output);
       } else {
         c.skip_value(key);
       }
@@ -115,5 +123,56 @@ class marconi_reader {
   double last_arrival_s_ = 0.0;
 };
 static_assert(request_source<marconi_reader>);
+
+/// Appends `r` as one Marconi JSONL line (keys in the reference's order, separators
+/// ", " and ": ", `ts` as Python's repr of `arrival_s`), then '\n'. Session and turn ids
+/// of -1 are written as they are. Throws `invalid_argument` for a request without ids
+/// (a length-only format) whose input is not empty, since the format needs the ids.
+inline void append_marconi_jsonl(std::string& out, const request& r) {
+  HYBRIDCACHE_EXPECTS(r.has_ids(), invalid_argument, "marconi JSONL needs token ids; this request has lengths only");
+  auto append_int = [&out](std::int64_t v) {
+    char buffer[24];
+    out.append(buffer, std::to_chars(buffer, buffer + sizeof buffer, v).ptr);
+  };
+  auto append_ids = [&](const std::vector<token_id>& ids) {
+    out += '[';
+    for (std::size_t i = 0; i < ids.size(); ++i) {
+      if (i != 0) out += ", ";
+      append_int(ids[i]);
+    }
+    out += ']';
+  };
+  out += "{\"session_id\": ";
+  append_int(r.session_id);
+  out += ", \"turn_id\": ";
+  append_int(r.turn_id);
+  out += ", \"ts\": ";
+  append_python_float_repr(out, r.arrival_s);
+  out += ", \"num_input_tokens\": ";
+  append_int(static_cast<std::int64_t>(r.input.size()));
+  out += ", \"num_output_tokens\": ";
+  append_int(static_cast<std::int64_t>(r.output.size()));
+  out += ", \"input_tokens\": ";
+  append_ids(r.input);
+  out += ", \"output_tokens\": ";
+  append_ids(r.output);
+  out += "}\n";
+}
+
+/// Writes every request of `source` as Marconi JSONL to `out`, one line at a time; returns
+/// the number of requests written.
+template <request_source S>
+std::int64_t write_marconi_jsonl(std::ostream& out, S& source) {
+  request r;
+  std::string line;
+  std::int64_t n = 0;
+  while (source.next(r)) {
+    line.clear();
+    append_marconi_jsonl(line, r);
+    out.write(line.data(), static_cast<std::streamsize>(line.size()));
+    ++n;
+  }
+  return n;
+}
 
 }  // namespace hybridcache::sim
