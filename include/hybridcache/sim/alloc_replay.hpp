@@ -91,19 +91,19 @@ struct alloc_replay_config {
   std::int64_t tokens_per_page = 16;
   std::int64_t sample_every_events = 100;  ///< occupancy sample period, as the reference
   /// Rebalancer of the dynamic variants; unset = the variant's defaults.
-  std::optional<memory::rebalancer_config> rebalancer;
+  std::optional<memory::rebalancer_config> rebalancer{};
   /// Reproduce the reference's padded_unified quirk: a departing request frees its pages
   /// by page id, including pages evicted from it and since handed to other requests
   /// (their owners lose them silently). Needed to match the reference's padded numbers;
   /// off by default (our handles are generation-checked, so this cannot happen by accident).
   bool reference_padded_id_reuse = false;
   /// Ladder and compaction of the dynamic variants; unset = the variant's defaults.
-  std::optional<alloc_ladder> ladder;
-  std::optional<bool> compaction;
+  std::optional<alloc_ladder> ladder{};
+  std::optional<bool> compaction{};
   /// Evict a victim from both pools at once (its request is lost either way), so the
   /// freed units of the other pool can be migrated; unset = the variant's default (on
   /// for vmm_dynamic only; the reference evicts from the failing pool only).
-  std::optional<bool> evict_whole_request;
+  std::optional<bool> evict_whole_request{};
 };
 
 /// What one replay measured. Deterministic except wall_seconds.
