@@ -1,0 +1,643 @@
+// hybridcache/tiered/tiered_replay.hpp
+//
+// Trace replay through the multi-tier cache with a timeline model: what CaR's design
+// (papers/003) buys in modelled TTFT on a real trace, and what each piece contributes.
+//
+// The modelled server is one prefill engine (prefill/decode disaggregated, as in Mooncake,
+// whose trace this is meant for), fed by a queue (FCFS or CaR's cache-aware queue) over a
+// tiered cache of *blocks* (one cache entry per request id, e.g. a Mooncake 512-token hash
+// block). A block holds the KV of its tokens in every attention layer plus, for hybrid
+// models, the recurrent checkpoint at its end (every-block checkpointing, vLLM+ style), so
+// any matched prefix is resumable.
+//
+// Per dispatched request (times in ms):
+//   match      the longest run of leading ids present in any tier; HBM blocks are hits for
+//              free, lower-tier blocks must be loaded (or recomputed).
+//   load       per layer: Σ over the lower-tier blocks of that layer's bytes / link
+//              bandwidth, plus a per-copy overhead (6 µs) per coalesced run of host pages.
+//              Loads of all requests serialize on one onboard link.
+//   compute    prefill time of the uncached tokens (the prefill-time policy, core/
+//              prefill_time.hpp), split evenly over the mixer layers.
+//   overlap    layer-wise pipelining (layer_pipeline.hpp): layer l computes once layer l's
+//              data is in; or, with `layerwise = false`, after the whole load.
+//   recompute  if loading would finish later than recomputing those tokens (from the first
+//              lower-tier block on), recompute instead; counted.
+//   prefetch   while a request computes, the next one's lower-tier blocks may be fetched
+//              early: `deadline` (CaR: start when the GPU's remaining service equals the
+//              transfer time, deadline_prefetch::fire_time) or `threshold` (HiCache: start
+//              at once when >= 256 tokens).
+//   insert     the request's new blocks enter HBM; HBM over the high watermark demotes
+//              victims (by the demotion scorer) to the next tier down to the low mark, off
+//              the request path; the last tier drops its victims. With a single tier,
+//              eviction drops.
+//   sparsify   with `profile`, KV demoted to a lower tier is sparsified by the per-layer
+//              profile (sparsify.hpp): fewer bytes offloaded, stored and loaded back;
+//              recurrent checkpoints never shrink.
+//   TTFT       finish of the last layer's compute − arrival (queueing + exposed load +
+//              prefill).
+//
+// Requests use the sim helper's representation (sim/request.hpp): `input` ids, each
+// standing for `tokens_per_id` tokens (the last one partial), arrival in seconds; ids < 0
+// are never cached.
+//
+// Cost: O(Σ blocks · (pages + log n)) time. The replay is single-threaded and
+// deterministic (the CaR shuffle is seeded).
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <deque>
+#include <limits>
+#include <optional>
+#include <queue>
+#include <span>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "hybridcache/core/cost_model.hpp"
+#include "hybridcache/core/error.hpp"
+#include "hybridcache/core/prefill_time.hpp"
+#include "hybridcache/sim/request.hpp"
+#include "hybridcache/tiered/copy_plan.hpp"
+#include "hybridcache/tiered/demotion_policy.hpp"
+#include "hybridcache/tiered/layer_pipeline.hpp"
+#include "hybridcache/tiered/offload_engine.hpp"
+#include "hybridcache/tiered/prefetch.hpp"
+#include "hybridcache/tiered/scheduler.hpp"
+#include "hybridcache/tiered/sparsify.hpp"
+#include "hybridcache/tiered/tier.hpp"
+#include "hybridcache/tiered/tiered_store.hpp"
+
+namespace hybridcache::tiered {
+
+/// Queue discipline of the replay (`--scheduler`).
+enum class scheduler_kind : std::uint8_t { fcfs, car };
+/// Prefetch rule of the replay (`--prefetch`).
+enum class prefetch_kind : std::uint8_t { none, deadline, threshold };
+/// Sparsification of demoted KV (`--sparsify`).
+enum class sparsify_kind : std::uint8_t { off, profile };
+/// Which scorer orders demotion victims. `automatic`: CaR's score with the CaR scheduler,
+/// LRU otherwise.
+enum class demotion_kind : std::uint8_t { automatic, lru, car_score, flop_aware };
+
+/// Parses `fcfs` / `car`. @throws invalid_argument listing the valid names.
+[[nodiscard]] inline scheduler_kind parse_scheduler(std::string_view s) {
+  if (s == "fcfs") return scheduler_kind::fcfs;
+  if (s == "car") return scheduler_kind::car;
+  throw invalid_argument("--scheduler: unknown value '" + std::string(s) + "' (fcfs, car)");
+}
+/// Parses `none` / `deadline` / `threshold`. @throws invalid_argument.
+[[nodiscard]] inline prefetch_kind parse_prefetch(std::string_view s) {
+  if (s == "none") return prefetch_kind::none;
+  if (s == "deadline") return prefetch_kind::deadline;
+  if (s == "threshold") return prefetch_kind::threshold;
+  throw invalid_argument("--prefetch: unknown value '" + std::string(s) + "' (none, deadline, threshold)");
+}
+/// Parses `off` / `profile`. @throws invalid_argument.
+[[nodiscard]] inline sparsify_kind parse_sparsify(std::string_view s) {
+  if (s == "off") return sparsify_kind::off;
+  if (s == "profile") return sparsify_kind::profile;
+  throw invalid_argument("--sparsify: unknown value '" + std::string(s) + "' (off, profile)");
+}
+/// Parses `auto` / `lru` / `car` / `flop`. @throws invalid_argument.
+[[nodiscard]] inline demotion_kind parse_demotion(std::string_view s) {
+  if (s == "auto") return demotion_kind::automatic;
+  if (s == "lru") return demotion_kind::lru;
+  if (s == "car") return demotion_kind::car_score;
+  if (s == "flop") return demotion_kind::flop_aware;
+  throw invalid_argument("--demotion: unknown value '" + std::string(s) + "' (auto, lru, car, flop)");
+}
+
+/// Knobs of the tiered replay. The first five are the CLI's (`--tiers`, `--link-gbps`,
+/// `--scheduler`, `--prefetch`, `--sparsify`); the rest have defaults.
+struct tiered_replay_options {
+  /// Tiers, HBM first (`parse_tiers`). One tier = the single-tier baseline.
+  std::vector<tier_config> tiers;
+  /// Link bandwidth, GB/s, used for every tier whose `link_gbps` is not set (<= 0).
+  double link_gbps = 50.0;
+  scheduler_kind scheduler = scheduler_kind::fcfs;
+  prefetch_kind prefetch = prefetch_kind::none;
+  sparsify_kind sparsify = sparsify_kind::off;
+
+  demotion_kind demotion = demotion_kind::automatic;
+  double per_copy_overhead_us = 6.0;   ///< fixed cost of one copy call (anchors: 5-7 µs)
+  bool layerwise = true;               ///< layer-wise pipelined loading
+  bool recompute_when_faster = true;   ///< recompute instead of reload when that is faster
+  watermarks marks{};                  ///< async offload thresholds (90 % / 80 %)
+  std::int64_t page_bytes = std::int64_t{2} << 20;  ///< allocation unit of every tier
+  std::size_t car_window = 8;          ///< CaR shuffled-window size
+  std::uint64_t seed = 0x5eedcafe;     ///< CaR shuffle seed
+  std::int64_t threshold_tokens = 256; ///< HiCache threshold rule
+  double tpot_ms = 30.0;               ///< decode time per output token (request lifetime for CaR's -2)
+  /// Multiplies inter-arrival times (1 = the trace's own rate; > 1 slows arrivals so a
+  /// single modelled prefill engine is not overloaded). Reported with the results.
+  double arrival_time_scale = 1.0;
+  /// Sparsity profile for `sparsify = profile`; empty = CaR's linear 60 % -> 95 %.
+  sparsity_profile profile{};
+  sparsify_options sparsify_opts{};
+};
+
+/// Results of a tiered replay.
+struct tiered_replay_result {
+  std::int64_t requests = 0;
+  std::int64_t input_tokens = 0;
+  std::int64_t hbm_hit_tokens = 0;         ///< matched tokens found in HBM
+  std::int64_t host_hit_tokens = 0;        ///< matched tokens loaded from a lower tier
+  std::int64_t recomputed_hit_tokens = 0;  ///< lower-tier hits recomputed instead (faster)
+  std::int64_t bytes_loaded = 0;           ///< lower tier -> HBM
+  std::int64_t bytes_offloaded = 0;        ///< HBM -> lower tiers (and between lower tiers)
+  std::int64_t bytes_saved_by_sparsify = 0;///< offloaded bytes avoided by sparsification
+  std::int64_t dropped_blocks = 0;         ///< left the last tier
+  std::int64_t recompute_instead_of_reload = 0;  ///< requests that recomputed a lower-tier hit
+  std::int64_t prefetches = 0;             ///< requests whose load started before dispatch
+  std::int64_t copies = 0;                 ///< modelled copy calls (runs × layers)
+  double ttft_p50_ms = 0.0, ttft_p95_ms = 0.0, ttft_mean_ms = 0.0;  ///< incl. queueing and load
+  double service_p50_ms = 0.0;             ///< TTFT minus queueing (dispatch -> first token)
+  double load_ms = 0.0;                    ///< Σ modelled load time of reloads
+  /// Fraction of demand-load time (loads issued at dispatch, reload chosen) that layer-wise
+  /// pipelining hid behind compute. 1 when nothing was loaded on demand.
+  double pipeline_hidden_fraction = 1.0;
+  /// Fraction of all load time (demand + prefetch) that did not delay a first token.
+  double load_hidden_fraction = 1.0;
+  double utilization = 0.0;                ///< busy time / makespan of the prefill engine
+  double arrival_time_scale = 1.0;
+
+  /// (hbm_hit_tokens + host_hit_tokens) / input_tokens.
+  [[nodiscard]] double token_hit_rate() const noexcept {
+    return input_tokens > 0 ? static_cast<double>(hbm_hit_tokens + host_hit_tokens) / static_cast<double>(input_tokens) : 0.0;
+  }
+};
+
+namespace detail {
+
+inline double percentile_of_sorted(const std::vector<double>& v, double q) {
+  if (v.empty()) return 0.0;
+  const double pos = q / 100.0 * static_cast<double>(v.size() - 1);
+  const auto lo = static_cast<std::size_t>(std::floor(pos));
+  const auto hi = std::min(lo + 1, v.size() - 1);
+  return v[lo] + (v[hi] - v[lo]) * (pos - static_cast<double>(lo));
+}
+
+// A counting copy engine: completes every move at once (timing is modelled, not run).
+struct instant_engine {
+  [[nodiscard]] expected<int> submit(const move_ticket&) { return 0; }
+  [[nodiscard]] expected<void> wait(int) { return {}; }
+};
+
+template <demotion_scorer Scorer, prefill_time_model Prefill>
+class tiered_replayer {
+ public:
+  tiered_replayer(const cost_model& model, const Prefill& prefill, const tiered_replay_options& o, Scorer scorer)
+      : m_(model), prefill_(prefill), o_(o), store_(effective_tiers(o), o.page_bytes, std::move(scorer)),
+        queue_({.window = o.car_window, .seed = o.seed, .max_bypass = 64}) {
+    HYBRIDCACHE_EXPECTS(o.per_copy_overhead_us >= 0, invalid_argument, "tiered replay: per_copy_overhead_us must be >= 0");
+    HYBRIDCACHE_EXPECTS(o.arrival_time_scale > 0, invalid_argument, "tiered replay: arrival_time_scale must be > 0");
+    HYBRIDCACHE_EXPECTS(o.tpot_ms >= 0, invalid_argument, "tiered replay: tpot_ms must be >= 0");
+    o.marks.validate();
+    for (const auto k : model.spec().layers)
+      if (k != layer_kind::mlp) mixers_.push_back(k);
+    if (o.sparsify == sparsify_kind::profile) {
+      profile_ = o.profile.sparsity.empty() && m_.attention_layers() > 0 ? sparsity_profile::car_linear(m_.attention_layers())
+                                                                          : o.profile;
+      if (m_.attention_layers() > 0)
+        HYBRIDCACHE_EXPECTS(static_cast<std::int64_t>(profile_.sparsity.size()) == m_.attention_layers(), invalid_argument,
+                            "tiered replay: sparsity profile needs one value per attention layer");
+    }
+    layer_ms_.assign(mixers_.size(), 0.0);
+  }
+
+  tiered_replay_result run(std::span<const sim::request> reqs) {
+    all_ = reqs;
+    tiered_replay_result r;
+    r.arrival_time_scale = o_.arrival_time_scale;
+    std::vector<double> ttft, service;
+    ttft.reserve(reqs.size());
+    double gpu_free = 0.0, busy = 0.0, first_arrival = reqs.empty() ? 0.0 : arrival_ms(reqs[0]);
+    double demand_load = 0.0, demand_exposed = 0.0, all_load = 0.0, all_exposed = 0.0;
+    std::size_t next_arrival = 0;
+    std::deque<std::size_t> fcfs;
+    while (next_arrival < reqs.size() || !fcfs.empty() || !queue_.empty()) {
+      // Admit everything that has arrived by the time the engine is free.
+      if (fcfs.empty() && queue_.empty() && next_arrival < reqs.size())
+        gpu_free = std::max(gpu_free, arrival_ms(reqs[next_arrival]));
+      while (next_arrival < reqs.size() && arrival_ms(reqs[next_arrival]) <= gpu_free) admit(reqs, next_arrival++, fcfs);
+      complete_until(gpu_free);
+      const std::size_t i = pick(fcfs);
+      const sim::request& q = reqs[i];
+      const double t0 = gpu_free;
+      score_request(q, car_score::dispatch);
+
+      // --- match ---------------------------------------------------------------------
+      match_result mt = match(q);
+      const auto pf = prefetched_.find(i);
+      const bool was_prefetched = pf != prefetched_.end();
+      // --- load vs recompute ----------------------------------------------------------
+      const std::int64_t new_tokens = q.input_tokens - mt.hbm_tokens - mt.lower_tokens;
+      std::fill(layer_ms_.begin(), layer_ms_.end(), 0.0);
+      double load_total = 0.0, load_start = t0;
+      if (was_prefetched) {
+        load_total = pf->second.load_ms;
+        load_start = pf->second.start_ms;
+      } else if (mt.lower_tokens > 0) {
+        load_total = plan_load(mt);
+        load_start = std::max(t0, link_free_);
+      }
+      if (was_prefetched) layer_ms_ = pf->second.layer_ms;
+      const auto compute = compute_layers(new_tokens);
+      pipeline_times pt = pipeline_timeline(layer_ms_, compute, t0, load_start, o_.layerwise);
+      bool recompute = false;
+      if (mt.lower_tokens > 0 && !was_prefetched && o_.recompute_when_faster) {
+        const double alt = t0 + prefill_.prefill_ms(q.input_tokens - mt.hbm_prefix_tokens);
+        if (alt < pt.finish_ms) recompute = true;
+        if (recompute) {
+          r.recompute_instead_of_reload += 1;
+          r.recomputed_hit_tokens += q.input_tokens - mt.hbm_prefix_tokens - new_tokens;
+          pt = pipeline_times{};
+          pt.finish_ms = alt;
+          pt.compute_ms = alt - t0;
+        }
+      }
+      if (!recompute && load_total > 0.0) {
+        if (!was_prefetched) {
+          link_free_ = load_start + load_total;
+          demand_load += load_total;
+          demand_exposed += pt.exposed_load_ms;
+        }
+        all_load += load_total;
+        all_exposed += pt.exposed_load_ms;
+        r.load_ms += load_total;
+      }
+      // --- cache state: promote lower hits (or refill them by recompute), insert new ----
+      pin_and_promote(q, mt, recompute, r);
+      // Prefetched blocks are in HBM by now but were brought from a lower tier.
+      const std::int64_t from_prefetch = was_prefetched ? std::min(pf->second.lower_tokens, mt.hbm_tokens) : 0;
+      r.hbm_hit_tokens += recompute ? mt.hbm_prefix_tokens : mt.hbm_tokens - from_prefetch;
+      r.host_hit_tokens += recompute ? 0 : mt.lower_tokens + from_prefetch;
+      if (was_prefetched) prefetched_.erase(pf);
+      insert_new(q, mt);
+      unpin_all();
+      offload();
+
+      r.requests += 1;
+      r.input_tokens += q.input_tokens;
+      const double finish = pt.finish_ms;
+      busy += finish - t0;
+      ttft.push_back(finish - arrival_ms(q));
+      service.push_back(finish - t0);
+      gpu_free = finish;
+      completions_.push({finish + o_.tpot_ms * static_cast<double>(q.output_tokens), i});
+
+      // --- prefetch for the request that will be dispatched next ----------------------
+      while (next_arrival < reqs.size() && arrival_ms(reqs[next_arrival]) <= t0) admit(reqs, next_arrival++, fcfs);
+      maybe_prefetch(reqs, fcfs, t0, finish, r);
+    }
+    // Requests still waiting for completion do not matter for TTFT.
+    std::sort(ttft.begin(), ttft.end());
+    std::sort(service.begin(), service.end());
+    r.ttft_p50_ms = percentile_of_sorted(ttft, 50);
+    r.ttft_p95_ms = percentile_of_sorted(ttft, 95);
+    double sum = 0;
+    for (double x : ttft) sum += x;
+    r.ttft_mean_ms = ttft.empty() ? 0.0 : sum / static_cast<double>(ttft.size());
+    r.service_p50_ms = percentile_of_sorted(service, 50);
+    r.pipeline_hidden_fraction = demand_load > 0 ? std::clamp(1.0 - demand_exposed / demand_load, 0.0, 1.0) : 1.0;
+    r.load_hidden_fraction = all_load > 0 ? std::clamp(1.0 - all_exposed / all_load, 0.0, 1.0) : 1.0;
+    const double span = gpu_free - first_arrival;
+    r.utilization = span > 0 ? busy / span : 0.0;
+    r.bytes_offloaded = offloaded_;
+    r.bytes_saved_by_sparsify = sparsify_saved_;
+    r.dropped_blocks = dropped_;
+    r.copies = copies_;
+    return r;
+  }
+
+ private:
+  struct match_result {
+    std::vector<std::pair<node_id, tier_id>> blocks;  // matched, in order
+    std::int64_t hbm_tokens = 0, lower_tokens = 0;
+    std::int64_t hbm_prefix_tokens = 0;  // leading HBM-only run (what survives a recompute)
+  };
+  struct prefetch_record {
+    double start_ms = 0.0, load_ms = 0.0;
+    std::int64_t lower_tokens = 0;
+    std::vector<double> layer_ms;
+  };
+
+  static std::vector<tier_config> effective_tiers(const tiered_replay_options& o) {
+    HYBRIDCACHE_EXPECTS(o.link_gbps > 0.0, invalid_argument, "tiered replay: link bandwidth must be > 0 GB/s");
+    auto t = o.tiers;
+    for (auto& x : t)
+      if (x.link_gbps <= 0.0) x.link_gbps = o.link_gbps;
+    return t;  // validated by the store (zero sizes, sizes below a page, ...)
+  }
+
+  double arrival_ms(const sim::request& q) const { return q.arrival_s * 1000.0 * o_.arrival_time_scale; }
+
+  std::int64_t block_tokens(const sim::request& q, std::size_t b) const {
+    const std::int64_t B = q.tokens_per_id;
+    return std::clamp<std::int64_t>(q.input_tokens - static_cast<std::int64_t>(b) * B, 0, B);
+  }
+  std::int64_t block_bytes(std::int64_t tokens) const {
+    return std::max<std::int64_t>(1, m_.kv_bytes(tokens) + (m_.recurrent_layers() > 0 ? m_.ssm_checkpoint_bytes() : 0));
+  }
+
+  void admit(std::span<const sim::request> reqs, std::size_t i, std::deque<std::size_t>& fcfs) {
+    if (o_.scheduler == scheduler_kind::fcfs) {
+      fcfs.push_back(i);
+      return;
+    }
+    const match_result mt = match(reqs[i]);
+    (void)queue_.push(i, classify(mt.hbm_tokens, mt.lower_tokens));
+  }
+
+  std::size_t pick(std::deque<std::size_t>& fcfs) {
+    if (o_.scheduler == scheduler_kind::fcfs) {
+      const std::size_t i = fcfs.front();
+      fcfs.pop_front();
+      return i;
+    }
+    if (queue_.window().empty()) on_refill();
+    return static_cast<std::size_t>(*queue_.pop());
+  }
+  std::optional<std::size_t> peek(const std::deque<std::size_t>& fcfs) {
+    if (o_.scheduler == scheduler_kind::fcfs) return fcfs.empty() ? std::nullopt : std::optional<std::size_t>(fcfs.front());
+    if (queue_.window().empty()) on_refill();
+    if (queue_.window().empty()) return std::nullopt;
+    return static_cast<std::size_t>(queue_.window().front());
+  }
+  void on_refill() {
+    for (const auto id : queue_.refill()) score_request(all_[static_cast<std::size_t>(id)], car_score::enter_window);
+  }
+
+  // CaR's score: applied to the request's matched blocks (those that exist now).
+  void score_request(const sim::request& q, double delta) {
+    if (o_.scheduler != scheduler_kind::car) return;
+    for (const auto id : q.input) {
+      if (id < 0) break;
+      if (!store_.add_score(static_cast<node_id>(id), delta)) break;
+    }
+  }
+  void complete_until(double t) {
+    while (!completions_.empty() && completions_.top().first <= t) {
+      score_request(all_[completions_.top().second], car_score::complete);
+      completions_.pop();
+    }
+  }
+
+  match_result match(const sim::request& q) const {
+    match_result mt;
+    bool hbm_run = true;
+    for (std::size_t b = 0; b < q.input.size(); ++b) {
+      if (q.input[b] < 0) break;
+      const auto loc = store_.locate(static_cast<node_id>(q.input[b]));
+      if (!loc) break;
+      const std::int64_t tok = block_tokens(q, b);
+      mt.blocks.emplace_back(static_cast<node_id>(q.input[b]), loc->first);
+      if (loc->first == hbm_tier) {
+        mt.hbm_tokens += tok;
+        if (hbm_run) mt.hbm_prefix_tokens += tok;
+      } else {
+        mt.lower_tokens += tok;
+        hbm_run = false;
+      }
+    }
+    return mt;
+  }
+
+  std::vector<double> compute_layers(std::int64_t new_tokens) const {
+    const double total = prefill_.prefill_ms(std::max<std::int64_t>(new_tokens, 0));
+    return std::vector<double>(mixers_.size(), total / static_cast<double>(std::max<std::size_t>(mixers_.size(), 1)));
+  }
+
+  // Fills layer_ms_ with the per-layer load time of the matched lower-tier blocks; returns
+  // the total. One copy per layer per run of adjacent host pages.
+  double plan_load(const match_result& mt) {
+    std::fill(layer_ms_.begin(), layer_ms_.end(), 0.0);
+    std::int64_t runs = 0, last_page = -2;
+    tier_id last_tier{255};
+    for (const auto& [id, tier] : mt.blocks) {
+      if (tier == hbm_tier) continue;
+      const auto row = store_.find(id);
+      if (!row) continue;
+      const double bw = store_.config(tier).link_gbps * 1e6;  // bytes per ms
+      if (!(row->tier == last_tier && static_cast<std::int64_t>(row->pages.front()) == last_page + 1)) ++runs;
+      last_page = row->pages.back();
+      last_tier = row->tier;
+      // Bytes per layer: this block's KV (possibly sparsified) in attention layers, its
+      // checkpoint share in recurrent layers.
+      const std::int64_t ckpt = m_.recurrent_layers() > 0 ? m_.ssm_checkpoint_bytes() : 0;
+      const double kv_bytes = static_cast<double>(row->bytes - ckpt);
+      const double per_attn = m_.attention_layers() > 0 ? kv_bytes / static_cast<double>(m_.attention_layers()) : 0.0;
+      const double per_rec = static_cast<double>(m_.ssm_checkpoint_bytes_per_layer());
+      for (std::size_t l = 0; l < mixers_.size(); ++l)
+        layer_ms_[l] += (mixers_[l] == layer_kind::attention ? per_attn : per_rec) / bw;
+    }
+    const double overhead = o_.per_copy_overhead_us / 1000.0 * static_cast<double>(runs);
+    copies_ += runs * static_cast<std::int64_t>(mixers_.size());
+    double total = 0.0;
+    for (auto& x : layer_ms_) total += (x += overhead);
+    return total;
+  }
+
+  // Makes `pages` pages free in tier t: demote its victims one tier down, or drop them
+  // from the last tier. False when everything left is pinned.
+  bool make_room(tier_id t, std::int64_t bytes) {
+    for (;;) {
+      const auto u = store_.usage(t);
+      if (u.capacity_bytes - u.used_bytes >= store_.pages_for(bytes) * store_.page_bytes()) return true;
+      const auto v = store_.victim(t);
+      if (!v) return false;
+      demote_or_drop(*v, t);
+    }
+  }
+  void demote_or_drop(node_id v, tier_id t) {
+    if (t.value + 1u >= store_.tier_count()) {
+      (void)store_.erase(v);
+      dropped_ += 1;
+      return;
+    }
+    const tier_id next{static_cast<std::uint8_t>(t.value + 1)};
+    const auto row = store_.find(v);
+    std::int64_t bytes = row->bytes;
+    if (t == hbm_tier && o_.sparsify == sparsify_kind::profile && m_.attention_layers() > 0) {
+      // KV leaving HBM is sparsified; tokens of the block from its KV size.
+      const std::int64_t ckpt = m_.recurrent_layers() > 0 ? m_.ssm_checkpoint_bytes() : 0;
+      const std::int64_t tokens = (row->bytes - ckpt) / std::max<std::int64_t>(1, m_.kv_bytes_per_token());
+      if (tokens * m_.kv_bytes_per_token() + ckpt == row->bytes) {  // not sparsified yet
+        const std::int64_t sb = sparsified_node_bytes(m_, profile_, tokens, ckpt > 0, o_.sparsify_opts);
+        if (sb < bytes) {
+          sparsify_saved_ += bytes - sb;
+          bytes = sb;
+        }
+      }
+    }
+    if (!make_room(next, bytes)) {
+      (void)store_.erase(v);
+      dropped_ += 1;
+      return;
+    }
+    const auto moved = move_entry(store_, engine_, v, next, bytes);
+    if (moved) offloaded_ += bytes;
+    else {
+      (void)store_.erase(v);
+      dropped_ += 1;
+    }
+  }
+
+  void pin(node_id id) {
+    if (store_.pin(id)) pinned_.push_back(id);
+  }
+  void unpin_all() {
+    for (const auto id : pinned_) (void)store_.unpin(id);
+    pinned_.clear();
+  }
+
+  // Pins the HBM hits, brings lower-tier hits into HBM (load or recompute) and pins them.
+  void pin_and_promote(const sim::request& q, const match_result& mt, bool recompute, tiered_replay_result& r) {
+    for (const auto& [id, tier] : mt.blocks)
+      if (tier == hbm_tier) pin(id);
+    for (const auto& [id, tier] : mt.blocks) {
+      if (tier == hbm_tier) continue;
+      const auto row = store_.find(id);
+      if (!row) continue;
+      if (!make_room(hbm_tier, row->bytes)) throw_oversized(q);
+      if (recompute) {
+        // Recomputed: the fresh KV is written to HBM; the lower-tier copy is dropped.
+        const std::int64_t full = row->bytes;
+        (void)store_.erase(id);
+        (void)store_.insert(id, full, hbm_tier);
+      } else {
+        if (move_entry(store_, engine_, id, hbm_tier)) r.bytes_loaded += row->bytes;
+      }
+      pin(id);
+    }
+  }
+
+  void insert_new(const sim::request& q, const match_result& mt) {
+    for (std::size_t b = mt.blocks.size(); b < q.input.size(); ++b) {
+      if (q.input[b] < 0) break;
+      const auto id = static_cast<node_id>(q.input[b]);
+      if (store_.contains(id)) {  // a later block is cached but an earlier one was not
+        pin(id);
+        continue;
+      }
+      const std::int64_t bytes = block_bytes(block_tokens(q, b));
+      if (!make_room(hbm_tier, bytes)) throw_oversized(q);
+      if (!store_.insert(id, bytes, hbm_tier, {static_cast<std::int64_t>(b) * q.tokens_per_id,
+                                               static_cast<std::int64_t>(b) * q.tokens_per_id + block_tokens(q, b),
+                                               m_.recurrent_layers() > 0}))
+        throw_oversized(q);
+      pin(id);
+    }
+  }
+
+  [[noreturn]] void throw_oversized(const sim::request& q) const {
+    throw capacity_error("tiered replay: request at line " + std::to_string(q.source_line) + " (" +
+                         std::to_string(q.input_tokens) + " tokens) does not fit in HBM (" +
+                         std::to_string(store_.usage(hbm_tier).capacity_bytes) +
+                         " bytes) even with everything else evicted; use a larger hbm tier");
+  }
+
+  // Asynchronous offload between requests: above the high watermark, demote to the low one.
+  void offload() {
+    if (store_.tier_count() < 2) return;
+    auto u = store_.usage(hbm_tier);
+    if (static_cast<double>(u.used_bytes) < o_.marks.high * static_cast<double>(u.capacity_bytes)) return;
+    while (static_cast<double>(u.used_bytes) > o_.marks.low * static_cast<double>(u.capacity_bytes)) {
+      const auto v = store_.victim(hbm_tier);
+      if (!v) break;
+      demote_or_drop(*v, hbm_tier);
+      u = store_.usage(hbm_tier);
+    }
+  }
+
+  void maybe_prefetch(std::span<const sim::request> reqs, std::deque<std::size_t>& fcfs, double now, double gpu_free,
+                      tiered_replay_result& r) {
+    if (o_.prefetch == prefetch_kind::none) return;
+    const auto nxt = peek(fcfs);
+    if (!nxt || prefetched_.count(*nxt)) return;
+    const sim::request& q = reqs[*nxt];
+    const match_result mt = match(q);
+    if (mt.lower_tokens == 0) return;
+    prefetch_record rec;
+    rec.load_ms = plan_load(mt);
+    rec.layer_ms = layer_ms_;
+    const double arrival = arrival_ms(q);
+    double start = std::max({now, arrival, link_free_});
+    if (o_.prefetch == prefetch_kind::threshold) {
+      if (mt.lower_tokens < o_.threshold_tokens) return;
+    } else {
+      // CaR's rule with the running request's remaining service (gpu_free − now) in place of
+      // TPOT·len_i − (t − timer_i); bandwidth from the link.
+      const running_request run[] = {{.timer_ms = now, .predicted_tokens = gpu_free - now}};
+      const prefetch_context c{.now_ms = start,
+                               .tpot_ms = 1.0,
+                               .running = run,
+                               .bytes = rec.load_ms,
+                               .bandwidth_bytes_per_ms = 1.0,
+                               .lower_hit_tokens = mt.lower_tokens};
+      start = deadline_prefetch::fire_time(c);
+    }
+    // Reload must still beat recomputing: otherwise leave it to the dispatch decision.
+    if (o_.recompute_when_faster) {
+      const double alt = prefill_.prefill_ms(q.input_tokens - mt.hbm_prefix_tokens) -
+                         prefill_.prefill_ms(q.input_tokens - mt.hbm_tokens - mt.lower_tokens);
+      if (rec.load_ms > alt + (gpu_free - start)) return;
+    }
+    rec.start_ms = start;
+    rec.lower_tokens = mt.lower_tokens;
+    link_free_ = start + rec.load_ms;
+    for (const auto& [id, tier] : mt.blocks) {
+      if (tier == hbm_tier) continue;
+      const auto row = store_.find(id);
+      if (!row || !make_room(hbm_tier, row->bytes)) return;  // cannot hold it: load on dispatch
+      if (move_entry(store_, engine_, id, hbm_tier)) r.bytes_loaded += row->bytes;
+    }
+    r.prefetches += 1;
+    prefetched_.emplace(*nxt, std::move(rec));
+  }
+
+  const cost_model& m_;
+  const Prefill& prefill_;
+  const tiered_replay_options& o_;
+  tiered_store<Scorer> store_;
+  instant_engine engine_;
+  car_request_queue queue_;
+  std::vector<layer_kind> mixers_;
+  std::vector<double> layer_ms_;
+  sparsity_profile profile_;
+  std::vector<node_id> pinned_;
+  std::span<const sim::request> all_;
+  std::unordered_map<std::size_t, prefetch_record> prefetched_;
+  std::priority_queue<std::pair<double, std::size_t>, std::vector<std::pair<double, std::size_t>>, std::greater<>> completions_;
+  double link_free_ = 0.0;
+  std::int64_t offloaded_ = 0, sparsify_saved_ = 0, dropped_ = 0, copies_ = 0;
+};
+
+}  // namespace detail
+
+/// Replays `requests` (arrival order) through the tiered cache and returns the modelled
+/// metrics. `prefill` is the prefill-time policy (core/prefill_time.hpp).
+/// @throws invalid_argument for bad options (zero/too-small tiers, zero bandwidth, ...);
+///         capacity_error when a request cannot fit in HBM even with everything evicted.
+template <prefill_time_model Prefill = linear_prefill_time>
+[[nodiscard]] tiered_replay_result run_tiered_replay(std::span<const sim::request> requests, const cost_model& model,
+                                                     const tiered_replay_options& options, const Prefill& prefill = {}) {
+  auto go = [&](auto scorer) {
+    detail::tiered_replayer<decltype(scorer), Prefill> rp(model, prefill, options, scorer);
+    return rp.run(requests);
+  };
+  demotion_kind d = options.demotion;
+  if (d == demotion_kind::automatic) d = options.scheduler == scheduler_kind::car ? demotion_kind::car_score : demotion_kind::lru;
+  switch (d) {
+    case demotion_kind::car_score: return go(car_score_demotion{});
+    case demotion_kind::flop_aware: return go(flop_aware_demotion{model});
+    default: return go(lru_demotion{});
+  }
+}
+
+}  // namespace hybridcache::tiered

@@ -1,0 +1,179 @@
+// Tiered replay: options validation, hit accounting, reload vs recompute, pipelining,
+// prefetch, sparsification, determinism; and (when the shared trace is present) a short
+// Mooncake run through the sim helper's reader.
+#include <doctest/doctest.h>
+
+#include <filesystem>
+#include <random>
+
+#include "hybridcache/core/presets.hpp"
+#include "hybridcache/sim/mooncake_trace.hpp"
+#include "hybridcache/tiered/tiered_replay.hpp"
+
+using namespace hybridcache;
+using namespace hybridcache::tiered;
+
+namespace {
+constexpr std::int64_t B = 512;
+
+sim::request make(double t_s, std::vector<sim::token_id> ids, std::int64_t tokens, std::int64_t out = 100) {
+  sim::request r;
+  r.arrival_s = t_s;
+  r.input = std::move(ids);
+  r.input_tokens = tokens;
+  r.output_tokens = out;
+  r.tokens_per_id = static_cast<std::int32_t>(B);
+  return r;
+}
+
+// Multi-turn conversations: each turn extends the previous prompt by a few blocks.
+std::vector<sim::request> conversations(int sessions, int turns, std::uint64_t seed, double gap_s = 0.4) {
+  std::mt19937_64 rng(seed);
+  std::vector<std::vector<sim::token_id>> hist(static_cast<std::size_t>(sessions));
+  sim::token_id next_id = 0;
+  std::vector<sim::request> out;
+  double t = 0;
+  for (int k = 0; k < sessions * turns; ++k) {
+    auto& h = hist[rng() % static_cast<std::size_t>(sessions)];
+    const int add = 1 + static_cast<int>(rng() % 4);
+    for (int a = 0; a < add; ++a) h.push_back(next_id++);
+    out.push_back(make(t, h, static_cast<std::int64_t>(h.size()) * B - static_cast<std::int64_t>(rng() % 200)));
+    t += gap_s;
+  }
+  return out;
+}
+}  // namespace
+
+TEST_CASE("tiered replay: option parsing and bad input") {
+  CHECK(parse_scheduler("car") == scheduler_kind::car);
+  CHECK(parse_prefetch("deadline") == prefetch_kind::deadline);
+  CHECK(parse_prefetch("threshold") == prefetch_kind::threshold);
+  CHECK(parse_sparsify("profile") == sparsify_kind::profile);
+  CHECK(parse_demotion("flop") == demotion_kind::flop_aware);
+  CHECK_THROWS_AS((void)parse_scheduler("lifo"), invalid_argument);
+  CHECK_THROWS_AS((void)parse_prefetch("always"), invalid_argument);
+  CHECK_THROWS_AS((void)parse_sparsify("on"), invalid_argument);
+  const cost_model m(presets::jamba_1_5_mini());
+  const auto reqs = conversations(2, 3, 1);
+  tiered_replay_options o;
+  o.tiers = parse_tiers("hbm=1GiB,host=4GiB", o.page_bytes);
+  o.link_gbps = 0.0;
+  CHECK_THROWS_AS((void)run_tiered_replay(reqs, m, o), invalid_argument);
+  o.link_gbps = 50.0;
+  o.tiers[1].capacity_bytes = 1000;  // smaller than a page
+  CHECK_THROWS_AS((void)run_tiered_replay(reqs, m, o), invalid_argument);
+  o.tiers[1].capacity_bytes = 0;
+  CHECK_THROWS_AS((void)run_tiered_replay(reqs, m, o), invalid_argument);
+  // A request that cannot fit in HBM even with everything evicted.
+  o.tiers = parse_tiers("hbm=64MiB,host=1GiB", o.page_bytes);
+  std::vector<sim::request> big{make(0, {0, 1, 2, 3, 4, 5, 6, 7, 8, 9}, 10 * B)};
+  CHECK_THROWS_AS((void)run_tiered_replay(big, m, o), capacity_error);
+}
+
+TEST_CASE("tiered replay: hits move between tiers and are counted where they were found") {
+  const cost_model m(presets::jamba_1_5_mini());
+  const std::int64_t blk = m.kv_bytes(B) + m.ssm_checkpoint_bytes();  // ~16 MB
+  // A: blocks 0-3. Then 8 unrelated requests push A's blocks out of a 6-block HBM into the
+  // host tier. Then C reuses A's prefix: its 4 blocks come from the host.
+  std::vector<sim::request> reqs{make(0, {0, 1, 2, 3}, 4 * B)};
+  for (int k = 0; k < 8; ++k) reqs.push_back(make(1 + k, {100 + k}, B));
+  reqs.push_back(make(20, {0, 1, 2, 3, 50}, 5 * B));
+  tiered_replay_options o;
+  o.page_bytes = 1 << 20;
+  o.tiers = {{.kind = tier_kind::hbm, .capacity_bytes = 6 * ((blk + (1 << 20) - 1) >> 20 << 20)},
+             {.kind = tier_kind::host, .capacity_bytes = std::int64_t{1} << 32}};
+  const auto two = run_tiered_replay(reqs, m, o);
+  CHECK(two.requests == 10);
+  CHECK(two.host_hit_tokens == 4 * B);
+  CHECK(two.hbm_hit_tokens == 0);
+  CHECK(two.bytes_loaded == 4 * blk);
+  CHECK(two.bytes_offloaded >= 4 * blk);
+  CHECK(two.recompute_instead_of_reload == 0);
+  CHECK(two.pipeline_hidden_fraction > 0.5);
+  // Single tier: the prefix was dropped; nothing hits.
+  o.tiers.resize(1);
+  const auto one = run_tiered_replay(reqs, m, o);
+  CHECK(one.host_hit_tokens == 0);
+  CHECK(one.hbm_hit_tokens == 0);
+  CHECK(one.bytes_offloaded == 0);
+  CHECK(one.ttft_mean_ms > two.ttft_mean_ms);
+  // A link so slow that recomputing is faster: recompute instead of reload, counted.
+  o.tiers = {{.kind = tier_kind::hbm, .capacity_bytes = 6 * ((blk + (1 << 20) - 1) >> 20 << 20)},
+             {.kind = tier_kind::host, .capacity_bytes = std::int64_t{1} << 32, .link_gbps = 0.05}};
+  const auto slow = run_tiered_replay(reqs, m, o);
+  CHECK(slow.recompute_instead_of_reload == 1);
+  CHECK(slow.host_hit_tokens == 0);
+  CHECK(slow.recomputed_hit_tokens == 4 * B);
+  CHECK(slow.bytes_loaded == 0);
+  o.recompute_when_faster = false;
+  const auto forced = run_tiered_replay(reqs, m, o);
+  CHECK(forced.host_hit_tokens == 4 * B);
+  CHECK(forced.ttft_p95_ms >= slow.ttft_p95_ms);
+}
+
+TEST_CASE("tiered replay: two tiers beat one; pipelining, prefetch and sparsification do what they say") {
+  const cost_model m(presets::jamba_1_5_mini());
+  const auto reqs = conversations(40, 12, 9, 0.5);
+  tiered_replay_options o;
+  o.tiers = parse_tiers("hbm=1GiB", o.page_bytes);
+  const auto one = run_tiered_replay(reqs, m, o);
+  o.tiers = parse_tiers("hbm=1GiB,host=4GiB", o.page_bytes);
+  const auto two = run_tiered_replay(reqs, m, o);
+  CHECK(two.token_hit_rate() > one.token_hit_rate());
+  CHECK(two.ttft_p50_ms < one.ttft_p50_ms);
+  CHECK(two.host_hit_tokens > 0);
+  CHECK(one.host_hit_tokens == 0);
+  o.layerwise = false;
+  const auto serial = run_tiered_replay(reqs, m, o);
+  CHECK(serial.pipeline_hidden_fraction < two.pipeline_hidden_fraction);
+  CHECK(serial.ttft_mean_ms >= two.ttft_mean_ms);
+  o.layerwise = true;
+  o.prefetch = prefetch_kind::deadline;
+  const auto dl = run_tiered_replay(reqs, m, o);
+  CHECK(dl.prefetches > 0);
+  CHECK(dl.load_hidden_fraction >= two.load_hidden_fraction - 1e-9);
+  o.prefetch = prefetch_kind::threshold;
+  const auto th = run_tiered_replay(reqs, m, o);
+  CHECK(th.prefetches > 0);
+  o.prefetch = prefetch_kind::none;
+  o.sparsify = sparsify_kind::profile;
+  const auto sp = run_tiered_replay(reqs, m, o);
+  CHECK(sp.bytes_saved_by_sparsify > 0);
+  CHECK(sp.bytes_offloaded < two.bytes_offloaded);
+  // CaR scheduler: deterministic for a seed.
+  o.sparsify = sparsify_kind::off;
+  o.scheduler = scheduler_kind::car;
+  const auto c1 = run_tiered_replay(reqs, m, o), c2 = run_tiered_replay(reqs, m, o);
+  CHECK(c1.ttft_p50_ms == c2.ttft_p50_ms);
+  CHECK(c1.hbm_hit_tokens == c2.hbm_hit_tokens);
+  CHECK(c1.requests == static_cast<std::int64_t>(reqs.size()));
+  o.demotion = demotion_kind::flop_aware;
+  CHECK(run_tiered_replay(reqs, m, o).requests == static_cast<std::int64_t>(reqs.size()));
+  MESSAGE("synthetic: 1 tier hit " << one.token_hit_rate() << " p50 " << one.ttft_p50_ms << " ms; 2 tiers hit "
+                                   << two.token_hit_rate() << " p50 " << two.ttft_p50_ms << " ms, hidden "
+                                   << two.pipeline_hidden_fraction << " (serial " << serial.pipeline_hidden_fraction
+                                   << ")");
+}
+
+TEST_CASE("tiered replay: first 1,500 Mooncake requests through the sim reader") {
+  const std::filesystem::path path = std::filesystem::path(HYBRIDCACHE_SHARED_DIR) / "data/traces/mooncake/conversation_trace.jsonl";
+  if (!std::filesystem::exists(path)) {
+    MESSAGE("trace not present; skipped");
+    return;
+  }
+  sim::mooncake_reader reader(path, {.block_size = 512, .synthesize_output_ids = false});
+  std::vector<sim::request> reqs;
+  sim::request r;
+  while (reqs.size() < 1500 && reader.next(r)) reqs.push_back(r);
+  const cost_model m(presets::jamba_1_5_mini());
+  tiered_replay_options o;
+  o.arrival_time_scale = 3.0;
+  o.tiers = parse_tiers("hbm=8GiB", o.page_bytes);
+  const auto one = run_tiered_replay(reqs, m, o);
+  o.tiers = parse_tiers("hbm=8GiB,host=32GiB", o.page_bytes);
+  const auto two = run_tiered_replay(reqs, m, o);
+  CHECK(two.token_hit_rate() >= one.token_hit_rate());
+  CHECK(two.requests == 1500);
+  MESSAGE("mooncake[0:1500] jamba: 1 tier hit " << one.token_hit_rate() << " p50 " << one.ttft_p50_ms << " ms; 2 tiers hit "
+                                                << two.token_hit_rate() << " p50 " << two.ttft_p50_ms << " ms");
+}
