@@ -168,10 +168,11 @@ TEST_CASE("state layouts: K-major and V-major agree (<= 1e-4)") {
   const auto b = run_form<hc::delta_rule, V, 60, 60, float>(p, form::chunkwise, 16);
   CHECK(hctest::rel_rms(a.o, b.o) <= 1e-4);
   CHECK(hctest::rel_rms(a.state, b.state) <= 1e-4);
-  hc::state_ref<K, 3, 5> sk{nullptr};
-  hc::state_ref<V, 3, 5> sv{nullptr};
-  CHECK(&sk(2, 4) - static_cast<float*>(nullptr) == 2 * 5 + 4);
-  CHECK(&sv(2, 4) - static_cast<float*>(nullptr) == 4 * 3 + 2);
+  float cells[15] = {};
+  hc::state_ref<K, 3, 5> sk{cells};
+  hc::state_ref<V, 3, 5> sv{cells};
+  CHECK(&sk(2, 4) - cells == 2 * 5 + 4);  // S[i][c] at i*d_v + c
+  CHECK(&sv(2, 4) - cells == 4 * 3 + 2);  // S[i][c] at c*d_k + i
 }
 
 TEST_CASE("checkpoints: unaligned prefill start, every position of a chunk, plan validation") {

@@ -92,13 +92,26 @@ struct recurrent_program {
   HYBRIDCACHE_HD_INLINE void rows(int row_begin, int row_step, const Group& g) const {
     constexpr int N = slice_len<DK, Group::size>;
     const state_type pool{io.states + (static_cast<std::int64_t>(slot) * io.num_v_heads + hv) * state_type::elements};
+    // Plain decode (one token): prepare q and k once, not once per row.
+    float k1[N] = {}, q1[N] = {};
+    if (io.new_tokens == 1) {
+      load_prepared<DK>(io.template k_at<DK>(b, 0, h), io.qk, false, k1, g);
+      load_prepared<DK>(io.template q_at<DK>(b, 0, h), io.qk, true, q1, g);
+    }
     for (int c = row_begin; c < DV; c += row_step) {
       float s[N];
       load_state_row(pool, c, s, g);
       for (int r = 0; r < io.new_tokens; ++r) {
         float k[N], q[N];
-        load_prepared<DK>(io.template k_at<DK>(b, r, h), io.qk, false, k, g);
-        load_prepared<DK>(io.template q_at<DK>(b, r, h), io.qk, true, q, g);
+        if (io.new_tokens == 1) {
+          for (int e = 0; e < N; ++e) {
+            k[e] = k1[e];
+            q[e] = q1[e];
+          }
+        } else {
+          load_prepared<DK>(io.template k_at<DK>(b, r, h), io.qk, false, k, g);
+          load_prepared<DK>(io.template q_at<DK>(b, r, h), io.qk, true, q, g);
+        }
         const float o = recurrent_row_step<Rule>(s, k, q, to_float(io.v[io.template v_index<DV>(b, r, hv, c)]),
                                                  io.g_at(b, r, hv), io.beta_at(b, r, hv), g);
         if (g.rank() == 0) io.o[io.template v_index<DV>(b, r, hv, c)] = from_float<Out>(o);
