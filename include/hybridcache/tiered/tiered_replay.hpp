@@ -136,6 +136,11 @@ struct tiered_replay_options {
   /// Multiplies inter-arrival times (1 = the trace's own rate; > 1 slows arrivals so a
   /// single modelled prefill engine is not overloaded). Reported with the results.
   double arrival_time_scale = 1.0;
+  /// Requests with identical arrival times are spread evenly over this many seconds
+  /// (before scaling): the k-th of n gets + k/n · spread. 0 = off. The Mooncake trace's
+  /// timestamps are whole seconds (1,180 distinct values for 12,031 requests), so with 0
+  /// every second's requests arrive in one burst and queue behind each other.
+  double spread_equal_arrivals_s = 0.0;
   /// Sparsity profile for `sparsify = profile`; empty = CaR's linear 60 % -> 95 %.
   sparsity_profile profile{};
   sparsify_options sparsify_opts{};
@@ -197,6 +202,7 @@ class tiered_replayer {
     HYBRIDCACHE_EXPECTS(o.per_copy_overhead_us >= 0, invalid_argument, "tiered replay: per_copy_overhead_us must be >= 0");
     HYBRIDCACHE_EXPECTS(o.arrival_time_scale > 0, invalid_argument, "tiered replay: arrival_time_scale must be > 0");
     HYBRIDCACHE_EXPECTS(o.tpot_ms >= 0, invalid_argument, "tiered replay: tpot_ms must be >= 0");
+    HYBRIDCACHE_EXPECTS(o.spread_equal_arrivals_s >= 0, invalid_argument, "tiered replay: spread_equal_arrivals_s must be >= 0");
     o.marks.validate();
     for (const auto k : model.spec().layers)
       if (k != layer_kind::mlp) mixers_.push_back(k);
@@ -212,19 +218,20 @@ class tiered_replayer {
 
   tiered_replay_result run(std::span<const sim::request> reqs) {
     all_ = reqs;
+    spread_arrivals(reqs);
     tiered_replay_result r;
     r.arrival_time_scale = o_.arrival_time_scale;
     std::vector<double> ttft, service;
     ttft.reserve(reqs.size());
-    double gpu_free = 0.0, busy = 0.0, first_arrival = reqs.empty() ? 0.0 : arrival_ms(reqs[0]);
+    double gpu_free = 0.0, busy = 0.0, first_arrival = reqs.empty() ? 0.0 : arrival_ms(0);
     double demand_load = 0.0, demand_exposed = 0.0, all_load = 0.0, all_exposed = 0.0;
     std::size_t next_arrival = 0;
     std::deque<std::size_t> fcfs;
     while (next_arrival < reqs.size() || !fcfs.empty() || !queue_.empty()) {
       // Admit everything that has arrived by the time the engine is free.
       if (fcfs.empty() && queue_.empty() && next_arrival < reqs.size())
-        gpu_free = std::max(gpu_free, arrival_ms(reqs[next_arrival]));
-      while (next_arrival < reqs.size() && arrival_ms(reqs[next_arrival]) <= gpu_free) admit(reqs, next_arrival++, fcfs);
+        gpu_free = std::max(gpu_free, arrival_ms(next_arrival));
+      while (next_arrival < reqs.size() && arrival_ms(next_arrival) <= gpu_free) admit(reqs, next_arrival++, fcfs);
       complete_until(gpu_free);
       const std::size_t i = pick(fcfs);
       const sim::request& q = reqs[i];
@@ -286,13 +293,13 @@ class tiered_replayer {
       r.input_tokens += q.input_tokens;
       const double finish = pt.finish_ms;
       busy += finish - t0;
-      ttft.push_back(finish - arrival_ms(q));
+      ttft.push_back(finish - arrival_ms(i));
       service.push_back(finish - t0);
       gpu_free = finish;
       completions_.push({finish + o_.tpot_ms * static_cast<double>(q.output_tokens), i});
 
       // --- prefetch for the request that will be dispatched next ----------------------
-      while (next_arrival < reqs.size() && arrival_ms(reqs[next_arrival]) <= t0) admit(reqs, next_arrival++, fcfs);
+      while (next_arrival < reqs.size() && arrival_ms(next_arrival) <= t0) admit(reqs, next_arrival++, fcfs);
       maybe_prefetch(reqs, fcfs, t0, finish, r);
     }
     // Requests still waiting for completion do not matter for TTFT.
@@ -335,7 +342,19 @@ class tiered_replayer {
     return t;  // validated by the store (zero sizes, sizes below a page, ...)
   }
 
-  double arrival_ms(const sim::request& q) const { return q.arrival_s * 1000.0 * o_.arrival_time_scale; }
+  double arrival_ms(std::size_t i) const { return arrivals_[i]; }
+  void spread_arrivals(std::span<const sim::request> reqs) {
+    arrivals_.resize(reqs.size());
+    for (std::size_t i = 0; i < reqs.size();) {
+      std::size_t j = i;
+      while (j < reqs.size() && reqs[j].arrival_s == reqs[i].arrival_s) ++j;
+      for (std::size_t k = i; k < j; ++k) {
+        const double off = o_.spread_equal_arrivals_s * static_cast<double>(k - i) / static_cast<double>(j - i);
+        arrivals_[k] = (reqs[k].arrival_s + off) * 1000.0 * o_.arrival_time_scale;
+      }
+      i = j;
+    }
+  }
 
   std::int64_t block_tokens(const sim::request& q, std::size_t b) const {
     const std::int64_t B = q.tokens_per_id;
@@ -566,7 +585,7 @@ class tiered_replayer {
     prefetch_record rec;
     rec.load_ms = plan_load(mt);
     rec.layer_ms = layer_ms_;
-    const double arrival = arrival_ms(q);
+    const double arrival = arrival_ms(*nxt);
     double start = std::max({now, arrival, link_free_});
     if (o_.prefetch == prefetch_kind::threshold) {
       if (mt.lower_tokens < o_.threshold_tokens) return;
@@ -612,6 +631,7 @@ class tiered_replayer {
   sparsity_profile profile_;
   std::vector<node_id> pinned_;
   std::span<const sim::request> all_;
+  std::vector<double> arrivals_;
   std::unordered_map<std::size_t, prefetch_record> prefetched_;
   std::priority_queue<std::pair<double, std::size_t>, std::vector<std::pair<double, std::size_t>>, std::greater<>> completions_;
   double link_free_ = 0.0;
