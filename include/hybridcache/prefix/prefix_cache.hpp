@@ -289,7 +289,7 @@ class prefix_cache {
         evict_round = true;
         begin_eviction_round();
       }
-      if (!evict_one(res)) return unexpected(e);
+      if (evict_one(res) < 0) return unexpected(e);
     }
     reserve_indexes(tree_.id_bound() + positions_.size() + 4);
     const time_point now = clock_.now();

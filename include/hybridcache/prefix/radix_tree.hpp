@@ -82,6 +82,15 @@ class child_table {
     ++size_;
   }
 
+  /// Grows now if `extra` insertions would grow the table, so that they cannot throw.
+  void reserve_extra(std::size_t extra) {
+    if ((size_ + extra) * 2 > table_.size()) {
+      std::size_t cap = table_.size();
+      while ((size_ + extra) * 2 > cap) cap *= 2;
+      rehash(cap);
+    }
+  }
+
   void erase(std::uint64_t k) noexcept {
     std::size_t i = slot(k);
     while (table_[i].k != k) {
@@ -225,7 +234,7 @@ class radix_tree {
   node_id add_leaf(node_id parent, std::span<const token_id> tokens, kv_extent&& kv, time_point now) {
     HYBRIDCACHE_ASSERT(!tokens.empty());
     HYBRIDCACHE_ASSERT(child(parent, tokens[0]) == no_node);
-    map_.put(detail::child_table::key(parent, tokens[0]), no_node);  // may grow: do it before taking a slot
+    map_.reserve_extra(1);  // may throw: before anything changes
     const node_id id = acquire();
     node& n = nodes_[id];
     n.tokens.assign(tokens.begin(), tokens.end());
@@ -245,7 +254,7 @@ class radix_tree {
   node_id split(node_id n, std::int64_t head, kv_extent&& head_kv, time_point now) {
     HYBRIDCACHE_ASSERT(head > 0 && head < nodes_[n].edge());
     // Reserve before mutating so that a bad_alloc leaves the tree intact.
-    map_.put(detail::child_table::key(n, nodes_[n].tokens[static_cast<std::size_t>(head)]), no_node);
+    map_.reserve_extra(1);
     const node_id h = acquire();
     node& hn = nodes_[h];
     node& nn = nodes_[n];
