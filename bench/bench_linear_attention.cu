@@ -136,19 +136,6 @@ void row(const char* form, int batch, double seconds, double bytes, double bw) {
               bytes / (seconds * bw));
 }
 
-// Device mirror of a kv_buffer_table's arrays.
-struct device_table {
-  hc::device_array<std::int32_t> table, cursor, valid;
-  explicit device_table(const hc::kv_buffer_table& t)
-      : table(static_cast<std::size_t>(t.config().num_slots) * t.max_blocks_per_slot()),
-        cursor(t.config().num_slots), valid(t.config().num_slots) {}
-  void upload(const hc::kv_buffer_table& t) {
-    HYBRIDCACHE_CUDA_TRY(cudaMemcpyAsync(table.data(), t.block_table_data(), table.size() * 4, cudaMemcpyHostToDevice));
-    HYBRIDCACHE_CUDA_TRY(cudaMemcpyAsync(cursor.data(), t.cursor_data(), cursor.size() * 4, cudaMemcpyHostToDevice));
-    HYBRIDCACHE_CUDA_TRY(cudaMemcpyAsync(valid.data(), t.state_valid_data(), valid.size() * 4, cudaMemcpyHostToDevice));
-  }
-};
-
 }  // namespace
 
 int main(int argc, char** argv) try {
@@ -193,12 +180,9 @@ int main(int argc, char** argv) try {
     hc::kv_buffer_table table({.num_slots = batch, .num_blocks = batch * 3, .block_tokens = 8, .flush_interval = B,
                                .max_new_tokens = DRAFTS});
     for (int s = 0; s < batch; ++s) (void)table.open(s, false);
-    device_table dt(table);
-    const std::size_t pool_tokens = static_cast<std::size_t>(batch) * 3 * 8;
-    hc::device_array<bf16> keys(pool_tokens * H * D);
-    hc::device_array<float> vals(pool_tokens * HV * D), decs(pool_tokens * HV);
-    const hc::kv_buffer_ref<bf16, float> buf{keys.data(), vals.data(), decs.data(), dt.table.data(), dt.cursor.data(),
-                                             dt.valid.data(), 8, table.max_blocks_per_slot(), H, HV, D, D};
+    hc::device_kv_buffer_table dt(table);
+    const hc::device_kv_buffer_pool<bf16, float> kv_pool(table, H, HV, D, D);
+    const auto buf = kv_pool.ref(dt);
     double t_cycle = 0, bytes_cycle = 0;
     for (int m = 0; m < B; ++m) {
       dt.upload(table);
@@ -227,12 +211,9 @@ int main(int argc, char** argv) try {
       hc::kv_buffer_table kt({.num_slots = batch, .num_blocks = batch * 22, .block_tokens = 8, .flush_interval = B,
                               .max_new_tokens = 1, .kv_only_crossover = crossover});
       for (int s = 0; s < batch; ++s) (void)kt.open(s, true);
-      device_table kdt(kt);
-      const std::size_t kpool = static_cast<std::size_t>(batch) * 22 * 8;
-      hc::device_array<bf16> kkeys(kpool * H * D);
-      hc::device_array<float> kvals(kpool * HV * D), kdecs(kpool * HV);
-      const hc::kv_buffer_ref<bf16, float> kbuf{kkeys.data(), kvals.data(), kdecs.data(), kdt.table.data(),
-                                                kdt.cursor.data(), kdt.valid.data(), 8, kt.max_blocks_per_slot(), H, HV, D, D};
+      hc::device_kv_buffer_table kdt(kt);
+      const hc::device_kv_buffer_pool<bf16, float> kv_only_pool(kt, H, HV, D, D);
+      const auto kbuf = kv_only_pool.ref(kdt);
       int at = 0;
       for (int ctx : {32, 96, 160}) {
         for (; at < ctx; ++at)

@@ -130,18 +130,13 @@ TEST_CASE("device: KVBuffer decode, verify, commit and KV-only switch match the 
   auto d_dec = upload(h_dec);
   auto d_states = upload(h_states);
   const int maxb = table.max_blocks_per_slot();
-  hc::device_array<std::int32_t> d_table(static_cast<std::size_t>(cfg.num_slots) * maxb), d_cursor(cfg.num_slots),
-      d_valid(cfg.num_slots);
-  auto sync_table = [&] {
-    HYBRIDCACHE_CUDA_TRY(cudaMemcpy(d_table.data(), table.block_table_data(), d_table.size() * 4, cudaMemcpyHostToDevice));
-    HYBRIDCACHE_CUDA_TRY(cudaMemcpy(d_cursor.data(), table.cursor_data(), d_cursor.size() * 4, cudaMemcpyHostToDevice));
-    HYBRIDCACHE_CUDA_TRY(cudaMemcpy(d_valid.data(), table.state_valid_data(), d_valid.size() * 4, cudaMemcpyHostToDevice));
-  };
+  hc::device_kv_buffer_table d_table(table);
+  auto sync_table = [&] { d_table.upload(table); };
   const hc::kv_buffer_ref<bf16, float> h_buf{h_keys.data(), h_vals.data(), h_dec.data(), table.block_table_data(),
                                              table.cursor_data(), table.state_valid_data(), cfg.block_tokens, maxb, H, HV,
                                              DK, DV};
-  const hc::kv_buffer_ref<bf16, float> d_buf{d_keys.data(), d_vals.data(), d_dec.data(), d_table.data(), d_cursor.data(),
-                                             d_valid.data(), cfg.block_tokens, maxb, H, HV, DK, DV};
+  const hc::kv_buffer_ref<bf16, float> d_buf{d_keys.data(), d_vals.data(), d_dec.data(), d_table.block_table(),
+                                             d_table.cursor(), d_table.state_valid(), cfg.block_tokens, maxb, H, HV, DK, DV};
   const hc::state_pool pool{d_states.data(), 4, HV, DK, DV, V};
   const std::vector<std::int32_t> slots{2, -1, 0, 1};
   std::uint64_t seed = 1000;

@@ -264,25 +264,29 @@ struct kv_step_program {
         }
       }
       g.sync();
-      if (g.rank() == 0) {
-        for (int r = 0; r < n; ++r) {
-          const float v = to_float(io.v[io.template v_index<DV>(b, r, hv, c)]);
-          float uu = v;
-          if constexpr (Rule::delta) {
-            float x = expf(cum[m + r]) * sk[r];
-            for (int j = 0; j < m + r; ++j) x += kk[r * total + j] * u[j];
-            uu = delta_value(v, beta[r], x);
-          }
+      // New tokens' values in order; the sums over earlier tokens are split over the group
+      // (every member gets the same total, so all members agree on u).
+      for (int r = 0; r < n; ++r) {
+        const float v = to_float(io.v[io.template v_index<DV>(b, r, hv, c)]);
+        float uu = v;
+        if constexpr (Rule::delta) {
+          float part = 0.0f;
+          for (int j = g.rank(); j < m + r; j += Group::size) part += kk[r * total + j] * u[j];
+          const float x = expf(cum[m + r]) * sk[r] + g.sum(part);
+          uu = delta_value(v, beta[r], x);
+        }
+        if (g.rank() == 0) {
           u[m + r] = uu;
           buf.value(slot, m + r, hv)[c] = from_float<ValueT>(uu);
         }
+        g.sync();
       }
-      g.sync();
       if (!fold) {
-        for (int r = g.rank(); r < n; r += Group::size) {
-          float o = expf(cum[m + r]) * sq[r];
-          for (int j = 0; j <= m + r; ++j) o += qk[r * total + j] * u[j];
-          io.o[io.template v_index<DV>(b, r, hv, c)] = from_float<Out>(o);
+        for (int r = 0; r < n; ++r) {
+          float part = 0.0f;
+          for (int j = g.rank(); j <= m + r; j += Group::size) part += qk[r * total + j] * u[j];
+          const float o = expf(cum[m + r]) * sq[r] + g.sum(part);
+          if (g.rank() == 0) io.o[io.template v_index<DV>(b, r, hv, c)] = from_float<Out>(o);
         }
       } else {
         // Flush: replay the buffer onto the state (closed-loop exact fold, SGLang #28695),

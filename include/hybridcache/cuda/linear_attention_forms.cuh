@@ -238,8 +238,7 @@ struct chunk_program {
       }
       g.sync();
       if constexpr (Rule::delta) {
-        if (g.rank() == 0)
-          for (int r = 0; r < len; ++r) ks[r] = in.v_at(t0 + r, c) - expf(ws.cum_decay[r]) * ks[r];
+        for (int r = g.rank(); r < len; r += Group::size) ks[r] = in.v_at(t0 + r, c) - expf(ws.cum_decay[r]) * ks[r];
         g.sync();
         for (int r = g.rank(); r < len; r += Group::size) {
           float x = 0.0f;

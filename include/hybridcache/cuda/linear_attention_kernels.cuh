@@ -73,6 +73,67 @@ struct state_pool {
   state_layout layout = state_layout::v_major;
 };
 
+/// Device mirror of a `kv_buffer_table`'s arrays (block table, cursors, modes), shared by the
+/// buffers of all layers. `upload` copies them when the table changed since the last upload
+/// (asynchronous on `stream`; the table must not change before the copy completes).
+class device_kv_buffer_table {
+ public:
+  explicit device_kv_buffer_table(const kv_buffer_table& t)
+      : table_(static_cast<std::size_t>(t.config().num_slots) * t.max_blocks_per_slot()),
+        cursor_(static_cast<std::size_t>(t.config().num_slots)),
+        valid_(static_cast<std::size_t>(t.config().num_slots)) {}
+
+  void upload(const kv_buffer_table& t, cudaStream_t stream = nullptr) {
+    HYBRIDCACHE_EXPECTS(table_.size() == static_cast<std::size_t>(t.config().num_slots) * t.max_blocks_per_slot(),
+                        invalid_argument, "device_kv_buffer_table: uploaded from a table of another shape");
+    if (uploaded_ && version_ == t.version()) return;
+    HYBRIDCACHE_CUDA_TRY(cudaMemcpyAsync(table_.data(), t.block_table_data(), table_.size() * sizeof(std::int32_t),
+                                         cudaMemcpyHostToDevice, stream));
+    HYBRIDCACHE_CUDA_TRY(cudaMemcpyAsync(cursor_.data(), t.cursor_data(), cursor_.size() * sizeof(std::int32_t),
+                                         cudaMemcpyHostToDevice, stream));
+    HYBRIDCACHE_CUDA_TRY(cudaMemcpyAsync(valid_.data(), t.state_valid_data(), valid_.size() * sizeof(std::int32_t),
+                                         cudaMemcpyHostToDevice, stream));
+    uploaded_ = true;
+    version_ = t.version();
+  }
+
+  [[nodiscard]] const std::int32_t* block_table() const noexcept { return table_.data(); }
+  [[nodiscard]] const std::int32_t* cursor() const noexcept { return cursor_.data(); }
+  [[nodiscard]] const std::int32_t* state_valid() const noexcept { return valid_.data(); }
+
+ private:
+  device_array<std::int32_t> table_, cursor_, valid_;
+  bool uploaded_ = false;
+  std::uint64_t version_ = 0;
+};
+
+/// One layer's KVBuffer pool in device memory (keys, values, decays for every block).
+template <class KeyT, class ValueT>
+class device_kv_buffer_pool {
+ public:
+  device_kv_buffer_pool(const kv_buffer_table& t, int num_k_heads, int num_v_heads, int key_dim, int value_dim)
+      : h_(num_k_heads), hv_(num_v_heads), dk_(key_dim), dv_(value_dim), block_tokens_(t.config().block_tokens),
+        max_blocks_(t.max_blocks_per_slot()),
+        keys_(tokens(t) * static_cast<std::size_t>(num_k_heads) * key_dim),
+        values_(tokens(t) * static_cast<std::size_t>(num_v_heads) * value_dim),
+        decays_(tokens(t) * static_cast<std::size_t>(num_v_heads)) {}
+
+  /// The view the kernels take, over this pool and a mirror of its table.
+  [[nodiscard]] kv_buffer_ref<KeyT, ValueT> ref(const device_kv_buffer_table& t) const noexcept {
+    return {keys_.data(), values_.data(), decays_.data(), t.block_table(), t.cursor(), t.state_valid(),
+            block_tokens_, max_blocks_, h_, hv_, dk_, dv_};
+  }
+
+ private:
+  static std::size_t tokens(const kv_buffer_table& t) {
+    return static_cast<std::size_t>(t.config().num_blocks) * static_cast<std::size_t>(t.config().block_tokens);
+  }
+  int h_, hv_, dk_, dv_, block_tokens_, max_blocks_;
+  device_array<KeyT> keys_;
+  device_array<ValueT> values_;
+  device_array<float> decays_;
+};
+
 /// Inputs of a batched chunked prefill over packed variable-length sequences. Token t of
 /// sequence s is row `cu_seqlens[s] + t` of q, k [tokens][H][d_k], v, o [tokens][HV][d_v],
 /// log_decay, beta [tokens][HV]. The state of `slots[s]` is the initial state and receives the
