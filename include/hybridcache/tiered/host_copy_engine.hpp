@@ -290,20 +290,29 @@ class host_copy_engine {
 
 /// Moves one entry to tier `dst` through the full protocol: prepare (reserve destination),
 /// submit, wait, complete. On any failure the entry stays at its source, intact, and the
-/// reservation is released. Returns the first error (`out_of_capacity`, `busy`, ...).
+/// reservation is released. Returns the first error (`out_of_capacity`, `busy`, ...); an
+/// engine that throws (the CUDA engine's `cuda_error`) has the move rolled back first and
+/// the exception propagates.
 template <class Store, class Engine>
 [[nodiscard]] expected<void> move_entry(Store& store, Engine& engine, node_id id, tier_id dst, std::int64_t dst_bytes = 0) {
   auto ticket = store.prepare_move(id, dst, dst_bytes);
   if (!ticket) return unexpected(ticket.error());
-  auto ev = engine.submit(*ticket);
-  if (!ev) {
-    (void)store.complete_move(*ticket, false);
-    return unexpected(ev.error());
+  bool ok = false;
+  try {
+    auto ev = engine.submit(*ticket);
+    if (!ev) {
+      (void)store.complete_move(*ticket, false);
+      return unexpected(ev.error());
+    }
+    const auto done = engine.wait(*ev);
+    ok = done.has_value();
+    const auto fin = store.complete_move(*ticket, ok);
+    if (!done) return done;
+    return fin;
+  } catch (...) {
+    (void)store.complete_move(*ticket, false);  // no-op if already completed
+    throw;
   }
-  const auto done = engine.wait(*ev);
-  const auto fin = store.complete_move(*ticket, done.has_value());
-  if (!done) return done;
-  return fin;
 }
 
 }  // namespace hybridcache::tiered

@@ -1,0 +1,133 @@
+// Device tests of the CUDA copy engine (run where a GPU exists; the device test main exits
+// 77 -> "skipped" elsewhere): moves between HBM and pinned host carry the bytes, hazards
+// between the two copy streams hold without host syncs, bad tickets are refused, failed CUDA
+// calls raise cuda_error, per-layer events order compute after each layer's load.
+#include <doctest/doctest.h>
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include <hybridcache/cuda/copy_engine.cuh>
+#include <hybridcache/tiered/tiered_store.hpp>
+
+using namespace hybridcache;
+using namespace hybridcache::tiered;
+
+namespace {
+constexpr std::int64_t page = 64 * 1024;
+std::vector<tier_config> tiers(std::int64_t hbm_pages, std::int64_t host_pages, int numa = -1) {
+  return {{.kind = tier_kind::hbm, .capacity_bytes = hbm_pages * page},
+          {.kind = tier_kind::host, .capacity_bytes = host_pages * page, .numa_node = numa}};
+}
+
+__global__ void check_layer(const std::uint8_t* data, std::int64_t bytes, std::uint8_t expect, int* bad) {
+  for (std::int64_t i = blockIdx.x * blockDim.x + threadIdx.x; i < bytes; i += gridDim.x * blockDim.x)
+    if (data[i] != expect) atomicAdd(bad, 1);
+}
+}  // namespace
+
+TEST_CASE("cuda copy engine: demotion and promotion carry the bytes; bandwidth measured") {
+  tiered_store<> s(tiers(32, 64), page);
+  cuda::copy_engine e(tiers(32, 64), page, {.probe_bytes = 1 << 20});
+  MESSAGE("measured D2H " << e.measured_gbps(tier_id{1}, copy_stream::offload) << " GB/s, H2D "
+                          << e.measured_gbps(tier_id{1}, copy_stream::onboard) << " GB/s");
+  CHECK(e.measured_gbps(tier_id{1}, copy_stream::offload) > 0.0);
+  REQUIRE(s.insert(1, 7 * page - 3).has_value());
+  const auto row = s.find(1);
+  std::vector<std::uint8_t> pattern(static_cast<std::size_t>(row->bytes));
+  std::mt19937 rng(1);
+  for (auto& b : pattern) b = static_cast<std::uint8_t>(rng());
+  HYBRIDCACHE_CUDA_TRY(cudaMemcpy(e.base(hbm_tier) + row->address(page), pattern.data(), pattern.size(), cudaMemcpyHostToDevice));
+  REQUIRE(move_entry(s, e, 1, tier_id{1}).has_value());
+  const auto host_row = s.find(1);
+  CHECK(host_row->tier == tier_id{1});
+  CHECK(std::memcmp(e.base(tier_id{1}) + host_row->address(page), pattern.data(), pattern.size()) == 0);
+  const auto st = e.take_stats();
+  CHECK(st.transfers == 1);
+  REQUIRE(move_entry(s, e, 1, hbm_tier).has_value());
+  std::vector<std::uint8_t> back(pattern.size());
+  HYBRIDCACHE_CUDA_TRY(cudaMemcpy(back.data(), e.base(hbm_tier) + s.find(1)->address(page), back.size(), cudaMemcpyDeviceToHost));
+  CHECK(back == pattern);
+  CHECK(s.check_invariants().empty());
+}
+
+TEST_CASE("cuda copy engine: cross-stream hazards equal submission order (no host syncs)") {
+  const std::int64_t pages = 16;
+  cuda::copy_engine e(tiers(pages, pages), page, {.measure_bandwidth = false});
+  std::vector<std::vector<std::uint8_t>> shadow(2, std::vector<std::uint8_t>(static_cast<std::size_t>(pages * page)));
+  std::mt19937_64 rng(3);
+  for (auto& b : shadow[0]) b = static_cast<std::uint8_t>(rng());
+  for (auto& b : shadow[1]) b = static_cast<std::uint8_t>(rng());
+  HYBRIDCACHE_CUDA_TRY(cudaMemcpy(e.base(hbm_tier), shadow[0].data(), shadow[0].size(), cudaMemcpyHostToDevice));
+  std::memcpy(e.base(tier_id{1}), shadow[1].data(), shadow[1].size());
+  for (int j = 0; j < 300; ++j) {
+    const tier_id src{static_cast<std::uint8_t>(rng() % 2)}, dst{static_cast<std::uint8_t>(1 - src.value)};
+    const std::int64_t sp = static_cast<std::int64_t>(rng() % pages), dp = static_cast<std::int64_t>(rng() % pages);
+    const std::int64_t n = 1 + static_cast<std::int64_t>(rng() % static_cast<std::uint64_t>(std::min(pages - sp, pages - dp)));
+    const auto s = (rng() & 1) ? copy_stream::offload : copy_stream::onboard;
+    REQUIRE(e.submit(src, dst, {{sp * page, dp * page, n * page}}, s).has_value());
+    std::memmove(shadow[dst.value].data() + dp * page, shadow[src.value].data() + sp * page, static_cast<std::size_t>(n * page));
+  }
+  e.synchronize();
+  std::vector<std::uint8_t> dev(shadow[0].size());
+  HYBRIDCACHE_CUDA_TRY(cudaMemcpy(dev.data(), e.base(hbm_tier), dev.size(), cudaMemcpyDeviceToHost));
+  CHECK(dev == shadow[0]);
+  CHECK(std::memcmp(e.base(tier_id{1}), shadow[1].data(), shadow[1].size()) == 0);
+}
+
+TEST_CASE("cuda copy engine: bad input and failed CUDA calls") {
+  cuda::copy_engine e(tiers(4, 4), page, {.measure_bandwidth = false});
+  move_ticket t;
+  t.src = hbm_tier;
+  t.dst = tier_id{1};
+  t.src_bytes = t.dst_bytes = page;
+  t.src_pages = {0};
+  t.dst_pages = {99};
+  CHECK(e.submit(t).error() == errc::invalid_argument);
+  CHECK_THROWS_AS(cuda::copy_engine(tiers(4, 4), page, {.device = 9999}), cuda_error);
+  try {
+    cuda::copy_engine bad(tiers(4, 4), page, {.device = 9999});
+  } catch (const cuda_error& err) {
+    CHECK(std::string(err.what()).find("cudaSetDevice") != std::string::npos);
+  }
+  CHECK_THROWS_AS(cuda::cuda_layer_event_ring(0), invalid_argument);
+}
+
+TEST_CASE("cuda layer events: compute of layer l waits only for layer l's copy") {
+  const int layers = 8;
+  const std::int64_t layer_bytes = 2 * page;
+  cuda::copy_engine e(tiers(layers * 2, layers * 2), page, {.measure_bandwidth = false});
+  for (int l = 0; l < layers; ++l) std::memset(e.base(tier_id{1}) + l * layer_bytes, 10 + l, static_cast<std::size_t>(layer_bytes));
+  cudaStream_t compute;
+  HYBRIDCACHE_CUDA_TRY(cudaStreamCreateWithFlags(&compute, cudaStreamNonBlocking));
+  cuda::cuda_layer_event_ring ring(layers, 3);
+  auto set = ring.begin();
+  REQUIRE(set.has_value());
+  int* bad = nullptr;
+  HYBRIDCACHE_CUDA_TRY(cudaMalloc(&bad, sizeof(int)));
+  HYBRIDCACHE_CUDA_TRY(cudaMemset(bad, 0, sizeof(int)));
+  e.wait_for(compute);
+  for (int l = 0; l < layers; ++l) {
+    REQUIRE(e.submit(tier_id{1}, hbm_tier, {{l * layer_bytes, l * layer_bytes, layer_bytes}}, copy_stream::onboard).has_value());
+    ring.record(*set, l, e.stream(copy_stream::onboard));
+  }
+  for (int l = 0; l < layers; ++l) {
+    ring.wait(*set, l, compute);
+    check_layer<<<32, 256, 0, compute>>>(reinterpret_cast<const std::uint8_t*>(e.base(hbm_tier)) + l * layer_bytes, layer_bytes,
+                                         static_cast<std::uint8_t>(10 + l), bad);
+    HYBRIDCACHE_CUDA_TRY(cudaGetLastError());
+  }
+  e.join_into(compute);
+  HYBRIDCACHE_CUDA_TRY(cudaStreamSynchronize(compute));
+  int h = -1;
+  HYBRIDCACHE_CUDA_TRY(cudaMemcpy(&h, bad, sizeof(int), cudaMemcpyDeviceToHost));
+  CHECK(h == 0);
+  for (int l = 0; l < layers; ++l) CHECK(ring.query(*set, l));
+  CHECK(ring.begin().has_value());
+  (void)cudaFree(bad);
+  (void)cudaStreamDestroy(compute);
+}
