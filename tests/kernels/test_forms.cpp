@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "hybridcache/cuda/linear_attention_forms.cuh"
+#include "hybridcache/prefix/types.hpp"
 #include "reference.hpp"
 
 namespace hc = hybridcache::cuda;
@@ -209,6 +210,16 @@ TEST_CASE("checkpoints: unaligned prefill start, every position of a chunk, plan
   CHECK_THROWS_AS(hc::validate_checkpoint_sites(outside, 1, 5, 40, 16), hybridcache::invalid_argument);
   const site wrong_boundary[] = {{37, 16, 21}};
   CHECK_THROWS_AS(hc::validate_checkpoint_sites(wrong_boundary, 1, 5, 40, 16), hybridcache::invalid_argument);
+
+  // The prefix cache's plan type is accepted as is.
+  hybridcache::prefix::checkpoint_plan plan;
+  plan.prefill_start = 5;
+  plan.chunk = 16;
+  plan.sites = {{12, 5, 7}, {32, 32, 0}, {45, 32, 13}};
+  CHECK(hc::checkpoint_positions(plan, 40, 16) == std::vector<std::int64_t>{12, 32, 45});
+  CHECK_THROWS_AS(hc::checkpoint_positions(plan, 40, 32), hybridcache::invalid_argument);
+  plan.sites[1].roll_forward = 3;
+  CHECK_THROWS_AS(hc::checkpoint_positions(plan, 40, 16), hybridcache::invalid_argument);
 }
 
 TEST_CASE("Qwen3-Next gating and q/k preparation") {

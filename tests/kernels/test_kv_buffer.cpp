@@ -366,6 +366,8 @@ TEST_CASE("bad input: clear errors before any write") {
   CHECK_THROWS_AS(hx.table.check_step(std::vector<std::int32_t>{1}, 1), hybridcache::invalid_argument);  // slot not open
   CHECK_THROWS_AS(hx.table.check_step(std::vector<std::int32_t>{7}, 1), hybridcache::invalid_argument);  // out of range
   CHECK_NOTHROW(hx.table.check_step(std::vector<std::int32_t>{-1, 0}, 2));
+  CHECK_THROWS_AS(hx.table.check_step(std::vector<std::int32_t>{0, -1, 0}, 1), hybridcache::invalid_argument);  // twice
+  CHECK_NOTHROW(hx.table.check_step(std::vector<std::int32_t>{0, -1, -1}, 1));  // marks do not leak between checks
   for (int i = 0; i < 7; ++i) hx.decode({0}, 2e-3);
   CHECK_THROWS_AS(hx.table.advance(0, 3), hybridcache::invalid_argument);  // past the reserved buffer
   CHECK(hx.table.cursor(0) == 7);

@@ -129,6 +129,7 @@ class kv_buffer_table {
     cursor_.assign(static_cast<std::size_t>(cfg.num_slots), 0);
     valid_.assign(static_cast<std::size_t>(cfg.num_slots), 0);
     open_.assign(static_cast<std::size_t>(cfg.num_slots), 0);
+    seen_.assign(static_cast<std::size_t>(cfg.num_slots), 0);
     free_.reserve(static_cast<std::size_t>(cfg.num_blocks));
     for (int b = cfg.num_blocks - 1; b >= 0; --b) free_.push_back(b);
   }
@@ -180,19 +181,23 @@ class kv_buffer_table {
     ++version_;
   }
 
-  /// Checks a step before launch: every non-negative slot is open and in range, and
-  /// `new_tokens` fit after its cursor. Negative slots are skipped (padding).
+  /// Checks a step before launch: every non-negative slot is open, in range and named once,
+  /// and `new_tokens` fit after its cursor. Negative slots are skipped (padding). O(batch).
   /// @throw invalid_argument naming the first offending batch entry.
   void check_step(std::span<const std::int32_t> slots, int new_tokens) const {
     HYBRIDCACHE_EXPECTS(new_tokens >= 1 && new_tokens <= cfg_.max_new_tokens, invalid_argument,
                         "kv_buffer: " + std::to_string(new_tokens) + " new tokens per step, capacity is " +
                             std::to_string(cfg_.max_new_tokens) + " (kv_buffer_config.max_new_tokens)");
+    const std::uint64_t mark = ++stamp_;  // marks of earlier checks never equal this one
     for (std::size_t b = 0; b < slots.size(); ++b) {
       const int s = slots[b];
       if (s < 0) continue;
       HYBRIDCACHE_EXPECTS(is_open(s), invalid_argument,
                           "kv_buffer: batch entry " + std::to_string(b) + " names slot " + std::to_string(s) +
                               ", which is not open");
+      HYBRIDCACHE_EXPECTS(seen_[static_cast<std::size_t>(s)] != mark, invalid_argument,
+                          "kv_buffer: slot " + std::to_string(s) + " appears twice in one batch");
+      seen_[static_cast<std::size_t>(s)] = mark;
       const int cap = capacity(!state_valid(s));
       HYBRIDCACHE_EXPECTS(cursor(s) + new_tokens <= cap, invalid_argument,
                           "kv_buffer: slot " + std::to_string(s) + " would overflow its buffer (" +
@@ -237,6 +242,8 @@ class kv_buffer_table {
   std::vector<std::int32_t> valid_;
   std::vector<unsigned char> open_;
   std::vector<std::int32_t> free_;
+  mutable std::vector<std::uint64_t> seen_;  // duplicate-slot marks of check_step (stamp-based, no clearing)
+  mutable std::uint64_t stamp_ = 0;
   std::uint64_t version_ = 0;
 };
 

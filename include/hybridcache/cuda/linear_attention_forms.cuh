@@ -298,6 +298,22 @@ void validate_checkpoint_sites(const Site* sites, std::size_t count, std::int64_
   }
 }
 
+/// The checkpoint positions of a prefix-cache plan (any type with `prefill_start`, `chunk`
+/// and `sites`, e.g. prefix::checkpoint_plan), validated against a prefill of `length` tokens
+/// with the scan's chunk `chunk`: the input of `chunkwise_head` / `launch_chunked_prefill`.
+/// @throw invalid_argument when the plan was made for another chunk size or does not fit.
+template <class Plan>
+std::vector<std::int64_t> checkpoint_positions(const Plan& plan, std::int64_t length, int chunk) {
+  HYBRIDCACHE_EXPECTS(plan.chunk == chunk, invalid_argument,
+                      "checkpoint plan made for chunk " + std::to_string(plan.chunk) + ", the prefill uses " +
+                          std::to_string(chunk));
+  validate_checkpoint_sites(plan.sites.data(), plan.sites.size(), plan.prefill_start, length, chunk);
+  std::vector<std::int64_t> out;
+  out.reserve(plan.sites.size());
+  for (const auto& site : plan.sites) out.push_back(site.position);
+  return out;
+}
+
 // ---------------------------------------------------------------------------------------
 // Host drivers (one thread): the reference path of the tests and a CPU fallback.
 // ---------------------------------------------------------------------------------------

@@ -303,10 +303,17 @@ void check_pool(const state_pool& pool, int num_v_heads) {
 inline void check_slots(std::span<const std::int32_t> host_slots, int batch, int num_slots) {
   HYBRIDCACHE_EXPECTS(static_cast<int>(host_slots.size()) == batch, invalid_argument,
                       "host_slots has " + std::to_string(host_slots.size()) + " entries, batch is " + std::to_string(batch));
-  for (std::size_t b = 0; b < host_slots.size(); ++b)
-    HYBRIDCACHE_EXPECTS(host_slots[b] < num_slots, invalid_argument,
-                        "batch entry " + std::to_string(b) + ": slot " + std::to_string(host_slots[b]) +
-                            " outside the pool of " + std::to_string(num_slots));
+  std::vector<bool> seen(static_cast<std::size_t>(std::max(num_slots, 0)));
+  for (std::size_t b = 0; b < host_slots.size(); ++b) {
+    const int s = host_slots[b];
+    HYBRIDCACHE_EXPECTS(s < num_slots, invalid_argument,
+                        "batch entry " + std::to_string(b) + ": slot " + std::to_string(s) + " outside the pool of " +
+                            std::to_string(num_slots));
+    if (s < 0) continue;
+    HYBRIDCACHE_EXPECTS(!seen[static_cast<std::size_t>(s)], invalid_argument,
+                        "slot " + std::to_string(s) + " appears twice in one batch (the kernels would race)");
+    seen[static_cast<std::size_t>(s)] = true;
+  }
 }
 
 /// Debug builds: throws invalid_argument when `data[0..n)` (device) holds a NaN or an Inf.
