@@ -327,3 +327,33 @@ TEST_CASE("marconi writer: any id trace round-trips through Marconi JSONL") {
   std::string out;
   CHECK_THROWS_AS(append_marconi_jsonl(out, lengths_only), invalid_argument);
 }
+
+TEST_CASE("summarize_trace: counts, lengths, span, sessions") {
+  const auto generated = generate_synth_v1({.profile = synth_profile::chat, .seed = 7, .sessions = 12, .session_gap_ms = 1000});
+  synth_v1_source source(generated);
+  const trace_summary s = summarize_trace(source);
+  CHECK(s.requests == 70);
+  CHECK(s.input_tokens == 227'356);
+  CHECK(s.output_tokens == 25'509);
+  CHECK(s.max_input_tokens == 8'282);  // the last request of the fixture is the longest
+  CHECK(s.sessions <= 12);
+  std::int64_t max_output = 0;
+  for (const auto& r : generated) max_output = std::max<std::int64_t>(max_output, static_cast<std::int64_t>(r.output.size()));
+  CHECK(s.max_output_tokens == max_output);
+  CHECK(s.first_arrival_s == 0.0);
+  CHECK(s.last_arrival_s == static_cast<double>(generated.back().ts_ms) / 1000.0);
+  CHECK(s.has_ids);
+  CHECK(s.mean_input_tokens() == doctest::Approx(227'356.0 / 70));
+
+  std::istringstream in("{\"timestamp\": 1000, \"input_length\": 600, \"output_length\": 7, \"hash_ids\": [0, 1]}\n"
+                        "{\"timestamp\": 4000, \"input_length\": 100, \"output_length\": 9, \"hash_ids\": [0]}\n");
+  mooncake_reader mooncake(in);
+  const trace_summary m = summarize_trace(mooncake);
+  CHECK(m.requests == 2);
+  CHECK(m.sessions == 0);
+  CHECK(m.duration_s() == 3.0);
+  CHECK(m.max_output_tokens == 9);
+  std::istringstream empty("");
+  marconi_reader none(empty);
+  CHECK(summarize_trace(none).mean_input_tokens() == 0.0);
+}

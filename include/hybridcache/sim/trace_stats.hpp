@@ -22,6 +22,9 @@
 // not only for chained block ids. A false hit needs a 64-bit collision: with n distinct
 // prefixes the chance is about n^2 / 2^65 (1e-5 for 10^7 prefixes).
 // Cost: O(total ids) time, 16 bytes per distinct prefix.
+//
+// `summarize_trace` gives the plain shape of a trace (counts, lengths, time span) in one
+// streaming pass, for tools that describe a trace before replaying it.
 #pragma once
 
 #include <cstdint>
@@ -147,6 +150,51 @@ template <request_source S>
     result.hit_tokens += hit_tokens < r.input_tokens ? hit_tokens : r.input_tokens;
   }
   return result;
+}
+
+/// Shape of a trace (`summarize_trace`).
+struct trace_summary {
+  std::int64_t requests = 0;
+  std::int64_t sessions = 0;            ///< distinct session ids >= 0 (0 when the format has none)
+  std::int64_t input_tokens = 0;        ///< sum of real prompt lengths
+  std::int64_t output_tokens = 0;       ///< sum of real output lengths
+  std::int64_t max_input_tokens = 0;    ///< longest prompt
+  std::int64_t max_output_tokens = 0;   ///< longest output
+  double first_arrival_s = 0.0;         ///< arrival of the first request
+  double last_arrival_s = 0.0;          ///< arrival of the last request
+  bool has_ids = true;                  ///< every request carries ids (prefix caches can replay it)
+
+  /// Mean prompt length (0 for an empty trace).
+  [[nodiscard]] double mean_input_tokens() const noexcept {
+    return requests == 0 ? 0.0 : static_cast<double>(input_tokens) / static_cast<double>(requests);
+  }
+  /// Mean output length (0 for an empty trace).
+  [[nodiscard]] double mean_output_tokens() const noexcept {
+    return requests == 0 ? 0.0 : static_cast<double>(output_tokens) / static_cast<double>(requests);
+  }
+  /// last_arrival_s - first_arrival_s.
+  [[nodiscard]] double duration_s() const noexcept { return last_arrival_s - first_arrival_s; }
+};
+
+/// One streaming pass over `source`. Cost: O(requests) time, O(sessions) memory.
+template <request_source S>
+[[nodiscard]] trace_summary summarize_trace(S& source) {
+  trace_summary s;
+  detail::prefix_hash_set sessions;  // session id + 1 (0 is the empty slot)
+  request r;
+  while (source.next(r)) {
+    if (s.requests == 0) s.first_arrival_s = r.arrival_s;
+    s.last_arrival_s = r.arrival_s;
+    ++s.requests;
+    s.input_tokens += r.input_tokens;
+    s.output_tokens += r.output_tokens;
+    s.max_input_tokens = r.input_tokens > s.max_input_tokens ? r.input_tokens : s.max_input_tokens;
+    s.max_output_tokens = r.output_tokens > s.max_output_tokens ? r.output_tokens : s.max_output_tokens;
+    s.has_ids = s.has_ids && r.has_ids();
+    if (r.session_id >= 0) sessions.insert(static_cast<std::uint64_t>(r.session_id) + 1);
+  }
+  s.sessions = static_cast<std::int64_t>(sessions.size());
+  return s;
 }
 
 }  // namespace hybridcache::sim
