@@ -98,9 +98,14 @@ struct recurrent_program {
       load_prepared<DK>(io.template k_at<DK>(b, 0, h), io.qk, false, k1, g);
       load_prepared<DK>(io.template q_at<DK>(b, 0, h), io.qk, true, q1, g);
     }
+    // The next row's state is loaded before this row's math (rows are disjoint), so a warp
+    // keeps a load in flight while it computes.
+    float next[N] = {};
+    if (row_begin < DV) load_state_row(pool, row_begin, next, g);
     for (int c = row_begin; c < DV; c += row_step) {
       float s[N];
-      load_state_row(pool, c, s, g);
+      for (int e = 0; e < N; ++e) s[e] = next[e];
+      if (c + row_step < DV) load_state_row(pool, c + row_step, next, g);
       for (int r = 0; r < io.new_tokens; ++r) {
         float k[N], q[N];
         if (io.new_tokens == 1) {
@@ -244,13 +249,12 @@ struct kv_step_program {
     float* sk = scratch + total;  // [n]
     float* sq = sk + n;           // [n]
     const state_type pool{io.states + (static_cast<std::int64_t>(slot) * io.num_v_heads + hv) * state_type::elements};
+    float next[N] = {};  // prefetched state row (zero in KV-only mode: no state exists)
+    if (valid && row_begin < DV) load_state_row(pool, row_begin, next, g);
     for (int c = row_begin; c < DV; c += row_step) {
       float s[N];
-      if (valid) {
-        load_state_row(pool, c, s, g);
-      } else {
-        for (int e = 0; e < N; ++e) s[e] = 0.0f;
-      }
+      for (int e = 0; e < N; ++e) s[e] = next[e];
+      if (valid && c + row_step < DV) load_state_row(pool, c + row_step, next, g);
       for (int j = g.rank(); j < m; j += Group::size) u[j] = to_float(buf.value(slot, j, hv)[c]);
       for (int r = 0; r < n; ++r) {
         float k[N], q[N];
