@@ -282,3 +282,62 @@ TEST_CASE("device: Qwen3-Next gates; bad input is rejected before launch") {
                   invalid_argument);
 #endif
 }
+
+TEST_CASE("device: linear attention with decay, K-major state, d 64, GVA 2: recurrent and KVBuffer decode") {
+  constexpr int d = 64, h = 2, hv = 4;
+  constexpr auto Kmaj = hc::state_layout::k_major;
+  constexpr std::int64_t ns = static_cast<std::int64_t>(d) * d;
+  const hc::kv_buffer_config cfg{.num_slots = 3, .num_blocks = 6, .block_tokens = 4, .flush_interval = 5};
+  hc::kv_buffer_table table(cfg);
+  REQUIRE(table.open(0, false));
+  REQUIRE(table.open(2, false));
+  const std::size_t pool_tokens = static_cast<std::size_t>(cfg.num_blocks) * cfg.block_tokens;
+  std::vector<float> h_keys(pool_tokens * h * d), h_vals(pool_tokens * hv * d), h_dec(pool_tokens * hv);
+  auto h_states = random_floats(3 * hv * ns, 31, -0.3f, 0.3f);
+  auto h_rec = h_states;
+  auto d_keys = upload(h_keys), d_vals = upload(h_vals), d_dec = upload(h_dec);
+  auto d_states = upload(h_states), d_rec = upload(h_rec);
+  hc::device_kv_buffer_table d_table(table);
+  const int maxb = table.max_blocks_per_slot();
+  const hc::kv_buffer_ref<float, float> h_buf{h_keys.data(), h_vals.data(), h_dec.data(), table.block_table_data(),
+                                              table.cursor_data(), table.state_valid_data(), cfg.block_tokens, maxb,
+                                              h, hv, d, d};
+  const hc::kv_buffer_ref<float, float> d_buf{d_keys.data(), d_vals.data(), d_dec.data(), d_table.block_table(),
+                                              d_table.cursor(), d_table.state_valid(), cfg.block_tokens, maxb, h, hv, d, d};
+  const std::vector<std::int32_t> slots{2, -1, 0};
+  auto d_slots = upload(slots);
+  const hc::qk_options qk{false, 0.125f, 1e-6f};
+  for (int step = 0; step < 12; ++step) {
+    CAPTURE(step);
+    const auto q = random_floats(3 * h * d, 500 + step, -1, 1), k = random_floats(3 * h * d, 600 + step, -1, 1);
+    const auto v = random_floats(3 * hv * d, 700 + step, -1, 1), g = random_floats(3 * hv, 800 + step, -0.5f, 0.0f);
+    auto dq = upload(q), dk = upload(k), dv = upload(v), dg = upload(g);
+    hc::device_array<float> d_o(3 * hv * d), d_o_rec(3 * hv * d);
+    const hc::step_io<float, float> dio{d_slots.data(), 3, 1, h, hv, dq.data(), dk.data(), dv.data(), dg.data(),
+                                        nullptr, d_o.data(), d_states.data(), qk};
+    auto dio_rec = dio;
+    dio_rec.o = d_o_rec.data();
+    d_table.upload(table);
+    hc::launch_kv_decode<hc::linear_rule, Kmaj, d, d>(dio, hc::state_pool{d_states.data(), 3, hv, d, d, Kmaj}, slots,
+                                                      table, d_buf);
+    hc::launch_recurrent_step<hc::linear_rule, Kmaj, d, d>(dio_rec, hc::state_pool{d_rec.data(), 3, hv, d, d, Kmaj},
+                                                           slots);
+    std::vector<float> o(3 * hv * d, 0.0f), o_rec(3 * hv * d, 0.0f);
+    hc::step_io<float, float> hio{slots.data(), 3, 1, h, hv, q.data(), k.data(), v.data(), g.data(), nullptr, o.data(),
+                                  h_states.data(), qk};
+    hc::kv_step_host<hc::linear_rule, Kmaj, d, d>(hio, h_buf, cfg.flush_interval, 0, true);
+    hio.o = o_rec.data();
+    hio.states = h_rec.data();
+    hc::recurrent_step_host<hc::linear_rule, Kmaj, d, d>(hio);
+    HYBRIDCACHE_CUDA_TRY(cudaDeviceSynchronize());
+    auto got = download(d_o), got_rec = download(d_o_rec);
+    for (int i = 0; i < hv * d; ++i) got[hv * d + i] = got_rec[hv * d + i] = 0.0f;  // skipped entry
+    CHECK(hctest::rel_rms(got, o) <= 1e-5);
+    CHECK(hctest::rel_rms(got_rec, o_rec) <= 1e-5);
+    CHECK(hctest::rel_rms(got, got_rec) <= 1e-4);  // KVBuffer == recurrent up to rounding
+    for (auto s : slots)
+      if (s >= 0) table.advance(s, 1);
+  }
+  CHECK(hctest::rel_rms(download(d_states), h_states) <= 1e-5);
+  CHECK(hctest::rel_rms(download(d_rec), h_rec) <= 1e-5);
+}
