@@ -10,7 +10,7 @@ for humans reproducing docs/replay.md's side-by-side table and is never run in C
 The reference must be importable from --marconi-dir, with stub `transformers` / `datasets`
 packages on PYTHONPATH (see setup_reference.sh). Prints one JSON object: the policy, the
 token and request hit rates, the per-request skipped tokens, and the loop time of each repeat
-(seconds, trace parsing excluded), and their median.
+(seconds, trace parsing excluded; wall and process CPU time), and their medians.
 """
 import argparse
 import json
@@ -41,7 +41,7 @@ def main():
 
     requests = load(args.trace)
     model = dict(num_ssm_layers=24, num_attn_layers=4, num_mlp_layers=28, d=4096, n=128)
-    times = []
+    times, cpu_times = [], []
     for _ in range(args.repeat):
         if args.policy == "vllm+":
             tree = BlockTree(capacity_bytes=args.capacity, use_logical_ts=True, block_size=32, **model)
@@ -51,12 +51,13 @@ def main():
         else:
             tree = HybridTree(capacity_bytes=args.capacity, evict_policy_version=3, eff_weight=args.alpha,
                               use_logical_ts=True, **model)
-        start = time.perf_counter()
+        start, cpu_start = time.perf_counter(), time.process_time()
         for r in requests:
             tree.match_prefix(r["input_tokens"])
             tree.insert(token_ids=r["input_tokens"] + r["output_tokens"],
                         state_at_leaf=r["session_id"], state_at_branchoff=r["session_id"])
         times.append(time.perf_counter() - start)
+        cpu_times.append(time.process_time() - cpu_start)
     hist = tree.request_history
     skipped = [h[2] for h in hist]
     total = sum(h[1] for h in hist)
@@ -67,6 +68,7 @@ def main():
         "token_hit_rate": sum(skipped) / total if total else 0.0,
         "request_hit_rate": sum(1 for s in skipped if s > 0) / len(hist) if hist else 0.0,
         "loop_seconds": times, "loop_seconds_median": statistics.median(times),
+        "loop_cpu_seconds": cpu_times, "loop_cpu_seconds_median": statistics.median(cpu_times),
         "skipped": skipped,
     }))
 

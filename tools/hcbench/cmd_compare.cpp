@@ -43,6 +43,7 @@ struct compare_cli {
   std::string alpha = "auto";
   std::int64_t block_size = 0;
   std::int64_t threads = 0;
+  double sessions_per_second = 1.0;
   std::string out = "hcbench-results";
   bool strict_capacity = false;
 };
@@ -90,7 +91,7 @@ void run(const compare_cli& o) {
       const std::string& fmt = o.formats.size() == 1 ? o.formats[0] : o.formats[i];
       const std::int64_t block = fmt == "mooncake" && o.block_size > 0 ? o.block_size : 512;
       std::string label = i < o.labels.size() ? o.labels[i] : std::filesystem::path(o.traces[i]).stem().string();
-      traces.push_back({label, load_trace(o.traces[i], fmt, block)});
+      traces.push_back({label, load_trace(o.traces[i], fmt, {block, o.sessions_per_second})});
     }
     default_caps = "1e9,2e9,5e9,1e10";
   }
@@ -183,6 +184,7 @@ const bool registered = hcbench::register_command(
        sub.add_option("--model", o.model, "model preset (see `hcbench models`)");
        sub.add_option("--alpha", o.alpha, "marconi's FLOP-efficiency weight: a number, or auto");
        sub.add_option("--block-size", o.block_size, "mooncake engine block size / vllm+ checkpoint block");
+       sub.add_option("--sessions-per-second", o.sessions_per_second, "sharegpt: conversations started per second");
        sub.add_option("--threads", o.threads, "worker threads (default: hardware concurrency)");
        sub.add_option("--out", o.out, "output directory for results.csv, table.txt and hit_rate_vs_capacity.svg");
        sub.add_flag("--strict-capacity", o.strict_capacity, "never exceed the capacity (see replay --help)");

@@ -35,6 +35,7 @@ struct replay_cli {
   std::string alpha = "auto";
   std::int64_t block_size = 0;  // 0: the format's default (mooncake 512 = one id per hash id; vllm+ 32)
   std::int64_t concurrency = 1;
+  double sessions_per_second = 1.0;
   bool json = false;
   bool strict_capacity = false;
 };
@@ -69,7 +70,7 @@ void run(const replay_cli& o) {
   job.concurrency = o.concurrency;
   job.progress = isatty(STDERR_FILENO) != 0;
   job.strict_capacity = o.strict_capacity;
-  const auto requests = load_trace(o.trace, o.format, mooncake_block);
+  const auto requests = load_trace(o.trace, o.format, {mooncake_block, o.sessions_per_second});
   job.requests = &requests;
   job.trace = std::filesystem::path(o.trace).stem().string();
   const replay_result r = run_replay(job);
@@ -107,6 +108,8 @@ const bool registered = hcbench::register_command(
        sub.add_option("--block-size", o.block_size,
                       "mooncake: engine block size B dividing 512 (default 512); other formats: vllm+ "
                       "checkpoint block in tokens (default 32)");
+       sub.add_option("--sessions-per-second", o.sessions_per_second,
+                      "sharegpt: conversations started per second (default 1)");
        sub.add_option("--concurrency", o.concurrency, "requests in flight; a match stays pinned until its "
                                                       "request finishes (default 1, the reference's model)");
        sub.add_flag("--json", o.json, "print one JSON object on stdout");

@@ -79,6 +79,7 @@ inline std::string json_number(double v) {
   }
   kv("hit_rate_by_input_length", bins + "]");
   kv("wall_seconds", json_number(m.wall_seconds));
+  kv("cpu_seconds", json_number(m.cpu_seconds));
   return o + "}";
 }
 
@@ -86,7 +87,7 @@ inline std::string json_number(double v) {
 inline const char* csv_header() {
   return "trace,model,policy,capacity_bytes,requests,input_tokens,skipped_tokens,token_hit_rate,request_hit_rate,"
          "flops_saved,ttft_p5_ms,ttft_p50_ms,ttft_p95_ms,ttft_p95_no_cache_ms,checkpoints_admitted,checkpoints_reused,"
-         "checkpoints_evicted,kv_bytes_admitted,evictions,alpha,wall_seconds";
+         "checkpoints_evicted,kv_bytes_admitted,evictions,alpha,wall_seconds,cpu_seconds";
 }
 
 [[nodiscard]] inline std::string csv_row(const replay_result& r) {
@@ -98,7 +99,7 @@ inline const char* csv_header() {
          n(m.flops_saved) + "," + n(m.ttft_p5_ms) + "," + n(m.ttft_p50_ms) + "," + n(m.ttft_p95_ms) + "," +
          n(m.ttft_p95_no_cache_ms) + "," + i(m.cache.checkpoints_admitted) + "," + i(m.cache.checkpoints_reused) + "," +
          i(m.cache.checkpoints_evicted) + "," + i(m.cache.kv_bytes_admitted) + "," + i(m.cache.evictions) + "," +
-         n(m.cache.alpha) + "," + n(m.wall_seconds);
+         n(m.cache.alpha) + "," + n(m.wall_seconds) + "," + n(m.cpu_seconds);
 }
 
 /// An aligned text table, one row per result (in the given order).

@@ -29,6 +29,7 @@
 #include <hybridcache/sim/marconi_trace.hpp>
 #include <hybridcache/sim/mooncake_trace.hpp>
 #include <hybridcache/sim/replay.hpp>
+#include <hybridcache/sim/sharegpt_trace.hpp>
 #include <hybridcache/sim/synth_v1.hpp>
 
 namespace hcbench {
@@ -40,7 +41,8 @@ void check_policy(const std::string& name) {
 }
 
 std::vector<hybridcache::sim::request> load_trace(const std::string& path, const std::string& format,
-                                                  std::int64_t block_size) {
+                                                  const trace_load_options& options) {
+  const std::int64_t block_size = options.block_size;
   using namespace hybridcache;
   bool known = false;
   for (const auto& f : trace_formats()) known = known || f == format;
@@ -61,7 +63,11 @@ std::vector<hybridcache::sim::request> load_trace(const std::string& path, const
                                                       .synthesize_output_ids = true}};
     while (reader.next(r)) out.push_back(r);
   } else {
-    throw invalid_argument("trace format 'sharegpt' is not available in this build yet");
+    if (!(options.sessions_per_second > 0) || !std::isfinite(options.sessions_per_second))
+      throw invalid_argument("--sessions-per-second must be > 0");
+    sim::sharegpt_reader reader{std::filesystem::path(path),
+                                sim::sharegpt_options{.sessions_per_second = options.sessions_per_second}};
+    while (reader.next(r)) out.push_back(r);
   }
   if (out.empty()) throw invalid_argument("trace file '" + path + "' holds no requests");
   return out;

@@ -59,12 +59,19 @@ struct replay_result {
 /// hybridcache::capacity_error (capacity below one checkpoint plus one block of KV).
 [[nodiscard]] replay_result run_replay(const replay_job& job);
 
-/// Reads a whole trace (`format` one of trace_formats()). `block_size` is the engine block
-/// size for Mooncake (must divide 512; each 512-token hash id expands into 512/B ids).
-/// @throws hybridcache::invalid_argument (missing file, unknown format),
+/// How `load_trace` reads a file.
+struct trace_load_options {
+  /// Mooncake: engine block size B dividing 512 (each 512-token hash id expands into 512/B ids).
+  std::int64_t block_size = 512;
+  /// ShareGPT: conversations started per second (Marconi's sweeps: 0.25 ... 10).
+  double sessions_per_second = 1.0;
+};
+
+/// Reads a whole trace (`format` one of trace_formats()).
+/// @throws hybridcache::invalid_argument (missing file, unknown format, bad options),
 ///         hybridcache::format_error (malformed line).
 [[nodiscard]] std::vector<hybridcache::sim::request> load_trace(const std::string& path, const std::string& format,
-                                                                std::int64_t block_size);
+                                                                const trace_load_options& options = {});
 
 /// The embedded default workload of `hcbench compare`: a synth-v1 trace generated in memory.
 [[nodiscard]] std::vector<hybridcache::sim::request> synth_workload(const std::string& profile, std::uint64_t seed,

@@ -103,6 +103,7 @@ struct run_metrics {
   std::vector<length_bin> by_input_length{};
   cache_stats cache{};
   double wall_seconds = 0.0;  ///< time in the replay loop only (set by the engine)
+  double cpu_seconds = 0.0;   ///< process CPU time in the loop (all threads; robust to a loaded machine)
 };
 
 /// Lower bounds of the input-length bins: [0,1k), [1k,2k), [2k,4k) ... [64k, ∞).

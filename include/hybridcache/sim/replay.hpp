@@ -22,7 +22,7 @@
 //
 // `replay_trace` does all copying before the clock starts: `run_metrics::wall_seconds`
 // covers the loop only (cache calls and metric updates), so it compares with the
-// reference's loop time.
+// reference's loop time; `cpu_seconds` is the process CPU time over the same span.
 //
 // Token vs id granularity: a request whose ids stand for B tokens each (Mooncake block
 // hashes, `request::tokens_per_id`) is replayed id by id; skipped real tokens are
@@ -34,6 +34,7 @@
 #pragma once
 
 #include <chrono>
+#include <ctime>
 #include <concepts>
 #include <cstdint>
 #include <deque>
@@ -162,6 +163,7 @@ template <class Cache, prefill_time_model PrefillTime = marconi_reference_ttft, 
     running.pop_front();
   };
 
+  const std::clock_t cpu_start = std::clock();
   const auto start = std::chrono::steady_clock::now();
   for (std::size_t i = 0; i < n; ++i) {
     const auto& e = trace[i];
@@ -179,10 +181,12 @@ template <class Cache, prefill_time_model PrefillTime = marconi_reference_ttft, 
   }
   while (!running.empty()) finish_oldest();
   const auto stop = std::chrono::steady_clock::now();
+  const std::clock_t cpu_stop = std::clock();
   progress(n, n);
 
   run_metrics out = rec.finish();
   out.wall_seconds = std::chrono::duration<double>(stop - start).count();
+  out.cpu_seconds = static_cast<double>(cpu_stop - cpu_start) / CLOCKS_PER_SEC;
   const prefix::cache_counters c = cache.counters();
   out.cache.checkpoints_admitted = c.checkpoints_admitted;
   out.cache.checkpoints_reused = c.checkpoints_reused;
