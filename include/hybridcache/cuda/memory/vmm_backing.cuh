@@ -39,13 +39,70 @@
 
 namespace hybridcache::cuda {
 
+namespace detail {
+
+// The driver entry points the VMM backing uses, resolved at run time through the CUDA
+// runtime (cudaGetDriverEntryPointByVersion), so that nothing links against libcuda:
+// binaries that include this header still start, and skip, on machines without a driver.
+struct vmm_driver {
+  decltype(&::cuGetErrorName) get_error_name = nullptr;
+  decltype(&::cuGetErrorString) get_error_string = nullptr;
+  decltype(&::cuMemGetAllocationGranularity) get_granularity = nullptr;
+  decltype(&::cuMemCreate) create = nullptr;
+  decltype(&::cuMemRelease) release = nullptr;
+  decltype(&::cuMemAddressReserve) address_reserve = nullptr;
+  decltype(&::cuMemAddressFree) address_free = nullptr;
+  decltype(&::cuMemMap) map = nullptr;
+  decltype(&::cuMemUnmap) unmap = nullptr;
+  decltype(&::cuMemSetAccess) set_access = nullptr;
+
+  /// Loaded once; @throws cuda_error naming the entry point that could not be found.
+  static const vmm_driver& get() {
+    static const vmm_driver d = load();
+    return d;
+  }
+
+ private:
+  template <class F>
+  static void resolve(F& fn, const char* symbol) {
+    void* p = nullptr;
+    cudaDriverEntryPointQueryResult found{};
+#if CUDART_VERSION >= 12050
+    const cudaError_t st = cudaGetDriverEntryPointByVersion(symbol, &p, CUDART_VERSION, cudaEnableDefault, &found);
+#else
+    const cudaError_t st = cudaGetDriverEntryPoint(symbol, &p, cudaEnableDefault, &found);
+#endif
+    if (st != cudaSuccess || found != cudaDriverEntryPointSuccess || p == nullptr)
+      throw cuda_error(std::string("cudaGetDriverEntryPoint(") + symbol + ") failed: " +
+                       (st != cudaSuccess ? cudaGetErrorName(st) : "symbol not found in the driver"));
+    fn = reinterpret_cast<F>(p);
+  }
+  static vmm_driver load() {
+    vmm_driver d;
+    resolve(d.get_error_name, "cuGetErrorName");
+    resolve(d.get_error_string, "cuGetErrorString");
+    resolve(d.get_granularity, "cuMemGetAllocationGranularity");
+    resolve(d.create, "cuMemCreate");
+    resolve(d.release, "cuMemRelease");
+    resolve(d.address_reserve, "cuMemAddressReserve");
+    resolve(d.address_free, "cuMemAddressFree");
+    resolve(d.map, "cuMemMap");
+    resolve(d.unmap, "cuMemUnmap");
+    resolve(d.set_access, "cuMemSetAccess");
+    return d;
+  }
+};
+
+}  // namespace detail
+
 /// Throws `cuda_error` when a driver call failed, naming the call and the CUresult.
 inline void throw_on_cu_error(CUresult status, const char* call, const char* file, int line) {
   if (status == CUDA_SUCCESS) return;
   const char* name = nullptr;
   const char* text = nullptr;
-  if (cuGetErrorName(status, &name) != CUDA_SUCCESS) name = "CUDA_ERROR_UNKNOWN";
-  if (cuGetErrorString(status, &text) != CUDA_SUCCESS) text = "unknown driver error";
+  const auto& drv = detail::vmm_driver::get();
+  if (drv.get_error_name(status, &name) != CUDA_SUCCESS || name == nullptr) name = "CUDA_ERROR_UNKNOWN";
+  if (drv.get_error_string(status, &text) != CUDA_SUCCESS || text == nullptr) text = "unknown driver error";
   throw cuda_error(std::string(call) + " failed: " + name + " (" + text + ") at " + file + ":" + std::to_string(line));
 }
 
@@ -67,7 +124,8 @@ namespace hybridcache::cuda {
   prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
   prop.location.id = device;
   std::size_t g = 0;
-  HYBRIDCACHE_CU_TRY(cuMemGetAllocationGranularity(&g, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM));
+  throw_on_cu_error(detail::vmm_driver::get().get_granularity(&g, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM),
+                    "cuMemGetAllocationGranularity", __FILE__, __LINE__);
   return g;
 }
 
@@ -97,7 +155,8 @@ struct vmm_backing {
       try {
         for (std::uint32_t c = 0; c < chunks; ++c) {
           CUmemGenericAllocationHandle h{};
-          HYBRIDCACHE_CU_TRY(cuMemCreate(&h, chunk_bytes, &prop, 0));
+          throw_on_cu_error(detail::vmm_driver::get().create(&h, chunk_bytes, &prop, 0),
+                            "cuMemCreate", __FILE__, __LINE__);
           handles_.push_back(h);
         }
       } catch (...) {
@@ -119,7 +178,9 @@ struct vmm_backing {
 
    private:
     void release_all() noexcept {
-      for (auto h : handles_) (void)cuMemRelease(h);
+      if (handles_.empty()) return;
+      const auto& drv = detail::vmm_driver::get();
+      for (auto h : handles_) (void)drv.release(h);
       handles_.clear();
     }
     std::uint64_t chunk_bytes_;
@@ -133,35 +194,38 @@ struct vmm_backing {
     /// Reserves max_slots x chunk_bytes of virtual address space. @throws cuda_error.
     view(arena& a, std::uint32_t max_slots)
         : arena_(&a), bytes_(std::uint64_t{max_slots} * a.chunk_bytes()), mapped_(max_slots, 0) {
-      HYBRIDCACHE_CU_TRY(cuMemAddressReserve(&va_, bytes_, a.chunk_bytes(), 0, 0));
+      throw_on_cu_error(detail::vmm_driver::get().address_reserve(&va_, bytes_, a.chunk_bytes(), 0, 0),
+                        "cuMemAddressReserve", __FILE__, __LINE__);
     }
     view(const view&) = delete;
     view& operator=(const view&) = delete;
     ~view() {
       for (std::size_t s = 0; s < mapped_.size(); ++s)
-        if (mapped_[s]) (void)cuMemUnmap(va_ + s * arena_->chunk_bytes(), arena_->chunk_bytes());
-      if (va_) (void)cuMemAddressFree(va_, bytes_);
+        if (mapped_[s]) (void)detail::vmm_driver::get().unmap(va_ + s * arena_->chunk_bytes(), arena_->chunk_bytes());
+      if (va_) (void)detail::vmm_driver::get().address_free(va_, bytes_);
     }
 
     /// Maps physical chunk `chunk` at `slot` and makes it read/write for the arena's device.
     /// On failure nothing stays mapped. @throws cuda_error.
     void map(std::uint32_t slot, std::uint32_t chunk) {
       const CUdeviceptr at = va_ + slot * arena_->chunk_bytes();
-      HYBRIDCACHE_CU_TRY(cuMemMap(at, arena_->chunk_bytes(), 0, arena_->handle(chunk), 0));
+      throw_on_cu_error(detail::vmm_driver::get().map(at, arena_->chunk_bytes(), 0, arena_->handle(chunk), 0),
+                        "cuMemMap", __FILE__, __LINE__);
       CUmemAccessDesc access{};
       access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
       access.location.id = arena_->device();
       access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
-      const CUresult st = cuMemSetAccess(at, arena_->chunk_bytes(), &access, 1);
+      const CUresult st = detail::vmm_driver::get().set_access(at, arena_->chunk_bytes(), &access, 1);
       if (st != CUDA_SUCCESS) {
-        (void)cuMemUnmap(at, arena_->chunk_bytes());
+        (void)detail::vmm_driver::get().unmap(at, arena_->chunk_bytes());
         throw_on_cu_error(st, "cuMemSetAccess", __FILE__, __LINE__);
       }
       mapped_[slot] = 1;
     }
     /// Unmaps the chunk at `slot` (the physical chunk stays in the arena). @throws cuda_error.
     void unmap(std::uint32_t slot) {
-      HYBRIDCACHE_CU_TRY(cuMemUnmap(va_ + slot * arena_->chunk_bytes(), arena_->chunk_bytes()));
+      throw_on_cu_error(detail::vmm_driver::get().unmap(va_ + slot * arena_->chunk_bytes(), arena_->chunk_bytes()),
+                        "cuMemUnmap", __FILE__, __LINE__);
       mapped_[slot] = 0;
     }
     [[nodiscard]] std::byte* slot_base(std::uint32_t slot) const noexcept {
