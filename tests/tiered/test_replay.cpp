@@ -59,6 +59,8 @@ TEST_CASE("tiered replay: option parsing and bad input") {
   o.tiers = parse_tiers("hbm=1GiB,host=4GiB", o.page_bytes);
   o.link_gbps = 0.0;
   CHECK_THROWS_AS((void)run_tiered_replay(reqs, m, o), invalid_argument);
+  o.link_gbps = -1.0;
+  CHECK_THROWS_AS((void)run_tiered_replay(reqs, m, o), invalid_argument);
   o.link_gbps = 50.0;
   o.tiers[1].capacity_bytes = 1000;  // smaller than a page
   CHECK_THROWS_AS((void)run_tiered_replay(reqs, m, o), invalid_argument);
@@ -100,6 +102,7 @@ TEST_CASE("tiered replay: hits move between tiers and are counted where they wer
   // A link so slow that recomputing is faster: recompute instead of reload, counted.
   o.tiers = {{.kind = tier_kind::hbm, .capacity_bytes = 6 * ((blk + (1 << 20) - 1) >> 20 << 20)},
              {.kind = tier_kind::host, .capacity_bytes = std::int64_t{1} << 32, .link_gbps = 0.05}};
+  o.link_gbps = std::nullopt;  // keep the tier's own (slow) link
   const auto slow = run_tiered_replay(reqs, m, o);
   CHECK(slow.recompute_instead_of_reload == 1);
   CHECK(slow.host_hit_tokens == 0);

@@ -10,6 +10,7 @@
 // the same table drives a counting simulator, host buffers and device memory.
 #pragma once
 
+#include <compare>
 #include <cstdint>
 #include <vector>
 
@@ -20,6 +21,13 @@ namespace hybridcache::tiered {
 
 /// Identifier of a cached node (a radix-tree node, a block hash, ...). Chosen by the caller.
 using node_id = std::uint64_t;
+
+/// Ordering key of an evictable entry: smaller leaves first; `secondary` breaks ties.
+struct demotion_key {
+  double primary = 0.0;
+  double secondary = 0.0;
+  friend constexpr auto operator<=>(const demotion_key&, const demotion_key&) = default;
+};
 
 /// What the caller tells the store about a node when inserting it. Read by scorers.
 struct node_info {
@@ -40,6 +48,7 @@ struct cache_entry {
   std::uint64_t last_access = 0;      ///< logical time of the last touch
   node_info info;                     ///< token span, for FLOP-aware scoring
   std::uint64_t move_seq = 0;         ///< bumped by every prepare_move; tickets carry it
+  demotion_key indexed_key{};         ///< key under which the store indexes it (when resident)
 
   /// CaR's Valid_in_GPU: the bytes are in HBM and usable now (not mid-copy).
   [[nodiscard]] bool valid_in_gpu() const noexcept { return tier == hbm_tier && state != page_state::moving; }

@@ -19,7 +19,6 @@
 // apply exactly the paper's arithmetic.
 #pragma once
 
-#include <compare>
 #include <concepts>
 #include <cstdint>
 
@@ -27,13 +26,6 @@
 #include "hybridcache/tiered/cache_entry.hpp"
 
 namespace hybridcache::tiered {
-
-/// Ordering key of an evictable entry: smaller leaves first; `secondary` breaks ties.
-struct demotion_key {
-  double primary = 0.0;
-  double secondary = 0.0;
-  friend constexpr auto operator<=>(const demotion_key&, const demotion_key&) = default;
-};
 
 /// A demotion scorer: `key(entry)` gives the entry's demotion order (smallest first).
 template <class S>

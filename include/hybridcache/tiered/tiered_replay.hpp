@@ -117,8 +117,9 @@ enum class demotion_kind : std::uint8_t { automatic, lru, car_score, flop_aware 
 struct tiered_replay_options {
   /// Tiers, HBM first (`parse_tiers`). One tier = the single-tier baseline.
   std::vector<tier_config> tiers;
-  /// Link bandwidth, GB/s, used for every tier whose `link_gbps` is not set (<= 0).
-  double link_gbps = 50.0;
+  /// Link bandwidth (GB/s) between HBM and every lower tier (`--link-gbps`); nullopt keeps
+  /// each tier's own `tier_config::link_gbps` (e.g. a slower CXL tier). Must be > 0.
+  std::optional<double> link_gbps = 50.0;
   scheduler_kind scheduler = scheduler_kind::fcfs;
   prefetch_kind prefetch = prefetch_kind::none;
   sparsify_kind sparsify = sparsify_kind::off;
@@ -335,10 +336,11 @@ class tiered_replayer {
   };
 
   static std::vector<tier_config> effective_tiers(const tiered_replay_options& o) {
-    HYBRIDCACHE_EXPECTS(o.link_gbps > 0.0, invalid_argument, "tiered replay: link bandwidth must be > 0 GB/s");
+    HYBRIDCACHE_EXPECTS(!o.link_gbps || *o.link_gbps > 0.0, invalid_argument,
+                        "tiered replay: link bandwidth must be > 0 GB/s");
     auto t = o.tiers;
-    for (auto& x : t)
-      if (x.link_gbps <= 0.0) x.link_gbps = o.link_gbps;
+    if (o.link_gbps)
+      for (auto& x : t) x.link_gbps = *o.link_gbps;
     return t;  // validated by the store (zero sizes, sizes below a page, ...)
   }
 

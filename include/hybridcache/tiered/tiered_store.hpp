@@ -23,7 +23,8 @@
 // lock over shared state); copies run outside it. Costs (n = entries in the tier, k = pages
 // of the entry): insert O(k + log n), find O(k), pin/unpin/touch/add_score O(log n),
 // prepare_move O(k + log n), complete_move O(k + log n), erase O(k + log n),
-// victim O(log n). Insert and moves allocate the page lists; nothing else allocates.
+// victim O(log n). Insert and moves allocate the page lists and an index node; pin, unpin,
+// touch and add_score re-key the index (one node freed, one allocated by std::set).
 #pragma once
 
 #include <algorithm>
@@ -363,18 +364,14 @@ class tiered_store {
   void index_add(cache_entry& e) {
     if (e.state != page_state::resident) return;
     auto& s = tiers_[e.tier.value];
-    s.index.emplace(scorer_.key(e), e.id);
+    e.indexed_key = scorer_.key(e);
+    s.index.emplace(e.indexed_key, e.id);
     s.evictable_pages += static_cast<std::int64_t>(e.pages.size());
-    keys_[e.id] = scorer_.key(e);
   }
   void index_remove(cache_entry& e) {
     if (e.state != page_state::resident) return;
     auto& s = tiers_[e.tier.value];
-    const auto k = keys_.find(e.id);
-    if (k != keys_.end()) {
-      s.index.erase({k->second, e.id});
-      keys_.erase(k);
-    }
+    s.index.erase({e.indexed_key, e.id});
     s.evictable_pages -= static_cast<std::int64_t>(e.pages.size());
   }
   template <class Mutate>
@@ -409,7 +406,6 @@ class tiered_store {
   mutable std::mutex mu_;
   std::vector<tier_state> tiers_;
   std::unordered_map<node_id, cache_entry> entries_;
-  std::unordered_map<node_id, demotion_key> keys_;  // key under which a resident entry is indexed
   std::uint64_t clock_ = 0;
 };
 
