@@ -141,6 +141,10 @@ inline const char* csv_header() {
   return out;
 }
 
+inline std::string detail_palette(std::size_t i) {
+  return hybridcache::sim::detail::palette[i % std::size(hybridcache::sim::detail::palette)];
+}
+
 /// The figure: token hit rate and P95 TTFT against capacity, one line per (trace, policy).
 [[nodiscard]] inline std::string hit_rate_svg(const std::vector<replay_result>& results, const std::string& title) {
   using namespace hybridcache::sim;
@@ -151,6 +155,11 @@ inline const char* csv_header() {
                   .x_format = axis_format::bytes, .y_format = axis_format::percent, .log_x = true, .series = {}};
   chart_panel ttft{.title = "P95 TTFT (modelled)", .x_label = "cache capacity", .y_label = "P95 TTFT",
                    .x_format = axis_format::bytes, .y_format = axis_format::ms, .log_x = true, .series = {}};
+  // One line per (trace, policy): colour by policy, dash pattern by trace.
+  std::vector<std::string> policies;
+  for (const auto& r : results)
+    if (std::find(policies.begin(), policies.end(), r.policy) == policies.end()) policies.push_back(r.policy);
+  static constexpr const char* dashes[] = {"", "7,4", "2,3", "9,3,2,3"};
   std::map<std::string, std::vector<const replay_result*>> by_line;
   std::vector<std::string> order;
   for (const auto& r : results) {
@@ -161,16 +170,17 @@ inline const char* csv_header() {
   for (const auto& name : order) {
     auto& v = by_line[name];
     std::sort(v.begin(), v.end(), [](auto* a, auto* b) { return a->capacity_bytes < b->capacity_bytes; });
-    chart_series h{name, {}}, t{name, {}};
-    for (const auto* r : v) {
-      h.points.emplace_back(static_cast<double>(r->capacity_bytes), r->metrics.token_hit_rate);
-      t.points.emplace_back(static_cast<double>(r->capacity_bytes), r->metrics.ttft_p95_ms);
-    }
+    const auto pi = static_cast<std::size_t>(std::find(policies.begin(), policies.end(), v.front()->policy) - policies.begin());
+    const auto ti = static_cast<std::size_t>(std::find(traces.begin(), traces.end(), v.front()->trace) - traces.begin());
+    chart_series h{name, {}, detail_palette(pi), dashes[ti % std::size(dashes)]};
+    for (const auto* r : v) h.points.emplace_back(static_cast<double>(r->capacity_bytes), r->metrics.token_hit_rate);
+    chart_series t = h;
+    t.points.clear();
+    for (const auto* r : v) t.points.emplace_back(static_cast<double>(r->capacity_bytes), r->metrics.ttft_p95_ms);
     hit.series.push_back(std::move(h));
     ttft.series.push_back(std::move(t));
   }
-  chart_style style;
-  if (order.size() > 4) style.margin_bottom += 16 * static_cast<int>((order.size() - 1) / 4);
+  const chart_style style;
   return to_svg(std::vector<chart_panel>{hit, ttft}, title, style);
 }
 

@@ -39,6 +39,8 @@ enum class axis_format {
 struct chart_series {
   std::string name{};
   std::vector<std::pair<double, double>> points{};
+  std::string colour{};  ///< CSS colour; empty: from the palette, by name
+  std::string dash{};    ///< SVG stroke-dasharray (e.g. "6,4"); empty: solid
 };
 
 /// One plot area with its own axes.
@@ -145,13 +147,27 @@ inline constexpr const char* palette[] = {"#1f77b4", "#d62728", "#2ca02c", "#ff7
   for (const auto& p : panels)
     for (const auto& s : p.series)
       if (std::find(names.begin(), names.end(), s.name) == names.end()) names.push_back(s.name);
-  auto colour_of = [&](const std::string& n) {
-    const auto i = static_cast<std::size_t>(std::find(names.begin(), names.end(), n) - names.begin());
+  auto colour_of = [&](const chart_series& s) -> std::string {
+    if (!s.colour.empty()) return s.colour;
+    const auto i = static_cast<std::size_t>(std::find(names.begin(), names.end(), s.name) - names.begin());
     return detail::palette[i % std::size(detail::palette)];
   };
+  // Legend layout: items flow left to right under the plot and wrap at the panel's edge.
+  const double legend_x0 = style.margin_left, legend_x1 = style.panel_width;
+  auto legend_item_width = [](const chart_series& s) { return 34 + 7.0 * static_cast<double>(s.name.size()); };
+  int legend_rows = 1;
+  for (const auto& p : panels) {
+    int rows = 1;
+    double lx = legend_x0;
+    for (const auto& s : p.series) {
+      if (lx > legend_x0 && lx + legend_item_width(s) > legend_x1) { lx = legend_x0; ++rows; }
+      lx += legend_item_width(s);
+    }
+    legend_rows = std::max(legend_rows, rows);
+  }
 
   const int W = style.panel_width * static_cast<int>(std::max<std::size_t>(panels.size(), 1));
-  const int H = style.panel_height + 32;
+  const int H = style.panel_height + 32 + 16 * (legend_rows - 1);
   std::string o;
   o += "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n";
   o += "<svg xmlns=\"http://www.w3.org/2000/svg\" version=\"1.1\" width=\"" + std::to_string(W) + "\" height=\"" +
@@ -219,25 +235,27 @@ inline constexpr const char* palette[] = {"#1f77b4", "#d62728", "#2ca02c", "#ff7
          ") rotate(-90)\" text-anchor=\"middle\">" + xml_escape(p.y_label) + "</text>\n";
 
     for (const auto& s : p.series) {
-      const char* c = colour_of(s.name);
+      const std::string c = colour_of(s);
+      const std::string dash = s.dash.empty() ? "" : "\" stroke-dasharray=\"" + xml_escape(s.dash);
       std::string pts;
       for (auto [x, y] : s.points)
         if (usable(x, y)) pts += fmt("%.1f", sx(x)) + "," + fmt("%.1f", sy(y)) + " ";
       if (!pts.empty()) pts.pop_back();
-      o += "<polyline fill=\"none\" stroke=\"" + std::string(c) + "\" stroke-width=\"2\" points=\"" + pts + "\">" +
+      o += "<polyline fill=\"none\" stroke=\"" + xml_escape(c) + dash + "\" stroke-width=\"2\" points=\"" + pts + "\">" +
            "<title>" + xml_escape(s.name) + "</title></polyline>\n";
       for (auto [x, y] : s.points)
         if (usable(x, y))
-          o += "<circle cx=\"" + fmt("%.1f", sx(x)) + "\" cy=\"" + fmt("%.1f", sy(y)) + "\" r=\"3\" fill=\"" + c + "\"/>\n";
+          o += "<circle cx=\"" + fmt("%.1f", sx(x)) + "\" cy=\"" + fmt("%.1f", sy(y)) + "\" r=\"3\" fill=\"" + xml_escape(c) + "\"/>\n";
     }
-    // Legend: rows under the x label (callers with many series raise margin_bottom).
+    // Legend: rows under the x label; the document grows by one line per extra row.
     double lx = x0, ly = y0 + 58;
     for (const auto& s : p.series) {
-      const char* c = colour_of(s.name);
-      const double item = 34 + 7.0 * static_cast<double>(s.name.size());
-      if (lx > x0 && lx + item > x1 + style.margin_right) { lx = x0; ly += 16; }  // wrap the legend
+      const std::string c = colour_of(s);
+      const double item = legend_item_width(s);
+      if (lx > x0 && lx + item > ox + legend_x1) { lx = x0; ly += 16; }  // wrap the legend
       o += "<line x1=\"" + fmt("%.1f", lx) + "\" y1=\"" + fmt("%.1f", ly) + "\" x2=\"" + fmt("%.1f", lx + 18) + "\" y2=\"" +
-           fmt("%.1f", ly) + "\" stroke=\"" + c + "\" stroke-width=\"3\"/>\n";
+           fmt("%.1f", ly) + "\" stroke=\"" + xml_escape(c) + "\" stroke-width=\"3\"" +
+           (s.dash.empty() ? std::string() : " stroke-dasharray=\"" + xml_escape(s.dash) + "\"") + "/>\n";
       o += "<text x=\"" + fmt("%.1f", lx + 22) + "\" y=\"" + fmt("%.1f", ly) + "\" dy=\"4\">" + xml_escape(s.name) +
            "</text>\n";
       lx += item;
