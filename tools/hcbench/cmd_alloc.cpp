@@ -188,7 +188,7 @@ std::string bar_chart_svg(const std::vector<std::string>& panels, const std::vec
          colours[b % 6] + "\"/>\n";
     o += "<text x=\"" + std::to_string(lx + 16) + "\" y=\"" + std::to_string(ly) + "\" font-size=\"12\">" + bars[b] +
          "</text>\n";
-    lx += 24 + static_cast<int>(bars[b].size()) * 7;
+    lx += 34 + static_cast<int>(bars[b].size()) * 7;
   }
   o += "</svg>\n";
   return o;
