@@ -244,3 +244,79 @@ TEST_CASE("Qwen3-Next gating and q/k preparation") {
   hc::load_prepared<128>(raw.data(), opt, false, x, hc::serial_group{});
   CHECK(x[0] == doctest::Approx(0.5 / std::sqrt(128 * 0.25 + 1e-6)));
 }
+
+TEST_CASE("batched chunked prefill (the kernel's program) over packed sequences with checkpoints") {
+  // Sequences of 75 and 40 tokens (the second starts at absolute position 5), one skipped entry.
+  constexpr int d = 64, H = 2, HV = 4;
+  constexpr std::int64_t n = static_cast<std::int64_t>(d) * d;
+  const auto p0 = hctest::make_problem(40, 75, H, HV, d, d, 1.0, 0.3, true);
+  const auto p1 = hctest::make_problem(41, 40, H, HV, d, d, 0.1, 0.3, true);
+  const std::vector<std::int64_t> cu{0, 75, 75 + 3, 75 + 3 + 40}, starts{0, 0, 5};
+  const std::vector<std::int32_t> slots{1, -1, 0};
+  const std::vector<std::int64_t> ck_off{0, 3, 3, 6}, ck_pos{32, 39, 75, 5, 21, 45};
+  std::vector<float> q, k, v, g, beta;
+  for (const problem* p : {&p0, &p1}) {
+    q.insert(q.end(), p->q.begin(), p->q.end());
+    k.insert(k.end(), p->k.begin(), p->k.end());
+    v.insert(v.end(), p->v.begin(), p->v.end());
+    g.insert(g.end(), p->g.begin(), p->g.end());
+    beta.insert(beta.end(), p->beta.begin(), p->beta.end());
+    if (p == &p0) {  // the skipped sequence's 3 tokens: garbage that must not matter
+      q.insert(q.end(), 3 * H * d, 9.0f);
+      k.insert(k.end(), 3 * H * d, 9.0f);
+      v.insert(v.end(), 3 * HV * d, 9.0f);
+      g.insert(g.end(), 3 * HV, -1.0f);
+      beta.insert(beta.end(), 3 * HV, 0.5f);
+    }
+  }
+  std::vector<float> states(2 * HV * n), ck(ck_pos.size() * HV * n, -1.0f), o(cu.back() * HV * d, -3.0f);
+  for (int hv = 0; hv < HV; ++hv) {
+    hctest::store_state(V, d, d, hctest::initial_state(p0, hv), states.data() + (1 * HV + hv) * n);
+    hctest::store_state(V, d, d, hctest::initial_state(p1, hv), states.data() + (0 * HV + hv) * n);
+  }
+  hc::prefill_io<float, float> io;
+  io.num_seqs = 3;
+  io.num_k_heads = H;
+  io.num_v_heads = HV;
+  io.chunk = 16;
+  io.cu_seqlens = cu.data();
+  io.start_positions = starts.data();
+  io.slots = slots.data();
+  io.q = q.data();
+  io.k = k.data();
+  io.v = v.data();
+  io.log_decay = g.data();
+  io.beta = beta.data();
+  io.o = o.data();
+  io.states = states.data();
+  io.checkpoint_offsets = ck_off.data();
+  io.checkpoint_positions = ck_pos.data();
+  io.checkpoint_states = ck.data();
+  io.qk = p0.opt;
+  hc::chunked_prefill_host<hc::delta_rule, V, d, d>(io);
+
+  const auto ref0 = run_reference(p0, true, {32, 39, 75});
+  const auto ref1 = run_reference(p1, true, {0, 16, 40});  // absolute 5, 21, 45
+  const std::vector<float> o0(o.begin(), o.begin() + 75 * HV * d), o1(o.begin() + 78 * HV * d, o.end());
+  CHECK(hctest::rel_rms(o0, ref0.o) <= 5e-3);
+  CHECK(hctest::rel_rms(o1, ref1.o) <= 5e-3);
+  for (int i = 75 * HV * d; i < 78 * HV * d; ++i) REQUIRE(o[i] == -3.0f);  // skipped sequence untouched
+  std::vector<double> fin0, fin1;
+  for (int hv = 0; hv < HV; ++hv) {
+    const auto a = hctest::load_state(V, d, d, states.data() + (1 * HV + hv) * n);
+    const auto b = hctest::load_state(V, d, d, states.data() + (0 * HV + hv) * n);
+    fin0.insert(fin0.end(), a.begin(), a.end());
+    fin1.insert(fin1.end(), b.begin(), b.end());
+  }
+  CHECK(hctest::rel_rms(fin0, ref0.state) <= 5e-3);
+  CHECK(hctest::rel_rms(fin1, ref1.state) <= 5e-3);
+  for (int c = 0; c < 6; ++c) {
+    CAPTURE(ck_pos[c]);
+    std::vector<double> got;
+    for (int hv = 0; hv < HV; ++hv) {
+      const auto s = hctest::load_state(V, d, d, ck.data() + (c * HV + hv) * n);
+      got.insert(got.end(), s.begin(), s.end());
+    }
+    CHECK(hctest::rel_rms(got, c < 3 ? ref0.checkpoints[c] : ref1.checkpoints[c - 3]) <= 5e-3);
+  }
+}

@@ -273,6 +273,102 @@ struct chunk_program {
   }
 };
 
+/// Inputs of a batched chunked prefill over packed variable-length sequences. Token t of
+/// sequence s is row `cu_seqlens[s] + t` of q, k [tokens][H][d_k], v, o [tokens][HV][d_v],
+/// log_decay, beta [tokens][HV]. The state of `slots[s]` is the initial state and receives the
+/// final state. Checkpoints of sequence s are `checkpoint_positions[checkpoint_offsets[s] ..
+/// checkpoint_offsets[s+1])` (absolute positions, ascending), written to
+/// `checkpoint_states[i][HV][d_k*d_v]`. Chunks are aligned to absolute multiples of `chunk`.
+template <class In, class Out>
+struct prefill_io {
+  int num_seqs = 0;
+  int num_k_heads = 0;
+  int num_v_heads = 0;
+  int chunk = 64;
+  const std::int64_t* cu_seqlens = nullptr;
+  const std::int64_t* start_positions = nullptr;
+  const std::int32_t* slots = nullptr;
+  const In* q = nullptr;
+  const In* k = nullptr;
+  const In* v = nullptr;
+  const float* log_decay = nullptr;
+  const float* beta = nullptr;
+  Out* o = nullptr;
+  float* states = nullptr;
+  const std::int64_t* checkpoint_offsets = nullptr;
+  const std::int64_t* checkpoint_positions = nullptr;
+  float* checkpoint_states = nullptr;
+  qk_options qk{};
+};
+
+/// One (sequence, value head) of a batched chunked prefill: the chunk program over that
+/// head's slice of the packed tensors, its checkpoint sink, and its absolute start position.
+/// Shared by the kernel (one CTA per head) and `chunked_prefill_host`.
+template <class Rule, state_layout Layout, int DK, int DV, class In, class Out>
+struct prefill_head {
+  using state_type = state_ref<Layout, DK, DV>;
+  chunk_program<Rule, state_type, In, Out> program;
+  checkpoint_sink ck;
+  std::int64_t start = 0;
+  int chunk = 0;
+  bool active = false;
+
+  /// `workspace` holds chunk_workspace::floats(io.chunk, row groups) floats.
+  HYBRIDCACHE_HD_INLINE static prefill_head bind(const prefill_io<In, Out>& io, int seq, int hv, float* workspace) {
+    prefill_head p;
+    const int slot = io.slots[seq];
+    if (slot < 0) return p;
+    p.active = true;
+    p.chunk = io.chunk;
+    const int h = key_head_of(hv, io.num_k_heads, io.num_v_heads);
+    const std::int64_t t0 = io.cu_seqlens[seq];
+    const std::int64_t kstride = static_cast<std::int64_t>(io.num_k_heads) * DK;
+    const std::int64_t vstride = static_cast<std::int64_t>(io.num_v_heads) * DV;
+    head_input<In>& in = p.program.in;
+    in.q = io.q + t0 * kstride + h * DK;
+    in.k = io.k + t0 * kstride + h * DK;
+    in.v = io.v + t0 * vstride + hv * DV;
+    in.q_stride = in.k_stride = kstride;
+    in.v_stride = vstride;
+    in.log_decay = io.log_decay ? io.log_decay + t0 * io.num_v_heads + hv : nullptr;
+    in.decay_stride = io.num_v_heads;
+    in.beta = io.beta ? io.beta + t0 * io.num_v_heads + hv : nullptr;
+    in.beta_stride = io.num_v_heads;
+    in.length = static_cast<int>(io.cu_seqlens[seq + 1] - t0);
+    p.program.out = head_output<Out>{io.o + t0 * vstride + hv * DV, vstride};
+    p.program.state = state_type{io.states + (static_cast<std::int64_t>(slot) * io.num_v_heads + hv) * state_type::elements};
+    p.program.opt = io.qk;
+    p.program.ws = chunk_workspace::carve(workspace, io.chunk);
+    p.start = io.start_positions[seq];
+    if (io.checkpoint_offsets != nullptr) {
+      const std::int64_t first = io.checkpoint_offsets[seq];
+      p.ck.positions = io.checkpoint_positions + first;
+      p.ck.count = static_cast<int>(io.checkpoint_offsets[seq + 1] - first);
+      p.ck.state_stride = static_cast<std::int64_t>(io.num_v_heads) * state_type::elements;
+      p.ck.states = io.checkpoint_states + first * p.ck.state_stride + hv * state_type::elements;
+    }
+    return p;
+  }
+
+  /// A checkpoint at the start position is the initial state: elements [tid, n) step nthreads.
+  HYBRIDCACHE_HD_INLINE void copy_start_checkpoints(int tid, int nthreads) const {
+    for (int i = 0; i < ck.count; ++i)
+      if (ck.positions[i] == start)
+        for (std::int64_t e = tid; e < state_type::elements; e += nthreads)
+          ck.states[i * ck.state_stride + e] = program.state.data[e];
+  }
+
+  /// Points the program at the chunk starting at token t (chunks aligned to absolute
+  /// multiples of the chunk size, so the first one is shorter when `start` is not aligned).
+  HYBRIDCACHE_HD_INLINE void select_chunk(int t) {
+    const std::int64_t abs = start + t;
+    const std::int64_t to_boundary = (abs / chunk + 1) * chunk - abs;
+    const std::int64_t left = program.in.length - t;
+    program.t0 = t;
+    program.len = static_cast<int>(left < to_boundary ? left : to_boundary);
+  }
+};
+
 /// Checks a checkpoint plan against a prefill of `length` tokens starting at absolute
 /// position `start` with chunk `chunk`: positions ascending in [start, start + length], and
 /// each site's `chunk_boundary`/`roll_forward` equal to what the chunked scan does here
@@ -350,6 +446,28 @@ void chunkwise_head(const head_input<In>& in, const head_output<Out>& out, const
     p.rows(0, 1, p.ws.rows, start, ck, serial_group{});
     t += len;
   }
+}
+
+/// Batched chunked prefill on the host: the kernel's program, one thread, every
+/// (sequence, value head) in turn.
+template <class Rule, state_layout Layout, int DK, int DV, class In, class Out>
+void chunked_prefill_host(const prefill_io<In, Out>& io) {
+  HYBRIDCACHE_EXPECTS(io.chunk > 0, invalid_argument, "chunked_prefill_host: chunk must be positive");
+  std::vector<float> ws(static_cast<std::size_t>(chunk_workspace::floats(io.chunk, 1)));
+  for (int seq = 0; seq < io.num_seqs; ++seq)
+    for (int hv = 0; hv < io.num_v_heads; ++hv) {
+      auto head = prefill_head<Rule, Layout, DK, DV, In, Out>::bind(io, seq, hv, ws.data());
+      if (!head.active) continue;
+      head.copy_start_checkpoints(0, 1);
+      auto& p = head.program;
+      for (int t = 0; t < p.in.length; t += p.len) {
+        head.select_chunk(t);
+        for (int i = 0; i < p.items(); ++i) p.dots(i, serial_group{});
+        for (int i = 0; i < p.items(); ++i) p.weights(i);
+        for (int c = 0; c < p.len; ++c) p.solve(c);
+        p.rows(0, 1, p.ws.rows, head.start, head.ck, serial_group{});
+      }
+    }
 }
 
 /// Parallel form over one head on the host: the whole sequence as one chunk,

@@ -134,34 +134,6 @@ class device_kv_buffer_pool {
   device_array<float> decays_;
 };
 
-/// Inputs of a batched chunked prefill over packed variable-length sequences. Token t of
-/// sequence s is row `cu_seqlens[s] + t` of q, k [tokens][H][d_k], v, o [tokens][HV][d_v],
-/// log_decay, beta [tokens][HV]. The state of `slots[s]` is the initial state and receives the
-/// final state. Checkpoints of sequence s are `checkpoint_positions[checkpoint_offsets[s] ..
-/// checkpoint_offsets[s+1])` (absolute positions, ascending), written to
-/// `checkpoint_states[i][HV][d_k*d_v]`. Chunks are aligned to absolute multiples of `chunk`.
-template <class In, class Out>
-struct prefill_io {
-  int num_seqs = 0;
-  int num_k_heads = 0;
-  int num_v_heads = 0;
-  int chunk = 64;
-  const std::int64_t* cu_seqlens = nullptr;
-  const std::int64_t* start_positions = nullptr;
-  const std::int32_t* slots = nullptr;
-  const In* q = nullptr;
-  const In* k = nullptr;
-  const In* v = nullptr;
-  const float* log_decay = nullptr;
-  const float* beta = nullptr;
-  Out* o = nullptr;
-  float* states = nullptr;
-  const std::int64_t* checkpoint_offsets = nullptr;
-  const std::int64_t* checkpoint_positions = nullptr;
-  float* checkpoint_states = nullptr;
-  qk_options qk{};
-};
-
 /// Host copies of a prefill's index arrays, for validation before launch.
 struct prefill_host_view {
   std::span<const std::int64_t> cu_seqlens;
@@ -175,58 +147,24 @@ namespace kernels {
 
 template <class Rule, state_layout Layout, int DK, int DV, class In, class Out>
 __global__ void __launch_bounds__(kThreads) chunked_prefill(prefill_io<In, Out> io) {
-  using state_type = state_ref<Layout, DK, DV>;
   extern __shared__ float workspace[];
-  const int seq = static_cast<int>(blockIdx.y), hv = static_cast<int>(blockIdx.x);
-  const int slot = io.slots[seq];
-  if (slot < 0) return;
-  const int h = key_head_of(hv, io.num_k_heads, io.num_v_heads);
-  const std::int64_t t0 = io.cu_seqlens[seq];
-  const int len = static_cast<int>(io.cu_seqlens[seq + 1] - t0);
-  const std::int64_t start = io.start_positions[seq];
-  const std::int64_t kstride = static_cast<std::int64_t>(io.num_k_heads) * DK;
-  const std::int64_t vstride = static_cast<std::int64_t>(io.num_v_heads) * DV;
-  head_input<In> in;
-  in.q = io.q + t0 * kstride + h * DK;
-  in.k = io.k + t0 * kstride + h * DK;
-  in.v = io.v + t0 * vstride + hv * DV;
-  in.q_stride = in.k_stride = kstride;
-  in.v_stride = vstride;
-  in.log_decay = io.log_decay ? io.log_decay + t0 * io.num_v_heads + hv : nullptr;
-  in.decay_stride = io.num_v_heads;
-  in.beta = io.beta ? io.beta + t0 * io.num_v_heads + hv : nullptr;
-  in.beta_stride = io.num_v_heads;
-  in.length = len;
-  const head_output<Out> out{io.o + t0 * vstride + hv * DV, vstride};
-  const state_type state{io.states + (static_cast<std::int64_t>(slot) * io.num_v_heads + hv) * state_type::elements};
-  checkpoint_sink ck;
-  if (io.checkpoint_offsets != nullptr) {
-    const std::int64_t first = io.checkpoint_offsets[seq];
-    ck.positions = io.checkpoint_positions + first;
-    ck.count = static_cast<int>(io.checkpoint_offsets[seq + 1] - first);
-    ck.state_stride = static_cast<std::int64_t>(io.num_v_heads) * state_type::elements;
-    ck.states = io.checkpoint_states + first * ck.state_stride + hv * state_type::elements;
-  }
-  for (int i = 0; i < ck.count; ++i)
-    if (ck.positions[i] == start)
-      for (int e = static_cast<int>(threadIdx.x); e < state_type::elements; e += kThreads)
-        ck.states[i * ck.state_stride + e] = state.data[e];
+  auto head = prefill_head<Rule, Layout, DK, DV, In, Out>::bind(io, static_cast<int>(blockIdx.y),
+                                                                static_cast<int>(blockIdx.x), workspace);
+  if (!head.active) return;
+  head.copy_start_checkpoints(static_cast<int>(threadIdx.x), kThreads);
   __syncthreads();
-  chunk_program<Rule, state_type, In, Out> p{in, out, state, io.qk, chunk_workspace::carve(workspace, io.chunk), 0, 0};
+  auto& p = head.program;
   const int warp = static_cast<int>(threadIdx.x / 32);
-  for (int t = 0; t < len;) {
-    const std::int64_t abs = start + t;
-    p.t0 = t;
-    p.len = static_cast<int>(min(static_cast<std::int64_t>(len - t), (abs / io.chunk + 1) * io.chunk - abs));
+  for (int t = 0; t < p.in.length; t += p.len) {
+    head.select_chunk(t);
     for (int i = warp; i < p.items(); i += kWarps) p.dots(i, warp_group{});
     __syncthreads();
     for (int i = static_cast<int>(threadIdx.x); i < p.items(); i += kThreads) p.weights(i);
     __syncthreads();
     for (int c = static_cast<int>(threadIdx.x); c < p.len; c += kThreads) p.solve(c);
     __syncthreads();
-    p.rows(warp, kWarps, p.ws.rows + warp * 3 * io.chunk, start, ck, warp_group{});
+    p.rows(warp, kWarps, p.ws.rows + warp * 3 * io.chunk, head.start, head.ck, warp_group{});
     __syncthreads();
-    t += p.len;
   }
 }
 
