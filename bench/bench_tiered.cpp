@@ -94,15 +94,16 @@ const std::vector<sim::request>& mooncake() {
 
 // Arguments: tiers variant, scheduler, prefetch, sparsify, spread, layerwise.
 void replay(benchmark::State& state, const char* tiers_spec, scheduler_kind sch, prefetch_kind pf, sparsify_kind sp,
-            double spread, bool layerwise) {
+            double spread, bool layerwise, double link_gbps = 50.0, const char* model = "jamba_1_5_mini") {
   const auto& reqs = mooncake();
   if (reqs.empty()) {
     state.SkipWithError("Mooncake trace not found");
     return;
   }
-  const cost_model m(presets::jamba_1_5_mini());
+  const cost_model m(presets::preset(model));
   tiered_replay_options o;
   o.tiers = parse_tiers(tiers_spec, o.page_bytes);
+  o.link_gbps = link_gbps;
   o.scheduler = sch;
   o.prefetch = pf;
   o.sparsify = sp;
@@ -123,11 +124,12 @@ void replay(benchmark::State& state, const char* tiers_spec, scheduler_kind sch,
   state.counters["prefetch"] = static_cast<double>(r.prefetches);
   state.counters["pipe_hidden"] = r.pipeline_hidden_fraction;
   state.counters["load_hidden"] = r.load_hidden_fraction;
+  state.counters["recomp_tok"] = static_cast<double>(r.recomputed_hit_tokens) / static_cast<double>(r.input_tokens);
 }
 }  // namespace
 
-#define HC_REPLAY(name, tiers, sch, pf, sp, spread, lw)                                                         \
-  static void bm_replay_##name(benchmark::State& s) { replay(s, tiers, sch, pf, sp, spread, lw); }             \
+#define HC_REPLAY(name, tiers, sch, pf, sp, spread, lw, ...)                                                    \
+  static void bm_replay_##name(benchmark::State& s) { replay(s, tiers, sch, pf, sp, spread, lw __VA_OPT__(, ) __VA_ARGS__); } \
   BENCHMARK(bm_replay_##name)->Iterations(1)->Unit(benchmark::kMillisecond)
 
 using enum scheduler_kind;
@@ -145,5 +147,20 @@ HC_REPLAY(hbm128_host512_car_deadline_spread, "hbm=128GiB,host=512GiB", car, dea
 HC_REPLAY(hbm128_host512_fcfs_threshold_spread, "hbm=128GiB,host=512GiB", fcfs, threshold, off, 1.0, true);
 HC_REPLAY(hbm128_host512_fcfs_sparsify_spread, "hbm=128GiB,host=512GiB", fcfs, none, profile, 1.0, true);
 HC_REPLAY(hbm10T_infinite, "hbm=10TiB", fcfs, none, off, 1.0, true);
+
+// Link-bandwidth sweep (GB/s = range(0) / 10): where reloading stops paying, the replay
+// recomputes instead and says how often.
+static void bm_replay_link_sweep(benchmark::State& s) {
+  replay(s, "hbm=128GiB,host=512GiB", fcfs, none, off, 1.0, true, static_cast<double>(s.range(0)) / 10.0);
+}
+BENCHMARK(bm_replay_link_sweep)->Arg(500)->Arg(50)->Arg(5)->Arg(1)->Iterations(1)->Unit(benchmark::kMillisecond);
+
+// A pure Transformer with 512 KiB of KV per token (268 MB per block): loads are large, so
+// layer-wise overlap and prefetch matter more. HBM 1.5 TiB hits below half the bound.
+HC_REPLAY(llama2_hbm1536G, "hbm=1536GiB", fcfs, none, off, 1.0, true, 50.0, "llama2_7b");
+HC_REPLAY(llama2_hbm1536G_host6T, "hbm=1536GiB,host=6TiB", fcfs, none, off, 1.0, true, 50.0, "llama2_7b");
+HC_REPLAY(llama2_hbm1536G_host6T_serial, "hbm=1536GiB,host=6TiB", fcfs, none, off, 1.0, false, 50.0, "llama2_7b");
+HC_REPLAY(llama2_hbm1536G_host6T_deadline, "hbm=1536GiB,host=6TiB", fcfs, deadline, off, 1.0, true, 50.0, "llama2_7b");
+HC_REPLAY(llama2_hbm1536G_host6T_car_deadline, "hbm=1536GiB,host=6TiB", car, deadline, off, 1.0, true, 50.0, "llama2_7b");
 
 BENCHMARK_MAIN();
