@@ -5,6 +5,7 @@
 
 #include <cstring>
 #include <limits>
+#include <random>
 #include <vector>
 
 #include "hybridcache/cuda/decode_programs.cuh"
@@ -384,4 +385,71 @@ TEST_CASE("bad input: clear errors before any write") {
   io.num_k_heads = 2;
   CHECK_THROWS_AS((hc::recurrent_step_host<hc::delta_rule, V, 64, 64>(io)), hybridcache::invalid_argument);
   CHECK(before == hx.states.all);
+}
+
+TEST_CASE("kv_buffer_table: 20000 random operations against a naive model") {
+  const hc::kv_buffer_config cfg{.num_slots = 8, .num_blocks = 30, .block_tokens = 4, .flush_interval = 6,
+                                 .max_new_tokens = 3, .kv_only_crossover = 13};
+  hc::kv_buffer_table t(cfg);
+  struct naive_slot {
+    bool open = false, valid = false;
+    int cursor = 0, blocks = 0;
+  };
+  std::vector<naive_slot> model(8);
+  auto blocks_for = [&](int tokens) { return (tokens + 3) / 4; };
+  auto used = [&] {
+    int u = 0;
+    for (auto& s : model) u += s.open ? s.blocks : 0;
+    return u;
+  };
+  std::mt19937_64 rng(99);
+  for (int op = 0; op < 20000; ++op) {
+    const int s = static_cast<int>(rng() % 9) - (rng() % 16 == 0 ? 3 : 0);  // some out-of-range slots
+    const int kind = static_cast<int>(rng() % 4);
+    if (kind == 0) {
+      const bool kv_only = rng() % 2 == 0;
+      const int need = blocks_for(kv_only ? 13 - 1 + 3 : 6 - 1 + 3);
+      const auto r = t.open(s, kv_only);
+      const bool ok = s >= 0 && s < 8 && !model[s].open && need <= 30 - used();
+      REQUIRE(static_cast<bool>(r) == ok);
+      if (ok) model[s] = {true, !kv_only, 0, need};
+    } else if (kind == 1) {
+      t.close(s);
+      if (s >= 0 && s < 8) model[s] = {};
+    } else {
+      const int accepted = static_cast<int>(rng() % 4);
+      const bool open = s >= 0 && s < 8 && model[s].open;
+      const int cap = open ? (model[s].valid ? 6 - 1 + 3 : 13 - 1 + 3) : 0;
+      if (!open || model[s].cursor + accepted > cap) {
+        const int before = t.free_blocks();
+        CHECK_THROWS_AS(t.advance(s, accepted), hybridcache::invalid_argument);
+        REQUIRE(t.free_blocks() == before);
+        continue;
+      }
+      const auto st = t.advance(s, accepted);
+      naive_slot& m = model[s];
+      const int n = m.cursor + accepted;
+      const bool fold = m.valid ? n >= 6 : n >= 13;
+      REQUIRE(st.fold == fold);
+      if (fold && !m.valid) m.blocks = blocks_for(6 - 1 + 3);
+      m.cursor = fold ? 0 : n;
+      m.valid = m.valid || fold;
+    }
+    REQUIRE(t.free_blocks() == 30 - used());
+    for (int i = 0; i < 8; ++i) {
+      REQUIRE(t.is_open(i) == model[i].open);
+      if (!model[i].open) continue;
+      REQUIRE(t.cursor(i) == model[i].cursor);
+      REQUIRE(t.state_valid(i) == model[i].valid);
+      // The slot's table row holds exactly its blocks, all distinct across slots.
+      int owned = 0;
+      for (int b = 0; b < t.max_blocks_per_slot(); ++b) owned += t.block_table_data()[i * t.max_blocks_per_slot() + b] >= 0;
+      REQUIRE(owned == model[i].blocks);
+    }
+    std::vector<int> seen(30, 0);
+    for (int i = 0; i < 8 * t.max_blocks_per_slot(); ++i) {
+      const int b = t.block_table_data()[i];
+      if (b >= 0) REQUIRE(++seen[b] == 1);
+    }
+  }
 }
