@@ -301,7 +301,7 @@ class tiered_replayer {
 
       // --- prefetch for the request that will be dispatched next ----------------------
       while (next_arrival < reqs.size() && arrival_ms(next_arrival) <= t0) admit(reqs, next_arrival++, fcfs);
-      maybe_prefetch(reqs, fcfs, t0, finish, r);
+      maybe_prefetch(reqs, fcfs, next_arrival, t0, finish, r);
     }
     // Requests still waiting for completion do not matter for TTFT.
     std::sort(ttft.begin(), ttft.end());
@@ -576,10 +576,13 @@ class tiered_replayer {
     }
   }
 
-  void maybe_prefetch(std::span<const sim::request> reqs, std::deque<std::size_t>& fcfs, double now, double gpu_free,
-                      tiered_replay_result& r) {
+  // The request dispatched next: the queue's head, or — with an empty queue — the next
+  // arrival if it comes while the engine is still busy (the prefetcher sees it on arrival).
+  void maybe_prefetch(std::span<const sim::request> reqs, std::deque<std::size_t>& fcfs, std::size_t next_arrival,
+                      double now, double gpu_free, tiered_replay_result& r) {
     if (o_.prefetch == prefetch_kind::none) return;
-    const auto nxt = peek(fcfs);
+    auto nxt = peek(fcfs);
+    if (!nxt && next_arrival < reqs.size() && arrival_ms(next_arrival) < gpu_free) nxt = next_arrival;
     if (!nxt || prefetched_.count(*nxt)) return;
     const sim::request& q = reqs[*nxt];
     const match_result mt = match(q);
