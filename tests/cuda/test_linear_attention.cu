@@ -219,30 +219,61 @@ TEST_CASE("device: chunked prefill with checkpoints matches the host chunkwise f
     io.checkpoint_offsets = dck_off.data();
     io.checkpoint_positions = dck_pos.data();
     io.checkpoint_states = d_ck.data();
+    hc::device_array<float> d_u(tokens * HV * DV);
+    HYBRIDCACHE_CUDA_TRY(cudaMemset(d_u.data(), 0, d_u.size() * sizeof(float)));
+    io.u_out = d_u.data();
     io.qk = hc::qwen3_next_qk(DK);
     hc::launch_chunked_prefill<hc::delta_rule, V, DK, DV>(io, hc::state_pool{ds.data(), 2, HV, DK, DV, V},
                                                           hc::prefill_host_view{cu, starts, slots, ck_off, ck_pos});
     HYBRIDCACHE_CUDA_TRY(cudaDeviceSynchronize());
-    // Host: the same per-head chunkwise form.
+    // Host: the same program, one thread.
     std::vector<float> o(tokens * HV * DV, 0.0f), ck(ck_pos.size() * HV * NS, 0.0f), h_states = states;
-    for (int s : {0, 2})
-      for (int hv = 0; hv < HV; ++hv) {
-        const int h = hv / (HV / H);
-        hc::head_input<bf16> in{q.data() + cu[s] * H * DK + h * DK, k.data() + cu[s] * H * DK + h * DK,
-                                v.data() + cu[s] * HV * DV + hv * DV, H * DK, H * DK, HV * DV,
-                                g.data() + cu[s] * HV + hv, HV, beta.data() + cu[s] * HV + hv, HV,
-                                static_cast<int>(cu[s + 1] - cu[s])};
-        const hc::checkpoint_sink sink{ck_pos.data() + ck_off[s], static_cast<int>(ck_off[s + 1] - ck_off[s]),
-                                       ck.data() + ck_off[s] * HV * NS + hv * NS, HV * NS};
-        hc::chunkwise_head<hc::delta_rule>(in, hc::head_output<float>{o.data() + cu[s] * HV * DV + hv * DV, HV * DV},
-                                           hc::state_ref<V, DK, DV>{h_states.data() + (slots[s] * HV + hv) * NS},
-                                           hc::qwen3_next_qk(DK), chunk, starts[s], sink);
-      }
+    std::vector<float> u(tokens * HV * DV, 0.0f);
+    hc::prefill_io<bf16, float> hio = io;
+    hio.cu_seqlens = cu.data();
+    hio.start_positions = starts.data();
+    hio.slots = slots.data();
+    hio.q = q.data();
+    hio.k = k.data();
+    hio.v = v.data();
+    hio.log_decay = g.data();
+    hio.beta = beta.data();
+    hio.o = o.data();
+    hio.states = h_states.data();
+    hio.checkpoint_offsets = ck_off.data();
+    hio.checkpoint_positions = ck_pos.data();
+    hio.checkpoint_states = ck.data();
+    hio.u_out = u.data();
+    hc::chunked_prefill_host<hc::delta_rule, V, DK, DV>(hio);
     auto got_o = download(d_o);
     for (std::int64_t i = cu[1] * HV * DV; i < cu[2] * HV * DV; ++i) got_o[i] = 0.0f;  // skipped sequence
     CHECK(hctest::rel_rms(got_o, o) <= 1e-5);
     CHECK(hctest::rel_rms(download(ds), h_states) <= 1e-5);
     CHECK(hctest::rel_rms(download(d_ck), ck) <= 1e-5);
+    CHECK(hctest::rel_rms(download(d_u), u) <= 1e-5);
+    // A KV-only request takes the first sequence's first 6 prefilled tokens into its buffer.
+    hc::kv_buffer_table table({.num_slots = 2, .num_blocks = 8, .block_tokens = 4, .flush_interval = 16,
+                               .kv_only_crossover = 20});
+    REQUIRE(table.open(1, true));
+    hc::device_kv_buffer_table d_table(table);
+    d_table.upload(table);
+    hc::device_kv_buffer_pool<bf16, float> d_pool(table, H, HV, DK, DV);
+    hc::launch_kv_buffer_append(d_pool.ref(d_table), table, 1, 6, dk.data(), d_u.data(), dg.data());
+    std::vector<bf16> h_keys(8 * 4 * H * DK);
+    std::vector<float> h_vals(8 * 4 * HV * DV), h_dec(8 * 4 * HV);
+    const hc::kv_buffer_ref<bf16, float> h_buf{h_keys.data(), h_vals.data(), h_dec.data(), table.block_table_data(),
+                                               table.cursor_data(), table.state_valid_data(), 4,
+                                               table.max_blocks_per_slot(), H, HV, DK, DV};
+    hc::kv_buffer_append_host(h_buf, 1, 6, k.data(), u.data(), g.data());
+    HYBRIDCACHE_CUDA_TRY(cudaDeviceSynchronize());
+    auto addr = d_pool.ref(d_table);  // device pool, host copy of the block table: addresses on the host
+    addr.block_table = table.block_table_data();
+    for (int t = 0; t < 6; ++t)
+      for (int hv = 0; hv < HV; ++hv) {
+        std::vector<float> got(DV);
+        HYBRIDCACHE_CUDA_TRY(cudaMemcpy(got.data(), addr.value(1, t, hv), DV * sizeof(float), cudaMemcpyDeviceToHost));
+        CHECK(hctest::rel_rms(got, std::vector<float>(h_buf.value(1, t, hv), h_buf.value(1, t, hv) + DV)) <= 1e-6);
+      }
   }
 }
 

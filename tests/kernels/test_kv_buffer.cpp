@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "hybridcache/cuda/decode_programs.cuh"
+#include "hybridcache/cuda/linear_attention_forms.cuh"
 #include "reference.hpp"
 
 namespace hc = hybridcache::cuda;
@@ -452,4 +453,53 @@ TEST_CASE("kv_buffer_table: 20000 random operations against a naive model") {
       if (b >= 0) REQUIRE(++seen[b] == 1);
     }
   }
+}
+
+TEST_CASE("KV-only request from a short prefill: prefill emits u, the buffer takes it, decode continues") {
+  harness<hc::delta_rule, V, 60, 60, float, float> hx(
+      {.num_slots = 1, .num_blocks = 3, .block_tokens = 4, .flush_interval = 4, .kv_only_crossover = 10}, 1, 2, 20,
+      700, 1.0);
+  auto& p = hx.req[0];
+  std::fill(p.s0.begin(), p.s0.end(), 0.0);  // a KV-only request starts from no state
+  for (int v = 0; v < 2; ++v) {
+    auto st = hctest::initial_state(p, v);
+    hctest::reference_run(p, true, v, st, hx.ref_o[0], 0, 20);
+  }
+  // Prefill the 7-token prompt with the batched prefill program, collecting u.
+  constexpr int prompt = 7;
+  const std::vector<std::int64_t> cu{0, prompt}, starts{0};
+  const std::vector<std::int32_t> slot0{0};
+  std::vector<float> zero_state(2 * 60 * 60, 0.0f), o(prompt * 2 * 60), u(prompt * 2 * 60);
+  hc::prefill_io<float, float> io;
+  io.num_seqs = 1;
+  io.num_k_heads = 1;
+  io.num_v_heads = 2;
+  io.chunk = 4;
+  io.cu_seqlens = cu.data();
+  io.start_positions = starts.data();
+  io.slots = slot0.data();
+  io.q = p.q.data();
+  io.k = p.k.data();
+  io.v = p.v.data();
+  io.log_decay = p.g.data();
+  io.beta = p.beta.data();
+  io.o = o.data();
+  io.states = zero_state.data();
+  io.u_out = u.data();
+  io.qk = p.opt;
+  hc::chunked_prefill_host<hc::delta_rule, V, 60, 60>(io);
+  hx.check_outputs(0, o.data(), prompt, 5e-3);
+  // The request stays KV-only: its buffer takes the prompt's (k, u, g); no state is written.
+  REQUIRE(hx.table.open(0, true));
+  hc::kv_buffer_append_host(hx.ref(), 0, prompt, p.k.data(), u.data(), p.g.data());
+  CHECK_FALSE(hx.table.advance(0, prompt).fold);
+  hx.pos[0] = prompt;
+  for (int step = prompt; step < 20; ++step) {
+    hx.decode({0}, 5e-3);
+    CHECK(hx.table.state_valid(0) == (step >= 9));  // folds at the crossover (10 tokens)
+  }
+  hx.check_state(0, 5e-3);
+  CHECK(hx.states.guards_intact());
+  CHECK(hx.keys.guards_intact());
+  CHECK(hx.values.guards_intact());
 }

@@ -374,6 +374,20 @@ struct kv_commit_program {
   }
 };
 
+/// Appends one prefilled token to a request's buffer (KV-only requests after a short prefill):
+/// raw key `k` [H][d_k] (written by the first value head of each key head), values `u`
+/// [HV][d_v] and log decays `g` [HV] (nullable) at buffer position `pos` of `slot`. Work item
+/// (hv, c) copies u[hv][c]; items with c < d_k also copy key element c for the key head.
+template <class In, class ValueT>
+HYBRIDCACHE_HD_INLINE void append_token_item(const kv_buffer_ref<In, ValueT>& buf, int slot, int pos, const In* k,
+                                             const float* u, const float* g, int hv, int c) {
+  const int h = key_head_of(hv, buf.num_k_heads, buf.num_v_heads);
+  if (c < buf.value_dim) buf.value(slot, pos, hv)[c] = from_float<ValueT>(u[static_cast<std::int64_t>(hv) * buf.value_dim + c]);
+  if (hv % (buf.num_v_heads / buf.num_k_heads) == 0 && c < buf.key_dim)
+    buf.key(slot, pos, h)[c] = k[static_cast<std::int64_t>(h) * buf.key_dim + c];
+  if (c == 0 && buf.log_decay != nullptr) *buf.decay(slot, pos, hv) = g ? g[hv] : 0.0f;
+}
+
 // ---------------------------------------------------------------------------------------
 // Host drivers (one thread): the reference the device tests compare against.
 // ---------------------------------------------------------------------------------------
@@ -400,6 +414,21 @@ void check_step_inputs_host(const step_io<In, Out>& io) {
 #endif
 }
 }  // namespace detail
+
+/// Fills the buffer of `slot` (opened KV-only, cursor 0) with `tokens` prefilled tokens: raw
+/// keys k [tokens][H][d_k], u [tokens][HV][d_v] (prefill_io::u_out), g [tokens][HV]. Then call
+/// `kv_buffer_table::advance(slot, tokens)` (tokens < the crossover, so nothing folds).
+template <class In, class ValueT>
+void kv_buffer_append_host(const kv_buffer_ref<In, ValueT>& buf, int slot, int tokens, const In* k, const float* u,
+                           const float* g) {
+  const int width = std::max(buf.key_dim, buf.value_dim);
+  for (int t = 0; t < tokens; ++t)
+    for (int hv = 0; hv < buf.num_v_heads; ++hv)
+      for (int c = 0; c < width; ++c)
+        append_token_item(buf, slot, t, k + static_cast<std::int64_t>(t) * buf.num_k_heads * buf.key_dim,
+                          u + static_cast<std::int64_t>(t) * buf.num_v_heads * buf.value_dim,
+                          g ? g + static_cast<std::int64_t>(t) * buf.num_v_heads : nullptr, hv, c);
+}
 
 /// Recurrent decode / per-draft-state verification on the host.
 template <class Rule, state_layout Layout, int DK, int DV, class In, class Out>

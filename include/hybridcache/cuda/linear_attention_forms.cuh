@@ -50,11 +50,15 @@ struct head_input {
   HYBRIDCACHE_HD_INLINE float beta_at(int t) const { return beta ? beta[t * beta_stride] : 1.0f; }
 };
 
-/// Where one head's outputs go: o_t[c] at `o + t*stride + c`.
+/// Where one head's outputs go: o_t[c] at `o + t*stride + c`; optionally the value each token
+/// adds to the state, u_t[c] (delta rule: the corrected delta; linear: v), at
+/// `u + t*u_stride + c` — what a KV-only request buffers after its prefill.
 template <class Out>
 struct head_output {
   Out* o = nullptr;
   std::int64_t stride = 0;
+  float* u = nullptr;
+  std::int64_t u_stride = 0;
 };
 
 /// Where one head's checkpoints go: the state after `positions[i]` tokens (absolute
@@ -91,8 +95,12 @@ HYBRIDCACHE_HD_INLINE void recurrent_rows(const head_input<In>& in, const head_o
       float k[N], q[N];
       load_prepared<DK>(in.k_at(t), opt, false, k, g);
       load_prepared<DK>(in.q_at(t), opt, true, q, g);
-      const float o = recurrent_row_step<Rule>(s, k, q, in.v_at(t, c), in.g_at(t), in.beta_at(t), g);
-      if (g.rank() == 0) out.o[t * out.stride + c] = from_float<Out>(o);
+      float u = 0.0f;
+      const float o = recurrent_row_step<Rule>(s, k, q, in.v_at(t, c), in.g_at(t), in.beta_at(t), g, &u);
+      if (g.rank() == 0) {
+        out.o[t * out.stride + c] = from_float<Out>(o);
+        if (out.u != nullptr) out.u[t * out.u_stride + c] = u;
+      }
       emit(start + t + 1);
     }
     store_state_row(s_ref, c, s, g);
@@ -249,6 +257,8 @@ struct chunk_program {
         for (int r = g.rank(); r < len; r += Group::size) u[r] = in.v_at(t0 + r, c);
       }
       g.sync();
+      if (out.u != nullptr)
+        for (int r = g.rank(); r < len; r += Group::size) out.u[(t0 + r) * out.u_stride + c] = u[r];
       for (int r = g.rank(); r < len; r += Group::size) {
         float o = expf(ws.cum_decay[r]) * qs[r];
         for (int j = 0; j <= r; ++j) o += ws.p[r * C + j] * u[j];
@@ -298,6 +308,7 @@ struct prefill_io {
   const std::int64_t* checkpoint_offsets = nullptr;
   const std::int64_t* checkpoint_positions = nullptr;
   float* checkpoint_states = nullptr;
+  float* u_out = nullptr;  ///< optional [tokens][HV][d_v]: u (or v) per token, to fill a KV-only buffer
   qk_options qk{};
 };
 
@@ -335,7 +346,8 @@ struct prefill_head {
     in.beta = io.beta ? io.beta + t0 * io.num_v_heads + hv : nullptr;
     in.beta_stride = io.num_v_heads;
     in.length = static_cast<int>(io.cu_seqlens[seq + 1] - t0);
-    p.program.out = head_output<Out>{io.o + t0 * vstride + hv * DV, vstride};
+    p.program.out = head_output<Out>{io.o + t0 * vstride + hv * DV, vstride,
+                                     io.u_out ? io.u_out + t0 * vstride + hv * DV : nullptr, vstride};
     p.program.state = state_type{io.states + (static_cast<std::int64_t>(slot) * io.num_v_heads + hv) * state_type::elements};
     p.program.opt = io.qk;
     p.program.ws = chunk_workspace::carve(workspace, io.chunk);

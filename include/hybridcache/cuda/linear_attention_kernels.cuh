@@ -198,6 +198,17 @@ __global__ void __launch_bounds__(kThreads) kv_commit(Program p) {
   p.rows(warp, kWarps, warp_group{});
 }
 
+template <class In, class ValueT>
+__global__ void kv_buffer_append(kv_buffer_ref<In, ValueT> buf, int slot, int tokens, const In* k, const float* u,
+                                 const float* g) {
+  const int t = static_cast<int>(blockIdx.y), hv = static_cast<int>(blockIdx.x);
+  if (t >= tokens) return;
+  for (int c = static_cast<int>(threadIdx.x); c < max(buf.key_dim, buf.value_dim); c += static_cast<int>(blockDim.x))
+    append_token_item(buf, slot, t, k + static_cast<std::int64_t>(t) * buf.num_k_heads * buf.key_dim,
+                      u + static_cast<std::int64_t>(t) * buf.num_v_heads * buf.value_dim,
+                      g ? g + static_cast<std::int64_t>(t) * buf.num_v_heads : nullptr, hv, c);
+}
+
 template <class T>
 __global__ void count_nonfinite(const T* data, std::int64_t n, unsigned int* count) {
   unsigned int local = 0;
@@ -439,6 +450,23 @@ void launch_chunked_prefill(const prefill_io<In, Out>& io, const state_pool& poo
   if (bytes > 48 * 1024)
     HYBRIDCACHE_CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
   kernel<<<detail::grid_of(io.num_seqs, io.num_v_heads), kThreads, bytes, stream>>>(p);
+  HYBRIDCACHE_CUDA_TRY(cudaGetLastError());
+}
+
+/// Fills the buffer of a KV-only `slot` (cursor 0) with `tokens` prefilled tokens (device
+/// pointers: raw keys [tokens][H][d_k], u [tokens][HV][d_v] from prefill_io::u_out, g
+/// [tokens][HV]); then call `table.advance(slot, tokens)`.
+template <class In, class ValueT>
+void launch_kv_buffer_append(const kv_buffer_ref<In, ValueT>& buf, const kv_buffer_table& table, int slot, int tokens,
+                             const In* k, const float* u, const float* g, cudaStream_t stream = nullptr) {
+  HYBRIDCACHE_EXPECTS(table.is_open(slot) && !table.state_valid(slot) && table.cursor(slot) == 0, invalid_argument,
+                      "kv_buffer_append: slot " + std::to_string(slot) + " is not an empty KV-only request");
+  HYBRIDCACHE_EXPECTS(tokens >= 0 && tokens < table.config().kv_only_crossover, invalid_argument,
+                      "kv_buffer_append: " + std::to_string(tokens) + " tokens do not stay below the crossover " +
+                          std::to_string(table.config().kv_only_crossover));
+  if (tokens == 0) return;
+  kernels::kv_buffer_append<<<dim3(static_cast<unsigned>(buf.num_v_heads), static_cast<unsigned>(tokens)), kThreads, 0,
+                              stream>>>(buf, slot, tokens, k, u, g);
   HYBRIDCACHE_CUDA_TRY(cudaGetLastError());
 }
 
