@@ -149,6 +149,9 @@ class flop_aware_scorer {
 
   void reserve(std::size_t ids) {
     if (eff_.size() < ids) {
+      detail::reserve_geometric(eff_, ids);
+      detail::reserve_geometric(ts_, ids);
+      detail::reserve_geometric(in_, ids);
       eff_.resize(ids, 0.0);
       ts_.resize(ids, 0);
       in_.resize(ids, 0);

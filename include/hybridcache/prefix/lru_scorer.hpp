@@ -43,10 +43,12 @@ class node_heap {
 
   void reserve(std::size_t ids) {
     if (pos_.size() < ids) {
+      detail::reserve_geometric(pos_, ids);
+      detail::reserve_geometric(key_, ids);
       pos_.resize(ids, absent);
       key_.resize(ids, 0);
     }
-    heap_.reserve(ids);
+    detail::reserve_geometric(heap_, ids);
   }
   [[nodiscard]] bool contains(node_id n) const noexcept { return n < pos_.size() && pos_[n] != absent; }
   [[nodiscard]] bool empty() const noexcept { return heap_.empty(); }
@@ -137,7 +139,7 @@ class lru_scorer {
   /// creates nodes, so the noexcept hooks never allocate).
   void reserve(std::size_t ids) {
     heap_.reserve(ids);
-    if (cfg_.ties == lru_ties::python_heapq) round_.reserve(ids);
+    if (cfg_.ties == lru_ties::python_heapq) detail::reserve_geometric(round_, ids);
   }
   [[nodiscard]] const lru_config& config() const noexcept { return cfg_; }
 

@@ -397,8 +397,7 @@ class prefix_cache {
   /// positions_ = admission ∪ extra, sorted, unique, within [1, total].
   void select_positions(const insertion_view& v, std::span<const std::int64_t> extra) {
     positions_.clear();
-    if (positions_.capacity() < static_cast<std::size_t>(v.total_tokens) + extra.size() + 2)
-      positions_.reserve(static_cast<std::size_t>(v.total_tokens) + extra.size() + 2);
+    detail::reserve_geometric(positions_, static_cast<std::size_t>(v.total_tokens) + extra.size() + 2);
     admission_.select(v, positions_);
     positions_.insert(positions_.end(), extra.begin(), extra.end());
     std::sort(positions_.begin(), positions_.end());
@@ -638,8 +637,8 @@ class prefix_cache {
   void reserve_indexes(std::size_t ids) {
     tree_.reserve(ids);
     if constexpr (requires { scorer_.reserve(ids); }) scorer_.reserve(ids * 2);
-    if (pending_ckpt_.capacity() < positions_.capacity() + 2) pending_ckpt_.reserve(positions_.capacity() + 2);
-    if (pending_kv_.capacity() < positions_.capacity() + 2) pending_kv_.reserve(positions_.capacity() + 2);
+    detail::reserve_geometric(pending_ckpt_, positions_.capacity() + 2);
+    detail::reserve_geometric(pending_kv_, positions_.capacity() + 2);
   }
 
   // --- alpha tuning ----------------------------------------------------------------------

@@ -377,7 +377,10 @@ class radix_tree {
   }
 
   /// Reserve room for `n` nodes (benchmarks; avoids growth on the hot path).
-  void reserve(std::size_t n) { nodes_.reserve(n + 1); }
+  void reserve(std::size_t n) {
+    detail::reserve_geometric(nodes_, n + 1);
+    detail::reserve_geometric(free_, n + 1);
+  }
 
  private:
   static std::size_t common_length(const token_id* a, const token_id* b, std::size_t n) noexcept {

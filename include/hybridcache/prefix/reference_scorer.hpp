@@ -59,9 +59,9 @@ class reference_flop_scorer {
     return reference_flop_scorer(model_, c);
   }
   void reserve(std::size_t ids) {
-    candidates_.reserve(ids);
-    effs_.reserve(ids);
-    recs_.reserve(ids);
+    detail::reserve_geometric(candidates_, ids);
+    detail::reserve_geometric(effs_, ids);
+    detail::reserve_geometric(recs_, ids);
   }
 
   template <class Tree>

@@ -6,6 +6,8 @@
 // nothing to return.
 #pragma once
 
+#include <algorithm>
+#include <cstddef>
 #include <cstdint>
 #include <limits>
 #include <vector>
@@ -19,6 +21,16 @@ using token_id = std::int32_t;
 
 /// Index of a node slot in the radix tree. Slots are reused after a node is freed.
 using node_id = std::uint32_t;
+
+namespace detail {
+/// Reserves room for `n` elements, growing capacity at least geometrically so that calls
+/// with slowly increasing `n` cost O(1) amortised (a plain reserve(n) would reallocate and
+/// move everything on every call).
+template <class Vector>
+void reserve_geometric(Vector& v, std::size_t n) {
+  if (v.capacity() < n) v.reserve(std::max(n, 2 * v.capacity()));
+}
+}  // namespace detail
 
 /// "No node" sentinel (the root is node 0 and is never a victim or a match result).
 inline constexpr node_id no_node = std::numeric_limits<node_id>::max();

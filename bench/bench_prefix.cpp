@@ -1,0 +1,156 @@
+// Prefix cache hot paths: match of a fully cached 32k-token prefix (against a plain memcmp
+// over the same tokens), commit of a 1k-token extension, and eviction with 100k cached nodes
+// (threshold walk vs the naive O(n) rescan the reference does). Results: docs/prefix-cache.md.
+#include <benchmark/benchmark.h>
+
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include <hybridcache/core/presets.hpp>
+#include <hybridcache/prefix/flop_aware_scorer.hpp>
+#include <hybridcache/prefix/prefix_cache.hpp>
+#include <hybridcache/prefix/reference_scorer.hpp>
+
+using namespace hybridcache;
+using namespace hybridcache::prefix;
+
+namespace {
+
+std::vector<token_id> random_tokens(std::size_t n, std::uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::vector<token_id> v(n);
+  for (auto& t : v) t = static_cast<token_id>(3 + rng() % 31997);
+  return v;
+}
+
+const cost_model& model() {
+  static const cost_model m(presets::marconi_7b());
+  return m;
+}
+
+counting_store big_store(std::int64_t ckpts, std::int64_t tokens) {
+  const auto& m = model();
+  return counting_store(ckpts * m.ssm_checkpoint_bytes() + tokens * m.kv_bytes_per_token(), m.kv_bytes_per_token(),
+                        m.ssm_checkpoint_bytes());
+}
+
+constexpr std::int64_t k32 = 32768;
+
+template <class S>
+S make_scorer();
+template <>
+lru_scorer make_scorer<lru_scorer>() {
+  return lru_scorer{};
+}
+template <>
+flop_aware_scorer make_scorer<flop_aware_scorer>() {
+  return flop_aware_scorer(model(), {.alpha = 1.0});
+}
+template <>
+reference_flop_scorer make_scorer<reference_flop_scorer>() {
+  return reference_flop_scorer(model(), {.alpha = 1.0});
+}
+
+}  // namespace
+
+// memcmp of 32k tokens (the floor a match cannot beat).
+static void bm_memcmp_32k(benchmark::State& state) {
+  const auto a = random_tokens(k32, 1);
+  const auto b = a;
+  for (auto _ : state) {
+    benchmark::DoNotOptimize(std::memcmp(a.data(), b.data(), a.size() * sizeof(token_id)));
+    benchmark::ClobberMemory();
+  }
+  state.SetItemsProcessed(state.iterations() * k32);
+}
+BENCHMARK(bm_memcmp_32k);
+
+// match + release of a fully cached 32k-token prefix. Arg 0: one node (judicious);
+// arg 1: a checkpoint every 32 tokens (1024 nodes on the path, vLLM+-style).
+template <class Admission>
+static void bm_match_32k(benchmark::State& state) {
+  const auto seq = random_tokens(k32, 1);
+  prefix_cache<cost_model, Admission, lru_scorer> c(model(), big_store(2048, 2 * k32), lru_scorer{});
+  if (!c.commit(seq, k32)) state.SkipWithError("commit failed");
+  const auto query = seq;  // a different buffer, like a new request's tokens
+  for (auto _ : state) {
+    auto m = c.match(query);
+    benchmark::DoNotOptimize(m);
+    (void)c.release(*m);
+  }
+  state.SetItemsProcessed(state.iterations() * k32);
+  state.counters["nodes_on_path"] = static_cast<double>(c.tree().size());
+}
+BENCHMARK(bm_match_32k<judicious_admission>)->Name("bm_match_32k/one_node");
+BENCHMARK(bm_match_32k<every_block_admission<32>>)->Name("bm_match_32k/every_32_tokens");
+
+// match + commit of a 1k-token extension of a cached 4k prefix, steady state: the store
+// holds about 64 extensions, so each commit also evicts the least recently used one.
+template <class Scorer>
+static void bm_commit_1k_extension(benchmark::State& state) {
+  const auto base = random_tokens(4096, 2);
+  prefix_cache<cost_model, judicious_admission, Scorer> c(model(), big_store(70, 4096 + 64 * 1024), make_scorer<Scorer>());
+  if (!c.commit(base, 4096)) state.SkipWithError("commit failed");
+  std::vector<token_id> seq = base;
+  seq.resize(4096 + 1024);
+  std::mt19937_64 rng(3);
+  std::int64_t evictions = 0;
+  for (auto _ : state) {
+    for (std::size_t i = 4096; i < seq.size(); ++i) seq[i] = static_cast<token_id>(3 + rng() % 31997);
+    auto m = c.match(std::span<const token_id>(seq).first(4096 + 512));
+    auto r = c.commit(seq, 4096 + 512, &*m);
+    evictions += r->evictions;
+    benchmark::DoNotOptimize(r);
+  }
+  state.SetItemsProcessed(state.iterations() * 1024);
+  state.counters["evictions_per_commit"] =
+      benchmark::Counter(static_cast<double>(evictions) / static_cast<double>(state.iterations()));
+}
+BENCHMARK(bm_commit_1k_extension<lru_scorer>)->Name("bm_commit_1k_extension/lru");
+BENCHMARK(bm_commit_1k_extension<flop_aware_scorer>)->Name("bm_commit_1k_extension/flop_aware_a1");
+
+// Eviction with ~100k cached nodes: 1000 shared 16-token prefixes x 100 8-token leaves
+// (101k nodes). Each iteration commits a new 8-token leaf, which evicts exactly one node.
+template <class Scorer>
+static void bm_evict_100k(benchmark::State& state) {
+  constexpr int prefixes = 1000, leaves = 100;
+  const std::int64_t nodes = prefixes * (leaves + 1);
+  prefix_cache<cost_model, judicious_admission, Scorer> c(model(), big_store(nodes, prefixes * (16 + leaves * 8)),
+                                                          make_scorer<Scorer>());
+  std::mt19937_64 rng(4);
+  std::vector<std::vector<token_id>> roots;
+  for (int p = 0; p < prefixes; ++p) {
+    auto r = random_tokens(16, 100 + static_cast<std::uint64_t>(p));
+    r[0] = static_cast<token_id>(p + 1);
+    roots.push_back(r);
+  }
+  // Round-robin over prefixes: the second leaf of a prefix splits it into a branch node.
+  for (int l = 0; l < leaves; ++l) {
+    for (int p = 0; p < prefixes; ++p) {
+      auto s = roots[static_cast<std::size_t>(p)];
+      for (int k = 0; k < 8; ++k) s.push_back(static_cast<token_id>(40000 + l * 8 + k));
+      if (!c.commit(s, 16)) state.SkipWithError("fill failed");
+    }
+  }
+  std::int64_t evictions = 0;
+  int next = 0;
+  for (auto _ : state) {
+    auto s = roots[static_cast<std::size_t>(rng() % prefixes)];
+    for (int k = 0; k < 8; ++k) s.push_back(static_cast<token_id>(100000 + next * 8 + k));
+    ++next;
+    auto r = c.commit(s, 16);
+    evictions += r->evictions;
+  }
+  state.counters["nodes"] = static_cast<double>(c.tree().size());
+  state.counters["evictions_per_commit"] =
+      benchmark::Counter(static_cast<double>(evictions) / static_cast<double>(state.iterations()));
+}
+BENCHMARK(bm_evict_100k<lru_scorer>)->Name("bm_evict_100k/lru")->Unit(benchmark::kMicrosecond);
+BENCHMARK(bm_evict_100k<flop_aware_scorer>)->Name("bm_evict_100k/flop_aware_a1")->Unit(benchmark::kMicrosecond);
+BENCHMARK(bm_evict_100k<reference_flop_scorer>)
+    ->Name("bm_evict_100k/naive_reference_a1")
+    ->Unit(benchmark::kMicrosecond)
+    ->Iterations(100);
+
+BENCHMARK_MAIN();
