@@ -71,7 +71,8 @@ std::string json_of(const cell& c) {
                 "{\"workload\":\"%s\",\"model\":\"%s\",\"budget_bytes\":%llu,\"variant\":\"%s\",\"seed\":%llu,"
                 "\"submitted\":%llu,\"oom_events\":%llu,\"completed\":%llu,\"completion\":%.6f,"
                 "\"completed_reference\":%llu,\"completion_reference\":%.6f,\"evicted\":%llu,\"eviction_events\":%llu,"
-                "\"rebalances\":%llu,\"bytes_migrated\":%llu,\"bytes_wasted\":%llu,\"compactions\":%llu,"
+                "\"rebalances\":%llu,\"bytes_migrated\":%llu,\"bytes_wasted\":%llu,\"padding_bytes_peak\":%llu,"
+                "\"compactions\":%llu,"
                 "\"fragmentation_mean\":%.6f,\"fragmentation_peak\":%.6f,\"external_fragmentation_mean\":%.6f,"
                 "\"peak_reserved_bytes\":%llu,\"kv_bytes_end\":%llu,\"ssm_bytes_end\":%llu,\"allocate_calls\":%llu,"
                 "\"growth_events\":%llu,\"wall_seconds\":%.6f}",
@@ -82,9 +83,10 @@ std::string json_of(const cell& c) {
                 static_cast<unsigned long long>(r.completed_reference), r.completion_reference(),
                 static_cast<unsigned long long>(r.evicted), static_cast<unsigned long long>(r.eviction_events),
                 static_cast<unsigned long long>(r.rebalances), static_cast<unsigned long long>(r.bytes_migrated),
-                static_cast<unsigned long long>(r.bytes_wasted), static_cast<unsigned long long>(r.compactions),
-                r.fragmentation_mean, r.fragmentation_peak, r.external_fragmentation_mean,
-                static_cast<unsigned long long>(r.peak_reserved_bytes), static_cast<unsigned long long>(r.kv_bytes_end),
+                static_cast<unsigned long long>(r.bytes_wasted), static_cast<unsigned long long>(r.padding_bytes_peak),
+                static_cast<unsigned long long>(r.compactions), r.fragmentation_mean, r.fragmentation_peak,
+                r.external_fragmentation_mean, static_cast<unsigned long long>(r.peak_reserved_bytes),
+                static_cast<unsigned long long>(r.kv_bytes_end),
                 static_cast<unsigned long long>(r.ssm_bytes_end), static_cast<unsigned long long>(r.allocate_calls),
                 static_cast<unsigned long long>(r.growth_events), r.wall_seconds);
   return buf;
@@ -108,6 +110,8 @@ void print_text(const cell& c) {
   std::printf("  rebalances         %llu (%.1f MiB migrated, %llu B wasted, %llu compactions)\n",
               static_cast<unsigned long long>(r.rebalances), static_cast<double>(r.bytes_migrated) / (1 << 20),
               static_cast<unsigned long long>(r.bytes_wasted), static_cast<unsigned long long>(r.compactions));
+  if (r.padding_bytes_peak)
+    std::printf("  padding            %.1f MiB of live pages at peak\n", static_cast<double>(r.padding_bytes_peak) / (1 << 20));
   std::printf("  fragmentation      mean %.4f, peak %.4f (free fraction under load); external %.4f\n",
               r.fragmentation_mean, r.fragmentation_peak, r.external_fragmentation_mean);
   std::printf("  peak reserved      %llu B\n", static_cast<unsigned long long>(r.peak_reserved_bytes));
@@ -236,14 +240,14 @@ void run_sweep(const std::string& out_dir, unsigned threads, bool reference_quir
   {
     std::ofstream csv(std::filesystem::path(out_dir) / "alloc_sweep.csv");
     csv << "workload,model,budget_bytes,seed,variant,submitted,oom_events,completed,completion,completed_reference,"
-           "completion_reference,evicted,eviction_events,rebalances,bytes_migrated,bytes_wasted,compactions,"
+           "completion_reference,evicted,eviction_events,rebalances,bytes_migrated,bytes_wasted,padding_bytes_peak,compactions,"
            "fragmentation_mean,fragmentation_peak,external_fragmentation_mean,peak_reserved_bytes,kv_bytes_end,"
            "ssm_bytes_end\n";
     for (const auto& c : cells) {
       const auto& r = c.result;
       char row[1024];
       std::snprintf(row, sizeof row,
-                    "%s,%s,%llu,%llu,%s,%llu,%llu,%llu,%.6f,%llu,%.6f,%llu,%llu,%llu,%llu,%llu,%llu,%.6f,%.6f,%.6f,%llu,"
+                    "%s,%s,%llu,%llu,%s,%llu,%llu,%llu,%.6f,%llu,%.6f,%llu,%llu,%llu,%llu,%llu,%llu,%llu,%.6f,%.6f,%.6f,%llu,"
                     "%llu,%llu\n",
                     c.workload.c_str(), c.model.c_str(), static_cast<unsigned long long>(c.budget),
                     static_cast<unsigned long long>(c.seed), std::string(sim::to_string(c.variant)).c_str(),
@@ -252,7 +256,8 @@ void run_sweep(const std::string& out_dir, unsigned threads, bool reference_quir
                     static_cast<unsigned long long>(r.completed_reference), r.completion_reference(),
                     static_cast<unsigned long long>(r.evicted), static_cast<unsigned long long>(r.eviction_events),
                     static_cast<unsigned long long>(r.rebalances), static_cast<unsigned long long>(r.bytes_migrated),
-                    static_cast<unsigned long long>(r.bytes_wasted), static_cast<unsigned long long>(r.compactions),
+                    static_cast<unsigned long long>(r.bytes_wasted),
+                    static_cast<unsigned long long>(r.padding_bytes_peak), static_cast<unsigned long long>(r.compactions),
                     r.fragmentation_mean, r.fragmentation_peak, r.external_fragmentation_mean,
                     static_cast<unsigned long long>(r.peak_reserved_bytes),
                     static_cast<unsigned long long>(r.kv_bytes_end), static_cast<unsigned long long>(r.ssm_bytes_end));

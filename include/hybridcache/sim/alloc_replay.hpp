@@ -118,7 +118,8 @@ struct alloc_replay_result {
   std::uint64_t growth_events = 0;
   std::uint64_t rebalances = 0;
   std::uint64_t bytes_migrated = 0;
-  std::uint64_t bytes_wasted = 0;        ///< migration alignment waste + live padding (padded pool, at peak)
+  std::uint64_t bytes_wasted = 0;        ///< migrated bytes the recipient's unit size cannot use
+  std::uint64_t padding_bytes_peak = 0;  ///< padded pool: most bytes of live pages holding padding
   std::uint64_t compactions = 0;
   double fragmentation_mean = 0;         ///< mean free fraction while requests are active (reference)
   double fragmentation_peak = 0;
@@ -307,6 +308,8 @@ alloc_replay_result run_alloc_replay(Pool& pool, const alloc_workload& w, const 
     }
     lru[domain].touch(r, buf);
     held[r].insert(held[r].end(), buf.begin(), buf.end());
+    if constexpr (requires { pool.padding_waste_bytes(); })
+      res.padding_bytes_peak = std::max(res.padding_bytes_peak, pool.padding_waste_bytes());
     if constexpr (requires { pool.unit_of(buf[0]); }) {
       if (id_reuse) {
         for (packed_handle h : buf) {
