@@ -483,3 +483,36 @@ TEST_CASE("merge eviction moves the KV into the child") {
   CHECK(c.match(seq_t{1, 2, 3, 4, 5, 6, 0})->reusable_tokens == 6);
   check_invariants(c);
 }
+
+TEST_CASE("docs/prefix-cache.md example") {
+  // example-begin
+  const cost_model model(presets::marconi_7b());
+  counting_store store(5'000'000'000, model.kv_bytes_per_token(), model.ssm_checkpoint_bytes());
+  prefix_cache<cost_model, judicious_admission, flop_aware_scorer> cache(
+      model, std::move(store), flop_aware_scorer(model, {.alpha = 0.0}), {},
+      {.tuning = {.enabled = true, .bootstrap_multiplier = 5}});
+
+  std::vector<token_id> system_prompt(1000, 42), history;
+  for (int turn = 0; turn < 3; ++turn) {
+    std::vector<token_id> input = system_prompt;
+    input.insert(input.end(), history.begin(), history.end());
+    input.push_back(1000 + turn);  // the user's new message
+    auto m = cache.match(input);   // expected<match_result>; pins the reused checkpoint
+    REQUIRE(m);
+    auto plan = cache.plan(input, *m);  // where prefill must save SSM states
+    for (const checkpoint_site& s : plan->sites) {
+      // prefill from m->reusable_tokens; save the chunked-scan state at s.chunk_boundary,
+      // step s.roll_forward tokens recurrently, keep that state for position s.position
+      (void)s;
+    }
+    std::vector<token_id> output = {7, 8, 9};  // decoded tokens
+    std::vector<token_id> sequence = input;
+    sequence.insert(sequence.end(), output.begin(), output.end());
+    auto r = cache.commit(sequence, static_cast<std::int64_t>(input.size()), &*m);  // releases the pin
+    REQUIRE(r);
+    CHECK(m->reusable_tokens == (turn == 0 ? 0 : static_cast<std::int64_t>(input.size()) - 1));
+    history.assign(sequence.begin() + 1000, sequence.end());
+  }
+  // example-end
+  CHECK(cache.counters().hits == 2);
+}
