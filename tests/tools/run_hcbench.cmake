@@ -73,6 +73,8 @@ elseif(CASE STREQUAL "errors")
   expect_error("capacity" replay --trace ${FIXTURE} --capacity 1MB --policy marconi)  # < one checkpoint
   expect_error("capacity 'lots'" replay --trace ${FIXTURE} --capacity lots)
   expect_error("--alpha" replay --trace ${FIXTURE} --capacity 5e8 --alpha much)
+  expect_error("--lru-ties" replay --trace ${FIXTURE} --capacity 5e8 --lru-ties random)
+  expect_error("unknown policy" compare --policies marconi,fifo --capacities 5e8)
   file(MAKE_DIRECTORY ${WORK})
   file(WRITE ${WORK}/bad.jsonl "{\"session_id\": 0, \"turn_id\": 0, \"ts\": 0.0, \"num_input_tokens\": 2, \"num_output_tokens\": 1, \"input_tokens\": [5, 6], \"output_tokens\": [7]}\n{\"session_id\": 0, \"turn_id\": 1, \"ts\": oops}\n")
   expect_error("line 2" replay --trace ${WORK}/bad.jsonl --format marconi --capacity 5e8)

@@ -47,3 +47,9 @@ TEST_CASE("split_list and format_bytes") {
   CHECK(hcbench::format_bytes(1234567890) == "1.23GB");
   CHECK(hcbench::format_bytes(999) == "999B");
 }
+
+TEST_CASE("parse_lru_ties") {
+  CHECK(hcbench::parse_lru_ties("reference"));
+  CHECK_FALSE(hcbench::parse_lru_ties("node-id"));
+  CHECK_THROWS_AS((void)hcbench::parse_lru_ties("heap"), hybridcache::invalid_argument);
+}

@@ -46,6 +46,7 @@ struct compare_cli {
   double sessions_per_second = 1.0;
   std::string out = "hcbench-results";
   bool strict_capacity = false;
+  std::string lru_ties = "reference";
 };
 
 struct loaded_trace {
@@ -74,6 +75,7 @@ void run(const compare_cli& o) {
   if (policies.empty()) throw hybridcache::invalid_argument("--policies is empty");
   for (const auto& p : policies) check_policy(p);
   const std::optional<double> alpha = parse_alpha(o.alpha);
+  const bool reference_ties = parse_lru_ties(o.lru_ties);
   if (o.block_size < 0) throw hybridcache::invalid_argument("--block-size must be > 0");
   if (o.threads < 0) throw hybridcache::invalid_argument("--threads must be >= 0");
 
@@ -112,6 +114,7 @@ void run(const compare_cli& o) {
         j.policy = p;
         j.alpha = alpha;
         j.strict_capacity = o.strict_capacity;
+        j.reference_lru_ties = reference_ties;
         j.tuning_threads = 1;  // the jobs already run in parallel
         if (o.block_size > 0) j.vllm_block = o.block_size;
         jobs.push_back(std::move(j));
@@ -188,6 +191,9 @@ const bool registered = hcbench::register_command(
        sub.add_option("--threads", o.threads, "worker threads (default: hardware concurrency)");
        sub.add_option("--out", o.out, "output directory for results.csv, table.txt and hit_rate_vs_capacity.svg");
        sub.add_flag("--strict-capacity", o.strict_capacity, "never exceed the capacity (see replay --help)");
+       sub.add_option("--lru-ties", o.lru_ties,
+                      "sglang+/vllm+/lru tie-breaking: reference (CPython heapq order, exact reference victims, "
+                      "O(n) per eviction round; default) or node-id (O(log n))");
        sub.callback([] { run(o); });
      }});
 

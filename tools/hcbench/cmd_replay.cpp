@@ -38,6 +38,7 @@ struct replay_cli {
   double sessions_per_second = 1.0;
   bool json = false;
   bool strict_capacity = false;
+  std::string lru_ties = "reference";
 };
 
 /// Parses --alpha: "auto" (nullopt) or a number >= 0.
@@ -70,6 +71,7 @@ void run(const replay_cli& o) {
   job.concurrency = o.concurrency;
   job.progress = isatty(STDERR_FILENO) != 0;
   job.strict_capacity = o.strict_capacity;
+  job.reference_lru_ties = parse_lru_ties(o.lru_ties);
   const auto requests = load_trace(o.trace, o.format, {mooncake_block, o.sessions_per_second});
   job.requests = &requests;
   job.trace = std::filesystem::path(o.trace).stem().string();
@@ -116,6 +118,9 @@ const bool registered = hcbench::register_command(
        sub.add_flag("--strict-capacity", o.strict_capacity,
                     "never exceed the capacity: do not cache a request whose state alone is larger "
                     "(default: insert it anyway, as the Marconi reference does)");
+       sub.add_option("--lru-ties", o.lru_ties,
+                      "sglang+/vllm+/lru tie-breaking: reference (CPython heapq order, exact reference victims, "
+                      "O(n) per eviction round; default) or node-id (O(log n))");
        sub.callback([] { run(o); });
      }});
 

@@ -91,6 +91,14 @@ inline std::string_view trim(std::string_view s) {
   return static_cast<std::int64_t>(whole);
 }
 
+/// Parses --lru-ties: "reference" -> true, "node-id" -> false.
+/// @throws hybridcache::invalid_argument otherwise.
+[[nodiscard]] inline bool parse_lru_ties(std::string_view s) {
+  if (s == "reference") return true;
+  if (s == "node-id") return false;
+  throw hybridcache::invalid_argument("--lru-ties '" + std::string(s) + "': expected reference or node-id");
+}
+
 /// Splits "a,b,c" into {"a","b","c"} (empty items dropped, whitespace trimmed).
 [[nodiscard]] inline std::vector<std::string> split_list(std::string_view s) {
   std::vector<std::string> out;

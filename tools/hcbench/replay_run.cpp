@@ -163,9 +163,13 @@ hc::sim::run_metrics run_with(const run_context& ctx, Scorer scorer, pc::prefix_
   return m;
 }
 
+pc::lru_scorer make_lru(const replay_job& job) {
+  return pc::lru_scorer({.ties = job.reference_lru_ties ? pc::lru_ties::python_heapq : pc::lru_ties::by_node_id});
+}
+
 template <std::int64_t Block>
 hc::sim::run_metrics run_every_block(const run_context& ctx) {
-  return run_with<pc::every_block_admission<Block>>(ctx, pc::lru_scorer({.ties = pc::lru_ties::python_heapq}), {});
+  return run_with<pc::every_block_admission<Block>>(ctx, make_lru(ctx.job), {});
 }
 
 }  // namespace
@@ -196,9 +200,9 @@ replay_result run_replay(const replay_job& job) {
     cfg.tuning.threads = job.tuning_threads;
     m = run_with<pc::judicious_admission>(ctx, pc::flop_aware_scorer(costs, {.alpha = job.alpha.value_or(0.0)}), cfg);
   } else if (job.policy == "sglang+") {
-    m = run_with<pc::judicious_admission>(ctx, pc::lru_scorer({.ties = pc::lru_ties::python_heapq}), {});
+    m = run_with<pc::judicious_admission>(ctx, make_lru(job), {});
   } else if (job.policy == "lru") {
-    m = run_with<last_token_admission>(ctx, pc::lru_scorer({.ties = pc::lru_ties::python_heapq}), {});
+    m = run_with<last_token_admission>(ctx, make_lru(job), {});
   } else {  // vllm+: a checkpoint every `vllm_block` tokens = vllm_block / tokens_per_id ids
     const std::int64_t ids = std::max<std::int64_t>(1, job.vllm_block / per_id);
     switch (ids) {

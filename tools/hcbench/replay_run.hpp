@@ -44,6 +44,10 @@ struct replay_job {
   /// inserted and the cache runs over capacity until later evictions.
   bool strict_capacity = false;
   unsigned tuning_threads = 0;              ///< alpha-tuning replay threads (0 = hardware concurrency)
+  /// LRU tie-breaking among leaves with equal last access: true = CPython heapq's order over
+  /// a DFS-preorder leaf list (the reference's exact victims; O(n) per eviction round),
+  /// false = lowest node id (O(log n) per victim; may pick a different tied leaf).
+  bool reference_lru_ties = true;
 };
 
 /// A finished replay: the job's labels and its metrics.
