@@ -82,6 +82,24 @@ struct pool_snapshot {
 
 }  // namespace
 
+namespace {
+struct store_without_release {  // misses release(): not a physical_store
+  using backing_type = counting_backing;
+  using arena_type = counting_backing::arena;
+  static constexpr pool_kind kind = pool_kind::kv;
+  store_without_release(arena_type&, std::uint64_t, std::uint32_t) {}
+  expected<std::uint32_t> acquire() noexcept { return 0u; }
+};
+}  // namespace
+
+// Concepts reject what does not model them.
+static_assert(!physical_store<store_without_release>);
+static_assert(!handle_table<generation_table>);  // no unit payload, no relocate
+static_assert(!rebalancer<int>);
+static_assert(!memory_backing<int>);
+static_assert(!kv_ssm_pool<unit_handle_table>);
+static_assert(kv_ssm_pool<simulated_vmm_pool<no_rebalancer>>);
+
 TEST_CASE("unit sizes reproduce the AVMP reference") {
   const cost_model jamba(presets::jamba_1_5_mini());
   const cost_model mamba2(presets::mamba2_1b3());
