@@ -120,7 +120,8 @@ class chunk_region {
 
   // --- chunks -------------------------------------------------------------------------
 
-  /// Maps physical chunk `physical` into the lowest free slot; returns the slot. O(1).
+  /// Maps physical chunk `physical` into a free slot (the most recently vacated one, else
+  /// the lowest never used); returns the slot. O(1).
   /// Precondition: mapped_chunks() < max_slots().
   std::uint32_t map(std::uint32_t physical) noexcept {
     HYBRIDCACHE_ASSERT(!free_slots_.empty());
