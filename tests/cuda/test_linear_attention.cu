@@ -295,6 +295,27 @@ TEST_CASE("device: Qwen3-Next gates; bad input is rejected before launch") {
   device_step dev(d, slots, sentinel);
   hc::device_array<float> st(2 * HV * NS);
   const auto io = dev.io(1, 1, st.data());
+  {  // fused gating == gates kernel + precomputed g, beta (batch 1 uses the first HV gate inputs)
+    const auto init = random_floats(2 * HV * NS, 12, -0.3f, 0.3f);
+    auto s1 = upload(init), s2 = upload(init);
+    hc::device_array<float> o1(HV * DV), o2(HV * DV);
+    auto pre = dev.io(1, 1, s1.data());
+    pre.log_decay = dg.data();
+    pre.beta = dbeta.data();
+    pre.o = o1.data();
+    auto fused = dev.io(1, 1, s2.data());
+    fused.log_decay = fused.beta = nullptr;
+    fused.gate_a = da.data();
+    fused.gate_b = db.data();
+    fused.a_log = dal.data();
+    fused.dt_bias = ddt.data();
+    fused.o = o2.data();
+    hc::launch_recurrent_step<hc::delta_rule, V, DK, DV>(pre, hc::state_pool{s1.data(), 2, HV, DK, DV, V}, slots);
+    hc::launch_recurrent_step<hc::delta_rule, V, DK, DV>(fused, hc::state_pool{s2.data(), 2, HV, DK, DV, V}, slots);
+    HYBRIDCACHE_CUDA_TRY(cudaDeviceSynchronize());
+    CHECK(hctest::rel_rms(download(o2), download(o1)) <= 1e-6);
+    CHECK(hctest::rel_rms(download(s2), download(s1)) <= 1e-6);
+  }
   using hybridcache::invalid_argument;
   CHECK_THROWS_AS((hc::launch_recurrent_step<hc::delta_rule, V, DK, DV>(io, hc::state_pool{st.data(), 2, HV, 64, 64, V}, slots)),
                   invalid_argument);  // head dims

@@ -503,3 +503,49 @@ TEST_CASE("KV-only request from a short prefill: prefill emits u, the buffer tak
   CHECK(hx.keys.guards_intact());
   CHECK(hx.values.guards_intact());
 }
+
+TEST_CASE("fused Qwen3-Next gating gives the same bits as precomputed g and beta") {
+  harness<hc::delta_rule, V, 64, 64, hc::bfloat16_t, float> hx(
+      {.num_slots = 2, .num_blocks = 4, .block_tokens = 4, .flush_interval = 4}, 2, 4, 6, 800, 1.0);
+  hx.open(0, false);
+  hx.open(1, false);
+  std::mt19937_64 rng(5);
+  std::normal_distribution<float> n01(0.0f, 1.0f);
+  std::vector<float> a_log(4), dt_bias(4);
+  for (auto& x : a_log) x = 0.1f * n01(rng);
+  for (auto& x : dt_bias) x = 0.1f * n01(rng);
+  guarded<float> fused_states(hx.states.size(), 0.0f);
+  std::memcpy(fused_states.data(), hx.states.data(), hx.states.size() * sizeof(float));
+  for (int step = 0; step < 6; ++step) {
+    const std::vector<std::int32_t> slots{1, 0};
+    auto in = hx.inputs(slots, 1);
+    std::vector<hc::bfloat16_t> a(in.g.size()), b(in.g.size());
+    for (std::size_t i = 0; i < a.size(); ++i) {
+      a[i] = hc::from_float<hc::bfloat16_t>(0.5f * n01(rng));
+      b[i] = hc::from_float<hc::bfloat16_t>(n01(rng));
+      in.g[i] = hc::qwen3_next_log_decay(a_log[i % 4], hc::to_float(a[i]), dt_bias[i % 4]);
+      in.beta[i] = hc::qwen3_next_beta(hc::to_float(b[i]));
+    }
+    auto io = hx.io(slots, 1, in);
+    io.states = fused_states.data();
+    std::vector<float> fused_o(in.o.size(), sentinel);
+    auto fused = io;
+    fused.o = fused_o.data();
+    fused.log_decay = nullptr;
+    fused.beta = nullptr;
+    fused.gate_a = a.data();
+    fused.gate_b = b.data();
+    fused.a_log = a_log.data();
+    fused.dt_bias = dt_bias.data();
+    hc::recurrent_step_host<hc::delta_rule, V, 64, 64>(fused);
+    io.states = hx.states.data();
+    hc::recurrent_step_host<hc::delta_rule, V, 64, 64>(io);
+    REQUIRE(std::memcmp(fused_o.data(), in.o.data(), in.o.size() * sizeof(float)) == 0);
+    REQUIRE(std::memcmp(fused_states.data(), hx.states.data(), hx.states.size() * sizeof(float)) == 0);
+  }
+  const std::vector<std::int32_t> one{0};
+  auto in = hx.inputs(one, 1);
+  auto io = hx.io(one, 1, in);
+  io.gate_a = in.q.data();  // gate_b etc. missing
+  CHECK_THROWS_AS((hc::recurrent_step_host<hc::delta_rule, V, 64, 64>(io)), hybridcache::invalid_argument);
+}

@@ -52,6 +52,13 @@ struct step_io {
   Out* o = nullptr;
   float* states = nullptr;  ///< state pool
   qk_options qk{};
+  /// Optional fused Qwen3-Next gating: when `gate_a` is set, g and beta are computed from the
+  /// raw projections a, b [batch][n][HV] and the per-head A_log, dt_bias [HV] (log_decay and
+  /// beta are then ignored), with the same functions `launch_qwen3_next_gates` uses.
+  const In* gate_a = nullptr;
+  const In* gate_b = nullptr;
+  const float* a_log = nullptr;
+  const float* dt_bias = nullptr;
 
   HYBRIDCACHE_HD_INLINE std::int64_t tok(int b, int r) const { return static_cast<std::int64_t>(b) * new_tokens + r; }
   template <int DK>
@@ -63,10 +70,14 @@ struct step_io {
     return (tok(b, r) * num_v_heads + hv) * DV + c;
   }
   HYBRIDCACHE_HD_INLINE float g_at(int b, int r, int hv) const {
-    return log_decay ? log_decay[tok(b, r) * num_v_heads + hv] : 0.0f;
+    const std::int64_t i = tok(b, r) * num_v_heads + hv;
+    if (gate_a != nullptr) return qwen3_next_log_decay(a_log[hv], to_float(gate_a[i]), dt_bias[hv]);
+    return log_decay ? log_decay[i] : 0.0f;
   }
   HYBRIDCACHE_HD_INLINE float beta_at(int b, int r, int hv) const {
-    return beta ? beta[tok(b, r) * num_v_heads + hv] : 1.0f;
+    const std::int64_t i = tok(b, r) * num_v_heads + hv;
+    if (gate_a != nullptr) return qwen3_next_beta(to_float(gate_b[i]));
+    return beta ? beta[i] : 1.0f;
   }
 };
 
@@ -404,6 +415,8 @@ template <int DK, int DV, class In, class Out>
 void check_step_inputs_host(const step_io<In, Out>& io) {
   HYBRIDCACHE_EXPECTS(io.num_k_heads > 0 && io.num_v_heads % io.num_k_heads == 0, invalid_argument,
                       "step: num_v_heads must be a positive multiple of num_k_heads");
+  HYBRIDCACHE_EXPECTS(io.gate_a == nullptr || (io.gate_b && io.a_log && io.dt_bias), invalid_argument,
+                      "step: fused gating needs gate_a, gate_b, a_log and dt_bias together");
 #if !defined(NDEBUG)
   const std::int64_t tokens = static_cast<std::int64_t>(io.batch) * io.new_tokens;
   check_finite_host("q", io.q, tokens * io.num_k_heads * DK);
@@ -411,6 +424,8 @@ void check_step_inputs_host(const step_io<In, Out>& io) {
   check_finite_host("v", io.v, tokens * io.num_v_heads * DV);
   check_finite_host("log_decay", io.log_decay, tokens * io.num_v_heads);
   check_finite_host("beta", io.beta, tokens * io.num_v_heads);
+  check_finite_host("gate_a", io.gate_a, tokens * io.num_v_heads);
+  check_finite_host("gate_b", io.gate_b, tokens * io.num_v_heads);
 #endif
 }
 }  // namespace detail

@@ -298,6 +298,10 @@ void check_step(const step_io<In, Out>& io, std::span<const std::int32_t> host_s
   check_finite_device("v", io.v, tokens * io.num_v_heads * DV, stream);
   check_finite_device("log_decay", io.log_decay, tokens * io.num_v_heads, stream);
   check_finite_device("beta", io.beta, tokens * io.num_v_heads, stream);
+  HYBRIDCACHE_EXPECTS(io.gate_a == nullptr || (io.gate_b && io.a_log && io.dt_bias), invalid_argument,
+                      "fused gating needs gate_a, gate_b, a_log and dt_bias together");
+  check_finite_device("gate_a", io.gate_a, tokens * io.num_v_heads, stream);
+  check_finite_device("gate_b", io.gate_b, tokens * io.num_v_heads, stream);
 }
 
 template <class KeyT, class ValueT>
