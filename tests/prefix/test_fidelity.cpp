@@ -186,3 +186,50 @@ TEST_CASE("Marconi V2 with online tuning (reference quirks, bootstrap multiplier
   CHECK(ev.scores[14] < ev.scores[15]);
   CHECK(token_hit_rate(skipped) == doctest::Approx(0.138954).epsilon(1e-6));
 }
+
+TEST_CASE("alpha tuning: hit-rate objective and periodic re-tuning over a sliding window") {
+  const cost_model m(presets::marconi_7b());
+  prefix_cache<cost_model, judicious_admission, flop_aware_scorer> c(
+      m, fixture_store(m), flop_aware_scorer(m, {.alpha = 0.0}), {},
+      {.admit_oversized = true,
+       .tuning = {.enabled = true,
+                  .bootstrap_multiplier = 2,
+                  .objective = tuning_objective::token_hit_rate,
+                  .threads = 3,
+                  .retune_every = 20,
+                  .retune_window = 30}});
+  CHECK(c.alpha() == 0.0);
+  (void)replay(c);
+  const auto& h = c.tuning_history();
+  REQUIRE(h.size() >= 3);  // at request 12, then every 20 requests
+  CHECK(h[0].at_request == 12);
+  CHECK(h[0].window == 12);
+  for (std::size_t i = 1; i < h.size(); ++i) {
+    CHECK(h[i].at_request - h[i - 1].at_request == 20);
+    CHECK(h[i].window == 30);
+  }
+  for (const auto& e : h) {
+    REQUIRE(e.scores.size() == 21);
+    for (double s : e.scores) CHECK((s >= 0.0 && s <= 1.0));  // hit rates
+    // The chosen alpha is the smallest with the best score.
+    std::size_t best = 0;
+    for (std::size_t i = 1; i < e.scores.size(); ++i)
+      if (e.scores[i] > e.scores[best]) best = i;
+    CHECK(e.alpha == e.alphas[best]);
+  }
+  CHECK(c.alpha() == h.back().alpha);
+}
+
+TEST_CASE("alpha tuning: the replay is deterministic whatever the thread count" * doctest::test_suite("concurrency")) {
+  const cost_model m(presets::marconi_7b());
+  std::vector<double> first;
+  for (unsigned threads : {1u, 4u}) {
+    prefix_cache<cost_model, judicious_admission, flop_aware_scorer> c(
+        m, fixture_store(m), flop_aware_scorer(m, {.alpha = 0.0}), {},
+        {.admit_oversized = true, .tuning = {.enabled = true, .bootstrap_multiplier = 2, .threads = threads}});
+    (void)replay(c);
+    REQUIRE(c.tuning_history().size() == 1);
+    if (first.empty()) first = c.tuning_history()[0].scores;
+    else CHECK(c.tuning_history()[0].scores == first);
+  }
+}

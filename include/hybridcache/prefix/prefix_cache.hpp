@@ -646,7 +646,14 @@ class prefix_cache {
   void maybe_tune_before_insert(std::span<const token_id> seq, std::int64_t input_tokens) {
     if constexpr (tunable) {
       if (!cfg_.tuning.enabled) return;
+      // After a one-shot tuning nothing more is replayed: stop recording.
+      if (!tunings_.empty() && cfg_.tuning.retune_every == 0) return;
       history_.push_back(request_record{std::vector<token_id>(seq.begin(), seq.end()), input_tokens});
+      if (!tunings_.empty()) {  // periodic mode: keep only the sliding window
+        const std::int64_t win = cfg_.tuning.retune_window > 0 ? cfg_.tuning.retune_window : bootstrap_window_;
+        if (static_cast<std::int64_t>(history_.size()) > 2 * win)
+          history_.erase(history_.begin(), history_.end() - win);
+      }
       const auto seen = static_cast<std::int64_t>(counters_.matches);
       if (bootstrap_window_ > 0 && tunings_.empty() && seen == bootstrap_window_) {
         run_tuning(0, seen);
