@@ -38,6 +38,8 @@
 // Loop unrolling hint with the right spelling for each compiler.
 #if defined(__CUDA_ARCH__)
 #define HYBRIDCACHE_UNROLL _Pragma("unroll")
+#elif defined(__CUDACC__)
+#define HYBRIDCACHE_UNROLL  // nvcc's host pass warns on GCC's spelling (#1675-D)
 #elif defined(__clang__)
 #define HYBRIDCACHE_UNROLL _Pragma("clang loop unroll(enable)")
 #elif defined(__GNUC__)
