@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "hybridcache/tiered/host_copy_engine.hpp"
+#include "hybridcache/core/presets.hpp"
 #include "hybridcache/tiered/offload_engine.hpp"
 #include "hybridcache/tiered/tiered_store.hpp"
 
@@ -212,6 +213,36 @@ TEST_CASE("offload engine: watermarks with hysteresis, victims by score, cascade
   for (auto id : ids) CHECK(intact(s, e, id));
   CHECK_THROWS_AS((offload_engine<tiered_store<car_score_demotion>, host_copy_engine>(s, e, {.high = 0.5, .low = 0.6})),
                   invalid_argument);
+}
+
+TEST_CASE("offload engine with sparsify_on_demotion stores fewer bytes; checkpoints kept whole") {
+  const cost_model m(presets::jamba_1_5_mini());
+  const std::int64_t pg = 1 << 20, tokens = 2048;
+  const std::int64_t full = m.kv_bytes(tokens) + m.ssm_checkpoint_bytes();
+  const std::int64_t hbm_pages = 4 * ((full + pg - 1) / pg);
+  const std::vector<tier_config> t = {{.kind = tier_kind::hbm, .capacity_bytes = hbm_pages * pg},
+                                      {.kind = tier_kind::host, .capacity_bytes = 8 * hbm_pages * pg}};
+  tiered_store<> s(t, pg);
+  host_copy_engine e(t, pg, {.measure_bandwidth = false});
+  const sparsify_on_demotion sizer(m, sparsity_profile::car_linear(m.attention_layers()));
+  offload_engine off(s, e, {.high = 0.7, .low = 0.3}, sizer);
+  for (node_id id = 1; id <= 3; ++id) REQUIRE(s.insert(id, full, hbm_tier, {.prefix_begin = 0, .prefix_end = tokens, .has_checkpoint = true}).has_value());
+  CHECK(off.run_once() > 0);
+  const auto st = off.stats();
+  CHECK(st.demoted_entries >= 2);
+  const std::int64_t keep = sparsified_node_bytes(m, sparsity_profile::car_linear(m.attention_layers()), tokens, true);
+  CHECK(keep < full);
+  CHECK(keep > m.ssm_checkpoint_bytes());
+  CHECK(st.demoted_bytes == st.demoted_entries * keep);
+  CHECK(st.sparsified_bytes == st.demoted_entries * (full - keep));
+  s.for_each([&](const cache_entry& row) { CHECK(row.bytes == (row.tier == hbm_tier ? full : keep)); });
+  CHECK(s.check_invariants().empty());
+  cache_entry small;
+  small.bytes = 10;
+  small.info = {0, tokens, true};
+  CHECK(sizer.stored_bytes(small) == 10);  // never grows
+  CHECK(keep_size{}.stored_bytes(small) == 10);
+  CHECK_THROWS_AS(sparsify_on_demotion(m, sparsity_profile::car_linear(2)), invalid_argument);
 }
 
 TEST_CASE("concurrency: entries are never lost or duplicated under concurrent offload and load threads" *

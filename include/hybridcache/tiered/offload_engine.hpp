@@ -10,11 +10,14 @@
 // It runs off the request path: `start()` launches a background thread that wakes on
 // `notify()` (cheap: the request path calls it after inserting) or every `poll`; or a
 // simulator calls `run_once()` at the points it chooses. Moves go through the two-phase
-// protocol (`move_entry`), so a failed copy leaves the entry where it was.
+// protocol (`move_entry`), so a failed copy leaves the entry where it was. The `Sizer`
+// (sparsify.hpp) says how many bytes a demoted entry keeps: whole (`keep_size`) or
+// sparsified KV (`sparsify_on_demotion`, CaR §III-D).
 //
 // Costs: one pass demotes k entries in O(k · (pages + log n)) plus the copies.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -24,6 +27,7 @@
 
 #include "hybridcache/core/error.hpp"
 #include "hybridcache/tiered/host_copy_engine.hpp"
+#include "hybridcache/tiered/sparsify.hpp"
 #include "hybridcache/tiered/tiered_store.hpp"
 
 namespace hybridcache::tiered {
@@ -45,16 +49,17 @@ struct offload_stats {
   std::int64_t passes = 0;
   std::int64_t demoted_entries = 0;
   std::int64_t demoted_bytes = 0;   ///< bytes written to lower tiers
+  std::int64_t sparsified_bytes = 0;///< bytes not written thanks to the sizer (sparsification)
   std::int64_t dropped_entries = 0; ///< dropped from the last tier to make room
   std::int64_t failed_moves = 0;
 };
 
 /// Watermark-driven demotion from HBM, synchronous (`run_once`) or in a background thread.
-template <class Store, class Engine>
+template <class Store, class Engine, demotion_sizer Sizer = keep_size>
 class offload_engine {
  public:
-  offload_engine(Store& store, Engine& engine, watermarks marks = {})
-      : store_(store), engine_(engine), marks_(marks) {
+  offload_engine(Store& store, Engine& engine, watermarks marks = {}, Sizer sizer = Sizer{})
+      : store_(store), engine_(engine), marks_(marks), sizer_(std::move(sizer)) {
     marks_.validate();
     HYBRIDCACHE_EXPECTS(store.tier_count() >= 2, invalid_argument, "offload_engine: needs at least two tiers");
   }
@@ -81,15 +86,16 @@ class offload_engine {
       if (static_cast<double>(u.used_bytes) <= marks_.low * static_cast<double>(u.capacity_bytes)) break;
       const auto v = store_.victim(hbm_tier);
       if (!v) break;
-      const auto row = store_.locate(*v);
       const auto e = store_.find(*v);
-      if (!row || !e) continue;  // raced with an erase
-      if (!make_room(tier_id{1}, e->bytes) || failures > 8) break;
-      const auto r = move_entry(store_, engine_, *v, tier_id{1});
+      if (!e) continue;  // raced with an erase
+      const std::int64_t keep = std::clamp<std::int64_t>(sizer_.stored_bytes(*e), 1, e->bytes);
+      if (!make_room(tier_id{1}, keep) || failures > 8) break;
+      const auto r = move_entry(store_, engine_, *v, tier_id{1}, keep);
       if (r) {
-        moved += e->bytes;
+        moved += keep;
         stats_.demoted_entries += 1;
-        stats_.demoted_bytes += e->bytes;
+        stats_.demoted_bytes += keep;
+        stats_.sparsified_bytes += e->bytes - keep;
       } else {
         stats_.failed_moves += 1;
         ++failures;  // pinned meanwhile, copy failed, ...: try the next victim a few times
@@ -172,6 +178,7 @@ class offload_engine {
   Store& store_;
   Engine& engine_;
   watermarks marks_;
+  Sizer sizer_;
   mutable std::mutex pass_mu_;
   offload_stats stats_;
   std::mutex mu_;

@@ -23,6 +23,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <concepts>
 #include <cstdint>
 #include <numeric>
 #include <span>
@@ -30,6 +31,7 @@
 
 #include "hybridcache/core/cost_model.hpp"
 #include "hybridcache/core/error.hpp"
+#include "hybridcache/tiered/cache_entry.hpp"
 
 namespace hybridcache::tiered {
 
@@ -127,5 +129,43 @@ struct sparsify_options {
                                                         bool has_checkpoint, const sparsify_options& o = {}) {
   return sparsified_kv_bytes(m, p, tokens, o) + (has_checkpoint ? m.ssm_checkpoint_bytes() : 0);
 }
+
+/// How many bytes an entry keeps when it is demoted: the offload engine's sizing policy.
+/// The mover copies that many bytes from the front of the entry, so a sparsifying runtime
+/// first compacts the kept tokens (`select_tokens`) of each attention layer to the front.
+template <class S>
+concept demotion_sizer = requires(const S& s, const cache_entry& e) {
+  { s.stored_bytes(e) } -> std::same_as<std::int64_t>;
+};
+
+/// Demote entries whole.
+struct keep_size {
+  [[nodiscard]] std::int64_t stored_bytes(const cache_entry& e) const noexcept { return e.bytes; }
+};
+static_assert(demotion_sizer<keep_size>);
+
+/// Sparsify KV on demotion: an entry spanning tokens (prefix_begin, prefix_end] keeps
+/// `sparsified_node_bytes` of them (its checkpoint whole); never more than it has. An
+/// entry already smaller (sparsified before) keeps its size.
+class sparsify_on_demotion {
+ public:
+  /// @throws invalid_argument when the profile does not have one value per attention layer.
+  sparsify_on_demotion(const cost_model& model, sparsity_profile profile, sparsify_options options = {})
+      : model_(&model), profile_(std::move(profile)), options_(options) {
+    HYBRIDCACHE_EXPECTS(static_cast<std::int64_t>(profile_.sparsity.size()) == model.attention_layers(), invalid_argument,
+                        "sparsify_on_demotion: profile needs one value per attention layer");
+  }
+  [[nodiscard]] std::int64_t stored_bytes(const cache_entry& e) const {
+    const std::int64_t tokens = e.info.prefix_end - e.info.prefix_begin;
+    if (tokens <= 0) return e.bytes;
+    return std::min(e.bytes, sparsified_node_bytes(*model_, profile_, tokens, e.info.has_checkpoint, options_));
+  }
+
+ private:
+  const cost_model* model_;  // not owned
+  sparsity_profile profile_;
+  sparsify_options options_;
+};
+static_assert(demotion_sizer<sparsify_on_demotion>);
 
 }  // namespace hybridcache::tiered
