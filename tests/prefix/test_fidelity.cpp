@@ -102,7 +102,9 @@ TEST_CASE("SGLang+ (judicious + lru) reproduces the reference row exactly") {
 
 TEST_CASE("Marconi with the reference's quirks reproduces the fixed-alpha rows exactly") {
   const cost_model m(presets::marconi_7b());
-  for (const auto& [alpha, row] : {std::pair{0.0, marconi_a0_row}, std::pair{1.0, marconi_a1_row}}) {
+  for (const auto& cse : {std::pair{0.0, marconi_a0_row}, std::pair{1.0, marconi_a1_row}}) {
+    const double alpha = cse.first;  // (no structured bindings: clang 14 cannot capture them)
+    const std::vector<std::int64_t>& row = cse.second;
     CAPTURE(alpha);
     prefix_cache<cost_model, judicious_admission, reference_flop_scorer> c(
         m, fixture_store(m), reference_flop_scorer(m, {.alpha = alpha, .quirks = true}), {}, {.admit_oversized = true});
@@ -147,7 +149,9 @@ TEST_CASE("Marconi, correct FLOP-aware scorer: pinned rows; threshold walk == na
       0, 0, 0, 0, 0, 740, 0, 690, 1371, 740, 0, 0, 740, 690, 740, 0, 690, 0, 1522, 0, 0, 0, 0, 0,
       0, 1401, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2788, 0, 0, 3317, 0, 0, 0, 0, 0, 0, 0, 0, 0, 4913, 0, 0, 0,
       0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 8161};
-  for (const auto& [alpha, row] : {std::pair{0.0, marconi_a0_row}, std::pair{1.0, correct_a1}}) {
+  for (const auto& cse : {std::pair{0.0, marconi_a0_row}, std::pair{1.0, correct_a1}}) {
+    const double alpha = cse.first;
+    const std::vector<std::int64_t>& row = cse.second;
     CAPTURE(alpha);
     prefix_cache<cost_model, judicious_admission, flop_aware_scorer> fast(
         m, fixture_store(m), flop_aware_scorer(m, {.alpha = alpha}), {}, {.admit_oversized = true});

@@ -342,6 +342,12 @@ TEST_CASE("bad input: clear error, tree and store unchanged") {
   CHECK(snap(c) == before);
   check_invariants(c);
 
+  SUBCASE("a result from another cache") {
+    prefix_cache<cost_model, judicious_admission, lru_scorer> other(m, counting_store(10 * ck + 1000 * kv, kv, ck),
+                                                                    lru_scorer{});
+    CHECK(other.release(*m1).error() == errc::foreign_handle);
+    CHECK(other.commit(seq_t{1, 2, 3, 4, 5, 6, 7}, 7, &*m1).error() == errc::foreign_handle);
+  }
   SUBCASE("release twice / commit after release") {
     REQUIRE(c.release(*m1));
     CHECK(c.release(*m1).error() == errc::double_free);

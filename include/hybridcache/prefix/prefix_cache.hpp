@@ -135,7 +135,7 @@ class prefix_cache {
         scorer_(std::move(scorer)),
         admission_(std::move(admission)),
         cfg_(cfg),
-        pins_(/*pool_tag=*/0x50, 64) {
+        pins_(next_pin_tag(), 64) {
     if (store_.capacity_bytes() < store_.checkpoint_bytes())
       throw capacity_error("prefix_cache: store capacity " + std::to_string(store_.capacity_bytes()) +
                            " B is smaller than one SSM checkpoint (" + std::to_string(store_.checkpoint_bytes()) +
@@ -342,6 +342,13 @@ class prefix_cache {
   }
 
  private:
+  /// Each cache issues pin tickets under its own 8-bit tag, so a result passed to another
+  /// cache is reported as foreign (unless 256 caches apart).
+  static std::uint32_t next_pin_tag() noexcept {
+    static std::atomic<std::uint32_t> counter{0};
+    return counter.fetch_add(1, std::memory_order_relaxed) & 0xffu;
+  }
+
   static constexpr bool tunable = requires(Scorer& s, const Scorer& cs, double a) {
     s.set_alpha(a);
     { cs.with_alpha(a) } -> std::same_as<Scorer>;
