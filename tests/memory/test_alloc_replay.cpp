@@ -166,6 +166,53 @@ TEST_CASE("static variants reproduce the reference's golden rows exactly (1 GiB)
   CHECK(r.allocate_calls == 36580);
 }
 
+TEST_CASE("avmp_dynamic_b128 on the emulated reference stores reproduces the reference's dynamic rows exactly") {
+  struct row {
+    const char* w;
+    const char* model;
+    std::uint64_t seed, oom;
+    double completion, frag_mean, frag_peak;
+    std::uint64_t evicted, events, rebalances, migrated_mib, kv_mib, ssm_mib;
+  };
+  // anchors/avmp.md appendix, avmp_dynamic_b128 rows (1 GiB).
+  const row rows_dyn[] = {
+      {"uniform_short", "jamba_1_5_mini", 1, 5, 0.9902, 0.2024, 0.9605, 470, 909, 0, 0, 512, 512},
+      {"uniform_short", "jamba_1_5_mini", 2, 4, 0.9922, 0.1669, 0.8809, 472, 911, 0, 0, 512, 512},
+      {"uniform_short", "jamba_1_5_mini", 3, 7, 0.9863, 0.1474, 0.8498, 471, 915, 1, 32, 544, 480},
+      {"mixed_long", "jamba_1_5_mini", 2, 107, 0.8203, 0.4306, 0.9982, 248, 469, 9, 288, 800, 224},
+      {"mixed_long", "jamba_1_5_mini", 3, 91, 0.8398, 0.4768, 0.9991, 239, 461, 9, 288, 800, 224},
+      {"mixed_long", "jamba_1_5_mini", 4, 100, 0.8477, 0.2557, 0.9974, 245, 452, 6, 192, 704, 320},
+      {"agentic_burst", "jamba_1_5_mini", 3, 40, 0.8828, 0.6453, 0.998, 251, 457, 5, 160, 672, 352},
+      {"agentic_burst", "jamba_1_5_mini", 4, 46, 0.875, 0.2277, 0.9942, 253, 477, 9, 288, 800, 224},
+      {"agentic_burst", "jamba_1_5_mini", 5, 29, 0.9102, 0.469, 0.9973, 248, 450, 4, 128, 640, 384},
+      {"sharegpt_replay", "jamba_1_5_mini", 4, 7, 0.9902, 0.1771, 0.8596, 334, 403, 0, 0, 512, 512},
+      {"sharegpt_replay", "jamba_1_5_mini", 5, 4, 0.9941, 0.187, 0.922, 340, 396, 0, 0, 512, 512},
+      {"sharegpt_replay", "jamba_1_5_mini", 6, 3, 0.9961, 0.2024, 0.884, 337, 403, 0, 0, 512, 512},
+      {"uniform_short", "mamba2_1b3", 1, 5, 0.9902, 0.1913, 0.9588, 503, 973, 0, 0, 512, 512},
+      {"sharegpt_replay", "mamba2_1b3", 4, 7, 0.9902, 0.1647, 0.8364, 503, 572, 0, 0, 512, 512},
+  };
+  for (const auto& g : rows_dyn) {
+    CAPTURE(g.w);
+    CAPTURE(g.model);
+    CAPTURE(g.seed);
+    sim::alloc_replay_config cfg{.budget_bytes = GiB};
+    cfg.reference_avmp_stores = true;
+    const auto r = sim::replay_alloc(sim::bundled_alloc_workload(g.w, g.seed), presets::preset(g.model),
+                                     alloc_variant::avmp_dynamic_b128, cfg);
+    CHECK(r.oom_events == g.oom);
+    CHECK(close4(r.completion_reference(), g.completion));
+    CHECK(close4(r.fragmentation_mean, g.frag_mean));
+    CHECK(close4(r.fragmentation_peak, g.frag_peak));
+    CHECK(r.evicted == g.evicted);
+    CHECK(r.eviction_events == g.events);
+    CHECK(r.rebalances == g.rebalances);
+    CHECK(r.bytes_migrated == g.migrated_mib << 20);
+    CHECK(r.kv_bytes_end == g.kv_mib << 20);
+    CHECK(r.ssm_bytes_end == g.ssm_mib << 20);
+    CHECK(r.peak_reserved_bytes == 2 * GiB);  // the reference sizes each store to the whole budget
+  }
+}
+
 TEST_CASE("padded_unified without the reference's page-id quirk (our default) is pinned") {
   const auto r = sim::replay_alloc(sim::bundled_alloc_workload("uniform_short", 1), presets::jamba_1_5_mini(),
                                    alloc_variant::padded_unified);

@@ -97,6 +97,13 @@ struct alloc_replay_config {
   /// (their owners lose them silently). Needed to match the reference's padded numbers;
   /// off by default (our handles are generation-checked, so this cannot happen by accident).
   bool reference_padded_id_reuse = false;
+  /// Run avmp_dynamic_b128 on an emulation of the reference's AVMP stores instead of ours:
+  /// per-pool Python-list free lists (LIFO, partial acquisitions rolled back in acquisition
+  /// order), tail-only resizing (a shrink fails while the highest page id is live), the
+  /// forced rebalance of 128 donor units that skips thresholds and throttle, capacity lost
+  /// to alignment, and each store sized to the whole budget (2x reserved). Reproduces the
+  /// reference's dynamic numbers; not a policy to use.
+  bool reference_avmp_stores = false;
   /// Ladder and compaction of the dynamic variants; unset = the variant's defaults.
   std::optional<alloc_ladder> ladder{};
   std::optional<bool> compaction{};
@@ -211,6 +218,126 @@ class request_lru {
   }
   std::vector<entry> entries_;
   std::uint32_t head_ = npos, tail_ = npos;
+};
+
+// The reference's AVMP pool, emulated for fidelity checks only (anchor avmp.md 1.4-1.6):
+// PageTable free lists are Python lists (pop from the back; frees append), resizing is
+// tail-only, handle ids are never reused, and a failed allocation after one eviction
+// triggers a forced rebalance of `batch` donor units.
+class reference_avmp_pool {
+ public:
+  reference_avmp_pool(std::uint64_t budget, std::uint64_t kv_unit, std::uint64_t ssm_unit, double ssm_ratio,
+                      std::uint32_t batch)
+      : budget_(budget), batch_(batch) {
+    const auto ssm_bytes = static_cast<std::uint64_t>(static_cast<double>(budget) * ssm_ratio);
+    stores_[0].init(kv_unit, budget, budget - ssm_bytes);
+    stores_[1].init(ssm_unit, budget, ssm_bytes);
+  }
+
+  expected<void> allocate_n(memory::pool_kind kind, std::span<packed_handle> out, bool = true) {
+    store& st = stores_[static_cast<int>(kind)];
+    std::size_t got = 0;
+    for (; got < out.size(); ++got) {
+      if (st.free_list.empty()) break;
+      const std::uint32_t page = st.free_list.back();
+      st.free_list.pop_back();
+      st.used[page] = 1;
+      out[got] = packed_handle::make(1 + static_cast<std::uint32_t>(kind), static_cast<std::uint32_t>(pages_.size()), 1);
+      pages_.push_back({kind, page, true});
+    }
+    if (got == out.size()) return {};
+    for (std::size_t i = 0; i < got; ++i) {  // roll back in acquisition order (appends)
+      auto& rec = pages_[out[i].index()];
+      rec.live = false;
+      st.release(rec.page);
+    }
+    return unexpected(errc::out_of_capacity);
+  }
+
+  expected<void> free(packed_handle h) noexcept {
+    if (h.index() >= pages_.size() || !pages_[h.index()].live) return unexpected(errc::double_free);
+    auto& rec = pages_[h.index()];
+    rec.live = false;
+    stores_[static_cast<int>(rec.kind)].release(rec.page);
+    return {};
+  }
+
+  // Forced rebalance toward `kind` (the reference's _apply_rebalance); 1 on success.
+  std::uint32_t rebalance_on_failure(memory::pool_kind kind, std::uint64_t) {
+    store& recipient = stores_[static_cast<int>(kind)];
+    store& donor = stores_[1 - static_cast<int>(kind)];
+    const std::uint64_t donor_bytes = std::uint64_t{batch_} * donor.unit;
+    const std::uint64_t recipient_bytes = donor_bytes / recipient.unit * recipient.unit;
+    const std::uint64_t donor_before = std::uint64_t{donor.total} * donor.unit;
+    const std::uint64_t recipient_before = std::uint64_t{recipient.total} * recipient.unit;
+    if (donor_bytes > donor_before || !donor.resize((donor_before - donor_bytes) / donor.unit)) return 0;
+    if (!recipient.resize((recipient_before + recipient_bytes) / recipient.unit)) {
+      donor.resize(donor_before / donor.unit);
+      return 0;
+    }
+    ++counters_.rebalances;
+    counters_.bytes_migrated += donor_bytes;
+    counters_.bytes_wasted += donor_bytes - recipient_bytes;
+    return 1;
+  }
+
+  [[nodiscard]] memory::pool_stats stats(memory::pool_kind kind) const noexcept {
+    const store& st = stores_[static_cast<int>(kind)];
+    memory::pool_stats s;
+    s.unit_bytes = st.unit;
+    s.total_units = st.total;
+    s.free_units = st.free_list.size();
+    s.used_units = s.total_units - s.free_units;
+    s.free_fraction = s.total_units ? static_cast<double>(s.free_units) / static_cast<double>(s.total_units) : 0.0;
+    return s;
+  }
+  [[nodiscard]] const memory::rebalance_counters& counters() const noexcept { return counters_; }
+  /// Each store keeps a tensor of the whole budget.
+  [[nodiscard]] std::uint64_t reserved_bytes() const noexcept { return 2 * budget_; }
+
+ private:
+  struct store {
+    std::uint64_t unit = 0;
+    std::uint32_t max = 0;
+    std::uint32_t total = 0;
+    std::vector<std::uint32_t> free_list;
+    std::vector<std::uint8_t> used;
+    void init(std::uint64_t u, std::uint64_t backing_bytes, std::uint64_t initial_bytes) {
+      unit = u;
+      max = static_cast<std::uint32_t>(backing_bytes / u);
+      used.assign(max, 0);
+      total = static_cast<std::uint32_t>(initial_bytes / u);
+      for (std::uint32_t i = total; i-- > 0;) free_list.push_back(i);  // [total-1 ... 0]
+    }
+    void release(std::uint32_t page) {
+      used[page] = 0;
+      free_list.push_back(page);
+    }
+    bool resize(std::uint64_t new_total) {  // PageTable.set_num_pages_total: tail-only
+      if (new_total > max) return false;
+      const auto n = static_cast<std::uint32_t>(new_total);
+      if (n < total) {
+        for (std::uint32_t p = n; p < total; ++p)
+          if (used[p]) return false;
+        std::erase_if(free_list, [n](std::uint32_t p) { return p >= n; });
+      } else {
+        for (std::uint32_t p = total; p < n; ++p) free_list.push_back(p);
+      }
+      total = n;
+      return true;
+    }
+  };
+  struct page_record {
+    memory::pool_kind kind;
+    std::uint32_t page;
+    bool live;
+  };
+
+  std::uint64_t budget_;
+  std::uint32_t batch_;
+  store stores_[2];
+  std::vector<page_record> pages_;
+  memory::rebalance_counters counters_;
 };
 
 template <class Pool>
@@ -445,6 +572,11 @@ alloc_replay_result run_alloc_replay(Pool& pool, const alloc_workload& w, const 
       return detail::run_alloc_replay(pool, w, model, detail::ladder::evict_only, false, cfg);
     }
     case alloc_variant::avmp_dynamic_b128:
+      if (cfg.reference_avmp_stores) {
+        detail::reference_avmp_pool pool(cfg.budget_bytes, kv, ssm, 0.5, 128);
+        return detail::run_alloc_replay(pool, w, model, alloc_ladder::evict_then_rebalance, false, cfg);
+      }
+      [[fallthrough]];
     case alloc_variant::vmm_dynamic: {
       const bool ours = variant == alloc_variant::vmm_dynamic;
       simulated_vmm_pool<threshold_rebalancer> pool(
