@@ -237,3 +237,25 @@ TEST_CASE("alpha tuning: the replay is deterministic whatever the thread count" 
     else CHECK(c.tuning_history()[0].scores == first);
   }
 }
+
+TEST_CASE("vLLM+ block-tree quirk 'partial block filled in place' (pinned: we keep the state)") {
+  // radix_cache_vllm.py fills a partial last block when a later sequence extends it, so the
+  // state at the old sequence end (token 40 here) is replaced by the state at token 64.
+  // every_block_admission keeps both: a request that shares exactly the first 40 tokens and
+  // then diverges reuses 40 tokens here; the reference would reuse 32.
+  const cost_model m(presets::marconi_7b());
+  const std::int64_t ck = m.ssm_checkpoint_bytes(), kv = m.kv_bytes_per_token();
+  prefix_cache<cost_model, every_block_admission<32>, lru_scorer> c(m, counting_store(100 * ck + 1000 * kv, kv, ck),
+                                                                    lru_scorer{});
+  std::vector<token_id> a(40);
+  for (std::size_t i = 0; i < a.size(); ++i) a[i] = static_cast<token_id>(i + 1);
+  REQUIRE(c.commit(a, 40));
+  std::vector<token_id> b = a;
+  for (int i = 0; i < 30; ++i) b.push_back(500 + i);
+  REQUIRE(c.commit(b, 70));
+  std::vector<token_id> q = a;
+  q.push_back(9999);
+  auto r = c.match(q);
+  CHECK(r->reusable_tokens == 40);  // reference: 32
+  CHECK(c.release(*r));
+}
