@@ -147,6 +147,24 @@ struct tiered_replay_options {
   sparsify_options sparsify_opts{};
 };
 
+/// Builds the options from the CLI's strings in one call (`--tiers hbm=BYTES,host=BYTES
+/// [--link-gbps 50] [--scheduler fcfs|car] [--prefetch none|deadline|threshold]
+/// [--sparsify off|profile]`), every value validated; the other knobs keep their defaults.
+/// @throws invalid_argument naming the option (zero or sub-page tier sizes, bandwidth <= 0,
+///         unknown names).
+[[nodiscard]] inline tiered_replay_options make_tiered_replay_options(std::string_view tiers, double link_gbps = 50.0,
+                                                                      std::string_view scheduler = "fcfs",
+                                                                      std::string_view prefetch = "none",
+                                                                      std::string_view sparsify = "off") {
+  tiered_replay_options o;
+  o.tiers = parse_tiers(tiers, o.page_bytes, link_gbps);
+  o.link_gbps = link_gbps;
+  o.scheduler = parse_scheduler(scheduler);
+  o.prefetch = parse_prefetch(prefetch);
+  o.sparsify = parse_sparsify(sparsify);
+  return o;
+}
+
 /// Results of a tiered replay.
 struct tiered_replay_result {
   std::int64_t requests = 0;
