@@ -127,8 +127,9 @@ class asymmetric_pool {
   [[nodiscard]] expected<packed_handle> allocate_kv() noexcept(nothrow_mapping) { return allocate(pool_kind::kv); }
   [[nodiscard]] expected<packed_handle> allocate_ssm() noexcept(nothrow_mapping) { return allocate(pool_kind::ssm); }
 
-  /// `out.size()` units of `kind`, all or nothing (the pool is unchanged on failure). With
-  /// `allow_rebalance`, a shortfall first asks the rebalancer. O(n). One logical operation.
+  /// `out.size()` units of `kind`, all or nothing (on failure no unit is taken, though a
+  /// migration the rebalancer planned may have moved capacity). With `allow_rebalance`, a
+  /// shortfall first asks the rebalancer. O(n). One logical operation.
   [[nodiscard]] expected<void> allocate_n(pool_kind kind, std::span<packed_handle> out,
                                           bool allow_rebalance = true) noexcept(nothrow_mapping) {
     if (out.empty()) return unexpected(errc::invalid_argument);
