@@ -133,6 +133,7 @@ struct tiered_replay_options {
   std::size_t car_window = 8;          ///< CaR shuffled-window size
   std::uint64_t seed = 0x5eedcafe;     ///< CaR shuffle seed
   std::int64_t threshold_tokens = 256; ///< HiCache threshold rule
+  std::size_t prefetch_depth = 1;      ///< requests ahead (in dispatch order) a prefetch may serve
   double tpot_ms = 30.0;               ///< decode time per output token (request lifetime for CaR's -2)
   /// Multiplies inter-arrival times (1 = the trace's own rate; > 1 slows arrivals so a
   /// single modelled prefill engine is not overloaded). Reported with the results.
@@ -221,6 +222,7 @@ class tiered_replayer {
     HYBRIDCACHE_EXPECTS(o.per_copy_overhead_us >= 0, invalid_argument, "tiered replay: per_copy_overhead_us must be >= 0");
     HYBRIDCACHE_EXPECTS(o.arrival_time_scale > 0, invalid_argument, "tiered replay: arrival_time_scale must be > 0");
     HYBRIDCACHE_EXPECTS(o.tpot_ms >= 0, invalid_argument, "tiered replay: tpot_ms must be >= 0");
+    HYBRIDCACHE_EXPECTS(o.prefetch_depth >= 1, invalid_argument, "tiered replay: prefetch_depth must be >= 1");
     HYBRIDCACHE_EXPECTS(o.spread_equal_arrivals_s >= 0, invalid_argument, "tiered replay: spread_equal_arrivals_s must be >= 0");
     o.marks.validate();
     for (const auto k : model.spec().layers)
@@ -259,7 +261,13 @@ class tiered_replayer {
 
       // --- match ---------------------------------------------------------------------
       match_result mt = match(q);
-      const auto pf = prefetched_.find(i);
+      auto pf = prefetched_.find(i);
+      if (pf != prefetched_.end() && mt.lower_tokens > 0) {
+        // Some prefetched blocks left HBM again before dispatch: load what is missing on
+        // demand (the prefetched ones still in HBM count as HBM hits).
+        prefetched_.erase(pf);
+        pf = prefetched_.end();
+      }
       const bool was_prefetched = pf != prefetched_.end();
       // --- load vs recompute ----------------------------------------------------------
       const std::int64_t new_tokens = q.input_tokens - mt.hbm_tokens - mt.lower_tokens;
@@ -594,28 +602,48 @@ class tiered_replayer {
     }
   }
 
-  // The request dispatched next: the queue's head, or — with an empty queue — the next
-  // arrival if it comes while the engine is still busy (the prefetcher sees it on arrival).
+  // Prefetch for the next `prefetch_depth` requests in dispatch order: the queue's head (the
+  // CaR window, refilled if empty) or — with an empty queue — the next arrival if it comes
+  // while the engine is still busy. Request k is predicted to be dispatched after the
+  // predicted prefill times of the requests before it; the deadline rule starts its load
+  // so that it lands then (CaR: the stable window gives the prefetcher its horizon).
   void maybe_prefetch(std::span<const sim::request> reqs, std::deque<std::size_t>& fcfs, std::size_t next_arrival,
                       double now, double gpu_free, tiered_replay_result& r) {
     if (o_.prefetch == prefetch_kind::none) return;
-    auto nxt = peek(fcfs);
-    if (!nxt && next_arrival < reqs.size() && arrival_ms(next_arrival) < gpu_free) nxt = next_arrival;
-    if (!nxt || prefetched_.count(*nxt)) return;
-    const sim::request& q = reqs[*nxt];
-    const match_result mt = match(q);
-    if (mt.lower_tokens == 0) return;
+    candidates_.clear();
+    if (o_.scheduler == scheduler_kind::fcfs) {
+      for (std::size_t k = 0; k < fcfs.size() && candidates_.size() < o_.prefetch_depth; ++k) candidates_.push_back(fcfs[k]);
+    } else {
+      if (queue_.window().empty()) on_refill();
+      for (const auto id : queue_.window()) {
+        if (candidates_.size() >= o_.prefetch_depth) break;
+        candidates_.push_back(static_cast<std::size_t>(id));
+      }
+    }
+    if (candidates_.empty() && next_arrival < reqs.size() && arrival_ms(next_arrival) < gpu_free)
+      candidates_.push_back(next_arrival);
+    double dispatch_at = gpu_free;  // predicted dispatch time of the candidate
+    for (const std::size_t c : candidates_) {
+      const sim::request& q = reqs[c];
+      const match_result mt = match(q);
+      const double service = prefill_.prefill_ms(q.input_tokens - mt.hbm_tokens - mt.lower_tokens);
+      if (!prefetched_.count(c) && mt.lower_tokens > 0) prefetch_one(c, q, mt, now, dispatch_at, r);
+      dispatch_at += service;
+    }
+  }
+
+  void prefetch_one(std::size_t idx, const sim::request& q, const match_result& mt, double now, double dispatch_at,
+                    tiered_replay_result& r) {
     prefetch_record rec;
     rec.load_ms = plan_load(mt);
     rec.layer_ms = layer_ms_;
-    const double arrival = arrival_ms(*nxt);
-    double start = std::max({now, arrival, link_free_});
+    double start = std::max({now, arrival_ms(idx), link_free_});
     if (o_.prefetch == prefetch_kind::threshold) {
       if (mt.lower_tokens < o_.threshold_tokens) return;
     } else {
-      // CaR's rule with the running request's remaining service (gpu_free − now) in place of
-      // TPOT·len_i − (t − timer_i); bandwidth from the link.
-      const running_request run[] = {{.timer_ms = now, .predicted_tokens = gpu_free - now}};
+      // CaR's rule with the predicted remaining service before this request's dispatch
+      // (dispatch_at − now) in place of TPOT·len_i − (t − timer_i); bandwidth from the link.
+      const running_request run[] = {{.timer_ms = now, .predicted_tokens = dispatch_at - now}};
       const prefetch_context c{.now_ms = start,
                                .tpot_ms = 1.0,
                                .running = run,
@@ -628,19 +656,26 @@ class tiered_replayer {
     if (o_.recompute_when_faster) {
       const double alt = prefill_.prefill_ms(q.input_tokens - mt.hbm_prefix_tokens) -
                          prefill_.prefill_ms(q.input_tokens - mt.hbm_tokens - mt.lower_tokens);
-      if (rec.load_ms > alt + (gpu_free - start)) return;
+      if (rec.load_ms > alt + (dispatch_at - start)) return;
     }
+    // Room first, so a prefetch is all or nothing.
+    std::int64_t need = 0;
+    for (const auto& [id, tier] : mt.blocks)
+      if (tier != hbm_tier)
+        if (const auto row = store_.find(id)) need += store_.pages_for(row->bytes) * store_.page_bytes();
+    const auto u = store_.usage(hbm_tier);
+    if (u.capacity_bytes - u.used_bytes + u.evictable_bytes < need + (u.capacity_bytes / 4)) return;  // keep headroom
     rec.start_ms = start;
     rec.lower_tokens = mt.lower_tokens;
     link_free_ = start + rec.load_ms;
     for (const auto& [id, tier] : mt.blocks) {
       if (tier == hbm_tier) continue;
       const auto row = store_.find(id);
-      if (!row || !make_room(hbm_tier, row->bytes)) return;  // cannot hold it: load on dispatch
+      if (!row || !make_room(hbm_tier, row->bytes)) break;
       if (move_entry(store_, engine_, id, hbm_tier)) r.bytes_loaded += row->bytes;
     }
     r.prefetches += 1;
-    prefetched_.emplace(*nxt, std::move(rec));
+    prefetched_.emplace(idx, std::move(rec));
   }
 
   const cost_model& m_;
@@ -656,6 +691,7 @@ class tiered_replayer {
   std::span<const sim::request> all_;
   std::vector<double> arrivals_;
   std::unordered_map<std::size_t, prefetch_record> prefetched_;
+  std::vector<std::size_t> candidates_;
   std::priority_queue<std::pair<double, std::size_t>, std::vector<std::pair<double, std::size_t>>, std::greater<>> completions_;
   double link_free_ = 0.0;
   std::int64_t offloaded_ = 0, sparsify_saved_ = 0, dropped_ = 0, copies_ = 0;
