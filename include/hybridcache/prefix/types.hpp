@@ -101,7 +101,7 @@ struct commit_result {
   std::int64_t nodes_removed = 0;         ///< nodes deleted (leaves, merged parents)
   std::int64_t checkpoints_evicted = 0;   ///< SSM checkpoints dropped by eviction
   std::int64_t bytes_evicted = 0;         ///< store bytes freed by eviction
-  bool over_capacity = false;             ///< store above capacity after commit (reference quirk mode only)
+  bool over_capacity = false;             ///< store above capacity after commit (only with admit_oversized and a store that allows overflow)
   double alpha = 0.0;                     ///< scorer's alpha after this commit (0 for LRU)
 };
 
