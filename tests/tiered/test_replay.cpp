@@ -172,6 +172,40 @@ TEST_CASE("tiered replay: two tiers beat one; pipelining, prefetch and sparsific
                                    << ")");
 }
 
+TEST_CASE("tiered replay: token traces are grouped into hashed 512-token blocks") {
+  const cost_model m(presets::jamba_1_5_mini());
+  auto tokens = [](int n, int seed) {
+    std::vector<sim::token_id> v(static_cast<std::size_t>(n));
+    for (int k = 0; k < n; ++k) v[static_cast<std::size_t>(k)] = (k * 7919 + seed) % 50000;
+    return v;
+  };
+  auto a = tokens(1100, 1), b = a;
+  b.resize(1300);
+  for (std::size_t k = 1100; k < 1300; ++k) b[k] = 3;
+  auto c = tokens(1100, 2);  // different from the first token on
+  std::vector<sim::request> reqs;
+  for (auto* v : {&a, &b, &c}) {
+    sim::request r;
+    r.arrival_s = static_cast<double>(reqs.size());
+    r.input = *v;
+    r.input_tokens = static_cast<std::int64_t>(v->size());
+    r.output_tokens = 10;
+    r.tokens_per_id = 1;
+    reqs.push_back(r);
+  }
+  tiered_replay_options o;
+  o.tiers = parse_tiers("hbm=4GiB", o.page_bytes);
+  const auto res = run_tiered_replay(reqs, m, o);
+  // b reuses a's two full blocks (1,024 tokens); a's partial third block (76 tokens) differs
+  // from b's full third block; c shares nothing.
+  CHECK(res.hbm_hit_tokens == 1024);
+  CHECK(res.input_tokens == 3500);
+  o.block_tokens = 100;
+  CHECK(run_tiered_replay(reqs, m, o).hbm_hit_tokens == 1100);  // b reuses all 11 blocks of a
+  o.block_tokens = 0;
+  CHECK_THROWS_AS((void)run_tiered_replay(reqs, m, o), invalid_argument);
+}
+
 TEST_CASE("tiered replay: first 1,500 Mooncake requests through the sim reader") {
   const std::filesystem::path path = std::filesystem::path(HYBRIDCACHE_SHARED_DIR) / "data/traces/mooncake/conversation_trace.jsonl";
   if (!std::filesystem::exists(path)) {
@@ -191,6 +225,14 @@ TEST_CASE("tiered replay: first 1,500 Mooncake requests through the sim reader")
   const auto two = run_tiered_replay(reqs, m, o);
   CHECK(two.token_hit_rate() >= one.token_hit_rate());
   CHECK(two.requests == 1500);
+  // The reader's 16-token expansion regrouped into 512-token blocks gives the same replay.
+  sim::mooncake_reader reader16(path, {.block_size = 16, .synthesize_output_ids = false});
+  std::vector<sim::request> reqs16;
+  while (reqs16.size() < 1500 && reader16.next(r)) reqs16.push_back(r);
+  const auto two16 = run_tiered_replay(reqs16, m, o);
+  CHECK(two16.hbm_hit_tokens == two.hbm_hit_tokens);
+  CHECK(two16.host_hit_tokens == two.host_hit_tokens);
+  CHECK(two16.ttft_p50_ms == doctest::Approx(two.ttft_p50_ms));
   MESSAGE("mooncake[0:1500] jamba: 1 tier hit " << one.token_hit_rate() << " p50 " << one.ttft_p50_ms << " ms; 2 tiers hit "
                                                 << two.token_hit_rate() << " p50 " << two.ttft_p50_ms << " ms");
 }

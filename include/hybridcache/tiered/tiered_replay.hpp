@@ -37,8 +37,9 @@
 //              prefill).
 //
 // Requests use the sim helper's representation (sim/request.hpp): `input` ids, each
-// standing for `tokens_per_id` tokens (the last one partial), arrival in seconds; ids < 0
-// are never cached.
+// standing for `tokens_per_id` tokens (the last one partial), arrival in seconds. Ids are
+// grouped into cache blocks of `block_tokens` tokens (512 by default) named by chained
+// hashes, so token traces and block-id traces replay alike; ids < 0 are never cached.
 //
 // Cost: O(Σ blocks · (pages + log n)) time. The replay is single-threaded and
 // deterministic (the CaR shuffle is seeded).
@@ -134,6 +135,11 @@ struct tiered_replay_options {
   std::uint64_t seed = 0x5eedcafe;     ///< CaR shuffle seed
   std::int64_t threshold_tokens = 256; ///< HiCache threshold rule
   std::size_t prefetch_depth = 1;      ///< requests ahead (in dispatch order) a prefetch may serve
+  /// Cache block size in tokens: consecutive ids are grouped into blocks of
+  /// max(1, block_tokens / tokens_per_id) ids, each identified by a chained hash of the ids
+  /// (so token traces, tokens_per_id = 1, get 512-token blocks, and Mooncake's 512-token
+  /// ids map one to one). A block's entry holds its KV and, for hybrid models, a checkpoint.
+  std::int64_t block_tokens = 512;
   double tpot_ms = 30.0;               ///< decode time per output token (request lifetime for CaR's -2)
   /// Multiplies inter-arrival times (1 = the trace's own rate; > 1 slows arrivals so a
   /// single modelled prefill engine is not overloaded). Reported with the results.
@@ -222,6 +228,7 @@ class tiered_replayer {
     HYBRIDCACHE_EXPECTS(o.per_copy_overhead_us >= 0, invalid_argument, "tiered replay: per_copy_overhead_us must be >= 0");
     HYBRIDCACHE_EXPECTS(o.arrival_time_scale > 0, invalid_argument, "tiered replay: arrival_time_scale must be > 0");
     HYBRIDCACHE_EXPECTS(o.tpot_ms >= 0, invalid_argument, "tiered replay: tpot_ms must be >= 0");
+    HYBRIDCACHE_EXPECTS(o.block_tokens >= 1, invalid_argument, "tiered replay: block_tokens must be >= 1");
     HYBRIDCACHE_EXPECTS(o.prefetch_depth >= 1, invalid_argument, "tiered replay: prefetch_depth must be >= 1");
     HYBRIDCACHE_EXPECTS(o.spread_equal_arrivals_s >= 0, invalid_argument, "tiered replay: spread_equal_arrivals_s must be >= 0");
     o.marks.validate();
@@ -240,6 +247,7 @@ class tiered_replayer {
   tiered_replay_result run(std::span<const sim::request> reqs) {
     all_ = reqs;
     spread_arrivals(reqs);
+    build_blocks(reqs);
     tiered_replay_result r;
     r.arrival_time_scale = o_.arrival_time_scale;
     std::vector<double> ttft, service;
@@ -384,9 +392,47 @@ class tiered_replayer {
     }
   }
 
-  std::int64_t block_tokens(const sim::request& q, std::size_t b) const {
-    const std::int64_t B = q.tokens_per_id;
-    return std::clamp<std::int64_t>(q.input_tokens - static_cast<std::int64_t>(b) * B, 0, B);
+  struct block_list {
+    std::vector<node_id> ids;           // chained hashes of the id groups
+    std::vector<std::int64_t> tokens;   // real tokens of each block
+  };
+  const block_list& blocks_of(const sim::request& q) const {
+    return blocks_[static_cast<std::size_t>(&q - all_.data())];
+  }
+  std::int64_t block_tokens(const sim::request& q, std::size_t b) const { return blocks_of(q).tokens[b]; }
+
+  // Groups each request's ids into cache blocks identified by chained hashes; stops at the
+  // first negative id (ids a reader made unique: never cached).
+  void build_blocks(std::span<const sim::request> reqs) {
+    blocks_.assign(reqs.size(), {});
+    for (std::size_t i = 0; i < reqs.size(); ++i) {
+      const sim::request& q = reqs[i];
+      const std::int64_t tpi = std::max<std::int32_t>(q.tokens_per_id, 1);
+      const std::size_t group = static_cast<std::size_t>(std::max<std::int64_t>(1, o_.block_tokens / tpi));
+      auto& bl = blocks_[i];
+      std::uint64_t h = 0x9e3779b97f4a7c15ull;
+      std::int64_t covered = 0;
+      for (std::size_t b = 0; b * group < q.input.size(); ++b) {
+        const std::size_t end = std::min(q.input.size(), (b + 1) * group);
+        bool unique = false;
+        for (std::size_t k = b * group; k < end; ++k) {
+          if (q.input[k] < 0) unique = true;
+          h = mix(h ^ static_cast<std::uint64_t>(static_cast<std::uint32_t>(q.input[k])));
+        }
+        if (unique) break;
+        h = mix(h ^ (static_cast<std::uint64_t>(end - b * group) << 40));  // a partial block differs from a full one
+        const std::int64_t tok = std::clamp<std::int64_t>(q.input_tokens - covered, 0, static_cast<std::int64_t>(end - b * group) * tpi);
+        bl.ids.push_back(h);
+        bl.tokens.push_back(tok);
+        covered += tok;
+      }
+    }
+  }
+  static std::uint64_t mix(std::uint64_t x) noexcept {  // splitmix64 finalizer
+    x += 0x9e3779b97f4a7c15ull;
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+    return x ^ (x >> 31);
   }
   std::int64_t block_bytes(std::int64_t tokens) const {
     return std::max<std::int64_t>(1, m_.kv_bytes(tokens) + (m_.recurrent_layers() > 0 ? m_.ssm_checkpoint_bytes() : 0));
@@ -423,10 +469,8 @@ class tiered_replayer {
   // CaR's score: applied to the request's matched blocks (those that exist now).
   void score_request(const sim::request& q, double delta) {
     if (o_.scheduler != scheduler_kind::car) return;
-    for (const auto id : q.input) {
-      if (id < 0) break;
-      if (!store_.add_score(static_cast<node_id>(id), delta)) break;
-    }
+    for (const auto id : blocks_of(q).ids)
+      if (!store_.add_score(id, delta)) break;
   }
   void complete_until(double t) {
     while (!completions_.empty() && completions_.top().first <= t) {
@@ -438,12 +482,12 @@ class tiered_replayer {
   match_result match(const sim::request& q) const {
     match_result mt;
     bool hbm_run = true;
-    for (std::size_t b = 0; b < q.input.size(); ++b) {
-      if (q.input[b] < 0) break;
-      const auto loc = store_.locate(static_cast<node_id>(q.input[b]));
+    const auto& bl = blocks_of(q);
+    for (std::size_t b = 0; b < bl.ids.size(); ++b) {
+      const auto loc = store_.locate(bl.ids[b]);
       if (!loc) break;
-      const std::int64_t tok = block_tokens(q, b);
-      mt.blocks.emplace_back(static_cast<node_id>(q.input[b]), loc->first);
+      const std::int64_t tok = bl.tokens[b];
+      mt.blocks.emplace_back(bl.ids[b], loc->first);
       if (loc->first == hbm_tier) {
         mt.hbm_tokens += tok;
         if (hbm_run) mt.hbm_prefix_tokens += tok;
@@ -565,19 +609,21 @@ class tiered_replayer {
   }
 
   void insert_new(const sim::request& q, const match_result& mt) {
-    for (std::size_t b = mt.blocks.size(); b < q.input.size(); ++b) {
-      if (q.input[b] < 0) break;
-      const auto id = static_cast<node_id>(q.input[b]);
+    const auto& bl = blocks_of(q);
+    std::int64_t begin = 0;
+    for (std::size_t b = 0; b < mt.blocks.size(); ++b) begin += bl.tokens[b];
+    for (std::size_t b = mt.blocks.size(); b < bl.ids.size(); ++b) {
+      const auto id = bl.ids[b];
+      const std::int64_t tok = bl.tokens[b];
+      const std::int64_t first = begin;
+      begin += tok;
       if (store_.contains(id)) {  // a later block is cached but an earlier one was not
         pin(id);
         continue;
       }
-      const std::int64_t bytes = block_bytes(block_tokens(q, b));
+      const std::int64_t bytes = block_bytes(tok);
       if (!make_room(hbm_tier, bytes)) throw_oversized(q);
-      if (!store_.insert(id, bytes, hbm_tier, {static_cast<std::int64_t>(b) * q.tokens_per_id,
-                                               static_cast<std::int64_t>(b) * q.tokens_per_id + block_tokens(q, b),
-                                               m_.recurrent_layers() > 0}))
-        throw_oversized(q);
+      if (!store_.insert(id, bytes, hbm_tier, {first, first + tok, m_.recurrent_layers() > 0})) throw_oversized(q);
       pin(id);
     }
   }
@@ -689,6 +735,7 @@ class tiered_replayer {
   sparsity_profile profile_;
   std::vector<node_id> pinned_;
   std::span<const sim::request> all_;
+  std::vector<block_list> blocks_;
   std::vector<double> arrivals_;
   std::unordered_map<std::size_t, prefetch_record> prefetched_;
   std::vector<std::size_t> candidates_;
