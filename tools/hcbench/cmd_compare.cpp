@@ -44,6 +44,7 @@ struct compare_cli {
   std::int64_t block_size = 0;
   std::int64_t threads = 0;
   double sessions_per_second = 1.0;
+  std::int64_t concurrency = 1;
   std::string out = "hcbench-results";
   bool strict_capacity = false;
   std::string lru_ties = "reference";
@@ -78,6 +79,7 @@ void run(const compare_cli& o) {
   const bool reference_ties = parse_lru_ties(o.lru_ties);
   if (o.block_size < 0) throw hybridcache::invalid_argument("--block-size must be > 0");
   if (o.threads < 0) throw hybridcache::invalid_argument("--threads must be >= 0");
+  if (o.concurrency < 1) throw hybridcache::invalid_argument("--concurrency must be >= 1");
 
   std::vector<loaded_trace> traces;
   std::string default_caps;
@@ -114,6 +116,7 @@ void run(const compare_cli& o) {
         j.policy = p;
         j.alpha = alpha;
         j.strict_capacity = o.strict_capacity;
+        j.concurrency = o.concurrency;
         j.reference_lru_ties = reference_ties;
         j.tuning_threads = 1;  // the jobs already run in parallel
         if (o.block_size > 0) j.vllm_block = o.block_size;
@@ -188,6 +191,7 @@ const bool registered = hcbench::register_command(
        sub.add_option("--alpha", o.alpha, "marconi's FLOP-efficiency weight: a number, or auto");
        sub.add_option("--block-size", o.block_size, "mooncake engine block size / vllm+ checkpoint block");
        sub.add_option("--sessions-per-second", o.sessions_per_second, "sharegpt: conversations started per second");
+       sub.add_option("--concurrency", o.concurrency, "requests in flight per replay (see replay --help)");
        sub.add_option("--threads", o.threads, "worker threads (default: hardware concurrency)");
        sub.add_option("--out", o.out, "output directory for results.csv, table.txt and hit_rate_vs_capacity.svg");
        sub.add_flag("--strict-capacity", o.strict_capacity, "never exceed the capacity (see replay --help)");
