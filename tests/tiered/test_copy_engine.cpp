@@ -252,6 +252,7 @@ TEST_CASE("concurrency: entries are never lost or duplicated under concurrent of
   offload_engine off(s, e, {.high = 0.9, .low = 0.6});
   std::atomic<bool> go{true};
   std::atomic<std::int64_t> inserted{0}, erased{0}, loads{0};
+  std::atomic<node_id> frontier{1};  // most recent id inserted: loaders look just behind it
     off.start(std::chrono::microseconds(200));
   auto inserter = [&](node_id first) {
     std::mt19937_64 rng(first);
@@ -263,9 +264,11 @@ TEST_CASE("concurrency: entries are never lost or duplicated under concurrent of
         fill(s, e, id);
         REQUIRE(s.publish(id).has_value());
         inserted += 1;
+        frontier.store(id);
         off.notify();
       } else {
-        std::this_thread::yield();
+        off.notify();  // HBM full: back off and let the offloader make room
+        std::this_thread::sleep_for(std::chrono::microseconds(100));
       }
       if (rng() % 5 == 0) {
         const node_id victim = first + 4 * (rng() % ((id - first) / 4 + 1));
@@ -276,9 +279,13 @@ TEST_CASE("concurrency: entries are never lost or duplicated under concurrent of
   auto loader = [&](std::uint64_t seed) {
     std::mt19937_64 rng(seed);
     while (go.load()) {
-      const node_id id = 1 + rng() % 12000;
+      const node_id f = frontier.load(), back = rng() % 300;
+      const node_id id = f > back ? f - back : 1;
       const auto where = s.locate(id);
-      if (!where) continue;
+      if (!where) {
+        std::this_thread::yield();
+        continue;
+      }
       if (where->first == tier_id{1}) {
         if (move_entry(s, e, id, hbm_tier).has_value()) loads += 1;  // promotion
       } else if (s.pin(id).has_value()) {  // a hit in HBM: use it
