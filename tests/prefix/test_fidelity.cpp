@@ -4,6 +4,7 @@
 // commit(input ++ output).
 #include <doctest/doctest.h>
 
+#include <cmath>
 #include <numeric>
 #include <string>
 #include <vector>
@@ -258,4 +259,87 @@ TEST_CASE("vLLM+ block-tree quirk 'partial block filled in place' (pinned: we ke
   auto r = c.match(q);
   CHECK(r->reusable_tokens == 40);  // reference: 32
   CHECK(c.release(*r));
+}
+
+namespace {
+
+template <class Cache>
+double hit_rate_percent(Cache& c, const std::vector<sim::synth_request>& tr) {
+  std::int64_t skipped = 0, inputs = 0;
+  for (const auto& r : tr) {
+    std::vector<token_id> seq = r.input;
+    seq.insert(seq.end(), r.output.begin(), r.output.end());
+    auto m = c.match(r.input);
+    REQUIRE(m);
+    skipped += m->reusable_tokens;
+    inputs += static_cast<std::int64_t>(r.input.size());
+    REQUIRE(c.commit(seq, static_cast<std::int64_t>(r.input.size()), &*m));
+  }
+  // The reference prints two decimals.
+  return std::round(10000.0 * static_cast<double>(skipped) / static_cast<double>(inputs)) / 100.0;
+}
+
+counting_store store_5gb(const cost_model& m) {
+  counting_store s(5'000'000'000, m.kv_bytes_per_token(), m.ssm_checkpoint_bytes());
+  s.allow_overflow(true);
+  return s;
+}
+
+}  // namespace
+
+TEST_CASE("larger synth traces at 5 GB: the reference driver's logged rates (anchors/marconi.md 1(i))") {
+  const cost_model m(presets::marconi_7b());
+  const prefix_cache_config cfg{.admit_oversized = true};
+  const lru_scorer heapq_lru({.ties = lru_ties::python_heapq});
+  SUBCASE("agent profile, seed 2, 100 sessions, gap 4000 ms (570 requests)") {
+    const auto tr = sim::generate_synth_v1(
+        {.profile = sim::synth_profile::agent, .seed = 2, .sessions = 100, .session_gap_ms = 4000});
+    REQUIRE(tr.size() == 570);
+    prefix_cache<cost_model, judicious_admission, lru_scorer> v1(m, store_5gb(m), heapq_lru, {}, cfg);
+    CHECK(hit_rate_percent(v1, tr) == 83.03);
+    auto tuned = cfg;
+    tuned.tuning = {.enabled = true, .bootstrap_multiplier = 5};
+    prefix_cache<cost_model, judicious_admission, reference_flop_scorer> v2(
+        m, store_5gb(m), reference_flop_scorer(m, {.quirks = true}), {}, tuned);
+    CHECK(hit_rate_percent(v2, tr) == 83.26);
+    CHECK(v2.requests_before_first_eviction() == 54);
+    CHECK(v2.alpha() == 0.0);
+    for (const auto& [alpha, rate] : std::vector<std::pair<double, double>>{
+             {0.0, 83.26}, {0.5, 69.90}, {1.0, 66.41}, {1.5, 52.97}, {2.0, 52.71}}) {
+      prefix_cache<cost_model, judicious_admission, reference_flop_scorer> v3(
+          m, store_5gb(m), reference_flop_scorer(m, {.alpha = alpha, .quirks = true}), {}, cfg);
+      CHECK(hit_rate_percent(v3, tr) == rate);
+    }
+    // vLLM+: the reference logs 28.66 %. Its block tree (radix_cache_vllm.py) estimates the bytes of
+    // an insert with fractional states ((len - 32·|path|)/32, root counted as a block), so its tree
+    // overshoots capacity (5.054e9 B after request 3 here; ours stays at 4.992e9 B) and keeps blocks
+    // that we evict; it also duplicates the KV of a block shared only in part (16 tokens per session
+    // after the 1200-token prompt) and fills partial blocks in place. 14 of 570 requests reuse one
+    // block (32 tokens) less here. Pinned:
+    prefix_cache<cost_model, every_block_admission<32>, lru_scorer> vllm(m, store_5gb(m), heapq_lru, {}, cfg);
+    CHECK(hit_rate_percent(vllm, tr) == 28.64);
+  }
+  SUBCASE("chat profile, seed 1, 100 sessions, gap 2000 ms (692 requests)") {
+    const auto tr = sim::generate_synth_v1(
+        {.profile = sim::synth_profile::chat, .seed = 1, .sessions = 100, .session_gap_ms = 2000});
+    REQUIRE(tr.size() == 692);
+    prefix_cache<cost_model, judicious_admission, lru_scorer> v1(m, store_5gb(m), heapq_lru, {}, cfg);
+    CHECK(hit_rate_percent(v1, tr) == 33.65);
+    auto tuned = cfg;
+    tuned.tuning = {.enabled = true, .bootstrap_multiplier = 5};
+    prefix_cache<cost_model, judicious_admission, reference_flop_scorer> v2(
+        m, store_5gb(m), reference_flop_scorer(m, {.quirks = true}), {}, tuned);
+    CHECK(hit_rate_percent(v2, tr) == 29.77);
+    CHECK(v2.requests_before_first_eviction() == 63);
+    CHECK(v2.alpha() == 1.6);  // 1.6 and 1.7 tie; the reference also chose 1.6
+    for (const auto& [alpha, rate] : std::vector<std::pair<double, double>>{
+             {0.0, 33.76}, {0.3, 35.59}, {0.5, 32.80}, {1.0, 32.78}, {2.0, 31.45}}) {
+      prefix_cache<cost_model, judicious_admission, reference_flop_scorer> v3(
+          m, store_5gb(m), reference_flop_scorer(m, {.alpha = alpha, .quirks = true}), {}, cfg);
+      CHECK(hit_rate_percent(v3, tr) == rate);
+    }
+    // vLLM+: reference 6.98 % (same block-tree accounting as above). Pinned:
+    prefix_cache<cost_model, every_block_admission<32>, lru_scorer> vllm(m, store_5gb(m), heapq_lru, {}, cfg);
+    CHECK(hit_rate_percent(vllm, tr) == 6.95);
+  }
 }
