@@ -338,6 +338,14 @@ TEST_CASE("larger synth traces at 5 GB: the reference driver's logged rates (anc
           m, store_5gb(m), reference_flop_scorer(m, {.alpha = alpha, .quirks = true}), {}, cfg);
       CHECK(hit_rate_percent(v3, tr) == rate);
     }
+    // The correct FLOP-aware scorer (no reference defects): FLOP awareness now pays off on this
+    // trace, rising with alpha above LRU (33.65 %), where the defective efficiency fell below it.
+    for (const auto& [alpha, rate] :
+         std::vector<std::pair<double, double>>{{0.0, 33.89}, {1.0, 36.09}, {2.0, 37.21}}) {
+      prefix_cache<cost_model, judicious_admission, flop_aware_scorer> ok(
+          m, store_5gb(m), flop_aware_scorer(m, {.alpha = alpha}), {}, cfg);
+      CHECK(hit_rate_percent(ok, tr) == rate);
+    }
     // vLLM+: reference 6.98 % (same block-tree accounting as above). Pinned:
     prefix_cache<cost_model, every_block_admission<32>, lru_scorer> vllm(m, store_5gb(m), heapq_lru, {}, cfg);
     CHECK(hit_rate_percent(vllm, tr) == 6.95);
