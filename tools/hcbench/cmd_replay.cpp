@@ -102,11 +102,11 @@ const bool registered = hcbench::register_command(
        static replay_cli o;
        sub.add_option("--trace", o.trace, "trace file")->required();
        sub.add_option("--format", o.format, "trace format: marconi (token-id JSONL), mooncake (hash_ids JSONL), "
-                                            "sharegpt (conversation JSONL)");
-       sub.add_option("--model", o.model, "model preset (see `hcbench models`)");
+                                            "sharegpt (conversation JSONL); default marconi");
+       sub.add_option("--model", o.model, "model preset (see `hcbench models`); default marconi_7b");
        sub.add_option("--capacity", o.capacity, "cache capacity in bytes: 5e8, 500000000, 5GB, 4GiB")->required();
-       sub.add_option("--policy", o.policy, "marconi | sglang+ | vllm+ | lru");
-       sub.add_option("--alpha", o.alpha, "marconi's FLOP-efficiency weight: a number, or auto (tuned online)");
+       sub.add_option("--policy", o.policy, "marconi | sglang+ | vllm+ | lru; default marconi");
+       sub.add_option("--alpha", o.alpha, "marconi's FLOP-efficiency weight: a number, or auto (tuned online; default)");
        sub.add_option("--block-size", o.block_size,
                       "mooncake: engine block size B dividing 512 (default 512); other formats: vllm+ "
                       "checkpoint block in tokens (default 32)");
