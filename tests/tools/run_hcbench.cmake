@@ -65,6 +65,18 @@ if(CASE STREQUAL "replay_json")
   if(evictions LESS_EQUAL 0)
     message(FATAL_ERROR "replay --json: a 5e8 B cache must evict on this trace:\n${out}")
   endif()
+  # --strict-capacity: the cache never exceeds its capacity; vLLM+ (a 26.8 MB checkpoint per
+  # 32 tokens) cannot cache most requests of this trace in 5e8 B and says so.
+  run_hcbench(out err rc replay --trace ${FIXTURE} --format marconi --capacity 5e8 --policy vllm+
+              --strict-capacity --json)
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "replay --strict-capacity failed (${rc}): ${err}")
+  endif()
+  string(JSON peak GET "${out}" peak_bytes)
+  string(JSON refused GET "${out}" refused_commits)
+  if(peak GREATER 500000000 OR refused LESS_EQUAL 0)
+    message(FATAL_ERROR "replay --strict-capacity: peak ${peak} B (must be <= 5e8), refused ${refused} (must be > 0)")
+  endif()
 elseif(CASE STREQUAL "errors")
   expect_error("does not exist" replay --trace ${WORK}/no-such-file.jsonl --format marconi --capacity 5e8 --policy lru)
   expect_error("unknown trace format" replay --trace ${FIXTURE} --format csv --capacity 5e8)
