@@ -136,3 +136,36 @@ TEST_CASE("replay: progress is reported at the end") {
                     [&](std::size_t d, std::size_t t) { calls.emplace_back(d, t); });
   CHECK(calls == std::vector<std::pair<std::size_t, std::size_t>>{{1, 1}});
 }
+
+TEST_CASE("replay_trace::read_all streams a source; a rejected request leaves the trace unchanged") {
+  struct two_then_bad {
+    int n = 0;
+    bool next(sim::request& r) {
+      r = n < 2 ? req({n + 1, n + 2}, {n + 3}) : sim::request{};
+      if (n >= 2) r.input_tokens = 5;  // a length-only request: no ids
+      return n++ < 3;
+    }
+  };
+  static_assert(sim::request_source<two_then_bad>);
+  two_then_bad src;
+  CHECK_THROWS_AS((void)sim::replay_trace::read_all(src), invalid_argument);
+  sim::replay_trace t;
+  t.append(req({1, 2}, {3}));
+  sim::request bad;
+  bad.input_tokens = 4;
+  CHECK_THROWS_AS(t.append(bad), invalid_argument);
+  CHECK(t.size() == 1);
+  CHECK(std::vector<sim::token_id>(t.sequence(0).begin(), t.sequence(0).end()) == std::vector<sim::token_id>{1, 2, 3});
+  struct three {
+    int n = 0;
+    bool next(sim::request& r) {
+      r = req({n, n + 1}, {n + 2});
+      return n++ < 3;
+    }
+  };
+  three ok;
+  const auto all = sim::replay_trace::read_all(ok);
+  CHECK(all.size() == 3);
+  CHECK(all.input_tokens() == 6);
+  CHECK(all.input(2)[0] == 2);
+}

@@ -52,7 +52,7 @@ struct compare_cli {
 
 struct loaded_trace {
   std::string label;
-  std::vector<hybridcache::sim::request> requests;
+  hybridcache::sim::replay_trace requests;
 };
 
 std::optional<double> parse_alpha(const std::string& s) {

@@ -40,48 +40,44 @@ void check_policy(const std::string& name) {
   throw hybridcache::invalid_argument("unknown policy '" + name + "' (known: marconi, sglang+, vllm+, lru)");
 }
 
-std::vector<hybridcache::sim::request> load_trace(const std::string& path, const std::string& format,
-                                                  const trace_load_options& options) {
-  const std::int64_t block_size = options.block_size;
+hybridcache::sim::replay_trace load_trace(const std::string& path, const std::string& format,
+                                          const trace_load_options& options) {
   using namespace hybridcache;
+  const std::int64_t block_size = options.block_size;
   bool known = false;
   for (const auto& f : trace_formats()) known = known || f == format;
   if (!known) throw invalid_argument("unknown trace format '" + format + "' (known: marconi, mooncake, sharegpt)");
   std::error_code ec;
   if (!std::filesystem::is_regular_file(path, ec))
     throw invalid_argument("trace file '" + path + "' does not exist or is not a regular file");
-  std::vector<sim::request> out;
-  sim::request r;
+  sim::replay_trace out;
   if (format == "marconi") {
     sim::marconi_reader reader{std::filesystem::path(path)};
-    while (reader.next(r)) out.push_back(r);
+    out = sim::replay_trace::read_all(reader);
   } else if (format == "mooncake") {
     if (block_size <= 0 || block_size > 512 || 512 % block_size != 0)
       throw invalid_argument("--block-size " + std::to_string(block_size) + ": must divide 512 for mooncake traces");
     sim::mooncake_reader reader{std::filesystem::path(path),
                                 sim::mooncake_options{.block_size = static_cast<std::int32_t>(block_size),
                                                       .synthesize_output_ids = true}};
-    while (reader.next(r)) out.push_back(r);
+    out = sim::replay_trace::read_all(reader);
   } else {
     if (!(options.sessions_per_second > 0) || !std::isfinite(options.sessions_per_second))
       throw invalid_argument("--sessions-per-second must be > 0");
     sim::sharegpt_reader reader{std::filesystem::path(path),
                                 sim::sharegpt_options{.sessions_per_second = options.sessions_per_second}};
-    while (reader.next(r)) out.push_back(r);
+    out = sim::replay_trace::read_all(reader);
   }
-  if (out.empty()) throw invalid_argument("trace file '" + path + "' holds no requests");
+  if (out.size() == 0) throw invalid_argument("trace file '" + path + "' holds no requests");
   return out;
 }
 
-std::vector<hybridcache::sim::request> synth_workload(const std::string& profile, std::uint64_t seed,
-                                                      std::int64_t sessions, std::int64_t gap_ms) {
+hybridcache::sim::replay_trace synth_workload(const std::string& profile, std::uint64_t seed, std::int64_t sessions,
+                                              std::int64_t gap_ms) {
   using namespace hybridcache::sim;
-  const auto generated = generate_synth_v1(
-      {.profile = parse_synth_profile(profile), .seed = seed, .sessions = sessions, .session_gap_ms = gap_ms});
-  std::vector<request> out;
-  out.reserve(generated.size());
-  for (const auto& g : generated) out.push_back(g.to_request());
-  return out;
+  synth_v1_source source({.profile = parse_synth_profile(profile), .seed = seed, .sessions = sessions,
+                          .session_gap_ms = gap_ms});
+  return replay_trace::read_all(source);
 }
 
 namespace {
@@ -177,20 +173,20 @@ hc::sim::run_metrics run_every_block(const run_context& ctx) {
 replay_result run_replay(const replay_job& job) {
   namespace hc = hybridcache;
   check_policy(job.policy);
-  HYBRIDCACHE_EXPECTS(job.requests != nullptr && !job.requests->empty(), hc::invalid_argument,
+  HYBRIDCACHE_EXPECTS(job.requests != nullptr && job.requests->size() > 0, hc::invalid_argument,
                       "replay: the trace holds no requests");
   HYBRIDCACHE_EXPECTS(!job.alpha || (*job.alpha >= 0 && std::isfinite(*job.alpha)), hc::invalid_argument,
                       "--alpha must be a number >= 0 or auto");
   const hc::cost_model costs(job.model);
-  std::int32_t per_id = job.requests->front().tokens_per_id;
-  for (const auto& r : *job.requests)
-    HYBRIDCACHE_EXPECTS(r.tokens_per_id == per_id, hc::invalid_argument,
+  const hc::sim::replay_trace& trace = *job.requests;
+  const std::int32_t per_id = trace[0].tokens_per_id;
+  for (std::size_t i = 0; i < trace.size(); ++i)
+    HYBRIDCACHE_EXPECTS(trace[i].tokens_per_id == per_id, hc::invalid_argument,
                         "replay: requests of one trace must share tokens_per_id");
-  // Fail early, before the trace is flattened, when no checkpoint fits.
+  // Fail early, with the model's name, when no checkpoint fits.
   if (costs.ssm_checkpoint_bytes() > job.capacity_bytes)
     throw hc::capacity_error("capacity " + std::to_string(job.capacity_bytes) + " B is smaller than one SSM checkpoint of " +
                              job.model.name + " (" + std::to_string(costs.ssm_checkpoint_bytes()) + " B)");
-  const hc::sim::replay_trace trace(*job.requests);
   const run_context ctx{job, trace, costs, per_id};
 
   hc::sim::run_metrics m;

@@ -9,6 +9,7 @@
 
 #include <hybridcache/core/model_spec.hpp>
 #include <hybridcache/sim/metrics.hpp>
+#include <hybridcache/sim/replay.hpp>
 #include <hybridcache/sim/request.hpp>
 
 namespace hcbench {
@@ -30,7 +31,7 @@ void check_policy(const std::string& name);
 
 /// One replay to run.
 struct replay_job {
-  const std::vector<hybridcache::sim::request>* requests = nullptr;  ///< parsed trace (not owned)
+  const hybridcache::sim::replay_trace* requests = nullptr;  ///< parsed trace (not owned; shared by jobs)
   std::string trace;                        ///< label for tables and JSON
   hybridcache::model_spec model{};          ///< the model preset
   std::int64_t capacity_bytes = 0;
@@ -74,11 +75,11 @@ struct trace_load_options {
 /// Reads a whole trace (`format` one of trace_formats()).
 /// @throws hybridcache::invalid_argument (missing file, unknown format, bad options),
 ///         hybridcache::format_error (malformed line).
-[[nodiscard]] std::vector<hybridcache::sim::request> load_trace(const std::string& path, const std::string& format,
-                                                                const trace_load_options& options = {});
+[[nodiscard]] hybridcache::sim::replay_trace load_trace(const std::string& path, const std::string& format,
+                                                        const trace_load_options& options = {});
 
 /// The embedded default workload of `hcbench compare`: a synth-v1 trace generated in memory.
-[[nodiscard]] std::vector<hybridcache::sim::request> synth_workload(const std::string& profile, std::uint64_t seed,
-                                                                    std::int64_t sessions, std::int64_t gap_ms);
+[[nodiscard]] hybridcache::sim::replay_trace synth_workload(const std::string& profile, std::uint64_t seed,
+                                                            std::int64_t sessions, std::int64_t gap_ms);
 
 }  // namespace hcbench

@@ -39,6 +39,7 @@
 #include <cstdint>
 #include <deque>
 #include <span>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -73,21 +74,42 @@ class replay_trace {
     for (const request& r : requests) total += r.input.size() + r.output.size();
     tokens_.reserve(total);
     entries_.reserve(requests.size());
-    for (const request& r : requests) {
-      HYBRIDCACHE_EXPECTS(r.tokens_per_id >= 1, invalid_argument, "replay_trace: tokens_per_id must be >= 1");
-      HYBRIDCACHE_EXPECTS(!r.input.empty() || r.input_tokens == 0, invalid_argument,
-                          "replay_trace: request at line " + std::to_string(r.source_line) +
-                              " has no token ids (a length-only trace cannot be replayed through a prefix cache)");
-      entry e;
-      e.offset = tokens_.size();
-      e.input_ids = static_cast<std::int64_t>(r.input.size());
-      e.total_ids = static_cast<std::int64_t>(r.input.size() + r.output.size());
-      e.input_tokens = r.input_tokens;
-      e.tokens_per_id = r.tokens_per_id;
+    for (const request& r : requests) append(r);
+  }
+
+  /// Streams a whole `request_source` in, one request at a time, so a large trace is never
+  /// held twice. @throws as the source does, and as `append`.
+  template <request_source Source>
+  [[nodiscard]] static replay_trace read_all(Source& source) {
+    replay_trace t;
+    request r;
+    while (source.next(r)) t.append(r);
+    return t;
+  }
+
+  /// Appends one request (arrival order is the caller's responsibility).
+  /// @throws invalid_argument for a request without ids or with tokens_per_id < 1; the
+  ///         trace is unchanged then.
+  void append(const request& r) {
+    HYBRIDCACHE_EXPECTS(r.tokens_per_id >= 1, invalid_argument, "replay_trace: tokens_per_id must be >= 1");
+    HYBRIDCACHE_EXPECTS(!r.input.empty() || r.input_tokens == 0, invalid_argument,
+                        "replay_trace: request at line " + std::to_string(r.source_line) +
+                            " has no token ids (a length-only trace cannot be replayed through a prefix cache)");
+    entry e;
+    e.offset = tokens_.size();
+    e.input_ids = static_cast<std::int64_t>(r.input.size());
+    e.total_ids = static_cast<std::int64_t>(r.input.size() + r.output.size());
+    e.input_tokens = r.input_tokens;
+    e.tokens_per_id = r.tokens_per_id;
+    entries_.reserve(entries_.size() + 1);  // may throw before anything changes
+    try {
       tokens_.insert(tokens_.end(), r.input.begin(), r.input.end());
       tokens_.insert(tokens_.end(), r.output.begin(), r.output.end());
-      entries_.push_back(e);
+    } catch (...) {
+      tokens_.resize(e.offset);
+      throw;
     }
+    entries_.push_back(e);  // cannot throw: reserved
   }
 
   [[nodiscard]] std::size_t size() const noexcept { return entries_.size(); }
