@@ -17,6 +17,7 @@ import os
 import statistics
 import subprocess
 import sys
+import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -30,13 +31,19 @@ def run_reference(args, trace, policy, capacity):
 
 def run_ours(args, trace, policy, capacity):
     runs = []
-    for _ in range(args.repeat_ours):
+    per_request = os.path.join(tempfile.gettempdir(), "hcbench_per_request.csv")
+    for i in range(args.repeat_ours):
         cmd = [args.hcbench, "replay", "--trace", trace, "--format", "marconi", "--model", "marconi_7b",
                "--capacity", capacity, "--policy", policy, "--alpha", str(args.alpha), "--json"]
+        if i == 0:  # the per-request rows once; timed runs do not write them
+            cmd += ["--per-request", per_request]
         runs.append(json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout))
-    out = runs[0]
-    out["wall_seconds_median"] = statistics.median(r["wall_seconds"] for r in runs)
-    out["cpu_seconds_median"] = statistics.median(r["cpu_seconds"] for r in runs)
+    out = runs[1] if len(runs) > 1 else runs[0]
+    with open(per_request) as f:
+        out["skipped"] = [int(line.split(",")[2]) for line in list(f)[1:]]
+    timed = runs[1:] if len(runs) > 1 else runs
+    out["wall_seconds_median"] = statistics.median(r["wall_seconds"] for r in timed)
+    out["cpu_seconds_median"] = statistics.median(r["cpu_seconds"] for r in timed)
     return out
 
 
@@ -51,9 +58,9 @@ def main():
     ap.add_argument("--repeat", type=int, default=3, help="reference loop repeats (median)")
     ap.add_argument("--repeat-ours", type=int, default=5, help="hcbench runs (median)")
     args = ap.parse_args()
-    print("| trace | requests | policy | capacity | ref token hit | ours token hit | ref loop s (wall / cpu) "
-          "| ours loop ms (wall / cpu) | speed-up wall | speed-up cpu |")
-    print("|---|---:|---|---:|---:|---:|---:|---:|---:|---:|")
+    print("| trace | requests | policy | capacity | ref token hit | ours token hit | requests differing "
+          "| ref loop s (wall / cpu) | ours loop ms (wall / cpu) | speed-up wall | speed-up cpu |")
+    print("|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|")
     for trace in args.trace:
         for policy in args.policies.split(","):
             for cap in args.capacities.split(","):
@@ -64,6 +71,7 @@ def main():
                 name = policy + (f" (alpha {args.alpha:g})" if policy == "marconi" else "")
                 print(f"| {os.path.basename(trace)} | {ref['requests']} | {name} | {cap} | "
                       f"{ref['token_hit_rate'] * 100:.4f}% | {ours['token_hit_rate'] * 100:.4f}% | "
+                      f"{sum(a != b for a, b in zip(ref['skipped'], ours['skipped']))} | "
                       f"{ref['loop_seconds_median']:.3f} / {ref['loop_cpu_seconds_median']:.3f} | "
                       f"{ours['wall_seconds_median'] * 1e3:.2f} / {ours['cpu_seconds_median'] * 1e3:.2f} | "
                       f"{ratio:.0f}x | {ratio_cpu:.0f}x |",

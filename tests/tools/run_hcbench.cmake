@@ -31,6 +31,7 @@ function(expect_error expect)
 endfunction()
 
 if(CASE STREQUAL "replay_json")
+  file(MAKE_DIRECTORY ${WORK})
   # The golden fixture: synth-v1 chat seed 7 at 5e8 B through sglang+ skips 33,360 of
   # 227,356 input tokens (14.6730 %, the reference's V1), 20 of 70 requests hit.
   run_hcbench(out err rc replay --trace ${FIXTURE} --format marconi --model marconi_7b --capacity 5e8
@@ -64,6 +65,15 @@ if(CASE STREQUAL "replay_json")
   endif()
   if(evictions LESS_EQUAL 0)
     message(FATAL_ERROR "replay --json: a 5e8 B cache must evict on this trace:\n${out}")
+  endif()
+  # --per-request: one row per request; request 8 reuses 1,371 of its 1,439 tokens (reference V1).
+  run_hcbench(out err rc replay --trace ${FIXTURE} --format marconi --capacity 5e8 --policy sglang+
+              --per-request ${WORK}/per_request.csv)
+  file(STRINGS ${WORK}/per_request.csv rows)
+  list(LENGTH rows n)
+  list(GET rows 9 row8)
+  if(NOT rc EQUAL 0 OR NOT n EQUAL 71 OR NOT row8 STREQUAL "8,1439,1371")
+    message(FATAL_ERROR "replay --per-request: rc ${rc}, ${n} lines, row 8 '${row8}' (want 71 lines, '8,1439,1371')")
   endif()
   # --strict-capacity: the cache never exceeds its capacity; vLLM+ (a 26.8 MB checkpoint per
   # 32 tokens) cannot cache most requests of this trace in 5e8 B and says so.

@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <limits>
 #include <optional>
 #include <string>
@@ -39,6 +40,7 @@ struct replay_cli {
   bool json = false;
   bool strict_capacity = false;
   std::string lru_ties = "reference";
+  std::string per_request;
 };
 
 /// Parses --alpha: "auto" (nullopt) or a number >= 0.
@@ -72,10 +74,18 @@ void run(const replay_cli& o) {
   job.progress = isatty(STDERR_FILENO) != 0;
   job.strict_capacity = o.strict_capacity;
   job.reference_lru_ties = parse_lru_ties(o.lru_ties);
+  job.keep_per_request = !o.per_request.empty();
   const auto requests = load_trace(o.trace, o.format, {mooncake_block, o.sessions_per_second});
   job.requests = &requests;
   job.trace = std::filesystem::path(o.trace).stem().string();
   const replay_result r = run_replay(job);
+  if (!o.per_request.empty()) {  // request index, input tokens, skipped tokens (replay order)
+    std::ofstream f(o.per_request, std::ios::binary);
+    f << "request,input_tokens,skipped_tokens\n";
+    for (std::size_t i = 0; i < r.metrics.skipped_per_request.size(); ++i)
+      f << i << ',' << requests[i].input_tokens << ',' << r.metrics.skipped_per_request[i] << '\n';
+    if (!f) throw hybridcache::invalid_argument("--per-request: cannot write '" + o.per_request + "'");
+  }
   if (o.json) {
     std::printf("%s\n", to_json(r).c_str());
     return;
@@ -118,6 +128,8 @@ const bool registered = hcbench::register_command(
        sub.add_flag("--strict-capacity", o.strict_capacity,
                     "never exceed the capacity: do not cache a request whose state alone is larger "
                     "(default: insert it anyway, as the Marconi reference does)");
+       sub.add_option("--per-request", o.per_request,
+                      "write request,input_tokens,skipped_tokens per request (replay order) to this CSV file");
        sub.add_option("--lru-ties", o.lru_ties,
                       "sglang+/vllm+/lru tie-breaking: reference (CPython heapq order, exact reference victims, "
                       "O(n) per eviction round; default) or node-id (O(log n))");

@@ -144,7 +144,7 @@ hc::sim::run_metrics run_with(const run_context& ctx, Scorer scorer, pc::prefix_
   pc::prefix_cache<hc::cost_model, Admission, Scorer> cache(ctx.costs, make_store(ctx), std::move(scorer), Admission{},
                                                            cfg);
   engine_adapter<decltype(cache)> adapter(cache);
-  const hc::sim::replay_options opt{.concurrency = ctx.job.concurrency};
+  const hc::sim::replay_options opt{.concurrency = ctx.job.concurrency, .keep_per_request = ctx.job.keep_per_request};
   hc::sim::run_metrics m;
   if (ctx.job.progress) {
     m = hc::sim::replay(adapter, ctx.trace, ctx.costs, opt, hc::marconi_reference_ttft{},

@@ -49,6 +49,7 @@ struct replay_job {
   /// a DFS-preorder leaf list (the reference's exact victims; O(n) per eviction round),
   /// false = lowest node id (O(log n) per victim; may pick a different tied leaf).
   bool reference_lru_ties = true;
+  bool keep_per_request = false;            ///< fill metrics.skipped_per_request
 };
 
 /// A finished replay: the job's labels and its metrics.

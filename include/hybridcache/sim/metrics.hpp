@@ -104,6 +104,9 @@ struct run_metrics {
   cache_stats cache{};
   double wall_seconds = 0.0;  ///< time in the replay loop only (set by the engine)
   double cpu_seconds = 0.0;   ///< process CPU time in the loop (all threads; robust to a loaded machine)
+  /// Per request, in replay order: skipped tokens (filled only when the engine is asked to
+  /// keep them, `replay_options::keep_per_request`).
+  std::vector<std::int64_t> skipped_per_request{};
 };
 
 /// Lower bounds of the input-length bins: [0,1k), [1k,2k), [2k,4k) ... [64k, ∞).

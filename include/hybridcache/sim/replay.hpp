@@ -152,6 +152,8 @@ concept replayable_cache = requires(C& c, const C& cc, std::span<const token_id>
 struct replay_options {
   /// Requests in flight; >= 1. 1 = the reference's single stream.
   std::int64_t concurrency = 1;
+  /// Fill `run_metrics::skipped_per_request` (one int64 per request).
+  bool keep_per_request = false;
 };
 
 /// A progress callback that does nothing.
@@ -185,6 +187,8 @@ template <class Cache, prefill_time_model PrefillTime = marconi_reference_ttft, 
     running.pop_front();
   };
 
+  std::vector<std::int64_t> per_request;
+  if (options.keep_per_request) per_request.reserve(n);
   const std::clock_t cpu_start = std::clock();
   const auto start = std::chrono::steady_clock::now();
   for (std::size_t i = 0; i < n; ++i) {
@@ -192,6 +196,7 @@ template <class Cache, prefill_time_model PrefillTime = marconi_reference_ttft, 
     prefix::match_result m = cache.match(trace.input(i));
     const std::int64_t skipped = std::min<std::int64_t>(m.reusable_tokens * e.tokens_per_id, e.input_tokens);
     rec.record(e.input_tokens, skipped);
+    if (options.keep_per_request) per_request.push_back(skipped);
     if (options.concurrency == 1) {
       cache.commit(trace.sequence(i), e.input_ids, m);
       peak = std::max<std::int64_t>(peak, cache.used_bytes());
@@ -209,6 +214,7 @@ template <class Cache, prefill_time_model PrefillTime = marconi_reference_ttft, 
   run_metrics out = rec.finish();
   out.wall_seconds = std::chrono::duration<double>(stop - start).count();
   out.cpu_seconds = static_cast<double>(cpu_stop - cpu_start) / CLOCKS_PER_SEC;
+  out.skipped_per_request = std::move(per_request);
   const prefix::cache_counters c = cache.counters();
   out.cache.checkpoints_admitted = c.checkpoints_admitted;
   out.cache.checkpoints_reused = c.checkpoints_reused;
