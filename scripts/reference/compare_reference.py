@@ -35,6 +35,8 @@ def run_ours(args, trace, policy, capacity):
     for i in range(args.repeat_ours):
         cmd = [args.hcbench, "replay", "--trace", trace, "--format", "marconi", "--model", "marconi_7b",
                "--capacity", capacity, "--policy", policy, "--alpha", str(args.alpha), "--json"]
+        if policy == "marconi" and args.ours_quirks:
+            cmd += ["--reference-quirks"]
         if i == 0:  # the per-request rows once; timed runs do not write them
             cmd += ["--per-request", per_request]
         runs.append(json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout))
@@ -55,6 +57,8 @@ def main():
     ap.add_argument("--capacities", default="5e9")
     ap.add_argument("--policies", default="sglang+,marconi,vllm+")
     ap.add_argument("--alpha", type=float, default=1.0)
+    ap.add_argument("--ours-quirks", action="store_true",
+                    help="run our marconi with --reference-quirks (reproduces the reference's V3 rows)")
     ap.add_argument("--repeat", type=int, default=3, help="reference loop repeats (median)")
     ap.add_argument("--repeat-ours", type=int, default=5, help="hcbench runs (median)")
     args = ap.parse_args()
@@ -68,7 +72,8 @@ def main():
                 ours = run_ours(args, trace, policy, cap)
                 ratio = ref["loop_seconds_median"] / max(ours["wall_seconds_median"], 1e-9)
                 ratio_cpu = ref["loop_cpu_seconds_median"] / max(ours["cpu_seconds_median"], 1e-9)
-                name = policy + (f" (alpha {args.alpha:g})" if policy == "marconi" else "")
+                name = policy + (f" (alpha {args.alpha:g}{', quirks' if args.ours_quirks else ''})"
+                                 if policy == "marconi" else "")
                 print(f"| {os.path.basename(trace)} | {ref['requests']} | {name} | {cap} | "
                       f"{ref['token_hit_rate'] * 100:.4f}% | {ours['token_hit_rate'] * 100:.4f}% | "
                       f"{sum(a != b for a, b in zip(ref['skipped'], ours['skipped']))} | "

@@ -75,6 +75,14 @@ if(CASE STREQUAL "replay_json")
   if(NOT rc EQUAL 0 OR NOT n EQUAL 71 OR NOT row8 STREQUAL "8,1439,1371")
     message(FATAL_ERROR "replay --per-request: rc ${rc}, ${n} lines, row 8 '${row8}' (want 71 lines, '8,1439,1371')")
   endif()
+  # --reference-quirks reproduces the reference's fixed-alpha Marconi (V3) row: alpha 1.0
+  # skips 32,490 tokens (14.2904 %).
+  run_hcbench(out err rc replay --trace ${FIXTURE} --format marconi --capacity 5e8 --policy marconi --alpha 1
+              --reference-quirks --json)
+  string(JSON skipped GET "${out}" skipped_tokens)
+  if(NOT rc EQUAL 0 OR NOT skipped EQUAL 32490)
+    message(FATAL_ERROR "replay --reference-quirks: rc ${rc}, skipped ${skipped} (want 32490): ${err}")
+  endif()
   # --strict-capacity: the cache never exceeds its capacity; vLLM+ (a 26.8 MB checkpoint per
   # 32 tokens) cannot cache most requests of this trace in 5e8 B and says so.
   run_hcbench(out err rc replay --trace ${FIXTURE} --format marconi --capacity 5e8 --policy vllm+
@@ -96,6 +104,7 @@ elseif(CASE STREQUAL "errors")
   expect_error("capacity 'lots'" replay --trace ${FIXTURE} --capacity lots)
   expect_error("--alpha" replay --trace ${FIXTURE} --capacity 5e8 --alpha much)
   expect_error("--lru-ties" replay --trace ${FIXTURE} --capacity 5e8 --lru-ties random)
+  expect_error("--reference-quirks" replay --trace ${FIXTURE} --capacity 5e8 --policy lru --reference-quirks)
   expect_error("unknown policy" compare --policies marconi,fifo --capacities 5e8)
   file(MAKE_DIRECTORY ${WORK})
   file(WRITE ${WORK}/bad.jsonl "{\"session_id\": 0, \"turn_id\": 0, \"ts\": 0.0, \"num_input_tokens\": 2, \"num_output_tokens\": 1, \"input_tokens\": [5, 6], \"output_tokens\": [7]}\n{\"session_id\": 0, \"turn_id\": 1, \"ts\": oops}\n")

@@ -41,6 +41,7 @@ struct replay_cli {
   bool strict_capacity = false;
   std::string lru_ties = "reference";
   std::string per_request;
+  bool reference_quirks = false;
 };
 
 /// Parses --alpha: "auto" (nullopt) or a number >= 0.
@@ -75,6 +76,7 @@ void run(const replay_cli& o) {
   job.strict_capacity = o.strict_capacity;
   job.reference_lru_ties = parse_lru_ties(o.lru_ties);
   job.keep_per_request = !o.per_request.empty();
+  job.reference_quirks = o.reference_quirks;
   const auto requests = load_trace(o.trace, o.format, {mooncake_block, o.sessions_per_second});
   job.requests = &requests;
   job.trace = std::filesystem::path(o.trace).stem().string();
@@ -128,6 +130,9 @@ const bool registered = hcbench::register_command(
        sub.add_flag("--strict-capacity", o.strict_capacity,
                     "never exceed the capacity: do not cache a request whose state alone is larger "
                     "(default: insert it anyway, as the Marconi reference does)");
+       sub.add_flag("--reference-quirks", o.reference_quirks,
+                    "marconi: reproduce the reference simulator's scoring defects (MLP term, whole-prefix KV "
+                    "bytes, leaf byte accounting) to match its rows; for validation only");
        sub.add_option("--per-request", o.per_request,
                       "write request,input_tokens,skipped_tokens per request (replay order) to this CSV file");
        sub.add_option("--lru-ties", o.lru_ties,

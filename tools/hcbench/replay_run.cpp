@@ -26,6 +26,7 @@
 #include <hybridcache/prefix/flop_aware_scorer.hpp>
 #include <hybridcache/prefix/lru_scorer.hpp>
 #include <hybridcache/prefix/prefix_cache.hpp>
+#include <hybridcache/prefix/reference_scorer.hpp>
 #include <hybridcache/sim/marconi_trace.hpp>
 #include <hybridcache/sim/mooncake_trace.hpp>
 #include <hybridcache/sim/replay.hpp>
@@ -173,6 +174,8 @@ hc::sim::run_metrics run_every_block(const run_context& ctx) {
 replay_result run_replay(const replay_job& job) {
   namespace hc = hybridcache;
   check_policy(job.policy);
+  HYBRIDCACHE_EXPECTS(!job.reference_quirks || job.policy == "marconi", hc::invalid_argument,
+                      "--reference-quirks applies to --policy marconi only");
   HYBRIDCACHE_EXPECTS(job.requests != nullptr && job.requests->size() > 0, hc::invalid_argument,
                       "replay: the trace holds no requests");
   HYBRIDCACHE_EXPECTS(!job.alpha || (*job.alpha >= 0 && std::isfinite(*job.alpha)), hc::invalid_argument,
@@ -194,7 +197,11 @@ replay_result run_replay(const replay_job& job) {
     pc::prefix_cache_config cfg;
     cfg.tuning.enabled = !job.alpha.has_value();
     cfg.tuning.threads = job.tuning_threads;
-    m = run_with<pc::judicious_admission>(ctx, pc::flop_aware_scorer(costs, {.alpha = job.alpha.value_or(0.0)}), cfg);
+    if (job.reference_quirks)
+      m = run_with<pc::judicious_admission>(
+          ctx, pc::reference_flop_scorer(costs, {.alpha = job.alpha.value_or(0.0), .quirks = true}), cfg);
+    else
+      m = run_with<pc::judicious_admission>(ctx, pc::flop_aware_scorer(costs, {.alpha = job.alpha.value_or(0.0)}), cfg);
   } else if (job.policy == "sglang+") {
     m = run_with<pc::judicious_admission>(ctx, make_lru(job), {});
   } else if (job.policy == "lru") {

@@ -50,6 +50,9 @@ struct replay_job {
   /// false = lowest node id (O(log n) per victim; may pick a different tied leaf).
   bool reference_lru_ties = true;
   bool keep_per_request = false;            ///< fill metrics.skipped_per_request
+  /// marconi only: score with the reference's three defects (naive O(n) scorer), to
+  /// reproduce the reference simulator's V2/V3 rows; not for choosing a policy.
+  bool reference_quirks = false;
 };
 
 /// A finished replay: the job's labels and its metrics.
