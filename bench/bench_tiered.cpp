@@ -94,7 +94,8 @@ const std::vector<sim::request>& mooncake() {
 
 // Arguments: tiers variant, scheduler, prefetch, sparsify, spread, layerwise.
 void replay(benchmark::State& state, const char* tiers_spec, scheduler_kind sch, prefetch_kind pf, sparsify_kind sp,
-            double spread, bool layerwise, double link_gbps = 50.0, const char* model = "jamba_1_5_mini") {
+            double spread, bool layerwise, double link_gbps = 50.0, const char* model = "jamba_1_5_mini",
+            demotion_kind demotion = demotion_kind::automatic) {
   const auto& reqs = mooncake();
   if (reqs.empty()) {
     state.SkipWithError("Mooncake trace not found");
@@ -104,6 +105,7 @@ void replay(benchmark::State& state, const char* tiers_spec, scheduler_kind sch,
   tiered_replay_options o;
   o.tiers = parse_tiers(tiers_spec, o.page_bytes);
   o.link_gbps = link_gbps;
+  o.demotion = demotion;
   o.scheduler = sch;
   o.prefetch = pf;
   o.sparsify = sp;
@@ -147,6 +149,15 @@ HC_REPLAY(hbm128_host512_car_deadline_spread, "hbm=128GiB,host=512GiB", car, dea
 HC_REPLAY(hbm128_host512_fcfs_threshold_spread, "hbm=128GiB,host=512GiB", fcfs, threshold, off, 1.0, true);
 HC_REPLAY(hbm128_host512_fcfs_sparsify_spread, "hbm=128GiB,host=512GiB", fcfs, none, profile, 1.0, true);
 HC_REPLAY(hbm10T_infinite, "hbm=10TiB", fcfs, none, off, 1.0, true);
+
+// Demotion scorers: FLOP-aware per block vs LRU (with the CaR queue, whose default is CaR's score).
+HC_REPLAY(hbm128_flop_spread, "hbm=128GiB", fcfs, none, off, 1.0, true, 50.0, "jamba_1_5_mini", demotion_kind::flop_aware);
+HC_REPLAY(hbm128_host512_flop_spread, "hbm=128GiB,host=512GiB", fcfs, none, off, 1.0, true, 50.0, "jamba_1_5_mini",
+          demotion_kind::flop_aware);
+HC_REPLAY(hbm128_host512_car_lru_spread, "hbm=128GiB,host=512GiB", car, none, off, 1.0, true, 50.0, "jamba_1_5_mini",
+          demotion_kind::lru);
+HC_REPLAY(hbm128_host512_car_score_spread, "hbm=128GiB,host=512GiB", car, none, off, 1.0, true, 50.0, "jamba_1_5_mini",
+          demotion_kind::car_score);
 
 // Link-bandwidth sweep (GB/s = range(0) / 10): where reloading stops paying, the replay
 // recomputes instead and says how often.
