@@ -3,6 +3,9 @@
 //   hcbench replay --trace PATH --format marconi|mooncake|sharegpt --model PRESET
 //                  --capacity BYTES --policy marconi|sglang+|vllm+|lru [--alpha X|auto]
 //                  [--block-size N] [--concurrency N] [--json]
+//   hcbench replay ... --tiers hbm=BYTES,host=BYTES [--link-gbps 50] [--scheduler fcfs|car]
+//                  [--prefetch none|deadline|threshold] [--sparsify off|profile]
+//                  (multi-tier timeline replay vs the HBM-only baseline; see replay_tiered.hpp)
 //
 // --json prints exactly one JSON object on stdout (keys in replay_report.hpp's to_json);
 // otherwise a one-row table and the hit rate by input length. Progress goes to stderr, only
@@ -24,6 +27,7 @@
 #include "replay_args.hpp"
 #include "replay_report.hpp"
 #include "replay_run.hpp"
+#include "replay_tiered.hpp"
 
 namespace {
 
@@ -42,6 +46,7 @@ struct replay_cli {
   std::string lru_ties = "reference";
   std::string per_request;
   bool reference_quirks = false;
+  hcbench::tiered_cli tiered;
 };
 
 /// Parses --alpha: "auto" (nullopt) or a number >= 0.
@@ -61,6 +66,12 @@ std::optional<double> parse_alpha(const std::string& s) {
 
 void run(const replay_cli& o) {
   using namespace hcbench;
+  if (!o.tiered.tiers.empty()) {
+    const std::int64_t block = o.format == "mooncake" && o.block_size > 0 ? o.block_size : 512;
+    run_tiered_replay_command(o.trace, o.format, o.model, block, o.sessions_per_second, o.tiered, o.json);
+    return;
+  }
+  if (o.capacity.empty()) throw hybridcache::invalid_argument("--capacity is required (or --tiers for a multi-tier replay)");
   hcbench::replay_job job;
   job.model = hybridcache::presets::preset(o.model);  // throws naming an unknown preset
   check_policy(o.policy);
@@ -116,7 +127,7 @@ const bool registered = hcbench::register_command(
        sub.add_option("--format", o.format, "trace format: marconi (token-id JSONL), mooncake (hash_ids JSONL), "
                                             "sharegpt (conversation JSONL); default marconi");
        sub.add_option("--model", o.model, "model preset (see `hcbench models`); default marconi_7b");
-       sub.add_option("--capacity", o.capacity, "cache capacity in bytes: 5e8, 500000000, 5GB, 4GiB")->required();
+       sub.add_option("--capacity", o.capacity, "cache capacity in bytes: 5e8, 500000000, 5GB, 4GiB (required unless --tiers)");
        sub.add_option("--policy", o.policy, "marconi | sglang+ | vllm+ | lru; default marconi");
        sub.add_option("--alpha", o.alpha, "marconi's FLOP-efficiency weight: a number, or auto (tuned online; default)");
        sub.add_option("--block-size", o.block_size,
@@ -138,6 +149,19 @@ const bool registered = hcbench::register_command(
        sub.add_option("--lru-ties", o.lru_ties,
                       "sglang+/vllm+/lru tie-breaking: reference (CPython heapq order, exact reference victims, "
                       "O(n) per eviction round; default) or node-id (O(log n))");
+       sub.add_option("--tiers", o.tiered.tiers,
+                      "multi-tier replay: hbm=BYTES,host=BYTES[,cxl@NODE=BYTES]; runs the CaR timeline model and "
+                      "the HBM-only baseline");
+       sub.add_option("--link-gbps", o.tiered.link_gbps, "--tiers: HBM <-> lower tier bandwidth, GB/s (default 50)");
+       sub.add_option("--scheduler", o.tiered.scheduler, "--tiers: fcfs | car (default fcfs)");
+       sub.add_option("--prefetch", o.tiered.prefetch, "--tiers: none | deadline | threshold (default none)");
+       sub.add_option("--sparsify", o.tiered.sparsify, "--tiers: off | profile (default off)");
+       sub.add_option("--demotion", o.tiered.demotion, "--tiers: auto | lru | car | flop (default auto)");
+       sub.add_option("--arrival-scale", o.tiered.arrival_scale,
+                      "--tiers: multiply inter-arrival times (default 1; > 1 unloads the modelled prefill engine)");
+       sub.add_option("--spread-arrivals", o.tiered.spread_arrivals_s,
+                      "--tiers: spread requests with equal timestamps over this many seconds (default 0)");
+       sub.add_option("--per-copy-us", o.tiered.per_copy_us, "--tiers: fixed cost of one copy call, us (default 6)");
        sub.callback([] { run(o); });
      }});
 
