@@ -1,0 +1,256 @@
+// The prefix cache over a demoting store: `prefix_cache<..., tiered_state_store<>>` keeps
+// KV and checkpoints in HBM and, when its own scorer (LRU or FLOP-aware) evicts, moves them
+// to the host tier; `lookup` reports a later match of those tokens as a host hit.
+//
+// Checked on the synth-v1 chat fixture (seed 7, 12 sessions, gap 1000 ms, marconi_7b):
+// HBM behaviour is request for request the single-tier cache's (same byte budget, same
+// scorer), HBM + host reuse is larger, every host hit is a true prefix of an earlier
+// committed sequence, and after every request the table holds each key in one tier only,
+// HBM holds exactly the tree's handles and every demoted entry is in the host tier,
+// promoted or counted as dropped.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "hybridcache/core/presets.hpp"
+#include "hybridcache/prefix/flop_aware_scorer.hpp"
+#include "hybridcache/prefix/prefix_cache.hpp"
+#include "hybridcache/sim/synth_v1.hpp"
+#include "hybridcache/tiered/tiered_state_store.hpp"
+
+using namespace hybridcache;
+using prefix::token_id;
+
+namespace {
+
+const std::vector<sim::synth_request>& fixture() {
+  static const auto t = sim::generate_synth_v1(
+      {.profile = sim::synth_profile::chat, .seed = 7, .sessions = 12, .session_gap_ms = 1000});
+  return t;
+}
+
+const cost_model& model() {
+  static const cost_model m(presets::marconi_7b());
+  return m;
+}
+
+tiered::tiered_state_store<> make_store(std::int64_t hbm, std::int64_t host) {
+  return tiered::tiered_state_store<>({.hbm_bytes = hbm,
+                                       .host_bytes = host,
+                                       .kv_bytes_per_token = model().kv_bytes_per_token(),
+                                       .checkpoint_bytes = model().ssm_checkpoint_bytes()});
+}
+
+template <class Scorer>
+Scorer make_scorer() {
+  if constexpr (std::is_same_v<Scorer, prefix::flop_aware_scorer>)
+    return prefix::flop_aware_scorer(model(), {.alpha = 1.0});
+  else
+    return Scorer{};
+}
+
+std::vector<token_id> joined(const sim::synth_request& r) {
+  std::vector<token_id> s = r.input;
+  s.insert(s.end(), r.output.begin(), r.output.end());
+  return s;
+}
+
+std::int64_t common_prefix(const std::vector<token_id>& a, const std::vector<token_id>& b) {
+  const auto n = std::min(a.size(), b.size());
+  std::size_t i = 0;
+  while (i < n && a[i] == b[i]) ++i;
+  return static_cast<std::int64_t>(i);
+}
+
+/// Single-tier run: HBM reuse per request.
+template <class Scorer>
+std::vector<std::int64_t> single_tier(std::int64_t hbm) {
+  prefix::prefix_cache<cost_model, prefix::judicious_admission, Scorer> c(
+      model(), prefix::counting_store(hbm, model().kv_bytes_per_token(), model().ssm_checkpoint_bytes()),
+      make_scorer<Scorer>());
+  std::vector<std::int64_t> out;
+  for (const auto& r : fixture()) {
+    auto m = c.match(r.input);
+    REQUIRE(m);
+    out.push_back(m->reusable_tokens);
+    REQUIRE(c.commit(joined(r), static_cast<std::int64_t>(r.input.size()), &*m));
+  }
+  return out;
+}
+
+struct tiered_run {
+  std::vector<std::int64_t> hbm, total;
+  std::int64_t host_tokens = 0, host_hits = 0;
+  tiered::tiered_state_counters counters;
+};
+
+template <class Scorer>
+tiered_run two_tier(std::int64_t hbm, std::int64_t host) {
+  using store_t = tiered::tiered_state_store<>;
+  prefix::prefix_cache<cost_model, prefix::judicious_admission, Scorer, store_t> c(model(), make_store(hbm, host),
+                                                                                   make_scorer<Scorer>());
+  tiered_run run;
+  std::vector<std::vector<token_id>> committed;
+  for (const auto& r : fixture()) {
+    auto m = c.match(r.input);
+    REQUIRE(m);
+    const tiered::tiered_hit h = c.store().lookup(r.input, *m);
+    CHECK(h.hbm_tokens == m->reusable_tokens);
+    CHECK(h.reusable_tokens == h.hbm_tokens + h.host_tokens);
+    CHECK(h.reusable_tokens <= static_cast<std::int64_t>(r.input.size()));
+    if (h.host_tokens > 0) {
+      // A host hit is state that some earlier request really committed.
+      std::int64_t best = 0;
+      for (const auto& s : committed) best = std::max(best, common_prefix(s, r.input));
+      CHECK(h.reusable_tokens <= best);
+      CHECK(h.bytes_to_load >= model().ssm_checkpoint_bytes());
+      ++run.host_hits;
+      run.host_tokens += h.host_tokens;
+    }
+    run.hbm.push_back(h.hbm_tokens);
+    run.total.push_back(h.reusable_tokens);
+    const auto seq = joined(r);
+    REQUIRE(c.commit(seq, static_cast<std::int64_t>(r.input.size()), &*m));
+    c.store().settle(c.tree(), seq, h);
+    std::vector<prefix::node_id> path;
+    const auto w = c.tree().walk(seq, path);
+    CHECK(c.store().host_kv_within(seq, w.common_prefix) == 0);  // no KV in both tiers
+    committed.push_back(seq);
+    const std::string bad = c.store().check_invariants(c.tree());
+    REQUIRE_MESSAGE(bad.empty(), bad);
+    REQUIRE(c.store().used_bytes() <= c.store().capacity_bytes());
+  }
+  run.counters = c.store().counters();
+  return run;
+}
+
+std::int64_t sum(const std::vector<std::int64_t>& v) {
+  std::int64_t s = 0;
+  for (auto x : v) s += x;
+  return s;
+}
+
+// Small HBM: about 2.5 of the largest request's state (8,756 tokens x 64 KiB + checkpoints).
+constexpr std::int64_t small_hbm = 1'500'000'000;
+
+}  // namespace
+
+TEST_CASE_TEMPLATE("prefix cache over the tiered store: more reuse than one tier, nothing lost or doubled", Scorer,
+                   prefix::lru_scorer, prefix::flop_aware_scorer) {
+  const auto single = single_tier<Scorer>(small_hbm);
+  const auto two = two_tier<Scorer>(small_hbm, 4 * small_hbm);
+  // HBM decisions are the single-tier cache's, request for request (same budget, same scorer).
+  CHECK(two.hbm == single);
+  const std::int64_t s = sum(single), t = sum(two.total);
+  MESSAGE("single-tier reuse " << s << " tokens; HBM + host " << t << " (" << two.host_hits << " host hits, "
+                               << two.host_tokens << " tokens); demoted " << two.counters.demoted_entries
+                               << ", promoted " << two.counters.promoted_entries << ", dropped "
+                               << two.counters.dropped_entries);
+  CHECK(two.counters.demoted_entries > 0);
+  CHECK(two.host_hits > 0);
+  CHECK(t == s + two.host_tokens);
+  CHECK(t > s);
+  // Infinite HBM bounds both.
+  const auto inf = single_tier<Scorer>(std::int64_t{1} << 40);
+  CHECK(t <= sum(inf));
+}
+
+TEST_CASE("tiered_state_store: a host tier too small for any entry drops everything and changes no HBM decision") {
+  const std::int64_t page = 16384;  // gcd(64 KiB, checkpoint) for marconi_7b
+  const auto single = single_tier<prefix::lru_scorer>(small_hbm);
+  const auto two = two_tier<prefix::lru_scorer>(small_hbm, page);
+  CHECK(two.hbm == single);
+  CHECK(two.total == single);
+  CHECK(two.host_tokens == 0);
+  CHECK(two.counters.demoted_entries > 0);
+  CHECK(two.counters.dropped_entries == two.counters.demoted_entries);
+}
+
+TEST_CASE("tiered_state_store: evicted conversation comes back from the host tier and is promoted") {
+  // HBM holds one 1,000-token sequence with its checkpoints, not two.
+  const std::int64_t kv = model().kv_bytes_per_token(), ck = model().ssm_checkpoint_bytes();
+  const std::int64_t hbm = 1000 * kv + 3 * ck;
+  prefix::prefix_cache<cost_model, prefix::judicious_admission, prefix::lru_scorer, tiered::tiered_state_store<>> c(
+      model(), make_store(hbm, 8 * hbm), prefix::lru_scorer{});
+  std::vector<token_id> a(1000), b(1000);
+  for (int i = 0; i < 1000; ++i) a[static_cast<std::size_t>(i)] = 7 + 3 * i, b[static_cast<std::size_t>(i)] = 100000 + i;
+  auto run = [&](const std::vector<token_id>& seq, std::int64_t input) {
+    const std::span<const token_id> in(seq.data(), static_cast<std::size_t>(input));
+    auto m = c.match(in);
+    REQUIRE(m);
+    const auto h = c.store().lookup(in, *m);
+    REQUIRE(c.commit(seq, input, &*m));
+    c.store().settle(c.tree(), seq, h);
+    const std::string bad = c.store().check_invariants(c.tree());
+    REQUIRE_MESSAGE(bad.empty(), bad);
+    return h;
+  };
+  run(a, 900);  // a's state: KV 1,000 tokens + checkpoints
+  CHECK(c.store().host_entries() == 0);
+  run(b, 900);  // evicts a: demoted, not dropped
+  CHECK(c.store().counters().demoted_entries > 0);
+  CHECK(c.store().counters().dropped_entries == 0);
+  CHECK(c.store().host_entries() > 0);
+  // a again, extended: HBM has nothing of it, the host tier has all of it.
+  std::vector<token_id> a2 = a;
+  for (int i = 0; i < 50; ++i) a2.push_back(5 + i);
+  const auto h = run(a2, 1000);
+  CHECK(h.hbm_tokens == 0);
+  CHECK(h.host_tokens == 1000);  // judicious admission checkpointed a's last token
+  CHECK(h.host_checkpoint);
+  CHECK(h.bytes_to_load == 1000 * kv + ck);
+  CHECK(c.store().counters().promoted_entries > 0);  // a's KV/checkpoint live in HBM again, not twice
+  // A prefix that was never committed finds nothing.
+  std::vector<token_id> other(200, 42);
+  auto m = c.match(other);
+  REQUIRE(m);
+  const auto none = c.store().lookup(other, *m);
+  CHECK(none.reusable_tokens == 0);
+  CHECK(none.ticket == 0);
+  REQUIRE(c.release(*m));
+}
+
+TEST_CASE("tiered_state_store: bad sizes are clear errors; a refused allocation changes nothing") {
+  const std::int64_t kv = model().kv_bytes_per_token(), ck = model().ssm_checkpoint_bytes();
+  using S = tiered::tiered_state_store<>;
+  CHECK_THROWS_AS(S({.hbm_bytes = 0, .host_bytes = ck, .kv_bytes_per_token = kv, .checkpoint_bytes = ck}),
+                  invalid_argument);
+  CHECK_THROWS_AS(S({.hbm_bytes = 4 * ck, .host_bytes = 0, .kv_bytes_per_token = kv, .checkpoint_bytes = ck}),
+                  invalid_argument);
+  CHECK_THROWS_AS(S({.hbm_bytes = 4 * ck, .host_bytes = ck, .kv_bytes_per_token = 0, .checkpoint_bytes = 0}),
+                  invalid_argument);
+  CHECK_THROWS_AS(S({.hbm_bytes = 4 * ck, .host_bytes = ck, .kv_bytes_per_token = kv, .checkpoint_bytes = ck,
+                     .link_gbps = 0.0}),
+                  invalid_argument);
+  CHECK_THROWS_AS(S({.hbm_bytes = ck - 1, .host_bytes = ck, .kv_bytes_per_token = kv, .checkpoint_bytes = ck}),
+                  capacity_error);
+
+  S s({.hbm_bytes = 2 * ck, .host_bytes = 2 * ck, .kv_bytes_per_token = kv, .checkpoint_bytes = ck});
+  auto a = s.allocate_checkpoint();
+  REQUIRE(a);
+  const auto used = s.used_bytes();
+  const auto entries = s.table().size();
+  CHECK(s.allocate_kv(0).error() == errc::invalid_argument);
+  CHECK(s.allocate_kv(2 * ck / kv).error() == errc::out_of_capacity);
+  CHECK(s.used_bytes() == used);
+  CHECK(s.table().size() == entries);
+  // Split and join keep the bytes; an unnamed extent is freed, not demoted.
+  auto e = s.allocate_kv(100);
+  REQUIRE(e);
+  auto head = s.split_kv(*e, 30);
+  REQUIRE(head);
+  CHECK(head->tokens == 30);
+  CHECK(e->tokens == 70);
+  CHECK(s.split_kv(*e, 70).error() == errc::invalid_argument);
+  CHECK(s.used_bytes() == used + 100 * kv);
+  REQUIRE(s.join_kv(*head, std::move(*e)));
+  CHECK(head->tokens == 100);
+  CHECK(e->id == 0);
+  s.free_kv(std::move(*head));
+  s.free_checkpoint(std::move(*a));
+  CHECK(s.used_bytes() == 0);
+  CHECK(s.table().size() == 0);
+  CHECK(s.counters().demoted_entries == 0);
+}
