@@ -22,6 +22,7 @@
 #include <hybridcache/core/checked_math.hpp>
 #include <hybridcache/core/error.hpp>
 #include <hybridcache/prefix/admission.hpp>
+#include <hybridcache/prefix/block_tree_reference.hpp>
 #include <hybridcache/prefix/counting_store.hpp>
 #include <hybridcache/prefix/flop_aware_scorer.hpp>
 #include <hybridcache/prefix/lru_scorer.hpp>
@@ -169,13 +170,30 @@ hc::sim::run_metrics run_every_block(const run_context& ctx) {
   return run_with<pc::every_block_admission<Block>>(ctx, make_lru(ctx.job), {});
 }
 
+/// vllm+ --reference-quirks: the reference simulator's block tree (its byte estimate,
+/// in-place partial blocks, duplicated partly shared blocks), for its exact rows.
+hc::sim::run_metrics run_block_tree_reference(const run_context& ctx) {
+  auto tree = pc::block_tree_reference::from_costs(ctx.costs, ctx.job.capacity_bytes, ctx.job.vllm_block,
+                                                   ctx.tokens_per_id);
+  const hc::sim::replay_options opt{.concurrency = ctx.job.concurrency, .keep_per_request = ctx.job.keep_per_request};
+  if (!ctx.job.progress) return hc::sim::replay(tree, ctx.trace, ctx.costs, opt);
+  return hc::sim::replay(tree, ctx.trace, ctx.costs, opt, hc::marconi_reference_ttft{},
+                         [](std::size_t done, std::size_t total) {
+                           std::fprintf(stderr, "\r%zu/%zu requests", done, total);
+                           if (done == total) std::fprintf(stderr, "\n");
+                         });
+}
+
 }  // namespace
 
 replay_result run_replay(const replay_job& job) {
   namespace hc = hybridcache;
   check_policy(job.policy);
-  HYBRIDCACHE_EXPECTS(!job.reference_quirks || job.policy == "marconi", hc::invalid_argument,
-                      "--reference-quirks applies to --policy marconi only");
+  HYBRIDCACHE_EXPECTS(!job.reference_quirks || job.policy == "marconi" || job.policy == "vllm+", hc::invalid_argument,
+                      "--reference-quirks applies to --policy marconi and vllm+ only");
+  HYBRIDCACHE_EXPECTS(!job.reference_quirks || job.policy != "vllm+" || !job.strict_capacity, hc::invalid_argument,
+                      "--reference-quirks with --policy vllm+ overshoots the capacity like the reference; "
+                      "it cannot be combined with --strict-capacity");
   HYBRIDCACHE_EXPECTS(job.requests != nullptr && job.requests->size() > 0, hc::invalid_argument,
                       "replay: the trace holds no requests");
   HYBRIDCACHE_EXPECTS(!job.alpha || (*job.alpha >= 0 && std::isfinite(*job.alpha)), hc::invalid_argument,
@@ -206,6 +224,8 @@ replay_result run_replay(const replay_job& job) {
     m = run_with<pc::judicious_admission>(ctx, make_lru(job), {});
   } else if (job.policy == "lru") {
     m = run_with<last_token_admission>(ctx, make_lru(job), {});
+  } else if (job.reference_quirks) {  // vllm+ as the reference's block tree
+    m = run_block_tree_reference(ctx);
   } else {  // vllm+: a checkpoint every `vllm_block` tokens = vllm_block / tokens_per_id ids
     const std::int64_t ids = std::max<std::int64_t>(1, job.vllm_block / per_id);
     switch (ids) {

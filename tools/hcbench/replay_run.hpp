@@ -50,8 +50,10 @@ struct replay_job {
   /// false = lowest node id (O(log n) per victim; may pick a different tied leaf).
   bool reference_lru_ties = true;
   bool keep_per_request = false;            ///< fill metrics.skipped_per_request
-  /// marconi only: score with the reference's three defects (naive O(n) scorer), to
-  /// reproduce the reference simulator's V2/V3 rows; not for choosing a policy.
+  /// marconi: score with the reference's three defects (naive O(n) scorer), to reproduce
+  /// the reference simulator's V2/V3 rows. vllm+: replay on prefix::block_tree_reference
+  /// (the reference's block tree: fractional byte estimate, in-place partial blocks,
+  /// duplicated partly shared blocks) for its exact vLLM+ rows. Not for choosing a policy.
   bool reference_quirks = false;
 };
 
