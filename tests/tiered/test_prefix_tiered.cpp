@@ -11,6 +11,7 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -253,4 +254,80 @@ TEST_CASE("tiered_state_store: bad sizes are clear errors; a refused allocation 
   CHECK(s.used_bytes() == 0);
   CHECK(s.table().size() == 0);
   CHECK(s.counters().demoted_entries == 0);
+}
+
+namespace {
+
+// Random conversations over a small vocabulary: shared system prompts, branching turns and
+// edges split at many places, so splits, joins (FLOP-aware merges) and tombstones all occur.
+template <class Scorer>
+void random_two_tier(std::uint64_t seed, std::int64_t hbm, std::int64_t host) {
+  std::mt19937_64 rng(seed);
+  const std::int64_t kv = model().kv_bytes_per_token(), ck = model().ssm_checkpoint_bytes();
+  prefix::prefix_cache<cost_model, prefix::judicious_admission, Scorer, tiered::tiered_state_store<>> c(
+      model(), make_store(hbm, host), make_scorer<Scorer>());
+  std::vector<std::vector<token_id>> committed;
+  std::vector<std::vector<token_id>> roots;
+  for (int i = 0; i < 4; ++i) {
+    std::vector<token_id> r(static_cast<std::size_t>(20 + rng() % 200));
+    for (auto& t : r) t = static_cast<token_id>(rng() % 3);
+    roots.push_back(r);
+  }
+  std::int64_t host_hits = 0;
+  for (int step = 0; step < 300; ++step) {
+    std::vector<token_id> input;
+    if (!committed.empty() && rng() % 4 != 0) {  // continue or branch an earlier sequence
+      const auto& base = committed[rng() % committed.size()];
+      input.assign(base.begin(), base.begin() + static_cast<std::ptrdiff_t>(1 + rng() % base.size()));
+    } else {
+      input = roots[rng() % roots.size()];
+    }
+    const auto extra = 1 + rng() % 120;
+    for (std::size_t k = 0; k < extra; ++k) input.push_back(static_cast<token_id>(rng() % 3));
+    std::vector<token_id> seq = input;
+    const auto out = rng() % 40;
+    for (std::size_t k = 0; k < out; ++k) seq.push_back(static_cast<token_id>(rng() % 5));
+
+    auto m = c.match(input);
+    REQUIRE(m);
+    const auto h = c.store().lookup(input, *m);
+    REQUIRE(h.hbm_tokens == m->reusable_tokens);
+    if (h.host_tokens > 0) {
+      std::int64_t best = 0;
+      for (const auto& s : committed) best = std::max(best, common_prefix(s, input));
+      REQUIRE(h.reusable_tokens <= best);
+      REQUIRE(h.bytes_to_load <= (h.reusable_tokens - m->common_prefix > 0 ? h.reusable_tokens - m->common_prefix : 0) * kv + ck);
+      ++host_hits;
+    }
+    if (rng() % 10 == 0) {  // abandoned request: pins handed back, nothing committed
+      c.store().release_hit(h);
+      REQUIRE(c.release(*m));
+    } else {
+      auto cr = c.commit(seq, static_cast<std::int64_t>(input.size()), &*m);
+      REQUIRE(cr);
+      c.store().settle(c.tree(), seq, h);
+      std::vector<prefix::node_id> path;
+      const auto w = c.tree().walk(seq, path);
+      REQUIRE(c.store().host_kv_within(seq, w.common_prefix) == 0);
+      committed.push_back(std::move(seq));
+    }
+    const std::string bad = c.store().check_invariants(c.tree());
+    REQUIRE_MESSAGE(bad.empty(), bad);
+    REQUIRE(c.store().table().usage(tiered::hbm_tier).used_bytes <= hbm);
+  }
+  const auto& k = c.store().counters();
+  MESSAGE("seed " << seed << ": host hits " << host_hits << ", demoted " << k.demoted_entries << ", promoted "
+                  << k.promoted_entries << ", dropped " << k.dropped_entries);
+  CHECK(k.demoted_entries > 0);
+}
+
+}  // namespace
+
+TEST_CASE_TEMPLATE("tiered_state_store: random branching conversations keep every invariant", Scorer,
+                   prefix::lru_scorer, prefix::flop_aware_scorer) {
+  const std::int64_t kv = model().kv_bytes_per_token(), ck = model().ssm_checkpoint_bytes();
+  for (std::uint64_t seed : {1u, 2u, 3u}) {
+    // HBM a few sequences; host from "holds almost nothing" to "holds a lot".
+    random_two_tier<Scorer>(seed, 400 * kv + 4 * ck, (seed == 1 ? 1 : 20) * (200 * kv + 2 * ck));
+  }
 }
