@@ -331,3 +331,50 @@ TEST_CASE_TEMPLATE("tiered_state_store: random branching conversations keep ever
     random_two_tier<Scorer>(seed, 400 * kv + 4 * ck, (seed == 1 ? 1 : 20) * (200 * kv + 2 * ck));
   }
 }
+
+TEST_CASE("tiered_state_store: a looked-up host entry is pinned, so demotions during commit cannot drop it") {
+  const std::int64_t kv = model().kv_bytes_per_token(), ck = model().ssm_checkpoint_bytes();
+  const std::int64_t hbm = 1000 * kv + 3 * ck;
+  // The host tier holds exactly one demoted 1,000-token sequence (KV + at most two checkpoints).
+  prefix::prefix_cache<cost_model, prefix::judicious_admission, prefix::lru_scorer, tiered::tiered_state_store<>> c(
+      model(), make_store(hbm, 1000 * kv + 2 * ck), prefix::lru_scorer{});
+  std::vector<token_id> a(1000), b(1000);
+  for (int i = 0; i < 1000; ++i) a[static_cast<std::size_t>(i)] = 11 + 5 * i, b[static_cast<std::size_t>(i)] = 200000 + i;
+  auto step = [&](const std::vector<token_id>& seq, std::int64_t input) {
+    const std::span<const token_id> in(seq.data(), static_cast<std::size_t>(input));
+    auto m = c.match(in);
+    REQUIRE(m);
+    const auto h = c.store().lookup(in, *m);
+    REQUIRE(c.commit(seq, input, &*m));
+    c.store().settle(c.tree(), seq, h);
+    const std::string bad = c.store().check_invariants(c.tree());
+    REQUIRE_MESSAGE(bad.empty(), bad);
+    return h;
+  };
+  step(a, 900);
+  step(b, 900);  // a -> host (fills it)
+  REQUIRE(c.store().counters().dropped_entries == 0);
+  const auto host_before = c.store().host_entries();
+  REQUIRE(host_before > 0);
+  std::vector<token_id> a2 = a;
+  a2.push_back(3);
+  const auto h = step(a2, 1000);  // commit evicts b -> host is full of a's pinned entries -> b dropped
+  CHECK(h.host_tokens == 1000);
+  CHECK(c.store().counters().dropped_entries > 0);  // b's state, not a's
+  CHECK(c.store().counters().promoted_entries >= 1);  // a's KV is in HBM again, not twice
+  // a's checkpoint at 1,000 is still in the host tier (HBM now checkpoints a2 at 1,001), so
+  // a's own prompt hits HBM KV + that host checkpoint: a checkpoint-only load.
+  const std::span<const token_id> in(a.data(), 1000);
+  auto m = c.match(in);
+  REQUIRE(m);
+  const auto again = c.store().lookup(in, *m);
+  CHECK(m->common_prefix == 1000);
+  CHECK(again.reusable_tokens == 1000);
+  CHECK(again.host_checkpoint);
+  CHECK(again.kv_entries == 0);
+  CHECK(again.bytes_to_load == ck);
+  c.store().release_hit(again);
+  REQUIRE(c.release(*m));
+  const std::string bad = c.store().check_invariants(c.tree());
+  CHECK_MESSAGE(bad.empty(), bad);
+}

@@ -190,7 +190,16 @@ class tiered_state_store {
     const meta bm = meta_.at(back.id);
     erase_entry(back.id);
     auto r = reinsert(front.id, front.tokens + back.tokens);
-    if (!r) return unexpected(r.error());
+    if (!r) {  // only bad_alloc can get here (pages divide exactly): put `back` back
+      try {
+        if (store_->insert(back.id, bytes_of(bm), hbm_tier)) {
+          meta_.emplace(back.id, bm);
+          used_ += bytes_of(bm);
+        }
+      } catch (...) {
+      }
+      return unexpected(r.error());
+    }
     meta& fm = meta_.at(front.id);
     fm.key = bm.key;
     fm.end = bm.end;
