@@ -4,8 +4,12 @@
 // checked against the reference run side by side (docs/replay.md).
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cstdint>
+#include <memory>
 #include <numeric>
+#include <random>
+#include <string>
 #include <vector>
 
 #include "hybridcache/core/presets.hpp"
@@ -54,6 +58,189 @@ std::uint64_t row_hash(const std::vector<std::int64_t>& row) {
       h *= 1099511628211ull;
     }
   return h;
+}
+
+// A naive model of the same rules, written the obvious way: owning pointers, recursion,
+// sizes recomputed by traversal, a fresh leaf list per eviction round. The CPython heapq
+// order is spelled out once more (heapify = sift every inner position from the last).
+class naive_block_tree {
+ public:
+  naive_block_tree(std::int64_t block, std::int64_t capacity, std::int64_t state_bytes)
+      : block_(block), capacity_(capacity), state_(state_bytes) {}
+
+  std::int64_t match(const tokens& in) {
+    ++clock_;
+    std::int64_t nodes = 0;
+    return lookup(root_.get(), in, 0, nodes);
+  }
+
+  void insert(const tokens& seq) {
+    clock_ += 2;
+    std::int64_t nodes = 0;
+    lookup(root_.get(), seq, 0, nodes);
+    const auto extra = static_cast<std::int64_t>(seq.size()) - block_ * (nodes + 1);
+    // layers = 2, state per layer = state_ / 2, KV 1 B per id (small_tree's sizes).
+    const double estimate = static_cast<double>(extra) / static_cast<double>(block_) * 2.0 *
+                                static_cast<double>(state_ / 2) + static_cast<double>(extra);
+    const double after = static_cast<double>(bytes(root_.get())) + estimate;
+    if (after > static_cast<double>(capacity_)) evict(after - static_cast<double>(capacity_));
+    store(root_.get(), seq, 0);
+  }
+
+  std::int64_t used() const { return bytes(root_.get()); }
+
+  // Keys, last access and child order of every node, depth first.
+  std::string dump() const { return dump(root_.get()); }
+
+ private:
+  struct node {
+    tokens key;
+    node* parent = nullptr;
+    std::vector<std::unique_ptr<node>> kids;
+    std::uint64_t ts = 0;
+  };
+
+  static std::int64_t agree(const tokens& key, const tokens& s, std::size_t from) {
+    std::int64_t i = 0;
+    while (static_cast<std::size_t>(i) < key.size() && from + static_cast<std::size_t>(i) < s.size() &&
+           key[static_cast<std::size_t>(i)] == s[from + static_cast<std::size_t>(i)])
+      ++i;
+    return i;
+  }
+
+  std::int64_t lookup(node* n, const tokens& s, std::size_t from, std::int64_t& nodes) {
+    n->ts = clock_;
+    std::int64_t best = 0;
+    for (auto& k : n->kids) best = std::max(best, agree(k->key, s, from));
+    if (best == block_) {
+      for (auto& k : n->kids)
+        if (agree(k->key, s, from) == best) {
+          ++nodes;
+          return best + lookup(k.get(), s, from + static_cast<std::size_t>(best), nodes);
+        }
+    }
+    if (best > 0)
+      for (auto& k : n->kids)
+        if (agree(k->key, s, from) == static_cast<std::int64_t>(k->key.size())) {
+          ++nodes;
+          return static_cast<std::int64_t>(k->key.size());
+        }
+    return 0;
+  }
+
+  void store(node* n, const tokens& s, std::size_t from) {
+    n->ts = clock_;
+    std::int64_t best = 0;
+    for (auto& k : n->kids) best = std::max(best, agree(k->key, s, from));
+    for (auto& k : n->kids)
+      if (agree(k->key, s, from) == static_cast<std::int64_t>(k->key.size()) &&
+          static_cast<std::int64_t>(k->key.size()) == best)
+        return store(k.get(), s, from + k->key.size());
+    if (from >= s.size()) return;
+    const auto rest = s.size() - from;
+    if (n == root_.get() || static_cast<std::int64_t>(n->key.size()) == block_) {
+      auto k = std::make_unique<node>();
+      k->key.assign(s.begin() + static_cast<std::ptrdiff_t>(from),
+                    s.begin() + static_cast<std::ptrdiff_t>(from + std::min<std::size_t>(rest, static_cast<std::size_t>(block_))));
+      k->parent = n;
+      k->ts = clock_;
+      node* raw = k.get();
+      n->kids.push_back(std::move(k));
+      return store(raw, s, from + raw->key.size());
+    }
+    const auto take = std::min<std::size_t>(rest, static_cast<std::size_t>(block_) - n->key.size());
+    n->key.insert(n->key.end(), s.begin() + static_cast<std::ptrdiff_t>(from),
+                  s.begin() + static_cast<std::ptrdiff_t>(from + take));
+    auto& sib = n->parent->kids;
+    auto it = std::find_if(sib.begin(), sib.end(), [n](const auto& p) { return p.get() == n; });
+    auto self = std::move(*it);
+    sib.erase(it);
+    sib.push_back(std::move(self));
+    store(n, s, from + take);
+  }
+
+  std::int64_t bytes(const node* n) const {
+    std::int64_t b = n == root_.get() ? 0 : state_ + static_cast<std::int64_t>(n->key.size());
+    for (const auto& k : n->kids) b += bytes(k.get());
+    return b;
+  }
+
+  void leaves(node* n, std::vector<node*>& out) {
+    if (n->kids.empty()) out.push_back(n);
+    for (auto& k : n->kids) leaves(k.get(), out);
+  }
+
+  // CPython heapq on `h`, ordered by ts only.
+  static void sift_toward_root(std::vector<node*>& h, std::size_t start, std::size_t pos) {
+    node* item = h[pos];
+    while (pos > start) {
+      const std::size_t up = (pos - 1) / 2;
+      if (item->ts < h[up]->ts) {
+        h[pos] = h[up];
+        pos = up;
+      } else {
+        break;
+      }
+    }
+    h[pos] = item;
+  }
+  static void sift_to_leaf(std::vector<node*>& h, std::size_t pos) {
+    const std::size_t start = pos;
+    node* item = h[pos];
+    for (std::size_t c = 2 * pos + 1; c < h.size(); c = 2 * pos + 1) {
+      if (c + 1 < h.size() && !(h[c]->ts < h[c + 1]->ts)) ++c;
+      h[pos] = h[c];
+      pos = c;
+    }
+    h[pos] = item;
+    sift_toward_root(h, start, pos);
+  }
+
+  void evict(double need) {
+    ++clock_;
+    std::vector<node*> h;
+    leaves(root_.get(), h);
+    for (std::size_t i = h.size() / 2; i > 0; --i) sift_to_leaf(h, i - 1);
+    std::int64_t freed = 0;
+    while (static_cast<double>(freed) < need && !h.empty()) {
+      node* v = h.front();
+      h.front() = h.back();
+      h.pop_back();
+      if (!h.empty()) sift_to_leaf(h, 0);
+      if (v == root_.get()) break;
+      freed += state_ + static_cast<std::int64_t>(v->key.size());
+      node* parent = v->parent;
+      auto& sib = parent->kids;
+      sib.erase(std::find_if(sib.begin(), sib.end(), [v](const auto& p) { return p.get() == v; }));
+      if (sib.empty()) {
+        h.push_back(parent);
+        sift_toward_root(h, 0, h.size() - 1);
+      }
+    }
+  }
+
+  std::string dump(const node* n) const {
+    std::string out = "(" + std::to_string(n->ts) + ":";
+    for (token_id t : n->key) out += std::to_string(t) + ",";
+    for (const auto& k : n->kids) out += dump(k.get());
+    return out + ")";
+  }
+
+  std::int64_t block_, capacity_, state_;
+  std::uint64_t clock_ = 0;
+  std::unique_ptr<node> root_ = std::make_unique<node>();
+};
+
+void leaf_stamps(const block_tree_reference& t, node_id n, std::vector<time_point>& out) {
+  if (t.children(n).empty()) out.push_back(t.last_access(n));
+  for (node_id k : t.children(n)) leaf_stamps(t, k, out);
+}
+
+std::string dump(const block_tree_reference& t, node_id n) {
+  std::string out = "(" + std::to_string(t.last_access(n)) + ":";
+  for (token_id x : t.tokens(n)) out += std::to_string(x) + ",";
+  for (node_id k : t.children(n)) out += dump(t, k);
+  return out + ")";
 }
 
 }  // namespace
@@ -154,6 +341,54 @@ TEST_CASE("block tree: bad input throws and leaves the tree unchanged") {
   CHECK(t.used_bytes() == before);
   CHECK(t.now() == ticks);
   CHECK(t.stored_ids() == 3);
+}
+
+TEST_CASE("block tree: 2000 random sequences of lookups and inserts agree with the naive model") {
+  std::mt19937_64 rng(20261122);
+  std::int64_t evicted = 0, rounds_with_eviction = 0, hits = 0;
+  for (int round = 0; round < 2000; ++round) {
+    const std::int64_t block = 1 + static_cast<std::int64_t>(rng() % 5);
+    const std::int64_t capacity = static_cast<std::int64_t>(rng() % 400);
+    CAPTURE(round);
+    CAPTURE(block);
+    CAPTURE(capacity);
+    auto t = small_tree(capacity, block);
+    naive_block_tree naive(block, capacity, 10);
+    // A few base sequences over a 3-token alphabet, so prefixes are shared, partly shared
+    // and extended all the time.
+    std::vector<tokens> bases(3);
+    for (auto& b : bases)
+      for (int i = 0; i < 24; ++i) b.push_back(static_cast<token_id>(1 + rng() % 3));
+    const int ops = 4 + static_cast<int>(rng() % 40);
+    for (int op = 0; op < ops; ++op) {
+      tokens s;
+      const auto& base = bases[rng() % bases.size()];
+      s.assign(base.begin(), base.begin() + static_cast<std::ptrdiff_t>(rng() % (base.size() + 1)));
+      for (std::uint64_t tail = rng() % 6; tail > 0; --tail) s.push_back(static_cast<token_id>(1 + rng() % 3));
+      if (rng() % 2 == 0) {
+        REQUIRE(t.match(s).reusable_tokens == naive.match(s));
+      } else {
+        t.insert(s);
+        naive.insert(s);
+        REQUIRE(t.used_bytes() == naive.used());
+        REQUIRE(dump(t, t.root()) == naive.dump());  // structure, child order, last accesses
+        // Every tick stamps one root path, so no two leaves share a last access: eviction
+        // never meets a tie, and the heapq order is fixed by the stamps alone.
+        std::vector<time_point> stamps;
+        leaf_stamps(t, t.root(), stamps);
+        std::sort(stamps.begin(), stamps.end());
+        REQUIRE(std::adjacent_find(stamps.begin(), stamps.end()) == stamps.end());
+      }
+    }
+    CHECK(dump(t, t.root()) == naive.dump());
+    evicted += t.counters().checkpoints_evicted;
+    rounds_with_eviction += t.counters().evictions > 0 ? 1 : 0;
+    hits += t.counters().hits;
+  }
+  // The sequences exercise eviction and hits, not just inserts into an empty tree.
+  CHECK(rounds_with_eviction > 1000);
+  CHECK(evicted > 10'000);
+  CHECK(hits > 10'000);
 }
 
 TEST_CASE("block tree on the fixture (chat, seed 7, 12 sessions, 5e8 B) reproduces the reference vLLM+ row") {

@@ -40,6 +40,9 @@
 //    them), pop victims (each frees one SSM state plus its tokens' KV) until the freed bytes
 //    reach the request; a parent whose last child goes is pushed; popping the root ends
 //    the round.
+//    Every tick stamps a single root path, so two leaves never share a last access: the
+//    heapq order reduces to ascending last access (the tests check the distinct stamps); we
+//    keep the reference's round structure anyway, as the model of record.
 //  - Bytes: every non-root node holds one SSM state plus KV for its tokens.
 //
 // Costs: match and insert O(depth · children · block); an eviction round O(n) (the leaf
