@@ -177,6 +177,20 @@ BENCHMARK(bm_replay_capacity_sweep)
     ->Iterations(1)
     ->Unit(benchmark::kMillisecond);
 
+// The same sweep with CaR's cache-aware queue (and the deadline prefetch when there is a host
+// tier): args = HBM GiB, host multiple, spread, arrival-time scale x10.
+static void bm_replay_capacity_sweep_car(benchmark::State& s) {
+  std::string spec = "hbm=" + std::to_string(s.range(0)) + "GiB";
+  if (s.range(1) > 0) spec += ",host=" + std::to_string(s.range(0) * s.range(1)) + "GiB";
+  replay(s, spec.c_str(), scheduler_kind::car, s.range(1) > 0 ? prefetch_kind::deadline : prefetch_kind::none,
+         sparsify_kind::off, static_cast<double>(s.range(2)), true, 50.0, "jamba_1_5_mini", demotion_kind::automatic,
+         static_cast<double>(s.range(3)) / 10.0);
+}
+BENCHMARK(bm_replay_capacity_sweep_car)
+    ->ArgsProduct({{32, 64, 96, 128}, {0, 4}, {0, 1}, {40}})
+    ->Iterations(1)
+    ->Unit(benchmark::kMillisecond);
+
 // Link-bandwidth sweep (GB/s = range(0) / 10): where reloading stops paying, the replay
 // recomputes instead and says how often.
 static void bm_replay_link_sweep(benchmark::State& s) {
