@@ -43,7 +43,8 @@
 //
 // Costs (d = nodes on the path, |s| = sequence length, k = pages of an entry):
 //   allocate/free/split/join   O(k + log n) (tiered_store insert/move/erase), noexcept
-//   lookup                     O(|s|) hashing + O(|s|) hash probes (allocation-free after warm-up)
+//   lookup                     O(|s|) hashing + O(|s|) hash probes (none while the host tier is
+//                              empty); allocation-free after warm-up
 //   settle                     O(|s| + d (k + log n))
 // Thread safety: none beyond the prefix cache's lock (call `lookup`/`settle` under the same
 // serialisation as the cache's `match`/`commit`).
@@ -233,6 +234,7 @@ class tiered_state_store {
     release_pins();
     tiered_hit h;
     h.hbm_tokens = h.reusable_tokens = m.reusable_tokens;
+    if (host_kv_.empty() && host_ckpt_.empty()) return h;  // nothing demoted: no hashing
     const auto n = static_cast<std::int64_t>(input.size());
     hash_prefixes(input);
     // KV reach: [0, common_prefix) is in HBM; extend with host extents that start inside it.
