@@ -143,7 +143,8 @@ const bool registered = hcbench::register_command(
                     "(default: insert it anyway, as the Marconi reference does)");
        sub.add_flag("--reference-quirks", o.reference_quirks,
                     "marconi: reproduce the reference simulator's scoring defects (MLP term, whole-prefix KV "
-                    "bytes, leaf byte accounting) to match its rows; for validation only");
+                    "bytes, leaf byte accounting); vllm+: replay on the reference's block tree; both to match "
+                    "its rows exactly, for validation only");
        sub.add_option("--per-request", o.per_request,
                       "write request,input_tokens,skipped_tokens per request (replay order) to this CSV file");
        sub.add_option("--lru-ties", o.lru_ties,
