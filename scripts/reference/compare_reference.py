@@ -5,7 +5,7 @@ capacities. Prints a Markdown table of token hit rates and replay-loop times (me
 run in CI.
 
     PYTHONPATH=/tmp/marconi-ref/stubs /usr/bin/python3 scripts/reference/compare_reference.py \
-        --marconi-dir /tmp/marconi-ref/marconi --hcbench build/rel/tools/hcbench \
+        --marconi-dir /tmp/marconi-ref/marconi --hcbench build/release/tools/hcbench \
         --trace /tmp/marconi-ref/traces/chat_s1_100.jsonl --capacities 5e9 --repeat 3
 
 Reference policies: sglang+ = RadixCache V1, vllm+ = vLLM+ tree (32-token blocks),
