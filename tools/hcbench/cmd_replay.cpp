@@ -49,21 +49,6 @@ struct replay_cli {
   hcbench::tiered_cli tiered;
 };
 
-/// Parses --alpha: "auto" (nullopt) or a number >= 0.
-std::optional<double> parse_alpha(const std::string& s) {
-  if (s == "auto") return std::nullopt;
-  std::size_t used = 0;
-  double v = -1;
-  try {
-    v = std::stod(s, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  if (used != s.size() || !(v >= 0) || !std::isfinite(v))
-    throw hybridcache::invalid_argument("--alpha '" + s + "': expected 'auto' or a number >= 0");
-  return v;
-}
-
 void run(const replay_cli& o) {
   using namespace hcbench;
   if (!o.tiered.tiers.empty()) {

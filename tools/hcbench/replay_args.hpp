@@ -12,6 +12,8 @@
 #include <cmath>
 #include <cstdio>
 #include <limits>
+#include <optional>
+#include <stdexcept>
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -89,6 +91,22 @@ inline std::string_view trim(std::string_view s) {
   const double whole = std::round(bytes);
   if (std::fabs(bytes - whole) > 1e-6 * std::max(1.0, whole)) throw bad("not a whole number of bytes");
   return static_cast<std::int64_t>(whole);
+}
+
+/// Parses --alpha: "auto" (nullopt: tuned online) or a number >= 0.
+/// @throws hybridcache::invalid_argument otherwise.
+[[nodiscard]] inline std::optional<double> parse_alpha(const std::string& s) {
+  if (s == "auto") return std::nullopt;
+  std::size_t used = 0;
+  double v = -1;
+  try {
+    v = std::stod(s, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used != s.size() || !(v >= 0) || !std::isfinite(v))
+    throw hybridcache::invalid_argument("--alpha '" + s + "': expected 'auto' or a number >= 0");
+  return v;
 }
 
 /// Parses --lru-ties: "reference" -> true, "node-id" -> false.
