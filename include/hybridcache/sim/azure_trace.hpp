@@ -96,12 +96,10 @@ class azure_reader {
   /// Reads the next row into `r`; false at the end of the file.
   bool next(request& r) {
     std::string_view line;
-    do {
-      if (!lines_.next(line)) {
-        if (!have_header_) throw format_error(lines_.line_number(), "", "empty file: expected a header TIMESTAMP,ContextTokens,GeneratedTokens");
-        return false;
-      }
-    } while (line.find_first_not_of(" \t\r") == std::string_view::npos);
+    if (!lines_.next_nonblank(line)) {
+      if (!have_header_) throw format_error(lines_.line_number(), "", "empty file: expected a header TIMESTAMP,ContextTokens,GeneratedTokens");
+      return false;
+    }
     if (!have_header_) {
       read_header(line);
       return next(r);

@@ -61,6 +61,15 @@ class line_reader {
     }
   }
 
+  /// Like `next`, but skips lines that are empty or only blanks (spaces, tabs, '\r'), which
+  /// every trace format ignores. Line numbers still count the skipped lines.
+  bool next_nonblank(std::string_view& line) {
+    do {
+      if (!next(line)) return false;
+    } while (line.find_first_not_of(" \t\r") == std::string_view::npos);
+    return true;
+  }
+
   /// 1-based number of the line last returned (0 before the first).
   [[nodiscard]] std::int64_t line_number() const noexcept { return line_number_; }
 

@@ -49,9 +49,7 @@ class marconi_reader {
   /// Reads the next request into `r`; false at the end of the file.
   bool next(request& r) {
     std::string_view line;
-    do {
-      if (!lines_.next(line)) return false;
-    } while (line.find_first_not_of(" \t\r") == std::string_view::npos);
+    if (!lines_.next_nonblank(line)) return false;
     parse(line, lines_.line_number(), r);
     return true;
   }

@@ -154,12 +154,10 @@ class sharegpt_reader {
 
   void read_conversation() {
     std::string_view text;
-    do {
-      if (!lines_.next(text)) {
-        eof_ = true;
-        return;
-      }
-    } while (text.find_first_not_of(" \t\r") == std::string_view::npos);
+    if (!lines_.next_nonblank(text)) {
+      eof_ = true;
+      return;
+    }
     const std::int64_t line = lines_.line_number();
     const std::int64_t session = next_session_++;
     conversation c;
