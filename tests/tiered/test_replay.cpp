@@ -236,3 +236,90 @@ TEST_CASE("tiered replay: first 1,500 Mooncake requests through the sim reader")
   MESSAGE("mooncake[0:1500] jamba: 1 tier hit " << one.token_hit_rate() << " p50 " << one.ttft_p50_ms << " ms; 2 tiers hit "
                                                 << two.token_hit_rate() << " p50 " << two.ttft_p50_ms << " ms");
 }
+
+TEST_CASE("tiered replay: arrivals spread within their timestamp bin") {
+  // Timestamps sampled in 3 s bins: 3 requests at 0 s, 2 at 3 s, 1 at 9 s.
+  std::vector<sim::request> reqs{make(0, {1}, B), make(0, {2}, B), make(0, {3}, B),
+                                 make(3, {4}, B), make(3, {5}, B), make(9, {6}, B)};
+  tiered_replay_options o;
+  const auto raw = modelled_arrivals_ms(reqs, o);
+  CHECK(raw == std::vector<double>{0, 0, 0, 3000, 3000, 9000});
+  o.spread_equal_arrivals_s = 1.5;
+  o.arrival_time_scale = 2.0;
+  CHECK(modelled_arrivals_ms(reqs, o) == std::vector<double>{0, 1000, 2000, 6000, 7500, 18000});
+  o.arrival_time_scale = 1.0;
+  o.spread_to_next_arrival = true;  // up to the next distinct timestamp; the last bin: median gap (3 s)
+  CHECK(modelled_arrivals_ms(reqs, o) == std::vector<double>{0, 1000, 2000, 3000, 6000, 9000});
+  const std::vector<double> spread = modelled_arrivals_ms(reqs, o);
+  CHECK(std::is_sorted(spread.begin(), spread.end()));
+}
+
+namespace {
+// Reference: k FCFS servers, no cache (every request unique), service = prefill time of its
+// tokens; a request goes to the server that frees first. Returns the TTFTs.
+std::vector<double> naive_servers(const std::vector<sim::request>& reqs, std::size_t k) {
+  const linear_prefill_time p{};
+  std::vector<double> free_at(k, 0.0), ttft;
+  for (const auto& q : reqs) {
+    auto it = std::min_element(free_at.begin(), free_at.end());
+    const double start = std::max(*it, q.arrival_s * 1000.0);
+    *it = start + p.prefill_ms(q.input_tokens);
+    ttft.push_back(*it - q.arrival_s * 1000.0);
+  }
+  std::sort(ttft.begin(), ttft.end());
+  return ttft;
+}
+}  // namespace
+
+TEST_CASE("tiered replay: several prefill engines equal a naive k-server queue when nothing is shared") {
+  const cost_model m(presets::jamba_1_5_mini());
+  std::mt19937_64 rng(17);
+  for (int round = 0; round < 20; ++round) {
+    std::vector<sim::request> reqs;
+    double t = 0;
+    sim::token_id id = 0;
+    const int n = 30 + static_cast<int>(rng() % 40);
+    for (int k = 0; k < n; ++k) {
+      if (rng() % 3 == 0) t += static_cast<double>(rng() % 1000) / 1000.0;  // bursts of equal timestamps
+      const int blocks = 1 + static_cast<int>(rng() % 6);
+      std::vector<sim::token_id> ids;
+      for (int b = 0; b < blocks; ++b) ids.push_back(id++);
+      reqs.push_back(make(t, ids, blocks * B - static_cast<std::int64_t>(rng() % 300)));
+    }
+    const std::size_t engines = 1 + rng() % 5;
+    tiered_replay_options o;
+    o.tiers = parse_tiers("hbm=64GiB", o.page_bytes);
+    o.prefill_engines = engines;
+    const auto r = run_tiered_replay(reqs, m, o);
+    const auto ref = naive_servers(reqs, engines);
+    CAPTURE(round);
+    CAPTURE(engines);
+    CHECK(r.hbm_hit_tokens == 0);
+    CHECK(r.ttft_p50_ms == doctest::Approx(tiered::detail::percentile_of_sorted(ref, 50)).epsilon(1e-9));
+    CHECK(r.ttft_p95_ms == doctest::Approx(tiered::detail::percentile_of_sorted(ref, 95)).epsilon(1e-9));
+    double mean = 0;
+    for (double x : ref) mean += x;
+    CHECK(r.ttft_mean_ms == doctest::Approx(mean / static_cast<double>(ref.size())).epsilon(1e-9));
+  }
+  tiered_replay_options bad;
+  bad.tiers = parse_tiers("hbm=1GiB", bad.page_bytes);
+  bad.prefill_engines = 0;
+  CHECK_THROWS_AS((void)run_tiered_replay(std::vector<sim::request>{make(0, {1}, B)}, m, bad), invalid_argument);
+}
+
+TEST_CASE("tiered replay: a block another engine is still computing is not a hit") {
+  const cost_model m(presets::jamba_1_5_mini());
+  // A and B arrive together and share their first 4 blocks; C comes after both finished.
+  std::vector<sim::request> reqs{make(0, {0, 1, 2, 3, 10}, 5 * B), make(0, {0, 1, 2, 3, 20}, 5 * B),
+                                 make(60, {0, 1, 2, 3, 30}, 5 * B)};
+  tiered_replay_options o;
+  o.tiers = parse_tiers("hbm=8GiB,host=8GiB", o.page_bytes);
+  const auto one = run_tiered_replay(reqs, m, o);  // one engine: B waits for A, then hits
+  CHECK(one.hbm_hit_tokens == 8 * B);
+  o.prefill_engines = 2;  // B runs beside A: A's blocks are not published yet, B recomputes them
+  const auto two = run_tiered_replay(reqs, m, o);
+  CHECK(two.hbm_hit_tokens == 4 * B);  // only C hits
+  CHECK(two.ttft_mean_ms < one.ttft_mean_ms);
+  const linear_prefill_time p{};
+  CHECK(two.ttft_p95_ms == doctest::Approx(p.prefill_ms(5 * B)).epsilon(1e-9));  // nobody waited
+}

@@ -145,8 +145,11 @@ const bool registered = hcbench::register_command(
        sub.add_option("--demotion", o.tiered.demotion, "--tiers: auto | lru | car | flop (default auto)");
        sub.add_option("--arrival-scale", o.tiered.arrival_scale,
                       "--tiers: multiply inter-arrival times (default 1; > 1 unloads the modelled prefill engine)");
-       sub.add_option("--spread-arrivals", o.tiered.spread_arrivals_s,
-                      "--tiers: spread requests with equal timestamps over this many seconds (default 0)");
+       sub.add_option("--spread-arrivals", o.tiered.spread_arrivals,
+                      "--tiers: spread requests with equal timestamps over this many seconds, or 'next': up to "
+                      "the next distinct timestamp (the trace's sampling bin); default 0 (as recorded)");
+       sub.add_option("--prefill-engines", o.tiered.prefill_engines,
+                      "--tiers: prefill engines sharing the cache, each with its own link (default 1)");
        sub.add_option("--per-copy-us", o.tiered.per_copy_us, "--tiers: fixed cost of one copy call, us (default 6)");
        sub.callback([] { run(o); });
      }});

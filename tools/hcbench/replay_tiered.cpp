@@ -1,7 +1,9 @@
 // `hcbench replay --tiers ...`: see replay_tiered.hpp.
 #include "replay_tiered.hpp"
 
+#include <cmath>
 #include <cstdint>
+#include <exception>
 #include <cstdio>
 #include <filesystem>
 #include <string>
@@ -31,6 +33,19 @@ std::vector<hybridcache::sim::request> read_requests(const std::string& path, co
   return out;
 }
 
+double parse_spread_seconds(const std::string& s) {
+  std::size_t used = 0;
+  double v = -1.0;
+  try {
+    v = std::stod(s, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used != s.size() || !(v >= 0) || !std::isfinite(v))
+    throw hybridcache::invalid_argument("--spread-arrivals: '" + s + "' is neither a number of seconds >= 0 nor 'next'");
+  return v;
+}
+
 std::string tier_summary(const hybridcache::tiered::tiered_replay_options& o) {
   std::string s;
   for (const auto& t : o.tiers) {
@@ -51,10 +66,13 @@ void run_tiered_replay_command(const std::string& trace, const std::string& form
       tiered::make_tiered_replay_options(t.tiers, t.link_gbps, t.scheduler, t.prefetch, t.sparsify);
   multi.demotion = tiered::parse_demotion(t.demotion);
   if (!(t.arrival_scale > 0)) throw hybridcache::invalid_argument("--arrival-scale must be > 0");
-  if (!(t.spread_arrivals_s >= 0)) throw hybridcache::invalid_argument("--spread-arrivals must be >= 0");
   if (!(t.per_copy_us >= 0)) throw hybridcache::invalid_argument("--per-copy-us must be >= 0");
+  if (t.prefill_engines < 1 || t.prefill_engines > 4096)
+    throw hybridcache::invalid_argument("--prefill-engines must be in 1..4096");
   multi.arrival_time_scale = t.arrival_scale;
-  multi.spread_equal_arrivals_s = t.spread_arrivals_s;
+  if (t.spread_arrivals == "next") multi.spread_to_next_arrival = true;
+  else multi.spread_equal_arrivals_s = parse_spread_seconds(t.spread_arrivals);
+  multi.prefill_engines = static_cast<std::size_t>(t.prefill_engines);
   multi.per_copy_overhead_us = t.per_copy_us;
   tiered::tiered_replay_options single = multi;
   single.tiers.resize(1);  // HBM alone: parse_tiers puts it first
@@ -73,7 +91,9 @@ void run_tiered_replay_command(const std::string& trace, const std::string& form
         "\"bytes_offloaded\": %lld, \"bytes_saved_by_sparsify\": %lld, \"prefetches\": %lld, "
         "\"ttft_p50_ms\": %.3f, \"ttft_p95_ms\": %.3f, \"pipeline_hidden_fraction\": %.4f, "
         "\"load_hidden_fraction\": %.4f, \"utilization\": %.4f, \"single_tier_token_hit_rate\": %.6f, "
-        "\"single_tier_ttft_p50_ms\": %.3f, \"single_tier_ttft_p95_ms\": %.3f, \"ttft_p50_reduction\": %.4f}\n",
+        "\"single_tier_ttft_p50_ms\": %.3f, \"single_tier_ttft_p95_ms\": %.3f, \"ttft_p50_reduction\": %.4f, "
+        "\"service_p50_ms\": %.3f, \"single_tier_service_p50_ms\": %.3f, \"single_tier_utilization\": %.4f, "
+        "\"prefill_engines\": %lld, \"arrival_scale\": %.6g}\n",
         t.demotion.c_str(), tier_summary(multi).c_str(), model_name.c_str(), static_cast<long long>(r.requests),
         static_cast<long long>(r.input_tokens), static_cast<long long>(skipped), r.token_hit_rate(),
         static_cast<long long>(r.hbm_hit_tokens), static_cast<long long>(r.host_hit_tokens),
@@ -81,7 +101,8 @@ void run_tiered_replay_command(const std::string& trace, const std::string& form
         static_cast<long long>(r.bytes_loaded), static_cast<long long>(r.bytes_offloaded),
         static_cast<long long>(r.bytes_saved_by_sparsify), static_cast<long long>(r.prefetches), r.ttft_p50_ms,
         r.ttft_p95_ms, r.pipeline_hidden_fraction, r.load_hidden_fraction, r.utilization, b.token_hit_rate(),
-        b.ttft_p50_ms, b.ttft_p95_ms, cut);
+        b.ttft_p50_ms, b.ttft_p95_ms, cut, r.service_p50_ms, b.service_p50_ms, b.utilization,
+        static_cast<long long>(t.prefill_engines), t.arrival_scale);
     return;
   }
   std::printf("%-12s %10s %10s %14s %14s %12s %12s %10s\n", "tiers", "requests", "hit rate", "hbm hit tok",

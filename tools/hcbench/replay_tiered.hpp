@@ -21,7 +21,8 @@ struct tiered_cli {
   std::string sparsify = "off";      ///< --sparsify off|profile
   std::string demotion = "auto";     ///< --demotion auto|lru|car|flop
   double arrival_scale = 1.0;        ///< --arrival-scale: multiplies inter-arrival times
-  double spread_arrivals_s = 0.0;    ///< --spread-arrivals: spread equal timestamps over S seconds
+  std::string spread_arrivals = "0"; ///< --spread-arrivals: seconds to spread equal timestamps over, or "next"
+  std::int64_t prefill_engines = 1;  ///< --prefill-engines
   double per_copy_us = 6.0;          ///< --per-copy-us
 };
 

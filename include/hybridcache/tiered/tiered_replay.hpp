@@ -146,9 +146,21 @@ struct tiered_replay_options {
   double arrival_time_scale = 1.0;
   /// Requests with identical arrival times are spread evenly over this many seconds
   /// (before scaling): the k-th of n gets + k/n · spread. 0 = off. The Mooncake trace's
-  /// timestamps are whole seconds (1,180 distinct values for 12,031 requests), so with 0
-  /// every second's requests arrive in one burst and queue behind each other.
+  /// timestamps are milliseconds but sampled every ~3 s (1,180 distinct values for 12,031
+  /// requests, consecutive values 3,000 ± 3 ms apart), so with 0 each 3-second bin's
+  /// requests arrive in one burst and queue behind each other.
   double spread_equal_arrivals_s = 0.0;
+  /// Spread requests with identical arrival times evenly up to the next distinct arrival
+  /// time (the bin the trace's sampling put them in; the last bin uses the median bin width).
+  /// Takes precedence over `spread_equal_arrivals_s`.
+  bool spread_to_next_arrival = false;
+  /// Prefill engines the queue dispatches to (each runs one prefill at a time and has its
+  /// own onboard link). They share the tiered cache: the HBM tier is the prefill pool's
+  /// pooled HBM, as in a cluster whose router sends a request where its prefix is (the
+  /// Mooncake trace is one hour of a whole cluster's traffic). A block that a running
+  /// prefill is still computing is not a hit for a concurrent request (it recomputes it, as
+  /// SGLang's and vLLM's caches do: blocks are published when their prefill is done).
+  std::size_t prefill_engines = 1;
   /// Sparsity profile for `sparsify = profile`; empty = CaR's linear 60 % -> 95 %.
   sparsity_profile profile{};
   sparsify_options sparsify_opts{};
@@ -203,6 +215,35 @@ struct tiered_replay_result {
   }
 };
 
+/// The arrival times (ms) the replay uses: the trace's seconds, spread within runs of equal
+/// timestamps (`spread_equal_arrivals_s` or `spread_to_next_arrival`), times
+/// `arrival_time_scale`. Requests must be in arrival order. O(n log n).
+[[nodiscard]] inline std::vector<double> modelled_arrivals_ms(std::span<const sim::request> reqs,
+                                                              const tiered_replay_options& o) {
+  std::vector<double> out(reqs.size());
+  // Bin width for the last run in `spread_to_next_arrival` mode: the median gap.
+  double last_width = o.spread_equal_arrivals_s;
+  if (o.spread_to_next_arrival) {
+    std::vector<double> gaps;
+    for (std::size_t i = 1; i < reqs.size(); ++i)
+      if (reqs[i].arrival_s > reqs[i - 1].arrival_s) gaps.push_back(reqs[i].arrival_s - reqs[i - 1].arrival_s);
+    std::sort(gaps.begin(), gaps.end());
+    last_width = gaps.empty() ? 0.0 : gaps[gaps.size() / 2];
+  }
+  for (std::size_t i = 0; i < reqs.size();) {
+    std::size_t j = i;
+    while (j < reqs.size() && reqs[j].arrival_s == reqs[i].arrival_s) ++j;
+    double width = o.spread_equal_arrivals_s;
+    if (o.spread_to_next_arrival) width = j < reqs.size() ? std::max(0.0, reqs[j].arrival_s - reqs[i].arrival_s) : last_width;
+    for (std::size_t k = i; k < j; ++k) {
+      const double off = width * static_cast<double>(k - i) / static_cast<double>(j - i);
+      out[k] = (reqs[k].arrival_s + off) * 1000.0 * o.arrival_time_scale;
+    }
+    i = j;
+  }
+  return out;
+}
+
 namespace detail {
 
 inline double percentile_of_sorted(const std::vector<double>& v, double q) {
@@ -231,6 +272,7 @@ class tiered_replayer {
     HYBRIDCACHE_EXPECTS(o.block_tokens >= 1, invalid_argument, "tiered replay: block_tokens must be >= 1");
     HYBRIDCACHE_EXPECTS(o.prefetch_depth >= 1, invalid_argument, "tiered replay: prefetch_depth must be >= 1");
     HYBRIDCACHE_EXPECTS(o.spread_equal_arrivals_s >= 0, invalid_argument, "tiered replay: spread_equal_arrivals_s must be >= 0");
+    HYBRIDCACHE_EXPECTS(o.prefill_engines >= 1, invalid_argument, "tiered replay: prefill_engines must be >= 1");
     o.marks.validate();
     for (const auto k : model.spec().layers)
       if (k != layer_kind::mlp) mixers_.push_back(k);
@@ -252,23 +294,28 @@ class tiered_replayer {
     r.arrival_time_scale = o_.arrival_time_scale;
     std::vector<double> ttft, service;
     ttft.reserve(reqs.size());
-    double gpu_free = 0.0, busy = 0.0, first_arrival = reqs.empty() ? 0.0 : arrival_ms(0);
+    engine_free_.assign(o_.prefill_engines, 0.0);
+    link_free_.assign(o_.prefill_engines, 0.0);
+    double busy = 0.0, last_finish = 0.0, last_dispatch = 0.0, first_arrival = reqs.empty() ? 0.0 : arrival_ms(0);
     double demand_load = 0.0, demand_exposed = 0.0, all_load = 0.0, all_exposed = 0.0;
     std::size_t next_arrival = 0;
     std::deque<std::size_t> fcfs;
     while (next_arrival < reqs.size() || !fcfs.empty() || !queue_.empty()) {
-      // Admit everything that has arrived by the time the engine is free.
-      if (fcfs.empty() && queue_.empty() && next_arrival < reqs.size())
-        gpu_free = std::max(gpu_free, arrival_ms(next_arrival));
-      while (next_arrival < reqs.size() && arrival_ms(next_arrival) <= gpu_free) admit(reqs, next_arrival++, fcfs);
-      complete_until(gpu_free);
+      // The engine that frees first takes the next request; dispatch times never decrease.
+      const std::size_t e = earliest_engine();
+      double t0 = std::max(engine_free_[e], last_dispatch);  // idle engines are interchangeable
+      if (fcfs.empty() && queue_.empty() && next_arrival < reqs.size()) t0 = std::max(t0, arrival_ms(next_arrival));
+      // Admit everything that has arrived by then.
+      while (next_arrival < reqs.size() && arrival_ms(next_arrival) <= t0) admit(reqs, next_arrival++, fcfs);
+      complete_until(t0);
+      release_until(t0);
       const std::size_t i = pick(fcfs);
       const sim::request& q = reqs[i];
-      const double t0 = gpu_free;
+      last_dispatch = t0;
       score_request(q, car_score::dispatch);
 
       // --- match ---------------------------------------------------------------------
-      match_result mt = match(q);
+      match_result mt = match(q, t0);
       auto pf = prefetched_.find(i);
       if (pf != prefetched_.end() && mt.lower_tokens > 0) {
         // Some prefetched blocks left HBM again before dispatch: load what is missing on
@@ -286,7 +333,7 @@ class tiered_replayer {
         load_start = pf->second.start_ms;
       } else if (mt.lower_tokens > 0) {
         load_total = plan_load(mt);
-        load_start = std::max(t0, link_free_);
+        load_start = std::max(t0, link_free_[e]);
       }
       if (was_prefetched) layer_ms_ = pf->second.layer_ms;
       const auto compute = compute_layers(new_tokens);
@@ -305,7 +352,7 @@ class tiered_replayer {
       }
       if (!recompute && load_total > 0.0) {
         if (!was_prefetched) {
-          link_free_ = load_start + load_total;
+          link_free_[e] = load_start + load_total;
           demand_load += load_total;
           demand_exposed += pt.exposed_load_ms;
         }
@@ -321,22 +368,24 @@ class tiered_replayer {
       r.host_hit_tokens += recompute ? 0 : mt.lower_tokens + from_prefetch;
       if (was_prefetched) prefetched_.erase(pf);
       insert_new(q, mt);
-      unpin_all();
+      const double finish = pt.finish_ms;
+      hold_until(finish, recompute || load_total <= 0.0 ? finish : load_start + load_total);
       offload();
 
       r.requests += 1;
       r.input_tokens += q.input_tokens;
-      const double finish = pt.finish_ms;
       busy += finish - t0;
+      last_finish = std::max(last_finish, finish);
       ttft.push_back(finish - arrival_ms(i));
       service.push_back(finish - t0);
-      gpu_free = finish;
+      engine_free_[e] = finish;
       completions_.push({finish + o_.tpot_ms * static_cast<double>(q.output_tokens), i});
 
       // --- prefetch for the request that will be dispatched next ----------------------
       while (next_arrival < reqs.size() && arrival_ms(next_arrival) <= t0) admit(reqs, next_arrival++, fcfs);
-      maybe_prefetch(reqs, fcfs, next_arrival, t0, finish, r);
+      maybe_prefetch(reqs, fcfs, next_arrival, t0, r);
     }
+    release_until(std::numeric_limits<double>::infinity());
     // Requests still waiting for completion do not matter for TTFT.
     std::sort(ttft.begin(), ttft.end());
     std::sort(service.begin(), service.end());
@@ -348,8 +397,8 @@ class tiered_replayer {
     r.service_p50_ms = percentile_of_sorted(service, 50);
     r.pipeline_hidden_fraction = demand_load > 0 ? std::clamp(1.0 - demand_exposed / demand_load, 0.0, 1.0) : 1.0;
     r.load_hidden_fraction = all_load > 0 ? std::clamp(1.0 - all_exposed / all_load, 0.0, 1.0) : 1.0;
-    const double span = gpu_free - first_arrival;
-    r.utilization = span > 0 ? busy / span : 0.0;
+    const double span = last_finish - first_arrival;
+    r.utilization = span > 0 ? busy / (span * static_cast<double>(o_.prefill_engines)) : 0.0;
     r.bytes_offloaded = offloaded_;
     r.bytes_saved_by_sparsify = sparsify_saved_;
     r.dropped_blocks = dropped_;
@@ -379,17 +428,42 @@ class tiered_replayer {
   }
 
   double arrival_ms(std::size_t i) const { return arrivals_[i]; }
-  void spread_arrivals(std::span<const sim::request> reqs) {
-    arrivals_.resize(reqs.size());
-    for (std::size_t i = 0; i < reqs.size();) {
-      std::size_t j = i;
-      while (j < reqs.size() && reqs[j].arrival_s == reqs[i].arrival_s) ++j;
-      for (std::size_t k = i; k < j; ++k) {
-        const double off = o_.spread_equal_arrivals_s * static_cast<double>(k - i) / static_cast<double>(j - i);
-        arrivals_[k] = (reqs[k].arrival_s + off) * 1000.0 * o_.arrival_time_scale;
-      }
-      i = j;
+  void spread_arrivals(std::span<const sim::request> reqs) { arrivals_ = modelled_arrivals_ms(reqs, o_); }
+
+  std::size_t earliest_engine() const {
+    return static_cast<std::size_t>(std::min_element(engine_free_.begin(), engine_free_.end()) - engine_free_.begin());
+  }
+  // The blocks pinned for the request just dispatched stay pinned until its prefill is done.
+  // With several engines, the blocks it computes are unpublished (not hits for others)
+  // until then, and the blocks it loads until their load is done.
+  void hold_until(double finish, double loaded_at) {
+    if (o_.prefill_engines > 1) {
+      for (const auto id : computed_) ready_[id] = finish;
+      for (const auto id : loaded_) ready_[id] = std::min(loaded_at, finish);
     }
+    computed_.clear();
+    loaded_.clear();
+    running_.push_back({finish, std::move(pinned_)});
+    std::push_heap(running_.begin(), running_.end(), later_first{});
+    pinned_ = {};
+  }
+  void release_until(double t) {
+    while (!running_.empty() && running_.front().first <= t) {
+      std::pop_heap(running_.begin(), running_.end(), later_first{});
+      for (const auto id : running_.back().second) (void)store_.unpin(id);
+      running_.pop_back();
+    }
+  }
+  struct later_first {
+    bool operator()(const std::pair<double, std::vector<node_id>>& a,
+                    const std::pair<double, std::vector<node_id>>& b) const noexcept {
+      return a.first > b.first;
+    }
+  };
+  bool published(node_id id, double now) const {
+    if (o_.prefill_engines == 1) return true;
+    const auto it = ready_.find(id);
+    return it == ready_.end() || it->second <= now;
   }
 
   struct block_list {
@@ -443,7 +517,7 @@ class tiered_replayer {
       fcfs.push_back(i);
       return;
     }
-    const match_result mt = match(reqs[i]);
+    const match_result mt = match(reqs[i], arrival_ms(i));
     (void)queue_.push(i, classify(mt.hbm_tokens, mt.lower_tokens));
   }
 
@@ -479,13 +553,14 @@ class tiered_replayer {
     }
   }
 
-  match_result match(const sim::request& q) const {
+  // The longest run of leading blocks present in any tier and published by `now`.
+  match_result match(const sim::request& q, double now) const {
     match_result mt;
     bool hbm_run = true;
     const auto& bl = blocks_of(q);
     for (std::size_t b = 0; b < bl.ids.size(); ++b) {
       const auto loc = store_.locate(bl.ids[b]);
-      if (!loc) break;
+      if (!loc || !published(bl.ids[b], now)) break;
       const std::int64_t tok = bl.tokens[b];
       mt.blocks.emplace_back(bl.ids[b], loc->first);
       if (loc->first == hbm_tier) {
@@ -582,10 +657,6 @@ class tiered_replayer {
   void pin(node_id id) {
     if (store_.pin(id)) pinned_.push_back(id);
   }
-  void unpin_all() {
-    for (const auto id : pinned_) (void)store_.unpin(id);
-    pinned_.clear();
-  }
 
   // Pins the HBM hits, brings lower-tier hits into HBM (load or recompute) and pins them.
   void pin_and_promote(const sim::request& q, const match_result& mt, bool recompute, tiered_replay_result& r) {
@@ -601,8 +672,10 @@ class tiered_replayer {
         const std::int64_t full = row->bytes;
         (void)store_.erase(id);
         (void)store_.insert(id, full, hbm_tier);
+        computed_.push_back(id);
       } else {
         if (move_entry(store_, engine_, id, hbm_tier)) r.bytes_loaded += row->bytes;
+        loaded_.push_back(id);
       }
       pin(id);
     }
@@ -624,6 +697,7 @@ class tiered_replayer {
       const std::int64_t bytes = block_bytes(tok);
       if (!make_room(hbm_tier, bytes)) throw_oversized(q);
       if (!store_.insert(id, bytes, hbm_tier, {first, first + tok, m_.recurrent_layers() > 0})) throw_oversized(q);
+      computed_.push_back(id);
       pin(id);
     }
   }
@@ -654,8 +728,11 @@ class tiered_replayer {
   // predicted prefill times of the requests before it; the deadline rule starts its load
   // so that it lands then (CaR: the stable window gives the prefetcher its horizon).
   void maybe_prefetch(std::span<const sim::request> reqs, std::deque<std::size_t>& fcfs, std::size_t next_arrival,
-                      double now, double gpu_free, tiered_replay_result& r) {
+                      double now, tiered_replay_result& r) {
     if (o_.prefetch == prefetch_kind::none) return;
+    // The next dispatch goes to the engine that frees first; its link carries the prefetch.
+    const std::size_t e = earliest_engine();
+    const double gpu_free = engine_free_[e];
     candidates_.clear();
     if (o_.scheduler == scheduler_kind::fcfs) {
       for (std::size_t k = 0; k < fcfs.size() && candidates_.size() < o_.prefetch_depth; ++k) candidates_.push_back(fcfs[k]);
@@ -671,19 +748,19 @@ class tiered_replayer {
     double dispatch_at = gpu_free;  // predicted dispatch time of the candidate
     for (const std::size_t c : candidates_) {
       const sim::request& q = reqs[c];
-      const match_result mt = match(q);
+      const match_result mt = match(q, dispatch_at);
       const double service = prefill_.prefill_ms(q.input_tokens - mt.hbm_tokens - mt.lower_tokens);
-      if (!prefetched_.count(c) && mt.lower_tokens > 0) prefetch_one(c, q, mt, now, dispatch_at, r);
-      dispatch_at += service;
+      if (!prefetched_.count(c) && mt.lower_tokens > 0) prefetch_one(c, q, mt, now, dispatch_at, e, r);
+      dispatch_at += service / static_cast<double>(o_.prefill_engines);
     }
   }
 
   void prefetch_one(std::size_t idx, const sim::request& q, const match_result& mt, double now, double dispatch_at,
-                    tiered_replay_result& r) {
+                    std::size_t engine, tiered_replay_result& r) {
     prefetch_record rec;
     rec.load_ms = plan_load(mt);
     rec.layer_ms = layer_ms_;
-    double start = std::max({now, arrival_ms(idx), link_free_});
+    double start = std::max({now, arrival_ms(idx), link_free_[engine]});
     if (o_.prefetch == prefetch_kind::threshold) {
       if (mt.lower_tokens < o_.threshold_tokens) return;
     } else {
@@ -713,7 +790,7 @@ class tiered_replayer {
     if (u.capacity_bytes - u.used_bytes + u.evictable_bytes < need + (u.capacity_bytes / 4)) return;  // keep headroom
     rec.start_ms = start;
     rec.lower_tokens = mt.lower_tokens;
-    link_free_ = start + rec.load_ms;
+    link_free_[engine] = start + rec.load_ms;
     for (const auto& [id, tier] : mt.blocks) {
       if (tier == hbm_tier) continue;
       const auto row = store_.find(id);
@@ -733,14 +810,16 @@ class tiered_replayer {
   std::vector<layer_kind> mixers_;
   std::vector<double> layer_ms_;
   sparsity_profile profile_;
-  std::vector<node_id> pinned_;
+  std::vector<node_id> pinned_, computed_, loaded_;  // of the request being dispatched
   std::span<const sim::request> all_;
   std::vector<block_list> blocks_;
   std::vector<double> arrivals_;
   std::unordered_map<std::size_t, prefetch_record> prefetched_;
   std::vector<std::size_t> candidates_;
   std::priority_queue<std::pair<double, std::size_t>, std::vector<std::pair<double, std::size_t>>, std::greater<>> completions_;
-  double link_free_ = 0.0;
+  std::vector<double> engine_free_, link_free_;  // per prefill engine
+  std::vector<std::pair<double, std::vector<node_id>>> running_;  // (finish, pinned blocks), min-heap
+  std::unordered_map<node_id, double> ready_;  // publication time of blocks (several engines)
   std::int64_t offloaded_ = 0, sparsify_saved_ = 0, dropped_ = 0, copies_ = 0;
 };
 
