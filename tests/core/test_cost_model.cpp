@@ -2,6 +2,9 @@
 // (saved) form, efficiencies, and the prefill-time models.
 #include <doctest/doctest.h>
 
+#include <cmath>
+#include <utility>
+
 #include <hybridcache/core/cost_model.hpp>
 #include <hybridcache/core/prefill_time.hpp>
 #include <hybridcache/core/presets.hpp>
@@ -88,4 +91,45 @@ TEST_CASE("prefill-time models") {
   const linear_prefill_time lin;
   CHECK(lin.prefill_ms(0) == 0.0);
   CHECK(lin.prefill_ms(1000) == doctest::Approx(17.81358 + 52.9644));
+}
+
+TEST_CASE("flop_prefill_time: the cost model's FLOPs over a throughput fitted to the Jamba line") {
+  const cost_model jamba(presets::jamba_1_5_mini());
+  const flop_prefill_time f(jamba);
+  const linear_prefill_time line{};
+  // The default throughput is the least-squares fit of Jamba's FLOPs to the 4xA100 line over
+  // its profiled lengths; recompute it here from the cost model.
+  long double ff = 0, fy = 0;
+  for (std::int64_t L = 50; L <= 31950; L += 50) {
+    const auto F = static_cast<long double>(jamba.prefill_flops(L));
+    ff += F * F;
+    fy += F * static_cast<long double>(line.per_token_ms * static_cast<double>(L));
+  }
+  CHECK(static_cast<double>(ff / fy) / 1e9 == doctest::Approx(flop_prefill_time::jamba_4xa100_tflops).epsilon(1e-6));
+  for (std::int64_t L = 512; L <= 31950; L += 512) {
+    CAPTURE(L);
+    CHECK(std::abs(f.prefill_ms(L) / line.prefill_ms(L) - 1.0) < 0.10);
+  }
+  CHECK(f.prefill_ms(0) == 0.0);
+  CHECK(f.prefill_ms(1000, 0) == 0.0);
+  CHECK(f.prefill_ms(5) == f.prefill_ms(0, 5));
+
+  // By hand for llama2_7b (32 attention + 32 MLP layers, D = 4096): new tokens n after a
+  // cached prefix p cost 32·(8nD² + 4((p+n)² − p²)D + 16nD²) FLOPs.
+  const cost_model llama(presets::llama2_7b());
+  const flop_prefill_time g(llama, 100.0, 5.0);  // 100 TFLOP/s, 5 ms fixed
+  const double D = 4096;
+  for (const auto& [p, n] : {std::pair<double, double>{0, 1000}, {8000, 300}, {30000, 2048}}) {
+    const double flops = 32 * (8 * n * D * D + 4 * ((p + n) * (p + n) - p * p) * D + 16 * n * D * D);
+    CHECK(g.prefill_ms(static_cast<std::int64_t>(p), static_cast<std::int64_t>(n)) ==
+          doctest::Approx(5.0 + flops / 1e11).epsilon(1e-12));
+  }
+  // A cached prefix makes new tokens dearer for attention, not for a pure recurrent model.
+  CHECK(g.prefill_ms(20000, 512) > g.prefill_ms(0, 512));
+  const flop_prefill_time ssm(cost_model(presets::mamba2_1b3_pure()));
+  CHECK(ssm.prefill_ms(20000, 512) == ssm.prefill_ms(0, 512));
+  CHECK(prefill_ms_after(line, 20000, 512) == line.prefill_ms(512));  // not prefix-aware: ignored
+  CHECK(prefill_ms_after(g, 20000, 512) == g.prefill_ms(20000, 512));
+  CHECK_THROWS_AS(flop_prefill_time(llama, 0.0), invalid_argument);
+  CHECK_THROWS_AS(flop_prefill_time(llama, 100.0, -1.0), invalid_argument);
 }

@@ -323,3 +323,57 @@ TEST_CASE("tiered replay: a block another engine is still computing is not a hit
   const linear_prefill_time p{};
   CHECK(two.ttft_p95_ms == doctest::Approx(p.prefill_ms(5 * B)).epsilon(1e-9));  // nobody waited
 }
+
+TEST_CASE("tiered replay: a host hit is loaded up to the best block and recomputed after it") {
+  // llama2_7b (KV-heavy: 268 MB per 512-token block) on a 5 GB/s link: loading a block takes
+  // ~54 ms, prefilling it ~25 ms. A fills blocks 0-3; fillers push them to the host tier;
+  // C = A's 4 blocks + 1 new one arrives on an idle engine. Reference: every resume point s
+  // (load blocks [0, s), prefill the rest) through an explicit per-layer timeline.
+  const cost_model m(presets::llama2_7b());
+  const flop_prefill_time prefill(m);
+  const std::int64_t blk = m.kv_bytes(B);
+  std::vector<sim::request> reqs{make(0, {0, 1, 2, 3}, 4 * B)};
+  for (int k = 0; k < 8; ++k) reqs.push_back(make(10 + 10 * k, {100 + k}, B));
+  reqs.push_back(make(200, {0, 1, 2, 3, 50}, 5 * B));
+  tiered_replay_options o;
+  o.page_bytes = 1 << 20;
+  o.per_copy_overhead_us = 0.0;
+  o.link_gbps = 5.0;
+  o.tiers = {{.kind = tier_kind::hbm, .capacity_bytes = 6 * ((blk + (1 << 20) - 1) >> 20 << 20)},
+             {.kind = tier_kind::host, .capacity_bytes = std::int64_t{1} << 34}};
+  auto finish_at = [&](std::int64_t s) {  // C's prefill time when resuming after block s
+    const double load_l = static_cast<double>(s * blk) / 32.0 / 5e6;  // bytes per ms at 5 GB/s
+    const double compute_l = prefill.prefill_ms(s * B, (5 - s) * B) / 32.0;
+    double ready = 0, end = 0;
+    for (int l = 0; l < 32; ++l) {
+      ready += load_l;
+      end = std::max(end, ready) + compute_l;
+    }
+    return end;
+  };
+  double best = finish_at(0);
+  std::int64_t best_s = 0;
+  for (std::int64_t s = 1; s <= 4; ++s)
+    if (finish_at(s) <= best) best = finish_at(s), best_s = s;
+  REQUIRE(best_s > 0);
+  REQUIRE(best_s < 4);  // the split is strictly better than both all-or-nothing choices here
+  REQUIRE(best < std::min(finish_at(0), finish_at(4)));
+  double others = prefill.prefill_ms(4 * B);
+  for (int k = 0; k < 8; ++k) others += prefill.prefill_ms(B);
+  const auto split = run_tiered_replay(reqs, m, o, prefill);
+  CHECK(split.requests == 10);
+  CHECK(split.ttft_mean_ms * 10 - others == doctest::Approx(best).epsilon(1e-9));
+  CHECK(split.host_hit_tokens == best_s * B);
+  CHECK(split.recompute_instead_of_reload == 1);
+  CHECK(split.split_load_recompute == 1);
+  CHECK(split.recomputed_hit_tokens == (4 - best_s) * B);
+  CHECK(split.bytes_loaded == best_s * blk);
+  o.split_load_recompute = false;  // all or nothing
+  const auto whole = run_tiered_replay(reqs, m, o, prefill);
+  CHECK(whole.ttft_mean_ms * 10 - others == doctest::Approx(std::min(finish_at(0), finish_at(4))).epsilon(1e-9));
+  CHECK(whole.split_load_recompute == 0);
+  o.recompute_when_faster = false;  // always reload
+  const auto reload = run_tiered_replay(reqs, m, o, prefill);
+  CHECK(reload.ttft_mean_ms * 10 - others == doctest::Approx(finish_at(4)).epsilon(1e-9));
+  CHECK(reload.host_hit_tokens == 4 * B);
+}

@@ -147,6 +147,9 @@ elseif(CASE STREQUAL "tiered")
   expect_error("link bandwidth" replay --trace ${FIXTURE} --tiers hbm=1GB,host=4GB --link-gbps 0)
   expect_error("--prefill-engines" replay --trace ${FIXTURE} --tiers hbm=1GB,host=4GB --prefill-engines 0)
   expect_error("--spread-arrivals" replay --trace ${FIXTURE} --tiers hbm=1GB,host=4GB --spread-arrivals soon)
+  expect_error("--prefill-time" replay --trace ${FIXTURE} --tiers hbm=1GB,host=4GB --prefill-time guess)
+  expect_error("--split-load-recompute" replay --trace ${FIXTURE} --tiers hbm=1GB,host=4GB --split-load-recompute maybe)
+  expect_error("--prefetch-depth" replay --trace ${FIXTURE} --tiers hbm=1GB,host=4GB --prefetch-depth 0)
   # Several prefill engines and binned arrivals run and report the engine count.
   run_hcbench(out err rc replay --trace ${FIXTURE} --format marconi --model marconi_7b
               --tiers hbm=2GiB,host=8GiB --prefill-engines 3 --spread-arrivals next --json)

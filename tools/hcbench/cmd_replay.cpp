@@ -150,6 +150,14 @@ const bool registered = hcbench::register_command(
                       "the next distinct timestamp (the trace's sampling bin); default 0 (as recorded)");
        sub.add_option("--prefill-engines", o.tiered.prefill_engines,
                       "--tiers: prefill engines sharing the cache, each with its own link (default 1)");
+       sub.add_option("--prefetch-depth", o.tiered.prefetch_depth,
+                      "--tiers: queued requests (in dispatch order) a prefetch may serve (default 1)");
+       sub.add_option("--split-load-recompute", o.tiered.split,
+                      "--tiers: on (default): a lower-tier hit may be loaded up to a block and recomputed after "
+                      "it, whichever finishes first; off: all-or-nothing reload vs recompute");
+       sub.add_option("--prefill-time", o.tiered.prefill_time,
+                      "--tiers: flops (the cost model's FLOPs at Jamba-on-4xA100 throughput, prefix-aware; "
+                      "default) | line (the measured Jamba-1.5-Mini line for every model)");
        sub.add_option("--per-copy-us", o.tiered.per_copy_us, "--tiers: fixed cost of one copy call, us (default 6)");
        sub.callback([] { run(o); });
      }});

@@ -12,6 +12,7 @@
 #include <hybridcache/core/cost_model.hpp>
 #include <hybridcache/core/error.hpp>
 #include <hybridcache/core/presets.hpp>
+#include <hybridcache/core/prefill_time.hpp>
 #include <hybridcache/sim/trace.hpp>
 #include <hybridcache/tiered/tiered_replay.hpp>
 
@@ -73,13 +74,25 @@ void run_tiered_replay_command(const std::string& trace, const std::string& form
   if (t.spread_arrivals == "next") multi.spread_to_next_arrival = true;
   else multi.spread_equal_arrivals_s = parse_spread_seconds(t.spread_arrivals);
   multi.prefill_engines = static_cast<std::size_t>(t.prefill_engines);
+  if (t.prefetch_depth < 1 || t.prefetch_depth > 1 << 20)
+    throw hybridcache::invalid_argument("--prefetch-depth must be in 1..1048576");
+  multi.prefetch_depth = static_cast<std::size_t>(t.prefetch_depth);
+  if (t.split != "on" && t.split != "off")
+    throw hybridcache::invalid_argument("--split-load-recompute: unknown value '" + t.split + "' (on, off)");
+  multi.split_load_recompute = t.split == "on";
   multi.per_copy_overhead_us = t.per_copy_us;
   tiered::tiered_replay_options single = multi;
   single.tiers.resize(1);  // HBM alone: parse_tiers puts it first
 
+  if (t.prefill_time != "flops" && t.prefill_time != "line")
+    throw hybridcache::invalid_argument("--prefill-time: unknown value '" + t.prefill_time + "' (flops, line)");
   const auto requests = read_requests(trace, format, mooncake_block, sessions_per_second);
-  const tiered::tiered_replay_result r = tiered::run_tiered_replay(requests, model, multi);
-  const tiered::tiered_replay_result b = tiered::run_tiered_replay(requests, model, single);
+  auto replay = [&](const tiered::tiered_replay_options& o) {
+    if (t.prefill_time == "line") return tiered::run_tiered_replay(requests, model, o, hybridcache::linear_prefill_time{});
+    return tiered::run_tiered_replay(requests, model, o, hybridcache::flop_prefill_time(model));
+  };
+  const tiered::tiered_replay_result r = replay(multi);
+  const tiered::tiered_replay_result b = replay(single);
   const double cut = b.ttft_p50_ms > 0 ? 1.0 - r.ttft_p50_ms / b.ttft_p50_ms : 0.0;
   const std::int64_t skipped = r.hbm_hit_tokens + r.host_hit_tokens;
 
@@ -93,7 +106,8 @@ void run_tiered_replay_command(const std::string& trace, const std::string& form
         "\"load_hidden_fraction\": %.4f, \"utilization\": %.4f, \"single_tier_token_hit_rate\": %.6f, "
         "\"single_tier_ttft_p50_ms\": %.3f, \"single_tier_ttft_p95_ms\": %.3f, \"ttft_p50_reduction\": %.4f, "
         "\"service_p50_ms\": %.3f, \"single_tier_service_p50_ms\": %.3f, \"single_tier_utilization\": %.4f, "
-        "\"prefill_engines\": %lld, \"arrival_scale\": %.6g}\n",
+        "\"prefill_engines\": %lld, \"arrival_scale\": %.6g, \"prefill_time\": \"%s\", "
+        "\"split_load_recompute\": %lld}\n",
         t.demotion.c_str(), tier_summary(multi).c_str(), model_name.c_str(), static_cast<long long>(r.requests),
         static_cast<long long>(r.input_tokens), static_cast<long long>(skipped), r.token_hit_rate(),
         static_cast<long long>(r.hbm_hit_tokens), static_cast<long long>(r.host_hit_tokens),
@@ -102,7 +116,8 @@ void run_tiered_replay_command(const std::string& trace, const std::string& form
         static_cast<long long>(r.bytes_saved_by_sparsify), static_cast<long long>(r.prefetches), r.ttft_p50_ms,
         r.ttft_p95_ms, r.pipeline_hidden_fraction, r.load_hidden_fraction, r.utilization, b.token_hit_rate(),
         b.ttft_p50_ms, b.ttft_p95_ms, cut, r.service_p50_ms, b.service_p50_ms, b.utilization,
-        static_cast<long long>(t.prefill_engines), t.arrival_scale);
+        static_cast<long long>(t.prefill_engines), t.arrival_scale, t.prefill_time.c_str(),
+        static_cast<long long>(r.split_load_recompute));
     return;
   }
   std::printf("%-12s %10s %10s %14s %14s %12s %12s %10s\n", "tiers", "requests", "hit rate", "hbm hit tok",

@@ -23,6 +23,9 @@ struct tiered_cli {
   double arrival_scale = 1.0;        ///< --arrival-scale: multiplies inter-arrival times
   std::string spread_arrivals = "0"; ///< --spread-arrivals: seconds to spread equal timestamps over, or "next"
   std::int64_t prefill_engines = 1;  ///< --prefill-engines
+  std::int64_t prefetch_depth = 1;   ///< --prefetch-depth
+  std::string split = "on";          ///< --split-load-recompute on|off
+  std::string prefill_time = "flops";///< --prefill-time flops (cost model) | line (Jamba 4xA100 fit)
   double per_copy_us = 6.0;          ///< --per-copy-us
 };
 

@@ -55,12 +55,11 @@ struct pipeline_times {
   pipeline_times r;
   for (double x : load_ms) r.load_ms += x;
   for (double x : compute_ms) r.compute_ms += x;
-  double load_end = load_start_ms, compute_end = compute_start_ms;
-  std::vector<double> ready(load_ms.size());
-  for (std::size_t l = 0; l < load_ms.size(); ++l) ready[l] = (load_end += load_ms[l]);
+  const double all_loaded = load_start_ms + r.load_ms;
+  double ready = load_start_ms, compute_end = compute_start_ms;
   for (std::size_t l = 0; l < load_ms.size(); ++l) {
-    const double data = pipelined ? ready[l] : load_end;
-    compute_end = std::max(compute_end, data) + compute_ms[l];
+    ready += load_ms[l];  // layer l's data is in once layers 0..l were copied
+    compute_end = std::max(compute_end, pipelined ? ready : all_loaded) + compute_ms[l];
   }
   r.finish_ms = compute_end;
   r.exposed_load_ms = std::max(0.0, r.finish_ms - compute_start_ms - r.compute_ms);

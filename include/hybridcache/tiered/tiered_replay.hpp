@@ -16,8 +16,10 @@
 //   load       per layer: Σ over the lower-tier blocks of that layer's bytes / link
 //              bandwidth, plus a per-copy overhead (6 µs) per coalesced run of host pages.
 //              Loads of all requests serialize on one onboard link.
-//   compute    prefill time of the uncached tokens (the prefill-time policy, core/
-//              prefill_time.hpp), split evenly over the mixer layers.
+//   compute    prefill time of the uncached tokens after the matched prefix (the
+//              prefill-time policy, core/prefill_time.hpp; `flop_prefill_time` derives
+//              it from the cost model, attention over the prefix included), split over
+//              the mixer layers in proportion to their FLOPs.
 //   overlap    layer-wise pipelining (layer_pipeline.hpp): layer l computes once layer l's
 //              data is in; or, with `layerwise = false`, after the whole load.
 //   recompute  if loading would finish later than recomputing those tokens (from the first
@@ -129,6 +131,11 @@ struct tiered_replay_options {
   double per_copy_overhead_us = 6.0;   ///< fixed cost of one copy call (anchors: 5-7 µs)
   bool layerwise = true;               ///< layer-wise pipelined loading
   bool recompute_when_faster = true;   ///< recompute instead of reload when that is faster
+  /// With `recompute_when_faster`: also consider resuming at any block boundary inside the
+  /// match (load the blocks before it, prefill from there: more compute to hide a shorter
+  /// load behind), not only all-or-nothing. Cake's "compute or load? both" split, at block
+  /// granularity; for hybrid models the resume point is that block's checkpoint.
+  bool split_load_recompute = true;
   watermarks marks{};                  ///< async offload thresholds (90 % / 80 %)
   std::int64_t page_bytes = std::int64_t{2} << 20;  ///< allocation unit of every tier
   std::size_t car_window = 8;          ///< CaR shuffled-window size
@@ -196,6 +203,7 @@ struct tiered_replay_result {
   std::int64_t bytes_saved_by_sparsify = 0;///< offloaded bytes avoided by sparsification
   std::int64_t dropped_blocks = 0;         ///< left the last tier
   std::int64_t recompute_instead_of_reload = 0;  ///< requests that recomputed a lower-tier hit
+  std::int64_t split_load_recompute = 0;   ///< of those, requests that also loaded part of it
   std::int64_t prefetches = 0;             ///< requests whose load started before dispatch
   std::int64_t copies = 0;                 ///< modelled copy calls (runs × layers)
   double ttft_p50_ms = 0.0, ttft_p95_ms = 0.0, ttft_mean_ms = 0.0;  ///< incl. queueing and load
@@ -325,34 +333,43 @@ class tiered_replayer {
       }
       const bool was_prefetched = pf != prefetched_.end();
       // --- load vs recompute ----------------------------------------------------------
-      const std::int64_t new_tokens = q.input_tokens - mt.hbm_tokens - mt.lower_tokens;
-      std::fill(layer_ms_.begin(), layer_ms_.end(), 0.0);
+      // The request resumes after matched block `cut`: lower-tier blocks before it are
+      // loaded, everything after it is prefilled. cut = all matched blocks is a plain
+      // reload; cut = the leading HBM run recomputes every lower-tier hit.
+      std::size_t cut = mt.blocks.size();
       double load_total = 0.0, load_start = t0;
+      std::size_t link = earliest_link();
+      pipeline_times pt;
       if (was_prefetched) {
         load_total = pf->second.load_ms;
         load_start = pf->second.start_ms;
-      } else if (mt.lower_tokens > 0) {
-        load_total = plan_load(mt);
-        load_start = std::max(t0, link_free_[e]);
+        layer_ms_ = pf->second.layer_ms;
+        compute_layers(q.input_tokens - (q.input_tokens - mt.hbm_tokens - mt.lower_tokens),
+                       q.input_tokens - mt.hbm_tokens - mt.lower_tokens);
+        pt = pipeline_timeline(layer_ms_, compute_ms_, t0, load_start, o_.layerwise);
+      } else {
+        load_start = mt.lower_tokens > 0 ? std::max(t0, link_free_[link]) : t0;
+        cut = choose_cut(q, mt, t0, load_start, pt, load_total);
       }
-      if (was_prefetched) layer_ms_ = pf->second.layer_ms;
-      const auto compute = compute_layers(new_tokens);
-      pipeline_times pt = pipeline_timeline(layer_ms_, compute, t0, load_start, o_.layerwise);
-      bool recompute = false;
-      if (mt.lower_tokens > 0 && !was_prefetched && o_.recompute_when_faster) {
-        const double alt = t0 + prefill_.prefill_ms(q.input_tokens - mt.hbm_prefix_tokens);
-        if (alt < pt.finish_ms) recompute = true;
-        if (recompute) {
-          r.recompute_instead_of_reload += 1;
-          r.recomputed_hit_tokens += q.input_tokens - mt.hbm_prefix_tokens - new_tokens;
-          pt = pipeline_times{};
-          pt.finish_ms = alt;
-          pt.compute_ms = alt - t0;
+      bool recompute = false;  // some lower-tier hit is recomputed rather than reloaded
+      std::int64_t cut_tokens = 0, hbm_before = 0, lower_before = 0;
+      for (std::size_t b = 0; b < mt.blocks.size(); ++b) {
+        const std::int64_t tok = block_tokens(q, b);
+        if (b < cut) {
+          cut_tokens += tok;
+          (mt.blocks[b].second == hbm_tier ? hbm_before : lower_before) += tok;
+        } else if (mt.blocks[b].second != hbm_tier) {
+          recompute = true;
         }
       }
-      if (!recompute && load_total > 0.0) {
+      if (recompute) {
+        r.recompute_instead_of_reload += 1;
+        r.recomputed_hit_tokens += mt.hbm_tokens + mt.lower_tokens - cut_tokens;
+        if (lower_before > 0) r.split_load_recompute += 1;
+      }
+      if (load_total > 0.0) {
         if (!was_prefetched) {
-          link_free_[e] = load_start + load_total;
+          link_free_[link] = load_start + load_total;
           demand_load += load_total;
           demand_exposed += pt.exposed_load_ms;
         }
@@ -361,15 +378,15 @@ class tiered_replayer {
         r.load_ms += load_total;
       }
       // --- cache state: promote lower hits (or refill them by recompute), insert new ----
-      pin_and_promote(q, mt, recompute, r);
+      pin_and_promote(q, mt, cut, r);
       // Prefetched blocks are in HBM by now but were brought from a lower tier.
       const std::int64_t from_prefetch = was_prefetched ? std::min(pf->second.lower_tokens, mt.hbm_tokens) : 0;
-      r.hbm_hit_tokens += recompute ? mt.hbm_prefix_tokens : mt.hbm_tokens - from_prefetch;
-      r.host_hit_tokens += recompute ? 0 : mt.lower_tokens + from_prefetch;
+      r.hbm_hit_tokens += hbm_before - from_prefetch;
+      r.host_hit_tokens += lower_before + from_prefetch;
       if (was_prefetched) prefetched_.erase(pf);
       insert_new(q, mt);
       const double finish = pt.finish_ms;
-      hold_until(finish, recompute || load_total <= 0.0 ? finish : load_start + load_total);
+      hold_until(finish, load_total <= 0.0 ? finish : load_start + load_total);
       offload();
 
       r.requests += 1;
@@ -430,6 +447,9 @@ class tiered_replayer {
   double arrival_ms(std::size_t i) const { return arrivals_[i]; }
   void spread_arrivals(std::span<const sim::request> reqs) { arrivals_ = modelled_arrivals_ms(reqs, o_); }
 
+  std::size_t earliest_link() const {
+    return static_cast<std::size_t>(std::min_element(link_free_.begin(), link_free_.end()) - link_free_.begin());
+  }
   std::size_t earliest_engine() const {
     return static_cast<std::size_t>(std::min_element(engine_free_.begin(), engine_free_.end()) - engine_free_.begin());
   }
@@ -574,38 +594,125 @@ class tiered_replayer {
     return mt;
   }
 
-  std::vector<double> compute_layers(std::int64_t new_tokens) const {
-    const double total = prefill_.prefill_ms(std::max<std::int64_t>(new_tokens, 0));
-    return std::vector<double>(mixers_.size(), total / static_cast<double>(std::max<std::size_t>(mixers_.size(), 1)));
+  // Compute time of each mixer layer for `n` new tokens after `prefix` cached ones: the
+  // prefill-time policy's total, split in proportion to each layer's FLOPs (its mixer plus
+  // an equal share of the MLPs), so attention layers over a long prefix take longer.
+  // Writes compute_ms_ (one entry per mixer layer).
+  void compute_layers(std::int64_t prefix, std::int64_t n) {
+    n = std::max<std::int64_t>(n, 0);
+    prefix = std::max<std::int64_t>(prefix, 0);
+    const double total = prefill_ms_after(prefill_, prefix, n);
+    std::vector<double>& w = compute_ms_;
+    w.assign(mixers_.size(), 1.0);
+    if (n > 0 && !mixers_.empty()) {
+      const double mlp_share = static_cast<double>(m_.mlp_layers()) * static_cast<double>(m_.mlp_flops(n)) /
+                               static_cast<double>(mixers_.size());
+      double sum = 0.0;
+      for (std::size_t l = 0; l < mixers_.size(); ++l) {
+        const double mixer = mixers_[l] == layer_kind::attention
+                                 ? static_cast<double>(m_.attention_flops(prefix + n) - m_.attention_flops(prefix))
+                                 : static_cast<double>(m_.recurrent_flops(n));
+        w[l] = mixer + mlp_share;
+        sum += w[l];
+      }
+      for (auto& x : w) x = sum > 0 ? total * x / sum : total / static_cast<double>(w.size());
+    } else {
+      std::fill(w.begin(), w.end(), total / static_cast<double>(std::max<std::size_t>(w.size(), 1)));
+    }
+  }
+
+  // Picks where the request resumes: after matched block `cut`, loading the lower-tier
+  // blocks before it (layer-wise, from `load_start`) and prefilling everything after it.
+  // Candidates: every block boundary from the end of the leading HBM run (recompute all
+  // lower-tier hits) to the whole match (reload all); with `split_load_recompute` off, only
+  // those two; with `recompute_when_faster` off, only the whole match. The earliest finish
+  // wins (ties: the longer reuse). Leaves layer_ms_ / compute_ms_ / the returned timeline
+  // for the winner. O(blocks · layers).
+  std::size_t choose_cut(const sim::request& q, const match_result& mt, double t0, double load_start,
+                         pipeline_times& best, double& best_load) {
+    const std::size_t n = mt.blocks.size();
+    std::size_t first = 0;
+    std::int64_t prefix_tokens = 0;
+    while (first < n && mt.blocks[first].second == hbm_tier) prefix_tokens += block_tokens(q, first++);
+    cum_ms_.assign(mixers_.size(), 0.0);
+    std::size_t best_cut = n;
+    bool have = false;
+    std::int64_t runs = 0, last_page = -2, tokens = prefix_tokens;
+    tier_id last_tier{255};
+    auto consider = [&](std::size_t cut, std::int64_t resume_at) {
+      const bool candidate = cut == n || (o_.recompute_when_faster && (o_.split_load_recompute || cut == first));
+      if (!candidate) return;
+      const double overhead = o_.per_copy_overhead_us / 1000.0 * static_cast<double>(runs);
+      double total = 0.0;
+      for (std::size_t l = 0; l < mixers_.size(); ++l) total += (layer_ms_[l] = cum_ms_[l] + (runs > 0 ? overhead : 0.0));
+      compute_layers(resume_at, q.input_tokens - resume_at);
+      const pipeline_times pt = pipeline_timeline(layer_ms_, compute_ms_, t0, load_start, o_.layerwise);
+      if (!have || pt.finish_ms <= best.finish_ms) {
+        have = true;
+        best = pt;
+        best_cut = cut;
+        best_load = total;
+        best_layer_ms_ = layer_ms_;
+        best_compute_ms_ = compute_ms_;
+      }
+    };
+    consider(first, tokens);
+    for (std::size_t b = first; b < n; ++b) {
+      const auto [id, tier] = mt.blocks[b];
+      if (tier != hbm_tier)
+        if (const auto row = store_.find(id)) add_block_load(*row, runs, last_page, last_tier);
+      tokens += block_tokens(q, b);
+      consider(b + 1, tokens);
+    }
+    layer_ms_ = best_layer_ms_;
+    compute_ms_ = best_compute_ms_;
+    count_copies(mt, best_cut);
+    return best_cut;
+  }
+
+  // Adds one lower-tier block's per-layer load time to cum_ms_ (bytes over the tier's
+  // link) and counts a new copy run unless its pages follow the previous block's.
+  void add_block_load(const cache_entry& row, std::int64_t& runs, std::int64_t& last_page, tier_id& last_tier) {
+    const double bw = store_.config(row.tier).link_gbps * 1e6;  // bytes per ms
+    if (!(row.tier == last_tier && static_cast<std::int64_t>(row.pages.front()) == last_page + 1)) ++runs;
+    last_page = row.pages.back();
+    last_tier = row.tier;
+    const std::int64_t ckpt = m_.recurrent_layers() > 0 ? m_.ssm_checkpoint_bytes() : 0;
+    const double kv_bytes = static_cast<double>(row.bytes - ckpt);
+    const double per_attn = m_.attention_layers() > 0 ? kv_bytes / static_cast<double>(m_.attention_layers()) : 0.0;
+    const double per_rec = static_cast<double>(m_.ssm_checkpoint_bytes_per_layer());
+    for (std::size_t l = 0; l < mixers_.size(); ++l)
+      cum_ms_[l] += (mixers_[l] == layer_kind::attention ? per_attn : per_rec) / bw;
+  }
+  void count_copies(const match_result& mt, std::size_t cut) {
+    std::int64_t runs = 0, last_page = -2;
+    tier_id last_tier{255};
+    for (std::size_t b = 0; b < cut; ++b) {
+      const auto [id, tier] = mt.blocks[b];
+      if (tier == hbm_tier) continue;
+      const auto row = store_.find(id);
+      if (!row) continue;
+      if (!(row->tier == last_tier && static_cast<std::int64_t>(row->pages.front()) == last_page + 1)) ++runs;
+      last_page = row->pages.back();
+      last_tier = row->tier;
+    }
+    copies_ += runs * static_cast<std::int64_t>(mixers_.size());
   }
 
   // Fills layer_ms_ with the per-layer load time of the matched lower-tier blocks; returns
   // the total. One copy per layer per run of adjacent host pages.
   double plan_load(const match_result& mt) {
-    std::fill(layer_ms_.begin(), layer_ms_.end(), 0.0);
+    cum_ms_.assign(mixers_.size(), 0.0);
     std::int64_t runs = 0, last_page = -2;
     tier_id last_tier{255};
     for (const auto& [id, tier] : mt.blocks) {
       if (tier == hbm_tier) continue;
-      const auto row = store_.find(id);
-      if (!row) continue;
-      const double bw = store_.config(tier).link_gbps * 1e6;  // bytes per ms
-      if (!(row->tier == last_tier && static_cast<std::int64_t>(row->pages.front()) == last_page + 1)) ++runs;
-      last_page = row->pages.back();
-      last_tier = row->tier;
-      // Bytes per layer: this block's KV (possibly sparsified) in attention layers, its
-      // checkpoint share in recurrent layers.
-      const std::int64_t ckpt = m_.recurrent_layers() > 0 ? m_.ssm_checkpoint_bytes() : 0;
-      const double kv_bytes = static_cast<double>(row->bytes - ckpt);
-      const double per_attn = m_.attention_layers() > 0 ? kv_bytes / static_cast<double>(m_.attention_layers()) : 0.0;
-      const double per_rec = static_cast<double>(m_.ssm_checkpoint_bytes_per_layer());
-      for (std::size_t l = 0; l < mixers_.size(); ++l)
-        layer_ms_[l] += (mixers_[l] == layer_kind::attention ? per_attn : per_rec) / bw;
+      if (const auto row = store_.find(id)) add_block_load(*row, runs, last_page, last_tier);
     }
     const double overhead = o_.per_copy_overhead_us / 1000.0 * static_cast<double>(runs);
     copies_ += runs * static_cast<std::int64_t>(mixers_.size());
     double total = 0.0;
-    for (auto& x : layer_ms_) total += (x += overhead);
+    for (std::size_t l = 0; l < mixers_.size(); ++l) total += (layer_ms_[l] = cum_ms_[l] + overhead);
     return total;
   }
 
@@ -659,15 +766,17 @@ class tiered_replayer {
   }
 
   // Pins the HBM hits, brings lower-tier hits into HBM (load or recompute) and pins them.
-  void pin_and_promote(const sim::request& q, const match_result& mt, bool recompute, tiered_replay_result& r) {
+  // Blocks from index `cut` on are recomputed, not loaded.
+  void pin_and_promote(const sim::request& q, const match_result& mt, std::size_t cut, tiered_replay_result& r) {
     for (const auto& [id, tier] : mt.blocks)
       if (tier == hbm_tier) pin(id);
-    for (const auto& [id, tier] : mt.blocks) {
+    for (std::size_t b = 0; b < mt.blocks.size(); ++b) {
+      const auto [id, tier] = mt.blocks[b];
       if (tier == hbm_tier) continue;
       const auto row = store_.find(id);
       if (!row) continue;
       if (!make_room(hbm_tier, row->bytes)) throw_oversized(q);
-      if (recompute) {
+      if (b >= cut) {
         // Recomputed: the fresh KV is written to HBM; the lower-tier copy is dropped.
         const std::int64_t full = row->bytes;
         (void)store_.erase(id);
@@ -730,9 +839,8 @@ class tiered_replayer {
   void maybe_prefetch(std::span<const sim::request> reqs, std::deque<std::size_t>& fcfs, std::size_t next_arrival,
                       double now, tiered_replay_result& r) {
     if (o_.prefetch == prefetch_kind::none) return;
-    // The next dispatch goes to the engine that frees first; its link carries the prefetch.
-    const std::size_t e = earliest_engine();
-    const double gpu_free = engine_free_[e];
+    // The next dispatch goes to the engine that frees first.
+    const double gpu_free = std::max(now, engine_free_[earliest_engine()]);
     candidates_.clear();
     if (o_.scheduler == scheduler_kind::fcfs) {
       for (std::size_t k = 0; k < fcfs.size() && candidates_.size() < o_.prefetch_depth; ++k) candidates_.push_back(fcfs[k]);
@@ -746,23 +854,33 @@ class tiered_replayer {
     if (candidates_.empty() && next_arrival < reqs.size() && arrival_ms(next_arrival) < gpu_free)
       candidates_.push_back(next_arrival);
     double dispatch_at = gpu_free;  // predicted dispatch time of the candidate
-    for (const std::size_t c : candidates_) {
+    for (std::size_t k = 0; k < candidates_.size(); ++k) {
+      const std::size_t c = candidates_[k];
       const sim::request& q = reqs[c];
       const match_result mt = match(q, dispatch_at);
-      const double service = prefill_.prefill_ms(q.input_tokens - mt.hbm_tokens - mt.lower_tokens);
-      if (!prefetched_.count(c) && mt.lower_tokens > 0) prefetch_one(c, q, mt, now, dispatch_at, e, r);
+      const std::int64_t matched = mt.hbm_tokens + mt.lower_tokens;
+      const double service = prefill_ms_after(prefill_, matched, q.input_tokens - matched);
+      if (!prefetched_.count(c) && mt.lower_tokens > 0)
+        if (!prefetch_one(c, q, mt, now, dispatch_at, k == 0 ? std::numeric_limits<double>::infinity() : gpu_free, r))
+          break;  // not due yet: later candidates are even less so; decided again at the next dispatch
       dispatch_at += service / static_cast<double>(o_.prefill_engines);
     }
   }
 
-  void prefetch_one(std::size_t idx, const sim::request& q, const match_result& mt, double now, double dispatch_at,
-                    std::size_t engine, tiered_replay_result& r) {
+  // Starts request idx's lower-tier loads ahead of its predicted dispatch when the rule says
+  // so. A deadline load due after `latest_start` (the next decision point) is not booked
+  // yet (false): booking it would hold the link against loads needed sooner.
+  bool prefetch_one(std::size_t idx, const sim::request& q, const match_result& mt, double now, double dispatch_at,
+                    double latest_start, tiered_replay_result& r) {
     prefetch_record rec;
+    const std::int64_t copies_before = copies_;
     rec.load_ms = plan_load(mt);
+    copies_ = copies_before;  // counted when booked
     rec.layer_ms = layer_ms_;
-    double start = std::max({now, arrival_ms(idx), link_free_[engine]});
+    const std::size_t link = earliest_link();
+    double start = std::max({now, arrival_ms(idx), link_free_[link]});
     if (o_.prefetch == prefetch_kind::threshold) {
-      if (mt.lower_tokens < o_.threshold_tokens) return;
+      if (mt.lower_tokens < o_.threshold_tokens) return true;
     } else {
       // CaR's rule with the predicted remaining service before this request's dispatch
       // (dispatch_at − now) in place of TPOT·len_i − (t − timer_i); bandwidth from the link.
@@ -774,12 +892,14 @@ class tiered_replayer {
                                .bandwidth_bytes_per_ms = 1.0,
                                .lower_hit_tokens = mt.lower_tokens};
       start = deadline_prefetch::fire_time(c);
+      if (start > latest_start) return false;
     }
     // Reload must still beat recomputing: otherwise leave it to the dispatch decision.
     if (o_.recompute_when_faster) {
-      const double alt = prefill_.prefill_ms(q.input_tokens - mt.hbm_prefix_tokens) -
-                         prefill_.prefill_ms(q.input_tokens - mt.hbm_tokens - mt.lower_tokens);
-      if (rec.load_ms > alt + (dispatch_at - start)) return;
+      const std::int64_t matched = mt.hbm_tokens + mt.lower_tokens;
+      const double alt = prefill_ms_after(prefill_, mt.hbm_prefix_tokens, q.input_tokens - mt.hbm_prefix_tokens) -
+                         prefill_ms_after(prefill_, matched, q.input_tokens - matched);
+      if (rec.load_ms > alt + (dispatch_at - start)) return true;
     }
     // Room first, so a prefetch is all or nothing.
     std::int64_t need = 0;
@@ -787,10 +907,11 @@ class tiered_replayer {
       if (tier != hbm_tier)
         if (const auto row = store_.find(id)) need += store_.pages_for(row->bytes) * store_.page_bytes();
     const auto u = store_.usage(hbm_tier);
-    if (u.capacity_bytes - u.used_bytes + u.evictable_bytes < need + (u.capacity_bytes / 4)) return;  // keep headroom
+    if (u.capacity_bytes - u.used_bytes + u.evictable_bytes < need + (u.capacity_bytes / 4)) return true;  // keep headroom
     rec.start_ms = start;
     rec.lower_tokens = mt.lower_tokens;
-    link_free_[engine] = start + rec.load_ms;
+    link_free_[link] = start + rec.load_ms;
+    (void)plan_load(mt);  // books its copies
     for (const auto& [id, tier] : mt.blocks) {
       if (tier == hbm_tier) continue;
       const auto row = store_.find(id);
@@ -799,6 +920,7 @@ class tiered_replayer {
     }
     r.prefetches += 1;
     prefetched_.emplace(idx, std::move(rec));
+    return true;
   }
 
   const cost_model& m_;
@@ -808,7 +930,7 @@ class tiered_replayer {
   instant_engine engine_;
   car_request_queue queue_;
   std::vector<layer_kind> mixers_;
-  std::vector<double> layer_ms_;
+  std::vector<double> layer_ms_, compute_ms_, cum_ms_, best_layer_ms_, best_compute_ms_;
   sparsity_profile profile_;
   std::vector<node_id> pinned_, computed_, loaded_;  // of the request being dispatched
   std::span<const sim::request> all_;
