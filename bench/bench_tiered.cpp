@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include <hybridcache/core/prefill_time.hpp>
 #include <hybridcache/core/presets.hpp>
 #include <hybridcache/sim/mooncake_trace.hpp>
 #include <hybridcache/tiered/host_copy_engine.hpp>
@@ -93,28 +94,49 @@ const std::vector<sim::request>& mooncake() {
   return reqs;
 }
 
-// Arguments: tiers variant, scheduler, prefetch, sparsify, spread, layerwise.
-void replay(benchmark::State& state, const char* tiers_spec, scheduler_kind sch, prefetch_kind pf, sparsify_kind sp,
-            double spread, bool layerwise, double link_gbps = 50.0, const char* model = "jamba_1_5_mini",
-            demotion_kind demotion = demotion_kind::automatic, double arrival_time_scale = 4.0) {
+// One replay setup. The defaults are the headline: jamba_1_5_mini, 4 prefill engines
+// sharing the cache, the trace's own arrival rate and timestamps, FCFS, layer-wise loading
+// with the load/recompute split, prefill time from the cost model, 50 GB/s links.
+struct replay_setup {
+  const char* tiers = "hbm=128GiB,host=512GiB";
+  const char* model = "jamba_1_5_mini";
+  scheduler_kind scheduler = scheduler_kind::fcfs;
+  prefetch_kind prefetch = prefetch_kind::none;
+  sparsify_kind sparsify = sparsify_kind::off;
+  demotion_kind demotion = demotion_kind::automatic;
+  std::size_t engines = 4;
+  double arrival_scale = 1.0;
+  bool spread_next = false;  // spread each timestamp's requests up to the next timestamp
+  bool layerwise = true;
+  bool split = true;
+  bool flop_time = true;     // prefill time from the cost model (false: the Jamba line)
+  double link_gbps = 50.0;
+  std::size_t prefetch_depth = 1;
+};
+
+void replay(benchmark::State& state, const replay_setup& c) {
   const auto& reqs = mooncake();
   if (reqs.empty()) {
     state.SkipWithError("Mooncake trace not found");
     return;
   }
-  const cost_model m(presets::preset(model));
+  const cost_model m(presets::preset(c.model));
   tiered_replay_options o;
-  o.tiers = parse_tiers(tiers_spec, o.page_bytes);
-  o.link_gbps = link_gbps;
-  o.demotion = demotion;
-  o.scheduler = sch;
-  o.prefetch = pf;
-  o.sparsify = sp;
-  o.arrival_time_scale = arrival_time_scale;
-  o.spread_equal_arrivals_s = spread;
-  o.layerwise = layerwise;
+  o.tiers = parse_tiers(c.tiers, o.page_bytes);
+  o.link_gbps = c.link_gbps;
+  o.demotion = c.demotion;
+  o.scheduler = c.scheduler;
+  o.prefetch = c.prefetch;
+  o.prefetch_depth = c.prefetch_depth;
+  o.sparsify = c.sparsify;
+  o.prefill_engines = c.engines;
+  o.arrival_time_scale = c.arrival_scale;
+  o.spread_to_next_arrival = c.spread_next;
+  o.layerwise = c.layerwise;
+  o.split_load_recompute = c.split;
   tiered_replay_result r;
-  for (auto _ : state) r = run_tiered_replay(reqs, m, o);
+  const flop_prefill_time flops(m);
+  for (auto _ : state) r = c.flop_time ? run_tiered_replay(reqs, m, o, flops) : run_tiered_replay(reqs, m, o);
   state.counters["hit"] = r.token_hit_rate();
   state.counters["host_hit"] = static_cast<double>(r.host_hit_tokens) / static_cast<double>(r.input_tokens);
   state.counters["p50_ms"] = r.ttft_p50_ms;
@@ -125,6 +147,7 @@ void replay(benchmark::State& state, const char* tiers_spec, scheduler_kind sch,
   state.counters["loaded_GB"] = static_cast<double>(r.bytes_loaded) / 1e9;
   state.counters["offl_GB"] = static_cast<double>(r.bytes_offloaded) / 1e9;
   state.counters["recompute"] = static_cast<double>(r.recompute_instead_of_reload);
+  state.counters["split"] = static_cast<double>(r.split_load_recompute);
   state.counters["prefetch"] = static_cast<double>(r.prefetches);
   state.counters["pipe_hidden"] = r.pipeline_hidden_fraction;
   state.counters["load_hidden"] = r.load_hidden_fraction;
@@ -132,78 +155,72 @@ void replay(benchmark::State& state, const char* tiers_spec, scheduler_kind sch,
 }
 }  // namespace
 
-#define HC_REPLAY(name, tiers, sch, pf, sp, spread, lw, ...)                                                    \
-  static void bm_replay_##name(benchmark::State& s) { replay(s, tiers, sch, pf, sp, spread, lw __VA_OPT__(, ) __VA_ARGS__); } \
+#define HC_REPLAY(name, ...)                                                                    \
+  static void bm_replay_##name(benchmark::State& s) { replay(s, replay_setup{__VA_ARGS__}); } \
   BENCHMARK(bm_replay_##name)->Iterations(1)->Unit(benchmark::kMillisecond)
 
 using enum scheduler_kind;
 using enum prefetch_kind;
 using enum sparsify_kind;
-// Single tier with a hit rate below half the infinite-cache bound (36.64 % of blocks), vs.
-// the same HBM plus a host tier 4x larger; arrivals 4x slower than the trace (one engine).
-HC_REPLAY(hbm128_fcfs, "hbm=128GiB", fcfs, none, off, 0.0, true);
-HC_REPLAY(hbm128_host512_fcfs, "hbm=128GiB,host=512GiB", fcfs, none, off, 0.0, true);
-HC_REPLAY(hbm128_fcfs_spread, "hbm=128GiB", fcfs, none, off, 1.0, true);
-HC_REPLAY(hbm128_host512_fcfs_spread, "hbm=128GiB,host=512GiB", fcfs, none, off, 1.0, true);
-HC_REPLAY(hbm128_host512_serial_spread, "hbm=128GiB,host=512GiB", fcfs, none, off, 1.0, false);
-HC_REPLAY(hbm128_car_spread, "hbm=128GiB", car, none, off, 1.0, true);
-HC_REPLAY(hbm128_host512_car_deadline_spread, "hbm=128GiB,host=512GiB", car, deadline, off, 1.0, true);
-HC_REPLAY(hbm128_host512_fcfs_threshold_spread, "hbm=128GiB,host=512GiB", fcfs, threshold, off, 1.0, true);
-HC_REPLAY(hbm128_host512_fcfs_sparsify_spread, "hbm=128GiB,host=512GiB", fcfs, none, profile, 1.0, true);
-HC_REPLAY(hbm10T_infinite, "hbm=10TiB", fcfs, none, off, 1.0, true);
+// The headline: HBM 128 GiB alone hits below half the infinite-cache bound (36.64 % of
+// blocks); the same HBM plus a host tier 4x larger. Each variant changes one thing.
+HC_REPLAY(hbm128, .tiers = "hbm=128GiB");
+HC_REPLAY(hbm128_host512);
+HC_REPLAY(hbm128_host512_serial, .layerwise = false);
+HC_REPLAY(hbm128_host512_nosplit, .split = false);
+HC_REPLAY(hbm128_car, .tiers = "hbm=128GiB", .scheduler = car);
+HC_REPLAY(hbm128_host512_car_deadline, .scheduler = car, .prefetch = deadline);
+HC_REPLAY(hbm128_host512_threshold, .prefetch = threshold);
+HC_REPLAY(hbm128_host512_sparsify, .sparsify = profile);
+HC_REPLAY(hbm128_spread, .tiers = "hbm=128GiB", .spread_next = true);
+HC_REPLAY(hbm128_host512_spread, .spread_next = true);
+HC_REPLAY(hbm128_line, .tiers = "hbm=128GiB", .flop_time = false);
+HC_REPLAY(hbm128_host512_line, .flop_time = false);
+HC_REPLAY(hbm10T_infinite, .tiers = "hbm=10TiB");
+// One engine at a quarter of the trace's rate (the previous headline): same load, but each
+// 3-second timestamp bin's burst is served one request at a time.
+HC_REPLAY(one_engine_hbm128, .tiers = "hbm=128GiB", .engines = 1, .arrival_scale = 4.0);
+HC_REPLAY(one_engine_hbm128_host512, .engines = 1, .arrival_scale = 4.0);
 
 // Demotion scorers: FLOP-aware per block vs LRU (with the CaR queue, whose default is CaR's score).
-HC_REPLAY(hbm128_flop_spread, "hbm=128GiB", fcfs, none, off, 1.0, true, 50.0, "jamba_1_5_mini", demotion_kind::flop_aware);
-HC_REPLAY(hbm128_host512_flop_spread, "hbm=128GiB,host=512GiB", fcfs, none, off, 1.0, true, 50.0, "jamba_1_5_mini",
-          demotion_kind::flop_aware);
-HC_REPLAY(hbm128_host512_car_lru_spread, "hbm=128GiB,host=512GiB", car, none, off, 1.0, true, 50.0, "jamba_1_5_mini",
-          demotion_kind::lru);
-HC_REPLAY(hbm128_host512_car_score_spread, "hbm=128GiB,host=512GiB", car, none, off, 1.0, true, 50.0, "jamba_1_5_mini",
-          demotion_kind::car_score);
+HC_REPLAY(hbm128_flop, .tiers = "hbm=128GiB", .demotion = demotion_kind::flop_aware);
+HC_REPLAY(hbm128_host512_flop, .demotion = demotion_kind::flop_aware);
+HC_REPLAY(hbm128_host512_car_lru, .scheduler = car, .demotion = demotion_kind::lru);
+HC_REPLAY(hbm128_host512_car_score, .scheduler = car, .demotion = demotion_kind::car_score);
 
-// HBM capacity sweep (jamba, FCFS, layer-wise): args = HBM GiB, host tier as a multiple of HBM
-// (0 = single tier), spread (0 = raw whole-second timestamps, 1 = spread over the second),
-// arrival-time scale x10. The goal's condition (single-tier hit below half the bound) picks
-// no capacity, so docs/tiered.md reports the whole curve.
-static void bm_replay_capacity_sweep(benchmark::State& s) {
-  std::string spec = "hbm=" + std::to_string(s.range(0)) + "GiB";
+// HBM capacity x prefill engines: args = HBM GiB, host tier as a multiple of HBM (0 = single
+// tier), engines. The goal's condition (single-tier hit below half the bound) picks no
+// capacity, so docs/tiered.md reports the whole curve.
+static void bm_replay_sweep(benchmark::State& s) {
+  static std::string spec;
+  spec = "hbm=" + std::to_string(s.range(0)) + "GiB";
   if (s.range(1) > 0) spec += ",host=" + std::to_string(s.range(0) * s.range(1)) + "GiB";
-  replay(s, spec.c_str(), scheduler_kind::fcfs, prefetch_kind::none, sparsify_kind::off, static_cast<double>(s.range(2)),
-         true, 50.0, "jamba_1_5_mini", demotion_kind::automatic, static_cast<double>(s.range(3)) / 10.0);
+  replay(s, {.tiers = spec.c_str(), .engines = static_cast<std::size_t>(s.range(2))});
 }
-BENCHMARK(bm_replay_capacity_sweep)
-    ->ArgsProduct({{16, 32, 64, 96, 128, 160}, {0, 4}, {0, 1}, {40}})
-    ->ArgsProduct({{32, 128}, {0, 4}, {0}, {20, 80}})
-    ->Iterations(1)
-    ->Unit(benchmark::kMillisecond);
-
-// The same sweep with CaR's cache-aware queue (and the deadline prefetch when there is a host
-// tier): args = HBM GiB, host multiple, spread, arrival-time scale x10.
-static void bm_replay_capacity_sweep_car(benchmark::State& s) {
-  std::string spec = "hbm=" + std::to_string(s.range(0)) + "GiB";
-  if (s.range(1) > 0) spec += ",host=" + std::to_string(s.range(0) * s.range(1)) + "GiB";
-  replay(s, spec.c_str(), scheduler_kind::car, s.range(1) > 0 ? prefetch_kind::deadline : prefetch_kind::none,
-         sparsify_kind::off, static_cast<double>(s.range(2)), true, 50.0, "jamba_1_5_mini", demotion_kind::automatic,
-         static_cast<double>(s.range(3)) / 10.0);
-}
-BENCHMARK(bm_replay_capacity_sweep_car)
-    ->ArgsProduct({{32, 64, 96, 128}, {0, 4}, {0, 1}, {40}})
+BENCHMARK(bm_replay_sweep)
+    ->ArgsProduct({{16, 32, 64, 96, 128, 160}, {0, 4}, {4}})
+    ->ArgsProduct({{128}, {0, 4}, {2, 3, 6, 8}})
     ->Iterations(1)
     ->Unit(benchmark::kMillisecond);
 
 // Link-bandwidth sweep (GB/s = range(0) / 10): where reloading stops paying, the replay
-// recomputes instead and says how often.
+// loads less (or nothing) and recomputes the rest, and says how often.
 static void bm_replay_link_sweep(benchmark::State& s) {
-  replay(s, "hbm=128GiB,host=512GiB", fcfs, none, off, 1.0, true, static_cast<double>(s.range(0)) / 10.0);
+  replay(s, {.link_gbps = static_cast<double>(s.range(0)) / 10.0});
 }
 BENCHMARK(bm_replay_link_sweep)->Arg(500)->Arg(50)->Arg(5)->Arg(1)->Iterations(1)->Unit(benchmark::kMillisecond);
 
 // A pure Transformer with 512 KiB of KV per token (268 MB per block): loads are large, so
-// layer-wise overlap and prefetch matter more. HBM 1.5 TiB hits below half the bound.
-HC_REPLAY(llama2_hbm1536G, "hbm=1536GiB", fcfs, none, off, 1.0, true, 50.0, "llama2_7b");
-HC_REPLAY(llama2_hbm1536G_host6T, "hbm=1536GiB,host=6TiB", fcfs, none, off, 1.0, true, 50.0, "llama2_7b");
-HC_REPLAY(llama2_hbm1536G_host6T_serial, "hbm=1536GiB,host=6TiB", fcfs, none, off, 1.0, false, 50.0, "llama2_7b");
-HC_REPLAY(llama2_hbm1536G_host6T_deadline, "hbm=1536GiB,host=6TiB", fcfs, deadline, off, 1.0, true, 50.0, "llama2_7b");
-HC_REPLAY(llama2_hbm1536G_host6T_car_deadline, "hbm=1536GiB,host=6TiB", car, deadline, off, 1.0, true, 50.0, "llama2_7b");
+// layer-wise overlap, the split and prefetch matter more. HBM 1.5 TiB hits below half the bound.
+HC_REPLAY(llama2_hbm1536G, .tiers = "hbm=1536GiB", .model = "llama2_7b");
+HC_REPLAY(llama2_hbm1536G_host6T, .tiers = "hbm=1536GiB,host=6TiB", .model = "llama2_7b");
+HC_REPLAY(llama2_hbm1536G_host6T_nosplit, .tiers = "hbm=1536GiB,host=6TiB", .model = "llama2_7b", .split = false);
+HC_REPLAY(llama2_hbm1536G_host6T_serial, .tiers = "hbm=1536GiB,host=6TiB", .model = "llama2_7b", .layerwise = false);
+HC_REPLAY(llama2_hbm1536G_host6T_deadline, .tiers = "hbm=1536GiB,host=6TiB", .model = "llama2_7b", .prefetch = deadline);
+HC_REPLAY(llama2_hbm1536G_host6T_deadline8, .tiers = "hbm=1536GiB,host=6TiB", .model = "llama2_7b",
+          .prefetch = deadline, .prefetch_depth = 8);
+HC_REPLAY(llama2_hbm1536G_host6T_car_deadline, .tiers = "hbm=1536GiB,host=6TiB", .model = "llama2_7b", .scheduler = car,
+          .prefetch = deadline);
+HC_REPLAY(llama2_hbm1536G_car, .tiers = "hbm=1536GiB", .model = "llama2_7b", .scheduler = car);
 
 BENCHMARK_MAIN();

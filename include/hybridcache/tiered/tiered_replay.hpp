@@ -3,35 +3,42 @@
 // Trace replay through the multi-tier cache with a timeline model: what CaR's design
 // (papers/003) buys in modelled TTFT on a real trace, and what each piece contributes.
 //
-// The modelled server is one prefill engine (prefill/decode disaggregated, as in Mooncake,
-// whose trace this is meant for), fed by a queue (FCFS or CaR's cache-aware queue) over a
-// tiered cache of *blocks* (one cache entry per request id, e.g. a Mooncake 512-token hash
-// block). A block holds the KV of its tokens in every attention layer plus, for hybrid
-// models, the recurrent checkpoint at its end (every-block checkpointing, vLLM+ style), so
-// any matched prefix is resumable.
+// The modelled server is a pool of `prefill_engines` prefill engines (prefill/decode
+// disaggregated, as in Mooncake, whose trace this is meant for; one engine by default), fed
+// by one queue (FCFS or CaR's cache-aware queue): the engine that frees first takes the
+// next request. The engines share a tiered cache of *blocks* (one cache entry per request
+// id, e.g. a Mooncake 512-token hash block): HBM is the pool's HBM, and each engine has its
+// own onboard link (a load takes the link that frees first). A block holds the KV of its
+// tokens in every attention layer plus, for hybrid models, the recurrent checkpoint at its
+// end (every-block checkpointing, vLLM+ style), so any matched prefix is resumable.
 //
 // Per dispatched request (times in ms):
-//   match      the longest run of leading ids present in any tier; HBM blocks are hits for
-//              free, lower-tier blocks must be loaded (or recomputed).
+//   match      the longest run of leading ids present in any tier (and published: a block
+//              a concurrent prefill is still computing is not a hit); HBM blocks are hits
+//              for free, lower-tier blocks must be loaded (or recomputed).
 //   load       per layer: Σ over the lower-tier blocks of that layer's bytes / link
 //              bandwidth, plus a per-copy overhead (6 µs) per coalesced run of host pages.
-//              Loads of all requests serialize on one onboard link.
+//              Loads on one link serialize.
 //   compute    prefill time of the uncached tokens after the matched prefix (the
 //              prefill-time policy, core/prefill_time.hpp; `flop_prefill_time` derives
 //              it from the cost model, attention over the prefix included), split over
 //              the mixer layers in proportion to their FLOPs.
 //   overlap    layer-wise pipelining (layer_pipeline.hpp): layer l computes once layer l's
 //              data is in; or, with `layerwise = false`, after the whole load.
-//   recompute  if loading would finish later than recomputing those tokens (from the first
-//              lower-tier block on), recompute instead; counted.
-//   prefetch   while a request computes, the next one's lower-tier blocks may be fetched
-//              early: `deadline` (CaR: start when the GPU's remaining service equals the
-//              transfer time, deadline_prefetch::fire_time) or `threshold` (HiCache: start
-//              at once when >= 256 tokens).
+//   recompute  the request resumes at the matched block boundary that finishes first:
+//              load the lower-tier blocks before it, prefill everything after it (from
+//              that block's checkpoint for hybrid models). The whole match is a plain
+//              reload, the leading HBM run a full recompute; any boundary in between is a
+//              split (more compute to hide a shorter load behind). Counted.
+//   prefetch   after a dispatch, the next requests' lower-tier blocks may be fetched
+//              early: `deadline` (CaR: start when the engines' remaining work before that
+//              request's predicted dispatch equals the transfer time,
+//              deadline_prefetch::fire_time; not booked before it is due) or `threshold`
+//              (HiCache: at once when >= 256 tokens).
 //   insert     the request's new blocks enter HBM; HBM over the high watermark demotes
 //              victims (by the demotion scorer) to the next tier down to the low mark, off
 //              the request path; the last tier drops its victims. With a single tier,
-//              eviction drops.
+//              eviction drops. A request's blocks stay pinned until its prefill is done.
 //   sparsify   with `profile`, KV demoted to a lower tier is sparsified by the per-layer
 //              profile (sparsify.hpp): fewer bytes offloaded, stored and loaded back;
 //              recurrent checkpoints never shrink.
@@ -43,8 +50,8 @@
 // grouped into cache blocks of `block_tokens` tokens (512 by default) named by chained
 // hashes, so token traces and block-id traces replay alike; ids < 0 are never cached.
 //
-// Cost: O(Σ blocks · (pages + log n)) time. The replay is single-threaded and
-// deterministic (the CaR shuffle is seeded).
+// Cost: O(Σ blocks · (pages + layers + log n) + requests · engines) time. The replay is
+// single-threaded and deterministic (the CaR shuffle is seeded).
 #pragma once
 
 #include <algorithm>
