@@ -351,8 +351,7 @@ class tiered_replayer {
         load_total = pf->second.load_ms;
         load_start = pf->second.start_ms;
         layer_ms_ = pf->second.layer_ms;
-        compute_layers(q.input_tokens - (q.input_tokens - mt.hbm_tokens - mt.lower_tokens),
-                       q.input_tokens - mt.hbm_tokens - mt.lower_tokens);
+        compute_layers(mt.hbm_tokens + mt.lower_tokens, q.input_tokens - mt.hbm_tokens - mt.lower_tokens);
         pt = pipeline_timeline(layer_ms_, compute_ms_, t0, load_start, o_.layerwise);
       } else {
         load_start = mt.lower_tokens > 0 ? std::max(t0, link_free_[link]) : t0;
