@@ -12,6 +12,9 @@
 
 #include <hybridcache/core/prefill_time.hpp>
 #include <hybridcache/core/presets.hpp>
+#include <hybridcache/prefix/lru_scorer.hpp>
+#include <hybridcache/prefix/prefix_cache.hpp>
+#include <hybridcache/tiered/tiered_state_store.hpp>
 #include <hybridcache/sim/mooncake_trace.hpp>
 #include <hybridcache/tiered/host_copy_engine.hpp>
 #include <hybridcache/tiered/tiered_replay.hpp>
@@ -222,5 +225,64 @@ HC_REPLAY(llama2_hbm1536G_host6T_deadline8, .tiers = "hbm=1536GiB,host=6TiB", .m
 HC_REPLAY(llama2_hbm1536G_host6T_car_deadline, .tiers = "hbm=1536GiB,host=6TiB", .model = "llama2_7b", .scheduler = car,
           .prefetch = deadline);
 HC_REPLAY(llama2_hbm1536G_car, .tiers = "hbm=1536GiB", .model = "llama2_7b", .scheduler = car);
+
+// The library's own composition on the same trace: Marconi's prefix cache (judicious
+// admission, LRU) over `tiered_state_store`, whose evictions demote to a host tier 4x larger
+// (arg 1 = 4) or, with a single tier (arg 1 = 0), over a `counting_store` of the same HBM
+// budget. Mooncake ids are 512-token blocks, so one id carries 512 tokens of KV. Counters:
+// token hit from HBM and from the host tier (reusable ids x 512, capped at the input).
+template <class ADM>
+static void bm_prefix_tiered_mooncake(benchmark::State& state) {
+  const auto& reqs = mooncake();
+  if (reqs.empty()) {
+    state.SkipWithError("Mooncake trace not found");
+    return;
+  }
+  const cost_model m(presets::jamba_1_5_mini());
+  const std::int64_t hbm = std::int64_t{state.range(0)} << 30, host = hbm * state.range(1);
+  const std::int64_t kv_per_id = m.kv_bytes_per_token() * 512;
+  std::int64_t input = 0, from_hbm = 0, from_host = 0;
+  auto tokens = [](const sim::request& r, std::int64_t ids) { return std::min<std::int64_t>(ids * 512, r.input_tokens); };
+  for (auto _ : state) {
+    input = from_hbm = from_host = 0;
+    if (host == 0) {
+      prefix::prefix_cache<cost_model, ADM, prefix::lru_scorer> c(
+          m, prefix::counting_store(hbm, kv_per_id, m.ssm_checkpoint_bytes()), prefix::lru_scorer{});
+      for (const auto& r : reqs) {
+        auto mt = c.match(r.input);
+        from_hbm += tokens(r, mt->reusable_tokens);
+        input += r.input_tokens;
+        (void)c.commit(r.input, static_cast<std::int64_t>(r.input.size()), &*mt);
+      }
+    } else {
+      using store_t = tiered_state_store<>;
+      prefix::prefix_cache<cost_model, ADM, prefix::lru_scorer, store_t> c(
+          m,
+          store_t({.hbm_bytes = hbm, .host_bytes = host, .kv_bytes_per_token = kv_per_id,
+                   .checkpoint_bytes = m.ssm_checkpoint_bytes()}),
+          prefix::lru_scorer{});
+      for (const auto& r : reqs) {
+        auto mt = c.match(r.input);
+        const tiered_hit h = c.store().lookup(r.input, *mt);
+        from_hbm += tokens(r, h.hbm_tokens);
+        from_host += tokens(r, h.reusable_tokens) - tokens(r, h.hbm_tokens);
+        input += r.input_tokens;
+        (void)c.commit(r.input, static_cast<std::int64_t>(r.input.size()), &*mt);
+        c.store().settle(c.tree(), r.input, h);
+      }
+    }
+  }
+  state.counters["hit"] = static_cast<double>(from_hbm + from_host) / static_cast<double>(input);
+  state.counters["hbm_hit"] = static_cast<double>(from_hbm) / static_cast<double>(input);
+  state.counters["host_hit"] = static_cast<double>(from_host) / static_cast<double>(input);
+}
+BENCHMARK_TEMPLATE(bm_prefix_tiered_mooncake, prefix::judicious_admission)
+    ->ArgsProduct({{32, 64, 128}, {0, 4}})
+    ->Iterations(1)
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK_TEMPLATE(bm_prefix_tiered_mooncake, prefix::every_block_admission<1>)
+    ->ArgsProduct({{32, 64, 128}, {0, 4}})
+    ->Iterations(1)
+    ->Unit(benchmark::kMillisecond);
 
 BENCHMARK_MAIN();
