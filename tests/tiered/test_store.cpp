@@ -333,3 +333,80 @@ TEST_CASE("scorers: keys follow LRU, CaR score and FLOP efficiency") {
   cache_entry empty;
   CHECK(f.key(empty).primary == 0.0);
 }
+
+TEST_CASE("tiered_store: split, join and exchange_pages re-partition pages without copying; bad calls change nothing") {
+  constexpr std::int64_t page = 4096;
+  tiered_store<> s(two_tiers(16 * page, 8 * page), page);
+  REQUIRE(s.insert(1, 6 * page));
+  REQUIRE(s.insert(2, 3 * page));
+  REQUIRE(s.insert(3, 2 * page, tier_id{1}));
+  const auto pages_of = [&](node_id id) { return s.find(id)->pages; };
+  const auto p1 = pages_of(1), p2 = pages_of(2);
+  const auto snapshot = [&] {
+    std::map<node_id, std::vector<std::uint32_t>> m;
+    s.for_each([&](const cache_entry& e) { m[e.id] = e.pages; });
+    return m;
+  };
+
+  SUBCASE("split: the head takes the first pages, the entry keeps the rest") {
+    REQUIRE(s.split(1, 10, 2 * page));
+    CHECK(pages_of(10) == std::vector<std::uint32_t>(p1.begin(), p1.begin() + 2));
+    CHECK(pages_of(1) == std::vector<std::uint32_t>(p1.begin() + 2, p1.end()));
+    CHECK(s.find(10)->bytes == 2 * page);
+    CHECK(s.find(1)->bytes == 4 * page);
+    CHECK(s.usage(hbm_tier).entries == 3);
+    CHECK(s.check_invariants().empty());
+    // join puts it back in the same order: front's pages, then back's
+    REQUIRE(s.join(10, 1));
+    CHECK(pages_of(10) == p1);
+    CHECK_FALSE(s.contains(1));
+    CHECK(s.usage(hbm_tier).entries == 2);
+    CHECK(s.check_invariants().empty());
+    // a join of two unrelated entries keeps logical order even when pages are not ascending
+    REQUIRE(s.join(2, 10));
+    auto want = p2;
+    want.insert(want.end(), p1.begin(), p1.end());
+    CHECK(pages_of(2) == want);
+    CHECK(s.check_invariants().empty());
+  }
+  SUBCASE("exchange_pages swaps page ranges between two entries of a tier") {
+    REQUIRE(s.pin(2));  // pinned entries may exchange (a loaded, pinned staging entry)
+    REQUIRE(s.exchange_pages(1, 3, 2, 1, 2));
+    auto w1 = p1, w2 = p2;
+    std::swap_ranges(w1.begin() + 3, w1.begin() + 5, w2.begin() + 1);
+    CHECK(pages_of(1) == w1);
+    CHECK(pages_of(2) == w2);
+    CHECK(s.check_invariants().empty());
+  }
+  SUBCASE("bad calls are refused and leave the table as it was") {
+    const auto before = snapshot();
+    CHECK(s.split(9, 11, page).error() == errc::not_found);
+    CHECK(s.split(1, 11, 0).error() == errc::invalid_argument);
+    CHECK(s.split(1, 11, 6 * page).error() == errc::invalid_argument);  // not smaller than the entry
+    CHECK(s.split(1, 11, page + 1).error() == errc::invalid_argument);  // not whole pages
+    CHECK(s.split(1, 2, page).error() == errc::invalid_argument);       // head id taken
+    CHECK(s.join(1, 1).error() == errc::invalid_argument);
+    CHECK(s.join(1, 3).error() == errc::invalid_argument);  // different tiers
+    CHECK(s.join(1, 9).error() == errc::not_found);
+    CHECK(s.exchange_pages(1, 0, 3, 0, 1).error() == errc::invalid_argument);  // different tiers
+    CHECK(s.exchange_pages(1, 5, 2, 0, 2).error() == errc::invalid_argument);  // past entry 1
+    CHECK(s.exchange_pages(1, 0, 2, 2, 2).error() == errc::invalid_argument);  // past entry 2
+    CHECK(s.exchange_pages(1, 0, 1, 3, 1).error() == errc::invalid_argument);  // same entry
+    REQUIRE(s.pin(1));
+    CHECK(s.split(1, 11, page).error() == errc::busy);
+    CHECK(s.join(1, 2).error() == errc::busy);
+    CHECK(s.join(2, 1).error() == errc::busy);
+    REQUIRE(s.unpin(1));
+    auto t = s.prepare_move(2, tier_id{1});
+    REQUIRE(t);
+    CHECK(s.exchange_pages(1, 0, 2, 0, 1).error() == errc::busy);  // moving
+    CHECK(s.join(1, 2).error() == errc::busy);
+    REQUIRE(s.complete_move(*t, false));
+    REQUIRE(s.insert(4, page, hbm_tier, {}, /*writing=*/true));
+    CHECK(s.exchange_pages(1, 0, 4, 0, 1).error() == errc::busy);  // being written
+    CHECK(s.split(4, 11, page).error() == errc::invalid_argument);
+    REQUIRE(s.erase(4));
+    CHECK(snapshot() == before);
+    CHECK(s.check_invariants().empty());
+  }
+}

@@ -319,6 +319,8 @@ class copy_engine {
   std::mutex mu_;
 };
 
+static_assert(tiered::tier_copy_engine<copy_engine>);
+
 /// Per-layer CUDA events in a ring of event sets (layer-wise loading; 3 sets by default,
 /// as SGLang HiCache): the loader records layer l's event on the onboard stream after
 /// queuing its copy; the compute stream waits for exactly that event before layer l. A set

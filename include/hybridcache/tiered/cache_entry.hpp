@@ -43,7 +43,7 @@ struct cache_entry {
   page_state state = page_state::resident;
   std::int32_t pins = 0;              ///< requests using the entry now
   std::int64_t bytes = 0;             ///< Size: bytes stored in the home tier
-  std::vector<std::uint32_t> pages;   ///< page indices in the home tier, ascending
+  std::vector<std::uint32_t> pages;   ///< page indices in the home tier, in logical order (ascending when allocated)
   double score = 0.0;                 ///< CaR's Score
   std::uint64_t last_access = 0;      ///< logical time of the last touch
   node_info info;                     ///< token span, for FLOP-aware scoring

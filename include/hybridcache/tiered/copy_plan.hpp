@@ -1,7 +1,7 @@
 // hybridcache/tiered/copy_plan.hpp
 //
 // Turning a move ticket into as few, as large copies as possible. A ticket lists source
-// and destination pages (each ascending); pages adjacent in both lists merge into one
+// and destination pages (in the entry's logical order); pages adjacent in both lists merge into one
 // transfer. Each copy call costs a fixed ~5-7 µs on a real link (anchors/multitier.md
 // §4.1: 64 KiB pieces drop an H100's PCIe copy rate from ~50 to ~9 GB/s), so the page
 // allocator hands out adjacent pages and this planner merges them; `min_transfer_bytes`
@@ -11,6 +11,7 @@
 // Shared by host_copy_engine.hpp and cuda/copy_engine.cuh. O(pages) time, one allocation.
 #pragma once
 
+#include <concepts>
 #include <cstdint>
 #include <vector>
 
@@ -24,6 +25,25 @@ struct copy_span {
   std::int64_t dst_offset = 0;
   std::int64_t bytes = 0;
 };
+
+/// What moves an entry's bytes between tiers: `submit(ticket)` enqueues the copies of a
+/// prepared move (`tiered_store::prepare_move`) and returns an event or an error;
+/// `wait(event)` blocks until they ran and reports a failed copy. Modelled by
+/// `host_copy_engine`, `cuda::copy_engine` and `metadata_only_copies`.
+template <class E>
+concept tier_copy_engine = requires(E& e, const move_ticket& t) {
+  { e.submit(t).has_value() } -> std::convertible_to<bool>;
+  { e.wait(*e.submit(t)) } -> std::same_as<expected<void>>;
+};
+
+/// The copy engine of a simulator: the store holds metadata only, so every move "copies"
+/// nothing and succeeds at once.
+struct metadata_only_copies {
+  struct event {};
+  [[nodiscard]] expected<event> submit(const move_ticket&) noexcept { return event{}; }
+  [[nodiscard]] expected<void> wait(event) noexcept { return {}; }
+};
+static_assert(tier_copy_engine<metadata_only_copies>);
 
 /// Transfers below this size count as small (per-call overhead dominates).
 inline constexpr std::int64_t default_min_transfer_bytes = std::int64_t{512} * 1024;

@@ -288,6 +288,8 @@ class host_copy_engine {
   std::array<std::thread, 2> workers_;
 };
 
+static_assert(tier_copy_engine<host_copy_engine>);
+
 /// Moves one entry to tier `dst` through the full protocol: prepare (reserve destination),
 /// submit, wait, complete. On any failure the entry stays at its source, intact, and the
 /// reservation is released. Returns the first error (`out_of_capacity`, `busy`, ...); an

@@ -23,7 +23,7 @@
 // lock over shared state); copies run outside it. Costs (n = entries in the tier, k = pages
 // of the entry): insert O(k + log n), find O(k), pin/unpin/touch/add_score O(log n),
 // prepare_move O(k + log n), complete_move O(k + log n), erase O(k + log n),
-// victim O(log n). Insert and moves allocate the page lists and an index node; pin, unpin,
+// victim O(log n), split/join O(k + log n), exchange_pages O(pages exchanged). Insert and moves allocate the page lists and an index node; pin, unpin,
 // touch and add_score re-key the index (one node freed, one allocated by std::set).
 #pragma once
 
@@ -52,8 +52,8 @@ struct move_ticket {
   tier_id dst{};
   std::int64_t src_bytes = 0;               ///< bytes held at the source
   std::int64_t dst_bytes = 0;               ///< bytes that will be stored at the destination
-  std::vector<std::uint32_t> src_pages;     ///< ascending
-  std::vector<std::uint32_t> dst_pages;     ///< ascending
+  std::vector<std::uint32_t> src_pages;     ///< in the entry's logical order
+  std::vector<std::uint32_t> dst_pages;     ///< ascending (fresh pages)
   std::uint64_t seq = 0;                    ///< must match the entry's move sequence
 };
 
@@ -258,6 +258,88 @@ class tiered_store {
     give_pages(tiers_[e.tier.value], e.pages);
     tiers_[e.tier.value].entries -= 1;
     entries_.erase(it);
+    return {};
+  }
+
+  /// Detaches the first `head_bytes` of a resident entry into a new resident entry
+  /// `head_id` of the same tier, without copying: the head takes the entry's first pages
+  /// (in logical order), the entry keeps the rest. Both keep the entry's info, recency and
+  /// score. Errors (nothing changes): not_found; invalid_argument unless 0 < head_bytes <
+  /// bytes, head_bytes is a whole number of pages and head_id is new; busy unless resident.
+  [[nodiscard]] expected<void> split(node_id id, node_id head_id, std::int64_t head_bytes) {
+    std::lock_guard lock(mu_);
+    const auto it = entries_.find(id);
+    if (it == entries_.end()) return unexpected(errc::not_found);
+    auto& e = it->second;
+    if (head_bytes <= 0 || head_bytes >= e.bytes || head_bytes % page_bytes_ != 0 || entries_.count(head_id))
+      return unexpected(errc::invalid_argument);
+    if (e.state != page_state::resident) return unexpected(errc::busy);
+    const auto head_pages = static_cast<std::size_t>(head_bytes / page_bytes_);
+    cache_entry h = e;  // copies the page list: may throw, nothing changed yet
+    h.id = head_id;
+    h.bytes = head_bytes;
+    h.pages.resize(head_pages);
+    h.move_seq = 0;
+    std::vector<std::uint32_t> tail(e.pages.begin() + static_cast<std::ptrdiff_t>(head_pages), e.pages.end());
+    auto [hit, ok] = entries_.emplace(head_id, std::move(h));
+    (void)ok;
+    index_remove(e);
+    e.pages = std::move(tail);
+    e.bytes -= head_bytes;
+    index_add(e);
+    index_add(hit->second);
+    tiers_[e.tier.value].entries += 1;
+    return {};
+  }
+
+  /// Appends `back`'s bytes to `front` without copying (front's pages, then back's) and
+  /// removes `back`. Errors (nothing changes): not_found; invalid_argument for the same id,
+  /// different tiers or a front that is not a whole number of pages; busy unless both are
+  /// resident.
+  [[nodiscard]] expected<void> join(node_id front, node_id back) {
+    std::lock_guard lock(mu_);
+    const auto fi = entries_.find(front);
+    const auto bi = entries_.find(back);
+    if (fi == entries_.end() || bi == entries_.end()) return unexpected(errc::not_found);
+    auto& f = fi->second;
+    auto& b = bi->second;
+    if (front == back || f.tier != b.tier || f.bytes % page_bytes_ != 0) return unexpected(errc::invalid_argument);
+    if (f.state != page_state::resident || b.state != page_state::resident) return unexpected(errc::busy);
+    f.pages.reserve(f.pages.size() + b.pages.size());  // may throw: nothing changed yet
+    index_remove(f);
+    index_remove(b);
+    f.pages.insert(f.pages.end(), b.pages.begin(), b.pages.end());
+    f.bytes += b.bytes;
+    tiers_[f.tier.value].entries -= 1;
+    entries_.erase(bi);
+    index_add(f);
+    return {};
+  }
+
+  /// Exchanges `n` pages of entry `a` (from its page `a_first`) with `n` pages of entry `b`
+  /// (from `b_first`), both in the same tier and neither moving nor being written: a runtime
+  /// hands bytes loaded into one entry to another without copying them. Page counts, states
+  /// and demotion keys are unchanged. Errors (nothing changes): not_found; invalid_argument
+  /// for the same entry, different tiers or ranges outside either entry; busy while either is moving or
+  /// writing.
+  [[nodiscard]] expected<void> exchange_pages(node_id a, std::int64_t a_first, node_id b, std::int64_t b_first,
+                                              std::int64_t n) {
+    std::lock_guard lock(mu_);
+    const auto ai = entries_.find(a);
+    const auto bi = entries_.find(b);
+    if (ai == entries_.end() || bi == entries_.end()) return unexpected(errc::not_found);
+    auto& x = ai->second;
+    auto& y = bi->second;
+    const auto in_range = [n](const cache_entry& e, std::int64_t first) {
+      return first >= 0 && n >= 0 && first + n <= static_cast<std::int64_t>(e.pages.size());
+    };
+    if (a == b || x.tier != y.tier || !in_range(x, a_first) || !in_range(y, b_first))
+      return unexpected(errc::invalid_argument);
+    const auto unmovable = [](const cache_entry& e) {
+      return e.state == page_state::moving || e.state == page_state::writing;
+    };
+    if (unmovable(x) || unmovable(y)) return unexpected(errc::busy);
+    std::swap_ranges(x.pages.begin() + a_first, x.pages.begin() + a_first + n, y.pages.begin() + b_first);
     return {};
   }
 

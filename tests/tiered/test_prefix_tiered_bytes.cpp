@@ -1,0 +1,377 @@
+// The prefix cache over the tiered store with real bytes: `tiered_state_store<lru_demotion,
+// host_copy_engine>` copies every demotion HBM -> host and every `load` host -> HBM through
+// the host copy engine; splits and joins re-partition page lists; `settle` hands the loaded
+// pages to the tree's new nodes. A tiny hybrid model (64 B of KV per token, a 96 B
+// checkpoint, 32 B pages) keeps the arenas small.
+//
+// The check: a runtime that writes each token's KV and each checkpoint as a function of the
+// token prefix it belongs to (and poisons everything it has not computed yet) finds, after
+// every request, the right bytes under every node of the tree and in every staged entry,
+// over random branching conversations; a failed copy drops or keeps entries, never corrupts.
+#include <doctest/doctest.h>
+
+#include <cstring>
+#include <map>
+#include <random>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "hybridcache/core/cost_model.hpp"
+#include "hybridcache/prefix/flop_aware_scorer.hpp"
+#include "hybridcache/prefix/prefix_cache.hpp"
+#include "hybridcache/tiered/host_copy_engine.hpp"
+#include "hybridcache/tiered/tiered_state_store.hpp"
+
+using namespace hybridcache;
+using prefix::token_id;
+
+namespace {
+
+const cost_model& tiny() {
+  static const cost_model m([] {
+    model_spec s;
+    s.name = "tiny_hybrid";
+    s.source = "test: one attention and one Mamba-2 layer with tiny shapes";
+    s.layers = {layer_kind::recurrent, layer_kind::mlp, layer_kind::attention, layer_kind::mlp};
+    s.d_model = 64;
+    s.attention_heads = 2;
+    s.kv_heads = 1;
+    s.head_dim = 16;  // KV: 2 (K, V) x 1 head x 16 x 2 B = 64 B per token
+    s.recurrent = recurrent_family::mamba2;
+    s.ssm_d_inner = 128;
+    s.ssm_state_rows = 4;
+    s.d_state = 12;  // state: 4 x 12 x 2 B = 96 B
+    s.conv_kernel = 0;
+    s.scan_chunk = 16;
+    return s;
+  }());
+  return m;
+}
+
+using engine_t = tiered::host_copy_engine;
+using store_t = tiered::tiered_state_store<tiered::lru_demotion, engine_t>;
+
+std::uint64_t mix(std::uint64_t z) {
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+  return z ^ (z >> 31);
+}
+
+/// The bytes a runtime computes: KV of token t and the state after token t are functions of
+/// tokens [0, t] (here: of a hash of them), so equal prefixes give equal bytes.
+struct pattern {
+  std::vector<std::uint64_t> h;  // h[t] = hash of tokens [0, t)
+  explicit pattern(std::span<const token_id> s) : h(s.size() + 1) {
+    h[0] = 0x1234;
+    for (std::size_t i = 0; i < s.size(); ++i) h[i + 1] = mix(h[i] ^ (static_cast<std::uint64_t>(s[i]) + 7));
+  }
+  std::byte kv(std::int64_t t, std::int64_t j) const {  // byte j of token t's KV
+    return static_cast<std::byte>(mix(h[static_cast<std::size_t>(t + 1)] + static_cast<std::uint64_t>(j)) & 0xff);
+  }
+  std::byte state(std::int64_t p, std::int64_t j) const {  // byte j of the state after p tokens
+    return static_cast<std::byte>(mix(~h[static_cast<std::size_t>(p)] + static_cast<std::uint64_t>(j)) & 0xff);
+  }
+};
+
+/// The runtime's view of the bytes: logical byte i of an entry, through its page list.
+struct bytes_view {
+  engine_t& engine;
+  const store_t& store;
+  std::byte& at(tiered::node_id id, std::int64_t i) const {
+    const auto e = store.table().find(id);
+    REQUIRE(e.has_value());
+    const std::int64_t page = store.table().page_bytes();
+    return engine.base(e->tier)[static_cast<std::int64_t>(e->pages.at(static_cast<std::size_t>(i / page))) * page +
+                                i % page];
+  }
+};
+
+/// Tokens from the root to the end of node `n`.
+template <class Tree>
+std::vector<token_id> tokens_of(const Tree& tree, prefix::node_id n) {
+  std::vector<prefix::node_id> chain;
+  for (; n != Tree::root(); n = tree.at(n).parent) chain.push_back(n);
+  std::vector<token_id> out;
+  for (auto it = chain.rbegin(); it != chain.rend(); ++it)
+    out.insert(out.end(), tree.at(*it).tokens.begin(), tree.at(*it).tokens.end());
+  return out;
+}
+
+/// Every live node's KV and checkpoint hold the bytes of its token prefix.
+template <class Tree>
+void check_tree_bytes(const Tree& tree, const bytes_view& b, std::int64_t kv, std::int64_t ck) {
+  for (prefix::node_id n = 1; n < tree.id_bound(); ++n) {
+    if (!tree.live(n)) continue;
+    const auto& nd = tree.at(n);
+    const auto toks = tokens_of(tree, n);
+    const pattern p(toks);
+    for (std::int64_t t = nd.begin(); t < nd.end; ++t)
+      for (std::int64_t j = 0; j < kv; ++j)
+        REQUIRE_MESSAGE(b.at(nd.kv.id, (t - nd.begin()) * kv + j) == p.kv(t, j),
+                        "node " << n << " token " << t << " byte " << j);
+    if (nd.has_checkpoint)
+      for (std::int64_t j = 0; j < ck; ++j)
+        REQUIRE_MESSAGE(b.at(nd.checkpoint.id, j) == p.state(nd.end, j), "checkpoint of node " << n);
+  }
+}
+
+struct run_stats {
+  std::int64_t loads = 0, loaded_tokens = 0, adopted = 0, demoted = 0, failures = 0;
+};
+
+// One random branching conversation run. `fail_every` > 0 makes every n-th copy span fail.
+template <class Scorer>
+run_stats random_run(std::uint64_t seed, std::int64_t hbm, std::int64_t host, int fail_every = 0) {
+  const std::int64_t kv = tiny().kv_bytes_per_token(), ck = tiny().ssm_checkpoint_bytes();
+  const tiered::tiered_state_store_config cfg{.hbm_bytes = hbm,
+                                              .host_bytes = host,
+                                              .kv_bytes_per_token = kv,
+                                              .checkpoint_bytes = ck,
+                                              .staging_bytes = hbm};
+  engine_t engine(store_t::tiers_for(cfg), store_t::page_bytes_for(cfg), {.measure_bandwidth = false});
+  std::int64_t spans = 0;
+  if (fail_every > 0) engine.set_fault_hook([&](const tiered::copy_span&) { return ++spans % fail_every == 0; });
+  Scorer scorer = [] {
+    if constexpr (std::is_same_v<Scorer, prefix::flop_aware_scorer>)
+      return prefix::flop_aware_scorer(tiny(), {.alpha = 1.0});
+    else
+      return Scorer{};
+  }();
+  prefix::prefix_cache<cost_model, prefix::judicious_admission, Scorer, store_t> c(tiny(), store_t(cfg, engine),
+                                                                                 std::move(scorer));
+  const bytes_view b{engine, c.store()};
+  std::mt19937_64 rng(seed);
+  std::vector<std::vector<token_id>> committed, roots;
+  for (int i = 0; i < 4; ++i) {
+    std::vector<token_id> r(static_cast<std::size_t>(20 + rng() % 150));
+    for (auto& t : r) t = static_cast<token_id>(rng() % 3);
+    roots.push_back(r);
+  }
+  run_stats st;
+  for (int step = 0; step < 250; ++step) {
+    std::vector<token_id> input;
+    if (!committed.empty() && rng() % 4 != 0) {
+      const auto& base = committed[rng() % committed.size()];
+      // a prefix of at most 150 tokens, so that every request fits in HBM
+      input.assign(base.begin(), base.begin() + static_cast<std::ptrdiff_t>(1 + rng() % std::min<std::size_t>(base.size(), 150)));
+    } else {
+      input = roots[rng() % roots.size()];
+    }
+    const auto extra = 1 + rng() % 100;
+    for (std::size_t k = 0; k < extra; ++k) input.push_back(static_cast<token_id>(rng() % 3));
+    std::vector<token_id> seq = input;
+    const auto out = rng() % 30;
+    for (std::size_t k = 0; k < out; ++k) seq.push_back(static_cast<token_id>(rng() % 5));
+    const pattern p(seq);
+    const auto len = static_cast<std::int64_t>(seq.size());
+
+    auto m = c.match(input);
+    REQUIRE(m);
+    auto h = c.store().lookup(input, *m);
+    bool loaded = false;
+    if (h.host_tokens > 0 && rng() % 5 != 0) {
+      const auto r = c.store().load(h);
+      if (r) {
+        loaded = true;
+        ++st.loads;
+        st.loaded_tokens += h.host_tokens;
+        // What prefill reads from HBM: the staged entries hold the input's bytes.
+        for (const auto& s : c.store().staged()) {
+          REQUIRE(s.end <= static_cast<std::int64_t>(input.size()));
+          REQUIRE(c.store().table().locate(s.id)->first == tiered::hbm_tier);
+          if (s.checkpoint) {
+            for (std::int64_t j = 0; j < ck; ++j) REQUIRE(b.at(s.id, j) == p.state(s.end, j));
+          } else {
+            for (std::int64_t t = s.begin; t < s.end; ++t)
+              for (std::int64_t j = 0; j < kv; ++j) REQUIRE(b.at(s.id, (t - s.begin) * kv + j) == p.kv(t, j));
+          }
+        }
+      } else {
+        REQUIRE(fail_every > 0);  // staging is as large as HBM: only an injected failure refuses
+        REQUIRE(r.error() == errc::busy);
+        REQUIRE(c.store().staged().empty());
+        h = tiered::tiered_hit{.reusable_tokens = m->reusable_tokens, .hbm_tokens = m->reusable_tokens};
+        ++st.failures;
+      }
+    }
+    if (rng() % 10 == 0) {  // abandoned: staged entries go back to the host tier
+      c.store().release_hit(h);
+      REQUIRE(c.release(*m));
+    } else {
+      // Before commit: which entries and pages the tree holds, and what `load` staged.
+      std::set<tiered::node_id> old_kv, old_ckpts;
+      std::map<std::uint32_t, tiered::node_id> old_page_owner;
+      for (prefix::node_id n = 1; n < c.tree().id_bound(); ++n) {
+        if (!c.tree().live(n)) continue;
+        const auto& nd = c.tree().at(n);
+        if (nd.has_checkpoint) old_ckpts.insert(nd.checkpoint.id);
+        if (nd.kv.id == 0) continue;
+        old_kv.insert(nd.kv.id);
+        const auto row = c.store().table().find(nd.kv.id);
+        for (auto pg : row->pages) old_page_owner[pg] = nd.kv.id;
+      }
+      std::vector<std::pair<std::int64_t, std::int64_t>> staged_kv;
+      for (const auto& s : c.store().staged())
+        if (!s.checkpoint) staged_kv.emplace_back(s.begin, s.end);
+      const auto cr = c.commit(seq, static_cast<std::int64_t>(input.size()), &*m);
+      REQUIRE_MESSAGE(cr, "commit: " << (cr ? 0 : static_cast<int>(cr.error())));
+      std::set<tiered::node_id> live_kv;
+      for (prefix::node_id n = 1; n < c.tree().id_bound(); ++n)
+        if (c.tree().live(n)) live_kv.insert(c.tree().at(n).kv.id);
+      // An extent holds carried bytes if it existed before the commit or was split off one
+      // that did and still does (same pages); anything else is new and holds garbage.
+      const auto carried = [&](tiered::node_id id) {
+        if (old_kv.contains(id)) return true;
+        const auto pages = c.store().table().find(id)->pages;
+        const auto o = old_page_owner.find(pages.front());
+        if (o == old_page_owner.end() || !live_kv.contains(o->second)) return false;
+        for (auto pg : pages)
+          if (const auto q = old_page_owner.find(pg); q == old_page_owner.end() || q->second != o->second) return false;
+        return true;
+      };
+      std::vector<prefix::node_id> path;
+      (void)c.tree().walk(seq, path);
+      std::set<tiered::node_id> fresh_kv;
+      for (prefix::node_id n : path) {
+        const auto& nd = c.tree().at(n);
+        if (nd.kv.id != 0 && !carried(nd.kv.id)) {
+          fresh_kv.insert(nd.kv.id);
+          for (std::int64_t i = 0; i < nd.edge() * kv; ++i) b.at(nd.kv.id, i) = std::byte{0xcd};
+        }
+        if (nd.has_checkpoint && !old_ckpts.contains(nd.checkpoint.id))
+          for (std::int64_t j = 0; j < ck; ++j) b.at(nd.checkpoint.id, j) = std::byte{0xcd};
+      }
+      c.store().settle(c.tree(), seq, h);
+      // The runtime writes what it computed (from where prefill started: the loaded hit, or
+      // the HBM match when it fetched the host hit itself) and copies the tokens it reused
+      // into new extents, except those `settle` filled from the staged entries; likewise
+      // new checkpoints, except the loaded one.
+      const std::int64_t computed_from = loaded ? h.reusable_tokens : m->common_prefix;
+      const auto staged_token = [&](std::int64_t t) {
+        for (const auto& [lo, hi] : staged_kv)
+          if (lo <= t && t < hi) return true;
+        return false;
+      };
+      (void)c.tree().walk(seq, path);
+      for (prefix::node_id n : path) {
+        const auto& nd = c.tree().at(n);
+        for (std::int64_t t = nd.begin(); t < nd.end; ++t) {
+          const bool write = t >= computed_from || (fresh_kv.contains(nd.kv.id) && !staged_token(t));
+          if (write)
+            for (std::int64_t j = 0; j < kv; ++j) b.at(nd.kv.id, (t - nd.begin()) * kv + j) = p.kv(t, j);
+        }
+        const bool loaded_state = loaded && h.host_checkpoint && nd.end == h.reusable_tokens;
+        if (nd.has_checkpoint && !old_ckpts.contains(nd.checkpoint.id) && !loaded_state)
+          for (std::int64_t j = 0; j < ck; ++j) b.at(nd.checkpoint.id, j) = p.state(nd.end, j);
+      }
+      committed.push_back(seq);
+      (void)len;
+    }
+    REQUIRE(c.store().staged().empty());
+    const std::string bad = c.store().check_invariants(c.tree());
+    REQUIRE_MESSAGE(bad.empty(), bad);
+    check_tree_bytes(c.tree(), b, kv, ck);
+  }
+  engine.synchronize();
+  st.adopted = c.store().counters().adopted_entries;
+  st.demoted = c.store().counters().demoted_entries;
+  if (fail_every > 0) CHECK(c.store().counters().copy_failures > 0);
+  return st;
+}
+
+}  // namespace
+
+TEST_CASE("tiny_hybrid test model: 64 B of KV per token, a 96 B checkpoint") {
+  CHECK(tiny().kv_bytes_per_token() == 64);
+  CHECK(tiny().ssm_checkpoint_bytes() == 96);
+}
+
+TEST_CASE_TEMPLATE("tiered_state_store over a host copy engine: every node holds its own bytes after demotion, "
+                   "load and promotion",
+                   Scorer, prefix::lru_scorer, prefix::flop_aware_scorer) {
+  const std::int64_t kv = 64, ck = 96;
+  for (std::uint64_t seed : {11u, 12u, 13u}) {
+    const auto st = random_run<Scorer>(seed, 300 * kv + 4 * ck, 20 * (200 * kv + 2 * ck));
+    MESSAGE("seed " << seed << ": " << st.loads << " loads (" << st.loaded_tokens << " tokens), " << st.adopted
+                    << " entries adopted, " << st.demoted << " demoted");
+    CHECK(st.loads > 10);
+    CHECK(st.adopted > 0);
+  }
+}
+
+TEST_CASE("tiered_state_store over a host copy engine: failed copies drop or keep entries, never corrupt them") {
+  const std::int64_t kv = 64, ck = 96;
+  for (int fail_every : {3, 7}) {
+    const auto st = random_run<prefix::lru_scorer>(21, 300 * kv + 4 * ck, 20 * (200 * kv + 2 * ck), fail_every);
+    MESSAGE("a copy span in " << fail_every << " fails: " << st.loads << " loads, " << st.failures
+                              << " refused loads");
+    CHECK(st.failures > 0);
+  }
+}
+
+TEST_CASE("tiered_state_store::load: bad tickets, a staging room too small, and a second call") {
+  const std::int64_t kv = tiny().kv_bytes_per_token(), ck = tiny().ssm_checkpoint_bytes();
+  tiered::tiered_state_store_config cfg{.hbm_bytes = 40 * kv + 2 * ck,
+                                        .host_bytes = 400 * kv,
+                                        .kv_bytes_per_token = kv,
+                                        .checkpoint_bytes = ck,
+                                        .staging_bytes = 8 * kv};
+  engine_t engine(store_t::tiers_for(cfg), store_t::page_bytes_for(cfg), {.measure_bandwidth = false});
+  prefix::prefix_cache<cost_model, prefix::judicious_admission, prefix::lru_scorer, store_t> c(
+      tiny(), store_t(cfg, engine), prefix::lru_scorer{});
+  std::vector<token_id> a(30, 1), bseq(30, 2);
+  for (const auto* s : {&a, &bseq}) {  // a, then b evicts a into the host tier
+    auto m = c.match(*s);
+    REQUIRE(m);
+    REQUIRE(c.commit(*s, static_cast<std::int64_t>(s->size()), &*m));
+    c.store().settle(c.tree(), *s);
+  }
+  REQUIRE(c.store().host_entries() > 0);
+  std::vector<token_id> again = a;
+  again.push_back(3);
+  auto m = c.match(again);
+  REQUIRE(m);
+  const auto h = c.store().lookup(again, *m);
+  REQUIRE(h.host_tokens == 30);
+  CHECK(c.store().load(tiered::tiered_hit{}).error() == errc::stale_handle);
+  auto forged = h;
+  forged.ticket += 1;
+  CHECK(c.store().load(forged).error() == errc::stale_handle);
+  // 30 tokens of KV + a checkpoint do not fit in 8 tokens of staging: nothing moves
+  const auto host_before = c.store().host_used_bytes();
+  CHECK(c.store().load(h).error() == errc::out_of_capacity);
+  CHECK(c.store().staged().empty());
+  CHECK(c.store().host_used_bytes() == host_before);
+  CHECK(c.store().check_invariants(c.tree()).empty());
+  c.store().release_hit(h);
+  REQUIRE(c.release(*m));
+
+  // With room, a second load of the same hit is a no-op; release returns it to the host.
+  cfg.staging_bytes = 40 * kv + 2 * ck;
+  engine_t engine2(store_t::tiers_for(cfg), store_t::page_bytes_for(cfg), {.measure_bandwidth = false});
+  prefix::prefix_cache<cost_model, prefix::judicious_admission, prefix::lru_scorer, store_t> c2(
+      tiny(), store_t(cfg, engine2), prefix::lru_scorer{});
+  for (const auto* s : {&a, &bseq}) {
+    auto m2 = c2.match(*s);
+    REQUIRE(m2);
+    REQUIRE(c2.commit(*s, static_cast<std::int64_t>(s->size()), &*m2));
+    c2.store().settle(c2.tree(), *s);
+  }
+  auto m2 = c2.match(again);
+  REQUIRE(m2);
+  const auto h2 = c2.store().lookup(again, *m2);
+  REQUIRE(c2.store().load(h2));
+  const auto staged = c2.store().staged().size();
+  CHECK(staged > 0);
+  CHECK(c2.store().staged_bytes() == 30 * kv + ck);
+  REQUIRE(c2.store().load(h2));
+  CHECK(c2.store().staged().size() == staged);
+  CHECK(c2.store().check_invariants(c2.tree()).empty());
+  const auto host_entries = c2.store().host_entries();
+  c2.store().release_hit(h2);
+  REQUIRE(c2.release(*m2));
+  CHECK(c2.store().staged_bytes() == 0);
+  CHECK(c2.store().host_entries() == host_entries + static_cast<std::int64_t>(staged));
+  CHECK(c2.store().check_invariants(c2.tree()).empty());
+}
