@@ -78,13 +78,20 @@ struct pattern {
 struct bytes_view {
   engine_t& engine;
   const store_t& store;
-  std::byte& at(tiered::node_id id, std::int64_t i) const {
+  struct entry_bytes {  // one entry's pages, looked up once
+    std::byte* base;
+    std::vector<std::uint32_t> pages;
+    std::int64_t page;
+    std::byte& operator[](std::int64_t i) const {
+      return base[static_cast<std::int64_t>(pages.at(static_cast<std::size_t>(i / page))) * page + i % page];
+    }
+  };
+  entry_bytes operator()(tiered::node_id id) const {
     const auto e = store.table().find(id);
     REQUIRE(e.has_value());
-    const std::int64_t page = store.table().page_bytes();
-    return engine.base(e->tier)[static_cast<std::int64_t>(e->pages.at(static_cast<std::size_t>(i / page))) * page +
-                                i % page];
+    return {engine.base(e->tier), e->pages, store.table().page_bytes()};
   }
+  std::byte& at(tiered::node_id id, std::int64_t i) const { return (*this)(id)[i]; }
 };
 
 /// Tokens from the root to the end of node `n`.
@@ -106,13 +113,15 @@ void check_tree_bytes(const Tree& tree, const bytes_view& b, std::int64_t kv, st
     const auto& nd = tree.at(n);
     const auto toks = tokens_of(tree, n);
     const pattern p(toks);
+    const auto kvb = b(nd.kv.id);
     for (std::int64_t t = nd.begin(); t < nd.end; ++t)
       for (std::int64_t j = 0; j < kv; ++j)
-        REQUIRE_MESSAGE(b.at(nd.kv.id, (t - nd.begin()) * kv + j) == p.kv(t, j),
-                        "node " << n << " token " << t << " byte " << j);
-    if (nd.has_checkpoint)
-      for (std::int64_t j = 0; j < ck; ++j)
-        REQUIRE_MESSAGE(b.at(nd.checkpoint.id, j) == p.state(nd.end, j), "checkpoint of node " << n);
+        if (kvb[(t - nd.begin()) * kv + j] != p.kv(t, j))
+          FAIL("node " << n << " token " << t << " byte " << j << " holds another token's KV");
+    if (!nd.has_checkpoint) continue;
+    const auto ckb = b(nd.checkpoint.id);
+    for (std::int64_t j = 0; j < ck; ++j)
+      if (ckb[j] != p.state(nd.end, j)) FAIL("checkpoint of node " << n << " byte " << j << " is wrong");
   }
 }
 
@@ -180,11 +189,14 @@ run_stats random_run(std::uint64_t seed, std::int64_t hbm, std::int64_t host, in
         for (const auto& s : c.store().staged()) {
           REQUIRE(s.end <= static_cast<std::int64_t>(input.size()));
           REQUIRE(c.store().table().locate(s.id)->first == tiered::hbm_tier);
+          const auto sb = b(s.id);
           if (s.checkpoint) {
-            for (std::int64_t j = 0; j < ck; ++j) REQUIRE(b.at(s.id, j) == p.state(s.end, j));
+            for (std::int64_t j = 0; j < ck; ++j)
+              if (sb[j] != p.state(s.end, j)) FAIL("a staged checkpoint holds the wrong state");
           } else {
             for (std::int64_t t = s.begin; t < s.end; ++t)
-              for (std::int64_t j = 0; j < kv; ++j) REQUIRE(b.at(s.id, (t - s.begin) * kv + j) == p.kv(t, j));
+              for (std::int64_t j = 0; j < kv; ++j)
+                if (sb[(t - s.begin) * kv + j] != p.kv(t, j)) FAIL("staged KV of token " << t << " is wrong");
           }
         }
       } else {
@@ -237,10 +249,13 @@ run_stats random_run(std::uint64_t seed, std::int64_t hbm, std::int64_t host, in
         const auto& nd = c.tree().at(n);
         if (nd.kv.id != 0 && !carried(nd.kv.id)) {
           fresh_kv.insert(nd.kv.id);
-          for (std::int64_t i = 0; i < nd.edge() * kv; ++i) b.at(nd.kv.id, i) = std::byte{0xcd};
+          const auto kvb = b(nd.kv.id);
+          for (std::int64_t i = 0; i < nd.edge() * kv; ++i) kvb[i] = std::byte{0xcd};
         }
-        if (nd.has_checkpoint && !old_ckpts.contains(nd.checkpoint.id))
-          for (std::int64_t j = 0; j < ck; ++j) b.at(nd.checkpoint.id, j) = std::byte{0xcd};
+        if (nd.has_checkpoint && !old_ckpts.contains(nd.checkpoint.id)) {
+          const auto ckb = b(nd.checkpoint.id);
+          for (std::int64_t j = 0; j < ck; ++j) ckb[j] = std::byte{0xcd};
+        }
       }
       c.store().settle(c.tree(), seq, h);
       // The runtime writes what it computed (from where prefill started: the loaded hit, or
@@ -256,14 +271,17 @@ run_stats random_run(std::uint64_t seed, std::int64_t hbm, std::int64_t host, in
       (void)c.tree().walk(seq, path);
       for (prefix::node_id n : path) {
         const auto& nd = c.tree().at(n);
+        const auto kvb = b(nd.kv.id);
         for (std::int64_t t = nd.begin(); t < nd.end; ++t) {
           const bool write = t >= computed_from || (fresh_kv.contains(nd.kv.id) && !staged_token(t));
           if (write)
-            for (std::int64_t j = 0; j < kv; ++j) b.at(nd.kv.id, (t - nd.begin()) * kv + j) = p.kv(t, j);
+            for (std::int64_t j = 0; j < kv; ++j) kvb[(t - nd.begin()) * kv + j] = p.kv(t, j);
         }
         const bool loaded_state = loaded && h.host_checkpoint && nd.end == h.reusable_tokens;
-        if (nd.has_checkpoint && !old_ckpts.contains(nd.checkpoint.id) && !loaded_state)
-          for (std::int64_t j = 0; j < ck; ++j) b.at(nd.checkpoint.id, j) = p.state(nd.end, j);
+        if (nd.has_checkpoint && !old_ckpts.contains(nd.checkpoint.id) && !loaded_state) {
+          const auto ckb = b(nd.checkpoint.id);
+          for (std::int64_t j = 0; j < ck; ++j) ckb[j] = p.state(nd.end, j);
+        }
       }
       committed.push_back(seq);
       (void)len;
