@@ -62,6 +62,7 @@
 #pragma once
 
 #include <algorithm>
+#include <array>
 #include <concepts>
 #include <cstdint>
 #include <memory>
@@ -477,7 +478,8 @@ class tiered_state_store {
     for (prefix::node_id n = 1; n < tree.id_bound(); ++n) {
       if (!tree.live(n)) continue;
       const auto& nd = tree.at(n);
-      for (node_id id : {nd.kv.id, nd.has_checkpoint ? nd.checkpoint.id : node_id{0}}) {
+      const std::array<node_id, 2> ids{nd.kv.id, nd.has_checkpoint ? nd.checkpoint.id : node_id{0}};
+      for (node_id id : ids) {
         if (id == 0) continue;
         const auto it = meta_.find(id);
         if (it == meta_.end() || it->second.where != place::hbm) return "a tree handle is not in HBM";
