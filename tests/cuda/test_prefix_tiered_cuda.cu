@@ -17,29 +17,13 @@
 #include <hybridcache/prefix/prefix_cache.hpp>
 #include <hybridcache/tiered/tiered_state_store.hpp>
 
+#include "../support/tiny_hybrid_model.hpp"
+
 using namespace hybridcache;
 
 namespace {
 
 using store_t = tiered::tiered_state_store<tiered::lru_demotion, cuda::copy_engine>;
-
-cost_model tiny_model() {
-  model_spec s;
-  s.name = "tiny_hybrid";
-  s.source = "test: one attention and one Mamba-2 layer with tiny shapes";
-  s.layers = {layer_kind::recurrent, layer_kind::mlp, layer_kind::attention, layer_kind::mlp};
-  s.d_model = 64;
-  s.attention_heads = 2;
-  s.kv_heads = 1;
-  s.head_dim = 16;  // 64 B of KV per token
-  s.recurrent = recurrent_family::mamba2;
-  s.ssm_d_inner = 128;
-  s.ssm_state_rows = 4;
-  s.d_state = 12;  // 96 B of state
-  s.conv_kernel = 0;
-  s.scan_chunk = 16;
-  return cost_model(s);
-}
 
 /// Copies an entry's logical bytes out of (or into) its tier's arena, page by page.
 std::vector<std::uint8_t> read_entry(const cuda::copy_engine& e, const store_t& s, tiered::node_id id) {
@@ -73,7 +57,7 @@ std::vector<std::uint8_t> fill(std::size_t n, std::uint8_t seed) {
 }  // namespace
 
 TEST_CASE("cuda: a conversation demoted D2H, loaded H2D into staging and adopted by the tree keeps its bytes") {
-  const cost_model m = tiny_model();
+  const cost_model m(test::tiny_hybrid_spec());
   const std::int64_t kv = m.kv_bytes_per_token(), ck = m.ssm_checkpoint_bytes();
   const tiered::tiered_state_store_config cfg{.hbm_bytes = 40 * kv + 2 * ck,
                                               .host_bytes = 400 * kv,

@@ -23,29 +23,15 @@
 #include "hybridcache/tiered/host_copy_engine.hpp"
 #include "hybridcache/tiered/tiered_state_store.hpp"
 
+#include "../support/tiny_hybrid_model.hpp"
+
 using namespace hybridcache;
 using prefix::token_id;
 
 namespace {
 
 const cost_model& tiny() {
-  static const cost_model m([] {
-    model_spec s;
-    s.name = "tiny_hybrid";
-    s.source = "test: one attention and one Mamba-2 layer with tiny shapes";
-    s.layers = {layer_kind::recurrent, layer_kind::mlp, layer_kind::attention, layer_kind::mlp};
-    s.d_model = 64;
-    s.attention_heads = 2;
-    s.kv_heads = 1;
-    s.head_dim = 16;  // KV: 2 (K, V) x 1 head x 16 x 2 B = 64 B per token
-    s.recurrent = recurrent_family::mamba2;
-    s.ssm_d_inner = 128;
-    s.ssm_state_rows = 4;
-    s.d_state = 12;  // state: 4 x 12 x 2 B = 96 B
-    s.conv_kernel = 0;
-    s.scan_chunk = 16;
-    return s;
-  }());
+  static const cost_model m(test::tiny_hybrid_spec());
   return m;
 }
 
