@@ -379,3 +379,79 @@ TEST_CASE("tiered_state_store::load: bad tickets, a staging room too small, and 
   CHECK(c2.store().host_entries() == host_entries + static_cast<std::int64_t>(staged));
   CHECK(c2.store().check_invariants(c2.tree()).empty());
 }
+
+TEST_CASE("tiered_state_store: a staged entry the committed sequence does not cover goes back to the host intact") {
+  const std::int64_t kv = tiny().kv_bytes_per_token(), ck = tiny().ssm_checkpoint_bytes();
+  const tiered::tiered_state_store_config cfg{.hbm_bytes = 40 * kv + 2 * ck,
+                                              .host_bytes = 400 * kv,
+                                              .kv_bytes_per_token = kv,
+                                              .checkpoint_bytes = ck,
+                                              .staging_bytes = 40 * kv + 2 * ck};
+  engine_t engine(store_t::tiers_for(cfg), store_t::page_bytes_for(cfg), {.measure_bandwidth = false});
+  prefix::prefix_cache<cost_model, prefix::judicious_admission, prefix::lru_scorer, store_t> c(
+      tiny(), store_t(cfg, engine), prefix::lru_scorer{});
+  const bytes_view b{engine, c.store()};
+  const std::vector<token_id> a(30, 1), other(30, 2);
+  const pattern pa(a);
+  auto commit = [&](const std::vector<token_id>& s) {
+    auto m = c.match(s);
+    REQUIRE(m);
+    REQUIRE(c.commit(s, static_cast<std::int64_t>(s.size()), &*m));
+    c.store().settle(c.tree(), s);
+  };
+  commit(a);
+  std::vector<prefix::node_id> path;
+  (void)c.tree().walk(a, path);
+  REQUIRE(path.size() == 1);
+  REQUIRE(c.tree().at(path[0]).has_checkpoint);
+  const auto kvb = b(c.tree().at(path[0]).kv.id);
+  for (std::int64_t t = 0; t < 30; ++t)
+    for (std::int64_t j = 0; j < kv; ++j) kvb[t * kv + j] = pa.kv(t, j);
+  const auto ckb = b(c.tree().at(path[0]).checkpoint.id);
+  for (std::int64_t j = 0; j < ck; ++j) ckb[j] = pa.state(30, j);
+  commit(other);  // demotes a (KV + checkpoint) to the host tier
+  REQUIRE(c.store().host_entries() == 2);
+
+  const auto loaded_and_checked = [&](const tiered::tiered_hit& h) {
+    REQUIRE(c.store().load(h));
+    REQUIRE(c.store().staged().size() == 2);
+    for (const auto& s : c.store().staged()) {
+      const auto sb = b(s.id);
+      if (s.checkpoint)
+        for (std::int64_t j = 0; j < ck; ++j) REQUIRE(sb[j] == pa.state(30, j));
+      else
+        for (std::int64_t t = s.begin; t < s.end; ++t)
+          for (std::int64_t j = 0; j < kv; ++j) REQUIRE(sb[(t - s.begin) * kv + j] == pa.kv(t, j));
+    }
+  };
+  // The runtime loads a's hit but then commits a sequence that leaves a after 10 tokens
+  // (allowed: nothing of the hit was reused from HBM). Neither staged entry is covered.
+  std::vector<token_id> again = a;
+  again.push_back(3);
+  auto m = c.match(again);
+  REQUIRE(m);
+  auto h = c.store().lookup(again, *m);
+  REQUIRE(h.host_tokens == 30);
+  loaded_and_checked(h);
+  std::vector<token_id> diverged(a.begin(), a.begin() + 10);
+  diverged.insert(diverged.end(), 8, 5);
+  REQUIRE(c.commit(diverged, static_cast<std::int64_t>(diverged.size()), &*m));
+  (void)c.tree().walk(diverged, path);
+  for (prefix::node_id n : path) {  // not computed yet
+    const auto nb = b(c.tree().at(n).kv.id);
+    for (std::int64_t i = 0; i < c.tree().at(n).edge() * kv; ++i) nb[i] = std::byte{0xcd};
+  }
+  c.store().settle(c.tree(), diverged, h);
+  CHECK(c.store().counters().adopted_entries == 0);
+  CHECK(c.store().staged_bytes() == 0);
+  CHECK(c.store().check_invariants(c.tree()).empty());
+  // Both are back in the host tier with a's bytes: a later request loads them again.
+  auto m2 = c.match(again);
+  REQUIRE(m2);
+  const auto h2 = c.store().lookup(again, *m2);
+  REQUIRE(h2.host_tokens == 30);
+  loaded_and_checked(h2);
+  c.store().release_hit(h2);
+  REQUIRE(c.release(*m2));
+  CHECK(c.store().check_invariants(c.tree()).empty());
+}

@@ -649,39 +649,54 @@ class tiered_state_store {
   }
 
   /// Gives each staged entry's pages to the path nodes covering the same tokens (the path
-  /// of the committed sequence is in path_). A staged entry fully covered is erased
-  /// (promoted: the tree now holds its bytes); the rest return to the host tier in
-  /// release_pins.
+  /// of the committed sequence is in path_), all or nothing: an entry the path covers
+  /// entirely is exchanged and erased (promoted: the tree now holds its bytes); any other
+  /// is left intact and returns to the host tier in release_pins.
   template <class Tree>
   void adopt_staged(const Tree& tree) {
     const std::int64_t page = store_->page_bytes();
+    const std::int64_t per = kv_per_token_ / page;  // pages per token (kv_per_token_ > 0 when KV is staged)
     for (staged_entry& s : staged_) {
-      std::int64_t covered = 0;
-      for (prefix::node_id n : path_) {
-        const auto& nd = tree.at(n);
-        if (s.checkpoint) {
-          if (nd.end != s.end || !nd.has_checkpoint || nd.checkpoint.id == 0) continue;
-          if (store_->exchange_pages(nd.checkpoint.id, 0, s.id, 0, checkpoint_ / page)) covered = 1;
+      if (s.checkpoint) {
+        for (prefix::node_id n : path_) {
+          const auto& nd = tree.at(n);
+          if (nd.end != s.end) continue;
+          if (nd.has_checkpoint && nd.checkpoint.id != 0 &&
+              store_->exchange_pages(nd.checkpoint.id, 0, s.id, 0, checkpoint_ / page))
+            adopted(s);
           break;
         }
-        if (nd.kv.id == 0) continue;
+        continue;
+      }
+      // The path's extents are contiguous from token 0: covered iff the path reaches s.end.
+      if (path_.empty() || tree.at(path_.back()).end < s.end) continue;
+      bool ok = true, any = false;
+      for (prefix::node_id n : path_) {
+        const auto& nd = tree.at(n);
         const std::int64_t nb = nd.end - nd.edge();
         const std::int64_t lo = std::max(nb, s.begin), hi = std::min(nd.end, s.end);
-        if (lo >= hi) continue;
-        const std::int64_t per = kv_per_token_ / page;
-        if (store_->exchange_pages(nd.kv.id, (lo - nb) * per, s.id, (lo - s.begin) * per, (hi - lo) * per))
-          covered += hi - lo;
+        if (lo >= hi || !ok) continue;
+        ok = nd.kv.id != 0 &&
+             store_->exchange_pages(nd.kv.id, (lo - nb) * per, s.id, (lo - s.begin) * per, (hi - lo) * per);
+        any = any || ok;
       }
-      const bool whole = s.checkpoint ? covered == 1 : covered == s.end - s.begin;
-      if (!whole) continue;
-      (void)store_->unpin(s.id);
-      const std::int64_t b = bytes_of(meta_.at(s.id));
-      forget(s.id);
-      counters_.adopted_entries += 1;
-      counters_.promoted_entries += 1;
-      counters_.promoted_bytes += b;
-      s.id = 0;  // adopted: release_pins skips it
+      if (ok) {
+        adopted(s);
+      } else if (any) {  // not expected (same tier, ranges inside both, nothing moving), but
+        (void)store_->unpin(s.id);  // a half-exchanged entry must not go back to the host
+        drop(s.id);
+        s.id = 0;
+      }
     }
+  }
+  void adopted(staged_entry& s) noexcept {
+    (void)store_->unpin(s.id);
+    const std::int64_t b = bytes_of(meta_.at(s.id));
+    forget(s.id);
+    counters_.adopted_entries += 1;
+    counters_.promoted_entries += 1;
+    counters_.promoted_bytes += b;
+    s.id = 0;  // release_pins skips it
   }
 
   void pin(node_id id) {
