@@ -314,7 +314,7 @@ TEST_CASE("tiered_state_store over a host copy engine: failed copies drop or kee
   }
 }
 
-TEST_CASE("tiered_state_store::load: bad tickets, a staging room too small, and a second call") {
+TEST_CASE("tiered_state_store::load: a mismatched engine, bad tickets, a staging room too small, and a second call") {
   const std::int64_t kv = tiny().kv_bytes_per_token(), ck = tiny().ssm_checkpoint_bytes();
   tiered::tiered_state_store_config cfg{.hbm_bytes = 40 * kv + 2 * ck,
                                         .host_bytes = 400 * kv,
@@ -322,6 +322,17 @@ TEST_CASE("tiered_state_store::load: bad tickets, a staging room too small, and 
                                         .checkpoint_bytes = ck,
                                         .staging_bytes = 8 * kv};
   engine_t engine(store_t::tiers_for(cfg), store_t::page_bytes_for(cfg), {.measure_bandwidth = false});
+  {  // an engine laid out for other tiers or another page size is refused up front
+    auto small = store_t::tiers_for(cfg);
+    small[1].capacity_bytes /= 2;
+    engine_t e1(small, store_t::page_bytes_for(cfg), {.measure_bandwidth = false});
+    CHECK_THROWS_AS(store_t(cfg, e1), invalid_argument);
+    engine_t e2(store_t::tiers_for(cfg), 2 * store_t::page_bytes_for(cfg), {.measure_bandwidth = false});
+    CHECK_THROWS_AS(store_t(cfg, e2), invalid_argument);
+    auto bad = cfg;
+    bad.staging_bytes = -1;
+    CHECK_THROWS_AS(store_t(bad, engine), invalid_argument);
+  }
   prefix::prefix_cache<cost_model, prefix::judicious_admission, prefix::lru_scorer, store_t> c(
       tiny(), store_t(cfg, engine), prefix::lru_scorer{});
   std::vector<token_id> a(30, 1), bseq(30, 2);

@@ -101,6 +101,7 @@ class copy_engine {
   /// Base address of tier `t`'s arena (device pointer for HBM, pinned host pointer below).
   [[nodiscard]] std::byte* base(tier_id t) const { return static_cast<std::byte*>(arenas_.at(t.value).ptr); }
   [[nodiscard]] std::int64_t arena_bytes(tier_id t) const { return arenas_.at(t.value).bytes; }
+  [[nodiscard]] std::int64_t page_bytes() const noexcept { return page_bytes_; }
   [[nodiscard]] cudaStream_t stream(copy_stream s) const noexcept { return streams_[static_cast<std::size_t>(s)]; }
   /// Measured bandwidth (GB/s) between HBM and tier `t` in the direction of `s`.
   [[nodiscard]] double measured_gbps(tier_id t, copy_stream s) const { return gbps_.at(t.value)[static_cast<std::size_t>(s)]; }

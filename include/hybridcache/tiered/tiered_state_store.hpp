@@ -185,6 +185,23 @@ class tiered_state_store {
     if (checkpoint_ > capacity_)
       throw capacity_error("tiered_state_store: HBM capacity " + std::to_string(capacity_) +
                            " B is smaller than one SSM checkpoint (" + std::to_string(checkpoint_) + " B)");
+    // An engine laid out for other tiers or pages would refuse or misplace every copy.
+    if constexpr (requires(const Engine& e) { e.page_bytes(); }) {
+      if (engine.page_bytes() != store_->page_bytes())
+        throw invalid_argument("tiered_state_store: the copy engine's page (" + std::to_string(engine.page_bytes()) +
+                               " B) is not the store's (" + std::to_string(store_->page_bytes()) +
+                               " B): build it from tiers_for(config) and page_bytes_for(config)");
+    }
+    if constexpr (requires(const Engine& e) { e.arena_bytes(hbm_tier); }) {
+      for (std::size_t t = 0; t < store_->tier_count(); ++t) {
+        const tier_id id{static_cast<std::uint8_t>(t)};
+        if (engine.arena_bytes(id) < store_->config(id).capacity_bytes)
+          throw invalid_argument("tiered_state_store: the copy engine's arena of tier " + std::to_string(t) + " (" +
+                                 std::to_string(engine.arena_bytes(id)) + " B) is smaller than the tier (" +
+                                 std::to_string(store_->config(id).capacity_bytes) +
+                                 " B): build it from tiers_for(config) and page_bytes_for(config)");
+      }
+    }
   }
 
   /// The tiers of a store built from `c`: HBM (budget + staging room) and host.
