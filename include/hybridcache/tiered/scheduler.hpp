@@ -15,8 +15,10 @@
 // with a seeded generator (deterministic); requests leave the window only by dispatch. A
 // request therefore waits at most `window` dispatches once in the window, and the
 // prefetcher sees a stable set. The backlog has an anti-starvation rule too: when the
-// oldest waiting request has been overtaken by `max_bypass` admissions, it is admitted
-// next regardless of group. Together: nothing starves.
+// oldest waiting request has been overtaken by `max_bypass` admissions of younger requests,
+// it is admitted next regardless of group. Together: nothing starves, and a deep backlog
+// still follows the groups (counting admissions of older requests as overtakes would turn
+// any backlog deeper than `max_bypass` into FCFS).
 //
 // `dry_run` answers "would this request fit in HBM now / after evictions / never?"
 // without changing any cache state (TensorRT-LLM's scheduling dry run).
@@ -74,7 +76,9 @@ class car_request_queue {
     if (where_.count(id)) return unexpected(errc::invalid_argument);
     const std::uint64_t seq = ++arrivals_;
     by_priority_.insert({group, seq});
-    by_arrival_.emplace(seq, backlog_item{id, group, admitted_});
+    // Every request older than this one still in the backlog is admitted before this one
+    // becomes the oldest; those admissions do not overtake it.
+    by_arrival_.emplace(seq, backlog_item{id, group, admitted_ + by_arrival_.size()});
     where_[id] = seq;
     return {};
   }
@@ -101,7 +105,8 @@ class car_request_queue {
     while (window_.size() < opt_.window && !by_arrival_.empty()) {
       auto oldest = by_arrival_.begin();
       std::uint64_t seq;
-      if (admitted_ - oldest->second.admitted_at_push >= opt_.max_bypass) {
+      const std::uint64_t not_overtaking = oldest->second.admissions_not_overtaking;
+      if (admitted_ >= not_overtaking && admitted_ - not_overtaking >= opt_.max_bypass) {
         seq = oldest->first;  // overtaken too often: admit it now
       } else {
         seq = by_priority_.begin()->second;
@@ -139,7 +144,7 @@ class car_request_queue {
   struct backlog_item {
     request_id id;
     request_group group;
-    std::uint64_t admitted_at_push;
+    std::uint64_t admissions_not_overtaking;  // admitted_ at push + older requests then waiting
   };
   car_queue_options opt_;
   std::mt19937_64 rng_;
