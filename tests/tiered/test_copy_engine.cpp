@@ -3,10 +3,12 @@
 // "concurrency", run under TSan in CI).
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstring>
 #include <map>
 #include <random>
+#include <set>
 #include <thread>
 
 #include "hybridcache/tiered/host_copy_engine.hpp"
@@ -243,6 +245,89 @@ TEST_CASE("offload engine with sparsify_on_demotion stores fewer bytes; checkpoi
   CHECK(sizer.stored_bytes(small) == 10);  // never grows
   CHECK(keep_size{}.stored_bytes(small) == 10);
   CHECK_THROWS_AS(sparsify_on_demotion(m, sparsity_profile::car_linear(2)), invalid_argument);
+}
+
+namespace {
+// Copies complete at once, except those of the entries in `failing`, which always fail.
+struct failing_copies {
+  std::set<node_id> failing;
+  std::vector<node_id> attempts;
+  expected<node_id> submit(const move_ticket& t) {
+    attempts.push_back(t.id);
+    return t.id;
+  }
+  expected<void> wait(node_id id) {
+    if (failing.count(id)) return unexpected(errc::busy);
+    return {};
+  }
+  [[nodiscard]] std::int64_t tries(node_id id) const { return std::count(attempts.begin(), attempts.end(), id); }
+};
+}  // namespace
+
+TEST_CASE("offload engine: a victim whose copy keeps failing is skipped; the pass demotes the next ones") {
+  // HBM 10 pages, 100 % full with 1-page entries; entry 1 is the first victim (LRU) and
+  // its copy always fails. The pass must try it once and demote 2 and 3 (down to 80 %).
+  tiered_store<> s(tiers(10, 100), page);
+  failing_copies e;
+  e.failing = {1};
+  offload_engine off(s, e);
+  for (node_id id = 1; id <= 10; ++id) REQUIRE(s.insert(id, page).has_value());
+  CHECK(off.run_once() == 2 * page);
+  CHECK(e.tries(1) == 1);
+  CHECK(s.usage(hbm_tier).used_bytes == 8 * page);
+  CHECK(s.find(1)->tier == hbm_tier);
+  CHECK(s.find(1)->state == page_state::resident);
+  CHECK(s.find(2)->tier == tier_id{1});
+  CHECK(s.find(3)->tier == tier_id{1});
+  CHECK(off.stats().failed_moves == 1);
+  CHECK(off.stats().demoted_entries == 2);
+  // The next pass (above the high watermark again) starts afresh: 1 is retried once, and
+  // still does not block the others.
+  REQUIRE(s.insert(11, page).has_value());
+  REQUIRE(s.insert(12, page).has_value());
+  CHECK(off.run_once() == 2 * page);
+  CHECK(e.tries(1) == 2);
+  CHECK(s.find(4)->tier == tier_id{1});
+  CHECK(s.find(5)->tier == tier_id{1});
+  CHECK(s.check_invariants().empty());
+}
+
+TEST_CASE("offload engine: nothing is dropped from the host tier for a victim it cannot take") {
+  failing_copies e;
+  SUBCASE("the victim is larger than the whole host tier") {
+    // Host: 20 pages holding 5 one-page entries. HBM: entry 1 (30 pages, the first
+    // victim) then 60 one-page entries: 90 %. Entry 1 can never go down; the pass skips it
+    // and demotes ten one-page entries into the free host pages.
+    tiered_store<> s(tiers(100, 20), page);
+    offload_engine off(s, e);
+    for (node_id id = 100; id < 105; ++id) REQUIRE(s.insert(id, page, tier_id{1}).has_value());
+    REQUIRE(s.insert(1, 30 * page).has_value());
+    for (node_id id = 2; id <= 61; ++id) REQUIRE(s.insert(id, page).has_value());
+    CHECK(off.run_once() == 10 * page);
+    CHECK(off.stats().dropped_entries == 0);
+    for (node_id id = 100; id < 105; ++id) CHECK(s.contains(id));
+    CHECK(s.find(1)->tier == hbm_tier);
+    CHECK(e.tries(1) == 0);
+    CHECK(s.usage(hbm_tier).used_bytes == 80 * page);
+    CHECK(s.check_invariants().empty());
+  }
+  SUBCASE("the host tier's other entries are pinned") {
+    // Host: 10 pages, full: entry 100 (6 pages, pinned by a request) and four evictable
+    // one-page entries. Every HBM victim needs 5 pages; dropping all four evictable host
+    // entries would still leave only 4: nothing may be dropped and nothing moves.
+    tiered_store<> s(tiers(100, 10), page);
+    offload_engine off(s, e);
+    REQUIRE(s.insert(100, 6 * page, tier_id{1}).has_value());
+    REQUIRE(s.pin(100).has_value());
+    for (node_id id = 101; id < 105; ++id) REQUIRE(s.insert(id, page, tier_id{1}).has_value());
+    for (node_id id = 1; id <= 18; ++id) REQUIRE(s.insert(id, 5 * page).has_value());  // 90 %
+    CHECK(off.run_once() == 0);
+    CHECK(off.stats().dropped_entries == 0);
+    for (node_id id = 100; id < 105; ++id) CHECK(s.contains(id));
+    CHECK(e.attempts.empty());
+    CHECK(s.usage(hbm_tier).used_bytes == 90 * page);
+    CHECK(s.check_invariants().empty());
+  }
 }
 
 TEST_CASE("concurrency: entries are never lost or duplicated under concurrent offload and load threads" *

@@ -2,6 +2,7 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <limits>
 #include <map>
 #include <random>
 #include <set>
@@ -9,6 +10,7 @@
 #include "hybridcache/core/presets.hpp"
 #include "hybridcache/tiered/demotion_policy.hpp"
 #include "hybridcache/tiered/page_state.hpp"
+#include "hybridcache/tiered/scheduler.hpp"
 #include "hybridcache/tiered/tier.hpp"
 #include "hybridcache/tiered/tiered_store.hpp"
 
@@ -63,6 +65,30 @@ TEST_CASE("parse_tiers rejects bad input with clear errors") {
   auto t = two_tiers(1 << 20, 1 << 20);
   t[1].link_gbps = 0.0;
   CHECK_THROWS_AS(tiered_store<>(t, 4096), invalid_argument);
+}
+
+TEST_CASE("parse_tiers: decimal sizes are exact, rounded to the nearest byte") {
+  // A binary double holds neither 4.1 nor 2.45: the product was truncated one byte short.
+  CHECK(tiered::detail::parse_bytes("4.1GB", "x") == 4'100'000'000);
+  CHECK(tiered::detail::parse_bytes("2.45KB", "x") == 2450);
+  CHECK(tiered::detail::parse_bytes("1.001KB", "x") == 1001);
+  CHECK(tiered::detail::parse_bytes("2.097152MB", "x") == 2'097'152);
+  CHECK(tiered::detail::parse_bytes("0.29K", "x") == 290);
+  CHECK(tiered::detail::parse_bytes("1.0005KB", "x") == 1001);  // halves round up
+  CHECK(tiered::detail::parse_bytes("1.0004999KB", "x") == 1000);
+  CHECK(tiered::detail::parse_bytes("1.5TiB", "x") == (std::int64_t{3} << 39));
+  CHECK(tiered::detail::parse_bytes("0.000000000000000000000001GiB", "x") == 0);
+  CHECK(tiered::detail::parse_bytes("1.999999999999999999999999KiB", "x") == 2048);
+  CHECK(tiered::detail::parse_bytes(".5K", "x") == 500);
+  CHECK(tiered::detail::parse_bytes("3.", "x") == 3);
+  CHECK(tiered::detail::parse_bytes("9223372036854775807", "x") == std::numeric_limits<std::int64_t>::max());
+  CHECK_THROWS_AS((void)tiered::detail::parse_bytes("9223372036854775808", "x"), overflow_error);
+  CHECK(tiered::detail::parse_bytes("8388607.999999TiB", "x") == (std::int64_t{8388607} << 40) + 1099510528264);
+  CHECK_THROWS_AS((void)tiered::detail::parse_bytes("8388608TiB", "x"), overflow_error);  // 2^63
+  CHECK_THROWS_AS((void)tiered::detail::parse_bytes("99999999999999999999999", "x"), overflow_error);
+  CHECK(parse_tiers("hbm=4.1GB,host=2.45TB", 4096)[1].capacity_bytes == 2'450'000'000'000);
+  CHECK_THROWS_AS((void)parse_tiers("hbm=1.2.3GB", 4096), invalid_argument);
+  CHECK_THROWS_AS((void)parse_tiers("hbm=.", 4096), invalid_argument);
 }
 
 TEST_CASE("page state machine: exactly the documented transitions are allowed") {
@@ -181,6 +207,37 @@ TEST_CASE("store: bad calls leave the table unchanged") {
   CHECK_FALSE(s.would_fit(hbm_tier, 3 * 4096));
   CHECK(s.would_fit(hbm_tier, 2 * 4096));
   CHECK(s.find(7)->pins == 1);
+}
+
+TEST_CASE("store: sizes up to INT64_MAX are refused without overflow; nothing changes") {
+  constexpr std::int64_t max = std::numeric_limits<std::int64_t>::max();
+  tiered_store<> s(two_tiers(10 * 4096, 100 * 4096), 4096);
+  CHECK(s.pages_for(max) == max / 4096 + 1);
+  CHECK(s.pages_for(max - 100) == (max - 100) / 4096 + 1);
+  CHECK(s.pages_for(4096) == 1);
+  CHECK(s.pages_for(4097) == 2);
+  CHECK(s.pages_for(0) == 0);
+  CHECK(s.pages_for(-5) == 0);
+  REQUIRE(s.insert(7, 2 * 4096).has_value());
+  CHECK(s.insert(1, max).error() == errc::out_of_capacity);
+  CHECK(s.insert(1, max - 100).error() == errc::out_of_capacity);
+  CHECK(s.insert(1, max, tier_id{1}).error() == errc::out_of_capacity);
+  CHECK(s.insert(1, -1).error() == errc::invalid_argument);
+  CHECK(s.insert(1, std::numeric_limits<std::int64_t>::min()).error() == errc::invalid_argument);
+  CHECK(s.prepare_move(7, tier_id{1}, max).error() == errc::invalid_argument);
+  CHECK(s.prepare_move(7, tier_id{1}, -1).error() == errc::invalid_argument);
+  CHECK_FALSE(s.would_fit(hbm_tier, max));
+  CHECK_FALSE(s.would_fit(tier_id{1}, max));
+  CHECK_FALSE(s.would_fit(hbm_tier, -1));
+  CHECK(s.would_fit(hbm_tier, 10 * 4096));
+  // The scheduling dry run sizes requests with pages_for.
+  CHECK(dry_run(s, max, {}) == fit_result::never_fits);
+  CHECK(dry_run(s, max - 100, {}) == fit_result::never_fits);
+  CHECK_THROWS_AS(require_fits(s, max, {}), capacity_error);
+  CHECK(s.size() == 1);
+  CHECK(s.usage(hbm_tier).used_bytes == 2 * 4096);
+  CHECK(s.usage(tier_id{1}).used_bytes == 0);
+  CHECK(s.check_invariants().empty());
 }
 
 TEST_CASE("store: sparsified demotion stores fewer bytes") {

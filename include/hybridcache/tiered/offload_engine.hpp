@@ -5,7 +5,11 @@
 // store's demotion scorer — to the next tier until use falls to the low watermark (80 %;
 // the hysteresis the anchors ask for: a 90 %-only trigger thrashes). Room in a full
 // lower tier is made by moving its own victims one tier further down, or dropping them
-// from the last tier.
+// from the last tier, and only once the tier is known to be able to take the entry
+// (`would_fit`: free + evictable pages), so nothing is dropped for a victim that cannot
+// go down anyway (larger than the tier, or the tier's other entries pinned). A victim
+// that cannot go down, or whose copy fails, is skipped for the rest of the pass: the
+// pass goes on with the next one instead of retrying it.
 //
 // It runs off the request path: `start()` launches a background thread that wakes on
 // `notify()` (cheap: the request path calls it after inserting) or every `poll`; or a
@@ -14,7 +18,8 @@
 // (sparsify.hpp) says how many bytes a demoted entry keeps: whole (`keep_size`) or
 // sparsified KV (`sparsify_on_demotion`, CaR §III-D).
 //
-// Costs: one pass demotes k entries in O(k · (pages + log n)) plus the copies.
+// Costs: one pass demotes k entries in O(k · (pages + log n)) plus the copies; each of the
+// s victims it skips makes every later pick walk past it (O(s²) more over the pass).
 #pragma once
 
 #include <algorithm>
@@ -24,6 +29,7 @@
 #include <cstdint>
 #include <mutex>
 #include <thread>
+#include <vector>
 
 #include "hybridcache/core/error.hpp"
 #include "hybridcache/tiered/host_copy_engine.hpp"
@@ -73,23 +79,34 @@ class offload_engine {
     return static_cast<double>(u.used_bytes) >= marks_.high * static_cast<double>(u.capacity_bytes);
   }
 
-  /// One pass: if HBM use >= high, demote until use <= low (or nothing is evictable).
-  /// Returns the bytes demoted. Thread-safe against concurrent store users.
+  /// One pass: if HBM use >= high, demote until use <= low (or no victim left can go
+  /// down). A victim that finds no room below or whose move fails is skipped for the rest
+  /// of the pass. Returns the bytes demoted. Thread-safe against concurrent store users.
   std::int64_t run_once() {
     std::lock_guard pass(pass_mu_);
     if (!above_high()) return 0;
     std::int64_t moved = 0;
-    int failures = 0;
+    std::vector<node_id> skipped;  // tried this pass; a failed move re-indexes under the same key
     stats_.passes += 1;
     for (;;) {
       const auto u = store_.usage(hbm_tier);
       if (static_cast<double>(u.used_bytes) <= marks_.low * static_cast<double>(u.capacity_bytes)) break;
-      const auto v = store_.victim(hbm_tier);
+      // Not even one page fits below: no victim can go down, skipping them all is wasted work.
+      if (!store_.would_fit(tier_id{1}, 1)) break;
+      const auto v = store_.victim(hbm_tier, skipped);
       if (!v) break;
       const auto e = store_.find(*v);
-      if (!e) continue;  // raced with an erase
+      if (!e) continue;  // raced with an erase: no longer a victim
+      // Pinned since it was picked: its move would not be attempted, so make no room for it.
+      if (e->state != page_state::resident) {
+        skipped.push_back(*v);
+        continue;
+      }
       const std::int64_t keep = std::clamp<std::int64_t>(sizer_.stored_bytes(*e), 1, e->bytes);
-      if (!make_room(tier_id{1}, keep) || failures > 8) break;
+      if (!make_room(tier_id{1}, keep)) {
+        skipped.push_back(*v);
+        continue;
+      }
       const auto r = move_entry(store_, engine_, *v, tier_id{1}, keep);
       if (r) {
         moved += keep;
@@ -98,7 +115,7 @@ class offload_engine {
         stats_.sparsified_bytes += e->bytes - keep;
       } else {
         stats_.failed_moves += 1;
-        ++failures;  // pinned meanwhile, copy failed, ...: try the next victim a few times
+        skipped.push_back(*v);  // copy failed, pinned meanwhile, ...: go on with the next victim
       }
     }
     return moved;
@@ -149,27 +166,40 @@ class offload_engine {
 
  private:
   // Frees room for `bytes` in tier t by pushing its victims one tier down (dropping them
-  // from the last tier). False when it cannot.
+  // from the last tier). False when it cannot. It first checks that t can take `bytes` at
+  // all (free + evictable pages): without that check a victim larger than the tier, or a
+  // tier whose other entries are pinned, had the last tier emptied for nothing. In the
+  // last tier the check is exact (barring pins taken meanwhile); above it, a victim that
+  // cannot go down is skipped and the next one tried, so moves may happen for a room that
+  // is not made in the end, but nothing is dropped from t itself.
   bool make_room(tier_id t, std::int64_t bytes) {
+    if (!store_.would_fit(t, bytes)) return false;
+    const std::int64_t need = store_.pages_for(bytes) * store_.page_bytes();  // <= capacity: fits
+    const bool last = t.value + 1u >= store_.tier_count();
+    std::vector<node_id> stuck;  // victims of t that could not go down in this call
     for (int guard = 0; guard < 1 << 20; ++guard) {
       const auto u = store_.usage(t);
-      if (u.capacity_bytes - u.used_bytes >= store_.pages_for(bytes) * store_.page_bytes()) return true;
-      const auto v = store_.victim(t);
+      if (u.capacity_bytes - u.used_bytes >= need) return true;
+      const auto v = store_.victim(t, stuck);
       if (!v) return false;
-      if (t.value + 1u < store_.tier_count()) {
-        const auto e = store_.find(*v);
-        if (!e) continue;
-        const tier_id next{static_cast<std::uint8_t>(t.value + 1)};
-        if (!make_room(next, e->bytes)) return false;
-        if (move_entry(store_, engine_, *v, next)) {
-          stats_.demoted_entries += 1;
-          stats_.demoted_bytes += e->bytes;
-        } else {
-          stats_.failed_moves += 1;
-          return false;
-        }
-      } else if (store_.erase(*v)) {
-        stats_.dropped_entries += 1;
+      if (last) {
+        if (store_.erase(*v)) stats_.dropped_entries += 1;
+        else stuck.push_back(*v);  // pinned meanwhile
+        continue;
+      }
+      const auto e = store_.find(*v);
+      if (!e) continue;
+      const tier_id next{static_cast<std::uint8_t>(t.value + 1)};
+      if (!make_room(next, e->bytes)) {
+        stuck.push_back(*v);
+        continue;
+      }
+      if (move_entry(store_, engine_, *v, next)) {
+        stats_.demoted_entries += 1;
+        stats_.demoted_bytes += e->bytes;
+      } else {
+        stats_.failed_moves += 1;
+        stuck.push_back(*v);
       }
     }
     return false;

@@ -89,54 +89,65 @@ inline void validate_tiers(const std::vector<tier_config>& tiers, std::int64_t p
 
 namespace detail {
 // Parses "123", "64GiB", "1.5GB", "512MiB", "4K" (decimal K/M/G/T, binary Ki/Mi/Gi/Ti, a
-// trailing "B" optional). Throws invalid_argument naming `what`.
+// trailing "B" optional), rounded to the nearest byte (halves up). Exact: the digits are
+// combined as integers, since a binary double holds neither 4.1 nor 2.45 and truncating
+// its product lost a byte ("4.1GB" gave 4099999999). Throws invalid_argument naming
+// `what`; overflow_error when the size does not fit in int64.
 inline std::int64_t parse_bytes(std::string_view s, const std::string& what) {
   if (s.empty()) throw invalid_argument(what + ": empty size");
-  std::size_t i = 0;
-  double mantissa = 0.0, scale = 1.0;
-  bool any_digit = false, dot = false;
+  std::size_t i = 0, dot = std::string_view::npos;
+  bool any_digit = false;
   for (; i < s.size(); ++i) {
     const char c = s[i];
-    if (c >= '0' && c <= '9') {
-      any_digit = true;
-      if (dot) {
-        scale /= 10.0;
-        mantissa += (c - '0') * scale;
-      } else {
-        mantissa = mantissa * 10.0 + (c - '0');
-      }
-    } else if (c == '.' && !dot) {
-      dot = true;
-    } else {
-      break;
-    }
+    if (c >= '0' && c <= '9') any_digit = true;
+    else if (c == '.' && dot == std::string_view::npos) dot = i;
+    else break;
   }
   if (!any_digit) throw invalid_argument(what + ": '" + std::string(s) + "' is not a size");
+  const std::string_view whole = s.substr(0, dot == std::string_view::npos ? i : dot);
+  const std::string_view fraction = dot == std::string_view::npos ? std::string_view{} : s.substr(dot + 1, i - dot - 1);
   std::string_view unit = s.substr(i);
   if (!unit.empty() && (unit.back() == 'B' || unit.back() == 'b')) unit.remove_suffix(1);
-  double mult = 1.0;
+  std::int64_t mult = 1;
   if (!unit.empty()) {
     const bool binary = unit.size() == 2 && (unit[1] == 'i' || unit[1] == 'I');
     if (unit.size() != 1 && !binary) throw invalid_argument(what + ": unknown unit in '" + std::string(s) + "'");
-    const double base = binary ? 1024.0 : 1000.0;
+    const std::int64_t base = binary ? 1024 : 1000;
+    int power = 0;
     switch (unit[0]) {
-      case 'k': case 'K': mult = base; break;
-      case 'm': case 'M': mult = base * base; break;
-      case 'g': case 'G': mult = base * base * base; break;
-      case 't': case 'T': mult = base * base * base * base; break;
+      case 'k': case 'K': power = 1; break;
+      case 'm': case 'M': power = 2; break;
+      case 'g': case 'G': power = 3; break;
+      case 't': case 'T': power = 4; break;
       default: throw invalid_argument(what + ": unknown unit in '" + std::string(s) + "'");
     }
+    for (int p = 0; p < power; ++p) mult *= base;  // at most 2^40
   }
-  const double bytes = mantissa * mult;
-  if (!(bytes < 9.0e18)) throw overflow_error(what + ": '" + std::string(s) + "' does not fit in int64");
-  return static_cast<std::int64_t>(bytes);
+  const auto too_big = [&] { return overflow_error(what + ": '" + std::string(s) + "' does not fit in int64"); };
+  constexpr std::int64_t max = std::numeric_limits<std::int64_t>::max();
+  std::int64_t n = 0;
+  for (const char c : whole) {
+    const int d = c - '0';
+    if (n > (max - d) / 10) throw too_big();
+    n = n * 10 + d;
+  }
+  // The fraction 0.f1..fk times mult, rounded: Horner from the last digit over 2 · mult
+  // with integer division gives floor(2 · value) exactly (floor((a + y) / 10) equals
+  // floor((a + floor(y)) / 10) for integer a), and (floor(2v) + 1) / 2 rounds v to
+  // nearest. Every step stays below 2 · mult <= 2^41, however many digits there are.
+  std::int64_t twice = 0;
+  for (auto it = fraction.rbegin(); it != fraction.rend(); ++it) twice = ((*it - '0') * 2 * mult + twice) / 10;
+  const std::int64_t part = (twice + 1) / 2;
+  if (n > (max - part) / mult) throw too_big();
+  return n * mult + part;
 }
 }  // namespace detail
 
 /// Parses the `--tiers` option: a comma-separated list of `kind=SIZE` with kind one of
 /// `hbm`, `host`, `cxl` (optionally `host@NODE` / `cxl@NODE` to bind to a NUMA node), and
-/// SIZE a byte count with an optional unit (`64GiB`, `512MB`, `1e9` is not accepted).
-/// Every tier below HBM gets `link_gbps`. The result is validated with `validate_tiers`.
+/// SIZE a byte count with an optional unit (`64GiB`, `512MB`, `4.1GB` read exactly, `1e9`
+/// is not accepted). Every tier below HBM gets `link_gbps`. The result is validated with
+/// `validate_tiers`.
 ///
 /// @throws invalid_argument for an empty list, an unknown kind, a bad size, a zero size, a
 ///         size smaller than `page_bytes`, a zero or negative `link_gbps`, or hbm missing /

@@ -23,8 +23,10 @@
 // lock over shared state); copies run outside it. Costs (n = entries in the tier, k = pages
 // of the entry): insert O(k + log n), find O(k), pin/unpin/touch/add_score O(log n),
 // prepare_move O(k + log n), complete_move O(k + log n), erase O(k + log n),
-// victim O(log n), split/join O(k + log n), exchange_pages O(pages exchanged). Insert and moves allocate the page lists and an index node; pin, unpin,
-// touch and add_score re-key the index (one node freed, one allocated by std::set).
+// victim O(log n) (O(log n + s · x) when it skips s of x excluded ids), split/join
+// O(k + log n), exchange_pages O(pages exchanged). Insert and moves allocate the page lists
+// and an index node; pin, unpin, touch and add_score re-key the index (one node freed, one
+// allocated by std::set).
 #pragma once
 
 #include <algorithm>
@@ -32,6 +34,7 @@
 #include <mutex>
 #include <optional>
 #include <set>
+#include <span>
 #include <string>
 #include <unordered_map>
 #include <utility>
@@ -96,16 +99,19 @@ class tiered_store {
   [[nodiscard]] std::size_t tier_count() const noexcept { return configs_.size(); }
   [[nodiscard]] const tier_config& config(tier_id t) const { return configs_.at(t.value); }
   [[nodiscard]] std::int64_t page_bytes() const noexcept { return page_bytes_; }
-  /// Pages needed to hold `bytes`.
+  /// Pages needed to hold `bytes` (0 for bytes <= 0). Exact up to INT64_MAX: rounding up
+  /// by adding page_bytes - 1 first would overflow near it.
   [[nodiscard]] std::int64_t pages_for(std::int64_t bytes) const noexcept {
-    return (bytes + page_bytes_ - 1) / page_bytes_;
+    if (bytes <= 0) return 0;
+    return bytes / page_bytes_ + (bytes % page_bytes_ != 0 ? 1 : 0);
   }
 
   /// Inserts a new entry of `bytes` in `tier`: resident, or `writing` when `writing` is
   /// true (its request is still producing the bytes: nobody may pin, copy or pick it until
   /// `publish`). Does not evict: when the tier lacks free pages it returns
-  /// `out_of_capacity` (demote first; see `victim`). Returns `invalid_argument` for
-  /// bytes <= 0, an unknown tier or an id already present.
+  /// `out_of_capacity` (demote first; see `victim`), also for sizes larger than the whole
+  /// tier, up to INT64_MAX. Returns `invalid_argument` for bytes <= 0, an unknown tier or
+  /// an id already present.
   [[nodiscard]] expected<void> insert(node_id id, std::int64_t bytes, tier_id tier = hbm_tier, node_info info = {},
                                       bool writing = false) {
     std::lock_guard lock(mu_);
@@ -344,10 +350,19 @@ class tiered_store {
   }
 
   /// The evictable entry of `tier` with the smallest demotion key, or nullopt.
-  [[nodiscard]] std::optional<node_id> victim(tier_id tier) const {
+  [[nodiscard]] std::optional<node_id> victim(tier_id tier) const { return victim(tier, {}); }
+
+  /// The evictable entry of `tier` with the smallest demotion key whose id is not in
+  /// `exclude` (any order), or nullopt. A mover skips the victims it already failed to
+  /// move in a pass this way: a failed move puts the entry back under the same key, so
+  /// the plain `victim` would return it again. Costs O(log n + s · x) for s skipped
+  /// entries and x excluded ids.
+  [[nodiscard]] std::optional<node_id> victim(tier_id tier, std::span<const node_id> exclude) const {
     std::lock_guard lock(mu_);
-    if (tier.value >= tiers_.size() || tiers_[tier.value].index.empty()) return std::nullopt;
-    return tiers_[tier.value].index.begin()->second;
+    if (tier.value >= tiers_.size()) return std::nullopt;
+    for (const auto& [key, id] : tiers_[tier.value].index)
+      if (std::find(exclude.begin(), exclude.end(), id) == exclude.end()) return id;
+    return std::nullopt;
   }
 
   /// Occupancy of one tier.
@@ -360,7 +375,8 @@ class tiered_store {
   }
 
   /// Scheduling dry run: could `bytes` be placed in `tier` by evicting only evictable
-  /// entries (free + evictable pages)? Changes nothing.
+  /// entries (free + evictable pages)? False for bytes < 0 and for sizes beyond the tier,
+  /// up to INT64_MAX. Changes nothing.
   [[nodiscard]] bool would_fit(tier_id tier, std::int64_t bytes) const {
     std::lock_guard lock(mu_);
     if (tier.value >= tiers_.size() || bytes < 0) return false;
