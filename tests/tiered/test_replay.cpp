@@ -377,3 +377,94 @@ TEST_CASE("tiered replay: a host hit is loaded up to the best block and recomput
   CHECK(reload.ttft_mean_ms * 10 - others == doctest::Approx(finish_at(4)).epsilon(1e-9));
   CHECK(reload.host_hit_tokens == 4 * B);
 }
+
+// Regressions found in review: each case is the smallest input that showed the defect.
+namespace {
+tiered_replay_options small_blocks(std::int64_t hbm_mib, std::int64_t host_mib) {
+  tiered_replay_options o;
+  o.page_bytes = 1 << 20;  // a jamba block (17.6 MB) is 17 pages
+  o.tiers = {{.kind = tier_kind::hbm, .capacity_bytes = hbm_mib << 20},
+             {.kind = tier_kind::host, .capacity_bytes = host_mib << 20}};
+  return o;
+}
+}  // namespace
+
+TEST_CASE("tiered replay: room made for a promotion never drops the request's own host blocks") {
+  // A full host tier: promoting block {0} demotes an HBM victim, whose room in the host
+  // must not come from dropping {0} (or {5}) themselves. Request 7 repeats request 6: its
+  // blocks must all be in HBM then, and what counted as loaded must have been loaded.
+  const cost_model m(presets::jamba_1_5_mini());
+  const std::vector<sim::request> reqs{make(0, {0}, B), make(1, {1}, B), make(2, {2}, B),    make(3, {3}, B),
+                                       make(4, {4}, B), make(5, {0, 5}, 2 * B), make(6, {0, 5}, 2 * B)};
+  const auto o = small_blocks(77, 26);
+  const auto six = run_tiered_replay(std::span(reqs).first(6), m, o);
+  const std::int64_t block = m.kv_bytes(B) + m.ssm_checkpoint_bytes();
+  CHECK(six.host_hit_tokens == B);
+  CHECK(six.bytes_loaded == block);  // every host-hit block was really loaded
+  const auto seven = run_tiered_replay(reqs, m, o);
+  CHECK(seven.hbm_hit_tokens - six.hbm_hit_tokens == 2 * B);
+}
+
+TEST_CASE("tiered replay: a prefetch never evicts its own blocks; prefetched tokens are host hits") {
+  const cost_model m(presets::jamba_1_5_mini());
+  const std::vector<sim::request> reqs{make(0, {0, 1}, 2 * B), make(1, {10}, B), make(2, {11}, B), make(3, {12}, B),
+                                       make(4, {13}, B),      make(5, {14}, B), make(5.01, {0, 1, 2}, 3 * B)};
+  auto o = small_blocks(110, 1024);
+  o.prefetch = prefetch_kind::none;
+  const auto none = run_tiered_replay(reqs, m, o);
+  o.prefetch = prefetch_kind::threshold;
+  const auto pf = run_tiered_replay(reqs, m, o);
+  CHECK(none.host_hit_tokens == 2 * B);
+  CHECK(pf.host_hit_tokens == none.host_hit_tokens);
+  CHECK(pf.hbm_hit_tokens == none.hbm_hit_tokens);
+  CHECK(pf.bytes_loaded == none.bytes_loaded);  // two blocks, each loaded once
+  CHECK(pf.bytes_offloaded == none.bytes_offloaded);
+}
+
+TEST_CASE("tiered replay: with several engines a request that fits alone waits for HBM pinned by others") {
+  // HBM holds 4 blocks; two 3-block requests arrive together. On two engines the second
+  // waits for the first to finish (its blocks unpinned) instead of failing as oversized.
+  const cost_model m(presets::jamba_1_5_mini());
+  const std::vector<sim::request> reqs{make(0, {0, 1, 2}, 3 * B), make(0, {10, 11, 12}, 3 * B)};
+  auto o = small_blocks(80, 1024);
+  const auto one = run_tiered_replay(reqs, m, o);
+  o.prefill_engines = 2;
+  tiered_replay_result two;
+  REQUIRE_NOTHROW(two = run_tiered_replay(reqs, m, o));
+  CHECK(two.requests == 2);
+  CHECK(two.ttft_p95_ms == doctest::Approx(one.ttft_p95_ms));  // served one after the other
+  // A request larger than HBM alone is still an error.
+  const std::vector<sim::request> big{make(0, {0, 1, 2, 3, 4}, 5 * B)};
+  CHECK_THROWS_AS((void)run_tiered_replay(big, m, o), capacity_error);
+}
+
+TEST_CASE("tiered replay: a fixed arrival spread never reorders arrivals") {
+  const std::vector<sim::request> reqs{make(0, {1}, B), make(0, {2}, B), make(1, {3}, B)};
+  tiered_replay_options o;
+  o.tiers = parse_tiers("hbm=1GiB", o.page_bytes);
+  o.spread_equal_arrivals_s = 4.0;  // wider than the 1 s to the next timestamp
+  const auto a = modelled_arrivals_ms(reqs, o);
+  CHECK(a[0] == 0.0);
+  CHECK(a[1] == doctest::Approx(500.0));  // clamped to the next distinct timestamp
+  CHECK(a[2] == doctest::Approx(1000.0));
+  CHECK(std::is_sorted(a.begin(), a.end()));
+}
+
+TEST_CASE("tiered replay: a partial last block of a block-id trace does not match the full block") {
+  // {0,1} with 600 tokens caches 512 + 88; {0,1,2} with 1536 tokens shares only the first
+  // 512-token block with it, exactly as the same prompts written as token ids.
+  const cost_model m(presets::jamba_1_5_mini());
+  tiered_replay_options o;
+  o.tiers = parse_tiers("hbm=1GiB", o.page_bytes);
+  const auto ids = run_tiered_replay(std::vector{make(0, {0, 1}, 600), make(1, {0, 1, 2}, 1536)}, m, o);
+  std::vector<sim::token_id> a(600), b(1536);
+  for (int i = 0; i < 1536; ++i) {
+    b[static_cast<std::size_t>(i)] = i;
+    if (i < 600) a[static_cast<std::size_t>(i)] = i;
+  }
+  auto ta = make(0, a, 600), tb = make(1, b, 1536);
+  ta.tokens_per_id = tb.tokens_per_id = 1;
+  const auto toks = run_tiered_replay(std::vector{ta, tb}, m, o);
+  CHECK(ids.hbm_hit_tokens == B);
+  CHECK(toks.hbm_hit_tokens == B);
+}

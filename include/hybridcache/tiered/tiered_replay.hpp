@@ -248,8 +248,11 @@ struct tiered_replay_result {
   for (std::size_t i = 0; i < reqs.size();) {
     std::size_t j = i;
     while (j < reqs.size() && reqs[j].arrival_s == reqs[i].arrival_s) ++j;
-    double width = o.spread_equal_arrivals_s;
-    if (o.spread_to_next_arrival) width = j < reqs.size() ? std::max(0.0, reqs[j].arrival_s - reqs[i].arrival_s) : last_width;
+    // Never past the next distinct timestamp: arrivals stay in trace order (the replay
+    // admits them in that order).
+    const double gap = j < reqs.size() ? std::max(0.0, reqs[j].arrival_s - reqs[i].arrival_s) : last_width;
+    double width = o.spread_to_next_arrival ? gap : o.spread_equal_arrivals_s;
+    if (j < reqs.size()) width = std::min(width, gap);
     for (std::size_t k = i; k < j; ++k) {
       const double off = width * static_cast<double>(k - i) / static_cast<double>(j - i);
       out[k] = (reqs[k].arrival_s + off) * 1000.0 * o.arrival_time_scale;
@@ -268,12 +271,6 @@ inline double percentile_of_sorted(const std::vector<double>& v, double q) {
   const auto hi = std::min(lo + 1, v.size() - 1);
   return v[lo] + (v[hi] - v[lo]) * (pos - static_cast<double>(lo));
 }
-
-// A counting copy engine: completes every move at once (timing is modelled, not run).
-struct instant_engine {
-  [[nodiscard]] expected<int> submit(const move_ticket&) { return 0; }
-  [[nodiscard]] expected<void> wait(int) { return {}; }
-};
 
 template <demotion_scorer Scorer, prefill_time_model Prefill>
 class tiered_replayer {
@@ -326,15 +323,26 @@ class tiered_replayer {
       release_until(t0);
       const std::size_t i = pick(fcfs);
       const sim::request& q = reqs[i];
+      // With several engines, the blocks of requests still prefilling elsewhere are pinned
+      // and may leave no room for this one: it waits for the next of them to finish. (It
+      // never fits only when nothing else holds HBM.)
+      while (!fits_now(q, t0)) {
+        if (running_.empty()) throw_oversized(q);
+        t0 = std::max(t0, running_.front().first);
+        complete_until(t0);
+        release_until(t0);
+      }
       last_dispatch = t0;
       score_request(q, car_score::dispatch);
 
       // --- match ---------------------------------------------------------------------
       match_result mt = match(q, t0);
       auto pf = prefetched_.find(i);
+      std::vector<node_id> prefetch_ids;
+      if (pf != prefetched_.end()) prefetch_ids = pf->second.ids;
       if (pf != prefetched_.end() && mt.lower_tokens > 0) {
         // Some prefetched blocks left HBM again before dispatch: load what is missing on
-        // demand (the prefetched ones still in HBM count as HBM hits).
+        // demand (the prefetched ones still in HBM still count as host hits).
         prefetched_.erase(pf);
         pf = prefetched_.end();
       }
@@ -358,19 +366,19 @@ class tiered_replayer {
         cut = choose_cut(q, mt, t0, load_start, pt, load_total);
       }
       bool recompute = false;  // some lower-tier hit is recomputed rather than reloaded
-      std::int64_t cut_tokens = 0, hbm_before = 0, lower_before = 0;
+      std::int64_t hbm_before = 0, lower_before = 0, lower_after = 0;
       for (std::size_t b = 0; b < mt.blocks.size(); ++b) {
         const std::int64_t tok = block_tokens(q, b);
         if (b < cut) {
-          cut_tokens += tok;
           (mt.blocks[b].second == hbm_tier ? hbm_before : lower_before) += tok;
         } else if (mt.blocks[b].second != hbm_tier) {
           recompute = true;
+          lower_after += tok;
         }
       }
       if (recompute) {
         r.recompute_instead_of_reload += 1;
-        r.recomputed_hit_tokens += mt.hbm_tokens + mt.lower_tokens - cut_tokens;
+        r.recomputed_hit_tokens += lower_after;  // lower-tier hits recomputed (HBM blocks after the cut are not hits lost)
         if (lower_before > 0) r.split_load_recompute += 1;
       }
       if (load_total > 0.0) {
@@ -385,8 +393,14 @@ class tiered_replayer {
       }
       // --- cache state: promote lower hits (or refill them by recompute), insert new ----
       pin_and_promote(q, mt, cut, r);
-      // Prefetched blocks are in HBM by now but were brought from a lower tier.
-      const std::int64_t from_prefetch = was_prefetched ? std::min(pf->second.lower_tokens, mt.hbm_tokens) : 0;
+      // Prefetched blocks are in HBM by now but were brought from a lower tier for this
+      // request: they are host hits.
+      std::int64_t from_prefetch = 0;
+      if (!prefetch_ids.empty())
+        for (std::size_t b = 0; b < std::min(cut, mt.blocks.size()); ++b)
+          if (mt.blocks[b].second == hbm_tier &&
+              std::find(prefetch_ids.begin(), prefetch_ids.end(), mt.blocks[b].first) != prefetch_ids.end())
+            from_prefetch += block_tokens(q, b);
       r.hbm_hit_tokens += hbm_before - from_prefetch;
       r.host_hit_tokens += lower_before + from_prefetch;
       if (was_prefetched) prefetched_.erase(pf);
@@ -439,6 +453,7 @@ class tiered_replayer {
     double start_ms = 0.0, load_ms = 0.0;
     std::int64_t lower_tokens = 0;
     std::vector<double> layer_ms;
+    std::vector<node_id> ids;  // the blocks it brought into HBM
   };
 
   static std::vector<tier_config> effective_tiers(const tiered_replay_options& o) {
@@ -521,7 +536,11 @@ class tiered_replayer {
         }
         if (unique) break;
         h = mix(h ^ (static_cast<std::uint64_t>(end - b * group) << 40));  // a partial block differs from a full one
-        const std::int64_t tok = std::clamp<std::int64_t>(q.input_tokens - covered, 0, static_cast<std::int64_t>(end - b * group) * tpi);
+        const std::int64_t full = static_cast<std::int64_t>(end - b * group) * tpi;
+        const std::int64_t tok = std::clamp<std::int64_t>(q.input_tokens - covered, 0, full);
+        // Ids of several tokens each: a block whose last id is cut short holds fewer tokens
+        // than the same ids in a longer request, so it must not match them.
+        if (tok != full) h = mix(h ^ (static_cast<std::uint64_t>(tok) << 20) ^ 0x5bd1e995u);
         bl.ids.push_back(h);
         bl.tokens.push_back(tok);
         covered += tok;
@@ -577,6 +596,27 @@ class tiered_replayer {
       score_request(all_[completions_.top().second], car_score::complete);
       completions_.pop();
     }
+  }
+
+  // Whether HBM can take the request now: its new blocks and its lower-tier hits (at full
+  // size, an upper bound) must fit in what is neither pinned by requests in flight nor one
+  // of its own HBM hits. O(blocks · pages).
+  bool fits_now(const sim::request& q, double now) const {
+    const match_result mt = match(q, now);
+    const auto& bl = blocks_of(q);
+    std::int64_t need = 0, own = 0;
+    for (std::size_t b = 0; b < mt.blocks.size(); ++b) {
+      const auto row = store_.find(mt.blocks[b].first);
+      if (!row) continue;
+      if (row->tier != hbm_tier) need += store_.pages_for(block_bytes(bl.tokens[b]));
+      else if (row->state == page_state::resident) own += static_cast<std::int64_t>(row->pages.size());
+    }
+    for (std::size_t b = mt.blocks.size(); b < bl.ids.size(); ++b)
+      if (!store_.contains(bl.ids[b])) need += store_.pages_for(block_bytes(bl.tokens[b]));
+    const auto u = store_.usage(hbm_tier);
+    const std::int64_t pb = store_.page_bytes();
+    const std::int64_t held = (u.used_bytes - u.evictable_bytes) / pb;  // pinned by requests in flight
+    return need <= u.capacity_bytes / pb - held - own;
   }
 
   // The longest run of leading blocks present in any tier and published by `now`.
@@ -680,9 +720,7 @@ class tiered_replayer {
   // link) and counts a new copy run unless its pages follow the previous block's.
   void add_block_load(const cache_entry& row, std::int64_t& runs, std::int64_t& last_page, tier_id& last_tier) {
     const double bw = store_.config(row.tier).link_gbps * 1e6;  // bytes per ms
-    if (!(row.tier == last_tier && static_cast<std::int64_t>(row.pages.front()) == last_page + 1)) ++runs;
-    last_page = row.pages.back();
-    last_tier = row.tier;
+    count_runs(row, runs, last_page, last_tier);
     const std::int64_t ckpt = m_.recurrent_layers() > 0 ? m_.ssm_checkpoint_bytes() : 0;
     const double kv_bytes = static_cast<double>(row.bytes - ckpt);
     const double per_attn = m_.attention_layers() > 0 ? kv_bytes / static_cast<double>(m_.attention_layers()) : 0.0;
@@ -697,12 +735,17 @@ class tiered_replayer {
       const auto [id, tier] = mt.blocks[b];
       if (tier == hbm_tier) continue;
       const auto row = store_.find(id);
-      if (!row) continue;
-      if (!(row->tier == last_tier && static_cast<std::int64_t>(row->pages.front()) == last_page + 1)) ++runs;
-      last_page = row->pages.back();
-      last_tier = row->tier;
+      if (row) count_runs(*row, runs, last_page, last_tier);
     }
     copies_ += runs * static_cast<std::int64_t>(mixers_.size());
+  }
+  // One copy per run of pages adjacent in the lower tier, within and across blocks.
+  static void count_runs(const cache_entry& row, std::int64_t& runs, std::int64_t& last_page, tier_id& last_tier) {
+    for (const auto p : row.pages) {
+      if (!(row.tier == last_tier && static_cast<std::int64_t>(p) == last_page + 1)) ++runs;
+      last_page = p;
+      last_tier = row.tier;
+    }
   }
 
   // Fills layer_ms_ with the per-layer load time of the matched lower-tier blocks; returns
@@ -722,9 +765,11 @@ class tiered_replayer {
     return total;
   }
 
-  // Makes `pages` pages free in tier t: demote its victims one tier down, or drop them
-  // from the last tier. False when everything left is pinned.
+  // Makes room for `bytes` in tier t: demote its victims one tier down, or drop them from
+  // the last tier. False, with nothing demoted or dropped, when free + evictable pages
+  // cannot hold it (everything else pinned, or larger than the tier).
   bool make_room(tier_id t, std::int64_t bytes) {
+    if (!store_.would_fit(t, bytes)) return false;
     for (;;) {
       const auto u = store_.usage(t);
       if (u.capacity_bytes - u.used_bytes >= store_.pages_for(bytes) * store_.page_bytes()) return true;
@@ -748,10 +793,7 @@ class tiered_replayer {
       const std::int64_t tokens = (row->bytes - ckpt) / std::max<std::int64_t>(1, m_.kv_bytes_per_token());
       if (tokens * m_.kv_bytes_per_token() + ckpt == row->bytes) {  // not sparsified yet
         const std::int64_t sb = sparsified_node_bytes(m_, profile_, tokens, ckpt > 0, o_.sparsify_opts);
-        if (sb < bytes) {
-          sparsify_saved_ += bytes - sb;
-          bytes = sb;
-        }
+        bytes = std::min(bytes, sb);
       }
     }
     if (!make_room(next, bytes)) {
@@ -760,8 +802,10 @@ class tiered_replayer {
       return;
     }
     const auto moved = move_entry(store_, engine_, v, next, bytes);
-    if (moved) offloaded_ += bytes;
-    else {
+    if (moved) {
+      offloaded_ += bytes;
+      sparsify_saved_ += row->bytes - bytes;
+    } else {
       (void)store_.erase(v);
       dropped_ += 1;
     }
@@ -773,26 +817,35 @@ class tiered_replayer {
 
   // Pins the HBM hits, brings lower-tier hits into HBM (load or recompute) and pins them.
   // Blocks from index `cut` on are recomputed, not loaded.
+  // Every matched block is pinned first (lower-tier ones too), so the room made for one
+  // block never demotes or drops another block of the same request.
   void pin_and_promote(const sim::request& q, const match_result& mt, std::size_t cut, tiered_replay_result& r) {
-    for (const auto& [id, tier] : mt.blocks)
-      if (tier == hbm_tier) pin(id);
+    for (const auto& [id, tier] : mt.blocks) pin(id);
+    std::int64_t begin = 0;
     for (std::size_t b = 0; b < mt.blocks.size(); ++b) {
       const auto [id, tier] = mt.blocks[b];
+      const std::int64_t tok = block_tokens(q, b);
+      const std::int64_t first = begin;
+      begin += tok;
       if (tier == hbm_tier) continue;
       const auto row = store_.find(id);
-      if (!row) continue;
-      if (!make_room(hbm_tier, row->bytes)) throw_oversized(q);
+      if (!row) continue;  // cannot happen: pinned
       if (b >= cut) {
-        // Recomputed: the fresh KV is written to HBM; the lower-tier copy is dropped.
-        const std::int64_t full = row->bytes;
+        // Recomputed: the fresh (full-size) KV is written to HBM; the lower-tier copy goes.
+        const std::int64_t full = block_bytes(tok);
+        if (!make_room(hbm_tier, full)) throw_oversized(q);
+        (void)store_.unpin(id);
         (void)store_.erase(id);
-        (void)store_.insert(id, full, hbm_tier);
+        (void)store_.insert(id, full, hbm_tier, {first, first + tok, m_.recurrent_layers() > 0});
+        (void)store_.pin(id);
         computed_.push_back(id);
       } else {
+        if (!make_room(hbm_tier, row->bytes)) throw_oversized(q);
+        (void)store_.unpin(id);
         if (move_entry(store_, engine_, id, hbm_tier)) r.bytes_loaded += row->bytes;
+        (void)store_.pin(id);
         loaded_.push_back(id);
       }
-      pin(id);
     }
   }
 
@@ -918,12 +971,23 @@ class tiered_replayer {
     rec.lower_tokens = mt.lower_tokens;
     link_free_[link] = start + rec.load_ms;
     (void)plan_load(mt);  // books its copies
+    // Pinned while room is made, so that room for one block never demotes or drops another
+    // block of the same prefetch (lower-tier ones before their move, HBM ones after).
+    std::vector<node_id> held;
+    for (const auto& [id, tier] : mt.blocks)
+      if (tier != hbm_tier && store_.pin(id)) held.push_back(id);
     for (const auto& [id, tier] : mt.blocks) {
       if (tier == hbm_tier) continue;
       const auto row = store_.find(id);
       if (!row || !make_room(hbm_tier, row->bytes)) break;
-      if (move_entry(store_, engine_, id, hbm_tier)) r.bytes_loaded += row->bytes;
+      (void)store_.unpin(id);
+      if (move_entry(store_, engine_, id, hbm_tier)) {
+        r.bytes_loaded += row->bytes;
+        rec.ids.push_back(id);
+      }
+      (void)store_.pin(id);
     }
+    for (const auto id : held) (void)store_.unpin(id);
     r.prefetches += 1;
     prefetched_.emplace(idx, std::move(rec));
     return true;
@@ -933,7 +997,7 @@ class tiered_replayer {
   const Prefill& prefill_;
   const tiered_replay_options& o_;
   tiered_store<Scorer> store_;
-  instant_engine engine_;
+  metadata_only_copies engine_;  // timing is modelled, not run: every move completes at once
   car_request_queue queue_;
   std::vector<layer_kind> mixers_;
   std::vector<double> layer_ms_, compute_ms_, cum_ms_, best_layer_ms_, best_compute_ms_;
