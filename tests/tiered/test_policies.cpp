@@ -115,6 +115,7 @@ TEST_CASE("dry run: fits now / after eviction / not now / never, without changin
   CHECK(dry_run(s, 7 * pg, hits) == fit_result::never_fits);            // 7+3 > 8-2
   CHECK_THROWS_AS(require_fits(s, 9 * pg, std::span<const node_id>(none, 0)), capacity_error);
   CHECK_NOTHROW(require_fits(s, 5 * pg, std::span<const node_id>(none, 0)));
+  CHECK_THROWS_AS((void)dry_run(s, -1, std::span<const node_id>(none, 0)), invalid_argument);
   CHECK(s.usage(hbm_tier).used_bytes == 4 * pg);
   CHECK(s.find(3)->tier == tier_id{1});
   CHECK(s.find(2)->pins == 1);

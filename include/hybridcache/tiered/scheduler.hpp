@@ -166,9 +166,10 @@ enum class fit_result : std::uint8_t {
 
 /// What a request needs in HBM: `new_bytes` it will compute, plus every hit outside HBM
 /// (promoted). Hits already in HBM are pinned by the request, so they are not counted as
-/// evictable. Changes nothing. O(hits · log n).
+/// evictable. Changes nothing. O(hits · log n). @throws invalid_argument for new_bytes < 0.
 template <class Store>
 [[nodiscard]] fit_result dry_run(const Store& store, std::int64_t new_bytes, std::span<const node_id> hits) {
+  HYBRIDCACHE_EXPECTS(new_bytes >= 0, invalid_argument, "dry_run: new_bytes must be >= 0");
   std::int64_t need_pages = store.pages_for(new_bytes), own_evictable_pages = 0;
   for (const node_id id : hits) {
     const auto row = store.find(id);
