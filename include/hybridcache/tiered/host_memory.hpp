@@ -5,8 +5,9 @@
 // bind, first-touch, then register for DMA — anchors/multitier.md §2.2).
 //
 // NUMA binding is a runtime choice (`numa_node >= 0`) and costs nothing at compile time:
-//   - with HYBRIDCACHE_USE_LIBNUMA defined and <numa.h> present, libnuma's
-//     `numa_tonode_memory` is used (the user links -lnuma);
+//   - with HYBRIDCACHE_USE_LIBNUMA defined and <numa.h> present, libnuma checks the node
+//     and its `mbind` wrapper (<numaif.h>) binds, so a refusal is reported (libnuma's
+//     `numa_tonode_memory` returns nothing and only warns); the user links -lnuma;
 //   - otherwise, on Linux, the `mbind` system call is issued directly (no library needed);
 //   - elsewhere binding is unavailable and `bind_to_numa_node` returns false.
 // The library never requires libnuma.
@@ -23,8 +24,9 @@
 
 #include "hybridcache/core/error.hpp"
 
-#if defined(HYBRIDCACHE_USE_LIBNUMA) && __has_include(<numa.h>)
+#if defined(HYBRIDCACHE_USE_LIBNUMA) && __has_include(<numa.h>) && __has_include(<numaif.h>)
 #include <numa.h>
+#include <numaif.h>
 #define HYBRIDCACHE_NUMA_LIBNUMA 1
 #elif defined(__linux__) && __has_include(<sys/syscall.h>) && __has_include(<unistd.h>)
 #include <sys/syscall.h>
@@ -47,17 +49,18 @@ namespace hybridcache::tiered {
 /// is unavailable or the kernel refused (e.g. no such node); the memory stays usable.
 inline bool bind_to_numa_node(void* addr, std::size_t bytes, int node) noexcept {
   if (node < 0 || addr == nullptr || bytes == 0) return false;
-#if defined(HYBRIDCACHE_NUMA_LIBNUMA)
-  if (numa_available() < 0 || node > numa_max_node()) return false;
-  numa_tonode_memory(addr, bytes, node);
-  return true;
-#elif defined(HYBRIDCACHE_NUMA_SYSCALL) && defined(SYS_mbind)
+#if defined(HYBRIDCACHE_NUMA_LIBNUMA) || (defined(HYBRIDCACHE_NUMA_SYSCALL) && defined(SYS_mbind))
   if (node >= 1024) return false;
   unsigned long mask[1024 / (8 * sizeof(unsigned long))] = {};
   mask[static_cast<std::size_t>(node) / (8 * sizeof(unsigned long))] |= 1ul << (static_cast<unsigned>(node) % (8 * sizeof(unsigned long)));
   constexpr int mpol_bind = 2;  // MPOL_BIND
   constexpr unsigned mpol_mf_move = 1u << 1;
+#if defined(HYBRIDCACHE_NUMA_LIBNUMA)
+  if (numa_available() < 0 || node > numa_max_node()) return false;
+  return ::mbind(addr, bytes, mpol_bind, mask, 1024ul, mpol_mf_move) == 0;
+#else
   return ::syscall(SYS_mbind, addr, bytes, mpol_bind, mask, 1024ul, mpol_mf_move) == 0;
+#endif
 #else
   return false;
 #endif
