@@ -116,6 +116,18 @@ TEST_CASE("dry run: fits now / after eviction / not now / never, without changin
   CHECK_THROWS_AS(require_fits(s, 9 * pg, std::span<const node_id>(none, 0)), capacity_error);
   CHECK_NOTHROW(require_fits(s, 5 * pg, std::span<const node_id>(none, 0)));
   CHECK_THROWS_AS((void)dry_run(s, -1, std::span<const node_id>(none, 0)), invalid_argument);
+  {  // a hit already being promoted holds its HBM pages as a reservation: not counted twice
+    tiered_store<> t({{.kind = tier_kind::hbm, .capacity_bytes = 10 * pg}, {.kind = tier_kind::host, .capacity_bytes = 16 * pg}}, pg);
+    REQUIRE(t.insert(7, 6 * pg, tier_id{1}));
+    const node_id hit[] = {7};
+    CHECK(dry_run(t, 4 * pg, hit) == fit_result::fits_now);
+    auto mv = t.prepare_move(7, hbm_tier);  // 6 of the 10 HBM pages reserved
+    REQUIRE(mv);
+    CHECK(dry_run(t, 4 * pg, hit) == fit_result::fits_now);
+    CHECK(dry_run(t, 5 * pg, hit) == fit_result::does_not_fit_now);
+    REQUIRE(t.complete_move(*mv, true));
+    CHECK(dry_run(t, 4 * pg, hit) == fit_result::fits_now);
+  }
   CHECK(s.usage(hbm_tier).used_bytes == 4 * pg);
   CHECK(s.find(3)->tier == tier_id{1});
   CHECK(s.find(2)->pins == 1);

@@ -48,6 +48,7 @@ struct cache_entry {
   std::uint64_t last_access = 0;      ///< logical time of the last touch
   node_info info;                     ///< token span, for FLOP-aware scoring
   std::uint64_t move_seq = 0;         ///< bumped by every prepare_move; tickets carry it
+  tier_id move_dst = hbm_tier;        ///< destination of the move in flight (state `moving`)
   demotion_key indexed_key{};         ///< key under which the store indexes it (when resident)
 
   /// CaR's Valid_in_GPU: the bytes are in HBM and usable now (not mid-copy).

@@ -175,7 +175,8 @@ template <class Store>
     const auto row = store.find(id);
     if (!row) continue;
     const std::int64_t p = static_cast<std::int64_t>(row->pages.size());
-    if (row->tier != hbm_tier) need_pages += store.pages_for(row->bytes);
+    const bool arriving = row->state == page_state::moving && row->move_dst == hbm_tier;  // reserved in HBM already
+    if (row->tier != hbm_tier && !arriving) need_pages += store.pages_for(row->bytes);
     else if (row->state == page_state::resident) own_evictable_pages += p;
   }
   const auto u = store.usage(hbm_tier);

@@ -224,6 +224,7 @@ class tiered_store {
     t.dst_pages = take_pages(ds, need);
     index_remove(e);
     e.state = page_state::moving;
+    e.move_dst = dst;
     t.seq = ++e.move_seq;
     return t;
   }
