@@ -466,3 +466,33 @@ TEST_CASE("tiered_state_store: a staged entry the committed sequence does not co
   REQUIRE(c.release(*m2));
   CHECK(c.store().check_invariants(c.tree()).empty());
 }
+
+TEST_CASE("tiered_state_store: an entry larger than the host tier is dropped alone, not after emptying the host") {
+  // Host tier: 45 tokens of KV. a (10 tokens) is demoted first and fits; b's 60-token KV
+  // can never fit, so it must be dropped without dropping a's entries to make room.
+  const std::int64_t kv = tiny().kv_bytes_per_token(), ck = tiny().ssm_checkpoint_bytes();
+  using meta_store = tiered::tiered_state_store<>;
+  prefix::prefix_cache<cost_model, prefix::judicious_admission, prefix::lru_scorer, meta_store> c(
+      tiny(),
+      meta_store({.hbm_bytes = 70 * kv + 2 * ck, .host_bytes = 45 * kv, .kv_bytes_per_token = kv, .checkpoint_bytes = ck}),
+      prefix::lru_scorer{});
+  const std::vector<token_id> a(10, 1), b2(60, 2), c3(60, 3);
+  for (const auto* s : {&a, &b2, &c3}) {
+    auto m = c.match(*s);
+    REQUIRE(m);
+    REQUIRE(c.commit(*s, static_cast<std::int64_t>(s->size()), &*m));
+    c.store().settle(c.tree(), *s);
+    REQUIRE(c.store().check_invariants(c.tree()).empty());
+  }
+  const auto& k = c.store().counters();
+  CHECK(k.demoted_entries >= 4);  // a's KV + checkpoint, b's KV + checkpoint
+  CHECK(k.dropped_bytes == 60 * kv);  // b's KV only
+  std::vector<token_id> again = a;
+  again.push_back(4);
+  auto m = c.match(again);
+  REQUIRE(m);
+  const auto h = c.store().lookup(again, *m);
+  CHECK(h.host_tokens == 10);  // a is still in the host tier
+  c.store().release_hit(h);
+  REQUIRE(c.release(*m));
+}

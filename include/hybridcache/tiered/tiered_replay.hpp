@@ -326,7 +326,9 @@ class tiered_replayer {
       // With several engines, the blocks of requests still prefilling elsewhere are pinned
       // and may leave no room for this one: it waits for the next of them to finish. (It
       // never fits only when nothing else holds HBM.)
-      while (!fits_now(q, t0)) {
+      // (One engine: nothing else is in flight at t0, so the check could only throw, which
+      // the insert does too; skip its O(blocks · pages) cost.)
+      while (o_.prefill_engines > 1 && !fits_now(q, t0)) {
         if (running_.empty()) throw_oversized(q);
         t0 = std::max(t0, running_.front().first);
         complete_until(t0);

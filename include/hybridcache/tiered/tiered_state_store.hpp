@@ -570,10 +570,13 @@ class tiered_state_store {
   }
 
   /// One move through the engine: prepare, submit, wait, complete. When the host tier is
-  /// full, its LRU victims are dropped until the entry fits. False (entry where it was)
-  /// when it cannot fit or the copy failed.
+  /// full, its LRU victims are dropped until the entry fits, but only if it can fit at all
+  /// (free + evictable pages): an entry larger than the tier, or a tier held by pinned
+  /// entries, must not empty it for nothing. False (entry where it was) when it cannot fit
+  /// or the copy failed.
   bool copy_to(node_id id, tier_id dst) noexcept {
     try {
+      if (dst == host_tier && !store_->would_fit(dst, bytes_of(meta_.at(id)))) return false;
       while (true) {
         auto t = store_->prepare_move(id, dst);
         if (!t) {

@@ -327,8 +327,8 @@ class tiered_store {
   /// (from `b_first`), both in the same tier and neither moving nor being written: a runtime
   /// hands bytes loaded into one entry to another without copying them. Page counts, states
   /// and demotion keys are unchanged. Errors (nothing changes): not_found; invalid_argument
-  /// for the same entry, different tiers or ranges outside either entry; busy while either is moving or
-  /// writing.
+  /// for the same entry, different tiers or ranges outside either entry; busy while either
+  /// is moving or writing.
   [[nodiscard]] expected<void> exchange_pages(node_id a, std::int64_t a_first, node_id b, std::int64_t b_first,
                                               std::int64_t n) {
     std::lock_guard lock(mu_);
