@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # Header self-containment check, generated from the file list (a new header is covered
 # without editing this script):
-#   every public .hpp compiles alone with g++ -std=c++20 and clang++ -std=c++20;
+#   every runtime .hpp (include/) compiles alone with g++ -std=c++20 and clang++ -std=c++20
+#   with only include/ on the include path, so a runtime header that reaches into the
+#   simulation harness fails here;
+#   every harness .hpp (sim/include/) compiles alone with include/ and sim/include/;
 #   every .cuh compiles alone with nvcc -std=c++20 for sm_80 and sm_90 (compile only).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -10,10 +13,13 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 jobs=${HEADER_CHECK_JOBS:-2}
 
-check_host() {  # $1 = compiler, $2 = header path relative to include/
+check_host() {  # $1 = compiler, $2 = header path relative to include/ or sim/include/
   local tu="$work/$(echo "$1_$2" | tr '/.+' '___').cpp"
+  local inc="-Iinclude"
+  case "$2" in hybridcache/sim/*) inc="-Iinclude -Isim/include" ;; esac
   printf '#include <%s>\n#include <%s>\n' "$2" "$2" > "$tu"  # twice: include guards / pragma once
-  if ! "$1" -std=c++20 -fsyntax-only -Wall -Wextra -Wpedantic -Werror -Iinclude "$tu" 2>"$tu.log"; then
+  # shellcheck disable=SC2086
+  if ! "$1" -std=c++20 -fsyntax-only -Wall -Wextra -Wpedantic -Werror $inc "$tu" 2>"$tu.log"; then
     echo "FAIL $1 $2"; cat "$tu.log"; return 1
   fi
   echo "ok   $1 $2"
@@ -30,7 +36,7 @@ check_cuda() {  # $1 = header path relative to include/
 export -f check_host check_cuda
 export work
 
-hpp=$(cd include && find hybridcache -name '*.hpp' | sort)
+hpp=$( { (cd include && find hybridcache -name '*.hpp'); (cd sim/include && find hybridcache -name '*.hpp'); } | sort)
 cuh=$(cd include && find hybridcache -name '*.cuh' | sort)
 status=0
 { for h in $hpp; do echo "g++ $h"; echo "clang++ $h"; done; } |

@@ -2,9 +2,9 @@
 // the hot paths of eviction scoring and allocation.
 #include <benchmark/benchmark.h>
 
-#include <hybridcache/core/cost_model.hpp>
+#include <hybridcache/model/cost_model.hpp>
 #include <hybridcache/core/handle.hpp>
-#include <hybridcache/core/presets.hpp>
+#include <hybridcache/model/presets.hpp>
 
 using namespace hybridcache;
 

@@ -29,7 +29,7 @@
 #include <string>
 #include <vector>
 
-#include "hybridcache/cuda/linear_attention_kernels.cuh"
+#include "hybridcache/attention/cuda/linear_attention_kernels.cuh"
 
 namespace hc = hybridcache::cuda;
 

@@ -9,7 +9,7 @@
 #include <new>
 #include <vector>
 
-#include <hybridcache/core/presets.hpp>
+#include <hybridcache/model/presets.hpp>
 #include <hybridcache/memory/asymmetric_pool.hpp>
 #include <hybridcache/memory/fixed_dual_pool.hpp>
 #include <hybridcache/memory/padded_unified_pool.hpp>

@@ -10,10 +10,10 @@
 #include <filesystem>
 #include <vector>
 
-#include <hybridcache/core/cost_model.hpp>
-#include <hybridcache/core/presets.hpp>
+#include <hybridcache/model/cost_model.hpp>
+#include <hybridcache/model/presets.hpp>
 #include <hybridcache/prefix/admission.hpp>
-#include <hybridcache/prefix/counting_store.hpp>
+#include <hybridcache/stores/counting_store.hpp>
 #include <hybridcache/prefix/flop_aware_scorer.hpp>
 #include <hybridcache/prefix/lru_scorer.hpp>
 #include <hybridcache/prefix/prefix_cache.hpp>

@@ -10,15 +10,15 @@
 #include <string>
 #include <vector>
 
-#include <hybridcache/core/prefill_time.hpp>
-#include <hybridcache/core/presets.hpp>
+#include <hybridcache/model/prefill_time.hpp>
+#include <hybridcache/model/presets.hpp>
 #include <hybridcache/prefix/lru_scorer.hpp>
 #include <hybridcache/prefix/prefix_cache.hpp>
-#include <hybridcache/tiered/tiered_state_store.hpp>
+#include <hybridcache/stores/tiered_state_store.hpp>
 #include <hybridcache/sim/mooncake_trace.hpp>
 #include <hybridcache/sim/synth_v1.hpp>
 #include <hybridcache/tiered/host_copy_engine.hpp>
-#include <hybridcache/tiered/tiered_replay.hpp>
+#include <hybridcache/sim/tiered_replay.hpp>
 #include <hybridcache/tiered/tiered_store.hpp>
 
 using namespace hybridcache;

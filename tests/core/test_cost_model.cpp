@@ -5,9 +5,9 @@
 #include <cmath>
 #include <utility>
 
-#include <hybridcache/core/cost_model.hpp>
-#include <hybridcache/core/prefill_time.hpp>
-#include <hybridcache/core/presets.hpp>
+#include <hybridcache/model/cost_model.hpp>
+#include <hybridcache/model/prefill_time.hpp>
+#include <hybridcache/model/presets.hpp>
 
 using namespace hybridcache;
 

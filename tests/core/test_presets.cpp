@@ -1,8 +1,8 @@
 // Byte counts of every preset, pinned against the references named in presets.hpp.
 #include <doctest/doctest.h>
 
-#include <hybridcache/core/cost_model.hpp>
-#include <hybridcache/core/presets.hpp>
+#include <hybridcache/model/cost_model.hpp>
+#include <hybridcache/model/presets.hpp>
 
 using namespace hybridcache;
 

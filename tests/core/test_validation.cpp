@@ -3,8 +3,8 @@
 
 #include <string>
 
-#include <hybridcache/core/cost_model.hpp>
-#include <hybridcache/core/presets.hpp>
+#include <hybridcache/model/cost_model.hpp>
+#include <hybridcache/model/presets.hpp>
 
 using namespace hybridcache;
 

@@ -11,7 +11,7 @@
 #include <random>
 #include <vector>
 
-#include <hybridcache/cuda/copy_engine.cuh>
+#include <hybridcache/tiered/cuda/copy_engine.cuh>
 #include <hybridcache/tiered/tiered_store.hpp>
 
 using namespace hybridcache;

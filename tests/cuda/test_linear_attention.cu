@@ -7,7 +7,7 @@
 #include <limits>
 #include <vector>
 
-#include "hybridcache/cuda/linear_attention_kernels.cuh"
+#include "hybridcache/attention/cuda/linear_attention_kernels.cuh"
 #include "reference.hpp"
 
 namespace hc = hybridcache::cuda;

@@ -10,8 +10,8 @@
 #include <cstdint>
 #include <vector>
 
-#include <hybridcache/cuda/memory/device_backing.cuh>
-#include <hybridcache/cuda/memory/vmm_backing.cuh>
+#include <hybridcache/memory/cuda/device_backing.cuh>
+#include <hybridcache/memory/cuda/vmm_backing.cuh>
 #include <hybridcache/memory/asymmetric_pool.hpp>
 #include <hybridcache/memory/fixed_dual_pool.hpp>
 

@@ -11,11 +11,11 @@
 #include <cstring>
 #include <vector>
 
-#include <hybridcache/core/cost_model.hpp>
-#include <hybridcache/cuda/copy_engine.cuh>
+#include <hybridcache/model/cost_model.hpp>
+#include <hybridcache/tiered/cuda/copy_engine.cuh>
 #include <hybridcache/prefix/lru_scorer.hpp>
 #include <hybridcache/prefix/prefix_cache.hpp>
-#include <hybridcache/tiered/tiered_state_store.hpp>
+#include <hybridcache/stores/tiered_state_store.hpp>
 
 #include "../support/tiny_hybrid_model.hpp"
 

@@ -10,7 +10,7 @@
 #include <random>
 #include <vector>
 
-#include "hybridcache/cuda/linear_attention_common.cuh"
+#include "hybridcache/attention/linear_attention_common.hpp"
 
 namespace hctest {
 

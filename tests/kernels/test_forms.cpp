@@ -6,7 +6,7 @@
 #include <cmath>
 #include <vector>
 
-#include "hybridcache/cuda/linear_attention_forms.cuh"
+#include "hybridcache/attention/linear_attention_forms.hpp"
 #include "hybridcache/prefix/types.hpp"
 #include "reference.hpp"
 

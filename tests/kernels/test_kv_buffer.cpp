@@ -8,8 +8,8 @@
 #include <random>
 #include <vector>
 
-#include "hybridcache/cuda/decode_programs.cuh"
-#include "hybridcache/cuda/linear_attention_forms.cuh"
+#include "hybridcache/attention/decode_programs.hpp"
+#include "hybridcache/attention/linear_attention_forms.hpp"
 #include "reference.hpp"
 
 namespace hc = hybridcache::cuda;

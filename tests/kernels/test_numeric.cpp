@@ -10,7 +10,7 @@
 #include <utility>
 #include <vector>
 
-#include "hybridcache/cuda/numeric.cuh"
+#include "hybridcache/attention/numeric.hpp"
 
 namespace hc = hybridcache::cuda;
 

@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include <hybridcache/core/presets.hpp>
+#include <hybridcache/model/presets.hpp>
 #include <hybridcache/sim/alloc_replay.hpp>
 
 using namespace hybridcache;

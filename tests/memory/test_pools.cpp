@@ -7,7 +7,7 @@
 #include <set>
 #include <vector>
 
-#include <hybridcache/core/presets.hpp>
+#include <hybridcache/model/presets.hpp>
 #include <hybridcache/memory/asymmetric_pool.hpp>
 #include <hybridcache/memory/fixed_dual_pool.hpp>
 #include <hybridcache/memory/padded_unified_pool.hpp>

@@ -6,10 +6,10 @@
 #include <cstring>
 #include <vector>
 
-#include <hybridcache/core/presets.hpp>
+#include <hybridcache/model/presets.hpp>
 #include <hybridcache/memory/asymmetric_pool.hpp>
-#include <hybridcache/memory/pool_state_store.hpp>
-#include <hybridcache/prefix/counting_store.hpp>
+#include <hybridcache/stores/pool_state_store.hpp>
+#include <hybridcache/stores/counting_store.hpp>
 #include <hybridcache/prefix/prefix_cache.hpp>
 #include <hybridcache/sim/synth_v1.hpp>
 

@@ -12,8 +12,8 @@
 #include <string>
 #include <vector>
 
-#include "hybridcache/core/presets.hpp"
-#include "hybridcache/prefix/block_tree_reference.hpp"
+#include "hybridcache/model/presets.hpp"
+#include "hybridcache/sim/reference/block_tree_reference.hpp"
 #include "hybridcache/sim/synth_v1.hpp"
 
 using namespace hybridcache;

@@ -8,7 +8,7 @@
 #include <thread>
 #include <vector>
 
-#include "hybridcache/core/presets.hpp"
+#include "hybridcache/model/presets.hpp"
 #include "hybridcache/prefix/flop_aware_scorer.hpp"
 #include "hybridcache/prefix/prefix_cache.hpp"
 

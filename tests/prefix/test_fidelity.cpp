@@ -9,10 +9,10 @@
 #include <string>
 #include <vector>
 
-#include "hybridcache/core/presets.hpp"
+#include "hybridcache/model/presets.hpp"
 #include "hybridcache/prefix/flop_aware_scorer.hpp"
 #include "hybridcache/prefix/prefix_cache.hpp"
-#include "hybridcache/prefix/reference_scorer.hpp"
+#include "hybridcache/sim/reference/reference_scorer.hpp"
 #include "hybridcache/sim/synth_v1.hpp"
 
 using namespace hybridcache;

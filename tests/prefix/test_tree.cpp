@@ -9,10 +9,10 @@
 #include <set>
 #include <vector>
 
-#include "hybridcache/core/presets.hpp"
+#include "hybridcache/model/presets.hpp"
 #include "hybridcache/prefix/flop_aware_scorer.hpp"
 #include "hybridcache/prefix/prefix_cache.hpp"
-#include "hybridcache/prefix/reference_scorer.hpp"
+#include "hybridcache/sim/reference/reference_scorer.hpp"
 
 using namespace hybridcache;
 using namespace hybridcache::prefix;

@@ -4,7 +4,7 @@
 #include <cmath>
 #include <vector>
 
-#include <hybridcache/core/presets.hpp>
+#include <hybridcache/model/presets.hpp>
 #include <hybridcache/sim/metrics.hpp>
 
 using namespace hybridcache;

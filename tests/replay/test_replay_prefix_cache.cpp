@@ -4,7 +4,7 @@
 
 #include <vector>
 
-#include <hybridcache/core/presets.hpp>
+#include <hybridcache/model/presets.hpp>
 #include <hybridcache/prefix/prefix_cache.hpp>
 #include <hybridcache/sim/replay.hpp>
 #include <hybridcache/sim/synth_v1.hpp>

@@ -5,8 +5,8 @@
 // checkpoint (4 x 12 x 2 B), so page = gcd = 32 B and arenas stay a few kilobytes.
 #pragma once
 
-#include "hybridcache/core/cost_model.hpp"
-#include "hybridcache/core/model_spec.hpp"
+#include "hybridcache/model/cost_model.hpp"
+#include "hybridcache/model/model_spec.hpp"
 
 namespace hybridcache::test {
 

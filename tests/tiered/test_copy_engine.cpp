@@ -12,7 +12,7 @@
 #include <thread>
 
 #include "hybridcache/tiered/host_copy_engine.hpp"
-#include "hybridcache/core/presets.hpp"
+#include "hybridcache/model/presets.hpp"
 #include "hybridcache/tiered/offload_engine.hpp"
 #include "hybridcache/tiered/tiered_store.hpp"
 

@@ -11,7 +11,7 @@
 #include <thread>
 #include <vector>
 
-#include "hybridcache/core/presets.hpp"
+#include "hybridcache/model/presets.hpp"
 #include "hybridcache/tiered/layer_pipeline.hpp"
 #include "hybridcache/tiered/prefetch.hpp"
 #include "hybridcache/tiered/scheduler.hpp"

@@ -15,11 +15,11 @@
 #include <string>
 #include <vector>
 
-#include "hybridcache/core/presets.hpp"
+#include "hybridcache/model/presets.hpp"
 #include "hybridcache/prefix/flop_aware_scorer.hpp"
 #include "hybridcache/prefix/prefix_cache.hpp"
 #include "hybridcache/sim/synth_v1.hpp"
-#include "hybridcache/tiered/tiered_state_store.hpp"
+#include "hybridcache/stores/tiered_state_store.hpp"
 
 using namespace hybridcache;
 using prefix::token_id;

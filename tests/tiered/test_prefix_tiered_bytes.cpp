@@ -17,11 +17,11 @@
 #include <string>
 #include <vector>
 
-#include "hybridcache/core/cost_model.hpp"
+#include "hybridcache/model/cost_model.hpp"
 #include "hybridcache/prefix/flop_aware_scorer.hpp"
 #include "hybridcache/prefix/prefix_cache.hpp"
 #include "hybridcache/tiered/host_copy_engine.hpp"
-#include "hybridcache/tiered/tiered_state_store.hpp"
+#include "hybridcache/stores/tiered_state_store.hpp"
 
 #include "../support/tiny_hybrid_model.hpp"
 

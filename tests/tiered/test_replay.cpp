@@ -6,9 +6,9 @@
 #include <filesystem>
 #include <random>
 
-#include "hybridcache/core/presets.hpp"
+#include "hybridcache/model/presets.hpp"
 #include "hybridcache/sim/mooncake_trace.hpp"
-#include "hybridcache/tiered/tiered_replay.hpp"
+#include "hybridcache/sim/tiered_replay.hpp"
 
 using namespace hybridcache;
 using namespace hybridcache::tiered;

@@ -7,7 +7,7 @@
 #include <random>
 #include <set>
 
-#include "hybridcache/core/presets.hpp"
+#include "hybridcache/model/presets.hpp"
 #include "hybridcache/tiered/demotion_policy.hpp"
 #include "hybridcache/tiered/page_state.hpp"
 #include "hybridcache/tiered/scheduler.hpp"

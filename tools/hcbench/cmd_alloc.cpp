@@ -22,7 +22,7 @@
 #include <vector>
 
 #include <hybridcache/core/error.hpp>
-#include <hybridcache/core/presets.hpp>
+#include <hybridcache/model/presets.hpp>
 #include <hybridcache/sim/alloc_replay.hpp>
 
 #include "command.hpp"

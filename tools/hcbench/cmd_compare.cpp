@@ -24,7 +24,7 @@
 #include <unistd.h>
 
 #include <hybridcache/core/error.hpp>
-#include <hybridcache/core/presets.hpp>
+#include <hybridcache/model/presets.hpp>
 
 #include "command.hpp"
 #include "replay_args.hpp"

@@ -2,8 +2,8 @@
 #include <cstdio>
 #include <string>
 
-#include <hybridcache/core/cost_model.hpp>
-#include <hybridcache/core/presets.hpp>
+#include <hybridcache/model/cost_model.hpp>
+#include <hybridcache/model/presets.hpp>
 
 #include "command.hpp"
 

@@ -18,16 +18,16 @@
 #include <limits>
 #include <span>
 
-#include <hybridcache/core/cost_model.hpp>
+#include <hybridcache/model/cost_model.hpp>
 #include <hybridcache/core/checked_math.hpp>
 #include <hybridcache/core/error.hpp>
 #include <hybridcache/prefix/admission.hpp>
-#include <hybridcache/prefix/block_tree_reference.hpp>
-#include <hybridcache/prefix/counting_store.hpp>
+#include <hybridcache/sim/reference/block_tree_reference.hpp>
+#include <hybridcache/stores/counting_store.hpp>
 #include <hybridcache/prefix/flop_aware_scorer.hpp>
 #include <hybridcache/prefix/lru_scorer.hpp>
 #include <hybridcache/prefix/prefix_cache.hpp>
-#include <hybridcache/prefix/reference_scorer.hpp>
+#include <hybridcache/sim/reference/reference_scorer.hpp>
 #include <hybridcache/sim/marconi_trace.hpp>
 #include <hybridcache/sim/mooncake_trace.hpp>
 #include <hybridcache/sim/replay.hpp>

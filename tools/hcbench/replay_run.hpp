@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include <hybridcache/core/model_spec.hpp>
+#include <hybridcache/model/model_spec.hpp>
 #include <hybridcache/sim/metrics.hpp>
 #include <hybridcache/sim/replay.hpp>
 #include <hybridcache/sim/request.hpp>

@@ -9,12 +9,12 @@
 #include <string>
 #include <vector>
 
-#include <hybridcache/core/cost_model.hpp>
+#include <hybridcache/model/cost_model.hpp>
 #include <hybridcache/core/error.hpp>
-#include <hybridcache/core/presets.hpp>
-#include <hybridcache/core/prefill_time.hpp>
+#include <hybridcache/model/presets.hpp>
+#include <hybridcache/model/prefill_time.hpp>
 #include <hybridcache/sim/trace.hpp>
-#include <hybridcache/tiered/tiered_replay.hpp>
+#include <hybridcache/sim/tiered_replay.hpp>
 
 namespace hcbench {
 namespace {

@@ -17,7 +17,7 @@
 #include <string_view>
 
 #include "hybridcache/core/checked_math.hpp"
-#include "hybridcache/core/cost_model.hpp"
+#include "hybridcache/model/cost_model.hpp"
 #include "hybridcache/core/error.hpp"
 
 namespace hybridcache::memory {

@@ -20,7 +20,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "hybridcache/prefix/concepts.hpp"
+#include "hybridcache/concepts/prefix.hpp"
 
 namespace hybridcache::prefix {
 

@@ -43,9 +43,9 @@
 #include <utility>
 #include <vector>
 
-#include "hybridcache/core/cost_model.hpp"
-#include "hybridcache/prefix/concepts.hpp"
-#include "hybridcache/prefix/counting_store.hpp"
+#include "hybridcache/model/cost_model.hpp"
+#include "hybridcache/concepts/prefix.hpp"
+#include "hybridcache/stores/counting_store.hpp"
 #include "hybridcache/prefix/radix_tree.hpp"
 
 namespace hybridcache::prefix {

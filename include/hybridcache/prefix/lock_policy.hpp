@@ -6,7 +6,7 @@
 
 #include <mutex>
 
-#include "hybridcache/prefix/concepts.hpp"
+#include "hybridcache/concepts/prefix.hpp"
 
 namespace hybridcache::prefix {
 

@@ -27,8 +27,8 @@
 #include <span>
 #include <vector>
 
-#include "hybridcache/prefix/concepts.hpp"
-#include "hybridcache/prefix/counting_store.hpp"
+#include "hybridcache/concepts/prefix.hpp"
+#include "hybridcache/stores/counting_store.hpp"
 #include "hybridcache/prefix/radix_tree.hpp"
 
 namespace hybridcache::prefix {

@@ -52,14 +52,14 @@
 #include <utility>
 #include <vector>
 
-#include "hybridcache/core/cost_model.hpp"
+#include "hybridcache/model/cost_model.hpp"
 #include "hybridcache/core/error.hpp"
 #include "hybridcache/core/expected.hpp"
 #include "hybridcache/core/handle.hpp"
 #include "hybridcache/core/logical_clock.hpp"
 #include "hybridcache/prefix/admission.hpp"
-#include "hybridcache/prefix/concepts.hpp"
-#include "hybridcache/prefix/counting_store.hpp"
+#include "hybridcache/concepts/prefix.hpp"
+#include "hybridcache/stores/counting_store.hpp"
 #include "hybridcache/prefix/lock_policy.hpp"
 #include "hybridcache/prefix/lru_scorer.hpp"
 #include "hybridcache/prefix/radix_tree.hpp"

@@ -35,7 +35,7 @@
 #include <vector>
 
 #include "hybridcache/core/config.hpp"
-#include "hybridcache/prefix/concepts.hpp"
+#include "hybridcache/concepts/prefix.hpp"
 #include "hybridcache/prefix/types.hpp"
 
 namespace hybridcache::prefix {

@@ -22,7 +22,7 @@
 #include <concepts>
 #include <cstdint>
 
-#include "hybridcache/core/cost_model.hpp"
+#include "hybridcache/model/cost_model.hpp"
 #include "hybridcache/tiered/cache_entry.hpp"
 
 namespace hybridcache::tiered {

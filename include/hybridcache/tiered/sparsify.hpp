@@ -29,7 +29,7 @@
 #include <span>
 #include <vector>
 
-#include "hybridcache/core/cost_model.hpp"
+#include "hybridcache/model/cost_model.hpp"
 #include "hybridcache/core/error.hpp"
 #include "hybridcache/tiered/cache_entry.hpp"
 

@@ -1,0 +1,497 @@
+// hybridcache/attention/decode_programs.hpp
+//
+// Batched decode-time programs, one per (batch entry, value head), shared by the kernels and
+// the host reference:
+//   - `recurrent_program`: the baseline recurrent decode of n tokens; optionally writes the
+//     state after every token to a per-draft buffer (what SGLang/vLLM `target_verify` do);
+//   - `kv_step_program`: KVBuffer decode (n = 1: output from the state at the last flush plus
+//     the buffer, fold every B tokens) and speculative verification of n drafts (outputs for
+//     all drafts, drafts appended past the cursor, no state write);
+//   - `kv_commit_program`: after verification, folds the buffer into the state when the
+//     accepted prefix fills it (one state write); otherwise nothing (the cursor moves on the host).
+// KV-only requests (no state yet) run the same programs with a zero state that is never read.
+//
+// Tensor layouts (contiguous): q, k [batch][n][H][d_k]; v, o [batch][n][HV][d_v];
+// log_decay, beta [batch][n][HV] fp32; state pool [slot][HV][d_k*d_v] in `Layout`.
+// A negative slot skips the entry: its outputs, state and buffer are not touched.
+//
+// Phases (a barrier between consecutive phases): `dots` items (per-head key/query dot
+// products, norms, cumulative decays; also appends raw keys/decays), `weights` items (decay
+// weighting), then `rows` (value columns; the only phase that touches the state).
+// Math: anchors/linear_attention.md §1.2, §1.5, §2.4.
+//
+// Costs per (entry, head), m buffered tokens, n new: state read d_k d_v (skipped in KV-only
+// mode), written only on a fold; buffer read m (d_k + d_v); O(n (m+n) d_k + d_k d_v n) flops.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "hybridcache/core/config.hpp"
+#include "hybridcache/core/error.hpp"
+#include "hybridcache/attention/kv_buffer.hpp"
+#include "hybridcache/attention/linear_attention_common.hpp"
+
+namespace hybridcache::cuda {
+
+/// Common inputs of a batched decode-time step.
+template <class In, class Out>
+struct step_io {
+  const std::int32_t* slots = nullptr;  ///< [batch] state/buffer slot per entry; < 0 = skip
+  int batch = 0;
+  int new_tokens = 1;                   ///< n tokens per entry (1 = decode)
+  int num_k_heads = 0;                  ///< H
+  int num_v_heads = 0;                  ///< HV (multiple of H)
+  const In* q = nullptr;
+  const In* k = nullptr;
+  const In* v = nullptr;
+  const float* log_decay = nullptr;  ///< nullptr: no decay
+  const float* beta = nullptr;       ///< delta rule only
+  Out* o = nullptr;
+  float* states = nullptr;  ///< state pool
+  qk_options qk{};
+  /// Optional fused Qwen3-Next gating: when `gate_a` is set, g and beta are computed from the
+  /// raw projections a, b [batch][n][HV] and the per-head A_log, dt_bias [HV] (log_decay and
+  /// beta are then ignored), with the same functions `launch_qwen3_next_gates` uses.
+  const In* gate_a = nullptr;
+  const In* gate_b = nullptr;
+  const float* a_log = nullptr;
+  const float* dt_bias = nullptr;
+
+  HYBRIDCACHE_HD_INLINE std::int64_t tok(int b, int r) const { return static_cast<std::int64_t>(b) * new_tokens + r; }
+  template <int DK>
+  HYBRIDCACHE_HD_INLINE const In* q_at(int b, int r, int h) const { return q + (tok(b, r) * num_k_heads + h) * DK; }
+  template <int DK>
+  HYBRIDCACHE_HD_INLINE const In* k_at(int b, int r, int h) const { return k + (tok(b, r) * num_k_heads + h) * DK; }
+  template <int DV>
+  HYBRIDCACHE_HD_INLINE std::int64_t v_index(int b, int r, int hv, int c) const {
+    return (tok(b, r) * num_v_heads + hv) * DV + c;
+  }
+  HYBRIDCACHE_HD_INLINE float g_at(int b, int r, int hv) const {
+    const std::int64_t i = tok(b, r) * num_v_heads + hv;
+    if (gate_a != nullptr) return qwen3_next_log_decay(a_log[hv], to_float(gate_a[i]), dt_bias[hv]);
+    return log_decay ? log_decay[i] : 0.0f;
+  }
+  HYBRIDCACHE_HD_INLINE float beta_at(int b, int r, int hv) const {
+    const std::int64_t i = tok(b, r) * num_v_heads + hv;
+    if (gate_a != nullptr) return qwen3_next_beta(to_float(gate_b[i]));
+    return beta ? beta[i] : 1.0f;
+  }
+};
+
+/// Recurrent decode of n tokens per entry (n = 1: plain decode). With `intermediate` set,
+/// the state after token r goes to `intermediate[((b*n + r)*HV + hv) * d_k*d_v]` and the pool
+/// is left unchanged (speculative verification with per-draft states, the baseline).
+template <class Rule, state_layout Layout, int DK, int DV, class In, class Out>
+struct recurrent_program {
+  using state_type = state_ref<Layout, DK, DV>;
+  step_io<In, Out> io;
+  float* intermediate = nullptr;
+  int b = 0, hv = 0, h = 0, slot = -1;
+
+  HYBRIDCACHE_HD_INLINE bool init(int entry, int value_head) {
+    b = entry;
+    hv = value_head;
+    h = key_head_of(hv, io.num_k_heads, io.num_v_heads);
+    slot = io.slots[b];
+    return slot >= 0;
+  }
+
+  template <class Group>
+  HYBRIDCACHE_HD_INLINE void rows(int row_begin, int row_step, const Group& g) const {
+    constexpr int N = slice_len<DK, Group::size>;
+    const state_type pool{io.states + (static_cast<std::int64_t>(slot) * io.num_v_heads + hv) * state_type::elements};
+    // Plain decode (one token): prepare q and k once, not once per row.
+    float k1[N] = {}, q1[N] = {};
+    if (io.new_tokens == 1) {
+      load_prepared<DK>(io.template k_at<DK>(b, 0, h), io.qk, false, k1, g);
+      load_prepared<DK>(io.template q_at<DK>(b, 0, h), io.qk, true, q1, g);
+    }
+    // The next row's state is loaded before this row's math (rows are disjoint), so a warp
+    // keeps a load in flight while it computes.
+    float next[N] = {};
+    if (row_begin < DV) load_state_row(pool, row_begin, next, g);
+    for (int c = row_begin; c < DV; c += row_step) {
+      float s[N];
+      for (int e = 0; e < N; ++e) s[e] = next[e];
+      if (c + row_step < DV) load_state_row(pool, c + row_step, next, g);
+      for (int r = 0; r < io.new_tokens; ++r) {
+        float k[N], q[N];
+        if (io.new_tokens == 1) {
+          for (int e = 0; e < N; ++e) {
+            k[e] = k1[e];
+            q[e] = q1[e];
+          }
+        } else {
+          load_prepared<DK>(io.template k_at<DK>(b, r, h), io.qk, false, k, g);
+          load_prepared<DK>(io.template q_at<DK>(b, r, h), io.qk, true, q, g);
+        }
+        const float o = recurrent_row_step<Rule>(s, k, q, to_float(io.v[io.template v_index<DV>(b, r, hv, c)]),
+                                                 io.g_at(b, r, hv), io.beta_at(b, r, hv), g);
+        if (g.rank() == 0) io.o[io.template v_index<DV>(b, r, hv, c)] = from_float<Out>(o);
+        if (intermediate != nullptr)
+          store_state_row(state_type{intermediate + (io.tok(b, r) * io.num_v_heads + hv) * state_type::elements}, c, s, g);
+      }
+      if (intermediate == nullptr) store_state_row(pool, c, s, g);
+    }
+  }
+};
+
+/// KVBuffer decode (n = 1, `decode`) or verification of n drafts (`!decode`).
+template <class Rule, state_layout Layout, int DK, int DV, class In, class Out, class ValueT>
+struct kv_step_program {
+  using state_type = state_ref<Layout, DK, DV>;
+  step_io<In, Out> io;
+  kv_buffer_ref<In, ValueT> buf;
+  int flush_interval = 16;
+  int crossover = 0;
+  bool decode = true;
+
+  int b = 0, hv = 0, h = 0, slot = -1, m = 0, n = 0, total = 0;
+  bool valid = false, fold = false;
+  float *cum = nullptr, *kfac = nullptr, *qfac = nullptr, *beta = nullptr, *kk = nullptr, *qk = nullptr;
+
+  /// Floats of workspace for `total` = m + n tokens and `groups` row groups.
+  HYBRIDCACHE_HD_INLINE static std::int64_t workspace_floats(int total_tokens, int n_new, int groups) {
+    return 2 * static_cast<std::int64_t>(total_tokens) + 2 * n_new + 2 * static_cast<std::int64_t>(n_new) * total_tokens +
+           static_cast<std::int64_t>(groups) * row_scratch_floats(total_tokens, n_new);
+  }
+  HYBRIDCACHE_HD_INLINE static int row_scratch_floats(int total_tokens, int n_new) { return total_tokens + 2 * n_new; }
+
+  /// Binds the entry; false when it is skipped. Then `carve` a workspace of workspace_floats(total, n, groups).
+  HYBRIDCACHE_HD_INLINE bool init(int entry, int value_head) {
+    b = entry;
+    hv = value_head;
+    h = key_head_of(hv, io.num_k_heads, io.num_v_heads);
+    slot = io.slots[b];
+    if (slot < 0) return false;
+    m = buf.cursor[slot];
+    valid = buf.state_valid[slot] != 0;
+    n = io.new_tokens;
+    total = m + n;
+    fold = decode && advance_cursor(m, valid, 1, flush_interval, crossover).fold;
+    return true;
+  }
+  HYBRIDCACHE_HD_INLINE void carve(float* ws) {
+    cum = ws;
+    kfac = cum + total;
+    qfac = kfac + total;
+    beta = qfac + n;
+    kk = beta + n;
+    qk = kk + static_cast<std::int64_t>(n) * total;
+  }
+  HYBRIDCACHE_HD_INLINE float* row_scratch(int group) const {
+    return qk + static_cast<std::int64_t>(n) * total + static_cast<std::int64_t>(group) * row_scratch_floats(total, n);
+  }
+
+  HYBRIDCACHE_HD_INLINE const In* key_at(int j) const {
+    return j < m ? buf.key(slot, j, h) : io.template k_at<DK>(b, j - m, h);
+  }
+  HYBRIDCACHE_HD_INLINE float decay_at(int j) const {
+    if (j >= m) return io.g_at(b, j - m, hv);
+    return buf.log_decay ? *buf.decay(slot, j, hv) : 0.0f;
+  }
+
+  HYBRIDCACHE_HD_INLINE int dot_items() const { return n * total + total + n; }
+  HYBRIDCACHE_HD_INLINE int weight_items() const { return n * total; }
+
+  template <class Group>
+  HYBRIDCACHE_HD_INLINE void dots(int item, const Group& g) const {
+    constexpr int N = slice_len<DK, Group::size>;
+    if (item == 0 && g.rank() == 0) {
+      float acc = 0.0f;
+      for (int j = 0; j < total; ++j) {
+        const float gj = decay_at(j);
+        acc += gj;
+        cum[j] = acc;
+        if (j >= m) {
+          beta[j - m] = io.beta_at(b, j - m, hv);
+          if (buf.log_decay != nullptr) *buf.decay(slot, j, hv) = gj;
+        }
+      }
+    }
+    if (item < n * total) {
+      const int r = item / total, j = item % total;
+      if (j > m + r) return;
+      float kj[N], x[N];
+      load_slice<DK>(key_at(j), 1.0f, kj, g);
+      load_slice<DK>(io.template q_at<DK>(b, r, h), 1.0f, x, g);
+      const float qkv = group_dot(x, kj, g);
+      float kkv = 0.0f;
+      if (j < m + r) {
+        load_slice<DK>(key_at(m + r), 1.0f, x, g);
+        kkv = group_dot(x, kj, g);
+      }
+      if (g.rank() == 0) {
+        qk[r * total + j] = qkv;
+        kk[r * total + j] = kkv;
+      }
+    } else if (item < n * total + total) {
+      const int j = item - n * total;
+      const In* raw = key_at(j);
+      const float ss = group_sum_sq<DK>(raw, g);
+      if (g.rank() == 0) kfac[j] = prep_factor(ss, io.qk.l2_normalize, 1.0f, io.qk.eps);
+      // Append the new token's raw key once per key head (the first of its value heads).
+      if (j >= m && hv % (io.num_v_heads / io.num_k_heads) == 0) {
+        In* dst = buf.key(slot, j, h);
+        for (int i = g.rank(); i < DK; i += Group::size) dst[i] = raw[i];
+      }
+    } else {
+      const int r = item - n * total - total;
+      const float ss = group_sum_sq<DK>(io.template q_at<DK>(b, r, h), g);
+      if (g.rank() == 0) qfac[r] = prep_factor(ss, io.qk.l2_normalize, io.qk.scale, io.qk.eps);
+    }
+  }
+
+  HYBRIDCACHE_HD_INLINE void weights(int item) const {
+    const int r = item / total, j = item % total;
+    if (j > m + r) return;
+    const float dec = expf(cum[m + r] - cum[j]);
+    qk[r * total + j] = dec * qk[r * total + j] * qfac[r] * kfac[j];
+    if (j < m + r) kk[r * total + j] = dec * kk[r * total + j] * kfac[m + r] * kfac[j];
+  }
+
+  template <class Group>
+  HYBRIDCACHE_HD_INLINE void rows(int row_begin, int row_step, float* scratch, const Group& g) const {
+    constexpr int N = slice_len<DK, Group::size>;
+    float* u = scratch;           // [total]
+    float* sk = scratch + total;  // [n]
+    float* sq = sk + n;           // [n]
+    const state_type pool{io.states + (static_cast<std::int64_t>(slot) * io.num_v_heads + hv) * state_type::elements};
+    float next[N] = {};  // prefetched state row (zero in KV-only mode: no state exists)
+    if (valid && row_begin < DV) load_state_row(pool, row_begin, next, g);
+    for (int c = row_begin; c < DV; c += row_step) {
+      float s[N];
+      for (int e = 0; e < N; ++e) s[e] = next[e];
+      if (valid && c + row_step < DV) load_state_row(pool, c + row_step, next, g);
+      for (int j = g.rank(); j < m; j += Group::size) u[j] = to_float(buf.value(slot, j, hv)[c]);
+      for (int r = 0; r < n; ++r) {
+        float k[N], q[N];
+        load_slice<DK>(key_at(m + r), kfac[m + r], k, g);
+        load_slice<DK>(io.template q_at<DK>(b, r, h), qfac[r], q, g);
+        const float a = group_dot(s, k, g);
+        const float bq = group_dot(s, q, g);
+        if (g.rank() == 0) {
+          sk[r] = a;
+          sq[r] = bq;
+        }
+      }
+      g.sync();
+      // New tokens' values in order; the sums over earlier tokens are split over the group
+      // (every member gets the same total, so all members agree on u).
+      for (int r = 0; r < n; ++r) {
+        const float v = to_float(io.v[io.template v_index<DV>(b, r, hv, c)]);
+        float uu = v;
+        if constexpr (Rule::delta) {
+          float part = 0.0f;
+          for (int j = g.rank(); j < m + r; j += Group::size) part += kk[r * total + j] * u[j];
+          const float x = expf(cum[m + r]) * sk[r] + g.sum(part);
+          uu = delta_value(v, beta[r], x);
+        }
+        if (g.rank() == 0) {
+          u[m + r] = uu;
+          buf.value(slot, m + r, hv)[c] = from_float<ValueT>(uu);
+        }
+        g.sync();
+      }
+      if (!fold) {
+        for (int r = 0; r < n; ++r) {
+          float part = 0.0f;
+          for (int j = g.rank(); j <= m + r; j += Group::size) part += qk[r * total + j] * u[j];
+          const float o = expf(cum[m + r]) * sq[r] + g.sum(part);
+          if (g.rank() == 0) io.o[io.template v_index<DV>(b, r, hv, c)] = from_float<Out>(o);
+        }
+      } else {
+        // Flush: replay the buffer onto the state (closed-loop exact fold, SGLang #28695),
+        // write the state once, and read this token's output from the new state.
+        for (int j = 0; j < total; ++j) {
+          float k[N];
+          load_slice<DK>(key_at(j), kfac[j], k, g);
+          fold_row(s, expf(decay_at(j)), k, u[j]);
+        }
+        store_state_row(pool, c, s, g);
+        float q[N];
+        load_slice<DK>(io.template q_at<DK>(b, 0, h), qfac[0], q, g);
+        const float o = group_dot(s, q, g);
+        if (g.rank() == 0) io.o[io.template v_index<DV>(b, 0, hv, c)] = from_float<Out>(o);
+      }
+      g.sync();
+    }
+  }
+};
+
+/// Commit after verification: entry b accepted `accepted[b]` of its drafts. When the
+/// accepted prefix fills the buffer (or reaches the crossover in KV-only mode), the whole
+/// buffer is folded into the state (written once); otherwise nothing is written.
+template <class Rule, state_layout Layout, int DK, int DV, class In, class ValueT>
+struct kv_commit_program {
+  using state_type = state_ref<Layout, DK, DV>;
+  const std::int32_t* slots = nullptr;
+  const std::int32_t* accepted = nullptr;
+  int num_k_heads = 0;
+  int num_v_heads = 0;
+  float* states = nullptr;
+  kv_buffer_ref<In, ValueT> buf;
+  qk_options qk{};
+  int flush_interval = 16;
+  int crossover = 0;
+
+  int b = 0, hv = 0, h = 0, slot = -1, total = 0;
+  bool valid = false;
+  float* kfac = nullptr;
+
+  HYBRIDCACHE_HD_INLINE static std::int64_t workspace_floats(int total_tokens) { return total_tokens; }
+
+  HYBRIDCACHE_HD_INLINE bool init(int entry, int value_head) {
+    b = entry;
+    hv = value_head;
+    h = key_head_of(hv, num_k_heads, num_v_heads);
+    slot = slots[b];
+    if (slot < 0) return false;
+    const int m = buf.cursor[slot];
+    valid = buf.state_valid[slot] != 0;
+    if (!advance_cursor(m, valid, accepted[b], flush_interval, crossover).fold) return false;
+    total = m + accepted[b];
+    return true;
+  }
+
+  template <class Group>
+  HYBRIDCACHE_HD_INLINE void dots(int j, const Group& g) const {
+    const float ss = group_sum_sq<DK>(buf.key(slot, j, h), g);
+    if (g.rank() == 0) kfac[j] = prep_factor(ss, qk.l2_normalize, 1.0f, qk.eps);
+  }
+
+  template <class Group>
+  HYBRIDCACHE_HD_INLINE void rows(int row_begin, int row_step, const Group& g) const {
+    constexpr int N = slice_len<DK, Group::size>;
+    const state_type pool{states + (static_cast<std::int64_t>(slot) * num_v_heads + hv) * state_type::elements};
+    for (int c = row_begin; c < DV; c += row_step) {
+      float s[N];
+      if (valid) {
+        load_state_row(pool, c, s, g);
+      } else {
+        for (int e = 0; e < N; ++e) s[e] = 0.0f;
+      }
+      for (int j = 0; j < total; ++j) {
+        float k[N];
+        load_slice<DK>(buf.key(slot, j, h), kfac[j], k, g);
+        const float dec = buf.log_decay ? *buf.decay(slot, j, hv) : 0.0f;
+        fold_row(s, expf(dec), k, to_float(buf.value(slot, j, hv)[c]));
+      }
+      store_state_row(pool, c, s, g);
+    }
+  }
+};
+
+/// Appends one prefilled token to a request's buffer (KV-only requests after a short prefill):
+/// raw key `k` [H][d_k] (written by the first value head of each key head), values `u`
+/// [HV][d_v] and log decays `g` [HV] (nullable) at buffer position `pos` of `slot`. Work item
+/// (hv, c) copies u[hv][c]; items with c < d_k also copy key element c for the key head.
+template <class In, class ValueT>
+HYBRIDCACHE_HD_INLINE void append_token_item(const kv_buffer_ref<In, ValueT>& buf, int slot, int pos, const In* k,
+                                             const float* u, const float* g, int hv, int c) {
+  const int h = key_head_of(hv, buf.num_k_heads, buf.num_v_heads);
+  if (c < buf.value_dim) buf.value(slot, pos, hv)[c] = from_float<ValueT>(u[static_cast<std::int64_t>(hv) * buf.value_dim + c]);
+  if (hv % (buf.num_v_heads / buf.num_k_heads) == 0 && c < buf.key_dim)
+    buf.key(slot, pos, h)[c] = k[static_cast<std::int64_t>(h) * buf.key_dim + c];
+  if (c == 0 && buf.log_decay != nullptr) *buf.decay(slot, pos, hv) = g ? g[hv] : 0.0f;
+}
+
+// ---------------------------------------------------------------------------------------
+// Host drivers (one thread): the reference the device tests compare against.
+// ---------------------------------------------------------------------------------------
+
+namespace detail {
+template <class T>
+void check_finite_host(const char* what, const T* p, std::int64_t count) {
+  if (p == nullptr) return;
+  for (std::int64_t i = 0; i < count; ++i)
+    HYBRIDCACHE_EXPECTS(is_finite(to_float(p[i])), invalid_argument,
+                        std::string(what) + "[" + std::to_string(i) + "] is not finite");
+}
+template <int DK, int DV, class In, class Out>
+void check_step_inputs_host(const step_io<In, Out>& io) {
+  HYBRIDCACHE_EXPECTS(io.num_k_heads > 0 && io.num_v_heads % io.num_k_heads == 0, invalid_argument,
+                      "step: num_v_heads must be a positive multiple of num_k_heads");
+  HYBRIDCACHE_EXPECTS(io.gate_a == nullptr || (io.gate_b && io.a_log && io.dt_bias), invalid_argument,
+                      "step: fused gating needs gate_a, gate_b, a_log and dt_bias together");
+#if !defined(NDEBUG)
+  const std::int64_t tokens = static_cast<std::int64_t>(io.batch) * io.new_tokens;
+  check_finite_host("q", io.q, tokens * io.num_k_heads * DK);
+  check_finite_host("k", io.k, tokens * io.num_k_heads * DK);
+  check_finite_host("v", io.v, tokens * io.num_v_heads * DV);
+  check_finite_host("log_decay", io.log_decay, tokens * io.num_v_heads);
+  check_finite_host("beta", io.beta, tokens * io.num_v_heads);
+  check_finite_host("gate_a", io.gate_a, tokens * io.num_v_heads);
+  check_finite_host("gate_b", io.gate_b, tokens * io.num_v_heads);
+#endif
+}
+}  // namespace detail
+
+/// Fills the buffer of `slot` (opened KV-only, cursor 0) with `tokens` prefilled tokens: raw
+/// keys k [tokens][H][d_k], u [tokens][HV][d_v] (prefill_io::u_out), g [tokens][HV]. Then call
+/// `kv_buffer_table::advance(slot, tokens)` (tokens < the crossover, so nothing folds).
+template <class In, class ValueT>
+void kv_buffer_append_host(const kv_buffer_ref<In, ValueT>& buf, int slot, int tokens, const In* k, const float* u,
+                           const float* g) {
+  const int width = std::max(buf.key_dim, buf.value_dim);
+  for (int t = 0; t < tokens; ++t)
+    for (int hv = 0; hv < buf.num_v_heads; ++hv)
+      for (int c = 0; c < width; ++c)
+        append_token_item(buf, slot, t, k + static_cast<std::int64_t>(t) * buf.num_k_heads * buf.key_dim,
+                          u + static_cast<std::int64_t>(t) * buf.num_v_heads * buf.value_dim,
+                          g ? g + static_cast<std::int64_t>(t) * buf.num_v_heads : nullptr, hv, c);
+}
+
+/// Recurrent decode / per-draft-state verification on the host.
+template <class Rule, state_layout Layout, int DK, int DV, class In, class Out>
+void recurrent_step_host(const step_io<In, Out>& io, float* intermediate = nullptr) {
+  detail::check_step_inputs_host<DK, DV>(io);
+  for (int b = 0; b < io.batch; ++b)
+    for (int hv = 0; hv < io.num_v_heads; ++hv) {
+      recurrent_program<Rule, Layout, DK, DV, In, Out> p{io, intermediate};
+      if (p.init(b, hv)) p.rows(0, 1, serial_group{});
+    }
+}
+
+/// KVBuffer decode (`decode`, n = 1) or draft verification on the host. The caller has run
+/// `kv_buffer_table::check_step` and advances the table afterwards.
+template <class Rule, state_layout Layout, int DK, int DV, class In, class Out, class ValueT>
+void kv_step_host(const step_io<In, Out>& io, const kv_buffer_ref<In, ValueT>& buf, int flush_interval, int crossover,
+                  bool decode) {
+  detail::check_step_inputs_host<DK, DV>(io);
+  HYBRIDCACHE_EXPECTS(!decode || io.new_tokens == 1, invalid_argument, "kv_step: decode takes one token per entry");
+  std::vector<float> ws;
+  for (int b = 0; b < io.batch; ++b)
+    for (int hv = 0; hv < io.num_v_heads; ++hv) {
+      kv_step_program<Rule, Layout, DK, DV, In, Out, ValueT> p{io, buf, flush_interval, crossover, decode};
+      if (!p.init(b, hv)) continue;
+      ws.assign(static_cast<std::size_t>(p.workspace_floats(p.total, p.n, 1)), 0.0f);
+      p.carve(ws.data());
+      for (int i = 0; i < p.dot_items(); ++i) p.dots(i, serial_group{});
+      for (int i = 0; i < p.weight_items(); ++i) p.weights(i);
+      p.rows(0, 1, p.row_scratch(0), serial_group{});
+    }
+}
+
+/// Commit of accepted draft prefixes on the host (before `kv_buffer_table::advance`).
+template <class Rule, state_layout Layout, int DK, int DV, class In, class ValueT>
+void kv_commit_host(const std::int32_t* slots, const std::int32_t* accepted, int batch, int num_k_heads,
+                    int num_v_heads, float* states, const kv_buffer_ref<In, ValueT>& buf, const qk_options& qk,
+                    int flush_interval, int crossover) {
+  std::vector<float> ws;
+  for (int b = 0; b < batch; ++b)
+    for (int hv = 0; hv < num_v_heads; ++hv) {
+      kv_commit_program<Rule, Layout, DK, DV, In, ValueT> p{slots, accepted, num_k_heads, num_v_heads, states, buf,
+                                                            qk, flush_interval, crossover};
+      if (!p.init(b, hv)) continue;
+      ws.assign(static_cast<std::size_t>(p.workspace_floats(p.total)), 0.0f);
+      p.kfac = ws.data();
+      for (int j = 0; j < p.total; ++j) p.dots(j, serial_group{});
+      p.rows(0, 1, serial_group{});
+    }
+}
+
+}  // namespace hybridcache::cuda

@@ -1,0 +1,199 @@
+// hybridcache/stores/pool_state_store.hpp
+//
+// `pool_state_store<Pool>`: the prefix cache's `state_store` (prefix/concepts.hpp) on a
+// KV/SSM pool, so `prefix_cache<..., pool_state_store<asymmetric_pool<...>>>` keeps its KV
+// in KV pages and its checkpoints in SSM blocks.
+//
+//   kv_extent          the KV of a run of tokens: blocks of `tokens_per_page` tokens, one
+//                      page per attention layer per block (pages[block * L + layer]); the
+//                      run may start `offset` tokens into its first block
+//   checkpoint_handle  one SSM block per recurrent layer
+//
+// split_kv at a block boundary only splits the page list. Inside a block the boundary
+// block is shared, so the tail gets fresh pages and the block's bytes are copied into
+// them (copy-on-split; may fail with out_of_capacity, leaving `whole` unchanged).
+// join_kv is the inverse: the back's partial first block is copied into the front's last
+// block and its pages are freed; extents that do not meet at the same in-block offset are
+// refused (errc::busy, both unchanged), which the cache handles by dropping only the
+// checkpoint.
+//
+// Costs: allocate/free O(pages), split/join O(pages) plus at most one block copy.
+// Handle lists are std::vector: an extent allocates its list once (the prefix cache keeps
+// extents in tree nodes). With a backing that can throw (CUDA), a failed driver call
+// during an allocation is reported as out_of_capacity, since these calls are noexcept.
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "hybridcache/core/error.hpp"
+#include "hybridcache/core/expected.hpp"
+#include "hybridcache/memory/asymmetric_pool.hpp"
+#include "hybridcache/memory/pool.hpp"
+#include "hybridcache/concepts/prefix.hpp"
+
+namespace hybridcache::memory {
+
+/// Copies bytes of host-resident units (no-op for counting backings, whose addresses are
+/// null). Device pools pass a copier that calls cudaMemcpy.
+struct host_copier {
+  void operator()(std::byte* dst, const std::byte* src, std::size_t n) const noexcept {
+    if (dst != nullptr && src != nullptr) std::memcpy(dst, src, n);
+  }
+};
+
+/// `state_store` over a `kv_ssm_pool` (non-owning: the pool must outlive the store).
+template <kv_ssm_pool Pool, class Copier = host_copier>
+class pool_state_store {
+ public:
+  /// KV of `tokens` tokens starting `offset` tokens into the first block.
+  struct kv_extent {
+    std::int64_t tokens = 0;
+    std::int64_t offset = 0;
+    std::vector<packed_handle> pages;  ///< block-major: pages[block * attention_layers + layer]
+  };
+  /// One SSM block per recurrent layer (empty = no checkpoint).
+  struct checkpoint_handle {
+    std::vector<packed_handle> blocks;
+  };
+
+  /// @param tokens_per_page   tokens one KV page holds (the pool's kv unit covers this many)
+  /// @param attention_layers  pages per block (one per attention layer)
+  /// @param recurrent_layers  SSM blocks per checkpoint
+  /// @throws invalid_argument on non-positive counts.
+  pool_state_store(Pool& pool, std::int64_t tokens_per_page, std::int64_t attention_layers,
+                   std::int64_t recurrent_layers, Copier copier = {})
+      : pool_(&pool), tpp_(tokens_per_page), layers_(attention_layers), rec_(recurrent_layers), copy_(copier) {
+    HYBRIDCACHE_EXPECTS(tokens_per_page > 0, invalid_argument, "pool_state_store: tokens_per_page must be > 0");
+    HYBRIDCACHE_EXPECTS(attention_layers > 0, invalid_argument, "pool_state_store: attention_layers must be > 0");
+    HYBRIDCACHE_EXPECTS(recurrent_layers > 0, invalid_argument, "pool_state_store: recurrent_layers must be > 0");
+  }
+
+  [[nodiscard]] expected<kv_extent> allocate_kv(std::int64_t tokens) noexcept {
+    if (tokens <= 0) return unexpected(errc::invalid_argument);
+    kv_extent e{tokens, 0, {}};
+    e.pages.resize(static_cast<std::size_t>(blocks(tokens) * layers_));
+    if (auto r = take(pool_kind::kv, e.pages); !r) return unexpected(r.error());
+    return e;
+  }
+
+  void free_kv(kv_extent&& e) noexcept {
+    for (packed_handle h : e.pages) (void)pool_->free(h);
+    e = kv_extent{};
+  }
+
+  [[nodiscard]] expected<kv_extent> split_kv(kv_extent& whole, std::int64_t head) noexcept {
+    if (head <= 0 || head >= whole.tokens) return unexpected(errc::invalid_argument);
+    const std::int64_t cut = whole.offset + head;
+    const auto b = static_cast<std::size_t>(cut / tpp_);
+    const std::int64_t r = cut % tpp_;
+    const auto L = static_cast<std::size_t>(layers_);
+    kv_extent front{head, whole.offset, {}};
+    if (r == 0) {
+      front.pages.assign(whole.pages.begin(), whole.pages.begin() + static_cast<std::ptrdiff_t>(b * L));
+      whole.pages.erase(whole.pages.begin(), whole.pages.begin() + static_cast<std::ptrdiff_t>(b * L));
+      whole.offset = 0;
+    } else {
+      std::vector<packed_handle> fresh(L);
+      if (auto t = take(pool_kind::kv, fresh); !t) return unexpected(t.error());
+      for (std::size_t l = 0; l < L; ++l) copy_page(fresh[l], whole.pages[b * L + l], 0, tpp_);
+      front.pages.assign(whole.pages.begin(), whole.pages.begin() + static_cast<std::ptrdiff_t>((b + 1) * L));
+      std::vector<packed_handle> back = std::move(fresh);
+      back.insert(back.end(), whole.pages.begin() + static_cast<std::ptrdiff_t>((b + 1) * L), whole.pages.end());
+      whole.pages = std::move(back);
+      whole.offset = r;
+    }
+    whole.tokens -= head;
+    return front;
+  }
+
+  [[nodiscard]] expected<void> join_kv(kv_extent& front, kv_extent&& back) noexcept {
+    const std::int64_t e = (front.offset + front.tokens) % tpp_;
+    if (back.offset != e) return unexpected(errc::busy);
+    const auto L = static_cast<std::size_t>(layers_);
+    if (e == 0) {
+      front.pages.insert(front.pages.end(), back.pages.begin(), back.pages.end());
+    } else {
+      // The back's first block continues the front's last one: copy its tokens over.
+      const std::size_t last = front.pages.size() - L;
+      const std::int64_t end = std::min<std::int64_t>(tpp_, e + back.tokens);
+      for (std::size_t l = 0; l < L; ++l) {
+        copy_page(front.pages[last + l], back.pages[l], e, end);
+        (void)pool_->free(back.pages[l]);
+      }
+      front.pages.insert(front.pages.end(), back.pages.begin() + static_cast<std::ptrdiff_t>(L), back.pages.end());
+    }
+    front.tokens += back.tokens;
+    back = kv_extent{};
+    return {};
+  }
+
+  [[nodiscard]] expected<checkpoint_handle> allocate_checkpoint() noexcept {
+    checkpoint_handle c;
+    c.blocks.resize(static_cast<std::size_t>(rec_));
+    if (auto r = take(pool_kind::ssm, c.blocks); !r) return unexpected(r.error());
+    return c;
+  }
+
+  void free_checkpoint(checkpoint_handle&& c) noexcept {
+    for (packed_handle h : c.blocks) (void)pool_->free(h);
+    c.blocks.clear();
+  }
+
+  /// Bytes a new extent of `tokens` tokens takes (whole pages).
+  [[nodiscard]] std::int64_t kv_bytes(std::int64_t tokens) const noexcept {
+    return blocks(tokens) * layers_ * static_cast<std::int64_t>(pool_->stats(pool_kind::kv).unit_bytes);
+  }
+  [[nodiscard]] std::int64_t checkpoint_bytes() const noexcept {
+    return rec_ * static_cast<std::int64_t>(pool_->stats(pool_kind::ssm).unit_bytes);
+  }
+  [[nodiscard]] std::int64_t used_bytes() const noexcept {
+    const auto kv = pool_->stats(pool_kind::kv), ssm = pool_->stats(pool_kind::ssm);
+    return static_cast<std::int64_t>(kv.used_units * kv.unit_bytes + ssm.used_units * ssm.unit_bytes);
+  }
+  [[nodiscard]] std::int64_t capacity_bytes() const noexcept {
+    return static_cast<std::int64_t>(pool_->reserved_bytes());
+  }
+
+  [[nodiscard]] const Pool& pool() const noexcept { return *pool_; }
+
+ private:
+  [[nodiscard]] std::int64_t blocks(std::int64_t tokens) const noexcept { return (tokens + tpp_ - 1) / tpp_; }
+
+  expected<void> take(pool_kind k, std::span<packed_handle> out) noexcept {
+    if constexpr (noexcept(std::declval<Pool&>().allocate_n(k, out, true))) {
+      return pool_->allocate_n(k, out, true);
+    } else {
+      try {
+        return pool_->allocate_n(k, out, true);
+      } catch (...) {
+        return unexpected(errc::out_of_capacity);
+      }
+    }
+  }
+
+  // Copies tokens [from, to) of one page (per-token bytes = page / tokens_per_page).
+  void copy_page(packed_handle dst, packed_handle src, std::int64_t from, std::int64_t to) noexcept {
+    const std::uint64_t per_token = pool_->stats(pool_kind::kv).unit_bytes / static_cast<std::uint64_t>(tpp_);
+    auto d = pool_->resolve(dst), s = pool_->resolve(src);
+    if (!d || !s || *d == nullptr || *s == nullptr) return;
+    copy_(*d + from * per_token, *s + from * per_token, static_cast<std::size_t>((to - from) * per_token));
+  }
+
+  Pool* pool_;
+  std::int64_t tpp_;
+  std::int64_t layers_;
+  std::int64_t rec_;
+  Copier copy_;
+};
+
+static_assert(prefix::state_store<pool_state_store<simulated_vmm_pool<threshold_rebalancer>>>);
+static_assert(prefix::state_store<pool_state_store<host_asymmetric_pool<threshold_rebalancer>>>);
+
+}  // namespace hybridcache::memory

@@ -1,0 +1,775 @@
+// hybridcache/stores/tiered_state_store.hpp
+//
+// `tiered_state_store`: a `prefix::state_store` over a two-tier `tiered_store` (HBM +
+// host), so that `prefix_cache<Model, Admission, Scorer, tiered_state_store<>>` keeps KV
+// extents and SSM checkpoints in HBM and, when its scorer (LRU or FLOP-aware) evicts a node,
+// *demotes* the node's state to the host tier instead of dropping it.
+//
+// The seam. The prefix cache owns the radix tree and decides what leaves HBM (its own
+// scorer picks the victim); it frees the victim's handles through the store. The store
+// cannot read tokens, so a freed handle is findable later only if it carries a content key.
+// The contract has three calls a runtime makes around each request:
+//
+//   auto m = cache.match(input);                    // HBM hit (the cache's own rule)
+//   auto h = cache.store().lookup(input, m);        // + lower-tier hit: pins what it uses
+//   ... load h.bytes_to_load host -> HBM, prefill from h.reusable_tokens, decode ...
+//   cache.commit(input ++ output, input.size(), &m);
+//   cache.store().settle(cache.tree(), input ++ output, h);   // names the path, unpins h
+//
+// - Content keys. `settle` walks the committed sequence's path in the tree and names each
+//   node's KV extent and checkpoint by a 64-bit chained hash of the tokens [0, end) of the
+//   node (vLLM/SGLang-style block hashing; a false match needs a 2^-64 collision). Keys
+//   survive the tree's own edits: a split keeps the tail's end (its key) and the new head is
+//   on the path, so `settle` names it; a join (merge into child) keeps the child's end.
+// - Demotion. `free_kv` / `free_checkpoint` of a named handle moves its entry HBM -> host
+//   through the copy engine (`prepare_move`, `submit`, `wait`, `complete_move`). With the
+//   default `metadata_only_copies` nothing is copied (a simulator); with a
+//   `host_copy_engine` or `cuda::copy_engine` the bytes move. When the host tier is full,
+//   its own LRU victims are dropped first; what cannot fit, or whose copy fails, is dropped.
+//   Unnamed handles (allocations the cache rolls back) are simply freed.
+// - Lookup (host hit). After the HBM match (KV for [0, m.common_prefix), a checkpoint at
+//   m.reusable_tokens), `lookup` extends the KV with host extents whose key equals the
+//   input's prefix hash at their end and whose start is already covered, then takes the
+//   deepest covered position that has a checkpoint (HBM or host): the joint-min rule over
+//   both tiers. It pins the host entries it uses so that demotions during `commit` cannot
+//   drop them before the runtime has loaded them.
+// - Load (optional, before prefill). `load(hit)` copies the host entries the hit uses into
+//   a staging room of the HBM tier (`staging_bytes`), so prefill reads them from HBM
+//   (`staged()` gives their token spans; KV is token-major inside an entry).
+// - Promotion. A loaded state re-enters the tree the ordinary way: `commit` inserts those
+//   tokens again (new HBM extents). `settle` then hands the staged pages to those extents
+//   without copying (`tiered_store::exchange_pages`), names the path, and erases any host
+//   entry whose key is now held in HBM: a key lives in exactly one tier (checked by
+//   `check_invariants`). Without `load`, the runtime fills the new extents itself.
+// - Bytes. KV of an extent is token-major: token i of an extent is at bytes
+//   [i * kv_bytes_per_token, (i + 1) * kv_bytes_per_token) of its pages, in page order.
+//   Pages divide both a token's KV and a checkpoint, so splits and joins re-partition
+//   page lists (`tiered_store::split` / `join`) and never copy.
+//
+// A cleaner seam, if the prefix cache ever offers it: a tree hook `on_node_span(handle,
+// begin, end, prefix_hash)` called when a node is created/split/merged would let the store
+// name handles itself, removing `settle`'s walk (see the report in docs/tiered.md).
+//
+// Costs (d = nodes on the path, |s| = sequence length, k = pages of an entry):
+//   allocate/free/split/join   O(k + log n) (tiered_store insert/move/split/join), plus the
+//                              demotion copy of a freed named entry; noexcept
+//   load                       O(e (k + log n)) for e entries, plus their copies
+//   lookup                     O(|s|) hashing + O(|s|) hash probes (none while the host tier is
+//                              empty); allocation-free after warm-up
+//   settle                     O(|s| + d (k + log n)) (+ the staged pages exchanged)
+// Thread safety: none beyond the prefix cache's lock (call `lookup`/`settle` under the same
+// serialisation as the cache's `match`/`commit`).
+#pragma once
+
+#include <algorithm>
+#include <array>
+#include <concepts>
+#include <cstdint>
+#include <memory>
+#include <numeric>
+#include <span>
+#include <string>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "hybridcache/core/error.hpp"
+#include "hybridcache/core/expected.hpp"
+#include "hybridcache/concepts/prefix.hpp"
+#include "hybridcache/prefix/radix_tree.hpp"
+#include "hybridcache/prefix/types.hpp"
+#include "hybridcache/tiered/copy_plan.hpp"
+#include "hybridcache/tiered/tiered_store.hpp"
+
+namespace hybridcache::tiered {
+
+/// Sizes of a `tiered_state_store`.
+struct tiered_state_store_config {
+  std::int64_t hbm_bytes = 0;           ///< the prefix cache's byte budget (HBM tier)
+  std::int64_t host_bytes = 0;          ///< host tier (demotion target)
+  std::int64_t kv_bytes_per_token = 0;  ///< cost_model::kv_bytes_per_token()
+  std::int64_t checkpoint_bytes = 0;    ///< cost_model::ssm_checkpoint_bytes()
+  double link_gbps = 50.0;              ///< host <-> HBM link (tier_config::link_gbps)
+  /// HBM room for host entries `load` brings back before prefill, beyond the cache's
+  /// budget (`hbm_bytes`). 0: `load` is unavailable (the runtime loads on its own).
+  std::int64_t staging_bytes = 0;
+};
+
+/// One host entry `load` brought into the HBM staging room: its tokens [begin, end) of the
+/// input, and its entry in `table()` (pages in the HBM arena). `checkpoint`: the recurrent
+/// state at `end` rather than KV.
+struct staged_entry {
+  node_id id = 0;
+  std::int64_t begin = 0;
+  std::int64_t end = 0;
+  bool checkpoint = false;
+};
+
+/// What `lookup` found for one input, over both tiers.
+struct tiered_hit {
+  std::int64_t reusable_tokens = 0;  ///< prefill starts here (HBM + host hit)
+  std::int64_t hbm_tokens = 0;       ///< of which reusable from HBM alone (= match_result::reusable_tokens)
+  std::int64_t host_tokens = 0;      ///< reusable_tokens - hbm_tokens: needs a load from the host tier
+  std::int64_t bytes_to_load = 0;    ///< host -> HBM bytes the runtime loads (KV of the loaded span + checkpoint)
+  std::int64_t kv_entries = 0;       ///< host KV entries used
+  bool host_checkpoint = false;      ///< the checkpoint comes from the host tier
+  std::uint64_t ticket = 0;          ///< pins to hand back to `settle` / `release_hit` (0 = nothing pinned)
+};
+
+/// Counters of a `tiered_state_store` (bytes are logical: tokens x bytes per token).
+struct tiered_state_counters {
+  std::int64_t demoted_entries = 0, demoted_bytes = 0;      ///< HBM -> host on eviction
+  std::int64_t dropped_entries = 0, dropped_bytes = 0;      ///< named entries lost (host full / host victims)
+  std::int64_t promoted_entries = 0, promoted_bytes = 0;    ///< host entries superseded by an HBM copy
+  std::int64_t host_hits = 0, host_hit_tokens = 0, loaded_bytes = 0;
+  std::int64_t staged_entries = 0, staged_bytes = 0;  ///< copied host -> HBM by `load`
+  std::int64_t adopted_entries = 0;                   ///< staged entries whose pages the tree took
+  std::int64_t copy_failures = 0;                     ///< copies the engine reported failed
+};
+
+/// A `prefix::state_store` whose frees demote to a host tier. See the file comment for the
+/// contract (`lookup` before prefill, `settle` after `commit`). `Engine` copies the bytes
+/// of every move; its arenas must be laid out from `tiers_for(config)` and
+/// `page_bytes_for(config)` (e.g. `host_copy_engine(tiers_for(c), page_bytes_for(c))`).
+template <demotion_scorer HostScorer = lru_demotion, tier_copy_engine Engine = metadata_only_copies>
+class tiered_state_store {
+ public:
+  /// KV of a run of tokens: its entry in the tiered store (0 = empty) and its length.
+  /// Move-only; a moved-from handle is empty, so a handle is freed at most once.
+  struct kv_extent {
+    node_id id = 0;
+    std::int64_t tokens = 0;
+    kv_extent() = default;
+    kv_extent(node_id i, std::int64_t t) noexcept : id(i), tokens(t) {}
+    kv_extent(kv_extent&& o) noexcept : id(std::exchange(o.id, 0)), tokens(std::exchange(o.tokens, 0)) {}
+    kv_extent& operator=(kv_extent&& o) noexcept {
+      id = std::exchange(o.id, 0);
+      tokens = std::exchange(o.tokens, 0);
+      return *this;
+    }
+    kv_extent(const kv_extent&) = delete;
+    kv_extent& operator=(const kv_extent&) = delete;
+  };
+  /// An SSM checkpoint: its entry in the tiered store (0 = empty). Move-only.
+  struct checkpoint_handle {
+    node_id id = 0;
+    checkpoint_handle() = default;
+    explicit checkpoint_handle(node_id i) noexcept : id(i) {}
+    checkpoint_handle(checkpoint_handle&& o) noexcept : id(std::exchange(o.id, 0)) {}
+    checkpoint_handle& operator=(checkpoint_handle&& o) noexcept {
+      id = std::exchange(o.id, 0);
+      return *this;
+    }
+    checkpoint_handle(const checkpoint_handle&) = delete;
+    checkpoint_handle& operator=(const checkpoint_handle&) = delete;
+  };
+
+  static constexpr tier_id host_tier{1};
+
+  /// A metadata-only store (simulation: nothing is copied).
+  /// @throws invalid_argument for non-positive sizes / link or negative staging;
+  /// capacity_error when one checkpoint does not fit in HBM.
+  explicit tiered_state_store(const tiered_state_store_config& c)
+    requires std::same_as<Engine, metadata_only_copies>
+      : tiered_state_store(c, no_copies()) {}
+
+  /// A store whose moves copy bytes through `engine` (which must outlive the store).
+  /// @throws as above.
+  tiered_state_store(const tiered_state_store_config& c, Engine& engine)
+      : kv_per_token_(c.kv_bytes_per_token),
+        checkpoint_(c.checkpoint_bytes),
+        capacity_(c.hbm_bytes),
+        staging_capacity_(c.staging_bytes > 0 ? c.staging_bytes / page_bytes_for(c) * page_bytes_for(c) : 0),
+        store_(std::make_unique<tiered_store<HostScorer>>(tiers_for(c), page_bytes_for(c))),
+        engine_(&engine) {
+    if (checkpoint_ > capacity_)
+      throw capacity_error("tiered_state_store: HBM capacity " + std::to_string(capacity_) +
+                           " B is smaller than one SSM checkpoint (" + std::to_string(checkpoint_) + " B)");
+    // An engine laid out for other tiers or pages would refuse or misplace every copy.
+    if constexpr (requires(const Engine& e) { e.page_bytes(); }) {
+      if (engine.page_bytes() != store_->page_bytes())
+        throw invalid_argument("tiered_state_store: the copy engine's page (" + std::to_string(engine.page_bytes()) +
+                               " B) is not the store's (" + std::to_string(store_->page_bytes()) +
+                               " B): build it from tiers_for(config) and page_bytes_for(config)");
+    }
+    if constexpr (requires(const Engine& e) { e.arena_bytes(hbm_tier); }) {
+      for (std::size_t t = 0; t < store_->tier_count(); ++t) {
+        const tier_id id{static_cast<std::uint8_t>(t)};
+        if (engine.arena_bytes(id) < store_->config(id).capacity_bytes)
+          throw invalid_argument("tiered_state_store: the copy engine's arena of tier " + std::to_string(t) + " (" +
+                                 std::to_string(engine.arena_bytes(id)) + " B) is smaller than the tier (" +
+                                 std::to_string(store_->config(id).capacity_bytes) +
+                                 " B): build it from tiers_for(config) and page_bytes_for(config)");
+      }
+    }
+  }
+
+  /// The tiers of a store built from `c`: HBM (budget + staging room) and host.
+  /// @throws invalid_argument as the constructor.
+  [[nodiscard]] static std::vector<tier_config> tiers_for(const tiered_state_store_config& c) {
+    HYBRIDCACHE_EXPECTS(c.hbm_bytes > 0 && c.host_bytes > 0, invalid_argument,
+                        "tiered_state_store: hbm_bytes and host_bytes must be > 0");
+    HYBRIDCACHE_EXPECTS(c.staging_bytes >= 0, invalid_argument, "tiered_state_store: staging_bytes must be >= 0");
+    const std::int64_t page = page_bytes_for(c);
+    return {tier_config{tier_kind::hbm, (c.hbm_bytes / page + c.staging_bytes / page) * page, 0.0, -1},
+            tier_config{tier_kind::host, std::max(c.host_bytes / page, std::int64_t{1}) * page, c.link_gbps, -1}};
+  }
+  /// The page size of a store built from `c`: gcd(KV bytes per token, checkpoint bytes),
+  /// so a token's KV and a checkpoint are whole pages.
+  [[nodiscard]] static std::int64_t page_bytes_for(const tiered_state_store_config& c) {
+    HYBRIDCACHE_EXPECTS(c.kv_bytes_per_token >= 0 && c.checkpoint_bytes >= 0 &&
+                            (c.kv_bytes_per_token > 0 || c.checkpoint_bytes > 0),
+                        invalid_argument, "tiered_state_store: bytes per token / checkpoint must be >= 0, not both 0");
+    return std::gcd(c.kv_bytes_per_token, c.checkpoint_bytes);
+  }
+
+  tiered_state_store(tiered_state_store&&) noexcept = default;
+  tiered_state_store& operator=(tiered_state_store&&) noexcept = default;
+
+  // --- prefix::state_store -------------------------------------------------------------
+
+  [[nodiscard]] expected<kv_extent> allocate_kv(std::int64_t tokens) noexcept {
+    if (tokens <= 0) return unexpected(errc::invalid_argument);
+    if (kv_per_token_ > 0 && tokens > (std::int64_t{1} << 62) / kv_per_token_) return unexpected(errc::out_of_capacity);
+    auto id = allocate(tokens * kv_per_token_, kind::kv, tokens);
+    if (!id) return unexpected(id.error());
+    return kv_extent{*id, tokens};
+  }
+  void free_kv(kv_extent&& e) noexcept {
+    if (e.id != 0) release_to_host(e.id);
+    e = kv_extent{};
+  }
+  /// Detaches the first `head` tokens. The tail keeps its entry (and its key: same end);
+  /// the head is a fresh, unnamed entry (the extent's first pages) that `settle` names.
+  [[nodiscard]] expected<kv_extent> split_kv(kv_extent& whole, std::int64_t head) noexcept {
+    if (head <= 0 || head >= whole.tokens) return unexpected(errc::invalid_argument);
+    if (whole.id == 0) {  // zero-byte KV (a model without attention layers)
+      whole.tokens -= head;
+      return kv_extent{0, head};
+    }
+    // Pages divide a token's KV: the head takes the extent's first pages, no copy.
+    try {
+      const node_id id = next_id_ + 1;
+      meta_.emplace(id, meta{kind::kv, head, 0, 0, false, place::hbm});  // may throw: nothing changed
+      if (auto r = store_->split(whole.id, id, head * kv_per_token_); !r) {
+        meta_.erase(id);
+        return unexpected(r.error());
+      }
+      next_id_ = id;
+      meta_.at(whole.id).tokens -= head;
+      whole.tokens -= head;
+      return kv_extent{id, head};
+    } catch (...) {
+      return unexpected(errc::out_of_capacity);
+    }
+  }
+  /// `front` becomes front ++ back (its pages, then back's: no copy) and takes back's key
+  /// (the joined span ends where back did).
+  [[nodiscard]] expected<void> join_kv(kv_extent& front, kv_extent&& back) noexcept {
+    if (front.id == 0 || back.id == 0) {  // zero-byte KV: only lengths
+      if (front.id != back.id) return unexpected(errc::invalid_argument);
+      front.tokens += std::exchange(back.tokens, 0);
+      return {};
+    }
+    try {
+      if (auto r = store_->join(front.id, back.id); !r) return unexpected(r.error());
+    } catch (...) {
+      return unexpected(errc::out_of_capacity);
+    }
+    const auto bi = meta_.find(back.id);
+    meta& fm = meta_.at(front.id);
+    fm.tokens += bi->second.tokens;
+    fm.key = bi->second.key;
+    fm.end = bi->second.end;
+    fm.named = bi->second.named;
+    meta_.erase(bi);
+    front.tokens += back.tokens;
+    back = kv_extent{};
+    return {};
+  }
+  [[nodiscard]] expected<checkpoint_handle> allocate_checkpoint() noexcept {
+    auto id = allocate(checkpoint_, kind::checkpoint, 0);
+    if (!id) return unexpected(id.error());
+    return checkpoint_handle{*id};
+  }
+  void free_checkpoint(checkpoint_handle&& h) noexcept {
+    if (h.id != 0) release_to_host(h.id);
+    h = checkpoint_handle{};
+  }
+
+  [[nodiscard]] std::int64_t kv_bytes(std::int64_t tokens) const noexcept { return tokens * kv_per_token_; }
+  [[nodiscard]] std::int64_t checkpoint_bytes() const noexcept { return checkpoint_; }
+  /// HBM bytes in use (the prefix cache's budget).
+  [[nodiscard]] std::int64_t used_bytes() const noexcept { return used_; }
+  [[nodiscard]] std::int64_t capacity_bytes() const noexcept { return capacity_; }
+
+  // --- lower tier ----------------------------------------------------------------------
+
+  /// The hit of `input` over both tiers, given the cache's HBM match `m` of the same input.
+  /// Pins the host entries it uses (hand `hit.ticket` to `load`, `settle` or `release_hit`).
+  /// At most one hit may be outstanding; a second lookup first releases the previous one.
+  [[nodiscard]] tiered_hit lookup(std::span<const prefix::token_id> input, const prefix::match_result& m) {
+    release_pins();
+    tiered_hit h;
+    h.hbm_tokens = h.reusable_tokens = m.reusable_tokens;
+    if (host_kv_.empty() && host_ckpt_.empty()) return h;  // nothing demoted: no hashing
+    const auto n = static_cast<std::int64_t>(input.size());
+    hash_prefixes(input);
+    // KV reach: [0, common_prefix) is in HBM; extend with host extents that start inside it.
+    std::int64_t reach = std::min(m.common_prefix, n);
+    chain_.clear();
+    for (std::int64_t p = reach + 1; p <= n; ++p) {
+      const auto it = host_kv_.find(prefix_hash_[static_cast<std::size_t>(p)]);
+      if (it == host_kv_.end()) continue;
+      const meta& e = meta_.at(it->second);
+      if (p - e.tokens > reach) continue;  // starts past what is covered
+      reach = p;
+      chain_.push_back(it->second);
+    }
+    // Deepest covered position with a checkpoint in either tier (joint-min over tiers).
+    node_id ckpt = 0;
+    std::int64_t best = m.reusable_tokens;
+    for (std::int64_t p = std::min(reach, n); p > m.reusable_tokens; --p) {
+      const auto it = host_ckpt_.find(prefix_hash_[static_cast<std::size_t>(p)]);
+      if (it == host_ckpt_.end()) continue;
+      best = p;
+      ckpt = it->second;
+      break;
+    }
+    if (best == m.reusable_tokens) return h;
+    h.reusable_tokens = best;
+    h.host_tokens = best - m.reusable_tokens;
+    h.host_checkpoint = true;
+    h.bytes_to_load = checkpoint_;
+    pin(ckpt);
+    std::int64_t covered = std::min(m.common_prefix, n);
+    for (node_id id : chain_) {
+      const meta& e = meta_.at(id);
+      const std::int64_t end = e.end;
+      if (end - e.tokens >= best) break;  // chain is ordered by end
+      const std::int64_t upto = std::min(end, best);
+      if (upto > covered) h.bytes_to_load += (upto - covered) * kv_per_token_;
+      covered = std::max(covered, upto);
+      h.kv_entries += 1;
+      pin(id);
+    }
+    h.ticket = ++ticket_;
+    ++counters_.host_hits;
+    counters_.host_hit_tokens += h.host_tokens;
+    counters_.loaded_bytes += h.bytes_to_load;
+    return h;
+  }
+
+  /// Copies the host entries `hit` uses into the HBM staging room through the engine, so
+  /// that prefill reads them from HBM (`staged()`: their token spans and entries; the
+  /// entries' pages are in `table()`). `settle` then gives the staged pages to the tree's
+  /// new nodes without copying. Calling it again for the same hit does nothing.
+  /// Errors: stale_handle when `hit` is not the outstanding hit; out_of_capacity when the
+  /// staging room cannot hold the hit's entries (nothing moved: the hit stays usable, the
+  /// runtime loads on its own); busy when a copy failed (or the engine threw). After a
+  /// failed copy the hit is released (as by `release_hit`): what was staged returns to the
+  /// host tier, and the runtime goes on with the HBM hit alone (`hit.hbm_tokens`).
+  [[nodiscard]] expected<void> load(const tiered_hit& hit) {
+    if (hit.ticket == 0 || hit.ticket != ticket_) return unexpected(errc::stale_handle);
+    if (!staged_.empty()) return {};
+    std::int64_t need = 0;
+    for (node_id id : pinned_) need += bytes_of(meta_.at(id));
+    if (need > staging_capacity_ - staged_used_) return unexpected(errc::out_of_capacity);
+    staged_.reserve(pinned_.size());  // may throw: nothing moved yet
+    for (node_id id : pinned_) {
+      meta& e = meta_.at(id);
+      (void)store_->unpin(id);
+      if (!copy_to(id, hbm_tier)) {  // the entry stays in the host tier
+        (void)store_->pin(id);
+        release_pins();
+        return unexpected(errc::busy);
+      }
+      (void)store_->pin(id);
+      (e.k == kind::kv ? host_kv_ : host_ckpt_).erase(e.key);
+      const std::int64_t b = bytes_of(e);
+      host_used_ -= b;
+      staged_used_ += b;
+      e.where = place::staged;
+      staged_.push_back({id, e.end - (e.k == kind::kv ? e.tokens : 0), e.end, e.k == kind::checkpoint});
+      counters_.staged_entries += 1;
+      counters_.staged_bytes += b;
+    }
+    return {};
+  }
+
+  /// What `load` brought into HBM for the outstanding hit (empty before `load`).
+  [[nodiscard]] std::span<const staged_entry> staged() const noexcept { return staged_; }
+
+  /// After `commit(sequence, ...)`: hands staged pages to the tree's nodes that cover the
+  /// same tokens (zero copy), names every node on `sequence`'s path by its content key,
+  /// releases `hit`'s pins, and erases host entries now held again in HBM (promotion).
+  /// Staged entries no tree node covers return to the host tier.
+  template <class Tree>
+  void settle(const Tree& tree, std::span<const prefix::token_id> sequence, const tiered_hit& hit = {}) {
+    hash_prefixes(sequence);
+    const auto w = tree.walk(sequence, path_);
+    if (hit.ticket != 0 && hit.ticket == ticket_) {
+      adopt_staged(tree);
+      release_pins();
+    }
+    for (prefix::node_id n : path_) {
+      const auto& nd = tree.at(n);
+      const std::uint64_t key = prefix_hash_[static_cast<std::size_t>(nd.end)];
+      name(nd.kv.id, key, nd.end);
+      if (nd.has_checkpoint) name(nd.checkpoint.id, key, nd.end);
+    }
+    // Host KV extents whose whole span HBM now holds (under other node boundaries) are
+    // redundant: promoted. Host checkpoints stay unless HBM has the same one (`name`).
+    if (!host_kv_.empty())
+      for (std::int64_t p = 1; p <= w.common_prefix; ++p)
+        if (const auto it = host_kv_.find(prefix_hash_[static_cast<std::size_t>(p)]); it != host_kv_.end())
+          promote(it);
+  }
+
+  /// Host KV entries whose span lies within the first `upto` tokens of `sequence` (0 after
+  /// `settle(tree, sequence)` for upto = the tree's common prefix with it: no KV is held in
+  /// both tiers). Diagnostic, O(|sequence|).
+  [[nodiscard]] std::int64_t host_kv_within(std::span<const prefix::token_id> sequence, std::int64_t upto) {
+    hash_prefixes(sequence);
+    std::int64_t n = 0;
+    for (std::int64_t p = 1; p <= std::min<std::int64_t>(upto, static_cast<std::int64_t>(sequence.size())); ++p)
+      n += host_kv_.count(prefix_hash_[static_cast<std::size_t>(p)]) != 0;
+    return n;
+  }
+
+  /// Drops `hit`'s pins without a commit (request abandoned); staged entries return to the
+  /// host tier.
+  void release_hit(const tiered_hit& hit) {
+    if (hit.ticket != 0 && hit.ticket == ticket_) release_pins();
+  }
+
+  [[nodiscard]] const tiered_state_counters& counters() const noexcept { return counters_; }
+  [[nodiscard]] const tiered_store<HostScorer>& table() const noexcept { return *store_; }
+  /// Host-tier bytes in use (logical, not page rounded).
+  [[nodiscard]] std::int64_t host_used_bytes() const noexcept { return host_used_; }
+  /// HBM staging bytes in use (entries `load` brought back, until `settle`).
+  [[nodiscard]] std::int64_t staged_bytes() const noexcept { return staged_used_; }
+  /// Named entries in the host tier.
+  [[nodiscard]] std::int64_t host_entries() const noexcept {
+    return static_cast<std::int64_t>(host_kv_.size() + host_ckpt_.size());
+  }
+
+  /// Checks that the cache table is consistent, that HBM holds exactly the handles the
+  /// tree holds (`tree` given) plus the staged entries, that every named key lives in one
+  /// tier only and that every demoted entry is accounted for (in host, staged, dropped or
+  /// promoted). Empty string = OK.
+  template <class Tree>
+  [[nodiscard]] std::string check_invariants(const Tree& tree) const {
+    if (auto s = store_->check_invariants(); !s.empty()) return "table: " + s;
+    if (meta_.size() != store_->size()) return "metadata and table disagree on the entry count";
+    std::int64_t hbm = 0, host = 0, staged = 0;
+    std::unordered_map<std::uint64_t, int> kv_keys, ck_keys;
+    for (const auto& [id, e] : meta_) {
+      const auto where = store_->locate(id);
+      if (!where) return "entry " + std::to_string(id) + " lost from the table";
+      const std::int64_t b = bytes_of(e);
+      if ((where->first == hbm_tier) != (e.where != place::host)) return "an entry is not in the tier it claims";
+      if (e.where == place::hbm) {
+        hbm += b;
+      } else if (e.where == place::staged) {
+        staged += b;
+      } else {
+        host += b;
+        const auto& map = e.k == kind::kv ? host_kv_ : host_ckpt_;
+        const auto it = map.find(e.key);
+        if (!e.named || it == map.end() || it->second != id) return "host entry not indexed by its key";
+      }
+      if (e.named) {
+        auto& keys = e.k == kind::kv ? kv_keys : ck_keys;
+        if (++keys[e.key] > 1) return "a key is held twice (duplicate across or within tiers)";
+      }
+    }
+    if (hbm != used_) return "HBM bytes disagree with used_bytes()";
+    if (host != host_used_) return "host bytes disagree with host_used_bytes()";
+    if (staged != staged_used_ || staged_used_ > staging_capacity_) return "staged bytes disagree or exceed the staging room";
+    if (host_kv_.size() + host_ckpt_.size() != static_cast<std::size_t>(store_->usage(host_tier).entries))
+      return "host index and host tier disagree";
+    // Every tree handle is a live HBM entry, and the tree holds all HBM entries but the staged.
+    std::int64_t tree_bytes = 0;
+    std::size_t tree_entries = 0;
+    for (prefix::node_id n = 1; n < tree.id_bound(); ++n) {
+      if (!tree.live(n)) continue;
+      const auto& nd = tree.at(n);
+      const std::array<node_id, 2> ids{nd.kv.id, nd.has_checkpoint ? nd.checkpoint.id : node_id{0}};
+      for (node_id id : ids) {
+        if (id == 0) continue;
+        const auto it = meta_.find(id);
+        if (it == meta_.end() || it->second.where != place::hbm) return "a tree handle is not in HBM";
+        tree_bytes += bytes_of(it->second);
+        ++tree_entries;
+      }
+      if (nd.kv.tokens != nd.edge()) return "a node's extent length differs from its edge";
+    }
+    if (tree_bytes != used_ ||
+        static_cast<std::int64_t>(tree_entries + staged_.size()) != store_->usage(hbm_tier).entries)
+      return "HBM holds entries the tree does not own";
+    const auto& c = counters_;
+    if (c.demoted_entries != static_cast<std::int64_t>(host_kv_.size() + host_ckpt_.size() + staged_.size()) +
+                                 c.promoted_entries + c.dropped_entries)
+      return "demoted entries not accounted for (host + staged + promoted + dropped)";
+    return {};
+  }
+
+ private:
+  enum class kind : unsigned char { kv, checkpoint };
+  enum class place : unsigned char { hbm, staged, host };  // staged: in HBM, loaded back, not the tree's
+  struct meta {
+    kind k = kind::kv;
+    std::int64_t tokens = 0;  // kv only
+    std::uint64_t key = 0;
+    std::int64_t end = 0;     // token position where the span ends (named entries)
+    bool named = false;
+    place where = place::hbm;
+  };
+
+  static Engine& no_copies() noexcept {
+    static metadata_only_copies none;  // stateless
+    return none;
+  }
+
+  std::int64_t bytes_of(const meta& e) const noexcept {
+    return e.k == kind::kv ? e.tokens * kv_per_token_ : checkpoint_;
+  }
+  std::int64_t& bytes_at(place p) noexcept {
+    return p == place::hbm ? used_ : p == place::staged ? staged_used_ : host_used_;
+  }
+
+  expected<node_id> allocate(std::int64_t bytes, kind k, std::int64_t tokens) noexcept {
+    if (bytes > capacity_ - used_) return unexpected(errc::out_of_capacity);
+    if (bytes == 0) return node_id{0};  // nothing to hold (empty handle)
+    try {
+      const node_id id = ++next_id_;
+      auto r = store_->insert(id, bytes, hbm_tier);
+      if (!r) return unexpected(r.error());
+      meta_.emplace(id, meta{k, tokens, 0, 0, false, place::hbm});
+      used_ += bytes;
+      return id;
+    } catch (...) {
+      return unexpected(errc::out_of_capacity);
+    }
+  }
+
+  /// Removes an entry (not pinned, not moving) from the table, its byte count and, for a
+  /// host entry, its key index.
+  void forget(node_id id) noexcept {
+    const auto it = meta_.find(id);
+    if (it == meta_.end()) return;
+    const meta& e = it->second;
+    if (e.where == place::host) {
+      auto& map = e.k == kind::kv ? host_kv_ : host_ckpt_;
+      if (const auto m = map.find(e.key); m != map.end() && m->second == id) map.erase(m);
+    }
+    (void)store_->erase(id);
+    bytes_at(e.where) -= bytes_of(e);
+    meta_.erase(it);
+  }
+
+  /// One move through the engine: prepare, submit, wait, complete. When the host tier is
+  /// full, its LRU victims are dropped until the entry fits, but only if it can fit at all
+  /// (free + evictable pages): an entry larger than the tier, or a tier held by pinned
+  /// entries, must not empty it for nothing. False (entry where it was) when it cannot fit
+  /// or the copy failed.
+  bool copy_to(node_id id, tier_id dst) noexcept {
+    try {
+      if (dst == host_tier && !store_->would_fit(dst, bytes_of(meta_.at(id)))) return false;
+      while (true) {
+        auto t = store_->prepare_move(id, dst);
+        if (!t) {
+          if (t.error() != errc::out_of_capacity || dst != host_tier) return false;
+          const auto v = store_->victim(host_tier);
+          if (!v) return false;
+          drop(*v);
+          continue;
+        }
+        bool ok = false;
+        try {
+          if (auto ev = engine_->submit(*t); ev) ok = engine_->wait(*ev).has_value();
+        } catch (...) {
+          ok = false;
+        }
+        (void)store_->complete_move(*t, ok);
+        if (!ok) counters_.copy_failures += 1;
+        return ok;
+      }
+    } catch (...) {
+      return false;
+    }
+  }
+
+  /// The cache freed a handle: demote it if it is named, else drop it.
+  void release_to_host(node_id id) noexcept {
+    const auto it = meta_.find(id);
+    if (it == meta_.end()) return;
+    if (!it->second.named || bytes_of(it->second) == 0) {
+      forget(id);
+      return;
+    }
+    counters_.demoted_entries += 1;
+    counters_.demoted_bytes += bytes_of(it->second);
+    to_host(id);
+  }
+
+  /// Moves a named HBM or staged entry to the host tier and indexes it; drops it when the
+  /// host tier cannot take it (full of pinned entries, copy failed, key already there).
+  void to_host(node_id id) noexcept {
+    meta& e = meta_.at(id);
+    const std::int64_t b = bytes_of(e);
+    auto& map = e.k == kind::kv ? host_kv_ : host_ckpt_;
+    if (!map.contains(e.key) && copy_to(id, host_tier)) {
+      bytes_at(e.where) -= b;
+      host_used_ += b;
+      e.where = place::host;
+      try {
+        map.emplace(e.key, id);
+        (void)store_->touch(id);  // host LRU: recency of demotion
+        return;
+      } catch (...) {  // no room for the index entry: drop it below
+      }
+    }
+    counters_.dropped_entries += 1;
+    counters_.dropped_bytes += b;
+    forget(id);
+  }
+
+  void drop(node_id id) {
+    const auto it = meta_.find(id);
+    counters_.dropped_entries += 1;
+    counters_.dropped_bytes += bytes_of(it->second);
+    forget(id);
+  }
+
+  /// Gives an HBM entry its content key; a host entry with the same key is now redundant.
+  void name(node_id id, std::uint64_t key, std::int64_t end) {
+    if (id == 0) return;
+    meta& e = meta_.at(id);
+    e.key = key;
+    e.named = true;
+    auto& map = e.k == kind::kv ? host_kv_ : host_ckpt_;
+    e.end = end;
+    if (const auto it = map.find(key); it != map.end()) promote(it);
+  }
+
+  /// Erases a host entry that HBM now holds again (found through its index iterator).
+  void promote(std::unordered_map<std::uint64_t, node_id>::iterator it) {
+    const node_id old = it->second;
+    const auto mit = meta_.find(old);
+    auto& map = mit->second.k == kind::kv ? host_kv_ : host_ckpt_;
+    if (!store_->erase(old)) return;  // pinned by an outstanding hit: kept until released
+    const std::int64_t b = bytes_of(mit->second);
+    map.erase(it);
+    host_used_ -= b;
+    meta_.erase(mit);
+    counters_.promoted_entries += 1;
+    counters_.promoted_bytes += b;
+  }
+
+  /// Gives each staged entry's pages to the path nodes covering the same tokens (the path
+  /// of the committed sequence is in path_), all or nothing: an entry the path covers
+  /// entirely is exchanged and erased (promoted: the tree now holds its bytes); any other
+  /// is left intact and returns to the host tier in release_pins.
+  template <class Tree>
+  void adopt_staged(const Tree& tree) {
+    const std::int64_t page = store_->page_bytes();
+    const std::int64_t per = kv_per_token_ / page;  // pages per token (kv_per_token_ > 0 when KV is staged)
+    for (staged_entry& s : staged_) {
+      if (s.checkpoint) {
+        for (prefix::node_id n : path_) {
+          const auto& nd = tree.at(n);
+          if (nd.end != s.end) continue;
+          if (nd.has_checkpoint && nd.checkpoint.id != 0 &&
+              store_->exchange_pages(nd.checkpoint.id, 0, s.id, 0, checkpoint_ / page))
+            adopted(s);
+          break;
+        }
+        continue;
+      }
+      // The path's extents are contiguous from token 0: covered iff the path reaches s.end.
+      if (path_.empty() || tree.at(path_.back()).end < s.end) continue;
+      bool ok = true, any = false;
+      for (prefix::node_id n : path_) {
+        const auto& nd = tree.at(n);
+        const std::int64_t nb = nd.end - nd.edge();
+        const std::int64_t lo = std::max(nb, s.begin), hi = std::min(nd.end, s.end);
+        if (lo >= hi || !ok) continue;
+        ok = nd.kv.id != 0 &&
+             store_->exchange_pages(nd.kv.id, (lo - nb) * per, s.id, (lo - s.begin) * per, (hi - lo) * per);
+        any = any || ok;
+      }
+      if (ok) {
+        adopted(s);
+      } else if (any) {  // not expected (same tier, ranges inside both, nothing moving), but
+        (void)store_->unpin(s.id);  // a half-exchanged entry must not go back to the host
+        drop(s.id);
+        s.id = 0;
+      }
+    }
+  }
+  void adopted(staged_entry& s) noexcept {
+    (void)store_->unpin(s.id);
+    const std::int64_t b = bytes_of(meta_.at(s.id));
+    forget(s.id);
+    counters_.adopted_entries += 1;
+    counters_.promoted_entries += 1;
+    counters_.promoted_bytes += b;
+    s.id = 0;  // release_pins skips it
+  }
+
+  void pin(node_id id) {
+    if (store_->pin(id)) pinned_.push_back(id);
+  }
+  /// Unpins what the outstanding hit pinned; staged entries not adopted return to the host.
+  void release_pins() noexcept {
+    for (node_id id : pinned_) {
+      const auto it = meta_.find(id);
+      if (it == meta_.end()) continue;  // adopted by the tree
+      (void)store_->unpin(id);
+      if (it->second.where == place::staged) to_host(id);
+    }
+    pinned_.clear();
+    staged_.clear();
+  }
+
+  void hash_prefixes(std::span<const prefix::token_id> s) {
+    prefix_hash_.resize(s.size() + 1);
+    std::uint64_t h = 0x9e3779b97f4a7c15ULL;
+    prefix_hash_[0] = h;
+    for (std::size_t i = 0; i < s.size(); ++i) {
+      h = mix(h ^ (static_cast<std::uint64_t>(static_cast<std::uint32_t>(s[i])) + 0x632be59bd9b4e019ULL));
+      prefix_hash_[i + 1] = h;
+    }
+  }
+  static std::uint64_t mix(std::uint64_t z) noexcept {  // splitmix64 finaliser
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+  }
+
+  std::int64_t kv_per_token_;
+  std::int64_t checkpoint_;
+  std::int64_t capacity_;
+  std::int64_t staging_capacity_;
+  std::int64_t used_ = 0;
+  std::int64_t host_used_ = 0;
+  std::int64_t staged_used_ = 0;
+  std::unique_ptr<tiered_store<HostScorer>> store_;  // heap: the table holds a mutex, the store must move
+  Engine* engine_;
+  std::unordered_map<node_id, meta> meta_;
+  std::unordered_map<std::uint64_t, node_id> host_kv_;   // key -> host KV entry
+  std::unordered_map<std::uint64_t, node_id> host_ckpt_; // key -> host checkpoint entry
+  std::vector<std::uint64_t> prefix_hash_;
+  std::vector<prefix::node_id> path_;
+  std::vector<node_id> chain_, pinned_;
+  std::vector<staged_entry> staged_;
+  node_id next_id_ = 0;
+  std::uint64_t ticket_ = 0;
+  tiered_state_counters counters_;
+};
+
+static_assert(prefix::state_store<tiered_state_store<>>);
+
+}  // namespace hybridcache::tiered

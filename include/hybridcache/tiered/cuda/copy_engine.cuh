@@ -1,0 +1,393 @@
+// hybridcache/tiered/cuda/copy_engine.cuh
+//
+// The CUDA copy engine of the tiered store: the same interface as the host engine
+// (tiered/host_copy_engine.hpp: submit a move ticket, get an event, wait for it), on real
+// memory and real DMA:
+//
+//   - tier 0 (HBM) is one cudaMalloc arena; lower tiers are pinned host arenas:
+//     cudaHostAlloc, or — for a tier bound to a NUMA node (a CXL expander) — page-aligned
+//     memory bound with mbind, first-touched, then cudaHostRegister'ed (LMCache's recipe);
+//   - two copy streams, offload (towards slower tiers) and onboard (towards HBM), created
+//     non-blocking so they never serialize with the legacy default stream;
+//   - per-page read/write hazards as in TensorRT-LLM's transfer manager: each job records
+//     one event; a job on one stream first waits (cudaStreamWaitEvent) for the other
+//     stream's last writer of each source page and last writer/readers of each destination
+//     page, so no host synchronization is needed between moves;
+//   - copies of adjacent pages coalesced (tiered/copy_plan.hpp), one cudaMemcpyAsync per run;
+//   - step joins: `wait_for(compute)` makes both copy streams wait for the compute stream
+//     (start of a step), `join_into(compute)` makes compute wait for both copy streams;
+//   - per-layer events for layer-wise loading in a small ring (`cuda_layer_event_ring`);
+//   - bandwidth per lower tier and direction measured at start-up with timed copies.
+//
+// Every failing CUDA call throws `hybridcache::cuda_error` naming the call and the error;
+// `tiered::move_entry` rolls the move back before the exception leaves, so no entry is
+// left half-moved. Host code only (no kernels); compiles with nvcc -std=c++20 (sm_80,
+// sm_90) and with a host compiler that sees the CUDA runtime headers.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <array>
+#include <cstdint>
+#include <deque>
+#include <mutex>
+#include <vector>
+
+#include "hybridcache/core/error.hpp"
+#include "hybridcache/core/expected.hpp"
+#include "hybridcache/core/cuda/cuda_check.cuh"
+#include "hybridcache/tiered/copy_plan.hpp"
+#include "hybridcache/tiered/host_copy_engine.hpp"
+#include "hybridcache/tiered/host_memory.hpp"
+#include "hybridcache/tiered/tiered_store.hpp"
+
+namespace hybridcache::cuda {
+
+using tiered::copy_event;
+using tiered::copy_span;
+using tiered::copy_stream;
+using tiered::tier_id;
+
+/// Options of the CUDA copy engine. Aggregate with defaults.
+struct copy_engine_options {
+  int device = 0;                                      ///< CUDA device of the HBM tier
+  bool measure_bandwidth = true;                       ///< time copies at start-up
+  std::int64_t probe_bytes = std::int64_t{64} << 20;  ///< probe size (capped by the arenas)
+  std::int64_t min_transfer_bytes = tiered::default_min_transfer_bytes;
+};
+
+/// Device + pinned-host arenas, two copy streams, per-page hazard events.
+class copy_engine {
+ public:
+  /// @throws invalid_argument for a bad tier list; cuda_error when an allocation, stream or
+  ///         event call fails (the message names the call).
+  copy_engine(const std::vector<tiered::tier_config>& tiers, std::int64_t page_bytes, copy_engine_options options = {})
+      : page_bytes_(page_bytes), options_(options) {
+    tiered::validate_tiers(tiers, page_bytes);
+    HYBRIDCACHE_CUDA_TRY(cudaSetDevice(options_.device));
+    try {
+      for (const auto& t : tiers) {
+        const std::int64_t pages = t.capacity_bytes / page_bytes;
+        arena a;
+        a.bytes = pages * page_bytes;
+        if (t.kind == tiered::tier_kind::hbm) {
+          HYBRIDCACHE_CUDA_TRY(cudaMalloc(&a.ptr, static_cast<std::size_t>(a.bytes)));
+          a.kind = arena_kind::device;
+        } else if (t.numa_node >= 0) {
+          a.host = tiered::host_arena(a.bytes, t.numa_node);
+          HYBRIDCACHE_CUDA_TRY(cudaHostRegister(a.host.data(), static_cast<std::size_t>(a.bytes), cudaHostRegisterDefault));
+          a.ptr = a.host.data();
+          a.kind = arena_kind::registered;
+        } else {
+          HYBRIDCACHE_CUDA_TRY(cudaHostAlloc(&a.ptr, static_cast<std::size_t>(a.bytes), cudaHostAllocDefault));
+          a.kind = arena_kind::pinned;
+        }
+        arenas_.push_back(std::move(a));
+        hazards_.emplace_back(static_cast<std::size_t>(pages));
+      }
+      for (auto& s : streams_) HYBRIDCACHE_CUDA_TRY(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+      gbps_.assign(tiers.size(), {0.0, 0.0});
+      if (options_.measure_bandwidth) measure();
+    } catch (...) {
+      release();
+      throw;
+    }
+  }
+
+  ~copy_engine() { release(); }
+  copy_engine(const copy_engine&) = delete;
+  copy_engine& operator=(const copy_engine&) = delete;
+
+  /// Base address of tier `t`'s arena (device pointer for HBM, pinned host pointer below).
+  [[nodiscard]] std::byte* base(tier_id t) const { return static_cast<std::byte*>(arenas_.at(t.value).ptr); }
+  [[nodiscard]] std::int64_t arena_bytes(tier_id t) const { return arenas_.at(t.value).bytes; }
+  [[nodiscard]] std::int64_t page_bytes() const noexcept { return page_bytes_; }
+  [[nodiscard]] cudaStream_t stream(copy_stream s) const noexcept { return streams_[static_cast<std::size_t>(s)]; }
+  /// Measured bandwidth (GB/s) between HBM and tier `t` in the direction of `s`.
+  [[nodiscard]] double measured_gbps(tier_id t, copy_stream s) const { return gbps_.at(t.value)[static_cast<std::size_t>(s)]; }
+
+  /// Enqueues a prepared move on the stream of its direction. `invalid_argument` for a
+  /// ticket outside the arenas. @throws cuda_error when a CUDA call fails.
+  [[nodiscard]] expected<copy_event> submit(const tiered::move_ticket& t) {
+    if (t.src.value >= arenas_.size() || t.dst.value >= arenas_.size() || t.src == t.dst)
+      return unexpected(errc::invalid_argument);
+    const copy_stream s = t.dst.value > t.src.value ? copy_stream::offload : copy_stream::onboard;
+    return submit(t.src, t.dst, tiered::plan_copies(t, page_bytes_), s);
+  }
+
+  /// Enqueues spans from tier `src` to tier `dst` on stream `s`.
+  [[nodiscard]] expected<copy_event> submit(tier_id src, tier_id dst, const std::vector<copy_span>& spans, copy_stream s) {
+    if (src.value >= arenas_.size() || dst.value >= arenas_.size()) return unexpected(errc::invalid_argument);
+    for (const auto& c : spans)
+      if (c.bytes <= 0 || c.src_offset < 0 || c.dst_offset < 0 || c.src_offset + c.bytes > arenas_[src.value].bytes ||
+          c.dst_offset + c.bytes > arenas_[dst.value].bytes)
+        return unexpected(errc::invalid_argument);
+    std::lock_guard lock(mu_);
+    retire();
+    const auto si = static_cast<std::size_t>(s), other = 1 - si;
+    const std::uint64_t seq = ++submitted_[si];
+    std::uint64_t wait_other = 0;
+    for_pages(src, spans, true, [&](page_hazard& h) {
+      if (h.writer_stream == other) wait_other = std::max(wait_other, h.writer_seq);
+    });
+    for_pages(dst, spans, false, [&](page_hazard& h) {
+      if (h.writer_stream == other) wait_other = std::max(wait_other, h.writer_seq);
+      wait_other = std::max(wait_other, h.reader_seq[other]);
+    });
+    if (wait_other > completed_[other])
+      for (const auto& [q, e] : inflight_[other])
+        if (q == wait_other) HYBRIDCACHE_CUDA_TRY(cudaStreamWaitEvent(streams_[si], e, 0));
+    for (const auto& c : spans)
+      HYBRIDCACHE_CUDA_TRY(cudaMemcpyAsync(base(dst) + c.dst_offset, base(src) + c.src_offset, static_cast<std::size_t>(c.bytes),
+                                           cudaMemcpyDefault, streams_[si]));
+    cudaEvent_t ev = take_event();
+    HYBRIDCACHE_CUDA_TRY(cudaEventRecord(ev, streams_[si]));
+    inflight_[si].emplace_back(seq, ev);
+    for_pages(src, spans, true, [&](page_hazard& h) { h.reader_seq[si] = seq; });
+    for_pages(dst, spans, false, [&](page_hazard& h) {
+      h.writer_stream = si;
+      h.writer_seq = seq;
+    });
+    stats_.jobs += 1;
+    for (const auto& c : spans) {
+      stats_.transfers += 1;
+      stats_.small_transfers += c.bytes < options_.min_transfer_bytes;
+      stats_.bytes += c.bytes;
+    }
+    return copy_event{s, seq};
+  }
+
+  /// True when the job has completed on the device.
+  [[nodiscard]] bool query(copy_event ev) {
+    std::lock_guard lock(mu_);
+    retire();
+    return completed_[static_cast<std::size_t>(ev.stream)] >= ev.seq;
+  }
+
+  /// Blocks the host until the job completed. @throws cuda_error if the copy failed.
+  [[nodiscard]] expected<void> wait(copy_event ev) {
+    cudaEvent_t e = nullptr;
+    {
+      std::lock_guard lock(mu_);
+      for (const auto& [q, x] : inflight_[static_cast<std::size_t>(ev.stream)])
+        if (q == ev.seq) e = x;
+    }
+    if (e != nullptr) HYBRIDCACHE_CUDA_TRY(cudaEventSynchronize(e));
+    std::lock_guard lock(mu_);
+    retire();
+    return {};
+  }
+
+  /// Both copy streams wait for the work queued on `compute` so far (start of a step).
+  void wait_for(cudaStream_t compute) {
+    std::lock_guard lock(mu_);
+    cudaEvent_t e = take_event();
+    HYBRIDCACHE_CUDA_TRY(cudaEventRecord(e, compute));
+    for (auto s : streams_) HYBRIDCACHE_CUDA_TRY(cudaStreamWaitEvent(s, e, 0));
+    spare_.push_back(e);  // reusable at once: waits captured the event's current state
+  }
+
+  /// `compute` waits for everything queued on both copy streams (end of a step). No host sync.
+  void join_into(cudaStream_t compute) {
+    std::lock_guard lock(mu_);
+    for (auto s : streams_) {
+      cudaEvent_t e = take_event();
+      HYBRIDCACHE_CUDA_TRY(cudaEventRecord(e, s));
+      HYBRIDCACHE_CUDA_TRY(cudaStreamWaitEvent(compute, e, 0));
+      spare_.push_back(e);
+    }
+  }
+
+  /// Blocks until both copy streams are idle.
+  void synchronize() {
+    for (auto s : streams_) HYBRIDCACHE_CUDA_TRY(cudaStreamSynchronize(s));
+    std::lock_guard lock(mu_);
+    retire();
+  }
+
+  /// Returns the counters and resets them.
+  [[nodiscard]] tiered::copy_stats take_stats() {
+    std::lock_guard lock(mu_);
+    return std::exchange(stats_, tiered::copy_stats{});
+  }
+
+ private:
+  enum class arena_kind : std::uint8_t { device, pinned, registered };
+  struct arena {
+    void* ptr = nullptr;
+    std::int64_t bytes = 0;
+    arena_kind kind = arena_kind::device;
+    tiered::host_arena host;
+  };
+  struct page_hazard {
+    std::size_t writer_stream = 2;
+    std::uint64_t writer_seq = 0;
+    std::array<std::uint64_t, 2> reader_seq{};
+  };
+
+  template <class F>
+  void for_pages(tier_id t, const std::vector<copy_span>& spans, bool source, F&& f) {
+    auto& table = hazards_[t.value];
+    for (const auto& c : spans) {
+      const std::int64_t off = source ? c.src_offset : c.dst_offset;
+      for (std::int64_t p = off / page_bytes_; p * page_bytes_ < off + c.bytes; ++p) f(table[static_cast<std::size_t>(p)]);
+    }
+  }
+
+  cudaEvent_t take_event() {
+    if (!spare_.empty()) {
+      cudaEvent_t e = spare_.back();
+      spare_.pop_back();
+      return e;
+    }
+    cudaEvent_t e = nullptr;
+    HYBRIDCACHE_CUDA_TRY(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+    return e;
+  }
+
+  // Retires completed jobs in stream order (caller holds mu_).
+  void retire() {
+    for (std::size_t s = 0; s < 2; ++s)
+      while (!inflight_[s].empty()) {
+        const cudaError_t st = cudaEventQuery(inflight_[s].front().second);
+        if (st == cudaErrorNotReady) break;
+        throw_on_cuda_error(st, "cudaEventQuery", __FILE__, __LINE__);
+        completed_[s] = inflight_[s].front().first;
+        spare_.push_back(inflight_[s].front().second);
+        inflight_[s].pop_front();
+      }
+  }
+
+  void measure() {
+    cudaEvent_t a = nullptr, b = nullptr;  // timing events (the pooled ones have timing disabled)
+    HYBRIDCACHE_CUDA_TRY(cudaEventCreate(&a));
+    HYBRIDCACHE_CUDA_TRY(cudaEventCreate(&b));
+    for (std::size_t t = 1; t < arenas_.size(); ++t) {
+      const std::int64_t n = std::min({options_.probe_bytes, arenas_[0].bytes, arenas_[t].bytes});
+      for (std::size_t dir = 0; dir < 2; ++dir) {
+        void* dst = dir == 0 ? arenas_[t].ptr : arenas_[0].ptr;
+        const void* src = dir == 0 ? arenas_[0].ptr : arenas_[t].ptr;
+        float best_ms = 0.0f;
+        for (int rep = 0; rep < 3; ++rep) {
+          HYBRIDCACHE_CUDA_TRY(cudaEventRecord(a, streams_[dir]));
+          HYBRIDCACHE_CUDA_TRY(cudaMemcpyAsync(dst, src, static_cast<std::size_t>(n), cudaMemcpyDefault, streams_[dir]));
+          HYBRIDCACHE_CUDA_TRY(cudaEventRecord(b, streams_[dir]));
+          HYBRIDCACHE_CUDA_TRY(cudaEventSynchronize(b));
+          float ms = 0.0f;
+          HYBRIDCACHE_CUDA_TRY(cudaEventElapsedTime(&ms, a, b));
+          if (rep == 0 || ms < best_ms) best_ms = ms;
+        }
+        gbps_[t][dir] = best_ms > 0 ? static_cast<double>(n) / (static_cast<double>(best_ms) * 1e6) : 0.0;
+      }
+    }
+    (void)cudaEventDestroy(a);
+    (void)cudaEventDestroy(b);
+  }
+
+  void release() noexcept {
+    for (auto s : streams_)
+      if (s != nullptr) (void)cudaStreamSynchronize(s);
+    for (auto& q : inflight_)
+      for (auto& [seq, e] : q) (void)cudaEventDestroy(e);
+    for (auto e : spare_) (void)cudaEventDestroy(e);
+    inflight_ = {};
+    spare_.clear();
+    for (auto& s : streams_)
+      if (s != nullptr) {
+        (void)cudaStreamDestroy(s);
+        s = nullptr;
+      }
+    for (auto& a : arenas_) {
+      if (a.ptr == nullptr) continue;
+      if (a.kind == arena_kind::device) (void)cudaFree(a.ptr);
+      else if (a.kind == arena_kind::pinned) (void)cudaFreeHost(a.ptr);
+      else (void)cudaHostUnregister(a.ptr);
+      a.ptr = nullptr;
+    }
+    arenas_.clear();
+  }
+
+  std::int64_t page_bytes_;
+  copy_engine_options options_;
+  std::vector<arena> arenas_;
+  std::vector<std::vector<page_hazard>> hazards_;
+  std::vector<std::array<double, 2>> gbps_;
+  std::array<cudaStream_t, 2> streams_{};
+  std::array<std::deque<std::pair<std::uint64_t, cudaEvent_t>>, 2> inflight_;
+  std::vector<cudaEvent_t> spare_;
+  std::array<std::uint64_t, 2> submitted_{}, completed_{};
+  tiered::copy_stats stats_;
+  std::mutex mu_;
+};
+
+static_assert(tiered::tier_copy_engine<copy_engine>);
+
+/// Per-layer CUDA events in a ring of event sets (layer-wise loading; 3 sets by default,
+/// as SGLang HiCache): the loader records layer l's event on the onboard stream after
+/// queuing its copy; the compute stream waits for exactly that event before layer l. A set
+/// is reused only after every one of its events has completed (`begin` returns `busy`).
+class cuda_layer_event_ring {
+ public:
+  /// @throws invalid_argument for layers/sets <= 0; cuda_error if event creation fails.
+  cuda_layer_event_ring(std::int32_t layers, std::int32_t sets = 3) : layers_(layers), sets_(sets) {
+    HYBRIDCACHE_EXPECTS(layers > 0 && sets > 0, invalid_argument, "cuda_layer_event_ring: layers and sets must be > 0");
+    events_.resize(static_cast<std::size_t>(layers) * static_cast<std::size_t>(sets), nullptr);
+    recorded_.assign(events_.size(), 0);
+    try {
+      for (auto& e : events_) HYBRIDCACHE_CUDA_TRY(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+    } catch (...) {
+      destroy();
+      throw;
+    }
+  }
+  ~cuda_layer_event_ring() { destroy(); }
+  cuda_layer_event_ring(const cuda_layer_event_ring&) = delete;
+  cuda_layer_event_ring& operator=(const cuda_layer_event_ring&) = delete;
+
+  /// Claims the next set; `busy` while any event of it (from its last use) is pending.
+  [[nodiscard]] expected<std::int32_t> begin() {
+    const std::int32_t s = next_;
+    for (std::int32_t l = 0; l < layers_; ++l) {
+      const auto i = index(s, l);
+      if (!recorded_[i]) continue;
+      const cudaError_t st = cudaEventQuery(events_[i]);
+      if (st == cudaErrorNotReady) return unexpected(errc::busy);
+      throw_on_cuda_error(st, "cudaEventQuery", __FILE__, __LINE__);
+    }
+    for (std::int32_t l = 0; l < layers_; ++l) recorded_[index(s, l)] = 0;
+    next_ = (next_ + 1) % sets_;
+    return s;
+  }
+  /// Records layer `l` of set `s` on `stream` (after that layer's copies were queued).
+  void record(std::int32_t s, std::int32_t l, cudaStream_t stream) {
+    HYBRIDCACHE_CUDA_TRY(cudaEventRecord(events_.at(index(s, l)), stream));
+    recorded_[index(s, l)] = 1;
+  }
+  /// `compute` waits for layer `l` of set `s` only. No host synchronization.
+  void wait(std::int32_t s, std::int32_t l, cudaStream_t compute) const {
+    HYBRIDCACHE_CUDA_TRY(cudaStreamWaitEvent(compute, events_.at(index(s, l)), 0));
+  }
+  /// True when layer `l` of set `s` has completed.
+  [[nodiscard]] bool query(std::int32_t s, std::int32_t l) const {
+    const cudaError_t st = cudaEventQuery(events_.at(index(s, l)));
+    if (st == cudaErrorNotReady) return false;
+    throw_on_cuda_error(st, "cudaEventQuery", __FILE__, __LINE__);
+    return true;
+  }
+
+ private:
+  [[nodiscard]] std::size_t index(std::int32_t s, std::int32_t l) const {
+    HYBRIDCACHE_EXPECTS(s >= 0 && s < sets_ && l >= 0 && l < layers_, invalid_argument, "cuda_layer_event_ring: set or layer out of range");
+    return static_cast<std::size_t>(s) * static_cast<std::size_t>(layers_) + static_cast<std::size_t>(l);
+  }
+  void destroy() noexcept {
+    for (auto& e : events_)
+      if (e != nullptr) (void)cudaEventDestroy(e);
+    events_.clear();
+  }
+  std::int32_t layers_, sets_, next_ = 0;
+  std::vector<cudaEvent_t> events_;
+  std::vector<std::uint8_t> recorded_;
+};
+
+}  // namespace hybridcache::cuda
