@@ -33,8 +33,8 @@ std::vector<tier_config> tiers(std::int64_t hbm, std::int64_t host) {
 // insert + pin + unpin + touch + erase of one entry in a table of 16k entries.
 static void bm_store_entry_lifecycle(benchmark::State& state) {
   tiered_store<> s(tiers(std::int64_t{1} << 30, std::int64_t{1} << 30), 4096);
-  for (node_id id = 0; id < 16384; ++id) (void)s.insert(id, 4096);
-  node_id id = 1 << 20;
+  for (entry_id id = 0; id < 16384; ++id) (void)s.insert(id, 4096);
+  entry_id id = 1 << 20;
   for (auto _ : state) {
     (void)s.insert(id, 4096);
     (void)s.pin(id);
@@ -49,7 +49,7 @@ BENCHMARK(bm_store_entry_lifecycle);
 // victim + prepare_move + complete_move (metadata only) with 16k entries per tier.
 static void bm_store_demote_promote(benchmark::State& state) {
   tiered_store<car_score_demotion> s(tiers(std::int64_t{1} << 30, std::int64_t{1} << 30), 4096);
-  for (node_id id = 0; id < 16384; ++id) (void)s.insert(id, 4 * 4096);
+  for (entry_id id = 0; id < 16384; ++id) (void)s.insert(id, 4 * 4096);
   for (auto _ : state) {
     const auto v = s.victim(hbm_tier);
     auto t = s.prepare_move(*v, tier_id{1});
@@ -69,8 +69,8 @@ static void bm_host_move(benchmark::State& state) {
   tiered_store<> s(tiers(4 * bytes, 4 * bytes), page);
   host_copy_engine e(tiers(4 * bytes, 4 * bytes), page, {.measure_bandwidth = false});
   if (scattered) {  // interleave two entries so each one's pages alternate
-    for (node_id id = 0; id < static_cast<node_id>(2 * bytes / page); ++id) (void)s.insert(100 + id, page);
-    for (node_id id = 0; id < static_cast<node_id>(2 * bytes / page); id += 2) (void)s.erase(100 + id);
+    for (entry_id id = 0; id < static_cast<entry_id>(2 * bytes / page); ++id) (void)s.insert(100 + id, page);
+    for (entry_id id = 0; id < static_cast<entry_id>(2 * bytes / page); id += 2) (void)s.erase(100 + id);
   }
   (void)s.insert(1, bytes);
   for (auto _ : state) {

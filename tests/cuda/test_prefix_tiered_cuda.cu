@@ -26,7 +26,7 @@ namespace {
 using store_t = tiered::tiered_state_store<tiered::lru_demotion, cuda::copy_engine>;
 
 /// Copies an entry's logical bytes out of (or into) its tier's arena, page by page.
-std::vector<std::uint8_t> read_entry(const cuda::copy_engine& e, const store_t& s, tiered::node_id id) {
+std::vector<std::uint8_t> read_entry(const cuda::copy_engine& e, const store_t& s, tiered::entry_id id) {
   const auto row = s.table().find(id);
   REQUIRE(row.has_value());
   const std::int64_t page = s.table().page_bytes();
@@ -38,7 +38,7 @@ std::vector<std::uint8_t> read_entry(const cuda::copy_engine& e, const store_t& 
   }
   return out;
 }
-void write_entry(const cuda::copy_engine& e, const store_t& s, tiered::node_id id, const std::vector<std::uint8_t>& v) {
+void write_entry(const cuda::copy_engine& e, const store_t& s, tiered::entry_id id, const std::vector<std::uint8_t>& v) {
   const auto row = s.table().find(id);
   REQUIRE(row.has_value());
   REQUIRE(static_cast<std::int64_t>(v.size()) == row->bytes);

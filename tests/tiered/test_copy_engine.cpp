@@ -27,10 +27,10 @@ std::vector<tier_config> tiers(std::int64_t hbm_pages, std::int64_t host_pages) 
           {.kind = tier_kind::host, .capacity_bytes = host_pages * page, .numa_node = 0}};
 }
 
-std::byte pattern(node_id id, std::int64_t i) { return static_cast<std::byte>((id * 131 + static_cast<std::uint64_t>(i) * 7 + 3) & 0xff); }
+std::byte pattern(entry_id id, std::int64_t i) { return static_cast<std::byte>((id * 131 + static_cast<std::uint64_t>(i) * 7 + 3) & 0xff); }
 
 template <class Store>
-void fill(Store& s, host_copy_engine& e, node_id id) {
+void fill(Store& s, host_copy_engine& e, entry_id id) {
   const auto row = s.find(id);
   REQUIRE(row);
   for (std::int64_t i = 0; i < row->bytes; ++i) {
@@ -40,7 +40,7 @@ void fill(Store& s, host_copy_engine& e, node_id id) {
 }
 
 template <class Store>
-bool intact(const Store& s, host_copy_engine& e, node_id id) {
+bool intact(const Store& s, host_copy_engine& e, entry_id id) {
   const auto row = s.find(id);
   if (!row) return false;
   for (std::int64_t i = 0; i < row->bytes; ++i) {
@@ -189,7 +189,7 @@ TEST_CASE("offload engine: watermarks with hysteresis, victims by score, cascade
   tiered_store<car_score_demotion> s(tiers(10, 4), page);
   host_copy_engine e(tiers(10, 4), page, {.measure_bandwidth = false});
   offload_engine off(s, e, {.high = 0.9, .low = 0.5});
-  for (node_id id = 1; id <= 8; ++id) {
+  for (entry_id id = 1; id <= 8; ++id) {
     REQUIRE(s.insert(id, page).has_value());
     REQUIRE(s.add_score(id, static_cast<double>(10 - id)).has_value());  // id 8 has the lowest score
     fill(s, e, id);
@@ -200,17 +200,17 @@ TEST_CASE("offload engine: watermarks with hysteresis, victims by score, cascade
   REQUIRE(s.add_score(9, 100).has_value());
   CHECK(off.above_high());
   CHECK(off.run_once() == 4 * page);  // 9 pages -> 5 pages (50 %)
-  for (node_id id = 5; id <= 8; ++id) CHECK(s.find(id)->tier == tier_id{1});
-  for (node_id id = 1; id <= 4; ++id) CHECK(s.find(id)->tier == hbm_tier);
+  for (entry_id id = 5; id <= 8; ++id) CHECK(s.find(id)->tier == tier_id{1});
+  for (entry_id id = 1; id <= 4; ++id) CHECK(s.find(id)->tier == hbm_tier);
   // Host is full now (4 pages): the next pass drops host victims (LRU-free: lowest score).
-  for (node_id id = 20; id <= 23; ++id) {
+  for (entry_id id = 20; id <= 23; ++id) {
     REQUIRE(s.insert(id, page).has_value());
     fill(s, e, id);
   }
   CHECK(off.run_once() > 0);
   CHECK(off.stats().dropped_entries > 0);
   CHECK(s.check_invariants().empty());
-  std::vector<node_id> ids;
+  std::vector<entry_id> ids;
   s.for_each([&](const cache_entry& row) { ids.push_back(row.id); });
   for (auto id : ids) CHECK(intact(s, e, id));
   CHECK_THROWS_AS((offload_engine<tiered_store<car_score_demotion>, host_copy_engine>(s, e, {.high = 0.5, .low = 0.6})),
@@ -228,7 +228,7 @@ TEST_CASE("offload engine with sparsify_on_demotion stores fewer bytes; checkpoi
   host_copy_engine e(t, pg, {.measure_bandwidth = false});
   const sparsify_on_demotion sizer(m, sparsity_profile::car_linear(m.attention_layers()));
   offload_engine off(s, e, {.high = 0.7, .low = 0.3}, sizer);
-  for (node_id id = 1; id <= 3; ++id) REQUIRE(s.insert(id, full, hbm_tier, {.prefix_begin = 0, .prefix_end = tokens, .has_checkpoint = true}).has_value());
+  for (entry_id id = 1; id <= 3; ++id) REQUIRE(s.insert(id, full, hbm_tier, {.prefix_begin = 0, .prefix_end = tokens, .has_checkpoint = true}).has_value());
   CHECK(off.run_once() > 0);
   const auto st = off.stats();
   CHECK(st.demoted_entries >= 2);
@@ -250,17 +250,17 @@ TEST_CASE("offload engine with sparsify_on_demotion stores fewer bytes; checkpoi
 namespace {
 // Copies complete at once, except those of the entries in `failing`, which always fail.
 struct failing_copies {
-  std::set<node_id> failing;
-  std::vector<node_id> attempts;
-  expected<node_id> submit(const move_ticket& t) {
+  std::set<entry_id> failing;
+  std::vector<entry_id> attempts;
+  expected<entry_id> submit(const move_ticket& t) {
     attempts.push_back(t.id);
     return t.id;
   }
-  expected<void> wait(node_id id) {
+  expected<void> wait(entry_id id) {
     if (failing.count(id)) return unexpected(errc::busy);
     return {};
   }
-  [[nodiscard]] std::int64_t tries(node_id id) const { return std::count(attempts.begin(), attempts.end(), id); }
+  [[nodiscard]] std::int64_t tries(entry_id id) const { return std::count(attempts.begin(), attempts.end(), id); }
 };
 }  // namespace
 
@@ -271,7 +271,7 @@ TEST_CASE("offload engine: a victim whose copy keeps failing is skipped; the pas
   failing_copies e;
   e.failing = {1};
   offload_engine off(s, e);
-  for (node_id id = 1; id <= 10; ++id) REQUIRE(s.insert(id, page).has_value());
+  for (entry_id id = 1; id <= 10; ++id) REQUIRE(s.insert(id, page).has_value());
   CHECK(off.run_once() == 2 * page);
   CHECK(e.tries(1) == 1);
   CHECK(s.usage(hbm_tier).used_bytes == 8 * page);
@@ -300,12 +300,12 @@ TEST_CASE("offload engine: nothing is dropped from the host tier for a victim it
     // and demotes ten one-page entries into the free host pages.
     tiered_store<> s(tiers(100, 20), page);
     offload_engine off(s, e);
-    for (node_id id = 100; id < 105; ++id) REQUIRE(s.insert(id, page, tier_id{1}).has_value());
+    for (entry_id id = 100; id < 105; ++id) REQUIRE(s.insert(id, page, tier_id{1}).has_value());
     REQUIRE(s.insert(1, 30 * page).has_value());
-    for (node_id id = 2; id <= 61; ++id) REQUIRE(s.insert(id, page).has_value());
+    for (entry_id id = 2; id <= 61; ++id) REQUIRE(s.insert(id, page).has_value());
     CHECK(off.run_once() == 10 * page);
     CHECK(off.stats().dropped_entries == 0);
-    for (node_id id = 100; id < 105; ++id) CHECK(s.contains(id));
+    for (entry_id id = 100; id < 105; ++id) CHECK(s.contains(id));
     CHECK(s.find(1)->tier == hbm_tier);
     CHECK(e.tries(1) == 0);
     CHECK(s.usage(hbm_tier).used_bytes == 80 * page);
@@ -319,11 +319,11 @@ TEST_CASE("offload engine: nothing is dropped from the host tier for a victim it
     offload_engine off(s, e);
     REQUIRE(s.insert(100, 6 * page, tier_id{1}).has_value());
     REQUIRE(s.pin(100).has_value());
-    for (node_id id = 101; id < 105; ++id) REQUIRE(s.insert(id, page, tier_id{1}).has_value());
-    for (node_id id = 1; id <= 18; ++id) REQUIRE(s.insert(id, 5 * page).has_value());  // 90 %
+    for (entry_id id = 101; id < 105; ++id) REQUIRE(s.insert(id, page, tier_id{1}).has_value());
+    for (entry_id id = 1; id <= 18; ++id) REQUIRE(s.insert(id, 5 * page).has_value());  // 90 %
     CHECK(off.run_once() == 0);
     CHECK(off.stats().dropped_entries == 0);
-    for (node_id id = 100; id < 105; ++id) CHECK(s.contains(id));
+    for (entry_id id = 100; id < 105; ++id) CHECK(s.contains(id));
     CHECK(e.attempts.empty());
     CHECK(s.usage(hbm_tier).used_bytes == 90 * page);
     CHECK(s.check_invariants().empty());
@@ -337,11 +337,11 @@ TEST_CASE("concurrency: entries are never lost or duplicated under concurrent of
   offload_engine off(s, e, {.high = 0.9, .low = 0.6});
   std::atomic<bool> go{true};
   std::atomic<std::int64_t> inserted{0}, erased{0}, loads{0};
-  std::atomic<node_id> frontier{1};  // most recent id inserted: loaders look just behind it
+  std::atomic<entry_id> frontier{1};  // most recent id inserted: loaders look just behind it
     off.start(std::chrono::microseconds(200));
-  auto inserter = [&](node_id first) {
+  auto inserter = [&](entry_id first) {
     std::mt19937_64 rng(first);
-    for (node_id id = first; go.load(); id += 4) {
+    for (entry_id id = first; go.load(); id += 4) {
       if (id > first + 4 * 3000) break;
       const std::int64_t bytes = page * (1 + static_cast<std::int64_t>(rng() % 3));
       if (s.insert(id, bytes, hbm_tier, {}, /*writing=*/true).has_value()) {
@@ -356,7 +356,7 @@ TEST_CASE("concurrency: entries are never lost or duplicated under concurrent of
         std::this_thread::sleep_for(std::chrono::microseconds(100));
       }
       if (rng() % 5 == 0) {
-        const node_id victim = first + 4 * (rng() % ((id - first) / 4 + 1));
+        const entry_id victim = first + 4 * (rng() % ((id - first) / 4 + 1));
         if (s.erase(victim).has_value()) erased += 1;
       }
     }
@@ -364,8 +364,8 @@ TEST_CASE("concurrency: entries are never lost or duplicated under concurrent of
   auto loader = [&](std::uint64_t seed) {
     std::mt19937_64 rng(seed);
     while (go.load()) {
-      const node_id f = frontier.load(), back = rng() % 300;
-      const node_id id = f > back ? f - back : 1;
+      const entry_id f = frontier.load(), back = rng() % 300;
+      const entry_id id = f > back ? f - back : 1;
       const auto where = s.locate(id);
       if (!where) {
         std::this_thread::yield();
@@ -395,7 +395,7 @@ TEST_CASE("concurrency: entries are never lost or duplicated under concurrent of
   const auto dropped = off.stats().dropped_entries;
   CHECK(static_cast<std::int64_t>(s.size()) == inserted.load() - erased.load() - dropped);
   std::int64_t bad = 0;
-  std::vector<node_id> ids;
+  std::vector<entry_id> ids;
   s.for_each([&](const cache_entry& row) {
     bad += row.state != page_state::resident;
     ids.push_back(row.id);

@@ -104,22 +104,22 @@ TEST_CASE("dry run: fits now / after eviction / not now / never, without changin
   REQUIRE(s.insert(2, 2 * pg).has_value());          // HBM, will be pinned
   REQUIRE(s.insert(3, 3 * pg, tier_id{1}).has_value());  // host hit
   REQUIRE(s.pin(2).has_value());
-  const node_id none[] = {0};
-  const node_id hits[] = {2, 3};
-  CHECK(dry_run(s, 4 * pg, std::span<const node_id>(none, 0)) == fit_result::fits_now);
-  CHECK(dry_run(s, 5 * pg, std::span<const node_id>(none, 0)) == fit_result::fits_after_eviction);
+  const entry_id none[] = {0};
+  const entry_id hits[] = {2, 3};
+  CHECK(dry_run(s, 4 * pg, std::span<const entry_id>(none, 0)) == fit_result::fits_now);
+  CHECK(dry_run(s, 5 * pg, std::span<const entry_id>(none, 0)) == fit_result::fits_after_eviction);
   CHECK(dry_run(s, 1 * pg, hits) == fit_result::fits_now);              // 1 + 3 promoted = 4 free
   CHECK(dry_run(s, 3 * pg, hits) == fit_result::fits_after_eviction);   // 6 <= 4 free + 2 evictable
-  CHECK(dry_run(s, 4 * pg, std::span<const node_id>(hits, 1)) == fit_result::fits_now);
-  CHECK(dry_run(s, 7 * pg, std::span<const node_id>(none, 0)) == fit_result::does_not_fit_now);  // 2 is pinned
+  CHECK(dry_run(s, 4 * pg, std::span<const entry_id>(hits, 1)) == fit_result::fits_now);
+  CHECK(dry_run(s, 7 * pg, std::span<const entry_id>(none, 0)) == fit_result::does_not_fit_now);  // 2 is pinned
   CHECK(dry_run(s, 7 * pg, hits) == fit_result::never_fits);            // 7+3 > 8-2
-  CHECK_THROWS_AS(require_fits(s, 9 * pg, std::span<const node_id>(none, 0)), capacity_error);
-  CHECK_NOTHROW(require_fits(s, 5 * pg, std::span<const node_id>(none, 0)));
-  CHECK_THROWS_AS((void)dry_run(s, -1, std::span<const node_id>(none, 0)), invalid_argument);
+  CHECK_THROWS_AS(require_fits(s, 9 * pg, std::span<const entry_id>(none, 0)), capacity_error);
+  CHECK_NOTHROW(require_fits(s, 5 * pg, std::span<const entry_id>(none, 0)));
+  CHECK_THROWS_AS((void)dry_run(s, -1, std::span<const entry_id>(none, 0)), invalid_argument);
   {  // a hit already being promoted holds its HBM pages as a reservation: not counted twice
     tiered_store<> t({{.kind = tier_kind::hbm, .capacity_bytes = 10 * pg}, {.kind = tier_kind::host, .capacity_bytes = 16 * pg}}, pg);
     REQUIRE(t.insert(7, 6 * pg, tier_id{1}));
-    const node_id hit[] = {7};
+    const entry_id hit[] = {7};
     CHECK(dry_run(t, 4 * pg, hit) == fit_result::fits_now);
     auto mv = t.prepare_move(7, hbm_tier);  // 6 of the 10 HBM pages reserved
     REQUIRE(mv);

@@ -72,12 +72,12 @@ struct bytes_view {
       return base[static_cast<std::int64_t>(pages.at(static_cast<std::size_t>(i / page))) * page + i % page];
     }
   };
-  entry_bytes operator()(tiered::node_id id) const {
+  entry_bytes operator()(tiered::entry_id id) const {
     const auto e = store.table().find(id);
     REQUIRE(e.has_value());
     return {engine.base(e->tier), e->pages, store.table().page_bytes()};
   }
-  std::byte& at(tiered::node_id id, std::int64_t i) const { return (*this)(id)[i]; }
+  std::byte& at(tiered::entry_id id, std::int64_t i) const { return (*this)(id)[i]; }
 };
 
 /// Tokens from the root to the end of node `n`.
@@ -198,8 +198,8 @@ run_stats random_run(std::uint64_t seed, std::int64_t hbm, std::int64_t host, in
       REQUIRE(c.release(*m));
     } else {
       // Before commit: which entries and pages the tree holds, and what `load` staged.
-      std::set<tiered::node_id> old_kv, old_ckpts;
-      std::map<std::uint32_t, tiered::node_id> old_page_owner;
+      std::set<tiered::entry_id> old_kv, old_ckpts;
+      std::map<std::uint32_t, tiered::entry_id> old_page_owner;
       for (prefix::node_id n = 1; n < c.tree().id_bound(); ++n) {
         if (!c.tree().live(n)) continue;
         const auto& nd = c.tree().at(n);
@@ -214,12 +214,12 @@ run_stats random_run(std::uint64_t seed, std::int64_t hbm, std::int64_t host, in
         if (!s.checkpoint) staged_kv.emplace_back(s.begin, s.end);
       const auto cr = c.commit(seq, static_cast<std::int64_t>(input.size()), &*m);
       REQUIRE_MESSAGE(cr, "commit: " << (cr ? 0 : static_cast<int>(cr.error())));
-      std::set<tiered::node_id> live_kv;
+      std::set<tiered::entry_id> live_kv;
       for (prefix::node_id n = 1; n < c.tree().id_bound(); ++n)
         if (c.tree().live(n)) live_kv.insert(c.tree().at(n).kv.id);
       // An extent holds carried bytes if it existed before the commit or was split off one
       // that did and still does (same pages); anything else is new and holds garbage.
-      const auto carried = [&](tiered::node_id id) {
+      const auto carried = [&](tiered::entry_id id) {
         if (old_kv.contains(id)) return true;
         const auto pages = c.store().table().find(id)->pages;
         const auto o = old_page_owner.find(pages.front());
@@ -230,7 +230,7 @@ run_stats random_run(std::uint64_t seed, std::int64_t hbm, std::int64_t host, in
       };
       std::vector<prefix::node_id> path;
       (void)c.tree().walk(seq, path);
-      std::set<tiered::node_id> fresh_kv;
+      std::set<tiered::entry_id> fresh_kv;
       for (prefix::node_id n : path) {
         const auto& nd = c.tree().at(n);
         if (nd.kv.id != 0 && !carried(nd.kv.id)) {

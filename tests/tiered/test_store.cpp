@@ -135,7 +135,7 @@ TEST_CASE("store: a writing entry is invisible to readers and movers until publi
   CHECK(s.check_invariants().empty());
   REQUIRE(s.publish(1).has_value());
   CHECK(s.publish(1).error() == errc::invalid_argument);
-  CHECK(s.victim(hbm_tier) == node_id{1});
+  CHECK(s.victim(hbm_tier) == entry_id{1});
   REQUIRE(s.insert(2, 4096, hbm_tier, {}, true).has_value());
   REQUIRE(s.erase(2).has_value());  // the writer aborts
   CHECK(s.check_invariants().empty());
@@ -152,7 +152,7 @@ TEST_CASE("store: moving entries are neither pinned, erased, moved again nor cho
   CHECK(s.pin(1).error() == errc::busy);
   CHECK(s.erase(1).error() == errc::busy);
   CHECK(s.prepare_move(1, tier_id{1}).error() == errc::busy);
-  CHECK(s.victim(hbm_tier) == node_id{2});
+  CHECK(s.victim(hbm_tier) == entry_id{2});
   CHECK_FALSE(s.find(1)->valid_in_gpu());
   CHECK(s.usage(hbm_tier).used_bytes == 4 * 4096);  // source still held while copying
   CHECK(s.usage(tier_id{1}).used_bytes == 3 * 4096);
@@ -182,7 +182,7 @@ TEST_CASE("store: moving entries are neither pinned, erased, moved again nor cho
   CHECK(s.find(2)->state == page_state::pinned);
   REQUIRE(s.unpin(2).has_value());
   CHECK(s.unpin(2).error() == errc::invalid_argument);
-  CHECK(s.victim(hbm_tier) == node_id{2});
+  CHECK(s.victim(hbm_tier) == entry_id{2});
 }
 
 TEST_CASE("store: bad calls leave the table unchanged") {
@@ -265,13 +265,13 @@ TEST_CASE("store matches a naive list model on thousands of random operations (a
         int pins;
         cache_entry row;  // score, last_access, info mirror
       };
-      std::map<node_id, ref_entry> ref;
+      std::map<entry_id, ref_entry> ref;
       std::uint64_t clock = 0;
       std::mt19937_64 rng(42 + which);
       std::vector<std::int64_t> used(2, 0);
       auto pages = [](std::int64_t b) { return (b + 1023) / 1024; };
       for (int op = 0; op < 6000; ++op) {
-        const node_id id = rng() % 48;
+        const entry_id id = rng() % 48;
         const int kind = static_cast<int>(rng() % 8);
         auto it = ref.find(id);
         if (kind == 0) {
@@ -344,7 +344,7 @@ TEST_CASE("store matches a naive list model on thousands of random operations (a
           }
         } else if (kind == 7) {
           for (std::uint8_t t = 0; t < 2; ++t) {
-            std::optional<node_id> best;
+            std::optional<entry_id> best;
             demotion_key bk;
             for (auto& [rid, re] : ref) {
               if (re.tier.value != t || re.pins > 0) continue;
@@ -397,10 +397,10 @@ TEST_CASE("tiered_store: split, join and exchange_pages re-partition pages witho
   REQUIRE(s.insert(1, 6 * page));
   REQUIRE(s.insert(2, 3 * page));
   REQUIRE(s.insert(3, 2 * page, tier_id{1}));
-  const auto pages_of = [&](node_id id) { return s.find(id)->pages; };
+  const auto pages_of = [&](entry_id id) { return s.find(id)->pages; };
   const auto p1 = pages_of(1), p2 = pages_of(2);
   const auto snapshot = [&] {
-    std::map<node_id, std::vector<std::uint32_t>> m;
+    std::map<entry_id, std::vector<std::uint32_t>> m;
     s.for_each([&](const cache_entry& e) { m[e.id] = e.pages; });
     return m;
   };

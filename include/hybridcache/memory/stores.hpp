@@ -15,6 +15,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "hybridcache/concepts/physical_store.hpp"
 #include "hybridcache/core/expected.hpp"
 #include "hybridcache/memory/backing.hpp"
 #include "hybridcache/memory/chunk_region.hpp"
@@ -28,6 +29,7 @@ class paged_store {
  public:
   using backing_type = Backing;
   using arena_type = typename Backing::arena;
+  using region_type = chunk_region;
   static constexpr pool_kind kind = Kind;
   static constexpr bool nothrow_mapping = nothrow_backing_v<Backing>;
 
@@ -93,21 +95,6 @@ using kv_pages_store = paged_store<pool_kind::kv, Backing>;
 /// SSM blocks: the exact recurrent state of one layer of one sequence, 128 B aligned.
 template <memory_backing Backing>
 using ssm_blocks_store = paged_store<pool_kind::ssm, Backing>;
-
-/// What a pool needs from a store.
-template <class S>
-concept physical_store = requires(S& s, const S& cs, std::uint32_t u, typename S::arena_type& a) {
-  typename S::backing_type;
-  { S::kind } -> std::convertible_to<pool_kind>;
-  requires std::constructible_from<S, typename S::arena_type&, std::uint64_t, std::uint32_t>;
-  { s.acquire() } noexcept -> std::same_as<expected<std::uint32_t>>;
-  { s.release(u) } noexcept;
-  { cs.address(u) } noexcept -> std::same_as<std::byte*>;
-  { s.map_chunk(u) } -> std::same_as<std::uint32_t>;
-  { s.unmap_chunk(u) } -> std::same_as<std::uint32_t>;
-  { s.copy_unit(u, u) };
-  { cs.region() } -> std::same_as<const chunk_region&>;
-};
 
 static_assert(physical_store<kv_pages_store<counting_backing>>);
 static_assert(physical_store<ssm_blocks_store<host_backing>>);

@@ -16,6 +16,7 @@
 #include <string>
 #include <string_view>
 
+#include "hybridcache/concepts/pool.hpp"
 #include "hybridcache/core/checked_math.hpp"
 #include "hybridcache/model/cost_model.hpp"
 #include "hybridcache/core/error.hpp"
@@ -27,22 +28,6 @@ inline constexpr std::uint64_t unit_alignment = 128;
 
 /// Default physical chunk: the CUDA VMM allocation granularity of current NVIDIA GPUs.
 inline constexpr std::uint64_t default_granularity_bytes = std::uint64_t{2} << 20;
-
-/// Which of the two pools a unit lives in.
-enum class pool_kind : std::uint8_t {
-  kv = 0,   ///< paged attention KV cache (grows with the sequence)
-  ssm = 1,  ///< fixed-size recurrent (SSM / linear attention) state blocks
-};
-
-/// The other pool.
-[[nodiscard]] constexpr pool_kind other(pool_kind k) noexcept {
-  return k == pool_kind::kv ? pool_kind::ssm : pool_kind::kv;
-}
-
-/// "kv" or "ssm".
-[[nodiscard]] constexpr std::string_view to_string(pool_kind k) noexcept {
-  return k == pool_kind::kv ? "kv" : "ssm";
-}
 
 /// Rounds `bytes` up to a multiple of `alignment`.
 /// @throws invalid_argument if `bytes` or `alignment` is not positive.

@@ -20,7 +20,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "hybridcache/concepts/prefix.hpp"
+#include "hybridcache/concepts/admission.hpp"
 
 namespace hybridcache::prefix {
 

@@ -44,7 +44,7 @@
 #include <vector>
 
 #include "hybridcache/model/cost_model.hpp"
-#include "hybridcache/concepts/prefix.hpp"
+#include "hybridcache/concepts/utility_scorer.hpp"
 #include "hybridcache/stores/counting_store.hpp"
 #include "hybridcache/prefix/radix_tree.hpp"
 

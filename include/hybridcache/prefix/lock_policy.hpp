@@ -6,7 +6,7 @@
 
 #include <mutex>
 
-#include "hybridcache/concepts/prefix.hpp"
+#include "hybridcache/concepts/lock.hpp"
 
 namespace hybridcache::prefix {
 

@@ -27,7 +27,7 @@
 #include <span>
 #include <vector>
 
-#include "hybridcache/concepts/prefix.hpp"
+#include "hybridcache/concepts/utility_scorer.hpp"
 #include "hybridcache/stores/counting_store.hpp"
 #include "hybridcache/prefix/radix_tree.hpp"
 

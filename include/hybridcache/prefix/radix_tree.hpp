@@ -35,7 +35,8 @@
 #include <vector>
 
 #include "hybridcache/core/config.hpp"
-#include "hybridcache/concepts/prefix.hpp"
+#include "hybridcache/concepts/state_store.hpp"
+#include "hybridcache/concepts/ids.hpp"
 #include "hybridcache/prefix/types.hpp"
 
 namespace hybridcache::prefix {

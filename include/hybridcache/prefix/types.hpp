@@ -1,6 +1,6 @@
 // hybridcache/prefix/types.hpp
 //
-// Vocabulary types of the hybrid prefix cache: token ids, node ids, and the plain result
+// Vocabulary types of the hybrid prefix cache (ids: concepts/ids.hpp): the plain result
 // structs that `prefix_cache` hands back per call (what a replay engine records per
 // request). All are aggregates, trivially copyable except `checkpoint_plan`, and cost
 // nothing to return.
@@ -12,15 +12,10 @@
 #include <limits>
 #include <vector>
 
+#include "hybridcache/concepts/ids.hpp"
 #include "hybridcache/core/handle.hpp"
 
 namespace hybridcache::prefix {
-
-/// A token id. Traces store ids < 2^31; 32 bits halve the memory of cached edges.
-using token_id = std::int32_t;
-
-/// Index of a node slot in the radix tree. Slots are reused after a node is freed.
-using node_id = std::uint32_t;
 
 namespace detail {
 /// Reserves room for `n` elements, growing capacity at least geometrically so that calls
@@ -31,12 +26,6 @@ void reserve_geometric(Vector& v, std::size_t n) {
   if (v.capacity() < n) v.reserve(std::max(n, 2 * v.capacity()));
 }
 }  // namespace detail
-
-/// "No node" sentinel (the root is node 0 and is never a victim or a match result).
-inline constexpr node_id no_node = std::numeric_limits<node_id>::max();
-
-/// A time point of the cache's logical clock.
-using time_point = std::uint64_t;
 
 /// What `prefix_cache::match` found for one input.
 ///

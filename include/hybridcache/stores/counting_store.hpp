@@ -12,7 +12,7 @@
 
 #include "hybridcache/core/error.hpp"
 #include "hybridcache/core/expected.hpp"
-#include "hybridcache/concepts/prefix.hpp"
+#include "hybridcache/concepts/state_store.hpp"
 
 namespace hybridcache::prefix {
 

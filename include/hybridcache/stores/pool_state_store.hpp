@@ -36,7 +36,7 @@
 #include "hybridcache/core/expected.hpp"
 #include "hybridcache/memory/asymmetric_pool.hpp"
 #include "hybridcache/memory/pool.hpp"
-#include "hybridcache/concepts/prefix.hpp"
+#include "hybridcache/concepts/state_store.hpp"
 
 namespace hybridcache::memory {
 

@@ -75,7 +75,7 @@
 
 #include "hybridcache/core/error.hpp"
 #include "hybridcache/core/expected.hpp"
-#include "hybridcache/concepts/prefix.hpp"
+#include "hybridcache/concepts/state_store.hpp"
 #include "hybridcache/prefix/radix_tree.hpp"
 #include "hybridcache/prefix/types.hpp"
 #include "hybridcache/tiered/copy_plan.hpp"
@@ -99,7 +99,7 @@ struct tiered_state_store_config {
 /// input, and its entry in `table()` (pages in the HBM arena). `checkpoint`: the recurrent
 /// state at `end` rather than KV.
 struct staged_entry {
-  node_id id = 0;
+  entry_id id = 0;
   std::int64_t begin = 0;
   std::int64_t end = 0;
   bool checkpoint = false;
@@ -137,10 +137,10 @@ class tiered_state_store {
   /// KV of a run of tokens: its entry in the tiered store (0 = empty) and its length.
   /// Move-only; a moved-from handle is empty, so a handle is freed at most once.
   struct kv_extent {
-    node_id id = 0;
+    entry_id id = 0;
     std::int64_t tokens = 0;
     kv_extent() = default;
-    kv_extent(node_id i, std::int64_t t) noexcept : id(i), tokens(t) {}
+    kv_extent(entry_id i, std::int64_t t) noexcept : id(i), tokens(t) {}
     kv_extent(kv_extent&& o) noexcept : id(std::exchange(o.id, 0)), tokens(std::exchange(o.tokens, 0)) {}
     kv_extent& operator=(kv_extent&& o) noexcept {
       id = std::exchange(o.id, 0);
@@ -152,9 +152,9 @@ class tiered_state_store {
   };
   /// An SSM checkpoint: its entry in the tiered store (0 = empty). Move-only.
   struct checkpoint_handle {
-    node_id id = 0;
+    entry_id id = 0;
     checkpoint_handle() = default;
-    explicit checkpoint_handle(node_id i) noexcept : id(i) {}
+    explicit checkpoint_handle(entry_id i) noexcept : id(i) {}
     checkpoint_handle(checkpoint_handle&& o) noexcept : id(std::exchange(o.id, 0)) {}
     checkpoint_handle& operator=(checkpoint_handle&& o) noexcept {
       id = std::exchange(o.id, 0);
@@ -249,7 +249,7 @@ class tiered_state_store {
     }
     // Pages divide a token's KV: the head takes the extent's first pages, no copy.
     try {
-      const node_id id = next_id_ + 1;
+      const entry_id id = next_id_ + 1;
       meta_.emplace(id, meta{kind::kv, head, 0, 0, false, place::hbm});  // may throw: nothing changed
       if (auto r = store_->split(whole.id, id, head * kv_per_token_); !r) {
         meta_.erase(id);
@@ -327,7 +327,7 @@ class tiered_state_store {
       chain_.push_back(it->second);
     }
     // Deepest covered position with a checkpoint in either tier (joint-min over tiers).
-    node_id ckpt = 0;
+    entry_id ckpt = 0;
     std::int64_t best = m.reusable_tokens;
     for (std::int64_t p = std::min(reach, n); p > m.reusable_tokens; --p) {
       const auto it = host_ckpt_.find(prefix_hash_[static_cast<std::size_t>(p)]);
@@ -343,7 +343,7 @@ class tiered_state_store {
     h.bytes_to_load = checkpoint_;
     pin(ckpt);
     std::int64_t covered = std::min(m.common_prefix, n);
-    for (node_id id : chain_) {
+    for (entry_id id : chain_) {
       const meta& e = meta_.at(id);
       const std::int64_t end = e.end;
       if (end - e.tokens >= best) break;  // chain is ordered by end
@@ -373,10 +373,10 @@ class tiered_state_store {
     if (hit.ticket == 0 || hit.ticket != ticket_) return unexpected(errc::stale_handle);
     if (!staged_.empty()) return {};
     std::int64_t need = 0;
-    for (node_id id : pinned_) need += bytes_of(meta_.at(id));
+    for (entry_id id : pinned_) need += bytes_of(meta_.at(id));
     if (need > staging_capacity_ - staged_used_) return unexpected(errc::out_of_capacity);
     staged_.reserve(pinned_.size());  // may throw: nothing moved yet
-    for (node_id id : pinned_) {
+    for (entry_id id : pinned_) {
       meta& e = meta_.at(id);
       (void)store_->unpin(id);
       if (!copy_to(id, hbm_tier)) {  // the entry stays in the host tier
@@ -495,8 +495,8 @@ class tiered_state_store {
     for (prefix::node_id n = 1; n < tree.id_bound(); ++n) {
       if (!tree.live(n)) continue;
       const auto& nd = tree.at(n);
-      const std::array<node_id, 2> ids{nd.kv.id, nd.has_checkpoint ? nd.checkpoint.id : node_id{0}};
-      for (node_id id : ids) {
+      const std::array<entry_id, 2> ids{nd.kv.id, nd.has_checkpoint ? nd.checkpoint.id : entry_id{0}};
+      for (entry_id id : ids) {
         if (id == 0) continue;
         const auto it = meta_.find(id);
         if (it == meta_.end() || it->second.where != place::hbm) return "a tree handle is not in HBM";
@@ -539,11 +539,11 @@ class tiered_state_store {
     return p == place::hbm ? used_ : p == place::staged ? staged_used_ : host_used_;
   }
 
-  expected<node_id> allocate(std::int64_t bytes, kind k, std::int64_t tokens) noexcept {
+  expected<entry_id> allocate(std::int64_t bytes, kind k, std::int64_t tokens) noexcept {
     if (bytes > capacity_ - used_) return unexpected(errc::out_of_capacity);
-    if (bytes == 0) return node_id{0};  // nothing to hold (empty handle)
+    if (bytes == 0) return entry_id{0};  // nothing to hold (empty handle)
     try {
-      const node_id id = ++next_id_;
+      const entry_id id = ++next_id_;
       auto r = store_->insert(id, bytes, hbm_tier);
       if (!r) return unexpected(r.error());
       meta_.emplace(id, meta{k, tokens, 0, 0, false, place::hbm});
@@ -556,7 +556,7 @@ class tiered_state_store {
 
   /// Removes an entry (not pinned, not moving) from the table, its byte count and, for a
   /// host entry, its key index.
-  void forget(node_id id) noexcept {
+  void forget(entry_id id) noexcept {
     const auto it = meta_.find(id);
     if (it == meta_.end()) return;
     const meta& e = it->second;
@@ -574,7 +574,7 @@ class tiered_state_store {
   /// (free + evictable pages): an entry larger than the tier, or a tier held by pinned
   /// entries, must not empty it for nothing. False (entry where it was) when it cannot fit
   /// or the copy failed.
-  bool copy_to(node_id id, tier_id dst) noexcept {
+  bool copy_to(entry_id id, tier_id dst) noexcept {
     try {
       if (dst == host_tier && !store_->would_fit(dst, bytes_of(meta_.at(id)))) return false;
       while (true) {
@@ -602,7 +602,7 @@ class tiered_state_store {
   }
 
   /// The cache freed a handle: demote it if it is named, else drop it.
-  void release_to_host(node_id id) noexcept {
+  void release_to_host(entry_id id) noexcept {
     const auto it = meta_.find(id);
     if (it == meta_.end()) return;
     if (!it->second.named || bytes_of(it->second) == 0) {
@@ -616,7 +616,7 @@ class tiered_state_store {
 
   /// Moves a named HBM or staged entry to the host tier and indexes it; drops it when the
   /// host tier cannot take it (full of pinned entries, copy failed, key already there).
-  void to_host(node_id id) noexcept {
+  void to_host(entry_id id) noexcept {
     meta& e = meta_.at(id);
     const std::int64_t b = bytes_of(e);
     auto& map = e.k == kind::kv ? host_kv_ : host_ckpt_;
@@ -636,7 +636,7 @@ class tiered_state_store {
     forget(id);
   }
 
-  void drop(node_id id) {
+  void drop(entry_id id) {
     const auto it = meta_.find(id);
     counters_.dropped_entries += 1;
     counters_.dropped_bytes += bytes_of(it->second);
@@ -644,7 +644,7 @@ class tiered_state_store {
   }
 
   /// Gives an HBM entry its content key; a host entry with the same key is now redundant.
-  void name(node_id id, std::uint64_t key, std::int64_t end) {
+  void name(entry_id id, std::uint64_t key, std::int64_t end) {
     if (id == 0) return;
     meta& e = meta_.at(id);
     e.key = key;
@@ -655,8 +655,8 @@ class tiered_state_store {
   }
 
   /// Erases a host entry that HBM now holds again (found through its index iterator).
-  void promote(std::unordered_map<std::uint64_t, node_id>::iterator it) {
-    const node_id old = it->second;
+  void promote(std::unordered_map<std::uint64_t, entry_id>::iterator it) {
+    const entry_id old = it->second;
     const auto mit = meta_.find(old);
     auto& map = mit->second.k == kind::kv ? host_kv_ : host_ckpt_;
     if (!store_->erase(old)) return;  // pinned by an outstanding hit: kept until released
@@ -719,12 +719,12 @@ class tiered_state_store {
     s.id = 0;  // release_pins skips it
   }
 
-  void pin(node_id id) {
+  void pin(entry_id id) {
     if (store_->pin(id)) pinned_.push_back(id);
   }
   /// Unpins what the outstanding hit pinned; staged entries not adopted return to the host.
   void release_pins() noexcept {
-    for (node_id id : pinned_) {
+    for (entry_id id : pinned_) {
       const auto it = meta_.find(id);
       if (it == meta_.end()) continue;  // adopted by the tree
       (void)store_->unpin(id);
@@ -758,14 +758,14 @@ class tiered_state_store {
   std::int64_t staged_used_ = 0;
   std::unique_ptr<tiered_store<HostScorer>> store_;  // heap: the table holds a mutex, the store must move
   Engine* engine_;
-  std::unordered_map<node_id, meta> meta_;
-  std::unordered_map<std::uint64_t, node_id> host_kv_;   // key -> host KV entry
-  std::unordered_map<std::uint64_t, node_id> host_ckpt_; // key -> host checkpoint entry
+  std::unordered_map<entry_id, meta> meta_;
+  std::unordered_map<std::uint64_t, entry_id> host_kv_;   // key -> host KV entry
+  std::unordered_map<std::uint64_t, entry_id> host_ckpt_; // key -> host checkpoint entry
   std::vector<std::uint64_t> prefix_hash_;
   std::vector<prefix::node_id> path_;
-  std::vector<node_id> chain_, pinned_;
+  std::vector<entry_id> chain_, pinned_;
   std::vector<staged_entry> staged_;
-  node_id next_id_ = 0;
+  entry_id next_id_ = 0;
   std::uint64_t ticket_ = 0;
   tiered_state_counters counters_;
 };

@@ -15,7 +15,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "hybridcache/tiered/tiered_store.hpp"
+#include "hybridcache/concepts/copy_engine.hpp"
 
 namespace hybridcache::tiered {
 
@@ -24,16 +24,6 @@ struct copy_span {
   std::int64_t src_offset = 0;
   std::int64_t dst_offset = 0;
   std::int64_t bytes = 0;
-};
-
-/// What moves an entry's bytes between tiers: `submit(ticket)` enqueues the copies of a
-/// prepared move (`tiered_store::prepare_move`) and returns an event or an error;
-/// `wait(event)` blocks until they ran and reports a failed copy. Modelled by
-/// `host_copy_engine`, `cuda::copy_engine` and `metadata_only_copies`.
-template <class E>
-concept tier_copy_engine = requires(E& e, const move_ticket& t) {
-  { e.submit(t).has_value() } -> std::convertible_to<bool>;
-  { e.wait(*e.submit(t)) } -> std::same_as<expected<void>>;
 };
 
 /// The copy engine of a simulator: the store holds metadata only, so every move "copies"

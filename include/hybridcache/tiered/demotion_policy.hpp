@@ -23,15 +23,9 @@
 #include <cstdint>
 
 #include "hybridcache/model/cost_model.hpp"
-#include "hybridcache/tiered/cache_entry.hpp"
+#include "hybridcache/concepts/demotion.hpp"
 
 namespace hybridcache::tiered {
-
-/// A demotion scorer: `key(entry)` gives the entry's demotion order (smallest first).
-template <class S>
-concept demotion_scorer = std::copy_constructible<S> && requires(const S& s, const cache_entry& e) {
-  { s.key(e) } -> std::same_as<demotion_key>;
-};
 
 /// CaR's score deltas (papers/003 §III-B3).
 struct car_score {

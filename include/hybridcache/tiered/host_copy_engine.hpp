@@ -296,7 +296,7 @@ static_assert(tier_copy_engine<host_copy_engine>);
 /// engine that throws (the CUDA engine's `cuda_error`) has the move rolled back first and
 /// the exception propagates.
 template <class Store, class Engine>
-[[nodiscard]] expected<void> move_entry(Store& store, Engine& engine, node_id id, tier_id dst, std::int64_t dst_bytes = 0) {
+[[nodiscard]] expected<void> move_entry(Store& store, Engine& engine, entry_id id, tier_id dst, std::int64_t dst_bytes = 0) {
   auto ticket = store.prepare_move(id, dst, dst_bytes);
   if (!ticket) return unexpected(ticket.error());
   bool ok = false;

@@ -86,7 +86,7 @@ class offload_engine {
     std::lock_guard pass(pass_mu_);
     if (!above_high()) return 0;
     std::int64_t moved = 0;
-    std::vector<node_id> skipped;  // tried this pass; a failed move re-indexes under the same key
+    std::vector<entry_id> skipped;  // tried this pass; a failed move re-indexes under the same key
     stats_.passes += 1;
     for (;;) {
       const auto u = store_.usage(hbm_tier);
@@ -176,7 +176,7 @@ class offload_engine {
     if (!store_.would_fit(t, bytes)) return false;
     const std::int64_t need = store_.pages_for(bytes) * store_.page_bytes();  // <= capacity: fits
     const bool last = t.value + 1u >= store_.tier_count();
-    std::vector<node_id> stuck;  // victims of t that could not go down in this call
+    std::vector<entry_id> stuck;  // victims of t that could not go down in this call
     for (int guard = 0; guard < 1 << 20; ++guard) {
       const auto u = store_.usage(t);
       if (u.capacity_bytes - u.used_bytes >= need) return true;

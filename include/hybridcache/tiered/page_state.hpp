@@ -24,15 +24,9 @@
 #include <cstdint>
 #include <string_view>
 
-namespace hybridcache::tiered {
+#include "hybridcache/concepts/tier_entry.hpp"
 
-/// State of a cache-table entry.
-enum class page_state : std::uint8_t {
-  resident,  ///< lives in exactly one tier, idle: may be pinned, moved or erased
-  pinned,    ///< in use by at least one request: may only be pinned again or unpinned
-  moving,    ///< a copy to another tier is in flight: source and destination both held
-  writing,   ///< inserted, bytes still being produced: invisible to readers and movers
-};
+namespace hybridcache::tiered {
 
 /// Events that drive the state machine.
 enum class page_event : std::uint8_t {

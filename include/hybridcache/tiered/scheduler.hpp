@@ -168,10 +168,10 @@ enum class fit_result : std::uint8_t {
 /// (promoted). Hits already in HBM are pinned by the request, so they are not counted as
 /// evictable. Changes nothing. O(hits · log n). @throws invalid_argument for new_bytes < 0.
 template <class Store>
-[[nodiscard]] fit_result dry_run(const Store& store, std::int64_t new_bytes, std::span<const node_id> hits) {
+[[nodiscard]] fit_result dry_run(const Store& store, std::int64_t new_bytes, std::span<const entry_id> hits) {
   HYBRIDCACHE_EXPECTS(new_bytes >= 0, invalid_argument, "dry_run: new_bytes must be >= 0");
   std::int64_t need_pages = store.pages_for(new_bytes), own_evictable_pages = 0;
-  for (const node_id id : hits) {
+  for (const entry_id id : hits) {
     const auto row = store.find(id);
     if (!row) continue;
     const std::int64_t p = static_cast<std::int64_t>(row->pages.size());
@@ -187,7 +187,7 @@ template <class Store>
   if (need_pages <= free_pages + evictable_pages) return fit_result::fits_after_eviction;
   // Upper bound on what HBM can ever give this request: everything but its own HBM hits.
   std::int64_t own_hbm_pages = 0;
-  for (const node_id id : hits)
+  for (const entry_id id : hits)
     if (const auto row = store.find(id); row && row->tier == hbm_tier) own_hbm_pages += static_cast<std::int64_t>(row->pages.size());
   if (need_pages > u.capacity_bytes / pb - own_hbm_pages) return fit_result::never_fits;
   return fit_result::does_not_fit_now;
@@ -195,7 +195,7 @@ template <class Store>
 
 /// Throwing form for admission: capacity_error when the request can never fit.
 template <class Store>
-void require_fits(const Store& store, std::int64_t new_bytes, std::span<const node_id> hits) {
+void require_fits(const Store& store, std::int64_t new_bytes, std::span<const entry_id> hits) {
   if (dry_run(store, new_bytes, hits) == fit_result::never_fits)
     throw capacity_error("request needs more HBM than the tier holds even with everything evicted (" +
                          std::to_string(new_bytes) + " new bytes, capacity " +

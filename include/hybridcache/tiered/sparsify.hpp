@@ -31,7 +31,7 @@
 
 #include "hybridcache/model/cost_model.hpp"
 #include "hybridcache/core/error.hpp"
-#include "hybridcache/tiered/cache_entry.hpp"
+#include "hybridcache/concepts/demotion.hpp"
 
 namespace hybridcache::tiered {
 
@@ -129,14 +129,6 @@ struct sparsify_options {
                                                         bool has_checkpoint, const sparsify_options& o = {}) {
   return sparsified_kv_bytes(m, p, tokens, o) + (has_checkpoint ? m.ssm_checkpoint_bytes() : 0);
 }
-
-/// How many bytes an entry keeps when it is demoted: the offload engine's sizing policy.
-/// The mover copies that many bytes from the front of the entry, so a sparsifying runtime
-/// first compacts the kept tokens (`select_tokens`) of each attention layer to the front.
-template <class S>
-concept demotion_sizer = requires(const S& s, const cache_entry& e) {
-  { s.stored_bytes(e) } -> std::same_as<std::int64_t>;
-};
 
 /// Demote entries whole.
 struct keep_size {

@@ -18,6 +18,7 @@
 #include <string_view>
 #include <vector>
 
+#include "hybridcache/concepts/tier_entry.hpp"
 #include "hybridcache/core/error.hpp"
 
 namespace hybridcache::tiered {
@@ -38,17 +39,6 @@ enum class tier_kind : std::uint8_t {
   }
   return "unknown";
 }
-
-/// Strongly typed tier index (0 = HBM). Never converted implicitly from an integer, so a
-/// tier cannot be swapped with a node id or a page count by argument order.
-struct tier_id {
-  std::uint8_t value = 0;
-  friend constexpr bool operator==(tier_id, tier_id) = default;
-  friend constexpr auto operator<=>(tier_id, tier_id) = default;
-};
-
-/// The HBM tier.
-inline constexpr tier_id hbm_tier{0};
 
 /// One tier of the store. Aggregate: use designated initializers.
 struct tier_config {

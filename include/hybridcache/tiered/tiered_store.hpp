@@ -42,23 +42,13 @@
 
 #include "hybridcache/core/error.hpp"
 #include "hybridcache/core/expected.hpp"
-#include "hybridcache/tiered/cache_entry.hpp"
+#include "hybridcache/concepts/copy_engine.hpp"
+#include "hybridcache/concepts/tier_entry.hpp"
 #include "hybridcache/tiered/demotion_policy.hpp"
+#include "hybridcache/tiered/page_state.hpp"
 #include "hybridcache/tiered/tier.hpp"
 
 namespace hybridcache::tiered {
-
-/// A move in flight: returned by `prepare_move`, consumed by `complete_move`.
-struct move_ticket {
-  node_id id = 0;
-  tier_id src{};
-  tier_id dst{};
-  std::int64_t src_bytes = 0;               ///< bytes held at the source
-  std::int64_t dst_bytes = 0;               ///< bytes that will be stored at the destination
-  std::vector<std::uint32_t> src_pages;     ///< in the entry's logical order
-  std::vector<std::uint32_t> dst_pages;     ///< ascending (fresh pages)
-  std::uint64_t seq = 0;                    ///< must match the entry's move sequence
-};
 
 /// Per-tier occupancy, in bytes (page granular).
 struct tier_usage {
@@ -112,7 +102,7 @@ class tiered_store {
   /// `out_of_capacity` (demote first; see `victim`), also for sizes larger than the whole
   /// tier, up to INT64_MAX. Returns `invalid_argument` for bytes <= 0, an unknown tier or
   /// an id already present.
-  [[nodiscard]] expected<void> insert(node_id id, std::int64_t bytes, tier_id tier = hbm_tier, node_info info = {},
+  [[nodiscard]] expected<void> insert(entry_id id, std::int64_t bytes, tier_id tier = hbm_tier, node_info info = {},
                                       bool writing = false) {
     std::lock_guard lock(mu_);
     if (bytes <= 0 || tier.value >= tiers_.size() || entries_.count(id)) return unexpected(errc::invalid_argument);
@@ -135,7 +125,7 @@ class tiered_store {
   }
 
   /// A copy of the entry's row, or nullopt.
-  [[nodiscard]] std::optional<cache_entry> find(node_id id) const {
+  [[nodiscard]] std::optional<cache_entry> find(entry_id id) const {
     std::lock_guard lock(mu_);
     const auto it = entries_.find(id);
     if (it == entries_.end()) return std::nullopt;
@@ -143,23 +133,23 @@ class tiered_store {
   }
 
   /// Where the entry lives now (nullopt if absent). O(1) expected; no page-list copy.
-  [[nodiscard]] std::optional<std::pair<tier_id, page_state>> locate(node_id id) const {
+  [[nodiscard]] std::optional<std::pair<tier_id, page_state>> locate(entry_id id) const {
     std::lock_guard lock(mu_);
     const auto it = entries_.find(id);
     if (it == entries_.end()) return std::nullopt;
     return std::pair{it->second.tier, it->second.state};
   }
 
-  [[nodiscard]] bool contains(node_id id) const {
+  [[nodiscard]] bool contains(entry_id id) const {
     std::lock_guard lock(mu_);
     return entries_.count(id) != 0;
   }
 
   /// Pins the entry (a request uses it; it cannot be demoted or erased). `busy` while moving.
-  [[nodiscard]] expected<void> pin(node_id id) { return apply(id, page_event::pin); }
+  [[nodiscard]] expected<void> pin(entry_id id) { return apply(id, page_event::pin); }
 
   /// Makes a `writing` entry usable (resident). `invalid_argument` unless it is writing.
-  [[nodiscard]] expected<void> publish(node_id id) {
+  [[nodiscard]] expected<void> publish(entry_id id) {
     std::lock_guard lock(mu_);
     const auto it = entries_.find(id);
     if (it == entries_.end()) return unexpected(errc::not_found);
@@ -171,7 +161,7 @@ class tiered_store {
   }
 
   /// Releases one pin. `invalid_argument` if the entry is not pinned.
-  [[nodiscard]] expected<void> unpin(node_id id) {
+  [[nodiscard]] expected<void> unpin(entry_id id) {
     std::lock_guard lock(mu_);
     const auto it = entries_.find(id);
     if (it == entries_.end()) return unexpected(errc::not_found);
@@ -181,7 +171,7 @@ class tiered_store {
   }
 
   /// Marks the entry used now (recency for LRU-like scorers).
-  [[nodiscard]] expected<void> touch(node_id id) {
+  [[nodiscard]] expected<void> touch(entry_id id) {
     std::lock_guard lock(mu_);
     const auto it = entries_.find(id);
     if (it == entries_.end()) return unexpected(errc::not_found);
@@ -190,7 +180,7 @@ class tiered_store {
   }
 
   /// Adds `delta` to CaR's score of the entry (see `car_score`).
-  [[nodiscard]] expected<void> add_score(node_id id, double delta) {
+  [[nodiscard]] expected<void> add_score(entry_id id, double delta) {
     std::lock_guard lock(mu_);
     const auto it = entries_.find(id);
     if (it == entries_.end()) return unexpected(errc::not_found);
@@ -202,7 +192,7 @@ class tiered_store {
   /// size; less when the mover sparsifies). Reserves destination pages. Errors:
   /// not_found, busy (pinned or already moving), invalid_argument (same tier, unknown tier,
   /// dst_bytes < 0 or larger than the entry), out_of_capacity (no free pages at dst).
-  [[nodiscard]] expected<move_ticket> prepare_move(node_id id, tier_id dst, std::int64_t dst_bytes = 0) {
+  [[nodiscard]] expected<move_ticket> prepare_move(entry_id id, tier_id dst, std::int64_t dst_bytes = 0) {
     std::lock_guard lock(mu_);
     const auto it = entries_.find(id);
     if (it == entries_.end()) return unexpected(errc::not_found);
@@ -255,7 +245,7 @@ class tiered_store {
   }
 
   /// Drops a resident (or writing) entry and frees its pages. not_found / busy (pinned or moving).
-  [[nodiscard]] expected<void> erase(node_id id) {
+  [[nodiscard]] expected<void> erase(entry_id id) {
     std::lock_guard lock(mu_);
     const auto it = entries_.find(id);
     if (it == entries_.end()) return unexpected(errc::not_found);
@@ -273,7 +263,7 @@ class tiered_store {
   /// (in logical order), the entry keeps the rest. Both keep the entry's info, recency and
   /// score. Errors (nothing changes): not_found; invalid_argument unless 0 < head_bytes <
   /// bytes, head_bytes is a whole number of pages and head_id is new; busy unless resident.
-  [[nodiscard]] expected<void> split(node_id id, node_id head_id, std::int64_t head_bytes) {
+  [[nodiscard]] expected<void> split(entry_id id, entry_id head_id, std::int64_t head_bytes) {
     std::lock_guard lock(mu_);
     const auto it = entries_.find(id);
     if (it == entries_.end()) return unexpected(errc::not_found);
@@ -303,7 +293,7 @@ class tiered_store {
   /// removes `back`. Errors (nothing changes): not_found; invalid_argument for the same id,
   /// different tiers or a front that is not a whole number of pages; busy unless both are
   /// resident.
-  [[nodiscard]] expected<void> join(node_id front, node_id back) {
+  [[nodiscard]] expected<void> join(entry_id front, entry_id back) {
     std::lock_guard lock(mu_);
     const auto fi = entries_.find(front);
     const auto bi = entries_.find(back);
@@ -329,7 +319,7 @@ class tiered_store {
   /// and demotion keys are unchanged. Errors (nothing changes): not_found; invalid_argument
   /// for the same entry, different tiers or ranges outside either entry; busy while either
   /// is moving or writing.
-  [[nodiscard]] expected<void> exchange_pages(node_id a, std::int64_t a_first, node_id b, std::int64_t b_first,
+  [[nodiscard]] expected<void> exchange_pages(entry_id a, std::int64_t a_first, entry_id b, std::int64_t b_first,
                                               std::int64_t n) {
     std::lock_guard lock(mu_);
     const auto ai = entries_.find(a);
@@ -351,14 +341,14 @@ class tiered_store {
   }
 
   /// The evictable entry of `tier` with the smallest demotion key, or nullopt.
-  [[nodiscard]] std::optional<node_id> victim(tier_id tier) const { return victim(tier, {}); }
+  [[nodiscard]] std::optional<entry_id> victim(tier_id tier) const { return victim(tier, {}); }
 
   /// The evictable entry of `tier` with the smallest demotion key whose id is not in
   /// `exclude` (any order), or nullopt. A mover skips the victims it already failed to
   /// move in a pass this way: a failed move puts the entry back under the same key, so
   /// the plain `victim` would return it again. Costs O(log n + s · x) for s skipped
   /// entries and x excluded ids.
-  [[nodiscard]] std::optional<node_id> victim(tier_id tier, std::span<const node_id> exclude) const {
+  [[nodiscard]] std::optional<entry_id> victim(tier_id tier, std::span<const entry_id> exclude) const {
     std::lock_guard lock(mu_);
     if (tier.value >= tiers_.size()) return std::nullopt;
     for (const auto& [key, id] : tiers_[tier.value].index)
@@ -446,7 +436,7 @@ class tiered_store {
     std::int64_t evictable_pages = 0;
     std::int64_t entries = 0;
     std::vector<std::uint32_t> free_pages;  // stack; back = next page handed out
-    std::set<std::pair<demotion_key, node_id>> index;  // resident entries by demotion key
+    std::set<std::pair<demotion_key, entry_id>> index;  // resident entries by demotion key
   };
 
   static std::vector<std::uint32_t> take_pages(tier_state& s, std::int64_t n) {
@@ -480,7 +470,7 @@ class tiered_store {
     index_add(e);
   }
 
-  expected<void> apply(node_id id, page_event ev) {
+  expected<void> apply(entry_id id, page_event ev) {
     std::lock_guard lock(mu_);
     const auto it = entries_.find(id);
     if (it == entries_.end()) return unexpected(errc::not_found);
@@ -504,7 +494,7 @@ class tiered_store {
   Scorer scorer_;
   mutable std::mutex mu_;
   std::vector<tier_state> tiers_;
-  std::unordered_map<node_id, cache_entry> entries_;
+  std::unordered_map<entry_id, cache_entry> entries_;
   std::uint64_t clock_ = 0;
 };
 

@@ -24,12 +24,15 @@
 #include <cstdint>
 #include <vector>
 
+#include "hybridcache/concepts/ids.hpp"
+
 namespace hybridcache::sim {
 
-/// A token (or block) id in a replayed sequence. Real vocabularies and the Mooncake
-/// block ids expanded to 16-token blocks fit comfortably; negative ids are reserved for
-/// ids a reader synthesizes to be unique (Mooncake decode blocks).
-using token_id = std::int32_t;
+/// A token (or block) id in a replayed sequence (the library's one `token_id`). Real
+/// vocabularies and the Mooncake block ids expanded to 16-token blocks fit comfortably;
+/// negative ids are reserved for ids a reader synthesizes to be unique (Mooncake decode
+/// blocks).
+using hybridcache::token_id;
 
 /// One request of a trace, in the common representation.
 struct request {

@@ -340,7 +340,7 @@ class tiered_replayer {
       // --- match ---------------------------------------------------------------------
       match_result mt = match(q, t0);
       auto pf = prefetched_.find(i);
-      std::vector<node_id> prefetch_ids;
+      std::vector<entry_id> prefetch_ids;
       if (pf != prefetched_.end()) prefetch_ids = pf->second.ids;
       if (pf != prefetched_.end() && mt.lower_tokens > 0) {
         // Some prefetched blocks left HBM again before dispatch: load what is missing on
@@ -447,7 +447,7 @@ class tiered_replayer {
 
  private:
   struct match_result {
-    std::vector<std::pair<node_id, tier_id>> blocks;  // matched, in order
+    std::vector<std::pair<entry_id, tier_id>> blocks;  // matched, in order
     std::int64_t hbm_tokens = 0, lower_tokens = 0;
     std::int64_t hbm_prefix_tokens = 0;  // leading HBM-only run (what survives a recompute)
   };
@@ -455,7 +455,7 @@ class tiered_replayer {
     double start_ms = 0.0, load_ms = 0.0;
     std::int64_t lower_tokens = 0;
     std::vector<double> layer_ms;
-    std::vector<node_id> ids;  // the blocks it brought into HBM
+    std::vector<entry_id> ids;  // the blocks it brought into HBM
   };
 
   static std::vector<tier_config> effective_tiers(const tiered_replay_options& o) {
@@ -498,19 +498,19 @@ class tiered_replayer {
     }
   }
   struct later_first {
-    bool operator()(const std::pair<double, std::vector<node_id>>& a,
-                    const std::pair<double, std::vector<node_id>>& b) const noexcept {
+    bool operator()(const std::pair<double, std::vector<entry_id>>& a,
+                    const std::pair<double, std::vector<entry_id>>& b) const noexcept {
       return a.first > b.first;
     }
   };
-  bool published(node_id id, double now) const {
+  bool published(entry_id id, double now) const {
     if (o_.prefill_engines == 1) return true;
     const auto it = ready_.find(id);
     return it == ready_.end() || it->second <= now;
   }
 
   struct block_list {
-    std::vector<node_id> ids;           // chained hashes of the id groups
+    std::vector<entry_id> ids;           // chained hashes of the id groups
     std::vector<std::int64_t> tokens;   // real tokens of each block
   };
   const block_list& blocks_of(const sim::request& q) const {
@@ -780,7 +780,7 @@ class tiered_replayer {
       demote_or_drop(*v, t);
     }
   }
-  void demote_or_drop(node_id v, tier_id t) {
+  void demote_or_drop(entry_id v, tier_id t) {
     if (t.value + 1u >= store_.tier_count()) {
       (void)store_.erase(v);
       dropped_ += 1;
@@ -813,7 +813,7 @@ class tiered_replayer {
     }
   }
 
-  void pin(node_id id) {
+  void pin(entry_id id) {
     if (store_.pin(id)) pinned_.push_back(id);
   }
 
@@ -975,7 +975,7 @@ class tiered_replayer {
     (void)plan_load(mt);  // books its copies
     // Pinned while room is made, so that room for one block never demotes or drops another
     // block of the same prefetch (lower-tier ones before their move, HBM ones after).
-    std::vector<node_id> held;
+    std::vector<entry_id> held;
     for (const auto& [id, tier] : mt.blocks)
       if (tier != hbm_tier && store_.pin(id)) held.push_back(id);
     for (const auto& [id, tier] : mt.blocks) {
@@ -1004,7 +1004,7 @@ class tiered_replayer {
   std::vector<layer_kind> mixers_;
   std::vector<double> layer_ms_, compute_ms_, cum_ms_, best_layer_ms_, best_compute_ms_;
   sparsity_profile profile_;
-  std::vector<node_id> pinned_, computed_, loaded_;  // of the request being dispatched
+  std::vector<entry_id> pinned_, computed_, loaded_;  // of the request being dispatched
   std::span<const sim::request> all_;
   std::vector<block_list> blocks_;
   std::vector<double> arrivals_;
@@ -1012,8 +1012,8 @@ class tiered_replayer {
   std::vector<std::size_t> candidates_;
   std::priority_queue<std::pair<double, std::size_t>, std::vector<std::pair<double, std::size_t>>, std::greater<>> completions_;
   std::vector<double> engine_free_, link_free_;  // per prefill engine
-  std::vector<std::pair<double, std::vector<node_id>>> running_;  // (finish, pinned blocks), min-heap
-  std::unordered_map<node_id, double> ready_;  // publication time of blocks (several engines)
+  std::vector<std::pair<double, std::vector<entry_id>>> running_;  // (finish, pinned blocks), min-heap
+  std::unordered_map<entry_id, double> ready_;  // publication time of blocks (several engines)
   std::int64_t offloaded_ = 0, sparsify_saved_ = 0, dropped_ = 0, copies_ = 0;
 };
 

@@ -1,4 +1,4 @@
-// hybridcache/tiered/cache_entry.hpp
+// hybridcache/concepts/tier_entry.hpp
 //
 // One row of CaR's cache table: NodeID, Addr, Size, Valid_in_GPU, Score (papers/003
 // §III-B1), plus what the store needs to keep the row race-free (state, pin count, move
@@ -8,19 +8,38 @@
 // (pages need not be adjacent; the copy engine coalesces adjacent runs into large
 // transfers). `address()` turns the first page into a byte offset in the tier's arena, so
 // the same table drives a counting simulator, host buffers and device memory.
+//
+// These are the vocabulary of the tiered seams (concepts/demotion.hpp, copy_engine.hpp):
+// the tier id, the entry's state (its transitions: tiered/page_state.hpp) and the row.
 #pragma once
 
 #include <compare>
 #include <cstdint>
 #include <vector>
 
-#include "hybridcache/tiered/page_state.hpp"
-#include "hybridcache/tiered/tier.hpp"
+#include "hybridcache/concepts/ids.hpp"
 
 namespace hybridcache::tiered {
 
-/// Identifier of a cached node (a radix-tree node, a block hash, ...). Chosen by the caller.
-using node_id = std::uint64_t;
+/// Strongly typed tier index (0 = HBM). Never converted implicitly from an integer, so a
+/// tier cannot be swapped with a node id or a page count by argument order.
+struct tier_id {
+  std::uint8_t value = 0;
+  friend constexpr bool operator==(tier_id, tier_id) = default;
+  friend constexpr auto operator<=>(tier_id, tier_id) = default;
+};
+
+/// The HBM tier.
+inline constexpr tier_id hbm_tier{0};
+
+/// State of a cache-table entry.
+enum class page_state : std::uint8_t {
+  resident,  ///< lives in exactly one tier, idle: may be pinned, moved or erased
+  pinned,    ///< in use by at least one request: may only be pinned again or unpinned
+  moving,    ///< a copy to another tier is in flight: source and destination both held
+  writing,   ///< inserted, bytes still being produced: invisible to readers and movers
+};
+
 
 /// Ordering key of an evictable entry: smaller leaves first; `secondary` breaks ties.
 struct demotion_key {
@@ -38,7 +57,7 @@ struct node_info {
 
 /// A cache-table row. Owned by `tiered_store`; callers see copies (`entry_view`).
 struct cache_entry {
-  node_id id = 0;
+  entry_id id = 0;
   tier_id tier = hbm_tier;            ///< home tier (where the bytes are valid)
   page_state state = page_state::resident;
   std::int32_t pins = 0;              ///< requests using the entry now

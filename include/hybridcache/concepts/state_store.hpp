@@ -1,0 +1,59 @@
+// hybridcache/concepts/state_store.hpp
+//
+// `state_store`: where the prefix cache's KV of cached tokens and SSM checkpoints live.
+// Models (stores/): counting_store (bytes only, for simulation), pool_state_store (pages
+// and checkpoint blocks of the asymmetric pool), tiered_state_store (HBM + lower tiers).
+// The typed conformance suite is tests/conformance.
+#pragma once
+
+#include <concepts>
+#include <cstdint>
+#include <type_traits>
+#include <utility>
+
+#include "hybridcache/core/expected.hpp"
+
+namespace hybridcache::prefix {
+
+/// Where the cached state lives. A node of the tree owns one `kv_extent` (the KV of its
+/// edge's tokens, in every attention layer) and at most one `checkpoint_handle` (the SSM
+/// and conv state of every recurrent layer after the edge's last token).
+///
+/// Calls the cache makes, all `noexcept` (hot path; failures are `errc` values):
+/// - `allocate_kv(n)` -> `expected<kv_extent>`: KV room for `n >= 1` tokens, or
+///   `errc::out_of_capacity`. On failure the cache evicts and retries; the store must be
+///   unchanged by a failed call.
+/// - `free_kv(kv_extent&&)`: gives an extent back (never fails).
+/// - `split_kv(kv_extent& whole, n)` -> `expected<kv_extent>`: detaches the first `n`
+///   tokens (0 < n < tokens of `whole`) into a new extent; `whole` keeps the rest. Used when
+///   an insert splits an edge. May fail (e.g. a paged store that must copy a shared page);
+///   then `whole` is unchanged and the commit is rolled back.
+/// - `join_kv(kv_extent& front, kv_extent&& back)` -> `expected<void>`: `front` becomes
+///   front ++ back (KV absorption when a single-child node is evicted into its child). On
+///   failure both are unchanged and the cache drops only the checkpoint (tombstone).
+/// - `allocate_checkpoint()` -> `expected<checkpoint_handle>`, `free_checkpoint(h&&)`.
+/// - `kv_bytes(n)`, `checkpoint_bytes()`: bytes a future allocation will take, so the cache
+///   can evict what is missing in one eviction round (the reference's rule) before it
+///   allocates; `used_bytes()`, `capacity_bytes()`: current use and the budget.
+///
+/// A counting store (`counting_store`) makes both handle types empty structs and only
+/// counts bytes. A real store returns page lists / pool slots; both handle types must be
+/// default constructible (an empty handle) and movable.
+template <class S>
+concept state_store =
+    std::default_initializable<typename S::kv_extent> && std::movable<typename S::kv_extent> &&
+    std::default_initializable<typename S::checkpoint_handle> && std::movable<typename S::checkpoint_handle> &&
+    requires(S& s, const S& cs, typename S::kv_extent& kv, typename S::checkpoint_handle& ck, std::int64_t n) {
+      { s.allocate_kv(n) } noexcept -> std::same_as<expected<typename S::kv_extent>>;
+      { s.free_kv(std::move(kv)) } noexcept -> std::same_as<void>;
+      { s.split_kv(kv, n) } noexcept -> std::same_as<expected<typename S::kv_extent>>;
+      { s.join_kv(kv, std::move(kv)) } noexcept -> std::same_as<expected<void>>;
+      { s.allocate_checkpoint() } noexcept -> std::same_as<expected<typename S::checkpoint_handle>>;
+      { s.free_checkpoint(std::move(ck)) } noexcept -> std::same_as<void>;
+      { cs.kv_bytes(n) } noexcept -> std::same_as<std::int64_t>;
+      { cs.checkpoint_bytes() } noexcept -> std::same_as<std::int64_t>;
+      { cs.used_bytes() } noexcept -> std::same_as<std::int64_t>;
+      { cs.capacity_bytes() } noexcept -> std::same_as<std::int64_t>;
+    };
+
+}  // namespace hybridcache::prefix
