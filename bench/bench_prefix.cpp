@@ -12,6 +12,7 @@
 #include <hybridcache/model/presets.hpp>
 #include <hybridcache/prefix/flop_aware_scorer.hpp>
 #include <hybridcache/prefix/prefix_cache.hpp>
+#include "hybridcache/stores/counting_store.hpp"
 #include <hybridcache/sim/reference/reference_scorer.hpp>
 
 using namespace hybridcache;

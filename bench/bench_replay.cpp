@@ -8,6 +8,8 @@
 #include <benchmark/benchmark.h>
 
 #include <filesystem>
+#include <optional>
+#include <type_traits>
 #include <vector>
 
 #include <hybridcache/model/cost_model.hpp>
@@ -16,7 +18,9 @@
 #include <hybridcache/stores/counting_store.hpp>
 #include <hybridcache/prefix/flop_aware_scorer.hpp>
 #include <hybridcache/prefix/lru_scorer.hpp>
+#include <hybridcache/compose/alpha_tuner.hpp>
 #include <hybridcache/prefix/prefix_cache.hpp>
+#include <hybridcache/stores/counting_store.hpp>
 #include <hybridcache/sim/mooncake_trace.hpp>
 #include <hybridcache/sim/replay.hpp>
 #include <hybridcache/sim/synth_v1.hpp>
@@ -69,17 +73,26 @@ struct adapter {
 
 template <class Admission, class MakeScorer>
 void run(benchmark::State& state, const hc::sim::replay_trace& trace, std::int64_t capacity, std::int64_t kv_scale,
-         MakeScorer make_scorer, pc::prefix_cache_config cfg = {}) {
+         MakeScorer make_scorer, std::optional<pc::tuning_config> tuning = {}) {
+  using cache_type = pc::prefix_cache<hc::cost_model, Admission, decltype(make_scorer()), pc::counting_store>;
   double hit = 0;
   for (auto _ : state) {
     pc::counting_store store(capacity, model().kv_bytes_per_token() * kv_scale, model().ssm_checkpoint_bytes());
     store.allow_overflow(true);
-    cfg.admit_oversized = true;
-    pc::prefix_cache<hc::cost_model, Admission, decltype(make_scorer())> cache(model(), std::move(store), make_scorer(),
-                                                                              Admission{}, cfg);
-    adapter<decltype(cache)> a{cache};
-    const auto m = hc::sim::replay(a, trace, model());
-    hit = m.token_hit_rate;  // read after the loop, so the replay cannot be optimised away
+    const pc::prefix_cache_config cfg{.admit_oversized = true};
+    auto replay_with = [&](auto& cache) {
+      adapter<std::remove_reference_t<decltype(cache)>> a{cache};
+      hit = hc::sim::replay(a, trace, model()).token_hit_rate;  // read after the loop: not optimised away
+    };
+    if constexpr (pc::alpha_tunable_scorer<decltype(make_scorer())>) {
+      if (tuning) {
+        pc::alpha_tuned_cache<cache_type> cache(model(), std::move(store), make_scorer(), Admission{}, cfg, *tuning);
+        replay_with(cache);
+        continue;
+      }
+    }
+    cache_type cache(model(), std::move(store), make_scorer(), Admission{}, cfg);
+    replay_with(cache);
   }
   state.counters["token_hit_pct"] = benchmark::Counter(100.0 * hit);
   state.counters["requests"] = benchmark::Counter(static_cast<double>(trace.size()));
@@ -97,10 +110,7 @@ void chat_sglang_plus_node_id_ties(benchmark::State& s) {
 void chat_vllm_plus(benchmark::State& s) { run<pc::every_block_admission<32>>(s, chat_trace(), 5'000'000'000, 1, heapq_lru); }
 void chat_marconi_alpha1(benchmark::State& s) { run<pc::judicious_admission>(s, chat_trace(), 5'000'000'000, 1, flop_alpha1); }
 void chat_marconi_auto(benchmark::State& s) {
-  pc::prefix_cache_config cfg;
-  cfg.tuning.enabled = true;
-  cfg.tuning.threads = 1;
-  run<pc::judicious_admission>(s, chat_trace(), 5'000'000'000, 1, flop_alpha0, cfg);
+  run<pc::judicious_admission>(s, chat_trace(), 5'000'000'000, 1, flop_alpha0, pc::tuning_config{.threads = 1});
 }
 
 void mooncake(benchmark::State& s, int policy) {

@@ -14,6 +14,7 @@
 #include <hybridcache/model/presets.hpp>
 #include <hybridcache/prefix/lru_scorer.hpp>
 #include <hybridcache/prefix/prefix_cache.hpp>
+#include "hybridcache/stores/counting_store.hpp"
 #include <hybridcache/stores/tiered_state_store.hpp>
 #include <hybridcache/sim/mooncake_trace.hpp>
 #include <hybridcache/sim/synth_v1.hpp>

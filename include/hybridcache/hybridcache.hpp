@@ -23,6 +23,7 @@
 #include "hybridcache/prefix/flop_aware_scorer.hpp"
 #include "hybridcache/prefix/lock_policy.hpp"
 #include "hybridcache/prefix/lru_scorer.hpp"
+#include "hybridcache/compose/bundles.hpp"
 #include "hybridcache/prefix/prefix_cache.hpp"
 
 #include "hybridcache/memory/asymmetric_pool.hpp"

@@ -15,6 +15,7 @@
 #include <hybridcache/tiered/cuda/copy_engine.cuh>
 #include <hybridcache/prefix/lru_scorer.hpp>
 #include <hybridcache/prefix/prefix_cache.hpp>
+#include "hybridcache/stores/counting_store.hpp"
 #include <hybridcache/stores/tiered_state_store.hpp>
 
 #include "../support/tiny_hybrid_model.hpp"

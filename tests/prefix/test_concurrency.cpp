@@ -11,6 +11,7 @@
 #include "hybridcache/model/presets.hpp"
 #include "hybridcache/prefix/flop_aware_scorer.hpp"
 #include "hybridcache/prefix/prefix_cache.hpp"
+#include "hybridcache/stores/counting_store.hpp"
 
 using namespace hybridcache;
 using namespace hybridcache::prefix;

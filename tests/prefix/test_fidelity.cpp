@@ -11,7 +11,9 @@
 
 #include "hybridcache/model/presets.hpp"
 #include "hybridcache/prefix/flop_aware_scorer.hpp"
+#include "hybridcache/compose/bundles.hpp"
 #include "hybridcache/prefix/prefix_cache.hpp"
+#include "hybridcache/stores/counting_store.hpp"
 #include "hybridcache/sim/reference/reference_scorer.hpp"
 #include "hybridcache/sim/synth_v1.hpp"
 
@@ -174,9 +176,9 @@ TEST_CASE("Marconi, correct FLOP-aware scorer: pinned rows; threshold walk == na
 TEST_CASE("Marconi V2 with online tuning (reference quirks, bootstrap multiplier 2) picks alpha 1.5") {
   // Reference: "V2 (bootstrap multiplier 2): tunes alpha=1.5 -> 13.8954%".
   const cost_model m(presets::marconi_7b());
-  prefix_cache<cost_model, judicious_admission, reference_flop_scorer> c(
-      m, fixture_store(m), reference_flop_scorer(m, {.alpha = 0.0, .quirks = true}), {},
-      {.admit_oversized = true, .tuning = {.enabled = true, .bootstrap_multiplier = 2}});
+  alpha_tuned_cache<prefix_cache<cost_model, judicious_admission, reference_flop_scorer>> c(
+      m, fixture_store(m), reference_flop_scorer(m, {.alpha = 0.0, .quirks = true}), {}, {.admit_oversized = true},
+      {.enabled = true, .bootstrap_multiplier = 2});
   const auto skipped = replay(c);
   REQUIRE(c.tuning_history().size() == 1);
   const auto& ev = c.tuning_history()[0];
@@ -194,15 +196,14 @@ TEST_CASE("Marconi V2 with online tuning (reference quirks, bootstrap multiplier
 
 TEST_CASE("alpha tuning: hit-rate objective and periodic re-tuning over a sliding window") {
   const cost_model m(presets::marconi_7b());
-  prefix_cache<cost_model, judicious_admission, flop_aware_scorer> c(
-      m, fixture_store(m), flop_aware_scorer(m, {.alpha = 0.0}), {},
-      {.admit_oversized = true,
-       .tuning = {.enabled = true,
-                  .bootstrap_multiplier = 2,
-                  .objective = tuning_objective::token_hit_rate,
-                  .threads = 3,
-                  .retune_every = 20,
-                  .retune_window = 30}});
+  alpha_tuned_cache<prefix_cache<cost_model, judicious_admission, flop_aware_scorer>> c(
+      m, fixture_store(m), flop_aware_scorer(m, {.alpha = 0.0}), {}, {.admit_oversized = true},
+      {.enabled = true,
+       .bootstrap_multiplier = 2,
+       .objective = tuning_objective::token_hit_rate,
+       .threads = 3,
+       .retune_every = 20,
+       .retune_window = 30});
   CHECK(c.alpha() == 0.0);
   (void)replay(c);
   const auto& h = c.tuning_history();
@@ -229,9 +230,9 @@ TEST_CASE("alpha tuning: the replay is deterministic whatever the thread count" 
   const cost_model m(presets::marconi_7b());
   std::vector<double> first;
   for (unsigned threads : {1u, 4u}) {
-    prefix_cache<cost_model, judicious_admission, flop_aware_scorer> c(
-        m, fixture_store(m), flop_aware_scorer(m, {.alpha = 0.0}), {},
-        {.admit_oversized = true, .tuning = {.enabled = true, .bootstrap_multiplier = 2, .threads = threads}});
+    alpha_tuned_cache<prefix_cache<cost_model, judicious_admission, flop_aware_scorer>> c(
+        m, fixture_store(m), flop_aware_scorer(m, {.alpha = 0.0}), {}, {.admit_oversized = true},
+        {.enabled = true, .bootstrap_multiplier = 2, .threads = threads});
     (void)replay(c);
     REQUIRE(c.tuning_history().size() == 1);
     if (first.empty()) first = c.tuning_history()[0].scores;
@@ -297,10 +298,8 @@ TEST_CASE("larger synth traces at 5 GB: the reference driver's logged rates (anc
     REQUIRE(tr.size() == 570);
     prefix_cache<cost_model, judicious_admission, lru_scorer> v1(m, store_5gb(m), heapq_lru, {}, cfg);
     CHECK(hit_rate_percent(v1, tr) == 83.03);
-    auto tuned = cfg;
-    tuned.tuning = {.enabled = true, .bootstrap_multiplier = 5};
-    prefix_cache<cost_model, judicious_admission, reference_flop_scorer> v2(
-        m, store_5gb(m), reference_flop_scorer(m, {.quirks = true}), {}, tuned);
+    alpha_tuned_cache<prefix_cache<cost_model, judicious_admission, reference_flop_scorer>> v2(
+        m, store_5gb(m), reference_flop_scorer(m, {.quirks = true}), {}, cfg, {.enabled = true, .bootstrap_multiplier = 5});
     CHECK(hit_rate_percent(v2, tr) == 83.26);
     CHECK(v2.requests_before_first_eviction() == 54);
     CHECK(v2.alpha() == 0.0);
@@ -325,10 +324,8 @@ TEST_CASE("larger synth traces at 5 GB: the reference driver's logged rates (anc
     REQUIRE(tr.size() == 692);
     prefix_cache<cost_model, judicious_admission, lru_scorer> v1(m, store_5gb(m), heapq_lru, {}, cfg);
     CHECK(hit_rate_percent(v1, tr) == 33.65);
-    auto tuned = cfg;
-    tuned.tuning = {.enabled = true, .bootstrap_multiplier = 5};
-    prefix_cache<cost_model, judicious_admission, reference_flop_scorer> v2(
-        m, store_5gb(m), reference_flop_scorer(m, {.quirks = true}), {}, tuned);
+    alpha_tuned_cache<prefix_cache<cost_model, judicious_admission, reference_flop_scorer>> v2(
+        m, store_5gb(m), reference_flop_scorer(m, {.quirks = true}), {}, cfg, {.enabled = true, .bootstrap_multiplier = 5});
     CHECK(hit_rate_percent(v2, tr) == 29.77);
     CHECK(v2.requests_before_first_eviction() == 63);
     CHECK(v2.alpha() == 1.6);  // 1.6 and 1.7 tie; the reference also chose 1.6

@@ -11,7 +11,9 @@
 
 #include "hybridcache/model/presets.hpp"
 #include "hybridcache/prefix/flop_aware_scorer.hpp"
+#include "hybridcache/compose/bundles.hpp"
 #include "hybridcache/prefix/prefix_cache.hpp"
+#include "hybridcache/stores/counting_store.hpp"
 #include "hybridcache/sim/reference/reference_scorer.hpp"
 
 using namespace hybridcache;
@@ -494,9 +496,10 @@ TEST_CASE("docs/prefix-cache.md example") {
   // example-begin
   const cost_model model(presets::marconi_7b());
   counting_store store(5'000'000'000, model.kv_bytes_per_token(), model.ssm_checkpoint_bytes());
-  prefix_cache<cost_model, judicious_admission, flop_aware_scorer> cache(
-      model, std::move(store), flop_aware_scorer(model, {.alpha = 0.0}), {},
-      {.tuning = {.enabled = true, .bootstrap_multiplier = 5}});
+  // marconi_tuned_cache = alpha_tuned_cache<prefix_cache<cost_model, judicious_admission,
+  // flop_aware_scorer, counting_store>> (compose/bundles.hpp).
+  marconi_tuned_cache<> cache(model, std::move(store), flop_aware_scorer(model, {.alpha = 0.0}), {}, {},
+                              {.bootstrap_multiplier = 5});
 
   std::vector<token_id> system_prompt(1000, 42), history;
   for (int turn = 0; turn < 3; ++turn) {

@@ -6,6 +6,7 @@
 
 #include <hybridcache/model/presets.hpp>
 #include <hybridcache/prefix/prefix_cache.hpp>
+#include "hybridcache/stores/counting_store.hpp"
 #include <hybridcache/sim/replay.hpp>
 #include <hybridcache/sim/synth_v1.hpp>
 

@@ -18,6 +18,7 @@
 #include "hybridcache/model/presets.hpp"
 #include "hybridcache/prefix/flop_aware_scorer.hpp"
 #include "hybridcache/prefix/prefix_cache.hpp"
+#include "hybridcache/stores/counting_store.hpp"
 #include "hybridcache/sim/synth_v1.hpp"
 #include "hybridcache/stores/tiered_state_store.hpp"
 

@@ -20,6 +20,7 @@
 #include "hybridcache/model/cost_model.hpp"
 #include "hybridcache/prefix/flop_aware_scorer.hpp"
 #include "hybridcache/prefix/prefix_cache.hpp"
+#include "hybridcache/stores/counting_store.hpp"
 #include "hybridcache/tiered/host_copy_engine.hpp"
 #include "hybridcache/stores/tiered_state_store.hpp"
 

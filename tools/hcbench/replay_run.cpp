@@ -16,11 +16,13 @@
 #include <cstdio>
 #include <filesystem>
 #include <limits>
+#include <optional>
 #include <span>
 
 #include <hybridcache/model/cost_model.hpp>
 #include <hybridcache/core/checked_math.hpp>
 #include <hybridcache/core/error.hpp>
+#include <hybridcache/compose/alpha_tuner.hpp>
 #include <hybridcache/prefix/admission.hpp>
 #include <hybridcache/sim/reference/block_tree_reference.hpp>
 #include <hybridcache/stores/counting_store.hpp>
@@ -140,11 +142,9 @@ pc::counting_store make_store(const run_context& ctx) {
   return s;
 }
 
-template <class Admission, class Scorer>
-hc::sim::run_metrics run_with(const run_context& ctx, Scorer scorer, pc::prefix_cache_config cfg) {
-  cfg.admit_oversized = !ctx.job.strict_capacity;
-  pc::prefix_cache<hc::cost_model, Admission, Scorer> cache(ctx.costs, make_store(ctx), std::move(scorer), Admission{},
-                                                           cfg);
+/// Replays the trace through `cache` (a prefix_cache or an alpha_tuned_cache).
+template <class Cache>
+hc::sim::run_metrics replay_through(const run_context& ctx, Cache& cache) {
   engine_adapter<decltype(cache)> adapter(cache);
   const hc::sim::replay_options opt{.concurrency = ctx.job.concurrency, .keep_per_request = ctx.job.keep_per_request};
   hc::sim::run_metrics m;
@@ -161,13 +161,30 @@ hc::sim::run_metrics run_with(const run_context& ctx, Scorer scorer, pc::prefix_
   return m;
 }
 
+/// One policy run: a prefix_cache over a counting store, wrapped in an alpha_tuned_cache
+/// when `tuning` is given (Marconi's --alpha auto).
+template <class Admission, class Scorer>
+hc::sim::run_metrics run_with(const run_context& ctx, Scorer scorer, std::optional<pc::tuning_config> tuning = {}) {
+  const pc::prefix_cache_config cfg{.admit_oversized = !ctx.job.strict_capacity};
+  using cache_type = pc::prefix_cache<hc::cost_model, Admission, Scorer, pc::counting_store>;
+  if constexpr (pc::alpha_tunable_scorer<Scorer>) {
+    if (tuning) {
+      pc::alpha_tuned_cache<cache_type> cache(ctx.costs, make_store(ctx), std::move(scorer), Admission{}, cfg, *tuning);
+      return replay_through(ctx, cache);
+    }
+  }
+  HYBRIDCACHE_EXPECTS(!tuning, hc::invalid_argument, "alpha tuning needs a FLOP-aware scorer");
+  cache_type cache(ctx.costs, make_store(ctx), std::move(scorer), Admission{}, cfg);
+  return replay_through(ctx, cache);
+}
+
 pc::lru_scorer make_lru(const replay_job& job) {
   return pc::lru_scorer({.ties = job.reference_lru_ties ? pc::lru_ties::python_heapq : pc::lru_ties::by_node_id});
 }
 
 template <std::int64_t Block>
 hc::sim::run_metrics run_every_block(const run_context& ctx) {
-  return run_with<pc::every_block_admission<Block>>(ctx, make_lru(ctx.job), {});
+  return run_with<pc::every_block_admission<Block>>(ctx, make_lru(ctx.job));
 }
 
 /// vllm+ --reference-quirks: the reference simulator's block tree (its byte estimate,
@@ -212,18 +229,17 @@ replay_result run_replay(const replay_job& job) {
 
   hc::sim::run_metrics m;
   if (job.policy == "marconi") {
-    pc::prefix_cache_config cfg;
-    cfg.tuning.enabled = !job.alpha.has_value();
-    cfg.tuning.threads = job.tuning_threads;
+    std::optional<pc::tuning_config> tuning;
+    if (!job.alpha.has_value()) tuning = pc::tuning_config{.threads = job.tuning_threads};
     if (job.reference_quirks)
       m = run_with<pc::judicious_admission>(
-          ctx, pc::reference_flop_scorer(costs, {.alpha = job.alpha.value_or(0.0), .quirks = true}), cfg);
+          ctx, pc::reference_flop_scorer(costs, {.alpha = job.alpha.value_or(0.0), .quirks = true}), tuning);
     else
-      m = run_with<pc::judicious_admission>(ctx, pc::flop_aware_scorer(costs, {.alpha = job.alpha.value_or(0.0)}), cfg);
+      m = run_with<pc::judicious_admission>(ctx, pc::flop_aware_scorer(costs, {.alpha = job.alpha.value_or(0.0)}), tuning);
   } else if (job.policy == "sglang+") {
-    m = run_with<pc::judicious_admission>(ctx, make_lru(job), {});
+    m = run_with<pc::judicious_admission>(ctx, make_lru(job));
   } else if (job.policy == "lru") {
-    m = run_with<last_token_admission>(ctx, make_lru(job), {});
+    m = run_with<last_token_admission>(ctx, make_lru(job));
   } else if (job.reference_quirks) {  // vllm+ as the reference's block tree
     m = run_block_tree_reference(ctx);
   } else {  // vllm+: a checkpoint every `vllm_block` tokens = vllm_block / tokens_per_id ids

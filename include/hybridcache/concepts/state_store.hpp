@@ -56,4 +56,25 @@ concept state_store =
       { cs.capacity_bytes() } noexcept -> std::same_as<std::int64_t>;
     };
 
+/// The least a `state_store` may be: every call present with the required signature, no
+/// behaviour. Policies that are written against `radix_tree<Store>` (the scorers) check
+/// themselves against `radix_tree<state_store_archetype>` right under their definition, so
+/// that prefix/ never needs a concrete store from stores/ above it. Never instantiate one
+/// for real use.
+struct state_store_archetype {
+  struct kv_extent {};
+  struct checkpoint_handle {};
+  expected<kv_extent> allocate_kv(std::int64_t) noexcept { return kv_extent{}; }
+  void free_kv(kv_extent&&) noexcept {}
+  expected<kv_extent> split_kv(kv_extent&, std::int64_t) noexcept { return kv_extent{}; }
+  expected<void> join_kv(kv_extent&, kv_extent&&) noexcept { return {}; }
+  expected<checkpoint_handle> allocate_checkpoint() noexcept { return checkpoint_handle{}; }
+  void free_checkpoint(checkpoint_handle&&) noexcept {}
+  [[nodiscard]] std::int64_t kv_bytes(std::int64_t) const noexcept { return 0; }
+  [[nodiscard]] std::int64_t checkpoint_bytes() const noexcept { return 0; }
+  [[nodiscard]] std::int64_t used_bytes() const noexcept { return 0; }
+  [[nodiscard]] std::int64_t capacity_bytes() const noexcept { return 0; }
+};
+static_assert(state_store<state_store_archetype>);
+
 }  // namespace hybridcache::prefix

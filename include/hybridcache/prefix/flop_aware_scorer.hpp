@@ -45,7 +45,7 @@
 
 #include "hybridcache/model/cost_model.hpp"
 #include "hybridcache/concepts/utility_scorer.hpp"
-#include "hybridcache/stores/counting_store.hpp"
+#include "hybridcache/concepts/state_store.hpp"
 #include "hybridcache/prefix/radix_tree.hpp"
 
 namespace hybridcache::prefix {
@@ -256,6 +256,6 @@ class flop_aware_scorer {
   std::uint64_t visits_ = 0;
 };
 
-static_assert(utility_scorer<flop_aware_scorer, radix_tree<counting_store>>);
+static_assert(utility_scorer<flop_aware_scorer, radix_tree<state_store_archetype>>);
 
 }  // namespace hybridcache::prefix

@@ -28,7 +28,7 @@
 #include <vector>
 
 #include "hybridcache/concepts/utility_scorer.hpp"
-#include "hybridcache/stores/counting_store.hpp"
+#include "hybridcache/concepts/state_store.hpp"
 #include "hybridcache/prefix/radix_tree.hpp"
 
 namespace hybridcache::prefix {
@@ -273,6 +273,6 @@ class lru_scorer {
   bool in_round_ = false;
 };
 
-static_assert(utility_scorer<lru_scorer, radix_tree<counting_store>>);
+static_assert(utility_scorer<lru_scorer, radix_tree<state_store_archetype>>);
 
 }  // namespace hybridcache::prefix

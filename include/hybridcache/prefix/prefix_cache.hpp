@@ -47,7 +47,6 @@
 #include <limits>
 #include <mutex>
 #include <span>
-#include <thread>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -63,7 +62,6 @@
 #include "hybridcache/concepts/lock.hpp"
 #include "hybridcache/concepts/state_store.hpp"
 #include "hybridcache/concepts/utility_scorer.hpp"
-#include "hybridcache/stores/counting_store.hpp"
 #include "hybridcache/prefix/lock_policy.hpp"
 #include "hybridcache/prefix/lru_scorer.hpp"
 #include "hybridcache/prefix/radix_tree.hpp"
@@ -71,29 +69,9 @@
 
 namespace hybridcache::prefix {
 
-/// What alpha tuning optimises in each replay of the window.
-enum class tuning_objective : unsigned char {
-  flops_saved,     ///< Σ FLOPs saved over the last `score_last` requests (the reference)
-  token_hit_rate,  ///< Σ skipped / Σ input tokens over the same requests (the paper's text)
-};
-
-/// Online alpha tuning (Marconi §4.3, reference config_tuner.py). Used only when the
-/// scorer has `set_alpha` and `with_alpha`.
-struct tuning_config {
-  bool enabled = false;
-  /// Bootstrap window = multiplier × requests seen at the first eviction (reference: 5;
-  /// its LMSys sweep: 15). Alpha stays at the scorer's initial value (0) until then.
-  std::int64_t bootstrap_multiplier = 5;
-  double alpha_step = 0.1;   ///< grid {0, step, 2·step, ..., alpha_max}, each k/10 exactly for step 0.1
-  double alpha_max = 2.0;
-  std::int64_t score_last = 500;  ///< replays are scored over their last N requests
-  tuning_objective objective = tuning_objective::flops_saved;
-  unsigned threads = 0;           ///< replay threads (0 = hardware concurrency)
-  /// Beyond the reference: after the first tuning, re-tune every `retune_every` requests
-  /// over the last `window` requests replayed from an empty cache (0 = tune once).
-  std::int64_t retune_every = 0;
-  std::int64_t retune_window = 0;  ///< 0 = the bootstrap window's length
-};
+/// The simulation store (stores/counting_store.hpp), the default `Store`. Declared here so
+/// that prefix/ does not depend on stores/ above it; include that header to use the default.
+class counting_store;
 
 /// Cache options (aggregate).
 struct prefix_cache_config {
@@ -101,16 +79,6 @@ struct prefix_cache_config {
   /// inserts it anyway and the tree goes over capacity; pair with a store that allows
   /// overflow). Off: such a commit returns `errc::out_of_capacity` and changes nothing.
   bool admit_oversized = false;
-  tuning_config tuning{};
-};
-
-/// One tuning decision (for logs and tests).
-struct tuning_event {
-  std::int64_t at_request = 0;   ///< requests seen when it ran
-  std::int64_t window = 0;       ///< requests replayed
-  double alpha = 0.0;            ///< chosen alpha
-  std::vector<double> alphas;    ///< grid
-  std::vector<double> scores;    ///< objective per grid value
 };
 
 /// The hybrid prefix cache. See the file comment.
@@ -131,8 +99,7 @@ class prefix_cache {
   using store_type = Store;
   using tree_type = radix_tree<Store>;
 
-  /// @throws capacity_error when the store cannot hold one SSM checkpoint;
-  /// @throws invalid_argument on a bad tuning configuration.
+  /// @throws capacity_error when the store cannot hold one SSM checkpoint.
   prefix_cache(Model model, Store store, Scorer scorer, Admission admission = {}, prefix_cache_config cfg = {})
       : model_(std::move(model)),
         store_(std::move(store)),
@@ -144,13 +111,6 @@ class prefix_cache {
       throw capacity_error("prefix_cache: store capacity " + std::to_string(store_.capacity_bytes()) +
                            " B is smaller than one SSM checkpoint (" + std::to_string(store_.checkpoint_bytes()) +
                            " B)");
-    HYBRIDCACHE_EXPECTS(cfg_.tuning.bootstrap_multiplier > 0, invalid_argument,
-                        "prefix_cache: tuning.bootstrap_multiplier must be > 0");
-    HYBRIDCACHE_EXPECTS(cfg_.tuning.alpha_step > 0 && cfg_.tuning.alpha_max >= 0, invalid_argument,
-                        "prefix_cache: tuning alpha grid must have step > 0 and max >= 0");
-    HYBRIDCACHE_EXPECTS(cfg_.tuning.score_last > 0, invalid_argument, "prefix_cache: tuning.score_last must be > 0");
-    HYBRIDCACHE_EXPECTS(cfg_.tuning.retune_every >= 0 && cfg_.tuning.retune_window >= 0, invalid_argument,
-                        "prefix_cache: tuning.retune_every/retune_window must be >= 0");
     pin_node_.assign(64, no_node);
     reserve_indexes(64);
   }
@@ -245,28 +205,10 @@ class prefix_cache {
                                                std::span<const std::int64_t> extra = {}) {
     std::lock_guard<Lock> guard(lock_);
     const auto len = static_cast<std::int64_t>(sequence.size());
-    if (len == 0 || input_tokens < 0 || input_tokens > len) return unexpected(errc::invalid_argument);
-    for (std::int64_t p : extra)
-      if (p < 1 || p > len) return unexpected(errc::invalid_argument);
     std::int64_t reusable = -1;
-    if (m != nullptr && !m->pin.is_null()) {
-      const errc e = pins_.validate(m->pin);
-      if (e != errc::ok) return unexpected(e);
-      const node_id pinned = pin_node_[m->pin.index()];
-      if (m->reusable_tokens > len || !on_path(sequence, pinned)) return unexpected(errc::invalid_argument);
-      reusable = m->reusable_tokens;
-    }
-    // Oversized check before anything changes: the new state alone must fit.
-    {
-      const walk_result w0 = tree_.walk(sequence, path_);
-      const std::int64_t r0 = reusable >= 0 ? reusable : reusable_in(path_, input_tokens);
-      select_positions(make_view(w0, input_tokens, len, r0), extra);
-      const std::int64_t need0 = needed_bytes(w0, len);
-      if (!cfg_.admit_oversized && need0 > store_.capacity_bytes()) return unexpected(errc::out_of_capacity);
-    }
+    if (const errc e = validate_commit(sequence, input_tokens, m, extra, reusable); e != errc::ok) return unexpected(e);
     reserve_indexes(tree_.id_bound() + positions_.size() + 4);  // may throw: nothing changed yet
     if (m != nullptr && !m->pin.is_null()) unpin(m->pin);
-    maybe_tune_before_insert(sequence, input_tokens);
 
     commit_result res;
     res.sequence_tokens = len;
@@ -308,6 +250,27 @@ class prefix_cache {
     return res;
   }
 
+  /// The argument and size checks of `commit`, without changing the tree, the store or any
+  /// pin: `errc::ok` when `commit` with the same arguments would get past them (it may
+  /// still fail later for lack of evictable room). A wrapper that must act between the
+  /// checks and the insert (`alpha_tuned_cache` records the request and may re-tune) calls
+  /// this first. Cost: one walk of `sequence` and one admission call.
+  [[nodiscard]] errc check_commit(std::span<const token_id> sequence, std::int64_t input_tokens,
+                                  const match_result* m = nullptr, std::span<const std::int64_t> extra = {}) {
+    std::lock_guard<Lock> guard(lock_);
+    std::int64_t reusable = -1;
+    return validate_commit(sequence, input_tokens, m, extra, reusable);
+  }
+
+  /// Sets the scorer's FLOP-efficiency weight (scorers with `set_alpha` only; the next
+  /// eviction uses it). @throws invalid_argument from the scorer on a bad alpha.
+  void set_alpha(double a)
+    requires requires(Scorer& s) { s.set_alpha(a); }
+  {
+    std::lock_guard<Lock> guard(lock_);
+    scorer_.set_alpha(a);
+  }
+
   /// Unpins a match that will not be committed. Releasing twice: `errc::double_free`; a
   /// result of another cache: `errc::foreign_handle` or `stale_handle`; a miss: ok (no-op).
   expected<void> release(const match_result& m) {
@@ -329,7 +292,8 @@ class prefix_cache {
   [[nodiscard]] const cache_counters& counters() const noexcept { return counters_; }
   [[nodiscard]] time_point now() const noexcept { return clock_.now(); }
   [[nodiscard]] double alpha() const noexcept { return scorer_.alpha(); }
-  [[nodiscard]] const std::vector<tuning_event>& tuning_history() const noexcept { return tunings_; }
+  [[nodiscard]] const Admission& admission() const noexcept { return admission_; }
+  [[nodiscard]] const prefix_cache_config& config() const noexcept { return cfg_; }
   /// Requests seen when eviction first ran (-1 before).
   [[nodiscard]] std::int64_t requests_before_first_eviction() const noexcept { return first_evict_at_; }
   /// Checkpoints held by the tree. O(n).
@@ -352,11 +316,6 @@ class prefix_cache {
     static std::atomic<std::uint32_t> counter{0};
     return counter.fetch_add(1, std::memory_order_relaxed) & 0xffu;
   }
-
-  static constexpr bool tunable = requires(Scorer& s, const Scorer& cs, double a) {
-    s.set_alpha(a);
-    { cs.with_alpha(a) } -> std::same_as<Scorer>;
-  };
 
   static std::int64_t sat_add(std::int64_t a, std::int64_t b) noexcept {
     return a > std::numeric_limits<std::int64_t>::max() - b ? std::numeric_limits<std::int64_t>::max() : a + b;
@@ -433,12 +392,32 @@ class prefix_cache {
 
   void begin_eviction_round() {
     clock_.tick();
-    if (first_evict_at_ < 0) {
-      first_evict_at_ = counters_.matches;
-      if constexpr (tunable) {
-        if (cfg_.tuning.enabled) bootstrap_window_ = cfg_.tuning.bootstrap_multiplier * first_evict_at_;
-      }
+    if (first_evict_at_ < 0) first_evict_at_ = counters_.matches;
+  }
+
+  /// Argument, pin and oversize checks of `commit` (nothing changes but scratch buffers).
+  /// Sets `reusable` to the matched prefix `m` reuses, or -1 without a pinned match.
+  errc validate_commit(std::span<const token_id> sequence, std::int64_t input_tokens, const match_result* m,
+                       std::span<const std::int64_t> extra, std::int64_t& reusable) {
+    const auto len = static_cast<std::int64_t>(sequence.size());
+    if (len == 0 || input_tokens < 0 || input_tokens > len) return errc::invalid_argument;
+    for (std::int64_t p : extra)
+      if (p < 1 || p > len) return errc::invalid_argument;
+    reusable = -1;
+    if (m != nullptr && !m->pin.is_null()) {
+      const errc e = pins_.validate(m->pin);
+      if (e != errc::ok) return e;
+      const node_id pinned = pin_node_[m->pin.index()];
+      if (m->reusable_tokens > len || !on_path(sequence, pinned)) return errc::invalid_argument;
+      reusable = m->reusable_tokens;
     }
+    // Oversized check before anything changes: the new state alone must fit.
+    const walk_result w0 = tree_.walk(sequence, path_);
+    const std::int64_t r0 = reusable >= 0 ? reusable : reusable_in(path_, input_tokens);
+    select_positions(make_view(w0, input_tokens, len, r0), extra);
+    const std::int64_t need0 = needed_bytes(w0, len);
+    if (!cfg_.admit_oversized && need0 > store_.capacity_bytes()) return errc::out_of_capacity;
+    return errc::ok;
   }
 
   /// One eviction round of at least `bytes` (as the scorer accounts them).
@@ -652,110 +631,6 @@ class prefix_cache {
     detail::reserve_geometric(pending_kv_, positions_.capacity() + 2);
   }
 
-  // --- alpha tuning ----------------------------------------------------------------------
-
-  void maybe_tune_before_insert(std::span<const token_id> seq, std::int64_t input_tokens) {
-    if constexpr (tunable) {
-      if (!cfg_.tuning.enabled) return;
-      // After a one-shot tuning nothing more is replayed: stop recording.
-      if (!tunings_.empty() && cfg_.tuning.retune_every == 0) return;
-      history_.push_back(request_record{std::vector<token_id>(seq.begin(), seq.end()), input_tokens});
-      if (!tunings_.empty()) {  // periodic mode: keep only the sliding window
-        const std::int64_t win = cfg_.tuning.retune_window > 0 ? cfg_.tuning.retune_window : bootstrap_window_;
-        if (static_cast<std::int64_t>(history_.size()) > 2 * win)
-          history_.erase(history_.begin(), history_.end() - win);
-      }
-      const auto seen = static_cast<std::int64_t>(counters_.matches);
-      if (bootstrap_window_ > 0 && tunings_.empty() && seen == bootstrap_window_) {
-        run_tuning(0, seen);
-        last_tune_at_ = seen;
-      } else if (!tunings_.empty() && cfg_.tuning.retune_every > 0 && seen - last_tune_at_ >= cfg_.tuning.retune_every) {
-        const std::int64_t win = cfg_.tuning.retune_window > 0 ? cfg_.tuning.retune_window : bootstrap_window_;
-        const std::int64_t from = std::max<std::int64_t>(0, static_cast<std::int64_t>(history_.size()) - win);
-        run_tuning(from, seen);
-        last_tune_at_ = seen;
-      }
-    } else {
-      (void)seq;
-      (void)input_tokens;
-    }
-  }
-
-  struct request_record {
-    std::vector<token_id> sequence;
-    std::int64_t input_tokens = 0;
-  };
-
-  void run_tuning(std::int64_t from, std::int64_t seen) {
-    if constexpr (tunable) {
-      tuning_event ev;
-      ev.at_request = seen;
-      ev.window = static_cast<std::int64_t>(history_.size()) - from;
-      const auto steps = static_cast<std::int64_t>(cfg_.tuning.alpha_max / cfg_.tuning.alpha_step + 1e-9);
-      for (std::int64_t k = 0; k <= steps; ++k) {
-        // k/10 rounds exactly like the literals 0.1 ... 2.0 of the reference's grid.
-        const double a = cfg_.tuning.alpha_step == 0.1 ? static_cast<double>(k) / 10.0
-                                                       : static_cast<double>(k) * cfg_.tuning.alpha_step;
-        ev.alphas.push_back(a);
-      }
-      ev.scores.assign(ev.alphas.size(), 0.0);
-      const unsigned hw = std::max(1u, std::thread::hardware_concurrency());
-      const unsigned nthreads = cfg_.tuning.threads > 0 ? cfg_.tuning.threads : hw;
-      std::atomic<std::size_t> next{0};
-      auto worker = [&] {
-        for (std::size_t i = next++; i < ev.alphas.size(); i = next++) ev.scores[i] = replay_score(ev.alphas[i], from);
-      };
-      std::vector<std::thread> pool;
-      for (unsigned t = 1; t < std::min<std::size_t>(nthreads, ev.alphas.size()); ++t) pool.emplace_back(worker);
-      worker();
-      for (auto& t : pool) t.join();
-      std::size_t best = 0;
-      for (std::size_t i = 1; i < ev.scores.size(); ++i)
-        if (ev.scores[i] > ev.scores[best]) best = i;  // strict: the smallest alpha wins ties
-      ev.alpha = ev.alphas[best];
-      scorer_.set_alpha(ev.alpha);
-      tunings_.push_back(std::move(ev));
-    } else {
-      (void)from;
-      (void)seen;
-    }
-  }
-
-  /// Replays history_[from..] from an empty cache (a counting store with this store's
-  /// capacity and byte costs) at fixed alpha; returns the objective over the last
-  /// `score_last` requests.
-  double replay_score(double a, std::int64_t from) const {
-    if constexpr (tunable) {
-      using replica = prefix_cache<Model, Admission, Scorer, counting_store, no_lock>;
-      counting_store st(store_.capacity_bytes(), store_.kv_bytes(1), store_.checkpoint_bytes());
-      st.allow_overflow(cfg_.admit_oversized);
-      prefix_cache_config c = cfg_;
-      c.tuning.enabled = false;
-      replica r(model_, std::move(st), scorer_.with_alpha(a), admission_, c);
-      const auto n = static_cast<std::int64_t>(history_.size());
-      const std::int64_t score_from = std::max(from, n - cfg_.tuning.score_last);
-      long double flops = 0;
-      std::int64_t skipped = 0, inputs = 0;
-      for (std::int64_t i = from; i < n; ++i) {
-        const auto& rq = history_[static_cast<std::size_t>(i)];
-        const std::span<const token_id> seq(rq.sequence);
-        auto mr = r.match(seq.first(static_cast<std::size_t>(rq.input_tokens)));
-        if (mr && i >= score_from) {
-          flops += static_cast<long double>(mr->flops_saved);
-          skipped += mr->reusable_tokens;
-          inputs += rq.input_tokens;
-        }
-        if (mr) (void)r.commit(seq, rq.input_tokens, &*mr);
-      }
-      if (cfg_.tuning.objective == tuning_objective::flops_saved) return static_cast<double>(flops);
-      return inputs > 0 ? static_cast<double>(skipped) / static_cast<double>(inputs) : 0.0;
-    } else {
-      (void)a;
-      (void)from;
-      return 0.0;
-    }
-  }
-
   Model model_;
   Store store_;
   Scorer scorer_;
@@ -773,10 +648,6 @@ class prefix_cache {
   cache_counters counters_;
   match_result last_match_;
   std::int64_t first_evict_at_ = -1;
-  std::int64_t bootstrap_window_ = 0;
-  std::int64_t last_tune_at_ = 0;
-  std::vector<request_record> history_;
-  std::vector<tuning_event> tunings_;
 };
 
 }  // namespace hybridcache::prefix

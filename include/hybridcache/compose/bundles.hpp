@@ -1,0 +1,52 @@
+// hybridcache/compose/bundles.hpp
+//
+// The common compositions of `prefix_cache`, named after the systems whose policy they
+// reproduce, so that a runtime names its store (the parameter it changes most) and, rarely,
+// a lock, instead of spelling five template arguments:
+//
+//   marconi_cache<Store, Lock>   judicious admission (Marconi: checkpoints at the branch point
+//                                and after the last decoded token) + FLOP-aware eviction
+//   sglang_cache<Store, Lock>    judicious admission + LRU eviction (SGLang+ in Marconi's
+//                                evaluation: SGLang's radix cache extended with SSM states)
+//   vllm_cache<Store, Block, Lock>  a checkpoint every `Block` tokens + LRU eviction (vLLM+:
+//                                vLLM's block-granular prefix caching with a state per block;
+//                                32 tokens by default, Marconi's setting)
+//   marconi_tuned_cache<Store, Lock>  marconi_cache with online alpha tuning (alpha_tuner.hpp)
+//
+// Each is an alias: the cache's API, costs and guarantees are `prefix_cache`'s. With no
+// `Store` the alias uses counting_store (bytes only, for simulation).
+//
+//   hybridcache::prefix::marconi_cache<pool_state_store<...>> cache(
+//       cost_model(presets::jamba_1_5_mini()), store, flop_aware_scorer(costs, {.alpha = 1.0}));
+#pragma once
+
+#include <cstdint>
+
+#include "hybridcache/compose/alpha_tuner.hpp"
+#include "hybridcache/model/cost_model.hpp"
+#include "hybridcache/prefix/admission.hpp"
+#include "hybridcache/prefix/flop_aware_scorer.hpp"
+#include "hybridcache/prefix/lock_policy.hpp"
+#include "hybridcache/prefix/lru_scorer.hpp"
+#include "hybridcache/prefix/prefix_cache.hpp"
+#include "hybridcache/stores/counting_store.hpp"
+
+namespace hybridcache::prefix {
+
+/// Marconi: judicious admission + FLOP-aware eviction.
+template <state_store Store = counting_store, lock_policy Lock = no_lock>
+using marconi_cache = prefix_cache<cost_model, judicious_admission, flop_aware_scorer, Store, Lock>;
+
+/// Marconi with alpha tuned online (Marconi §4.3).
+template <state_store Store = counting_store, lock_policy Lock = no_lock>
+using marconi_tuned_cache = alpha_tuned_cache<marconi_cache<Store, Lock>>;
+
+/// SGLang+: judicious admission + LRU eviction.
+template <state_store Store = counting_store, lock_policy Lock = no_lock>
+using sglang_cache = prefix_cache<cost_model, judicious_admission, lru_scorer, Store, Lock>;
+
+/// vLLM+: a checkpoint every `Block` tokens + LRU eviction.
+template <state_store Store = counting_store, std::int64_t Block = 32, lock_policy Lock = no_lock>
+using vllm_cache = prefix_cache<cost_model, every_block_admission<Block>, lru_scorer, Store, Lock>;
+
+}  // namespace hybridcache::prefix
