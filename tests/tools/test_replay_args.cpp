@@ -4,6 +4,7 @@
 #include <hybridcache/core/error.hpp>
 
 #include "replay_args.hpp"
+#include "tiered_flags.hpp"
 
 using hcbench::parse_capacity;
 
@@ -52,4 +53,27 @@ TEST_CASE("parse_lru_ties") {
   CHECK(hcbench::parse_lru_ties("reference"));
   CHECK_FALSE(hcbench::parse_lru_ties("node-id"));
   CHECK_THROWS_AS((void)hcbench::parse_lru_ties("heap"), hybridcache::invalid_argument);
+}
+
+TEST_CASE("--tiers flags: scheduler, prefetch, sparsify, demotion names and the options built from them") {
+  using namespace hcbench;
+  CHECK(parse_scheduler("car") == scheduler_kind::car);
+  CHECK(parse_prefetch("deadline") == prefetch_kind::deadline);
+  CHECK(parse_prefetch("threshold") == prefetch_kind::threshold);
+  CHECK(parse_sparsify("profile") == sparsify_kind::profile);
+  CHECK(parse_demotion("flop") == demotion_kind::flop_aware);
+  CHECK_THROWS_AS((void)parse_scheduler("lifo"), invalid_argument);
+  CHECK_THROWS_AS((void)parse_prefetch("always"), invalid_argument);
+  CHECK_THROWS_AS((void)parse_sparsify("on"), invalid_argument);
+  const auto cli = make_tiered_replay_options("hbm=8GiB,host=32GiB", 25.0, "car", "threshold", "profile");
+  CHECK(cli.tiers.size() == 2);
+  CHECK(cli.tiers[1].link_gbps == 25.0);
+  CHECK(cli.link_gbps == 25.0);
+  CHECK(cli.scheduler == scheduler_kind::car);
+  CHECK(cli.prefetch == prefetch_kind::threshold);
+  CHECK(cli.sparsify == sparsify_kind::profile);
+  CHECK_THROWS_AS((void)make_tiered_replay_options("hbm=8GiB,host=0"), invalid_argument);
+  CHECK_THROWS_AS((void)make_tiered_replay_options("hbm=8GiB,host=1MiB"), invalid_argument);  // < one 2 MiB page
+  CHECK_THROWS_AS((void)make_tiered_replay_options("hbm=8GiB", 0.0), invalid_argument);
+  CHECK_THROWS_AS((void)make_tiered_replay_options("hbm=8GiB", 50.0, "sjf"), invalid_argument);
 }

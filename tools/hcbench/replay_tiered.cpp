@@ -16,6 +16,8 @@
 #include <hybridcache/sim/trace.hpp>
 #include <hybridcache/sim/tiered_replay.hpp>
 
+#include "tiered_flags.hpp"
+
 namespace hcbench {
 namespace {
 
@@ -64,8 +66,8 @@ void run_tiered_replay_command(const std::string& trace, const std::string& form
   namespace tiered = hybridcache::tiered;
   const hybridcache::cost_model model(hybridcache::presets::preset(model_name));
   tiered::tiered_replay_options multi =
-      tiered::make_tiered_replay_options(t.tiers, t.link_gbps, t.scheduler, t.prefetch, t.sparsify);
-  multi.demotion = tiered::parse_demotion(t.demotion);
+      make_tiered_replay_options(t.tiers, t.link_gbps, t.scheduler, t.prefetch, t.sparsify);
+  multi.demotion = parse_demotion(t.demotion);
   if (!(t.arrival_scale > 0)) throw hybridcache::invalid_argument("--arrival-scale must be > 0");
   if (!(t.per_copy_us >= 0)) throw hybridcache::invalid_argument("--per-copy-us must be >= 0");
   if (t.prefill_engines < 1 || t.prefill_engines > 4096)
