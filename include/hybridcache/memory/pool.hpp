@@ -13,6 +13,7 @@
 
 #include "hybridcache/core/expected.hpp"
 #include "hybridcache/core/handle.hpp"
+#include "hybridcache/memory/chunk_region.hpp"
 #include "hybridcache/memory/units.hpp"
 
 namespace hybridcache::memory {
@@ -32,6 +33,20 @@ struct pool_stats {
   double fragmentation = 0;
   [[nodiscard]] std::uint64_t total_bytes() const noexcept { return total_units * unit_bytes; }
 };
+
+/// The occupancy of a pool that is one chunk_region: every field but `fragmentation`
+/// (left 0; pools that report it compute it on top). O(1).
+[[nodiscard]] inline pool_stats region_stats(const chunk_region& r) noexcept {
+  pool_stats s;
+  s.unit_bytes = r.unit_bytes();
+  s.total_units = r.capacity_units();
+  s.used_units = r.used_units();
+  s.free_units = r.free_units();
+  s.mapped_chunks = r.mapped_chunks();
+  s.empty_chunks = r.empty_chunks();
+  s.free_fraction = s.total_units ? static_cast<double>(s.free_units) / static_cast<double>(s.total_units) : 0.0;
+  return s;
+}
 
 /// Counters of capacity movement (all zero for static pools).
 struct rebalance_counters {
