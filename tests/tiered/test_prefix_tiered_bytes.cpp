@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "hybridcache/core/hash.hpp"
 #include "hybridcache/model/cost_model.hpp"
 #include "hybridcache/prefix/flop_aware_scorer.hpp"
 #include "hybridcache/prefix/prefix_cache.hpp"
@@ -39,25 +40,19 @@ const cost_model& tiny() {
 using engine_t = tiered::host_copy_engine;
 using store_t = tiered::tiered_state_store<tiered::lru_demotion, engine_t>;
 
-std::uint64_t mix(std::uint64_t z) {
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-  return z ^ (z >> 31);
-}
-
 /// The bytes a runtime computes: KV of token t and the state after token t are functions of
 /// tokens [0, t] (here: of a hash of them), so equal prefixes give equal bytes.
 struct pattern {
   std::vector<std::uint64_t> h;  // h[t] = hash of tokens [0, t)
   explicit pattern(std::span<const token_id> s) : h(s.size() + 1) {
     h[0] = 0x1234;
-    for (std::size_t i = 0; i < s.size(); ++i) h[i + 1] = mix(h[i] ^ (static_cast<std::uint64_t>(s[i]) + 7));
+    for (std::size_t i = 0; i < s.size(); ++i) h[i + 1] = splitmix64_mix(h[i] ^ (static_cast<std::uint64_t>(s[i]) + 7));
   }
   std::byte kv(std::int64_t t, std::int64_t j) const {  // byte j of token t's KV
-    return static_cast<std::byte>(mix(h[static_cast<std::size_t>(t + 1)] + static_cast<std::uint64_t>(j)) & 0xff);
+    return static_cast<std::byte>(splitmix64_mix(h[static_cast<std::size_t>(t + 1)] + static_cast<std::uint64_t>(j)) & 0xff);
   }
   std::byte state(std::int64_t p, std::int64_t j) const {  // byte j of the state after p tokens
-    return static_cast<std::byte>(mix(~h[static_cast<std::size_t>(p)] + static_cast<std::uint64_t>(j)) & 0xff);
+    return static_cast<std::byte>(splitmix64_mix(~h[static_cast<std::size_t>(p)] + static_cast<std::uint64_t>(j)) & 0xff);
   }
 };
 

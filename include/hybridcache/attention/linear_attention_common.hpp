@@ -22,17 +22,6 @@
 #include "hybridcache/core/config.hpp"
 #include "hybridcache/attention/numeric.hpp"
 
-// Unroll hint that is clean in every pass: `#pragma unroll` for device code, nothing in
-// nvcc's host pass (its front end warns about `GCC unroll`, the host compiler about `unroll`),
-// core's HYBRIDCACHE_UNROLL for g++/clang++.
-#if defined(__CUDA_ARCH__)
-#define HYBRIDCACHE_CUDA_UNROLL _Pragma("unroll")
-#elif defined(__CUDACC__)
-#define HYBRIDCACHE_CUDA_UNROLL
-#else
-#define HYBRIDCACHE_CUDA_UNROLL HYBRIDCACHE_UNROLL
-#endif
-
 namespace hybridcache::cuda {
 
 /// How one head's d_k x d_v fp32 state is stored.
@@ -125,7 +114,7 @@ HYBRIDCACHE_HD_INLINE int key_head_of(int hv, int num_k_heads, int num_v_heads) 
 template <int D, class Group, class T>
 HYBRIDCACHE_HD_INLINE void load_slice(const T* raw, float mul, float (&x)[slice_len<D, Group::size>],
                                       const Group& g) {
-  HYBRIDCACHE_CUDA_UNROLL
+  HYBRIDCACHE_UNROLL
   for (int e = 0; e < slice_len<D, Group::size>; ++e) {
     const int i = g.rank() + e * Group::size;
     x[e] = i < D ? to_float(raw[i]) * mul : 0.0f;
@@ -136,7 +125,7 @@ HYBRIDCACHE_HD_INLINE void load_slice(const T* raw, float mul, float (&x)[slice_
 template <int N, class Group>
 HYBRIDCACHE_HD_INLINE float group_dot(const float (&a)[N], const float (&b)[N], const Group& g) {
   float acc = 0.0f;
-  HYBRIDCACHE_CUDA_UNROLL
+  HYBRIDCACHE_UNROLL
   for (int e = 0; e < N; ++e) acc += a[e] * b[e];
   return g.sum(acc);
 }
@@ -161,7 +150,7 @@ HYBRIDCACHE_HD_INLINE void load_prepared(const T* raw, const qk_options& opt, bo
 template <class State, class Group>
 HYBRIDCACHE_HD_INLINE void load_state_row(const State& s, int c, float (&x)[slice_len<State::key_dim, Group::size>],
                                           const Group& g) {
-  HYBRIDCACHE_CUDA_UNROLL
+  HYBRIDCACHE_UNROLL
   for (int e = 0; e < slice_len<State::key_dim, Group::size>; ++e) {
     const int i = g.rank() + e * Group::size;
     x[e] = i < State::key_dim ? s(i, c) : 0.0f;
@@ -172,7 +161,7 @@ HYBRIDCACHE_HD_INLINE void load_state_row(const State& s, int c, float (&x)[slic
 template <class State, class Group>
 HYBRIDCACHE_HD_INLINE void store_state_row(const State& s, int c, const float (&x)[slice_len<State::key_dim, Group::size>],
                                            const Group& g) {
-  HYBRIDCACHE_CUDA_UNROLL
+  HYBRIDCACHE_UNROLL
   for (int e = 0; e < slice_len<State::key_dim, Group::size>; ++e) {
     const int i = g.rank() + e * Group::size;
     if (i < State::key_dim) s(i, c) = x[e];
@@ -187,7 +176,7 @@ HYBRIDCACHE_HD_INLINE float delta_value(float v, float beta, float x) { return b
 /// One state-row update `s = alpha s + k u` (the recurrent step and every fold use it).
 template <int N>
 HYBRIDCACHE_HD_INLINE void fold_row(float (&s)[N], float alpha, const float (&k)[N], float u) {
-  HYBRIDCACHE_CUDA_UNROLL
+  HYBRIDCACHE_UNROLL
   for (int e = 0; e < N; ++e) s[e] = alpha * s[e] + k[e] * u;
 }
 

@@ -283,6 +283,27 @@ struct chunk_program {
   }
 };
 
+/// One thread runs the four phases of `p`'s chunk in order (serial_group, no barriers
+/// needed): the host drivers below all go through here.
+template <class Rule, class State, class In, class Out>
+HYBRIDCACHE_HD_INLINE void run_chunk_serial(const chunk_program<Rule, State, In, Out>& p, std::int64_t start,
+                                            const checkpoint_sink& ck) {
+  for (int i = 0; i < p.items(); ++i) p.dots(i, serial_group{});
+  for (int i = 0; i < p.items(); ++i) p.weights(i);
+  for (int c = 0; c < p.len; ++c) p.solve(c);
+  p.rows(0, 1, p.ws.rows, start, ck, serial_group{});
+}
+
+/// Tokens of the chunk that starts at token `t` of a sequence of `length` tokens whose token
+/// 0 sits at absolute position `start`: chunks are aligned to absolute multiples of `chunk`,
+/// so the first one is shorter when `start` is not aligned.
+HYBRIDCACHE_HD_INLINE int aligned_chunk_len(std::int64_t start, int t, int length, int chunk) {
+  const std::int64_t abs = start + t;
+  const std::int64_t to_boundary = (abs / chunk + 1) * chunk - abs;
+  const std::int64_t left = length - t;
+  return static_cast<int>(left < to_boundary ? left : to_boundary);
+}
+
 /// Inputs of a batched chunked prefill over packed variable-length sequences. Token t of
 /// sequence s is row `cu_seqlens[s] + t` of q, k [tokens][H][d_k], v, o [tokens][HV][d_v],
 /// log_decay, beta [tokens][HV]. The state of `slots[s]` is the initial state and receives the
@@ -373,11 +394,8 @@ struct prefill_head {
   /// Points the program at the chunk starting at token t (chunks aligned to absolute
   /// multiples of the chunk size, so the first one is shorter when `start` is not aligned).
   HYBRIDCACHE_HD_INLINE void select_chunk(int t) {
-    const std::int64_t abs = start + t;
-    const std::int64_t to_boundary = (abs / chunk + 1) * chunk - abs;
-    const std::int64_t left = program.in.length - t;
     program.t0 = t;
-    program.len = static_cast<int>(left < to_boundary ? left : to_boundary);
+    program.len = aligned_chunk_len(start, t, program.in.length, chunk);
   }
 };
 
@@ -446,17 +464,10 @@ void chunkwise_head(const head_input<In>& in, const head_output<Out>& out, const
   for (int i = 0; i < ck.count; ++i)
     if (ck.positions[i] == start)
       std::copy(s.data, s.data + State::elements, ck.states + i * ck.state_stride);
-  int t = 0;
-  while (t < in.length) {
-    const std::int64_t abs = start + t;
-    const int len = static_cast<int>(std::min<std::int64_t>(in.length - t, (abs / chunk + 1) * chunk - abs));
+  for (int t = 0; t < in.length; t += p.len) {
     p.t0 = t;
-    p.len = len;
-    for (int i = 0; i < p.items(); ++i) p.dots(i, serial_group{});
-    for (int i = 0; i < p.items(); ++i) p.weights(i);
-    for (int c = 0; c < len; ++c) p.solve(c);
-    p.rows(0, 1, p.ws.rows, start, ck, serial_group{});
-    t += len;
+    p.len = aligned_chunk_len(start, t, in.length, chunk);
+    run_chunk_serial(p, start, ck);
   }
 }
 
@@ -474,10 +485,7 @@ void chunked_prefill_host(const prefill_io<In, Out>& io) {
       auto& p = head.program;
       for (int t = 0; t < p.in.length; t += p.len) {
         head.select_chunk(t);
-        for (int i = 0; i < p.items(); ++i) p.dots(i, serial_group{});
-        for (int i = 0; i < p.items(); ++i) p.weights(i);
-        for (int c = 0; c < p.len; ++c) p.solve(c);
-        p.rows(0, 1, p.ws.rows, head.start, head.ck, serial_group{});
+        run_chunk_serial(p, head.start, head.ck);
       }
     }
 }
@@ -489,10 +497,7 @@ void parallel_head(const head_input<In>& in, const head_output<Out>& out, const 
   if (in.length == 0) return;
   std::vector<float> buf(static_cast<std::size_t>(chunk_workspace::floats(in.length, 1)));
   chunk_program<Rule, State, In, Out> p{in, out, s, opt, chunk_workspace::carve(buf.data(), in.length), 0, in.length};
-  for (int i = 0; i < p.items(); ++i) p.dots(i, serial_group{});
-  for (int i = 0; i < p.items(); ++i) p.weights(i);
-  for (int c = 0; c < in.length; ++c) p.solve(c);
-  p.rows(0, 1, p.ws.rows, 0, checkpoint_sink{}, serial_group{});
+  run_chunk_serial(p, 0, checkpoint_sink{});
 }
 
 }  // namespace hybridcache::cuda

@@ -26,13 +26,6 @@ namespace hybridcache {
   return r;
 }
 
-/// a - b, or throws overflow_error("<what> overflows int64").
-[[nodiscard]] inline std::int64_t checked_sub(std::int64_t a, std::int64_t b, std::string_view what) {
-  std::int64_t r = 0;
-  if (__builtin_sub_overflow(a, b, &r)) throw overflow_error(std::string(what) + " overflows int64");
-  return r;
-}
-
 /// Product of all factors, checked.
 template <class... Ints>
 [[nodiscard]] inline std::int64_t checked_product(std::string_view what, std::int64_t first, Ints... rest) {
@@ -44,11 +37,6 @@ template <class... Ints>
 /// ceil(a / b) for a >= 0, b > 0.
 [[nodiscard]] constexpr std::int64_t ceil_div(std::int64_t a, std::int64_t b) noexcept {
   return (a + b - 1) / b;
-}
-
-/// Rounds `a` (>= 0) up to a multiple of `m` (> 0), checked.
-[[nodiscard]] inline std::int64_t round_up(std::int64_t a, std::int64_t m, std::string_view what) {
-  return checked_mul(ceil_div(a, m), m, what);
 }
 
 }  // namespace hybridcache

@@ -218,14 +218,7 @@ class asymmetric_pool {
 
   [[nodiscard]] pool_stats stats(pool_kind kind) const noexcept {
     const chunk_region& r = region(kind);
-    pool_stats s;
-    s.unit_bytes = r.unit_bytes();
-    s.total_units = r.capacity_units();
-    s.used_units = r.used_units();
-    s.free_units = r.free_units();
-    s.mapped_chunks = r.mapped_chunks();
-    s.empty_chunks = r.empty_chunks();
-    s.free_fraction = s.total_units ? static_cast<double>(s.free_units) / static_cast<double>(s.total_units) : 0.0;
+    pool_stats s = region_stats(r);
     const std::uint64_t in_empty = std::uint64_t{r.empty_chunks()} * r.units_per_chunk();
     s.fragmentation =
         s.free_units ? static_cast<double>(s.free_units - in_empty) / static_cast<double>(s.free_units) : 0.0;

@@ -94,10 +94,6 @@ class chunk_region {
     return take_from(head_[b]);
   }
 
-  /// Takes a free unit of the chunk in `slot` (compaction target). Precondition: the
-  /// chunk is mapped and not full.
-  [[nodiscard]] std::uint32_t acquire_in(std::uint32_t slot) noexcept { return take_from(slot); }
-
   /// Returns `unit` to its chunk. O(1). Precondition: is_live(unit).
   void release(std::uint32_t unit) noexcept {
     HYBRIDCACHE_ASSERT(is_live(unit));

@@ -100,16 +100,7 @@ class fixed_dual_pool {
   }
 
   [[nodiscard]] pool_stats stats(pool_kind kind) const noexcept {
-    const chunk_region& r = region(kind);
-    pool_stats s;
-    s.unit_bytes = r.unit_bytes();
-    s.total_units = r.capacity_units();
-    s.used_units = r.used_units();
-    s.free_units = r.free_units();
-    s.mapped_chunks = r.mapped_chunks();
-    s.empty_chunks = r.empty_chunks();
-    s.free_fraction = s.total_units ? static_cast<double>(s.free_units) / static_cast<double>(s.total_units) : 0.0;
-    return s;
+    return region_stats(region(kind));
   }
   /// Both pools' allocations.
   [[nodiscard]] std::uint64_t reserved_bytes() const noexcept {

@@ -14,9 +14,24 @@
 #include "hybridcache/core/expected.hpp"
 #include "hybridcache/core/handle.hpp"
 #include "hybridcache/concepts/pool.hpp"
+#include "hybridcache/memory/chunk_region.hpp"
 #include "hybridcache/memory/units.hpp"
 
 namespace hybridcache::memory {
+
+/// The occupancy of a pool that is one chunk_region: every field but `fragmentation`
+/// (left 0; pools that report it compute it on top). O(1).
+[[nodiscard]] inline pool_stats region_stats(const chunk_region& r) noexcept {
+  pool_stats s;
+  s.unit_bytes = r.unit_bytes();
+  s.total_units = r.capacity_units();
+  s.used_units = r.used_units();
+  s.free_units = r.free_units();
+  s.mapped_chunks = r.mapped_chunks();
+  s.empty_chunks = r.empty_chunks();
+  s.free_fraction = s.total_units ? static_cast<double>(s.free_units) / static_cast<double>(s.total_units) : 0.0;
+  return s;
+}
 
 namespace detail {
 /// Even pool tags 2..252, one per pool object (its second table, if any, uses tag + 1), so

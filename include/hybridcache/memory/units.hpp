@@ -39,12 +39,6 @@ inline constexpr std::uint64_t default_granularity_bytes = std::uint64_t{2} << 2
   return (b + alignment - 1) / alignment * alignment;
 }
 
-/// Unit sizes of both pools for one model.
-struct unit_sizes {
-  std::uint64_t kv_page_bytes = 0;    ///< one KV page (128 B aligned)
-  std::uint64_t ssm_block_bytes = 0;  ///< one SSM block (128 B aligned)
-};
-
 /// KV page bytes: `tokens_per_page` x KV bytes per token of `layers_per_page` attention
 /// layers, rounded up to 128 B. @throws invalid_argument on non-positive arguments or a
 /// model without attention layers.
@@ -65,11 +59,6 @@ struct unit_sizes {
   HYBRIDCACHE_EXPECTS(model.recurrent_state_bytes_per_layer() > 0, invalid_argument,
                       "ssm_block_bytes: model '" + model.spec().name + "' has no recurrent layers");
   return align_up(model.recurrent_state_bytes_per_layer());
-}
-
-/// Both unit sizes of `model` (16-token single-layer KV pages).
-[[nodiscard]] inline unit_sizes unit_sizes_for(const cost_model& model, std::int64_t tokens_per_page = 16) {
-  return unit_sizes{kv_page_bytes(model, tokens_per_page), ssm_block_bytes(model)};
 }
 
 }  // namespace hybridcache::memory

@@ -29,6 +29,7 @@
 
 #include "hybridcache/concepts/utility_scorer.hpp"
 #include "hybridcache/concepts/state_store.hpp"
+#include "hybridcache/core/python_heapq.hpp"
 #include "hybridcache/prefix/radix_tree.hpp"
 
 namespace hybridcache::prefix {
@@ -212,58 +213,22 @@ class lru_scorer {
       const auto& nd = tree.at(n);
       if (nd.children == 0 && nd.pins == 0) round_.push_back(n);  // capacity reserved
     });
-    for (std::size_t i = round_.size() / 2; i-- > 0;) siftup(tree, i);
+    python_heapq::heapify(round_, earlier(tree));
     round_now_ = now;
     in_round_ = true;
   }
+  /// CPython's `<` on the heap items: last-access times only.
   template <class Tree>
-  static bool lt(const Tree& tree, node_id a, node_id b) noexcept {
-    return tree.at(a).last_access < tree.at(b).last_access;
-  }
-  template <class Tree>
-  void siftdown(const Tree& tree, std::size_t startpos, std::size_t pos) noexcept {
-    const node_id newitem = round_[pos];
-    while (pos > startpos) {
-      const std::size_t parentpos = (pos - 1) >> 1;
-      const node_id parent = round_[parentpos];
-      if (lt(tree, newitem, parent)) {
-        round_[pos] = parent;
-        pos = parentpos;
-        continue;
-      }
-      break;
-    }
-    round_[pos] = newitem;
-  }
-  template <class Tree>
-  void siftup(const Tree& tree, std::size_t pos) noexcept {
-    const std::size_t endpos = round_.size(), startpos = pos;
-    const node_id newitem = round_[pos];
-    std::size_t childpos = 2 * pos + 1;
-    while (childpos < endpos) {
-      const std::size_t rightpos = childpos + 1;
-      if (rightpos < endpos && !lt(tree, round_[childpos], round_[rightpos])) childpos = rightpos;
-      round_[pos] = round_[childpos];
-      pos = childpos;
-      childpos = 2 * pos + 1;
-    }
-    round_[pos] = newitem;
-    siftdown(tree, startpos, pos);
+  static auto earlier(const Tree& tree) noexcept {
+    return [&tree](node_id a, node_id b) noexcept { return tree.at(a).last_access < tree.at(b).last_access; };
   }
   template <class Tree>
   node_id heappop(const Tree& tree) noexcept {
-    const node_id last = round_.back();
-    round_.pop_back();
-    if (round_.empty()) return last;
-    const node_id top = round_[0];
-    round_[0] = last;
-    siftup(tree, 0);
-    return top;
+    return python_heapq::heappop(round_, earlier(tree));
   }
   template <class Tree>
   void heappush(const Tree& tree, node_id n) noexcept {
-    round_.push_back(n);  // capacity reserved
-    siftdown(tree, 0, round_.size() - 1);
+    python_heapq::heappush(round_, n, earlier(tree));  // capacity reserved
   }
 
   lru_config cfg_{};

@@ -76,6 +76,7 @@
 #include "hybridcache/core/error.hpp"
 #include "hybridcache/core/expected.hpp"
 #include "hybridcache/concepts/state_store.hpp"
+#include "hybridcache/core/hash.hpp"
 #include "hybridcache/prefix/radix_tree.hpp"
 #include "hybridcache/prefix/types.hpp"
 #include "hybridcache/tiered/copy_plan.hpp"
@@ -739,14 +740,9 @@ class tiered_state_store {
     std::uint64_t h = 0x9e3779b97f4a7c15ULL;
     prefix_hash_[0] = h;
     for (std::size_t i = 0; i < s.size(); ++i) {
-      h = mix(h ^ (static_cast<std::uint64_t>(static_cast<std::uint32_t>(s[i])) + 0x632be59bd9b4e019ULL));
+      h = splitmix64_mix(h ^ (static_cast<std::uint64_t>(static_cast<std::uint32_t>(s[i])) + 0x632be59bd9b4e019ULL));
       prefix_hash_[i + 1] = h;
     }
-  }
-  static std::uint64_t mix(std::uint64_t z) noexcept {  // splitmix64 finaliser
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-    return z ^ (z >> 31);
   }
 
   std::int64_t kv_per_token_;

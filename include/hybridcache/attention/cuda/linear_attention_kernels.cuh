@@ -51,7 +51,7 @@ struct warp_group {
   }
   HYBRIDCACHE_HD_INLINE float sum(float x) const {
 #if defined(__CUDA_ARCH__)
-    HYBRIDCACHE_CUDA_UNROLL
+    HYBRIDCACHE_UNROLL
     for (int offset = 16; offset > 0; offset >>= 1) x += __shfl_xor_sync(0xFFFFFFFFu, x, offset);
 #endif
     return x;

@@ -36,6 +36,7 @@
 #include <vector>
 
 #include "hybridcache/core/error.hpp"
+#include "hybridcache/core/hash.hpp"
 #include "hybridcache/sim/python_float.hpp"
 #include "hybridcache/sim/request.hpp"
 
@@ -52,11 +53,8 @@ class splitmix64 {
 
   /// Next 64-bit output.
   constexpr std::uint64_t next() noexcept {
-    state_ += 0x9E3779B97F4A7C15ULL;
-    std::uint64_t z = state_;
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
-    return z ^ (z >> 31);
+    state_ += splitmix64_gamma;
+    return splitmix64_mix(state_);
   }
 
   /// Integer in [lo, hi] (inclusive) as `lo + next() % (hi - lo + 1)` (the modulo bias is

@@ -158,13 +158,6 @@ inline void tokenize_text(std::string_view text, std::vector<token_id>& out) {
   }
 }
 
-/// Number of tokens `tokenize_text` gives for `text`.
-[[nodiscard]] inline std::int64_t count_text_tokens(std::string_view text) {
-  std::vector<token_id> ids;
-  tokenize_text(text, ids);
-  return static_cast<std::int64_t>(ids.size());
-}
-
 /// Words for the think-time model: runs of letters, runs of digits, and each CJK
 /// ideograph, kana or hangul syllable (Chinese has no spaces, so a character is the
 /// closest unit to an English word a typist types).

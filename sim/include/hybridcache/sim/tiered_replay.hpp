@@ -70,6 +70,7 @@
 
 #include "hybridcache/model/cost_model.hpp"
 #include "hybridcache/core/error.hpp"
+#include "hybridcache/core/hash.hpp"
 #include "hybridcache/model/prefill_time.hpp"
 #include "hybridcache/sim/request.hpp"
 #include "hybridcache/sim/tiered_replay_options.hpp"
@@ -372,12 +373,10 @@ class tiered_replayer {
       }
     }
   }
-  static std::uint64_t mix(std::uint64_t x) noexcept {  // splitmix64 finalizer
-    x += 0x9e3779b97f4a7c15ull;
-    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-    return x ^ (x >> 31);
-  }
+  // splitmix64's output for state x (the increment, then the mixer), unlike the tiered
+  // state store's prefix hash, which mixes without the increment. Block ids, and through
+  // them the replay's numbers, depend on this choice.
+  static std::uint64_t mix(std::uint64_t x) noexcept { return splitmix64_mix(x + splitmix64_gamma); }
   std::int64_t block_bytes(std::int64_t tokens) const {
     return std::max<std::int64_t>(1, m_.kv_bytes(tokens) + (m_.recurrent_layers() > 0 ? m_.ssm_checkpoint_bytes() : 0));
   }

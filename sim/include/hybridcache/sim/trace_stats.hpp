@@ -168,10 +168,6 @@ struct trace_summary {
   [[nodiscard]] double mean_input_tokens() const noexcept {
     return requests == 0 ? 0.0 : static_cast<double>(input_tokens) / static_cast<double>(requests);
   }
-  /// Mean output length (0 for an empty trace).
-  [[nodiscard]] double mean_output_tokens() const noexcept {
-    return requests == 0 ? 0.0 : static_cast<double>(output_tokens) / static_cast<double>(requests);
-  }
   /// last_arrival_s - first_arrival_s.
   [[nodiscard]] double duration_s() const noexcept { return last_arrival_s - first_arrival_s; }
 };

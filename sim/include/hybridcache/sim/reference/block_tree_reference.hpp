@@ -60,6 +60,7 @@
 
 #include "hybridcache/model/cost_model.hpp"
 #include "hybridcache/core/error.hpp"
+#include "hybridcache/core/python_heapq.hpp"
 #include "hybridcache/prefix/types.hpp"
 
 namespace hybridcache::prefix {
@@ -303,42 +304,9 @@ class block_tree_reference {
     }
   }
 
-  bool earlier(node_id a, node_id b) const noexcept { return nodes_[a].last_access < nodes_[b].last_access; }
-
-  // CPython heapq's _siftdown / _siftup, comparing only with `earlier`.
-  void sift_down(std::size_t start, std::size_t pos) {
-    const node_id item = heap_[pos];
-    while (pos > start) {
-      const std::size_t parent = (pos - 1) >> 1;
-      if (!earlier(item, heap_[parent])) break;
-      heap_[pos] = heap_[parent];
-      pos = parent;
-    }
-    heap_[pos] = item;
-  }
-  void sift_up(std::size_t pos) {
-    const std::size_t end = heap_.size();
-    const std::size_t start = pos;
-    const node_id item = heap_[pos];
-    std::size_t child = 2 * pos + 1;
-    while (child < end) {
-      const std::size_t right = child + 1;
-      if (right < end && !earlier(heap_[child], heap_[right])) child = right;
-      heap_[pos] = heap_[child];
-      pos = child;
-      child = 2 * pos + 1;
-    }
-    heap_[pos] = item;
-    sift_down(start, pos);
-  }
-  node_id heap_pop() {
-    const node_id last = heap_.back();
-    heap_.pop_back();
-    if (heap_.empty()) return last;
-    const node_id top = heap_[0];
-    heap_[0] = last;
-    sift_up(0);
-    return top;
+  // CPython's `<` on the heap items: last-access times only.
+  auto earlier() const noexcept {
+    return [this](node_id a, node_id b) noexcept { return nodes_[a].last_access < nodes_[b].last_access; };
   }
 
   void collect_leaves() {
@@ -359,10 +327,10 @@ class block_tree_reference {
     ++clock_;
     ++counters_.evictions;
     collect_leaves();
-    for (std::size_t i = heap_.size() / 2; i-- > 0;) sift_up(i);
+    python_heapq::heapify(heap_, earlier());
     std::int64_t freed = 0;
     while (static_cast<double>(freed) < bytes && !heap_.empty()) {
-      const node_id victim = heap_pop();
+      const node_id victim = python_heapq::heappop(heap_, earlier());
       if (victim == root()) break;
       node& v = nodes_[victim];
       const auto ids = static_cast<std::int64_t>(v.key.size());
@@ -378,10 +346,7 @@ class block_tree_reference {
       stored_ids_ -= ids;
       ++counters_.checkpoints_evicted;
       counters_.bytes_evicted += b;
-      if (siblings.empty()) {
-        heap_.push_back(parent);
-        sift_down(0, heap_.size() - 1);
-      }
+      if (siblings.empty()) python_heapq::heappush(heap_, parent, earlier());
     }
   }
 
