@@ -249,7 +249,7 @@ inline std::string byte_size_quote(std::string_view text) {
 }  // namespace detail
 
 /// One-line reason for a failed scan, e.g. "unknown unit 'XB' (...)".
-[[nodiscard]] inline std::string describe(const byte_size_result& r) {
+[[nodiscard]] inline std::string byte_size_reason(const byte_size_result& r) {
   using E = byte_size_error;
   const std::string part = detail::byte_size_quote(r.part);
   constexpr const char* examples = "e.g. 5e8, 512MiB, 4.1GB";
@@ -281,7 +281,7 @@ inline std::string byte_size_quote(std::string_view text) {
 [[nodiscard]] inline std::int64_t parse_byte_size_or_throw(std::string_view text, std::string_view what) {
   const byte_size_result r = scan_byte_size(text);
   if (r) return r.bytes;
-  const std::string message = std::string(what) + " '" + detail::byte_size_quote(text) + "': " + describe(r);
+  const std::string message = std::string(what) + " '" + detail::byte_size_quote(text) + "': " + byte_size_reason(r);
   if (r.error == byte_size_error::too_large) throw overflow_error(message);
   throw invalid_argument(message);
 }
