@@ -7,6 +7,7 @@
 // `sim/include/hybridcache/sim/`).
 #pragma once
 
+#include "hybridcache/core/byte_size.hpp"
 #include "hybridcache/core/checked_math.hpp"
 #include "hybridcache/core/config.hpp"
 #include "hybridcache/model/cost_model.hpp"

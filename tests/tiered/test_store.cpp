@@ -35,7 +35,8 @@ TEST_CASE("parse_tiers reads kinds, units, NUMA nodes and link bandwidth") {
   CHECK(t[2].kind == tier_kind::cxl);
   CHECK(t[2].capacity_bytes == static_cast<std::int64_t>(1.5 * 1099511627776.0));
   CHECK(parse_tiers("hbm=8192", 4096).size() == 1);
-  CHECK(parse_tiers("hbm=4K,host=2MiB", 4000)[0].capacity_bytes == 4000);
+  CHECK(parse_tiers("hbm=4KB,host=2MiB", 4000)[0].capacity_bytes == 4000);
+  CHECK(parse_tiers("hbm=1e9,host=2.5e9", 4096)[1].capacity_bytes == 2'500'000'000);  // the one grammar
 }
 
 TEST_CASE("parse_tiers rejects bad input with clear errors") {
@@ -67,25 +68,39 @@ TEST_CASE("parse_tiers rejects bad input with clear errors") {
   CHECK_THROWS_AS(tiered_store<>(t, 4096), invalid_argument);
 }
 
-TEST_CASE("parse_tiers: decimal sizes are exact, rounded to the nearest byte") {
+TEST_CASE("parse_tiers: sizes are exact, in the one byte-size grammar (core/byte_size.hpp)") {
   // A binary double holds neither 4.1 nor 2.45: the product was truncated one byte short.
-  CHECK(tiered::detail::parse_bytes("4.1GB", "x") == 4'100'000'000);
-  CHECK(tiered::detail::parse_bytes("2.45KB", "x") == 2450);
-  CHECK(tiered::detail::parse_bytes("1.001KB", "x") == 1001);
-  CHECK(tiered::detail::parse_bytes("2.097152MB", "x") == 2'097'152);
-  CHECK(tiered::detail::parse_bytes("0.29K", "x") == 290);
-  CHECK(tiered::detail::parse_bytes("1.0005KB", "x") == 1001);  // halves round up
-  CHECK(tiered::detail::parse_bytes("1.0004999KB", "x") == 1000);
-  CHECK(tiered::detail::parse_bytes("1.5TiB", "x") == (std::int64_t{3} << 39));
-  CHECK(tiered::detail::parse_bytes("0.000000000000000000000001GiB", "x") == 0);
-  CHECK(tiered::detail::parse_bytes("1.999999999999999999999999KiB", "x") == 2048);
-  CHECK(tiered::detail::parse_bytes(".5K", "x") == 500);
-  CHECK(tiered::detail::parse_bytes("3.", "x") == 3);
-  CHECK(tiered::detail::parse_bytes("9223372036854775807", "x") == std::numeric_limits<std::int64_t>::max());
-  CHECK_THROWS_AS((void)tiered::detail::parse_bytes("9223372036854775808", "x"), overflow_error);
-  CHECK(tiered::detail::parse_bytes("8388607.999999TiB", "x") == (std::int64_t{8388607} << 40) + 1099510528264);
-  CHECK_THROWS_AS((void)tiered::detail::parse_bytes("8388608TiB", "x"), overflow_error);  // 2^63
-  CHECK_THROWS_AS((void)tiered::detail::parse_bytes("99999999999999999999999", "x"), overflow_error);
+  auto size = [](const char* spec) { return parse_tiers(spec, 1)[0].capacity_bytes; };
+  CHECK(size("hbm=4.1GB") == 4'100'000'000);
+  CHECK(size("hbm=2.45KB") == 2450);
+  CHECK(size("hbm=1.001KB") == 1001);
+  CHECK(size("hbm=2.097152MB") == 2'097'152);
+  CHECK(size("hbm=1.5TiB") == (std::int64_t{3} << 39));
+  CHECK(size("hbm=.5KB") == 500);
+  CHECK(size("hbm=3.") == 3);
+  CHECK(size("hbm=9223372036854775807") == std::numeric_limits<std::int64_t>::max());
+  CHECK(size("hbm=8388607.75TiB") == (std::int64_t{8388607} << 40) + (std::int64_t{3} << 38));
+  CHECK_THROWS_AS((void)size("hbm=9223372036854775808"), overflow_error);
+  CHECK_THROWS_AS((void)size("hbm=8388608TiB"), overflow_error);  // 2^63
+  CHECK_THROWS_AS((void)size("hbm=99999999999999999999999"), overflow_error);
+  // What the old tier parser rounded to the nearest byte, or read as a bare K, is an error.
+  for (const char* spec : {"hbm=1.0005KB", "hbm=1.0004999KB", "hbm=0.000000000000000000000001GiB",
+                           "hbm=1.999999999999999999999999KiB", "hbm=8388607.999999TiB", "hbm=0.29K", "hbm=.5K",
+                           "hbm=4K", "hbm=64Gi"}) {
+    CAPTURE(spec);
+    CHECK_THROWS_AS((void)size(spec), invalid_argument);
+  }
+  auto msg = [](const char* spec) {
+    try {
+      (void)parse_tiers(spec, 1);
+    } catch (const invalid_argument& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  CHECK(msg("hbm=1.0005KB").find("tiers: item 0 'hbm=1.0005KB': size '1.0005KB': not a whole number of bytes") !=
+        std::string::npos);
+  CHECK(msg("hbm=4K").find("write KB (10^3) or KiB (2^10)") != std::string::npos);
   CHECK(parse_tiers("hbm=4.1GB,host=2.45TB", 4096)[1].capacity_bytes == 2'450'000'000'000);
   CHECK_THROWS_AS((void)parse_tiers("hbm=1.2.3GB", 4096), invalid_argument);
   CHECK_THROWS_AS((void)parse_tiers("hbm=.", 4096), invalid_argument);

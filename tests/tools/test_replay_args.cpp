@@ -23,11 +23,19 @@ TEST_CASE("parse_capacity accepts plain, scientific and unit-suffixed byte count
   CHECK(parse_capacity("7B") == 7);
   CHECK(parse_capacity(" 3kB ") == 3000);
   CHECK(parse_capacity("9223372036854775807") == 9223372036854775807LL);
+  // The one grammar (core/byte_size.hpp): exact decimals, petabytes, any case.
+  CHECK(parse_capacity("4.1GB") == 4100000000);
+  CHECK(parse_capacity("0.5KiB") == 512);
+  CHECK(parse_capacity("1PB") == 1000000000000000);
+  CHECK(parse_capacity("1pib") == 1LL << 50);
+  CHECK(parse_capacity(".5KB") == 500);
 }
 
 TEST_CASE("parse_capacity rejects what is not a positive whole number of bytes") {
   for (const char* bad : {"", "GB", "abc", "0", "-5", "-5e8", "0.5", "5XB", "5 G", "1e30", "9223372036854775808",
-                          "8EiB", "10000000TB", "1.5B", "5e", "nan", "inf", "5GB5"}) {
+                          "8EiB", "10000000TB", "1.5B", "5e", "nan", "inf", "5GB5",
+                          // Fractions of a byte the double-based parser rounded away, a bare K:
+                          "1.0000001KB", "0.3KiB", "1.0000000001e9", "4K", "0x10", "0KiB"}) {
     CAPTURE(bad);
     CHECK_THROWS_AS((void)parse_capacity(bad), hybridcache::invalid_argument);
   }
@@ -35,6 +43,13 @@ TEST_CASE("parse_capacity rejects what is not a positive whole number of bytes")
     (void)parse_capacity("5XB");
   } catch (const hybridcache::invalid_argument& e) {
     CHECK(std::string(e.what()).find("'5XB'") != std::string::npos);
+  }
+  CHECK_THROWS_AS((void)parse_capacity("1e30"), hybridcache::overflow_error);
+  try {
+    (void)parse_capacity("0");
+    FAIL("0 accepted");
+  } catch (const hybridcache::invalid_argument& e) {
+    CHECK(std::string(e.what()).find("capacity '0': must be > 0") != std::string::npos);
   }
 }
 

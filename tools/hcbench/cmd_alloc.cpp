@@ -9,7 +9,6 @@
 // per variant and workload, one panel per model and budget), and prints the summary.
 #include <algorithm>
 #include <atomic>
-#include <cctype>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
@@ -21,6 +20,7 @@
 #include <thread>
 #include <vector>
 
+#include <hybridcache/core/byte_size.hpp>
 #include <hybridcache/core/error.hpp>
 #include <hybridcache/model/presets.hpp>
 #include <hybridcache/sim/alloc_replay.hpp>
@@ -31,27 +31,12 @@ namespace {
 
 using namespace hybridcache;
 
+// --budget in the library's one byte-size grammar (core/byte_size.hpp: 1GiB, 512MiB, 1e9,
+// 4.1GB exact), between 1 B and 1 PB (10^15 B); a fraction of a byte is an error.
 std::uint64_t parse_budget(const std::string& text) {
-  std::size_t pos = 0;
-  double v = 0;
-  try {
-    v = std::stod(text, &pos);
-  } catch (const std::exception&) {
-    throw invalid_argument("--budget '" + text + "': not a number (e.g. 1073741824, 1GiB, 512MiB)");
-  }
-  std::string unit;
-  for (; pos < text.size(); ++pos)
-    if (!std::isspace(static_cast<unsigned char>(text[pos]))) unit += text[pos];
-  double mult = 1;
-  if (unit == "GiB") mult = 1024.0 * 1024 * 1024;
-  else if (unit == "MiB") mult = 1024.0 * 1024;
-  else if (unit == "KiB") mult = 1024.0;
-  else if (unit == "GB") mult = 1e9;
-  else if (unit == "MB") mult = 1e6;
-  else if (!unit.empty() && unit != "B")
-    throw invalid_argument("--budget '" + text + "': unknown unit '" + unit + "' (B, KiB, MiB, GiB, MB, GB)");
-  const double bytes = v * mult;
-  if (!(bytes >= 1) || bytes > 1e15) throw invalid_argument("--budget '" + text + "': must be between 1 B and 1 PB");
+  const std::int64_t bytes = parse_byte_size_or_throw(text, "--budget");
+  if (bytes < 1 || bytes > 1'000'000'000'000'000)
+    throw invalid_argument("--budget '" + text + "': must be between 1 B and 1 PB");
   return static_cast<std::uint64_t>(bytes);
 }
 
@@ -349,7 +334,7 @@ const bool registered = hcbench::register_command(
        static options o;
        sub.add_option("--workload", o.workload, "uniform_short | mixed_long | agentic_burst | sharegpt_replay");
        sub.add_option("--model", o.model, "model preset (jamba_1_5_mini, mamba2_1b3, ...)");
-       sub.add_option("--budget", o.budget, "memory budget: bytes or with a unit (1GiB, 512MiB)");
+       sub.add_option("--budget", o.budget, "memory budget: bytes or with a unit (1GiB, 512MiB, 1e9, 4.1GB)");
        sub.add_option("--variant", o.variant,
                       "padded_unified | fixed_dual_mr05 | fixed_dual_mr09 | avmp_static_mr05 | avmp_dynamic_b128 | "
                       "vmm_dynamic");

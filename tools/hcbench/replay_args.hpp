@@ -1,14 +1,14 @@
 // Argument parsing helpers shared by `hcbench replay` and `hcbench compare`.
 //
-// parse_capacity("5e8") == 500000000; "500000000", "5GB" (10^9), "4GiB" (2^30), "512 MiB",
-// "1.5e9B" are accepted; units are B, kB/KB, MB, GB, TB (powers of 1000) and KiB, MiB,
-// GiB, TiB (powers of 1024), case-insensitive. A value must be a positive whole number of
-// bytes that fits in int64; anything else throws hybridcache::invalid_argument naming the
-// text.
+// parse_capacity reads --capacity / --capacities in the library's one byte-size grammar
+// (hybridcache/core/byte_size.hpp): "5e8", "500000000", "5GB" (10^9), "4GiB" (2^30),
+// "512 MiB", "1.5e9B", "4.1GB" (exact); units B, KB MB GB TB PB (powers of 1000) and KiB MiB
+// GiB TiB PiB (powers of 1024), case-insensitive. A capacity must be a positive whole number
+// of bytes that fits in int64; anything else throws hybridcache::invalid_argument naming
+// the text (a fraction of a byte is an error, never rounded).
 #pragma once
 
 #include <cctype>
-#include <charconv>
 #include <cmath>
 #include <cstdio>
 #include <limits>
@@ -19,16 +19,12 @@
 #include <string_view>
 #include <vector>
 
+#include <hybridcache/core/byte_size.hpp>
 #include <hybridcache/core/error.hpp>
 
 namespace hcbench {
 
 namespace detail {
-inline std::string lower(std::string_view s) {
-  std::string out(s);
-  for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return out;
-}
 inline std::string_view trim(std::string_view s) {
   while (!s.empty() && std::isspace(static_cast<unsigned char>(s.front()))) s.remove_prefix(1);
   while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back()))) s.remove_suffix(1);
@@ -36,61 +32,13 @@ inline std::string_view trim(std::string_view s) {
 }
 }  // namespace detail
 
-/// Parses a byte capacity such as `5e8`, `500000000`, `5GB`, `4GiB`.
+/// Parses a byte capacity such as `5e8`, `500000000`, `5GB`, `4GiB` (core/byte_size.hpp).
 /// @throws hybridcache::invalid_argument naming `text` when it is not a positive whole
-///         number of bytes representable in int64.
+///         number of bytes representable in int64 (overflow_error when it is too large).
 [[nodiscard]] inline std::int64_t parse_capacity(std::string_view text) {
-  using hybridcache::invalid_argument;
-  const std::string_view s = detail::trim(text);
-  const auto bad = [&](const std::string& why) {
-    return invalid_argument("capacity '" + std::string(text) + "': " + why +
-                            " (examples: 5e8, 500000000, 5GB, 4GiB)");
-  };
-  std::size_t n = 0;  // length of the numeric part
-  while (n < s.size() && (std::isdigit(static_cast<unsigned char>(s[n])) || s[n] == '.' || s[n] == '+' ||
-                          s[n] == '-' || ((s[n] == 'e' || s[n] == 'E') && n > 0 &&
-                                          n + 1 < s.size() &&
-                                          (std::isdigit(static_cast<unsigned char>(s[n + 1])) || s[n + 1] == '+' ||
-                                           s[n + 1] == '-'))))
-    ++n;
-  const std::string_view number = s.substr(0, n);
-  const std::string unit = detail::lower(detail::trim(s.substr(n)));
-  if (number.empty()) throw bad("no number");
-
-  struct unit_scale {
-    const char* name;
-    std::int64_t scale;
-  };
-  static constexpr unit_scale units[] = {
-      {"", 1},           {"b", 1},
-      {"kb", 1000},      {"mb", 1000 * 1000},  {"gb", 1000LL * 1000 * 1000},  {"tb", 1000LL * 1000 * 1000 * 1000},
-      {"kib", 1LL << 10}, {"mib", 1LL << 20},  {"gib", 1LL << 30},            {"tib", 1LL << 40},
-  };
-  std::int64_t scale = 0;
-  for (const auto& u : units)
-    if (unit == u.name) scale = u.scale;
-  if (scale == 0) throw bad("unknown unit '" + unit + "'");
-
-  // Whole numbers are parsed exactly; anything with '.' or an exponent goes through double.
-  const bool integral = number.find_first_of(".eE") == std::string_view::npos;
-  if (integral) {
-    std::int64_t v = 0;
-    auto [p, ec] = std::from_chars(number.data(), number.data() + number.size(), v);
-    if (ec == std::errc::result_out_of_range) throw bad("too large");
-    if (ec != std::errc() || p != number.data() + number.size()) throw bad("not a number");
-    if (v <= 0) throw bad("must be > 0");
-    if (v > std::numeric_limits<std::int64_t>::max() / scale) throw bad("too large");
-    return v * scale;
-  }
-  double v = 0;
-  auto [p, ec] = std::from_chars(number.data(), number.data() + number.size(), v);
-  if (ec != std::errc() || p != number.data() + number.size() || !std::isfinite(v)) throw bad("not a number");
-  const double bytes = v * static_cast<double>(scale);
-  if (!(bytes >= 1.0)) throw bad("must be at least 1 byte");
-  if (bytes >= 9.2e18) throw bad("too large");
-  const double whole = std::round(bytes);
-  if (std::fabs(bytes - whole) > 1e-6 * std::max(1.0, whole)) throw bad("not a whole number of bytes");
-  return static_cast<std::int64_t>(whole);
+  const std::int64_t bytes = hybridcache::parse_byte_size_or_throw(text, "capacity");
+  if (bytes <= 0) throw hybridcache::invalid_argument("capacity '" + std::string(text) + "': must be > 0");
+  return bytes;
 }
 
 /// Parses --alpha: "auto" (nullopt: tuned online) or a number >= 0.

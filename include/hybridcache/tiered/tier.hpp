@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "hybridcache/concepts/tier_entry.hpp"
+#include "hybridcache/core/byte_size.hpp"
 #include "hybridcache/core/error.hpp"
 
 namespace hybridcache::tiered {
@@ -77,71 +78,16 @@ inline void validate_tiers(const std::vector<tier_config>& tiers, std::int64_t p
   }
 }
 
-namespace detail {
-// Parses "123", "64GiB", "1.5GB", "512MiB", "4K" (decimal K/M/G/T, binary Ki/Mi/Gi/Ti, a
-// trailing "B" optional), rounded to the nearest byte (halves up). Exact: the digits are
-// combined as integers, since a binary double holds neither 4.1 nor 2.45 and truncating
-// its product lost a byte ("4.1GB" gave 4099999999). Throws invalid_argument naming
-// `what`; overflow_error when the size does not fit in int64.
-inline std::int64_t parse_bytes(std::string_view s, const std::string& what) {
-  if (s.empty()) throw invalid_argument(what + ": empty size");
-  std::size_t i = 0, dot = std::string_view::npos;
-  bool any_digit = false;
-  for (; i < s.size(); ++i) {
-    const char c = s[i];
-    if (c >= '0' && c <= '9') any_digit = true;
-    else if (c == '.' && dot == std::string_view::npos) dot = i;
-    else break;
-  }
-  if (!any_digit) throw invalid_argument(what + ": '" + std::string(s) + "' is not a size");
-  const std::string_view whole = s.substr(0, dot == std::string_view::npos ? i : dot);
-  const std::string_view fraction = dot == std::string_view::npos ? std::string_view{} : s.substr(dot + 1, i - dot - 1);
-  std::string_view unit = s.substr(i);
-  if (!unit.empty() && (unit.back() == 'B' || unit.back() == 'b')) unit.remove_suffix(1);
-  std::int64_t mult = 1;
-  if (!unit.empty()) {
-    const bool binary = unit.size() == 2 && (unit[1] == 'i' || unit[1] == 'I');
-    if (unit.size() != 1 && !binary) throw invalid_argument(what + ": unknown unit in '" + std::string(s) + "'");
-    const std::int64_t base = binary ? 1024 : 1000;
-    int power = 0;
-    switch (unit[0]) {
-      case 'k': case 'K': power = 1; break;
-      case 'm': case 'M': power = 2; break;
-      case 'g': case 'G': power = 3; break;
-      case 't': case 'T': power = 4; break;
-      default: throw invalid_argument(what + ": unknown unit in '" + std::string(s) + "'");
-    }
-    for (int p = 0; p < power; ++p) mult *= base;  // at most 2^40
-  }
-  const auto too_big = [&] { return overflow_error(what + ": '" + std::string(s) + "' does not fit in int64"); };
-  constexpr std::int64_t max = std::numeric_limits<std::int64_t>::max();
-  std::int64_t n = 0;
-  for (const char c : whole) {
-    const int d = c - '0';
-    if (n > (max - d) / 10) throw too_big();
-    n = n * 10 + d;
-  }
-  // The fraction 0.f1..fk times mult, rounded: Horner from the last digit over 2 · mult
-  // with integer division gives floor(2 · value) exactly (floor((a + y) / 10) equals
-  // floor((a + floor(y)) / 10) for integer a), and (floor(2v) + 1) / 2 rounds v to
-  // nearest. Every step stays below 2 · mult <= 2^41, however many digits there are.
-  std::int64_t twice = 0;
-  for (auto it = fraction.rbegin(); it != fraction.rend(); ++it) twice = ((*it - '0') * 2 * mult + twice) / 10;
-  const std::int64_t part = (twice + 1) / 2;
-  if (n > (max - part) / mult) throw too_big();
-  return n * mult + part;
-}
-}  // namespace detail
-
 /// Parses the `--tiers` option: a comma-separated list of `kind=SIZE` with kind one of
 /// `hbm`, `host`, `cxl` (optionally `host@NODE` / `cxl@NODE` to bind to a NUMA node), and
-/// SIZE a byte count with an optional unit (`64GiB`, `512MB`, `4.1GB` read exactly, `1e9`
-/// is not accepted). Every tier below HBM gets `link_gbps`. The result is validated with
-/// `validate_tiers`.
+/// SIZE in the library's one byte-size grammar (core/byte_size.hpp: `64GiB`, `512MB`,
+/// `1e9`, `4.1GB` read exactly; a fraction of a byte or a bare `4K` is an error). Every tier
+/// below HBM gets `link_gbps`. The result is validated with `validate_tiers`.
 ///
 /// @throws invalid_argument for an empty list, an unknown kind, a bad size, a zero size, a
 ///         size smaller than `page_bytes`, a zero or negative `link_gbps`, or hbm missing /
-///         repeated / not first. The message names the tier and the field.
+///         repeated / not first; overflow_error for a size beyond int64. The message names
+///         the tier and the field.
 [[nodiscard]] inline std::vector<tier_config> parse_tiers(std::string_view spec, std::int64_t page_bytes,
                                                           double link_gbps = 50.0) {
   if (!(link_gbps > 0.0)) throw invalid_argument("tiers: link bandwidth must be > 0 GB/s");
@@ -168,7 +114,7 @@ inline std::int64_t parse_bytes(std::string_view s, const std::string& what) {
     else if (name == "cxl") t.kind = tier_kind::cxl;
     else throw invalid_argument(who + ": unknown tier kind '" + std::string(name) + "' (hbm, host, cxl)");
     if (t.kind == tier_kind::hbm && t.numa_node != -1) throw invalid_argument(who + ": hbm cannot be bound to a NUMA node");
-    t.capacity_bytes = detail::parse_bytes(item.substr(eq + 1), who);
+    t.capacity_bytes = parse_byte_size_or_throw(item.substr(eq + 1), who + ": size");
     out.push_back(t);
     if (comma == std::string_view::npos) break;
     pos = comma + 1;
