@@ -18,6 +18,15 @@ if(MODE STREQUAL "find_package")
       -DHYBRIDCACHE_BUILD_TESTS=OFF -DHYBRIDCACHE_BUILD_BENCH=OFF -DHYBRIDCACHE_BUILD_TOOLS=OFF
       -DHYBRIDCACHE_BUILD_EXAMPLES=OFF -DHYBRIDCACHE_ENABLE_CUDA=OFF -DHYBRIDCACHE_INSTALL=ON)
   run(${CMAKE_COMMAND} --install "${WORK_DIR}/lib" --prefix "${WORK_DIR}/prefix")
+  # Only the runtime is installed: no harness headers, no sim target.
+  file(GLOB_RECURSE sim_headers "${WORK_DIR}/prefix/include/hybridcache/sim/*")
+  if(sim_headers OR EXISTS "${WORK_DIR}/prefix/include/hybridcache/sim")
+    message(FATAL_ERROR "the install holds the simulation harness (include/hybridcache/sim)")
+  endif()
+  file(GLOB_RECURSE sim_exports "${WORK_DIR}/prefix/*hybridcacheSimTargets*.cmake")
+  if(sim_exports)
+    message(FATAL_ERROR "the install exports hybridcache::sim without HYBRIDCACHE_INSTALL_SIM")
+  endif()
   run(${CMAKE_COMMAND} -S "${SOURCE_DIR}/tests/package/consumer" -B "${WORK_DIR}/consumer" ${common}
       -DCONSUMER_MODE=find_package -DCMAKE_PREFIX_PATH=${WORK_DIR}/prefix)
 elseif(MODE STREQUAL "add_subdirectory")
