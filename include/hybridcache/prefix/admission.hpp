@@ -29,7 +29,8 @@ struct judicious_admission {
   void select(const insertion_view& v, std::vector<std::int64_t>& out) const noexcept {
     // push_back on a vector whose capacity the cache reserved (>= 2) does not allocate.
     if (v.branch_point > 0) out.push_back(v.branch_point);
-    if (v.total_tokens > 0) out.push_back(v.total_tokens);
+    // A full hit (reusable == total) computed no state: the concept allows only (reusable, total].
+    if (v.total_tokens > v.reusable_tokens) out.push_back(v.total_tokens);
   }
 };
 static_assert(admission_policy<judicious_admission>);
@@ -44,7 +45,7 @@ struct every_block_admission {
   void select(const insertion_view& v, std::vector<std::int64_t>& out) const noexcept {
     const std::int64_t first = (v.reusable_tokens / Block + 1) * Block;
     for (std::int64_t p = first; p <= v.total_tokens; p += Block) out.push_back(p);
-    if (v.total_tokens > 0 && v.total_tokens % Block != 0) out.push_back(v.total_tokens);
+    if (v.total_tokens > v.reusable_tokens && v.total_tokens % Block != 0) out.push_back(v.total_tokens);
   }
 };
 static_assert(admission_policy<every_block_admission<32>>);
