@@ -64,12 +64,12 @@ struct host_fixture {
   }
 };
 
-std::byte pattern(node_id id, std::int64_t i) {
+std::byte pattern(entry_id id, std::int64_t i) {
   return static_cast<std::byte>((id * 167 + static_cast<std::uint64_t>(i) * 13 + 5) & 0xff);
 }
 
 template <class F, class Store>
-void write_entry(F& f, const Store& s, node_id id) {
+void write_entry(F& f, const Store& s, entry_id id) {
   if constexpr (F::has_bytes) {
     const auto row = s.find(id);
     REQUIRE(row);
@@ -80,7 +80,7 @@ void write_entry(F& f, const Store& s, node_id id) {
 }
 
 template <class F, class Store>
-bool entry_intact(F& f, const Store& s, node_id id) {
+bool entry_intact(F& f, const Store& s, entry_id id) {
   if constexpr (F::has_bytes) {
     const auto row = s.find(id);
     if (!row) return false;
@@ -94,9 +94,9 @@ bool entry_intact(F& f, const Store& s, node_id id) {
 
 /// Inserts entries of random sizes into HBM until it is about half full; returns their ids.
 template <class F, class Store>
-std::vector<node_id> populate(F& f, Store& s, std::mt19937_64& rng) {
-  std::vector<node_id> ids;
-  for (node_id id = 1; s.usage(hbm_tier).used_bytes < 12 * page; ++id) {
+std::vector<entry_id> populate(F& f, Store& s, std::mt19937_64& rng) {
+  std::vector<entry_id> ids;
+  for (entry_id id = 1; s.usage(hbm_tier).used_bytes < 12 * page; ++id) {
     const auto bytes = static_cast<std::int64_t>(1 + rng() % (3 * page));
     if (!s.insert(id, bytes)) break;
     write_entry(f, s, id);
@@ -124,7 +124,7 @@ TEST_CASE_TEMPLATE_DEFINE("tier_copy_engine conformance", F, tier_copy_engine_co
       REQUIRE(ids.size() >= 4);
       int moves = 0;
       for (int op = 0; op < 120; ++op) {
-        const node_id id = ids[rng() % ids.size()];
+        const entry_id id = ids[rng() % ids.size()];
         const tier_id dst = other_tier(rng, s.find(id)->tier);
         auto t = s.prepare_move(id, dst);
         if (!t) {  // the destination is full: not the engine's business
@@ -144,7 +144,7 @@ TEST_CASE_TEMPLATE_DEFINE("tier_copy_engine conformance", F, tier_copy_engine_co
         ++moves;
       }
       CHECK(moves > 60);
-      for (node_id id : ids) CHECK(entry_intact(f, s, id));
+      for (entry_id id : ids) CHECK(entry_intact(f, s, id));
       CHECK(s.check_invariants().empty());
     }
   }
@@ -160,7 +160,7 @@ TEST_CASE_TEMPLATE_DEFINE("tier_copy_engine conformance", F, tier_copy_engine_co
         std::vector<move_ticket> tickets;
         using event_t = std::remove_cvref_t<decltype(*f.engine.submit(std::declval<const move_ticket&>()))>;
         std::vector<event_t> events;
-        for (node_id id : ids) {
+        for (entry_id id : ids) {
           if (rng() % 2 == 0) continue;
           auto t = s.prepare_move(id, other_tier(rng, s.find(id)->tier));
           if (!t) continue;
@@ -177,7 +177,7 @@ TEST_CASE_TEMPLATE_DEFINE("tier_copy_engine conformance", F, tier_copy_engine_co
           REQUIRE(s.complete_move(tickets[i], true));
           CHECK(s.find(tickets[i].id)->tier == tickets[i].dst);
         }
-        for (node_id id : ids) CHECK(entry_intact(f, s, id));
+        for (entry_id id : ids) CHECK(entry_intact(f, s, id));
       }
       CHECK(s.check_invariants().empty());
     }
@@ -189,13 +189,13 @@ TEST_CASE_TEMPLATE_DEFINE("tier_copy_engine conformance", F, tier_copy_engine_co
     std::mt19937_64 rng(7);
     const auto ids = populate(f, s, rng);
     for (int op = 0; op < 200; ++op) {
-      const node_id id = ids[rng() % ids.size()];
+      const entry_id id = ids[rng() % ids.size()];
       const tier_id from = s.find(id)->tier, dst = other_tier(rng, from);
       const auto r = move_entry(s, f.engine, id, dst);
       CHECK(s.find(id)->tier == (r ? dst : from));
       if (!r) CHECK(r.error() == errc::out_of_capacity);
     }
-    for (node_id id : ids) CHECK(entry_intact(f, s, id));
+    for (entry_id id : ids) CHECK(entry_intact(f, s, id));
     CHECK(s.check_invariants().empty());
   }
 
@@ -205,7 +205,7 @@ TEST_CASE_TEMPLATE_DEFINE("tier_copy_engine conformance", F, tier_copy_engine_co
       tiered_store<> s(three_tiers(), page);
       std::mt19937_64 rng(9);
       const auto ids = populate(f, s, rng);
-      for (node_id id : ids) {
+      for (entry_id id : ids) {
         const tier_id from = s.find(id)->tier, dst = other_tier(rng, from);
         auto t = s.prepare_move(id, dst);
         REQUIRE(t);
