@@ -199,6 +199,15 @@ void check_held_matches(const Cache& c, const std::vector<match_result>& held) {
   }
 }
 
+void require_no_violation(const scorer_report& rep) {
+  REQUIRE(rep.root == 0);
+  REQUIRE(rep.dead == 0);
+  REQUIRE(rep.pinned == 0);
+  REQUIRE(rep.bad_remove == 0);
+  REQUIRE(rep.bad_merge == 0);
+  REQUIRE(rep.bad_drop == 0);
+}
+
 /// Leaves that are not pinned (what eviction must have taken when it has no victim).
 template <class Tree>
 std::int64_t unpinned_leaves(const Tree& t) {
@@ -259,6 +268,8 @@ std::int64_t run_streams(std::uint64_t seeds) {
         held.erase(held.begin() + static_cast<std::ptrdiff_t>(i));
         held_seq.erase(held_seq.begin() + static_cast<std::ptrdiff_t>(i));
       }
+      CAPTURE(op);
+      require_no_violation(c.scorer().report());  // first: it names the broken answer
       CHECK(c.store().used_bytes() <= cap);
       check_held_matches(c, held);
       // Now and then evict everything the scorer will give up: a commit larger than the
@@ -271,6 +282,7 @@ std::int64_t run_streams(std::uint64_t seeds) {
         REQUIRE_FALSE(cr);
         CHECK(cr.error() == errc::out_of_capacity);
         CHECK(c.scorer().report().no_victim > no_victim_before);  // it did run dry
+        require_no_violation(c.scorer().report());
         CHECK(unpinned_leaves(c.tree()) == 0);
         if (held.empty()) {
           CHECK(c.tree().size() == 0);
@@ -278,14 +290,6 @@ std::int64_t run_streams(std::uint64_t seeds) {
         }
         check_held_matches(c, held);
       }
-      const scorer_report& rep = c.scorer().report();
-      CAPTURE(op);
-      REQUIRE(rep.root == 0);
-      REQUIRE(rep.dead == 0);
-      REQUIRE(rep.pinned == 0);
-      REQUIRE(rep.bad_remove == 0);
-      REQUIRE(rep.bad_merge == 0);
-      REQUIRE(rep.bad_drop == 0);
     }
     for (const match_result& h : held) CHECK(c.release(h));
     victims += c.scorer().report().victims;
@@ -297,11 +301,14 @@ std::int64_t run_streams(std::uint64_t seeds) {
 
 TEST_CASE_TEMPLATE_DEFINE("utility_scorer conformance", F, utility_scorer_conformance) {
   static_assert(utility_scorer<typename F::scorer_type, radix_tree<counting_store>>);
+  // Called outside CHECK so that a failed REQUIRE inside reports itself, not an exception.
   SUBCASE("judicious admission: few checkpoints, long KV-only edges") {
-    CHECK(run_streams<F, judicious_admission>(40) > 1000);  // the streams really evicted
+    const std::int64_t victims = run_streams<F, judicious_admission>(40);
+    CHECK(victims > 1000);  // the streams really evicted
   }
   SUBCASE("a checkpoint every 8 tokens: chains of single-child nodes with states") {
-    CHECK(run_streams<F, every_block_admission<8>>(40) > 1000);
+    const std::int64_t victims = run_streams<F, every_block_admission<8>>(40);
+    CHECK(victims > 1000);
   }
 }
 

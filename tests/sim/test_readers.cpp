@@ -17,6 +17,8 @@
 #include <hybridcache/sim/synth_v1.hpp>
 #include <hybridcache/sim/trace_stats.hpp>
 
+#include "../support/shared_data.hpp"
+
 using namespace hybridcache;
 using namespace hybridcache::sim;
 
@@ -255,12 +257,9 @@ TEST_CASE("infinite-cache bound against a naive model") {
   CHECK(input_only.hit_ids < result.hit_ids);
 }
 
-TEST_CASE("Mooncake conversation trace: infinite-cache bound is 36.64 % of blocks") {
-  const std::filesystem::path path = HYBRIDCACHE_SHARED_DIR "/data/traces/mooncake/conversation_trace.jsonl";
-  if (!std::filesystem::exists(path)) {
-    MESSAGE("skipped: " << path.string() << " is absent");
-    return;
-  }
+TEST_CASE("Mooncake conversation trace: infinite-cache bound is 36.64 % of blocks" * doctest::test_suite("shared_data")) {
+  const std::filesystem::path path = hybridcache::test::shared_path("data/traces/mooncake/conversation_trace.jsonl");
+  if (!hybridcache::test::shared_available(path)) return;
   mooncake_reader reader(path);
   const auto start = std::chrono::steady_clock::now();
   const infinite_cache_result b512 = infinite_cache_bound(reader);

@@ -12,6 +12,7 @@
 #include <hybridcache/sim/synth_v1.hpp>
 
 #include "../support/sha256.hpp"
+#include "../support/shared_data.hpp"
 
 using namespace hybridcache;
 using namespace hybridcache::sim;
@@ -117,16 +118,17 @@ TEST_CASE("synth-v1 chat seed 7 is byte-identical to gen_trace.py (shared fixtur
     CHECK(std::equal(prev->input.begin(), prev->input.end(), r.input.begin()));
     CHECK(std::equal(prev->output.begin(), prev->output.end(), r.input.begin() + static_cast<std::ptrdiff_t>(prev->input.size())));
   }
+}
 
-  // The fixture file in shared/ (when present) is the same bytes.
-  std::ifstream in(HYBRIDCACHE_SHARED_DIR "/fixtures/marconi/chat_seed7.jsonl", std::ios::binary);
-  if (!in) {
-    MESSAGE("shared/fixtures/marconi/chat_seed7.jsonl absent; file comparison skipped");
-    return;
-  }
+TEST_CASE("synth-v1 chat seed 7 equals the fixture file in shared/" * doctest::test_suite("shared_data")) {
+  const auto path = hybridcache::test::shared_path("fixtures/marconi/chat_seed7.jsonl");
+  if (!hybridcache::test::shared_available(path)) return;
+  const auto requests = generate_synth_v1({.profile = synth_profile::chat, .seed = 7, .sessions = 12, .session_gap_ms = 1000});
+  std::ifstream in(path, std::ios::binary);
+  REQUIRE(in);
   std::ostringstream file;
   file << in.rdbuf();
-  CHECK(file.str() == jsonl);
+  CHECK(file.str() == synth_v1_jsonl(requests));
 }
 
 TEST_CASE("synth-v1 writer streams the same bytes and the source yields the same requests") {

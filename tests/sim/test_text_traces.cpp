@@ -16,6 +16,8 @@
 #include <hybridcache/sim/trace.hpp>
 #include <hybridcache/sim/trace_stats.hpp>
 
+#include "../support/shared_data.hpp"
+
 using namespace hybridcache;
 using namespace hybridcache::sim;
 
@@ -41,8 +43,6 @@ format_error read_error(const std::string& text, Options... options) {
   FAIL("no format_error for:\n" << text);
   return format_error(0, "", "");
 }
-
-const std::string shared_dir = HYBRIDCACHE_SHARED_DIR;
 
 }  // namespace
 
@@ -193,12 +193,9 @@ TEST_CASE("sharegpt: malformed conversations name line and field") {
   CHECK_THROWS_AS(sharegpt_reader(*std::make_unique<std::istringstream>(ok), {.sessions_per_second = 0}), invalid_argument);
 }
 
-TEST_CASE("sharegpt_zh_1k: whole file streams, prompts extend (skips if absent)") {
-  const std::filesystem::path path = shared_dir + "/data/traces/sharegpt_zh_1k/sharegpt_zh_1K_format.jsonl";
-  if (!std::filesystem::exists(path)) {
-    MESSAGE("skipped: " << path.string() << " is absent");
-    return;
-  }
+TEST_CASE("sharegpt_zh_1k: whole file streams, prompts extend" * doctest::test_suite("shared_data")) {
+  const std::filesystem::path path = hybridcache::test::shared_path("data/traces/sharegpt_zh_1k/sharegpt_zh_1K_format.jsonl");
+  if (!hybridcache::test::shared_available(path)) return;
   sharegpt_reader reader(path, {.max_input_tokens = 0});
   request r;
   std::int64_t requests = 0, input = 0, output = 0;
@@ -302,13 +299,13 @@ TEST_CASE("cachepawl JSON: streamed array of prompt lengths, errors") {
   CHECK(read_error<cachepawl_reader>("[1]").field().empty());                                                    // not an object
 }
 
-TEST_CASE("real length-only traces parse completely (skip if absent)") {
-  const std::filesystem::path azure = shared_dir + "/data/traces/azure2023/AzureLLMInferenceTrace_conv.csv";
-  const std::filesystem::path pawl = shared_dir + "/data/traces/cachepawl/sharegpt_prompts.json";
-  if (!std::filesystem::exists(azure) || !std::filesystem::exists(pawl)) {
-    MESSAGE("skipped: azure2023 or cachepawl trace absent");
-    return;
-  }
+TEST_CASE("real length-only traces parse completely" * doctest::test_suite("shared_data")) {
+  const std::filesystem::path azure = hybridcache::test::shared_path("data/traces/azure2023/AzureLLMInferenceTrace_conv.csv");
+  const std::filesystem::path pawl = hybridcache::test::shared_path("data/traces/cachepawl/sharegpt_prompts.json");
+  // Both checked (not short-circuited), so the output names every missing file.
+  const bool have_azure = hybridcache::test::shared_available(azure);
+  const bool have_pawl = hybridcache::test::shared_available(pawl);
+  if (!have_azure || !have_pawl) return;
   auto a = open_trace(azure, trace_format::azure);
   request r;
   std::int64_t n = 0, context = 0, generated = 0;

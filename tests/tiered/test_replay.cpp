@@ -10,6 +10,8 @@
 #include "hybridcache/sim/mooncake_trace.hpp"
 #include "hybridcache/sim/tiered_replay.hpp"
 
+#include "../support/shared_data.hpp"
+
 using namespace hybridcache;
 using namespace hybridcache::tiered;
 
@@ -187,12 +189,9 @@ TEST_CASE("tiered replay: token traces are grouped into hashed 512-token blocks"
   CHECK_THROWS_AS((void)run_tiered_replay(reqs, m, o), invalid_argument);
 }
 
-TEST_CASE("tiered replay: first 1,500 Mooncake requests through the sim reader") {
-  const std::filesystem::path path = std::filesystem::path(HYBRIDCACHE_SHARED_DIR) / "data/traces/mooncake/conversation_trace.jsonl";
-  if (!std::filesystem::exists(path)) {
-    MESSAGE("trace not present; skipped");
-    return;
-  }
+TEST_CASE("tiered replay: first 1,500 Mooncake requests through the sim reader" * doctest::test_suite("shared_data")) {
+  const std::filesystem::path path = hybridcache::test::shared_path("data/traces/mooncake/conversation_trace.jsonl");
+  if (!hybridcache::test::shared_available(path)) return;
   sim::mooncake_reader reader(path, {.block_size = 512, .synthesize_output_ids = false});
   std::vector<sim::request> reqs;
   sim::request r;
