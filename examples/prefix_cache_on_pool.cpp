@@ -18,7 +18,7 @@ int main() {
   using store_t = memory::pool_state_store<pool_t>;
   pool_t pool({.budget_bytes = std::uint64_t{2} << 30,
                .kv_page_bytes = memory::kv_page_bytes(model),
-               .ssm_block_bytes = memory::ssm_block_bytes(model)});
+               .ssm_block_bytes = memory::checkpoint_block_bytes(model)});
   prefix::prefix_cache<cost_model, prefix::judicious_admission, prefix::flop_aware_scorer, store_t> cache(
       model, store_t(pool, 16, model.attention_layers(), model.recurrent_layers()),
       prefix::flop_aware_scorer(model, {.alpha = 1.0}));

@@ -9,6 +9,7 @@
 #include <hybridcache/model/presets.hpp>
 #include <hybridcache/memory/asymmetric_pool.hpp>
 #include <hybridcache/stores/pool_state_store.hpp>
+#include <hybridcache/stores/tiered_state_store.hpp>
 #include <hybridcache/stores/counting_store.hpp>
 #include <hybridcache/prefix/prefix_cache.hpp>
 #include <hybridcache/sim/synth_v1.hpp>
@@ -27,7 +28,7 @@ const std::vector<sim::synth_request>& trace() {
 }
 
 asymmetric_pool_config pool_for(const cost_model& m, std::uint64_t budget) {
-  return {.budget_bytes = budget, .kv_page_bytes = kv_page_bytes(m), .ssm_block_bytes = ssm_block_bytes(m)};
+  return {.budget_bytes = budget, .kv_page_bytes = kv_page_bytes(m), .ssm_block_bytes = checkpoint_block_bytes(m)};
 }
 
 template <class Cache>
@@ -136,7 +137,7 @@ TEST_CASE("fixture trace through prefix_cache<..., pool_state_store<asymmetric_p
   prefix::prefix_cache<cost_model, prefix::judicious_admission, prefix::lru_scorer, store_t> pooled(
       m, store_t(big, 16, m.attention_layers(), m.recurrent_layers()), prefix::lru_scorer{});
   prefix::prefix_cache<cost_model, prefix::judicious_admission, prefix::lru_scorer> counted(
-      m, prefix::counting_store(16 * static_cast<std::int64_t>(GiB), m.kv_bytes_per_token(), 28 * 262144),
+      m, prefix::counting_store(16 * static_cast<std::int64_t>(GiB), m.kv_bytes_per_token(), m.ssm_checkpoint_bytes()),
       prefix::lru_scorer{});
   const auto got = replay(pooled);
   const auto want = replay(counted);
@@ -146,7 +147,8 @@ TEST_CASE("fixture trace through prefix_cache<..., pool_state_store<asymmetric_p
   CHECK(hits > 0);
   CHECK(pooled.checkpoints_cached() == counted.checkpoints_cached());
   CHECK(pooled.tokens_cached() == counted.tokens_cached());
-  // Every cached checkpoint is 28 live SSM blocks; KV pages cover every cached token.
+  // Every cached checkpoint is 28 live checkpoint blocks (SSM + conv state of one layer);
+  // KV pages cover every cached token.
   CHECK(big.stats(pool_kind::ssm).used_units == static_cast<std::uint64_t>(pooled.checkpoints_cached() * 28));
   CHECK(big.stats(pool_kind::kv).used_units * 16 >= static_cast<std::uint64_t>(pooled.tokens_cached() * 4));
 
@@ -164,4 +166,34 @@ TEST_CASE("fixture trace through prefix_cache<..., pool_state_store<asymmetric_p
   MESSAGE("tight budget: rebalances " << small.counters().rebalances << ", KV/SSM chunks "
                                       << small.stats(pool_kind::kv).mapped_chunks << "/"
                                       << small.stats(pool_kind::ssm).mapped_chunks);
+}
+
+TEST_CASE("one checkpoint size: SSM + conv state, the same in the cost model, the pool store and the tiered store") {
+  // Issue #13, break 7: the pool's checkpoints were the recurrent state alone (jamba:
+  // 28 x 262,144 = 7,340,032 B) while the cost model counts the conv state too
+  // (9,175,040 B). A pool for prefix-cache checkpoints uses checkpoint_block_bytes.
+  for (const auto& spec : {presets::marconi_7b(), presets::jamba_1_5_mini(), presets::mamba2_1b3(),
+                           presets::qwen3_next_80b_a3b(), presets::mamba2_1b3_pure()}) {
+    const cost_model m(spec);
+    if (m.recurrent_layers() == 0) continue;
+    INFO(spec.name);
+    CHECK(m.ssm_checkpoint_bytes() ==
+          m.recurrent_layers() * (m.recurrent_state_bytes_per_layer() + m.conv_state_bytes_per_layer()));
+    CHECK(checkpoint_block_bytes(m) == static_cast<std::uint64_t>(m.ssm_checkpoint_bytes_per_layer()));
+    if (m.attention_layers() == 0) continue;  // the pool store pages KV per attention layer
+    host_asymmetric_pool<no_rebalancer> pool({.budget_bytes = std::uint64_t{1} << 30,
+                                              .kv_page_bytes = kv_page_bytes(m),
+                                              .ssm_block_bytes = checkpoint_block_bytes(m),
+                                              .granularity_bytes = std::uint64_t{32} << 20});
+    const pool_state_store<host_asymmetric_pool<no_rebalancer>> store(pool, 16, m.attention_layers(),
+                                                                      m.recurrent_layers());
+    CHECK(store.checkpoint_bytes() == m.ssm_checkpoint_bytes());
+    const tiered::tiered_state_store_config tc{.hbm_bytes = std::int64_t{1} << 30,
+                                               .host_bytes = std::int64_t{1} << 30,
+                                               .kv_bytes_per_token = m.kv_bytes_per_token(),
+                                               .checkpoint_bytes = m.ssm_checkpoint_bytes()};
+    const tiered::tiered_state_store<> tiered_store(tc);
+    CHECK(tiered_store.checkpoint_bytes() == m.ssm_checkpoint_bytes());
+  }
+  CHECK(cost_model(presets::jamba_1_5_mini()).ssm_checkpoint_bytes() == 9'175'040);
 }

@@ -274,7 +274,7 @@ void random_two_tier(std::uint64_t seed, std::int64_t hbm, std::int64_t host) {
     for (auto& t : r) t = static_cast<token_id>(rng() % 3);
     roots.push_back(r);
   }
-  std::int64_t host_hits = 0;
+  std::int64_t host_hits = 0, refused = 0;
   for (int step = 0; step < 300; ++step) {
     std::vector<token_id> input;
     if (!committed.empty() && rng() % 4 != 0) {  // continue or branch an earlier sequence
@@ -305,7 +305,15 @@ void random_two_tier(std::uint64_t seed, std::int64_t hbm, std::int64_t host) {
       REQUIRE(c.release(*m));
     } else {
       auto cr = c.commit(seq, static_cast<std::int64_t>(input.size()), &*m);
-      REQUIRE(cr);
+      if (!cr) {
+        // Refused up front: it does not fit in HBM beside the prefix it extends. Nothing
+        // changed; the request hands its pins back.
+        REQUIRE(cr.error() == errc::out_of_capacity);
+        c.store().release_hit(h);
+        REQUIRE(c.release(*m));
+        ++refused;
+        continue;
+      }
       c.store().settle(c.tree(), seq, h);
       std::vector<prefix::node_id> path;
       const auto w = c.tree().walk(seq, path);
@@ -317,7 +325,7 @@ void random_two_tier(std::uint64_t seed, std::int64_t hbm, std::int64_t host) {
     REQUIRE(c.store().table().usage(tiered::hbm_tier).used_bytes <= hbm);
   }
   const auto& k = c.store().counters();
-  MESSAGE("seed " << seed << ": host hits " << host_hits << ", demoted " << k.demoted_entries << ", promoted "
+  MESSAGE("seed " << seed << ": host hits " << host_hits << ", refused " << refused << ", demoted " << k.demoted_entries << ", promoted "
                   << k.promoted_entries << ", dropped " << k.dropped_entries);
   CHECK(k.demoted_entries > 0);
 }

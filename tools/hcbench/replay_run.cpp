@@ -98,8 +98,9 @@ struct last_token_admission {
 };
 static_assert(pc::admission_policy<last_token_admission>);
 
-/// Adapts prefix_cache's `expected` results to the engine's calls; a refused commit (state
-/// larger than the whole cache under --strict-capacity) is counted, not fatal.
+/// Adapts prefix_cache's `expected` results to the engine's calls; a refused commit (under
+/// --strict-capacity: a state that does not fit beside the pinned paths and the prefix it
+/// extends) is counted, not fatal, and its match released.
 template <class Cache>
 class engine_adapter {
  public:
@@ -113,6 +114,10 @@ class engine_adapter {
     auto r = c_.commit(seq, input_ids, &m);
     if (r) return;
     if (r.error() == hc::errc::out_of_capacity) {
+      // Refused with nothing changed: the match is still pinned; hand it back.
+      if (auto released = c_.release(m); !released)
+        throw hc::invalid_argument("replay: release after a refused commit failed (" +
+                                   std::string(hc::to_string(released.error())) + ")");
       ++refused_;
       return;
     }

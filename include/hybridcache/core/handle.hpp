@@ -134,6 +134,19 @@ class generation_table {
     return {};
   }
 
+  /// Frees every live slot (each one's handle becomes stale). O(capacity), no allocation.
+  void release_all() noexcept {
+    for (std::uint32_t i = 0; i < slots_.size(); ++i) {
+      slot& s = slots_[i];
+      if (!s.live) continue;
+      s.live = false;
+      s.generation = next_generation(s.generation);
+      s.next_free = free_head_;
+      free_head_ = i;
+      ++free_count_;
+    }
+  }
+
   [[nodiscard]] std::uint32_t pool_tag() const noexcept { return tag_; }
   [[nodiscard]] std::uint64_t capacity() const noexcept { return slots_.size(); }
   [[nodiscard]] std::uint64_t free_count() const noexcept { return free_count_; }

@@ -52,13 +52,26 @@ inline constexpr std::uint64_t default_granularity_bytes = std::uint64_t{2} << 2
                                   model.kv_bytes_per_token_per_layer()));
 }
 
-/// SSM block bytes: the recurrent state of one layer of one sequence, rounded up to 128 B
-/// (the conv state is not included, as in the reference). @throws invalid_argument for a
-/// model without recurrent layers.
+/// SSM block bytes as the AVMP reference sizes them: the recurrent state of one layer of
+/// one sequence, rounded up to 128 B, without the conv state (the allocator replay uses it
+/// to reproduce the reference's rows). A pool that holds prefix-cache checkpoints uses
+/// `checkpoint_block_bytes`. @throws invalid_argument for a model without recurrent layers.
 [[nodiscard]] inline std::uint64_t ssm_block_bytes(const cost_model& model) {
   HYBRIDCACHE_EXPECTS(model.recurrent_state_bytes_per_layer() > 0, invalid_argument,
                       "ssm_block_bytes: model '" + model.spec().name + "' has no recurrent layers");
   return align_up(model.recurrent_state_bytes_per_layer());
+}
+
+/// Checkpoint block bytes: everything a checkpoint holds for one recurrent layer, the
+/// recurrent state and the short-convolution state (`cost_model::ssm_checkpoint_bytes_per_layer`),
+/// rounded up to 128 B. A pool whose SSM unit is this size gives `pool_state_store` the
+/// same checkpoint size as the cost model (`ssm_checkpoint_bytes`) whenever the per-layer
+/// size is a multiple of 128 B (every preset). @throws invalid_argument for a model without
+/// recurrent layers.
+[[nodiscard]] inline std::uint64_t checkpoint_block_bytes(const cost_model& model) {
+  HYBRIDCACHE_EXPECTS(model.recurrent_state_bytes_per_layer() > 0, invalid_argument,
+                      "checkpoint_block_bytes: model '" + model.spec().name + "' has no recurrent layers");
+  return align_up(model.ssm_checkpoint_bytes_per_layer());
 }
 
 }  // namespace hybridcache::memory

@@ -119,6 +119,9 @@ struct flop_aware_config {
 /// Marconi FLOP-aware scorer. See the file comment.
 class flop_aware_scorer {
  public:
+  /// Single-child nodes are candidates (merge or tombstone), so every unpinned checkpoint
+  /// can eventually be dropped (prefix_cache's up-front fit check relies on it).
+  static constexpr bool evicts_inner_nodes = true;
   /// @throws invalid_argument when alpha is negative or not finite.
   explicit flop_aware_scorer(cost_model model, flop_aware_config cfg = {})
       : model_(std::move(model)),

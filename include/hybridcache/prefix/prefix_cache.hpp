@@ -42,6 +42,7 @@
 #pragma once
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <cstdint>
 #include <limits>
@@ -75,9 +76,13 @@ class counting_store;
 
 /// Cache options (aggregate).
 struct prefix_cache_config {
-  /// Allow a commit whose new state alone exceeds the store's capacity (the reference
-  /// inserts it anyway and the tree goes over capacity; pair with a store that allows
-  /// overflow). Off: such a commit returns `errc::out_of_capacity` and changes nothing.
+  /// Simulate the Marconi reference's commit, for a byte-counting replay only: a commit
+  /// whose new state alone exceeds the store's capacity is inserted anyway (pair with a
+  /// store that allows overflow), and the commit's evictions may take the very prefix it
+  /// extends (the reference releases the match before evicting). Off (the default, and the
+  /// only setting for a store that holds real bytes): a commit that cannot fit beside the
+  /// pinned paths and the prefix it extends returns `errc::out_of_capacity` and changes
+  /// nothing, and a commit never evicts the prefix it extends.
   bool admit_oversized = false;
 };
 
@@ -117,6 +122,20 @@ class prefix_cache {
 
   prefix_cache(const prefix_cache&) = delete;
   prefix_cache& operator=(const prefix_cache&) = delete;
+
+  /// Gives every handle the tree holds back to the store (a cache whose store holds real
+  /// pages must not leak them when it goes away).
+  ~prefix_cache() { drop_all_nodes(); }
+
+  /// Empties the cache: every node's KV and checkpoint go back to the store, the tree keeps
+  /// only its root, and every outstanding match becomes stale (its release or commit
+  /// reports `errc::stale_handle`). Counters and the clock keep running. O(n), no allocation.
+  void clear() {
+    std::lock_guard<Lock> guard(lock_);
+    drop_all_nodes();
+    pins_.release_all();
+    std::fill(pin_node_.begin(), pin_node_.end(), no_node);
+  }
 
   // --- runtime API ---------------------------------------------------------------------
 
@@ -208,7 +227,13 @@ class prefix_cache {
     std::int64_t reusable = -1;
     if (const errc e = validate_commit(sequence, input_tokens, m, extra, reusable); e != errc::ok) return unexpected(e);
     reserve_indexes(tree_.id_bound() + positions_.size() + 4);  // may throw: nothing changed yet
-    if (m != nullptr && !m->pin.is_null()) unpin(m->pin);
+    // The reference's order (admit_oversized): the match is released before evicting.
+    const bool release_first = cfg_.admit_oversized && m != nullptr && !m->pin.is_null();
+    if (release_first) unpin(m->pin);
+    // Otherwise the match's pin is held until the insert succeeded: on any failure the caller still
+    // holds it (and releases it once). The tokens this commit extends are protected from
+    // its own evictions (`guard_path`): their KV is an earlier request's bytes, and
+    // re-inserting them into fresh pages would hand the next hit pages nobody filled.
 
     commit_result res;
     res.sequence_tokens = len;
@@ -220,6 +245,7 @@ class prefix_cache {
     select_positions(make_view(w, input_tokens, len, reusable), extra);
     const std::int64_t need = needed_bytes(w, len);
     const std::int64_t deficit = store_.used_bytes() + need - store_.capacity_bytes();
+    guard_path(w);
     bool evict_round = false;
     if (deficit > 0) {
       evict_round = true;
@@ -235,13 +261,21 @@ class prefix_cache {
         evict_round = true;
         begin_eviction_round();
       }
-      if (evict_one(res) < 0) return unexpected(e);
+      if (evict_one(res) < 0) return unguard_path(), unexpected(e);
     }
-    reserve_indexes(tree_.id_bound() + positions_.size() + 4);
+    try {
+      reserve_indexes(tree_.id_bound() + positions_.size() + 4);
+    } catch (...) {
+      free_pending();
+      unguard_path();
+      throw;
+    }
     const time_point now = clock_.now();
     scorer_.on_insert_path(tree_, std::span<const node_id>(path_), now);
     const errc e = build(sequence, w, len, now, res);
+    unguard_path();
     if (e != errc::ok) return unexpected(e);
+    if (!release_first && m != nullptr && !m->pin.is_null()) unpin(m->pin);
     res.over_capacity = store_.used_bytes() > store_.capacity_bytes();
     res.alpha = scorer_.alpha();
     ++counters_.commits;
@@ -310,6 +344,27 @@ class prefix_cache {
   }
 
  private:
+  /// Removes every node bottom-up (children before parents), freeing its handles, without
+  /// allocating: descend along first children to a leaf, remove it, continue at its parent.
+  void drop_all_nodes() noexcept {
+    node_id n = tree_.at(tree_type::root()).first_child;
+    while (n != no_node) {
+      const auto& nd = tree_.at(n);
+      if (nd.children > 0) {
+        n = nd.first_child;
+        continue;
+      }
+      const node_id parent = nd.parent;
+      if (nd.has_checkpoint) store_.free_checkpoint(tree_.take_checkpoint(n));
+      scorer_.on_erase(tree_, n);
+      while (tree_.at(n).pins > 0) tree_.unpin(n);
+      store_.free_kv(tree_.remove_leaf(n));
+      n = parent == tree_type::root() ? tree_.at(parent).first_child : parent;
+    }
+    if (tree_.at(tree_type::root()).has_checkpoint)
+      store_.free_checkpoint(tree_.take_checkpoint(tree_type::root()));
+  }
+
   /// Each cache issues pin tickets under its own 8-bit tag, so a result passed to another
   /// cache is reported as foreign (unless 256 caches apart).
   static std::uint32_t next_pin_tag() noexcept {
@@ -416,8 +471,76 @@ class prefix_cache {
     const std::int64_t r0 = reusable >= 0 ? reusable : reusable_in(path_, input_tokens);
     select_positions(make_view(w0, input_tokens, len, r0), extra);
     const std::int64_t need0 = needed_bytes(w0, len);
-    if (!cfg_.admit_oversized && need0 > store_.capacity_bytes()) return errc::out_of_capacity;
+    if (cfg_.admit_oversized) return errc::ok;
+    if (need0 > store_.capacity_bytes()) return errc::out_of_capacity;
+    // Refused up front, before anything is evicted, when the new state cannot fit beside
+    // what eviction may never take: every pinned node's root path (matches in flight) and
+    // the path this commit extends.
+    if (store_.used_bytes() + need0 > store_.capacity_bytes() &&
+        need0 > store_.capacity_bytes() - protected_bytes(w0))
+      return errc::out_of_capacity;
     return errc::ok;
+  }
+
+  /// Bytes no eviction can free while the current pins and the path of `w` (in path_) are
+  /// held: the KV of every node on the root path of a pinned node, of the deepest node of
+  /// the walk and of the edge it entered in part, and their checkpoints (pinned nodes'
+  /// always; the others' unless the scorer takes inner nodes).
+  /// Exact byte-wise: a commit that passes is one that eviction can always make room for
+  /// (an allocation may still fail for other reasons, e.g. a pool's unit fragmentation). O(n), run only when the
+  /// commit needs eviction; allocation-free after warm-up.
+  std::int64_t protected_bytes(const walk_result& w) {
+    detail::reserve_geometric(marked_, tree_.id_bound());
+    marked_.assign(tree_.id_bound(), 0);
+    std::int64_t bytes = 0;
+    // An unpinned protected node's checkpoint can go only with a scorer that takes inner
+    // nodes (merge or tombstone: FLOP-aware), and only once it has a single child left,
+    // i.e. when at most one of its children is protected too; a leaves-only scorer (LRU)
+    // never frees it.
+    constexpr bool inner = requires { requires Scorer::evicts_inner_nodes; };
+    auto mark = [&](node_id n) {
+      for (; n != no_node && n != tree_type::root() && marked_[n] == 0; n = tree_.at(n).parent) marked_[n] = 1;
+    };
+    if (!path_.empty()) mark(path_.back());
+    mark(w.partial);
+    for (node_id n = 1; n < tree_.id_bound(); ++n)
+      if (tree_.live(n) && tree_.at(n).pins > 0) mark(n);
+    for (node_id n = 1; n < tree_.id_bound(); ++n) {
+      if (marked_[n] == 0) continue;
+      const auto& nd = tree_.at(n);
+      bytes += store_.kv_bytes(nd.edge());
+      if (!nd.has_checkpoint) continue;
+      // Pinned nodes and the two nodes the commit will guard keep their checkpoints.
+      bool keeps = !inner || nd.pins > 0 || n == w.partial || (!path_.empty() && n == path_.back());
+      if (!keeps) {
+        int protected_children = 0;
+        for (node_id ch = nd.first_child; ch != no_node; ch = tree_.at(ch).next_sibling) protected_children += marked_[ch];
+        keeps = protected_children >= 2;
+      }
+      if (keeps) bytes += store_.checkpoint_bytes();
+    }
+    return bytes;
+  }
+
+  /// Pins the deepest node of the commit's walk and the edge it entered in part, so that
+  /// the commit's own evictions cannot take the tokens it extends. O(1).
+  void guard_path(const walk_result& w) noexcept {
+    if (cfg_.admit_oversized) return;  // the reference's order: its own prefix may go
+    guard_[0] = path_.empty() ? no_node : path_.back();
+    guard_[1] = w.partial;
+    for (node_id g : guard_)
+      if (g != no_node) {
+        tree_.pin(g);
+        scorer_.on_update(tree_, g);
+      }
+  }
+  void unguard_path() noexcept {
+    for (node_id& g : guard_) {
+      if (g == no_node) continue;
+      tree_.unpin(g);
+      scorer_.on_update(tree_, g);
+      g = no_node;
+    }
   }
 
   /// One eviction round of at least `bytes` (as the scorer accounts them).
@@ -648,6 +771,8 @@ class prefix_cache {
   cache_counters counters_;
   match_result last_match_;
   std::int64_t first_evict_at_ = -1;
+  std::array<node_id, 2> guard_{no_node, no_node};  // nodes a commit in progress protects
+  std::vector<char> marked_;                        // scratch of protected_bytes
 };
 
 }  // namespace hybridcache::prefix

@@ -41,6 +41,8 @@ struct reference_flop_config {
 /// Naive O(n)-per-eviction FLOP-aware scorer. See the file comment.
 class reference_flop_scorer {
  public:
+  /// Single-child nodes are candidates, as in flop_aware_scorer.
+  static constexpr bool evicts_inner_nodes = true;
   explicit reference_flop_scorer(cost_model model, reference_flop_config cfg = {}) : model_(std::move(model)), cfg_(cfg) {
     set_alpha(cfg.alpha);
   }

@@ -1,0 +1,230 @@
+// The commit contract a runtime that holds real KV and SSM bytes relies on (issue #13,
+// breaks 1, 2, 3 and 5):
+//   - a commit that cannot fit, even with every node it may evict gone, is refused up front
+//     and evicts nothing;
+//   - a commit never evicts the prefix it extends (those tokens' KV was computed by an
+//     earlier request and lives in the cache's pages; re-inserting them into fresh pages
+//     that nobody fills would hand the next hit wrong bytes);
+//   - after any failed commit the match's pin is still held (release succeeds once);
+//   - destroying the cache, or clear(), gives every handle back to the store.
+#include <doctest/doctest.h>
+
+#include <cstdint>
+#include <random>
+#include <vector>
+
+#include "hybridcache/memory/asymmetric_pool.hpp"
+#include "hybridcache/model/presets.hpp"
+#include "hybridcache/prefix/flop_aware_scorer.hpp"
+#include "hybridcache/prefix/lru_scorer.hpp"
+#include "hybridcache/prefix/prefix_cache.hpp"
+#include "hybridcache/stores/counting_store.hpp"
+#include "hybridcache/stores/pool_state_store.hpp"
+#include "../support/origin_store.hpp"
+
+using namespace hybridcache;
+using namespace hybridcache::prefix;
+
+namespace {
+
+std::vector<token_id> random_tokens(std::size_t n, std::uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::vector<token_id> v(n);
+  for (auto& t : v) t = static_cast<token_id>(rng() % 50000);
+  return v;
+}
+
+std::vector<token_id> concat(std::vector<token_id> a, const std::vector<token_id>& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
+
+/// What a snapshot of the cache compares: the tree's shape and the store's bytes.
+struct snapshot {
+  std::int64_t used = 0, tokens = 0, checkpoints = 0, nodes = 0;
+  friend bool operator==(const snapshot&, const snapshot&) = default;
+};
+template <class Cache>
+snapshot take(const Cache& c) {
+  snapshot s{c.store().used_bytes(), c.tokens_cached(), c.checkpoints_cached(), 0};
+  c.tree().preorder([&](node_id) { ++s.nodes; });
+  return s;
+}
+
+/// The allocation serial of every token of `seq` that the tree holds on its path, in order.
+template <class Cache>
+std::vector<std::uint64_t> origins_on_path(const Cache& c, std::span<const token_id> seq) {
+  std::vector<node_id> path;
+  const auto w = c.tree().walk(seq, path);
+  (void)w;
+  std::vector<std::uint64_t> out;
+  for (node_id n : path) {
+    const auto& o = c.tree().at(n).kv.origin;
+    out.insert(out.end(), o.begin(), o.end());
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE_TEMPLATE("commit refuses up front what cannot fit beside the prefix it extends, evicting nothing", Scorer,
+                   lru_scorer, flop_aware_scorer) {
+  // marconi_7b, 1 GB: a 10k-token conversation (655 MB of KV + a 26.8 MB checkpoint) is
+  // cached and matched; its continuation by 5.5k tokens needs 387 MB more, which fits only
+  // if the conversation itself is evicted. Before the fix the commit unpinned the match,
+  // evicted everything and still failed.
+  const cost_model m(presets::marconi_7b());
+  auto make_scorer = [&] {
+    if constexpr (std::is_same_v<Scorer, lru_scorer>) return lru_scorer{};
+    else return flop_aware_scorer(m, {.alpha = 1.0});
+  };
+  prefix_cache<cost_model, judicious_admission, Scorer> c(
+      m, counting_store(1'000'000'000, m.kv_bytes_per_token(), m.ssm_checkpoint_bytes()), make_scorer());
+  const auto a = random_tokens(10'000, 1);
+  {
+    auto miss = c.match(a);
+    REQUIRE(miss);
+    REQUIRE(c.commit(a, 10'000, &*miss));
+  }
+  auto hit = c.match(a);
+  REQUIRE(hit);
+  REQUIRE(hit->reusable_tokens == 10'000);
+  const snapshot before = take(c);
+  const auto longer = concat(a, random_tokens(5'500, 2));
+  const auto r = c.commit(longer, 15'000, &*hit);
+  REQUIRE_FALSE(r);
+  CHECK(r.error() == errc::out_of_capacity);
+  CHECK(take(c) == before);  // nothing evicted, nothing inserted
+  CHECK(c.counters().evictions == 0);
+  CHECK(c.release(*hit));  // the pin is still held after the failure
+  CHECK(c.release(*hit).error() == errc::double_free);
+}
+
+TEST_CASE("commit never evicts the prefix it extends (its KV is the earlier request's bytes)") {
+  // Capacity: 800 tokens + 1.5 checkpoints. A (400) is cached with its checkpoint; A+T (800)
+  // fits only if A is dropped and re-inserted (one checkpoint instead of two). Before the
+  // fix the commit did exactly that: the KV of A's 400 tokens went to fresh allocations
+  // nobody filled. Now the commit either keeps A's allocations or is refused unchanged.
+  constexpr std::int64_t kv = 100, ck = 10'000;
+  prefix_cache<cost_model, judicious_admission, lru_scorer, test::origin_store> c(
+      cost_model(presets::marconi_7b()), test::origin_store(800 * kv + 3 * ck / 2, kv, ck), lru_scorer{});
+  const auto a = random_tokens(400, 3);
+  {
+    auto miss = c.match(a);
+    REQUIRE(miss);
+    REQUIRE(c.commit(a, 400, &*miss));
+  }
+  const auto at = concat(a, random_tokens(400, 4));
+  auto hit = c.match(std::span<const token_id>(at).first(600));
+  REQUIRE(hit);
+  REQUIRE(hit->reusable_tokens == 400);
+  const auto before_origins = origins_on_path(c, a);
+  REQUIRE(before_origins.size() == 400);
+  const std::uint64_t serial_before = c.store().serial();
+  const snapshot before = take(c);
+  const auto r = c.commit(at, 600, &*hit);
+  if (r) {
+    const auto after = origins_on_path(c, at);
+    REQUIRE(after.size() == 800);
+    for (std::size_t i = 0; i < 400; ++i) {
+      INFO("token ", i);
+      REQUIRE(after[i] <= serial_before);  // written by the earlier request, not re-inserted
+    }
+  } else {
+    CHECK(r.error() == errc::out_of_capacity);
+    CHECK(take(c) == before);
+    CHECK(origins_on_path(c, a) == before_origins);
+    CHECK(c.release(*hit));
+  }
+}
+
+TEST_CASE("randomized: no commit re-inserts tokens below the reused prefix, and a failed commit changes nothing") {
+  // Branching conversations through a small origin store, LRU and FLOP-aware: after every
+  // successful commit the tokens [0, reusable) of the request are still the allocations
+  // an earlier request made; after every failed commit the cache is as before and the pin
+  // is released exactly once.
+  const cost_model m(presets::marconi_7b());
+  constexpr std::int64_t kv = 64, ck = 4096;
+  for (int scorer_kind = 0; scorer_kind < 2; ++scorer_kind) {
+    for (std::uint32_t seed = 1; seed <= 4; ++seed) {
+      auto run = [&](auto c) {
+        std::mt19937 rng(seed);
+        std::vector<std::vector<token_id>> convs;
+        int failures = 0, successes = 0;
+        for (int i = 0; i < 300; ++i) {
+          std::vector<token_id> input;
+          if (!convs.empty() && rng() % 4 != 0) {
+            const auto& base = convs[rng() % convs.size()];
+            input.assign(base.begin(), base.begin() + static_cast<std::ptrdiff_t>(1 + rng() % base.size()));
+          }
+          const auto ext = random_tokens(20 + rng() % 300, static_cast<std::uint32_t>(rng()));
+          input.insert(input.end(), ext.begin(), ext.end());
+          const auto out = random_tokens(1 + rng() % 60, static_cast<std::uint32_t>(rng()));
+          const auto seq = concat(input, out);
+          auto mt = c->match(input);
+          REQUIRE(mt);
+          const auto reuse = static_cast<std::size_t>(mt->reusable_tokens);
+          const auto before_origins = origins_on_path(*c, std::span<const token_id>(seq).first(reuse));
+          const std::uint64_t serial_before = c->store().serial();
+          const snapshot before = take(*c);
+          const auto r = c->commit(seq, static_cast<std::int64_t>(input.size()), &*mt);
+          if (r) {
+            ++successes;
+            const auto after = origins_on_path(*c, seq);
+            REQUIRE(after.size() >= reuse);
+            for (std::size_t t = 0; t < reuse; ++t) REQUIRE(after[t] <= serial_before);
+            CHECK(c->store().used_bytes() <= c->store().capacity_bytes());
+            convs.push_back(seq);
+          } else {
+            ++failures;
+            REQUIRE(r.error() == errc::out_of_capacity);
+            REQUIRE(take(*c) == before);
+            REQUIRE(origins_on_path(*c, std::span<const token_id>(seq).first(reuse)) == before_origins);
+            REQUIRE(c->release(*mt));
+          }
+        }
+        CHECK(successes > 100);
+        CHECK(failures > 0);
+        MESSAGE("seed " << seed << ": " << successes << " commits, " << failures << " refused");
+      };
+      const auto cap = 700 * kv + 3 * ck;  // tight: many commits evict, some are refused
+      if (scorer_kind == 0)
+        run(std::make_unique<prefix_cache<cost_model, judicious_admission, lru_scorer, test::origin_store>>(
+            m, test::origin_store(cap, kv, ck), lru_scorer{}));
+      else
+        run(std::make_unique<prefix_cache<cost_model, judicious_admission, flop_aware_scorer, test::origin_store>>(
+            m, test::origin_store(cap, kv, ck), flop_aware_scorer(m, {.alpha = 1.0})));
+    }
+  }
+}
+
+TEST_CASE("destroying the cache, or clear(), gives every handle back to the pool") {
+  using namespace hybridcache::memory;
+  const cost_model m(presets::jamba_1_5_mini());
+  using pool_t = host_asymmetric_pool<no_rebalancer>;
+  using store_t = pool_state_store<pool_t>;
+  pool_t pool({.budget_bytes = std::uint64_t{256} << 20, .kv_page_bytes = kv_page_bytes(m),
+               .ssm_block_bytes = checkpoint_block_bytes(m)});
+  auto fill = [&](auto& c) {
+    for (std::uint32_t s = 1; s <= 40; ++s) {
+      const auto input = random_tokens(100 + s * 7, s);
+      auto mt = c.match(input);
+      REQUIRE(mt);
+      (void)c.commit(concat(input, random_tokens(30, s + 1000)), static_cast<std::int64_t>(input.size()), &*mt);
+    }
+  };
+  {
+    prefix_cache<cost_model, judicious_admission, lru_scorer, store_t> c(
+        m, store_t(pool, 16, m.attention_layers(), m.recurrent_layers()), lru_scorer{});
+    fill(c);
+    REQUIRE(pool.live_handles() > 0);
+    c.clear();
+    CHECK(pool.live_handles() == 0);
+    CHECK(c.store().used_bytes() == 0);
+    CHECK(c.tokens_cached() == 0);
+    fill(c);  // usable after clear
+    CHECK(c.tokens_cached() > 0);
+    REQUIRE(pool.live_handles() > 0);
+  }
+  CHECK(pool.live_handles() == 0);  // the destructor freed the rest
+}
