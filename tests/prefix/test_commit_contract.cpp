@@ -228,3 +228,57 @@ TEST_CASE("destroying the cache, or clear(), gives every handle back to the pool
   }
   CHECK(pool.live_handles() == 0);  // the destructor freed the rest
 }
+
+TEST_CASE("the eviction listener hears every eviction step, and a commit says which checkpoints it kept") {
+  const cost_model m(presets::marconi_7b());
+  constexpr std::int64_t kv = 64, ck = 4096;
+  struct heard {
+    std::int64_t events = 0, checkpoints = 0, leaves = 0, merged = 0, kv_tokens_freed = 0;
+  } h;
+  prefix_cache<cost_model, judicious_admission, flop_aware_scorer> c(m, counting_store(600 * kv + 3 * ck, kv, ck),
+                                                                     flop_aware_scorer(m, {.alpha = 1.0}));
+  c.set_eviction_listener({.fn = [](void* ctx, const eviction_event& e) noexcept {
+                             auto& s = *static_cast<heard*>(ctx);
+                             ++s.events;
+                             s.checkpoints += e.checkpoint_freed ? 1 : 0;
+                             s.leaves += e.kv_freed ? 1 : 0;
+                             s.merged += e.kv_moved_to_child ? 1 : 0;
+                             if (e.kv_freed) s.kv_tokens_freed += e.end - e.begin;
+                             CHECK(e.begin < e.end);
+                           },
+                           .context = &h});
+  std::mt19937 rng(9);
+  std::vector<std::vector<token_id>> convs;
+  for (int i = 0; i < 200; ++i) {
+    std::vector<token_id> input;
+    if (!convs.empty() && rng() % 3 != 0) {
+      const auto& base = convs[rng() % convs.size()];
+      input.assign(base.begin(), base.begin() + static_cast<std::ptrdiff_t>(1 + rng() % base.size()));
+    }
+    const auto ext = random_tokens(10 + rng() % 150, static_cast<std::uint32_t>(rng()));
+    input.insert(input.end(), ext.begin(), ext.end());
+    const auto seq = concat(input, random_tokens(1 + rng() % 20, static_cast<std::uint32_t>(rng())));
+    auto mt = c.match(input);
+    REQUIRE(mt);
+    const auto r = c.commit(seq, static_cast<std::int64_t>(input.size()), &*mt);
+    if (!r) {
+      REQUIRE(c.release(*mt));
+      continue;
+    }
+    convs.push_back(seq);
+    // Judicious admission keeps the state after the last token; every kept position is on
+    // the sequence and now holds a checkpoint.
+    const auto kept = c.committed_checkpoints();
+    REQUIRE(!kept.empty());
+    CHECK(kept.back() == static_cast<std::int64_t>(seq.size()));
+    for (std::int64_t p : kept) {
+      CHECK(p >= 1);
+      CHECK(p <= static_cast<std::int64_t>(seq.size()));
+    }
+  }
+  CHECK(h.events == c.counters().evictions);
+  CHECK(h.checkpoints == c.counters().checkpoints_evicted);
+  CHECK(h.leaves > 0);
+  CHECK(h.kv_tokens_freed * kv + h.checkpoints * ck == c.counters().bytes_evicted);
+  c.set_eviction_listener({});
+}

@@ -276,6 +276,7 @@ class prefix_cache {
     unguard_path();
     if (e != errc::ok) return unexpected(e);
     if (!release_first && m != nullptr && !m->pin.is_null()) unpin(m->pin);
+    committed_.assign(positions_.begin(), positions_.end());  // within capacity reserved below
     res.over_capacity = store_.used_bytes() > store_.capacity_bytes();
     res.alpha = scorer_.alpha();
     ++counters_.commits;
@@ -324,6 +325,16 @@ class prefix_cache {
   [[nodiscard]] const Scorer& scorer() const noexcept { return scorer_; }
   [[nodiscard]] const Model& model() const noexcept { return model_; }
   [[nodiscard]] const cache_counters& counters() const noexcept { return counters_; }
+  /// The positions at which the last successful `commit` holds a checkpoint on its sequence
+  /// because that commit asked for them (admission + `extra`), ascending; valid until the
+  /// next call into the cache. Lets a runtime see exactly which captured states were kept.
+  [[nodiscard]] std::span<const std::int64_t> committed_checkpoints() const noexcept { return committed_; }
+
+  /// Registers the eviction listener (replaces the previous one; `{}` removes it).
+  void set_eviction_listener(eviction_listener l) noexcept {
+    std::lock_guard<Lock> guard(lock_);
+    listener_ = l;
+  }
   [[nodiscard]] time_point now() const noexcept { return clock_.now(); }
   [[nodiscard]] double alpha() const noexcept { return scorer_.alpha(); }
   [[nodiscard]] const Admission& admission() const noexcept { return admission_; }
@@ -574,6 +585,16 @@ class prefix_cache {
 
   std::int64_t apply(node_id v, evict_action act, commit_result& res) noexcept {
     const auto& nd = tree_.at(v);
+    if (listener_.fn != nullptr) {
+      eviction_event ev;
+      ev.node = v;
+      ev.begin = nd.begin();
+      ev.end = nd.end;
+      ev.checkpoint_freed = nd.has_checkpoint;
+      ev.kv_freed = act == evict_action::remove_leaf && nd.children == 0;
+      ev.kv_moved_to_child = act == evict_action::merge_into_child && nd.children == 1;
+      listener_.fn(listener_.context, ev);
+    }
     std::int64_t freed = 0;
     if (nd.has_checkpoint) {
       freed += store_.checkpoint_bytes();
@@ -752,6 +773,7 @@ class prefix_cache {
     if constexpr (requires { scorer_.reserve(ids); }) scorer_.reserve(ids * 2);
     detail::reserve_geometric(pending_ckpt_, positions_.capacity() + 2);
     detail::reserve_geometric(pending_kv_, positions_.capacity() + 2);
+    detail::reserve_geometric(committed_, positions_.capacity());
   }
 
   Model model_;
@@ -773,6 +795,8 @@ class prefix_cache {
   std::int64_t first_evict_at_ = -1;
   std::array<node_id, 2> guard_{no_node, no_node};  // nodes a commit in progress protects
   std::vector<char> marked_;                        // scratch of protected_bytes
+  std::vector<std::int64_t> committed_;             // committed_checkpoints()
+  eviction_listener listener_{};
 };
 
 }  // namespace hybridcache::prefix

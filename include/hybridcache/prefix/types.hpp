@@ -79,6 +79,25 @@ struct checkpoint_plan {
   }
 };
 
+/// What left the cache in one eviction step, as `prefix_cache` tells an eviction listener
+/// before it frees the handles (so a runtime can drop its own references to those pages).
+struct eviction_event {
+  node_id node = no_node;            ///< the victim (its id may be reused afterwards)
+  std::int64_t begin = 0;            ///< the victim's tokens are [begin, end) of its path
+  std::int64_t end = 0;
+  bool checkpoint_freed = false;     ///< the state after token `end` left the cache
+  bool kv_freed = false;             ///< the KV of [begin, end) left (a removed leaf)
+  bool kv_moved_to_child = false;    ///< the KV of [begin, end) now belongs to the only child (merge)
+};
+
+/// A plain callback (no allocation, no type erasure on the hot path): `fn(context, event)`
+/// for every eviction step, called under the cache's lock before the handles are freed.
+/// It must not call back into the cache.
+struct eviction_listener {
+  void (*fn)(void* context, const eviction_event& event) noexcept = nullptr;
+  void* context = nullptr;
+};
+
 /// What one `prefix_cache::commit` did (a replay engine sums these per run).
 struct commit_result {
   std::int64_t sequence_tokens = 0;       ///< length of the committed sequence
