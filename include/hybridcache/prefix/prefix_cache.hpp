@@ -58,6 +58,7 @@
 #include "hybridcache/core/handle.hpp"
 #include "hybridcache/core/logical_clock.hpp"
 #include "hybridcache/prefix/admission.hpp"
+#include "hybridcache/prefix/detail/tree_ops.hpp"
 #include "hybridcache/concepts/admission.hpp"
 #include "hybridcache/concepts/cost_model.hpp"
 #include "hybridcache/concepts/lock.hpp"
@@ -355,26 +356,7 @@ class prefix_cache {
   }
 
  private:
-  /// Removes every node bottom-up (children before parents), freeing its handles, without
-  /// allocating: descend along first children to a leaf, remove it, continue at its parent.
-  void drop_all_nodes() noexcept {
-    node_id n = tree_.at(tree_type::root()).first_child;
-    while (n != no_node) {
-      const auto& nd = tree_.at(n);
-      if (nd.children > 0) {
-        n = nd.first_child;
-        continue;
-      }
-      const node_id parent = nd.parent;
-      if (nd.has_checkpoint) store_.free_checkpoint(tree_.take_checkpoint(n));
-      scorer_.on_erase(tree_, n);
-      while (tree_.at(n).pins > 0) tree_.unpin(n);
-      store_.free_kv(tree_.remove_leaf(n));
-      n = parent == tree_type::root() ? tree_.at(parent).first_child : parent;
-    }
-    if (tree_.at(tree_type::root()).has_checkpoint)
-      store_.free_checkpoint(tree_.take_checkpoint(tree_type::root()));
-  }
+  void drop_all_nodes() noexcept { detail::drop_all_nodes(tree_, store_, scorer_); }
 
   /// Each cache issues pin tickets under its own 8-bit tag, so a result passed to another
   /// cache is reported as foreign (unless 256 caches apart).
@@ -493,44 +475,12 @@ class prefix_cache {
     return errc::ok;
   }
 
-  /// Bytes no eviction can free while the current pins and the path of `w` (in path_) are
-  /// held: the KV of every node on the root path of a pinned node, of the deepest node of
-  /// the walk and of the edge it entered in part, and their checkpoints (pinned nodes'
-  /// always; the others' unless the scorer takes inner nodes).
-  /// Exact byte-wise: a commit that passes is one that eviction can always make room for
-  /// (an allocation may still fail for other reasons, e.g. a pool's unit fragmentation). O(n), run only when the
-  /// commit needs eviction; allocation-free after warm-up.
+  /// Bytes no eviction can free while the current pins and the commit's path are held
+  /// (detail::protected_bytes, prefix/detail/tree_ops.hpp). O(n), allocation-free after
+  /// warm-up; run only when the commit needs eviction.
   std::int64_t protected_bytes(const walk_result& w) {
-    detail::reserve_geometric(marked_, tree_.id_bound());
-    marked_.assign(tree_.id_bound(), 0);
-    std::int64_t bytes = 0;
-    // An unpinned protected node's checkpoint can go only with a scorer that takes inner
-    // nodes (merge or tombstone: FLOP-aware), and only once it has a single child left,
-    // i.e. when at most one of its children is protected too; a leaves-only scorer (LRU)
-    // never frees it.
     constexpr bool inner = requires { requires Scorer::evicts_inner_nodes; };
-    auto mark = [&](node_id n) {
-      for (; n != no_node && n != tree_type::root() && marked_[n] == 0; n = tree_.at(n).parent) marked_[n] = 1;
-    };
-    if (!path_.empty()) mark(path_.back());
-    mark(w.partial);
-    for (node_id n = 1; n < tree_.id_bound(); ++n)
-      if (tree_.live(n) && tree_.at(n).pins > 0) mark(n);
-    for (node_id n = 1; n < tree_.id_bound(); ++n) {
-      if (marked_[n] == 0) continue;
-      const auto& nd = tree_.at(n);
-      bytes += store_.kv_bytes(nd.edge());
-      if (!nd.has_checkpoint) continue;
-      // Pinned nodes and the two nodes the commit will guard keep their checkpoints.
-      bool keeps = !inner || nd.pins > 0 || n == w.partial || (!path_.empty() && n == path_.back());
-      if (!keeps) {
-        int protected_children = 0;
-        for (node_id ch = nd.first_child; ch != no_node; ch = tree_.at(ch).next_sibling) protected_children += marked_[ch];
-        keeps = protected_children >= 2;
-      }
-      if (keeps) bytes += store_.checkpoint_bytes();
-    }
-    return bytes;
+    return detail::protected_bytes<inner>(tree_, store_, path_.empty() ? no_node : path_.back(), w.partial, marked_);
   }
 
   /// Pins the deepest node of the commit's walk and the edge it entered in part, so that
@@ -584,48 +534,7 @@ class prefix_cache {
   }
 
   std::int64_t apply(node_id v, evict_action act, commit_result& res) noexcept {
-    const auto& nd = tree_.at(v);
-    if (listener_.fn != nullptr) {
-      eviction_event ev;
-      ev.node = v;
-      ev.begin = nd.begin();
-      ev.end = nd.end;
-      ev.checkpoint_freed = nd.has_checkpoint;
-      ev.kv_freed = act == evict_action::remove_leaf && nd.children == 0;
-      ev.kv_moved_to_child = act == evict_action::merge_into_child && nd.children == 1;
-      listener_.fn(listener_.context, ev);
-    }
-    std::int64_t freed = 0;
-    if (nd.has_checkpoint) {
-      freed += store_.checkpoint_bytes();
-      store_.free_checkpoint(tree_.take_checkpoint(v));
-      ++res.checkpoints_evicted;
-      ++counters_.checkpoints_evicted;
-    }
-    if (act == evict_action::remove_leaf && nd.children == 0) {
-      const node_id parent = nd.parent;
-      freed += store_.kv_bytes(nd.edge());
-      scorer_.on_erase(tree_, v);
-      store_.free_kv(tree_.remove_leaf(v));
-      ++res.nodes_removed;
-      scorer_.on_update(tree_, parent);
-      return freed;
-    }
-    if (act == evict_action::merge_into_child && nd.children == 1) {
-      const node_id c = nd.first_child;
-      if (store_.join_kv(tree_.kv(v), std::move(tree_.kv(c)))) {
-        scorer_.on_erase(tree_, v);
-        try {
-          tree_.merge_into_child(v, std::move(tree_.kv(v)));
-        } catch (...) {  // merge only shrinks the child table; bad_alloc cannot happen
-        }
-        ++res.nodes_removed;
-        scorer_.on_update(tree_, c);
-        return freed;
-      }
-    }
-    scorer_.on_update(tree_, v);  // tombstone (or a failed join): the node keeps its KV
-    return freed;
+    return detail::apply_eviction(tree_, store_, scorer_, listener_, v, act, res, counters_);
   }
 
   /// Allocates the handles the current plan (path_, positions_) needs into pending_*.

@@ -1,0 +1,131 @@
+// hybridcache/prefix/detail/tree_ops.hpp
+//
+// Steps of `prefix_cache` that act on its tree, store and scorer together and need nothing
+// else of the cache: applying one eviction, emptying the tree, and the byte bound of the
+// commit contract. Kept apart so that prefix_cache.hpp stays readable; internal (the
+// cache's lock is held by the caller).
+//
+// Costs: apply_eviction O(edge) + the scorer's re-index (O(log n)); drop_all_nodes O(n);
+// protected_bytes O(n). None allocates once the scratch vector has grown.
+#pragma once
+
+#include <cstdint>
+#include <utility>
+#include <vector>
+
+#include "hybridcache/concepts/ids.hpp"
+#include "hybridcache/concepts/utility_scorer.hpp"
+#include "hybridcache/prefix/types.hpp"
+
+namespace hybridcache::prefix::detail {
+
+/// Evicts victim `v` by `act`: tells the listener first, frees its checkpoint, then removes
+/// the leaf, merges it into its only child, or (otherwise, or when the join fails) keeps
+/// its KV as a tombstone. Returns the bytes freed.
+template <class Tree, class Store, class Scorer>
+std::int64_t apply_eviction(Tree& tree, Store& store, Scorer& scorer, const eviction_listener& listener, node_id v,
+                            evict_action act, commit_result& res, cache_counters& counters) noexcept {
+  const auto& nd = tree.at(v);
+  if (listener.fn != nullptr) {
+    eviction_event ev;
+    ev.node = v;
+    ev.begin = nd.begin();
+    ev.end = nd.end;
+    ev.checkpoint_freed = nd.has_checkpoint;
+    ev.kv_freed = act == evict_action::remove_leaf && nd.children == 0;
+    ev.kv_moved_to_child = act == evict_action::merge_into_child && nd.children == 1;
+    listener.fn(listener.context, ev);
+  }
+  std::int64_t freed = 0;
+  if (nd.has_checkpoint) {
+    freed += store.checkpoint_bytes();
+    store.free_checkpoint(tree.take_checkpoint(v));
+    ++res.checkpoints_evicted;
+    ++counters.checkpoints_evicted;
+  }
+  if (act == evict_action::remove_leaf && nd.children == 0) {
+    const node_id parent = nd.parent;
+    freed += store.kv_bytes(nd.edge());
+    scorer.on_erase(tree, v);
+    store.free_kv(tree.remove_leaf(v));
+    ++res.nodes_removed;
+    scorer.on_update(tree, parent);
+    return freed;
+  }
+  if (act == evict_action::merge_into_child && nd.children == 1) {
+    const node_id c = nd.first_child;
+    if (store.join_kv(tree.kv(v), std::move(tree.kv(c)))) {
+      scorer.on_erase(tree, v);
+      try {
+        tree.merge_into_child(v, std::move(tree.kv(v)));
+      } catch (...) {  // merge only shrinks the child table; bad_alloc cannot happen
+      }
+      ++res.nodes_removed;
+      scorer.on_update(tree, c);
+      return freed;
+    }
+  }
+  scorer.on_update(tree, v);  // tombstone (or a failed join): the node keeps its KV
+  return freed;
+}
+
+/// Removes every node bottom-up (children before parents), freeing its handles, without
+/// allocating: descend along first children to a leaf, remove it, continue at its parent.
+/// Pins are dropped with the nodes (the caller invalidates its pin tickets).
+template <class Tree, class Store, class Scorer>
+void drop_all_nodes(Tree& tree, Store& store, Scorer& scorer) noexcept {
+  node_id n = tree.at(Tree::root()).first_child;
+  while (n != no_node) {
+    const auto& nd = tree.at(n);
+    if (nd.children > 0) {
+      n = nd.first_child;
+      continue;
+    }
+    const node_id parent = nd.parent;
+    if (nd.has_checkpoint) store.free_checkpoint(tree.take_checkpoint(n));
+    scorer.on_erase(tree, n);
+    while (tree.at(n).pins > 0) tree.unpin(n);
+    store.free_kv(tree.remove_leaf(n));
+    n = parent == Tree::root() ? tree.at(parent).first_child : parent;
+  }
+  if (tree.at(Tree::root()).has_checkpoint) store.free_checkpoint(tree.take_checkpoint(Tree::root()));
+}
+
+/// The bytes no eviction can free while the tree's pins are held and a commit guards
+/// `guarded_end` (the deepest node its walk matched) and `guarded_partial` (the edge it
+/// entered in part): the KV of every node on the root path of any of them, and the
+/// checkpoints of those nodes that stay. A pinned or guarded node keeps its checkpoint; an
+/// inner node on those paths keeps it with a leaves-only scorer (`InnerNodes` false: LRU
+/// never takes an inner node), and with a scorer that takes single-child nodes (FLOP-aware)
+/// only where two protected paths branch (it never gets down to one child). Exact, byte-
+/// wise: everything else eviction can free. `marked` is scratch.
+template <bool InnerNodes, class Tree, class Store>
+std::int64_t protected_bytes(const Tree& tree, const Store& store, node_id guarded_end, node_id guarded_partial,
+                             std::vector<char>& marked) {
+  reserve_geometric(marked, tree.id_bound());
+  marked.assign(tree.id_bound(), 0);
+  auto mark = [&](node_id n) {
+    for (; n != no_node && n != Tree::root() && marked[n] == 0; n = tree.at(n).parent) marked[n] = 1;
+  };
+  mark(guarded_end);
+  mark(guarded_partial);
+  for (node_id n = 1; n < tree.id_bound(); ++n)
+    if (tree.live(n) && tree.at(n).pins > 0) mark(n);
+  std::int64_t bytes = 0;
+  for (node_id n = 1; n < tree.id_bound(); ++n) {
+    if (marked[n] == 0) continue;
+    const auto& nd = tree.at(n);
+    bytes += store.kv_bytes(nd.edge());
+    if (!nd.has_checkpoint) continue;
+    bool keeps = !InnerNodes || nd.pins > 0 || n == guarded_end || n == guarded_partial;
+    if (!keeps) {
+      int protected_children = 0;
+      for (node_id ch = nd.first_child; ch != no_node; ch = tree.at(ch).next_sibling) protected_children += marked[ch];
+      keeps = protected_children >= 2;
+    }
+    if (keeps) bytes += store.checkpoint_bytes();
+  }
+  return bytes;
+}
+
+}  // namespace hybridcache::prefix::detail
