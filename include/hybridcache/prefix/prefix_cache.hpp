@@ -74,6 +74,8 @@ namespace hybridcache::prefix {
 /// The simulation store (stores/counting_store.hpp), the default `Store`. Declared here so
 /// that prefix/ does not depend on stores/ above it; include that header to use the default.
 class counting_store;
+template <class Cache>
+class request_lifecycle;
 
 /// Cache options (aggregate).
 struct prefix_cache_config {
@@ -104,6 +106,7 @@ class prefix_cache {
   using scorer_type = Scorer;
   using store_type = Store;
   using tree_type = radix_tree<Store>;
+  using lock_type = Lock;
 
   /// @throws capacity_error when the store cannot hold one SSM checkpoint.
   prefix_cache(Model model, Store store, Scorer scorer, Admission admission = {}, prefix_cache_config cfg = {})
@@ -356,6 +359,9 @@ class prefix_cache {
   }
 
  private:
+  template <class>
+  friend class request_lifecycle;  // reserves, adopts and evicts through the internals below
+
   void drop_all_nodes() noexcept { detail::drop_all_nodes(tree_, store_, scorer_); }
 
   /// Each cache issues pin tickets under its own 8-bit tag, so a result passed to another
@@ -469,18 +475,21 @@ class prefix_cache {
     // Refused up front, before anything is evicted, when the new state cannot fit beside
     // what eviction may never take: every pinned node's root path (matches in flight) and
     // the path this commit extends.
-    if (store_.used_bytes() + need0 > store_.capacity_bytes() &&
-        need0 > store_.capacity_bytes() - protected_bytes(w0))
-      return errc::out_of_capacity;
+    if (!fits_after_eviction(need0, &w0)) return errc::out_of_capacity;
     return errc::ok;
   }
 
-  /// Bytes no eviction can free while the current pins and the commit's path are held
-  /// (detail::protected_bytes, prefix/detail/tree_ops.hpp). O(n), allocation-free after
-  /// warm-up; run only when the commit needs eviction.
-  std::int64_t protected_bytes(const walk_result& w) {
+  /// True when `bytes` more fit in the store once eviction has freed everything it may:
+  /// not the root paths of pinned nodes, nor the commit's own path when `w` is given (the
+  /// deepest node of its walk in path_ and the edge it entered in part), nor anything held
+  /// outside the tree (requests' reservations). detail::count_tree_bytes: O(n), run only when
+  /// eviction is needed; allocation-free after warm-up.
+  bool fits_after_eviction(std::int64_t bytes, const walk_result* w) {
+    if (store_.used_bytes() + bytes <= store_.capacity_bytes()) return true;
     constexpr bool inner = requires { requires Scorer::evicts_inner_nodes; };
-    return detail::protected_bytes<inner>(tree_, store_, path_.empty() ? no_node : path_.back(), w.partial, marked_);
+    const node_id end = w != nullptr && !path_.empty() ? path_.back() : no_node;
+    const auto b = detail::count_tree_bytes<inner>(tree_, store_, end, w != nullptr ? w->partial : no_node, marked_);
+    return bytes <= store_.capacity_bytes() - (store_.used_bytes() - b.freeable());
   }
 
   /// Pins the deepest node of the commit's walk and the edge it entered in part, so that
@@ -537,15 +546,32 @@ class prefix_cache {
     return detail::apply_eviction(tree_, store_, scorer_, listener_, v, act, res, counters_);
   }
 
+  /// Where a commit's new handles come from: the store (`commit`), or the reservation of a
+  /// request in flight (`request_lifecycle::finish`, which hands over what the runtime wrote).
+  struct store_source {
+    Store* store;
+    expected<typename Store::kv_extent> take_kv(std::int64_t begin, std::int64_t end) noexcept {
+      return store->allocate_kv(end - begin);
+    }
+    expected<typename Store::checkpoint_handle> take_checkpoint(std::int64_t) noexcept {
+      return store->allocate_checkpoint();
+    }
+  };
+
   /// Allocates the handles the current plan (path_, positions_) needs into pending_*.
   errc allocate_all(const walk_result& w, std::int64_t len) noexcept {
+    store_source s{&store_};
+    return allocate_all_from(w, len, s);
+  }
+  template <class Source>
+  errc allocate_all_from(const walk_result& w, std::int64_t len, Source& src) noexcept {
     free_pending();
     std::int64_t prev = w.common_prefix;
     // Checkpoints for positions inside the cached part.
     for (std::int64_t p : positions_) {
       if (p > w.common_prefix) break;
       if (has_checkpoint_at(p)) continue;
-      auto h = store_.allocate_checkpoint();
+      auto h = src.take_checkpoint(p);
       if (!h) return free_pending(), h.error();
       pending_ckpt_.push_back(std::move(*h));
     }
@@ -553,11 +579,11 @@ class prefix_cache {
     auto it = std::upper_bound(positions_.begin(), positions_.end(), w.common_prefix);
     while (prev < len) {
       const std::int64_t end = it != positions_.end() ? *it : len;
-      auto kv = store_.allocate_kv(end - prev);
+      auto kv = src.take_kv(prev, end);
       if (!kv) return free_pending(), kv.error();
       pending_kv_.push_back(std::move(*kv));
       if (it != positions_.end()) {
-        auto h = store_.allocate_checkpoint();
+        auto h = src.take_checkpoint(end);
         if (!h) return free_pending(), h.error();
         pending_ckpt_.push_back(std::move(*h));
         ++it;

@@ -6,7 +6,7 @@
 // cache's lock is held by the caller).
 //
 // Costs: apply_eviction O(edge) + the scorer's re-index (O(log n)); drop_all_nodes O(n);
-// protected_bytes O(n). None allocates once the scratch vector has grown.
+// count_tree_bytes O(n). None allocates once the scratch vector has grown.
 #pragma once
 
 #include <cstdint>
@@ -91,17 +91,25 @@ void drop_all_nodes(Tree& tree, Store& store, Scorer& scorer) noexcept {
   if (tree.at(Tree::root()).has_checkpoint) store.free_checkpoint(tree.take_checkpoint(Tree::root()));
 }
 
-/// The bytes no eviction can free while the tree's pins are held and a commit guards
-/// `guarded_end` (the deepest node its walk matched) and `guarded_partial` (the edge it
-/// entered in part): the KV of every node on the root path of any of them, and the
+/// Bytes of the tree, and the part of them no eviction can free while the tree's pins are
+/// held and a commit guards `guarded_end` (the deepest node its walk matched) and
+/// `guarded_partial` (the edge it entered in part).
+struct tree_bytes {
+  std::int64_t total = 0;      ///< KV and checkpoints of every node
+  std::int64_t protected_ = 0; ///< of which eviction can never free
+  /// What eviction can free.
+  [[nodiscard]] std::int64_t freeable() const noexcept { return total - protected_; }
+};
+
+/// Protected: the KV of every node on the root path of a pinned or guarded node, and the
 /// checkpoints of those nodes that stay. A pinned or guarded node keeps its checkpoint; an
 /// inner node on those paths keeps it with a leaves-only scorer (`InnerNodes` false: LRU
 /// never takes an inner node), and with a scorer that takes single-child nodes (FLOP-aware)
 /// only where two protected paths branch (it never gets down to one child). Exact, byte-
 /// wise: everything else eviction can free. `marked` is scratch.
 template <bool InnerNodes, class Tree, class Store>
-std::int64_t protected_bytes(const Tree& tree, const Store& store, node_id guarded_end, node_id guarded_partial,
-                             std::vector<char>& marked) {
+tree_bytes count_tree_bytes(const Tree& tree, const Store& store, node_id guarded_end, node_id guarded_partial,
+                            std::vector<char>& marked) {
   reserve_geometric(marked, tree.id_bound());
   marked.assign(tree.id_bound(), 0);
   auto mark = [&](node_id n) {
@@ -111,21 +119,25 @@ std::int64_t protected_bytes(const Tree& tree, const Store& store, node_id guard
   mark(guarded_partial);
   for (node_id n = 1; n < tree.id_bound(); ++n)
     if (tree.live(n) && tree.at(n).pins > 0) mark(n);
-  std::int64_t bytes = 0;
+  tree_bytes out;
   for (node_id n = 1; n < tree.id_bound(); ++n) {
-    if (marked[n] == 0) continue;
+    if (!tree.live(n)) continue;
     const auto& nd = tree.at(n);
-    bytes += store.kv_bytes(nd.edge());
-    if (!nd.has_checkpoint) continue;
+    const std::int64_t kv = store.kv_bytes(nd.edge());
+    const std::int64_t ck = nd.has_checkpoint ? store.checkpoint_bytes() : 0;
+    out.total += kv + ck;
+    if (marked[n] == 0) continue;
+    out.protected_ += kv;
+    if (ck == 0) continue;
     bool keeps = !InnerNodes || nd.pins > 0 || n == guarded_end || n == guarded_partial;
     if (!keeps) {
       int protected_children = 0;
       for (node_id ch = nd.first_child; ch != no_node; ch = tree.at(ch).next_sibling) protected_children += marked[ch];
       keeps = protected_children >= 2;
     }
-    if (keeps) bytes += store.checkpoint_bytes();
+    if (keeps) out.protected_ += ck;
   }
-  return bytes;
+  return out;
 }
 
 }  // namespace hybridcache::prefix::detail

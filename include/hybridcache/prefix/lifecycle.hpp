@@ -1,0 +1,441 @@
+// hybridcache/prefix/lifecycle.hpp
+//
+// `request_lifecycle<Cache>`: how a runtime that holds real KV and SSM bytes drives a
+// `prefix_cache`, as SGLang, vLLM and TensorRT-LLM do: pages are reserved before prefill,
+// the runtime writes KV and captured states straight into them, and the cache adopts
+// exactly those pages when the request ends.
+//
+//   request_lifecycle<cache_t> requests(cache);
+//   auto t = requests.begin(prompt, {.output_tokens = 256});  // match + pin, plan, reserve
+//   const auto& r = *requests.state(*t);   // r.match.reusable_tokens, r.plan.sites, r.kv ...
+//   ... prefill from r.match.reusable_tokens into r.kv, capture states into r.checkpoints ...
+//   requests.grow(*t, 128);                // more KV during decode, if needed
+//   auto f = requests.finish(*t, prompt ++ output, captured_positions);   // adopt
+//   // or requests.abort(*t): everything goes back
+//
+// begin: matches the prompt (joint-min hit, pinned until finish/abort), plans the checkpoint
+//   positions of the prefill (admission + `extra_checkpoints`), and reserves, all or nothing,
+//   the KV of the tokens to compute [reusable, |prompt| + output_tokens) as one extent and one
+//   checkpoint slot per planned position plus one for the state after the last token.
+//   Eviction makes room but never takes a pinned path (this request's match included); a
+//   request that cannot fit beside them is refused before anything is evicted, with the
+//   cache, the store and every pin as they were (the lookup itself still counts: the clock
+//   ticked and the matched path was refreshed, as for any match).
+// grow: reserves KV for n more tokens (a new segment), under the same rule.
+// finish: inserts the sequence keeping checkpoints exactly at the captured positions (a
+//   position the runtime did not capture is never kept); the KV of every new token is taken
+//   from the reservation, in order, and the checkpoint at p from the slot reserved for p (or
+//   the end slot, at |sequence|). What the tree already holds (another request committed the
+//   same tokens meanwhile) and what was reserved but not used is given back. Evicts nothing:
+//   the bytes were reserved. Bad arguments (a sequence that does not extend the prompt,
+//   longer than the reservation, a position without a slot) are refused with the request
+//   still in flight. A store failure during the insert (a split it refuses, two segments it
+//   cannot join) aborts the request: every handle not yet in the tree goes back, the pin is
+//   released, and the error is returned.
+// abort: gives the reservation back and releases the pin.
+//
+// Many requests may be in flight; with `Cache` = prefix_cache<..., mutex_lock> every call
+// holds the cache's lock, so threads may begin/finish concurrently. Tickets are generation-
+// checked: a finished or aborted ticket reports stale_handle / double_free.
+//
+// Costs: begin = match + plan + O(sites) allocations (+ evictions, and an O(n) fit check when
+// eviction is needed); grow O(1) + allocation; finish = commit's walk and build, O(segments)
+// splits/joins; abort O(segments + sites). The ticket table allocates only when it grows
+// (geometrically); reservations allocate their small handle lists.
+#pragma once
+
+#include <algorithm>
+#include <atomic>
+#include <cstdint>
+#include <mutex>
+#include <span>
+#include <utility>
+#include <vector>
+
+#include "hybridcache/core/error.hpp"
+#include "hybridcache/core/expected.hpp"
+#include "hybridcache/core/handle.hpp"
+#include "hybridcache/core/hash.hpp"
+#include "hybridcache/prefix/prefix_cache.hpp"
+#include "hybridcache/prefix/types.hpp"
+
+namespace hybridcache::prefix {
+
+/// Options of `request_lifecycle::begin` (aggregate).
+struct begin_options {
+  /// Decode tokens to reserve KV for now, beyond the prompt (`grow` adds more later).
+  std::int64_t output_tokens = 0;
+  /// Application-directed checkpoint positions in the prompt, in (reusable, |prompt|].
+  std::span<const std::int64_t> extra_checkpoints = {};
+};
+
+/// A request in flight (generation-checked).
+struct request_ticket {
+  packed_handle handle;
+};
+
+/// What `request_lifecycle::finish` did.
+struct finish_result {
+  commit_result commit;                  ///< the insert (evictions are always 0)
+  std::int64_t checkpoints_kept = 0;     ///< captured states now in the tree
+  std::int64_t checkpoints_returned = 0; ///< reserved slots given back (not captured, or already cached)
+  std::int64_t tokens_returned = 0;      ///< reserved KV given back (already cached, or not used)
+};
+
+/// The request lifecycle over a `prefix_cache`. See the file comment.
+template <class Cache>
+class request_lifecycle {
+ public:
+  using store_type = typename Cache::store_type;
+  using kv_extent = typename store_type::kv_extent;
+  using checkpoint_handle = typename store_type::checkpoint_handle;
+
+  /// A reserved checkpoint slot: the state after token `position` goes here (`position` 0
+  /// is the end slot: the state after the sequence's last token, known at finish).
+  struct checkpoint_slot {
+    std::int64_t position = 0;
+    checkpoint_handle handle{};
+  };
+
+  /// What the runtime reads of a request in flight.
+  struct request_state {
+    match_result match;                  ///< pinned until finish/abort
+    checkpoint_plan plan;                ///< where prefill saves states
+    std::int64_t prompt_tokens = 0;
+    std::uint64_t prompt_hash = 0;       ///< finish checks that the sequence extends the prompt
+    std::int64_t reserved_tokens = 0;    ///< KV reserved for [match.reusable_tokens, + this)
+    std::vector<kv_extent> kv;           ///< the reservation's segments, in token order
+    std::vector<std::int64_t> kv_tokens; ///< tokens of each segment
+    std::vector<checkpoint_slot> checkpoints;  ///< one per plan site, then the end slot
+    /// Room for the splits `finish` makes (one token's KV each: a paged store copies the
+    /// block a split falls inside into a fresh one); freed just before the insert.
+    std::vector<kv_extent> split_room;
+  };
+
+  /// @param cache  the cache the requests go through; must outlive this object
+  explicit request_lifecycle(Cache& cache) : cache_(&cache), tickets_(next_tag(), 16), states_(16) {}
+  request_lifecycle(const request_lifecycle&) = delete;
+  request_lifecycle& operator=(const request_lifecycle&) = delete;
+  /// Aborts every request still in flight.
+  ~request_lifecycle() {
+    std::lock_guard<lock_type> guard(cache_->lock_);
+    for (std::uint32_t i = 0; i < states_.size(); ++i)
+      if (tickets_.is_live(i)) give_back(states_[i], /*release_pin=*/true);
+  }
+
+  /// Starts a request. Errors (nothing changed but the lookup's tick): empty prompt, a bad
+  /// extra position or output_tokens < 0 -> invalid_argument; no room beside the pinned
+  /// paths -> out_of_capacity.
+  [[nodiscard]] expected<request_ticket> begin(std::span<const token_id> prompt, const begin_options& o = {}) {
+    if (prompt.empty() || o.output_tokens < 0) return unexpected(errc::invalid_argument);
+    auto m = cache_->match(prompt);
+    if (!m) return unexpected(m.error());
+    auto plan = cache_->plan(prompt, *m, o.extra_checkpoints);
+    if (!plan) return (void)cache_->release(*m), unexpected(plan.error());
+    std::lock_guard<lock_type> guard(cache_->lock_);
+    if (tickets_.free_count() == 0) grow_table();
+    request_state s;
+    s.match = *m;
+    s.plan = std::move(*plan);
+    s.prompt_tokens = static_cast<std::int64_t>(prompt.size());
+    s.prompt_hash = hash_tokens(prompt);
+    s.reserved_tokens = s.prompt_tokens + o.output_tokens - m->reusable_tokens;
+    const auto sites = static_cast<std::int64_t>(s.plan.sites.size());
+    const std::int64_t bytes = cache_->store_.kv_bytes(s.reserved_tokens) + (sites + 1) * cache_->store_.checkpoint_bytes() +
+                               split_room_for(sites) * cache_->store_.kv_bytes(1);
+    if (const errc e = reserve(s, bytes, sites); e != errc::ok) {
+      if (!m->pin.is_null()) cache_->unpin(m->pin);
+      return unexpected(e);
+    }
+    const packed_handle h = *tickets_.acquire();
+    states_[h.index()] = std::move(s);
+    return request_ticket{h};
+  }
+
+  /// The state of a request in flight, or stale_handle / double_free / foreign_handle.
+  [[nodiscard]] expected<const request_state*> state(request_ticket t) const {
+    std::lock_guard<lock_type> guard(cache_->lock_);
+    if (const errc e = tickets_.validate(t.handle); e != errc::ok) return unexpected(e);
+    return &states_[t.handle.index()];
+  }
+
+  /// Reserves KV for `tokens` more tokens (a new segment). out_of_capacity leaves the
+  /// request as it was.
+  [[nodiscard]] expected<void> grow(request_ticket t, std::int64_t tokens) {
+    std::lock_guard<lock_type> guard(cache_->lock_);
+    if (const errc e = tickets_.validate(t.handle); e != errc::ok) return unexpected(e);
+    if (tokens <= 0) return unexpected(errc::invalid_argument);
+    request_state& s = states_[t.handle.index()];
+    if (!cache_->fits_after_eviction(cache_->store_.kv_bytes(tokens), nullptr)) return unexpected(errc::out_of_capacity);
+    auto kv = allocate_evicting([&] { return cache_->store_.allocate_kv(tokens); });
+    if (!kv) return unexpected(kv.error());
+    s.kv.push_back(std::move(*kv));
+    s.kv_tokens.push_back(tokens);
+    s.reserved_tokens += tokens;
+    return {};
+  }
+
+  /// Ends a request: adopts its pages for `sequence` (= prompt ++ output, at most the
+  /// reserved tokens long) with checkpoints exactly at `captured` (ascending positions in
+  /// (reusable, |sequence|], each a planned site or |sequence|). Bad arguments ->
+  /// invalid_argument with the request still in flight; a store failure -> the request is
+  /// aborted and the error returned.
+  [[nodiscard]] expected<finish_result> finish(request_ticket t, std::span<const token_id> sequence,
+                                               std::span<const std::int64_t> captured) {
+    std::lock_guard<lock_type> guard(cache_->lock_);
+    if (const errc e = tickets_.validate(t.handle); e != errc::ok) return unexpected(e);
+    request_state& s = states_[t.handle.index()];
+    const auto len = static_cast<std::int64_t>(sequence.size());
+    const std::int64_t from = s.match.reusable_tokens;
+    if (len < s.prompt_tokens || len > from + s.reserved_tokens) return unexpected(errc::invalid_argument);
+    if (hash_tokens(sequence.first(static_cast<std::size_t>(s.prompt_tokens))) != s.prompt_hash)
+      return unexpected(errc::invalid_argument);  // not this request's prompt
+    for (std::size_t i = 0; i < captured.size(); ++i) {
+      const std::int64_t p = captured[i];
+      if (p <= from || p > len || (i > 0 && p <= captured[i - 1])) return unexpected(errc::invalid_argument);
+      if (p != len && slot_for(s, p) == nullptr) return unexpected(errc::invalid_argument);
+    }
+    finish_result out;
+    const errc e = adopt(s, sequence, captured, out);
+    out.checkpoints_returned = 0;
+    for (auto& c : s.checkpoints) out.checkpoints_returned += holds(c.handle) ? 1 : 0;
+    for (std::size_t i = 0; i < s.kv.size(); ++i) out.tokens_returned += s.kv_tokens[i];
+    give_back(s, /*release_pin=*/e != errc::ok);
+    (void)tickets_.release(t.handle);
+    if (e != errc::ok) return unexpected(e);
+    return out;
+  }
+
+  /// Ends a request without inserting anything: the reservation goes back, the pin is
+  /// released.
+  expected<void> abort(request_ticket t) {
+    std::lock_guard<lock_type> guard(cache_->lock_);
+    if (const errc e = tickets_.validate(t.handle); e != errc::ok) return unexpected(e);
+    give_back(states_[t.handle.index()], /*release_pin=*/true);
+    (void)tickets_.release(t.handle);
+    return {};
+  }
+
+  /// Requests in flight.
+  [[nodiscard]] std::uint64_t in_flight() const {
+    std::lock_guard<lock_type> guard(cache_->lock_);
+    return tickets_.live_count();
+  }
+
+ private:
+  using lock_type = typename Cache::lock_type;
+
+  static std::uint32_t next_tag() noexcept {
+    static std::atomic<std::uint32_t> counter{0};
+    return 128u + (counter.fetch_add(1, std::memory_order_relaxed) & 0x7fu);
+  }
+
+  /// A 64-bit hash of a token run (splitmix64 chained), to recognise the prompt at finish
+  /// without keeping a copy of it. O(n).
+  static std::uint64_t hash_tokens(std::span<const token_id> s) noexcept {
+    std::uint64_t h = 0x6a09e667f3bcc908ull;
+    for (token_id t : s) h = splitmix64_mix(h ^ static_cast<std::uint32_t>(t));
+    return h;
+  }
+
+  static bool holds(const checkpoint_handle& h) noexcept {
+    if constexpr (requires { h.held; }) return h.held;
+    else if constexpr (requires { h.serial; }) return h.serial != 0;
+    else if constexpr (requires { h.blocks; }) return !h.blocks.empty();
+    else if constexpr (requires { h.id; }) return h.id != 0;
+    else return true;
+  }
+
+  void grow_table() {
+    const auto cap = tickets_.capacity() * 2;
+    tickets_.reserve(cap);
+    states_.resize(cap);
+  }
+
+  /// Runs `allocate` until it succeeds, evicting one victim (never a pinned path) per
+  /// failure; out_of_capacity when nothing is left to evict.
+  template <class Allocate>
+  auto allocate_evicting(Allocate allocate) -> decltype(allocate()) {
+    commit_result scratch;
+    bool round = false;
+    while (true) {
+      auto r = allocate();
+      if (r) return r;
+      if (!round) {
+        round = true;
+        cache_->begin_eviction_round();
+      }
+      if (cache_->evict_one(scratch) < 0) return r;
+    }
+  }
+
+  /// Reserves the KV extent and the checkpoint slots of `s` (all or nothing).
+  errc reserve(request_state& s, std::int64_t bytes, std::int64_t sites) {
+    if (!cache_->fits_after_eviction(bytes, nullptr)) return errc::out_of_capacity;
+    // Make the room in one eviction round (the reference's rule), then allocate.
+    const std::int64_t deficit = cache_->store_.used_bytes() + bytes - cache_->store_.capacity_bytes();
+    if (deficit > 0) {
+      commit_result scratch;
+      cache_->evict_bytes(deficit, scratch);
+    }
+    if (s.reserved_tokens > 0) {
+      auto kv = allocate_evicting([&] { return cache_->store_.allocate_kv(s.reserved_tokens); });
+      if (!kv) return kv.error();
+      s.kv.push_back(std::move(*kv));
+      s.kv_tokens.push_back(s.reserved_tokens);
+    }
+    for (std::int64_t i = 0; i <= sites; ++i) {
+      auto h = allocate_evicting([&] { return cache_->store_.allocate_checkpoint(); });
+      if (!h) {
+        give_back(s, /*release_pin=*/false);
+        return h.error();
+      }
+      const std::int64_t p = i < sites ? s.plan.sites[static_cast<std::size_t>(i)].position : 0;
+      s.checkpoints.push_back({p, std::move(*h)});
+    }
+    for (std::int64_t i = 0; i < split_room_for(sites); ++i) {
+      auto r = allocate_evicting([&] { return cache_->store_.allocate_kv(1); });
+      if (!r) {
+        give_back(s, /*release_pin=*/false);
+        return r.error();
+      }
+      s.split_room.push_back(std::move(*r));
+    }
+    return errc::ok;
+  }
+
+  /// Splits `finish` may make: one per captured position inside the reservation or inside a
+  /// cached edge (at most the planned sites and the end), one to drop the tokens the tree
+  /// already holds, one for the unused tail.
+  static std::int64_t split_room_for(std::int64_t sites) noexcept { return sites + 3; }
+
+  void free_split_room(request_state& s) noexcept {
+    for (auto& r : s.split_room) cache_->store_.free_kv(std::move(r));
+    s.split_room.clear();
+  }
+
+  /// Frees what `s` still holds (segments, slots, split room) and, if asked, releases its pin.
+  void give_back(request_state& s, bool release_pin) noexcept {
+    free_split_room(s);
+    for (auto& k : s.kv) cache_->store_.free_kv(std::move(k));
+    for (auto& c : s.checkpoints) cache_->store_.free_checkpoint(std::move(c.handle));
+    s.kv.clear();
+    s.kv_tokens.clear();
+    s.checkpoints.clear();
+    s.reserved_tokens = 0;
+    // A pin made stale by `clear()` is not released again (its slot may be reused).
+    if (release_pin && !s.match.pin.is_null() && cache_->pins_.validate(s.match.pin) == errc::ok)
+      cache_->unpin(s.match.pin);
+    s.match.pin = packed_handle{};
+  }
+
+  static checkpoint_slot* slot_for(request_state& s, std::int64_t p) noexcept {
+    for (auto& c : s.checkpoints)
+      if (c.position == p && holds(c.handle)) return &c;
+    return nullptr;
+  }
+
+  /// Hands the reservation's KV over range by range: [cursor, a) goes back (the tree
+  /// already holds it), then [a, b) is split off the front (joining segments if needed).
+  struct reservation_source {
+    request_lifecycle* self;
+    request_state* s;
+    std::int64_t cursor;  // first token still in s->kv
+    std::int64_t len;
+
+    errc drop_front(std::int64_t n) noexcept {
+      while (n > 0 && !s->kv.empty()) {
+        const std::int64_t first = s->kv_tokens.front();
+        if (first <= n) {
+          self->cache_->store_.free_kv(std::move(s->kv.front()));
+          s->kv.erase(s->kv.begin());
+          s->kv_tokens.erase(s->kv_tokens.begin());
+          n -= first;
+          cursor += first;
+          continue;
+        }
+        auto head = self->cache_->store_.split_kv(s->kv.front(), n);
+        if (!head) return head.error();
+        self->cache_->store_.free_kv(std::move(*head));
+        s->kv_tokens.front() -= n;
+        cursor += n;
+        n = 0;
+      }
+      return errc::ok;
+    }
+    expected<kv_extent> take_kv(std::int64_t a, std::int64_t b) noexcept {
+      if (a < cursor) return unexpected(errc::invalid_argument);
+      if (const errc e = drop_front(a - cursor); e != errc::ok) return unexpected(e);
+      const std::int64_t n = b - a;
+      while (!s->kv.empty() && s->kv_tokens.front() < n && s->kv.size() > 1) {  // join the next segment
+        auto joined = self->cache_->store_.join_kv(s->kv[0], std::move(s->kv[1]));
+        if (!joined) return unexpected(joined.error());
+        s->kv_tokens[0] += s->kv_tokens[1];
+        s->kv.erase(s->kv.begin() + 1);
+        s->kv_tokens.erase(s->kv_tokens.begin() + 1);
+      }
+      if (s->kv.empty() || s->kv_tokens.front() < n) return unexpected(errc::invalid_argument);
+      if (s->kv_tokens.front() == n) {
+        kv_extent out = std::move(s->kv.front());
+        s->kv.erase(s->kv.begin());
+        s->kv_tokens.erase(s->kv_tokens.begin());
+        cursor += n;
+        return out;
+      }
+      auto head = self->cache_->store_.split_kv(s->kv.front(), n);
+      if (!head) return unexpected(head.error());
+      s->kv_tokens.front() -= n;
+      cursor += n;
+      return head;
+    }
+    expected<checkpoint_handle> take_checkpoint(std::int64_t p) noexcept {
+      checkpoint_slot* c = slot_for(*s, p);
+      if (c == nullptr && p == len) c = slot_for(*s, 0);  // the end slot
+      if (c == nullptr) return unexpected(errc::invalid_argument);
+      checkpoint_handle h = std::move(c->handle);
+      c->handle = checkpoint_handle{};
+      return h;
+    }
+  };
+
+  /// The insert of `finish`: commit's walk and build with the reservation as the source of
+  /// every handle and exactly the captured positions (no admission, no eviction).
+  errc adopt(request_state& s, std::span<const token_id> seq, std::span<const std::int64_t> captured,
+             finish_result& out) {
+    Cache& c = *cache_;
+    const auto len = static_cast<std::int64_t>(seq.size());
+    if (!s.match.pin.is_null()) {
+      if (const errc e = c.pins_.validate(s.match.pin); e != errc::ok) return e;
+      if (!c.on_path(seq, c.pin_node_[s.match.pin.index()])) return errc::invalid_argument;
+    }
+    c.reserve_indexes(c.tree_.id_bound() + captured.size() + 4);
+    commit_result& res = out.commit;
+    res.sequence_tokens = len;
+    c.clock_.tick();
+    const time_point t_match = c.clock_.tick();
+    walk_result w = c.tree_.walk(seq, c.path_);
+    c.scorer_.on_match(c.tree_, std::span<const node_id>(c.path_), w.partial, t_match);
+    c.positions_.assign(captured.begin(), captured.end());
+    free_split_room(s);  // the splits below may take fresh blocks: the room is theirs
+    reservation_source src{this, &s, s.match.reusable_tokens, len};
+    if (const errc e = c.allocate_all_from(w, len, src); e != errc::ok) return e;
+    c.reserve_indexes(c.tree_.id_bound() + c.positions_.size() + 4);
+    const time_point now = c.clock_.now();
+    c.scorer_.on_insert_path(c.tree_, std::span<const node_id>(c.path_), now);
+    if (const errc e = c.build(seq, w, len, now, res); e != errc::ok) return e;
+    if (!s.match.pin.is_null()) c.unpin(s.match.pin);
+    s.match.pin = packed_handle{};
+    out.checkpoints_kept = res.checkpoints_admitted;
+    c.committed_.assign(c.positions_.begin(), c.positions_.end());
+    ++c.counters_.commits;
+    c.counters_.checkpoints_admitted += res.checkpoints_admitted;
+    c.counters_.kv_bytes_admitted += res.kv_bytes_admitted;
+    return errc::ok;
+  }
+
+  Cache* cache_;
+  generation_table tickets_;
+  std::vector<request_state> states_;
+};
+
+}  // namespace hybridcache::prefix

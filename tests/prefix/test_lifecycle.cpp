@@ -1,0 +1,355 @@
+// The request lifecycle (issue #13, "what to build" 1 and 2): begin reserves before prefill,
+// finish adopts exactly the reserved pages and the captured states, abort gives everything
+// back, many requests are in flight, and every refusal leaves the cache as it was.
+// The store tags every token with the allocation that holds it (tests/support/origin_store),
+// so "adopted exactly those pages" is checked token by token.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <random>
+#include <vector>
+
+#include <cstring>
+
+#include "hybridcache/core/hash.hpp"
+#include "hybridcache/memory/asymmetric_pool.hpp"
+#include "hybridcache/model/presets.hpp"
+#include "hybridcache/stores/pool_state_store.hpp"
+#include "hybridcache/prefix/flop_aware_scorer.hpp"
+#include "hybridcache/prefix/lifecycle.hpp"
+#include "hybridcache/prefix/lock_policy.hpp"
+#include "hybridcache/prefix/lru_scorer.hpp"
+#include "hybridcache/prefix/prefix_cache.hpp"
+#include "../support/origin_store.hpp"
+
+using namespace hybridcache;
+using namespace hybridcache::prefix;
+
+namespace {
+
+constexpr std::int64_t kv = 64, ck = 4096;
+
+std::vector<token_id> tokens(std::size_t n, std::uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::vector<token_id> v(n);
+  for (auto& t : v) t = static_cast<token_id>(rng() % 50000);
+  return v;
+}
+std::vector<token_id> cat(std::vector<token_id> a, const std::vector<token_id>& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
+
+template <class Scorer>
+using cache_t = prefix_cache<cost_model, judicious_admission, Scorer, test::origin_store>;
+
+template <class Cache>
+std::vector<std::uint64_t> origins(const Cache& c, std::span<const token_id> seq) {
+  std::vector<node_id> path;
+  (void)c.tree().walk(seq, path);
+  std::vector<std::uint64_t> out;
+  for (node_id n : path) out.insert(out.end(), c.tree().at(n).kv.origin.begin(), c.tree().at(n).kv.origin.end());
+  return out;
+}
+
+template <class Cache>
+std::int64_t tree_bytes(const Cache& c) {
+  return c.store().kv_bytes(c.tokens_cached()) + c.checkpoints_cached() * c.store().checkpoint_bytes();
+}
+
+template <class State>
+std::int64_t reserved_bytes(const State& s) {
+  std::int64_t b = 0;
+  for (auto t : s.kv_tokens) b += t * kv;
+  for (const auto& c : s.checkpoints) b += c.handle.serial != 0 ? ck : 0;
+  b += static_cast<std::int64_t>(s.split_room.size()) * kv;
+  return b;
+}
+
+}  // namespace
+
+TEST_CASE("lifecycle: finish adopts exactly the reserved pages and only the captured states") {
+  const cost_model m(presets::marconi_7b());
+  cache_t<lru_scorer> c(m, test::origin_store(10'000 * kv + 20 * ck, kv, ck), lru_scorer{});
+  request_lifecycle<cache_t<lru_scorer>> requests(c);
+  const auto prompt = tokens(500, 1);
+  auto t = requests.begin(prompt, {.output_tokens = 40});
+  REQUIRE(t);
+  const auto* s = *requests.state(*t);
+  CHECK(s->match.reusable_tokens == 0);
+  CHECK(s->reserved_tokens == 540);
+  REQUIRE(s->kv.size() == 1);
+  const std::uint64_t reservation = s->kv[0].origin.front();
+  CHECK(c.store().used_bytes() == 540 * kv + static_cast<std::int64_t>(s->checkpoints.size()) * ck +
+                                     static_cast<std::int64_t>(s->split_room.size()) * kv);
+  const auto seq = cat(prompt, tokens(30, 2));  // 30 of the 40 reserved output tokens used
+  std::vector<std::int64_t> captured;
+  for (const auto& site : s->plan.sites) captured.push_back(site.position);
+  captured.push_back(static_cast<std::int64_t>(seq.size()));
+  std::sort(captured.begin(), captured.end());
+  captured.erase(std::unique(captured.begin(), captured.end()), captured.end());
+  auto f = requests.finish(*t, seq, captured);
+  REQUIRE(f);
+  CHECK(f->commit.evictions == 0);
+  CHECK(f->tokens_returned == 10);
+  const auto o = origins(c, seq);
+  REQUIRE(o.size() == seq.size());
+  for (auto x : o) CHECK(x == reservation);  // every token's KV is the page the runtime wrote
+  CHECK(c.store().used_bytes() == tree_bytes(c));
+  CHECK(requests.in_flight() == 0);
+  CHECK(requests.finish(*t, seq, captured).error() == errc::double_free);
+  CHECK(requests.abort(*t).error() == errc::double_free);
+  // The next turn hits the whole conversation.
+  auto t2 = requests.begin(cat(seq, tokens(10, 3)));
+  REQUIRE(t2);
+  CHECK((*requests.state(*t2))->match.reusable_tokens == static_cast<std::int64_t>(seq.size()));
+  REQUIRE(requests.abort(*t2));
+  CHECK(c.store().used_bytes() == tree_bytes(c));
+}
+
+TEST_CASE("lifecycle: a position the runtime did not capture is never kept; bad finishes change nothing") {
+  const cost_model m(presets::marconi_7b());
+  cache_t<lru_scorer> c(m, test::origin_store(10'000 * kv + 20 * ck, kv, ck), lru_scorer{});
+  request_lifecycle<cache_t<lru_scorer>> requests(c);
+  const auto prompt = tokens(300, 4);
+  auto t = requests.begin(prompt, {.output_tokens = 10});
+  REQUIRE(t);
+  const auto seq = cat(prompt, tokens(10, 5));
+  const std::int64_t used = c.store().used_bytes();
+  // Not this request's prompt, longer than reserved, a position without a slot, unsorted.
+  auto other = seq;
+  other[3] += 1;
+  CHECK(requests.finish(*t, other, {}).error() == errc::invalid_argument);
+  CHECK(requests.finish(*t, cat(seq, tokens(5, 6)), {}).error() == errc::invalid_argument);
+  const std::vector<std::int64_t> unplanned{77};
+  CHECK(requests.finish(*t, seq, unplanned).error() == errc::invalid_argument);
+  const std::vector<std::int64_t> unsorted{310, 300};
+  CHECK(requests.finish(*t, seq, unsorted).error() == errc::invalid_argument);
+  CHECK(c.store().used_bytes() == used);
+  CHECK(requests.in_flight() == 1);
+  // Captured nothing: the tokens are kept as KV, no state is.
+  auto f = requests.finish(*t, seq, {});
+  REQUIRE(f);
+  CHECK(f->checkpoints_kept == 0);
+  CHECK(c.checkpoints_cached() == 0);
+  CHECK(c.tokens_cached() == static_cast<std::int64_t>(seq.size()));
+  CHECK(c.store().used_bytes() == tree_bytes(c));
+}
+
+TEST_CASE("lifecycle: a request that cannot fit beside the pinned paths is refused before anything is evicted") {
+  const cost_model m(presets::marconi_7b());
+  cache_t<lru_scorer> c(m, test::origin_store(1'000 * kv + 4 * ck, kv, ck), lru_scorer{});
+  request_lifecycle<cache_t<lru_scorer>> requests(c);
+  const auto a = tokens(600, 7);
+  auto ta = requests.begin(a, {.output_tokens = 10});
+  REQUIRE(ta);
+  const auto a_done = cat(a, tokens(10, 8));
+  REQUIRE(requests.finish(*ta, a_done, std::vector<std::int64_t>{610}));
+  // A request in flight holds a's path pinned (it continues the conversation) ...
+  auto tb = requests.begin(cat(a_done, tokens(50, 9)), {.output_tokens = 10});
+  REQUIRE(tb);
+  REQUIRE((*requests.state(*tb))->match.reusable_tokens == 610);
+  const std::int64_t used = c.store().used_bytes(), evictions = c.counters().evictions;
+  const auto tokens_before = c.tokens_cached();
+  // ... so an unrelated 500-token request cannot fit: refused, nothing evicted.
+  auto tc = requests.begin(tokens(500, 10), {.output_tokens = 10});
+  REQUIRE_FALSE(tc);
+  CHECK(tc.error() == errc::out_of_capacity);
+  CHECK(c.store().used_bytes() == used);
+  CHECK(c.counters().evictions == evictions);
+  CHECK(c.tokens_cached() == tokens_before);
+  CHECK(requests.in_flight() == 1);
+  REQUIRE(requests.abort(*tb));
+  // Without the pin a's path may go: now it fits, by eviction.
+  auto td = requests.begin(tokens(500, 10), {.output_tokens = 10});
+  REQUIRE(td);
+  CHECK(c.counters().evictions > evictions);
+  REQUIRE(requests.abort(*td));
+  CHECK(c.store().used_bytes() == tree_bytes(c));
+}
+
+TEST_CASE_TEMPLATE("lifecycle randomized: many requests in flight, exact byte accounting, reused tokens never re-inserted",
+                   Scorer, lru_scorer, flop_aware_scorer) {
+  const cost_model m(presets::marconi_7b());
+  auto make_scorer = [&] {
+    if constexpr (std::is_same_v<Scorer, lru_scorer>) return lru_scorer{};
+    else return flop_aware_scorer(m, {.alpha = 1.0});
+  };
+  for (std::uint32_t seed = 1; seed <= 3; ++seed) {
+    cache_t<Scorer> c(m, test::origin_store(3'000 * kv + 12 * ck, kv, ck), make_scorer());
+    request_lifecycle<cache_t<Scorer>> requests(c);
+    std::mt19937 rng(seed);
+    struct live {
+      request_ticket t;
+      std::vector<token_id> prompt;
+      std::uint64_t serial_at_begin = 0;
+      std::int64_t reusable = 0;
+    };
+    std::vector<live> in_flight;
+    std::vector<std::vector<token_id>> done;
+    int refused = 0, finished = 0, aborted = 0;
+    for (int step = 0; step < 600; ++step) {
+      const unsigned op = rng() % 10;
+      if (op < 4 || in_flight.empty()) {  // begin
+        std::vector<token_id> prompt;
+        if (!done.empty() && rng() % 4 != 0) {
+          const auto& base = done[rng() % done.size()];
+          prompt.assign(base.begin(), base.begin() + static_cast<std::ptrdiff_t>(1 + rng() % base.size()));
+        }
+        prompt = cat(prompt, tokens(10 + rng() % 200, static_cast<std::uint32_t>(rng())));
+        const std::uint64_t serial = c.store().serial();
+        auto t = requests.begin(prompt, {.output_tokens = static_cast<std::int64_t>(rng() % 40)});
+        if (!t) {
+          REQUIRE(t.error() == errc::out_of_capacity);
+          ++refused;
+        } else {
+          in_flight.push_back({*t, prompt, serial, (*requests.state(*t))->match.reusable_tokens});
+        }
+      } else if (op < 5) {  // grow
+        auto& r = in_flight[rng() % in_flight.size()];
+        const auto g = requests.grow(r.t, 1 + static_cast<std::int64_t>(rng() % 30));
+        if (!g) REQUIRE(g.error() == errc::out_of_capacity);
+      } else {  // finish or abort
+        const std::size_t i = rng() % in_flight.size();
+        live r = in_flight[i];
+        in_flight.erase(in_flight.begin() + static_cast<std::ptrdiff_t>(i));
+        const auto* s = *requests.state(r.t);
+        if (op == 9) {
+          REQUIRE(requests.abort(r.t));
+          ++aborted;
+        } else {
+          const std::int64_t room = s->match.reusable_tokens + s->reserved_tokens - static_cast<std::int64_t>(r.prompt.size());
+          const auto seq = cat(r.prompt, tokens(static_cast<std::size_t>(room > 0 ? rng() % (room + 1) : 0),
+                                                static_cast<std::uint32_t>(rng())));
+          std::vector<std::int64_t> captured;
+          for (const auto& site : s->plan.sites)
+            if (rng() % 3 != 0) captured.push_back(site.position);
+          if (static_cast<std::int64_t>(seq.size()) > s->match.reusable_tokens) captured.push_back(static_cast<std::int64_t>(seq.size()));
+          std::sort(captured.begin(), captured.end());
+          captured.erase(std::unique(captured.begin(), captured.end()), captured.end());
+          auto f = requests.finish(r.t, seq, captured);
+          REQUIRE(f);
+          ++finished;
+          const auto o = origins(c, seq);
+          REQUIRE(o.size() == seq.size());
+          for (std::int64_t k = 0; k < r.reusable; ++k) REQUIRE(o[static_cast<std::size_t>(k)] <= r.serial_at_begin);
+          done.push_back(seq);
+        }
+      }
+      // Exact accounting: the store holds the tree plus every live reservation.
+      std::int64_t reserved = 0;
+      for (const auto& r : in_flight) reserved += reserved_bytes(**requests.state(r.t));
+      REQUIRE(c.store().used_bytes() == tree_bytes(c) + reserved);
+      REQUIRE(c.store().used_bytes() <= c.store().capacity_bytes());
+    }
+    for (const auto& r : in_flight) REQUIRE(requests.abort(r.t));
+    CHECK(c.store().used_bytes() == tree_bytes(c));
+    CHECK(finished > 100);
+    MESSAGE("seed " << seed << ": " << finished << " finished, " << aborted << " aborted, " << refused << " refused");
+  }
+}
+
+TEST_CASE("lifecycle: the destructor aborts what is still in flight") {
+  const cost_model m(presets::marconi_7b());
+  cache_t<lru_scorer> c(m, test::origin_store(10'000 * kv + 20 * ck, kv, ck), lru_scorer{});
+  {
+    request_lifecycle<cache_t<lru_scorer>> requests(c);
+    REQUIRE(requests.begin(tokens(100, 11), {.output_tokens = 5}));
+    REQUIRE(requests.begin(tokens(100, 12)));
+    CHECK(c.store().live_kv() > 2);  // two reservations and their split room
+  }
+  CHECK(c.store().used_bytes() == 0);
+  CHECK(c.store().live_kv() == 0);
+  CHECK(c.store().live_checkpoints() == 0);
+}
+
+TEST_CASE("lifecycle over the asymmetric pool: the bytes the runtime writes into its reservation are the bytes a later hit reads") {
+  // A runtime writes every token's KV (a signature of position and token, per attention
+  // layer) into the pages `begin` reserved; after `finish` every cached token of every
+  // committed sequence must still read back its signature, through splits (copy-on-split
+  // inside a block), evictions and requests that overlap in flight.
+  using namespace hybridcache::memory;
+  const cost_model m(presets::jamba_1_5_mini());
+  using pool_t = host_asymmetric_pool<threshold_rebalancer>;
+  using store_t = pool_state_store<pool_t>;
+  using cache_type = prefix_cache<cost_model, judicious_admission, lru_scorer, store_t>;
+  constexpr std::int64_t tpp = 16;
+  pool_t pool({.budget_bytes = std::uint64_t{64} << 20, .kv_page_bytes = kv_page_bytes(m),
+               .ssm_block_bytes = checkpoint_block_bytes(m)},
+              threshold_rebalancer({.threshold_low = 0.01, .threshold_high = 0.05, .migration_batch_size = 64,
+                                    .min_rebalance_interval_ops = 0, .size_to_demand = true}));
+  const std::int64_t layers = m.attention_layers();
+  const std::uint64_t slot_bytes = kv_page_bytes(m) / tpp;
+  auto sig = [](std::int64_t pos, token_id t, std::int64_t layer) {
+    return splitmix64_mix((static_cast<std::uint64_t>(pos) << 32) ^ static_cast<std::uint32_t>(t) ^
+                          (static_cast<std::uint64_t>(layer) << 56));
+  };
+  auto slot = [&](const store_t::kv_extent& e, std::int64_t i, std::int64_t layer) {
+    const std::int64_t at = e.offset + i;
+    const auto h = e.pages[static_cast<std::size_t>((at / tpp) * layers + layer)];
+    return *pool.resolve(h) + static_cast<std::uint64_t>(at % tpp) * slot_bytes;
+  };
+  {
+    cache_type c(m, store_t(pool, tpp, layers, m.recurrent_layers()), lru_scorer{});
+    request_lifecycle<cache_type> requests(c);
+    std::mt19937 rng(5);
+    std::vector<std::vector<token_id>> done;
+    int finished = 0, checked_tokens = 0;
+    for (int step = 0; step < 120; ++step) {
+      std::vector<token_id> prompt;
+      if (!done.empty() && rng() % 3 != 0) {
+        const auto& base = done[rng() % done.size()];
+        prompt.assign(base.begin(), base.begin() + static_cast<std::ptrdiff_t>(1 + rng() % base.size()));
+      }
+      prompt = cat(prompt, tokens(20 + rng() % 120, static_cast<std::uint32_t>(rng())));
+      auto t = requests.begin(prompt, {.output_tokens = 16});
+      if (!t) {
+        REQUIRE(t.error() == errc::out_of_capacity);
+        continue;
+      }
+      const auto* s = *requests.state(*t);
+      const auto seq = cat(prompt, tokens(1 + rng() % 16, static_cast<std::uint32_t>(rng())));
+      // Prefill + decode: write [reusable, |seq|) into the reservation (one segment here).
+      REQUIRE(s->kv.size() == 1);
+      const std::int64_t from = s->match.reusable_tokens;
+      for (std::int64_t p = from; p < static_cast<std::int64_t>(seq.size()); ++p)
+        for (std::int64_t l = 0; l < layers; ++l) {
+          const std::uint64_t v = sig(p, seq[static_cast<std::size_t>(p)], l);
+          std::memcpy(slot(s->kv[0], p - from, l), &v, sizeof v);
+        }
+      std::vector<std::int64_t> captured;
+      for (const auto& site : s->plan.sites)
+        if (site.position <= static_cast<std::int64_t>(seq.size())) captured.push_back(site.position);
+      captured.push_back(static_cast<std::int64_t>(seq.size()));
+      std::sort(captured.begin(), captured.end());
+      captured.erase(std::unique(captured.begin(), captured.end()), captured.end());
+      const auto f = requests.finish(*t, seq, captured);
+      REQUIRE_MESSAGE(f, "finish: " << hybridcache::to_string(f.error()) << " at step " << step);
+      ++finished;
+      done.push_back(seq);
+      // Every cached token of every committed sequence reads back its signature.
+      for (const auto& d : done) {
+        std::vector<node_id> path;
+        (void)c.tree().walk(d, path);
+        for (node_id n : path) {
+          const auto& nd = c.tree().at(n);
+          for (std::int64_t i = 0; i < nd.edge(); ++i) {
+            const std::int64_t p = nd.begin() + i;
+            for (std::int64_t l = 0; l < layers; ++l) {
+              std::uint64_t v = 0;
+              std::memcpy(&v, slot(nd.kv, i, l), sizeof v);
+              REQUIRE(v == sig(p, d[static_cast<std::size_t>(p)], l));
+              ++checked_tokens;
+            }
+          }
+        }
+      }
+    }
+    CHECK(finished > 60);
+    CHECK(c.counters().evictions > 0);
+    MESSAGE(finished << " requests, " << c.counters().evictions << " evictions, " << checked_tokens
+                     << " token-layer reads checked");
+  }
+  CHECK(pool.live_handles() == 0);
+}
