@@ -100,10 +100,15 @@ TEST_CASE("lifecycle: finish adopts exactly the reserved pages and only the capt
   CHECK(requests.in_flight() == 0);
   CHECK(requests.finish(*t, seq, captured).error() == errc::double_free);
   CHECK(requests.abort(*t).error() == errc::double_free);
-  // The next turn hits the whole conversation.
+  CHECK(requests.resume_checkpoint(*t).error() == errc::double_free);  // a finished ticket
+  // The next turn hits the whole conversation and resumes from the state it captured at the end.
   auto t2 = requests.begin(cat(seq, tokens(10, 3)));
   REQUIRE(t2);
   CHECK((*requests.state(*t2))->match.reusable_tokens == static_cast<std::int64_t>(seq.size()));
+  const auto resume = requests.resume_checkpoint(*t2);
+  REQUIRE(resume);
+  REQUIRE(*resume != nullptr);
+  CHECK((*resume)->serial != 0);
   REQUIRE(requests.abort(*t2));
   CHECK(c.store().used_bytes() == tree_bytes(c));
 }
@@ -295,7 +300,8 @@ TEST_CASE("lifecycle over the asymmetric pool: the bytes the runtime writes into
     request_lifecycle<cache_type> requests(c);
     std::mt19937 rng(5);
     std::vector<std::vector<token_id>> done;
-    int finished = 0, checked_tokens = 0;
+    int finished = 0, checked_tokens = 0, table_reads = 0;
+    std::vector<packed_handle> table;
     for (int step = 0; step < 120; ++step) {
       std::vector<token_id> prompt;
       if (!done.empty() && rng() % 3 != 0) {
@@ -303,21 +309,46 @@ TEST_CASE("lifecycle over the asymmetric pool: the bytes the runtime writes into
         prompt.assign(base.begin(), base.begin() + static_cast<std::ptrdiff_t>(1 + rng() % base.size()));
       }
       prompt = cat(prompt, tokens(20 + rng() % 120, static_cast<std::uint32_t>(rng())));
-      auto t = requests.begin(prompt, {.output_tokens = 16});
+      auto t = requests.begin(prompt, {.output_tokens = 8});
       if (!t) {
         REQUIRE(t.error() == errc::out_of_capacity);
         continue;
       }
       const auto* s = *requests.state(*t);
-      const auto seq = cat(prompt, tokens(1 + rng() % 16, static_cast<std::uint32_t>(rng())));
-      // Prefill + decode: write [reusable, |seq|) into the reservation (one segment here).
-      REQUIRE(s->kv.size() == 1);
+      // Decode: 1..16 tokens; past the 8 reserved at begin the runtime grows (a second
+      // segment), after it wrote everything before it, as the lifecycle's contract asks.
+      const auto out_tokens = static_cast<std::int64_t>(1 + rng() % 16);
+      const auto seq = cat(prompt, tokens(static_cast<std::size_t>(out_tokens), static_cast<std::uint32_t>(rng())));
       const std::int64_t from = s->match.reusable_tokens;
-      for (std::int64_t p = from; p < static_cast<std::int64_t>(seq.size()); ++p)
+      // Writes [lo, hi) through the block table, as a kernel would: token p is in page
+      // table[p / P] at slot p % P; first checks that the cached prefix reads back its
+      // signatures (through the copy-on-write of a block it shares with the request).
+      auto run_kernel = [&](std::int64_t lo, std::int64_t hi, bool check_prefix) {
         for (std::int64_t l = 0; l < layers; ++l) {
-          const std::uint64_t v = sig(p, seq[static_cast<std::size_t>(p)], l);
-          std::memcpy(slot(s->kv[0], p - from, l), &v, sizeof v);
+          REQUIRE(requests.block_table(*t, l, table));
+          REQUIRE(static_cast<std::int64_t>(table.size()) * tpp >= hi);
+          auto at = [&](std::int64_t p) {
+            return *pool.resolve(table[static_cast<std::size_t>(p / tpp)]) + static_cast<std::uint64_t>(p % tpp) * slot_bytes;
+          };
+          for (std::int64_t p = 0; check_prefix && p < from; ++p) {
+            std::uint64_t v = 0;
+            std::memcpy(&v, at(p), sizeof v);
+            REQUIRE(v == sig(p, seq[static_cast<std::size_t>(p)], l));
+            ++table_reads;
+          }
+          for (std::int64_t p = lo; p < hi; ++p) {
+            const std::uint64_t v = sig(p, seq[static_cast<std::size_t>(p)], l);
+            std::memcpy(at(p), &v, sizeof v);
+          }
         }
+      };
+      const auto len = static_cast<std::int64_t>(seq.size());
+      const std::int64_t first_part = std::min(len, static_cast<std::int64_t>(prompt.size()) + 8);
+      run_kernel(from, first_part, true);
+      if (out_tokens > 8) {
+        REQUIRE(requests.grow(*t, out_tokens - 8));
+        run_kernel(first_part, len, false);
+      }
       std::vector<std::int64_t> captured;
       for (const auto& site : s->plan.sites)
         if (site.position <= static_cast<std::int64_t>(seq.size())) captured.push_back(site.position);
@@ -348,8 +379,9 @@ TEST_CASE("lifecycle over the asymmetric pool: the bytes the runtime writes into
     }
     CHECK(finished > 60);
     CHECK(c.counters().evictions > 0);
+    CHECK(table_reads > 1000);
     MESSAGE(finished << " requests, " << c.counters().evictions << " evictions, " << checked_tokens
-                     << " token-layer reads checked");
+                     << " token-layer reads checked through the tree, " << table_reads << " through block tables");
   }
   CHECK(pool.live_handles() == 0);
 }

@@ -90,6 +90,15 @@ class request_lifecycle {
   using kv_extent = typename store_type::kv_extent;
   using checkpoint_handle = typename store_type::checkpoint_handle;
 
+  /// The store lays KV out at absolute token positions (pages form block tables).
+  static constexpr bool pages_by_position = requires(store_type& st, const kv_extent& e, std::vector<packed_handle>& v) {
+    st.allocate_kv_at(std::int64_t{0}, std::int64_t{1});
+    st.copy_tokens(e, std::int64_t{0}, e, std::int64_t{0}, std::int64_t{0}, std::int64_t{0});
+    st.append_pages(e, std::int64_t{0}, std::int64_t{0}, std::int64_t{0}, v);
+    { st.tokens_per_page() } -> std::convertible_to<std::int64_t>;
+  };
+
+
   /// A reserved checkpoint slot: the state after token `position` goes here (`position` 0
   /// is the end slot: the state after the sequence's last token, known at finish).
   struct checkpoint_slot {
@@ -167,11 +176,22 @@ class request_lifecycle {
     if (tokens <= 0) return unexpected(errc::invalid_argument);
     request_state& s = states_[t.handle.index()];
     if (!cache_->fits_after_eviction(cache_->store_.kv_bytes(tokens), nullptr)) return unexpected(errc::out_of_capacity);
-    auto kv = allocate_evicting([&] { return cache_->store_.allocate_kv(tokens); });
+    const std::int64_t first = s.match.reusable_tokens + s.reserved_tokens;
+    auto kv = allocate_evicting([&] { return allocate_kv_at(first, tokens); });
     if (!kv) return unexpected(kv.error());
     s.kv.push_back(std::move(*kv));
     s.kv_tokens.push_back(tokens);
     s.reserved_tokens += tokens;
+    // The runtime has written every token before `first` (it grows when it runs out), so
+    // the block the new segment shares with the previous one can be copied now.
+    if constexpr (pages_by_position) {
+      if (s.kv.size() >= 2 && first % cache_->store_.tokens_per_page() != 0) {
+        const std::size_t k = s.kv.size() - 1;
+        const std::int64_t prev_first = first - s.kv_tokens[k - 1];
+        const std::int64_t lo = std::max(prev_first, first - first % cache_->store_.tokens_per_page());
+        cache_->store_.copy_tokens(s.kv[k - 1], prev_first, s.kv[k], first, lo, first);
+      }
+    }
     return {};
   }
 
@@ -216,6 +236,53 @@ class request_lifecycle {
     return {};
   }
 
+  /// The block table of a request in flight, for attention layer `layer`: `out[b]` is the
+  /// page that holds token positions [b * P, (b + 1) * P) (P = tokens per page) for every
+  /// block of [0, reusable + reserved): the cached path's pages before the reservation, then
+  /// the reservation's. A block the cached path shares with the reservation is the
+  /// reservation's copy (it holds both the cached tokens and the request's: copy-on-write),
+  /// so the kernel reads and writes one page per block (kv_buffer's `block_table` layout).
+  /// Only for stores that lay KV out by position (`pool_state_store`), and for trees whose
+  /// nodes were inserted through this lifecycle (the KV of a plain `commit` is never written
+  /// by a runtime). O(path + blocks); `out` is cleared first and grows as needed.
+  template <class Page>
+  [[nodiscard]] expected<void> block_table(request_ticket t, std::int64_t layer, std::vector<Page>& out) const
+    requires pages_by_position
+  {
+    std::lock_guard<lock_type> guard(cache_->lock_);
+    if (const errc e = tickets_.validate(t.handle); e != errc::ok) return unexpected(e);
+    const request_state& s = states_[t.handle.index()];
+    const std::int64_t P = cache_->store_.tokens_per_page();
+    out.clear();
+    if (s.match.node != no_node && !s.match.pin.is_null()) {
+      path_scratch_.clear();
+      for (node_id n = s.match.node; n != Cache::tree_type::root(); n = cache_->tree_.at(n).parent) path_scratch_.push_back(n);
+      for (auto it = path_scratch_.rbegin(); it != path_scratch_.rend(); ++it) {
+        const auto& nd = cache_->tree_.at(*it);
+        out.resize(static_cast<std::size_t>(nd.begin() / P));  // a deeper node's copy of a shared block wins
+        cache_->store_.append_pages(nd.kv, nd.begin(), layer, nd.begin() / P, out);
+      }
+    }
+    std::int64_t first = s.match.reusable_tokens;
+    for (std::size_t k = 0; k < s.kv.size(); ++k) {
+      out.resize(static_cast<std::size_t>(first / P));
+      cache_->store_.append_pages(s.kv[k], first, layer, first / P, out);
+      first += s.kv_tokens[k];
+    }
+    return {};
+  }
+
+  /// The checkpoint a request resumes from (the state after `match.reusable_tokens`: for
+  /// a pool store, one SSM + conv block per recurrent layer), or nullptr on a miss. The
+  /// node is pinned, so the handle stays valid until finish/abort. O(1).
+  [[nodiscard]] expected<const checkpoint_handle*> resume_checkpoint(request_ticket t) const {
+    std::lock_guard<lock_type> guard(cache_->lock_);
+    if (const errc e = tickets_.validate(t.handle); e != errc::ok) return unexpected(e);
+    const request_state& s = states_[t.handle.index()];
+    if (s.match.node == no_node || s.match.pin.is_null()) return static_cast<const checkpoint_handle*>(nullptr);
+    return &cache_->tree_.at(s.match.node).checkpoint;
+  }
+
   /// Requests in flight.
   [[nodiscard]] std::uint64_t in_flight() const {
     std::lock_guard<lock_type> guard(cache_->lock_);
@@ -236,6 +303,31 @@ class request_lifecycle {
     std::uint64_t h = 0x6a09e667f3bcc908ull;
     for (token_id t : s) h = splitmix64_mix(h ^ static_cast<std::uint32_t>(t));
     return h;
+  }
+
+  expected<kv_extent> allocate_kv_at(std::int64_t first, std::int64_t tokens) noexcept {
+    if constexpr (pages_by_position) return cache_->store_.allocate_kv_at(first, tokens);
+    else return cache_->store_.allocate_kv(tokens);
+  }
+
+  /// Copy-on-write of the block the reservation shares with the cached prefix: the cached
+  /// tokens [first - first % P, first) go into the reservation's first block, so that the
+  /// block table names one complete page per block. O(P · layers).
+  void copy_shared_block_from_path(request_state& s, std::int64_t first) noexcept {
+    if constexpr (pages_by_position) {
+      const std::int64_t P = cache_->store_.tokens_per_page();
+      if (first % P == 0 || s.match.node == no_node) return;
+      const std::int64_t lo = first - first % P;
+      for (node_id n = s.match.node; n != Cache::tree_type::root(); n = cache_->tree_.at(n).parent) {
+        const auto& nd = cache_->tree_.at(n);
+        const std::int64_t a = std::max(lo, nd.begin()), b = std::min(first, nd.end);
+        if (a < b) cache_->store_.copy_tokens(nd.kv, nd.begin(), s.kv[0], first, a, b);
+        if (nd.begin() <= lo) break;
+      }
+    } else {
+      (void)s;
+      (void)first;
+    }
   }
 
   static bool holds(const checkpoint_handle& h) noexcept {
@@ -279,10 +371,12 @@ class request_lifecycle {
       cache_->evict_bytes(deficit, scratch);
     }
     if (s.reserved_tokens > 0) {
-      auto kv = allocate_evicting([&] { return cache_->store_.allocate_kv(s.reserved_tokens); });
+      const std::int64_t first = s.match.reusable_tokens;
+      auto kv = allocate_evicting([&] { return allocate_kv_at(first, s.reserved_tokens); });
       if (!kv) return kv.error();
       s.kv.push_back(std::move(*kv));
       s.kv_tokens.push_back(s.reserved_tokens);
+      copy_shared_block_from_path(s, first);
     }
     for (std::int64_t i = 0; i <= sites; ++i) {
       auto h = allocate_evicting([&] { return cache_->store_.allocate_checkpoint(); });
@@ -368,6 +462,14 @@ class request_lifecycle {
       if (const errc e = drop_front(a - cursor); e != errc::ok) return unexpected(e);
       const std::int64_t n = b - a;
       while (!s->kv.empty() && s->kv_tokens.front() < n && s->kv.size() > 1) {  // join the next segment
+        if constexpr (pages_by_position) {
+          // The block table names the later segment's copy of the block the two share: it
+          // is the one the runtime wrote last. Bring its earlier slots back first.
+          const std::int64_t P = self->cache_->store_.tokens_per_page();
+          const std::int64_t boundary = cursor + s->kv_tokens[0];
+          const std::int64_t lo = std::max(cursor, boundary - boundary % P);
+          if (boundary % P != 0) self->cache_->store_.copy_tokens(s->kv[1], boundary, s->kv[0], cursor, lo, boundary);
+        }
         auto joined = self->cache_->store_.join_kv(s->kv[0], std::move(s->kv[1]));
         if (!joined) return unexpected(joined.error());
         s->kv_tokens[0] += s->kv_tokens[1];
@@ -436,6 +538,7 @@ class request_lifecycle {
   Cache* cache_;
   generation_table tickets_;
   std::vector<request_state> states_;
+  mutable std::vector<node_id> path_scratch_;  // block_table's root-ward walk
 };
 
 }  // namespace hybridcache::prefix

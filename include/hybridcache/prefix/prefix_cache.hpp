@@ -551,7 +551,11 @@ class prefix_cache {
   struct store_source {
     Store* store;
     expected<typename Store::kv_extent> take_kv(std::int64_t begin, std::int64_t end) noexcept {
-      return store->allocate_kv(end - begin);
+      // A store that lays KV out at absolute positions (pages usable as a block table).
+      if constexpr (requires { store->allocate_kv_at(begin, end - begin); })
+        return store->allocate_kv_at(begin, end - begin);
+      else
+        return store->allocate_kv(end - begin);
     }
     expected<typename Store::checkpoint_handle> take_checkpoint(std::int64_t) noexcept {
       return store->allocate_checkpoint();

@@ -83,6 +83,54 @@ class pool_state_store {
     return e;
   }
 
+  /// KV for the tokens [first_token, first_token + tokens) of a sequence, laid out at their
+  /// absolute positions: token t sits in slot t % tokens_per_page of its block. Extents made
+  /// this way meet at the same in-block offset (join_kv never refuses them), and the pages of
+  /// a sequence's extents, block by block, are a kernel's block table. The first block's
+  /// slots before `first_token` are left to the caller (the request lifecycle copies the
+  /// cached tokens of a shared partial block there: copy-on-write). O(pages).
+  [[nodiscard]] expected<kv_extent> allocate_kv_at(std::int64_t first_token, std::int64_t tokens) noexcept {
+    if (tokens <= 0 || first_token < 0) return unexpected(errc::invalid_argument);
+    const std::int64_t offset = first_token % tpp_;
+    kv_extent e{tokens, offset, {}};
+    e.pages.resize(static_cast<std::size_t>(blocks(offset + tokens) * layers_));
+    if (auto r = take(pool_kind::kv, e.pages); !r) return unexpected(r.error());
+    return e;
+  }
+
+  /// Copies the KV of the absolute token positions [from, to) from `src` (which holds the
+  /// tokens starting at absolute position `src_first`) into `dst` (whose tokens start at
+  /// `dst_first`), slot by slot, every layer. Both extents must be laid out at absolute
+  /// positions (allocate_kv_at, or split off one), and [from, to) must lie in `src` and in
+  /// `dst`'s blocks (it may precede `dst_first` within its first block). O(to - from).
+  void copy_tokens(const kv_extent& src, std::int64_t src_first, const kv_extent& dst, std::int64_t dst_first,
+                   std::int64_t from, std::int64_t to) noexcept {
+    const auto L = static_cast<std::size_t>(layers_);
+    for (std::int64_t p = from; p < to;) {
+      const std::int64_t sb = (src.offset + p - src_first) / tpp_, db = (dst.offset + p - dst_first) / tpp_;
+      const std::int64_t end = std::min(to, (p / tpp_ + 1) * tpp_);  // to the end of p's block
+      for (std::size_t l = 0; l < L; ++l)
+        copy_page(dst.pages[static_cast<std::size_t>(db) * L + l], src.pages[static_cast<std::size_t>(sb) * L + l],
+                  p % tpp_, (end - 1) % tpp_ + 1);
+      p = end;
+    }
+  }
+
+  /// Appends to `out` the page of attention layer `layer` of every block of `e` (whose
+  /// tokens start at absolute position `first`) from absolute block `from_block` on. With
+  /// extents laid out at absolute positions, `out[b]` then holds token positions
+  /// [b * tokens_per_page, (b + 1) * tokens_per_page). O(blocks).
+  void append_pages(const kv_extent& e, std::int64_t first, std::int64_t layer, std::int64_t from_block,
+                    std::vector<packed_handle>& out) const {
+    const std::int64_t first_block = first / tpp_;
+    const auto n = static_cast<std::int64_t>(e.pages.size()) / layers_;
+    for (std::int64_t b = std::max(from_block, first_block); b < first_block + n; ++b)
+      out.push_back(e.pages[static_cast<std::size_t>((b - first_block) * layers_ + layer)]);
+  }
+
+  /// Tokens one page holds.
+  [[nodiscard]] std::int64_t tokens_per_page() const noexcept { return tpp_; }
+
   void free_kv(kv_extent&& e) noexcept {
     for (packed_handle h : e.pages) (void)pool_->free(h);
     e = kv_extent{};
