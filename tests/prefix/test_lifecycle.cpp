@@ -7,7 +7,9 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <atomic>
 #include <random>
+#include <thread>
 #include <vector>
 
 #include <cstring>
@@ -384,4 +386,50 @@ TEST_CASE("lifecycle over the asymmetric pool: the bytes the runtime writes into
                      << " token-layer reads checked through the tree, " << table_reads << " through block tables");
   }
   CHECK(pool.live_handles() == 0);
+}
+
+TEST_SUITE("concurrency") {
+  TEST_CASE("lifecycle: four request threads through one mutex_lock cache keep exact accounting") {
+    const cost_model m(presets::marconi_7b());
+    using locked_t = prefix_cache<cost_model, judicious_admission, flop_aware_scorer, test::origin_store, mutex_lock>;
+    locked_t c(m, test::origin_store(4'000 * kv + 16 * ck, kv, ck), flop_aware_scorer(m, {.alpha = 0.5}));
+    request_lifecycle<locked_t> requests(c);
+    const auto system = tokens(64, 99);
+    std::atomic<int> finished{0}, refused{0};
+    std::vector<std::thread> threads;
+    for (int th = 0; th < 4; ++th) {
+      threads.emplace_back([&, th] {
+        std::mt19937 rng(static_cast<std::uint32_t>(th) + 1);
+        std::vector<token_id> last = system;
+        for (int i = 0; i < 150; ++i) {
+          auto prompt = rng() % 3 == 0 ? system : last;
+          prompt = cat(prompt, tokens(5 + rng() % 60, static_cast<std::uint32_t>(rng())));
+          auto t = requests.begin(prompt, {.output_tokens = 8});
+          if (!t) {
+            REQUIRE(t.error() == errc::out_of_capacity);
+            refused.fetch_add(1);
+            continue;
+          }
+          const auto seq = cat(prompt, tokens(1 + rng() % 8, static_cast<std::uint32_t>(rng())));
+          std::vector<std::int64_t> captured{static_cast<std::int64_t>(seq.size())};
+          if (rng() % 5 == 0) {
+            REQUIRE(requests.abort(*t));
+          } else {
+            REQUIRE(requests.finish(*t, seq, captured));
+            finished.fetch_add(1);
+            last = seq;
+          }
+        }
+      });
+    }
+    for (auto& th : threads) th.join();
+    CHECK(requests.in_flight() == 0);
+    CHECK(c.store().used_bytes() == tree_bytes(c));
+    CHECK(c.store().used_bytes() <= c.store().capacity_bytes());
+    CHECK(finished.load() > 300);
+    bool pinned = false;
+    c.tree().preorder([&](node_id n) { pinned = pinned || c.tree().at(n).pins != 0; });
+    CHECK(!pinned);
+    MESSAGE(finished.load() << " finished, " << refused.load() << " refused");
+  }
 }

@@ -47,6 +47,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
+#include <deque>
 #include <mutex>
 #include <span>
 #include <utility>
@@ -537,7 +538,9 @@ class request_lifecycle {
 
   Cache* cache_;
   generation_table tickets_;
-  std::vector<request_state> states_;
+  // A deque: growing it never moves a request's state, so the pointer `state()` hands out
+  // stays valid while other threads begin requests.
+  std::deque<request_state> states_;
   mutable std::vector<node_id> path_scratch_;  // block_table's root-ward walk
 };
 
