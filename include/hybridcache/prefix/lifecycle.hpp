@@ -140,13 +140,26 @@ class request_lifecycle {
     if (prompt.empty() || o.output_tokens < 0) return unexpected(errc::invalid_argument);
     auto m = cache_->match(prompt);
     if (!m) return unexpected(m.error());
-    auto plan = cache_->plan(prompt, *m, o.extra_checkpoints);
-    if (!plan) return (void)cache_->release(*m), unexpected(plan.error());
     std::lock_guard<lock_type> guard(cache_->lock_);
-    if (tickets_.free_count() == 0) grow_table();
-    request_state s;
+    auto refuse = [&](errc e) {
+      if (!m->pin.is_null()) cache_->unpin(m->pin);
+      return unexpected(e);
+    };
+    try {
+      if (tickets_.free_count() == 0) grow_table();
+    } catch (...) {
+      (void)refuse(errc::out_of_capacity);
+      throw;
+    }
+    // The request's state is built in its slot, reusing the vectors of the request that
+    // held the slot before: no allocation in steady state.
+    const packed_handle h = *tickets_.acquire();
+    request_state& s = states_[h.index()];
     s.match = *m;
-    s.plan = std::move(*plan);
+    if (const errc e = cache_->plan_into(prompt, *m, o.extra_checkpoints, s.plan); e != errc::ok) {
+      (void)tickets_.release(h);
+      return refuse(e);
+    }
     s.prompt_tokens = static_cast<std::int64_t>(prompt.size());
     s.prompt_hash = hash_tokens(prompt);
     s.reserved_tokens = s.prompt_tokens + o.output_tokens - m->reusable_tokens;
@@ -154,11 +167,10 @@ class request_lifecycle {
     const std::int64_t bytes = cache_->store_.kv_bytes(s.reserved_tokens) + (sites + 1) * cache_->store_.checkpoint_bytes() +
                                split_room_for(sites) * cache_->store_.kv_bytes(1);
     if (const errc e = reserve(s, bytes, sites); e != errc::ok) {
-      if (!m->pin.is_null()) cache_->unpin(m->pin);
-      return unexpected(e);
+      s.match.pin = packed_handle{};
+      (void)tickets_.release(h);
+      return refuse(e);
     }
-    const packed_handle h = *tickets_.acquire();
-    states_[h.index()] = std::move(s);
     return request_ticket{h};
   }
 

@@ -188,26 +188,8 @@ class prefix_cache {
   [[nodiscard]] expected<checkpoint_plan> plan(std::span<const token_id> input, const match_result& m,
                                                std::span<const std::int64_t> extra = {}) {
     std::lock_guard<Lock> guard(lock_);
-    if (input.empty()) return unexpected(errc::invalid_argument);
-    const auto n = static_cast<std::int64_t>(input.size());
-    for (std::int64_t p : extra)
-      if (p < 1 || p > n) return unexpected(errc::invalid_argument);
-    const walk_result w = tree_.walk(input, path_);
-    const insertion_view v = make_view(w, n, n, std::min(m.reusable_tokens, n));
-    select_positions(v, extra);
     checkpoint_plan out;
-    out.prefill_start = v.reusable_tokens;
-    out.chunk = static_cast<std::int64_t>(model_.spec().scan_chunk);
-    const std::int64_t c = out.chunk > 0 ? out.chunk : 1;
-    for (std::int64_t p : positions_) {
-      if (p <= v.reusable_tokens) continue;
-      if (p <= w.common_prefix && has_checkpoint_at(p)) continue;  // already cached
-      checkpoint_site s;
-      s.position = p;
-      s.chunk_boundary = std::max(v.reusable_tokens, (p / c) * c);
-      s.roll_forward = p - s.chunk_boundary;
-      out.sites.push_back(s);
-    }
+    if (const errc e = plan_into(input, m, extra, out); e != errc::ok) return unexpected(e);
     return out;
   }
 
@@ -360,7 +342,34 @@ class prefix_cache {
 
  private:
   template <class>
-  friend class request_lifecycle;  // reserves, adopts and evicts through the internals below
+  friend class request_lifecycle;
+
+  /// `plan` into `out`, reusing its capacity (the lifecycle plans into a request's state
+  /// without allocating in steady state).
+  errc plan_into(std::span<const token_id> input, const match_result& m, std::span<const std::int64_t> extra,
+                 checkpoint_plan& out) {
+    if (input.empty()) return errc::invalid_argument;
+    const auto n = static_cast<std::int64_t>(input.size());
+    for (std::int64_t p : extra)
+      if (p < 1 || p > n) return errc::invalid_argument;
+    const walk_result w = tree_.walk(input, path_);
+    const insertion_view v = make_view(w, n, n, std::min(m.reusable_tokens, n));
+    select_positions(v, extra);
+    out.sites.clear();
+    out.prefill_start = v.reusable_tokens;
+    out.chunk = static_cast<std::int64_t>(model_.spec().scan_chunk);
+    const std::int64_t c = out.chunk > 0 ? out.chunk : 1;
+    for (std::int64_t p : positions_) {
+      if (p <= v.reusable_tokens) continue;
+      if (p <= w.common_prefix && has_checkpoint_at(p)) continue;  // already cached
+      checkpoint_site s;
+      s.position = p;
+      s.chunk_boundary = std::max(v.reusable_tokens, (p / c) * c);
+      s.roll_forward = p - s.chunk_boundary;
+      out.sites.push_back(s);
+    }
+    return errc::ok;
+  }  // reserves, adopts and evicts through the internals below
 
   void drop_all_nodes() noexcept { detail::drop_all_nodes(tree_, store_, scorer_); }
 
