@@ -34,15 +34,15 @@ std::vector<tier_config> tiers(std::int64_t hbm, std::int64_t host) {
 // insert + pin + unpin + touch + erase of one entry in a table of 16k entries.
 static void bm_store_entry_lifecycle(benchmark::State& state) {
   tiered_store<> s(tiers(std::int64_t{1} << 30, std::int64_t{1} << 30), 4096);
-  for (entry_id id = 0; id < 16384; ++id) (void)s.insert(id, 4096);
-  entry_id id = 1 << 20;
+  for (std::uint64_t n = 0; n < 16384; ++n) (void)s.insert(make_entry_id(n), 4096);
+  std::uint64_t next = 1 << 20;
   for (auto _ : state) {
+    const entry_id id = make_entry_id(next++);
     (void)s.insert(id, 4096);
     (void)s.pin(id);
     (void)s.unpin(id);
     (void)s.touch(id);
     (void)s.erase(id);
-    ++id;
   }
 }
 BENCHMARK(bm_store_entry_lifecycle);
@@ -50,7 +50,7 @@ BENCHMARK(bm_store_entry_lifecycle);
 // victim + prepare_move + complete_move (metadata only) with 16k entries per tier.
 static void bm_store_demote_promote(benchmark::State& state) {
   tiered_store<car_score_demotion> s(tiers(std::int64_t{1} << 30, std::int64_t{1} << 30), 4096);
-  for (entry_id id = 0; id < 16384; ++id) (void)s.insert(id, 4 * 4096);
+  for (std::uint64_t n = 0; n < 16384; ++n) (void)s.insert(make_entry_id(n), 4 * 4096);
   for (auto _ : state) {
     const auto v = s.victim(hbm_tier);
     auto t = s.prepare_move(*v, tier_id{1});
@@ -70,13 +70,14 @@ static void bm_host_move(benchmark::State& state) {
   tiered_store<> s(tiers(4 * bytes, 4 * bytes), page);
   host_copy_engine e(tiers(4 * bytes, 4 * bytes), page, {.measure_bandwidth = false});
   if (scattered) {  // interleave two entries so each one's pages alternate
-    for (entry_id id = 0; id < static_cast<entry_id>(2 * bytes / page); ++id) (void)s.insert(100 + id, page);
-    for (entry_id id = 0; id < static_cast<entry_id>(2 * bytes / page); id += 2) (void)s.erase(100 + id);
+    const auto n_pages = static_cast<std::uint64_t>(2 * bytes / page);
+    for (std::uint64_t n = 0; n < n_pages; ++n) (void)s.insert(make_entry_id(100 + n), page);
+    for (std::uint64_t n = 0; n < n_pages; n += 2) (void)s.erase(make_entry_id(100 + n));
   }
-  (void)s.insert(1, bytes);
+  (void)s.insert(entry_id{1}, bytes);
   for (auto _ : state) {
-    (void)move_entry(s, e, 1, tier_id{1});
-    (void)move_entry(s, e, 1, hbm_tier);
+    (void)move_entry(s, e, entry_id{1}, tier_id{1});
+    (void)move_entry(s, e, entry_id{1}, hbm_tier);
   }
   const auto st = e.take_stats();
   state.counters["copies_per_move"] = static_cast<double>(st.transfers) / static_cast<double>(st.jobs);

@@ -65,7 +65,7 @@ struct host_fixture {
 };
 
 std::byte pattern(entry_id id, std::int64_t i) {
-  return static_cast<std::byte>((id * 167 + static_cast<std::uint64_t>(i) * 13 + 5) & 0xff);
+  return static_cast<std::byte>((to_underlying(id) * 167 + static_cast<std::uint64_t>(i) * 13 + 5) & 0xff);
 }
 
 template <class F, class Store>
@@ -96,7 +96,8 @@ bool entry_intact(F& f, const Store& s, entry_id id) {
 template <class F, class Store>
 std::vector<entry_id> populate(F& f, Store& s, std::mt19937_64& rng) {
   std::vector<entry_id> ids;
-  for (entry_id id = 1; s.usage(hbm_tier).used_bytes < 12 * page; ++id) {
+  for (std::uint64_t n = 1; s.usage(hbm_tier).used_bytes < 12 * page; ++n) {
+    const entry_id id = make_entry_id(n);
     const auto bytes = static_cast<std::int64_t>(1 + rng() % (3 * page));
     if (!s.insert(id, bytes)) break;
     write_entry(f, s, id);

@@ -41,7 +41,7 @@ struct flop_fixture {
 
 cache_entry random_entry(std::mt19937_64& rng) {
   cache_entry e;
-  e.id = rng() % 1000;
+  e.id = make_entry_id(rng() % 1000);
   e.tier = tier_id{static_cast<std::uint8_t>(rng() % 3)};
   e.state = static_cast<page_state>(rng() % 4);
   e.pins = static_cast<std::int32_t>(rng() % 3);

@@ -36,21 +36,21 @@ TEST_CASE("cuda copy engine: demotion and promotion carry the bytes; bandwidth m
   MESSAGE("measured D2H " << e.measured_gbps(tier_id{1}, copy_stream::offload) << " GB/s, H2D "
                           << e.measured_gbps(tier_id{1}, copy_stream::onboard) << " GB/s");
   CHECK(e.measured_gbps(tier_id{1}, copy_stream::offload) > 0.0);
-  REQUIRE(s.insert(1, 7 * page - 3).has_value());
-  const auto row = s.find(1);
+  REQUIRE(s.insert(entry_id{1}, 7 * page - 3).has_value());
+  const auto row = s.find(entry_id{1});
   std::vector<std::uint8_t> pattern(static_cast<std::size_t>(row->bytes));
   std::mt19937 rng(1);
   for (auto& b : pattern) b = static_cast<std::uint8_t>(rng());
   HYBRIDCACHE_CUDA_TRY(cudaMemcpy(e.base(hbm_tier) + row->address(page), pattern.data(), pattern.size(), cudaMemcpyHostToDevice));
-  REQUIRE(move_entry(s, e, 1, tier_id{1}).has_value());
-  const auto host_row = s.find(1);
+  REQUIRE(move_entry(s, e, entry_id{1}, tier_id{1}).has_value());
+  const auto host_row = s.find(entry_id{1});
   CHECK(host_row->tier == tier_id{1});
   CHECK(std::memcmp(e.base(tier_id{1}) + host_row->address(page), pattern.data(), pattern.size()) == 0);
   const auto st = e.take_stats();
   CHECK(st.transfers == 1);
-  REQUIRE(move_entry(s, e, 1, hbm_tier).has_value());
+  REQUIRE(move_entry(s, e, entry_id{1}, hbm_tier).has_value());
   std::vector<std::uint8_t> back(pattern.size());
-  HYBRIDCACHE_CUDA_TRY(cudaMemcpy(back.data(), e.base(hbm_tier) + s.find(1)->address(page), back.size(), cudaMemcpyDeviceToHost));
+  HYBRIDCACHE_CUDA_TRY(cudaMemcpy(back.data(), e.base(hbm_tier) + s.find(entry_id{1})->address(page), back.size(), cudaMemcpyDeviceToHost));
   CHECK(back == pattern);
   CHECK(s.check_invariants().empty());
 }

@@ -27,7 +27,14 @@ std::vector<tier_config> tiers(std::int64_t hbm_pages, std::int64_t host_pages) 
           {.kind = tier_kind::host, .capacity_bytes = host_pages * page, .numa_node = 0}};
 }
 
-std::byte pattern(entry_id id, std::int64_t i) { return static_cast<std::byte>((id * 131 + static_cast<std::uint64_t>(i) * 7 + 3) & 0xff); }
+std::byte pattern(entry_id id, std::int64_t i) { return static_cast<std::byte>((to_underlying(id) * 131 + static_cast<std::uint64_t>(i) * 7 + 3) & 0xff); }
+
+/// The entry ids first, first + 1, ..., last.
+std::vector<entry_id> id_range(std::uint64_t first, std::uint64_t last) {
+  std::vector<entry_id> v;
+  for (std::uint64_t n = first; n <= last; ++n) v.push_back(make_entry_id(n));
+  return v;
+}
 
 template <class Store>
 void fill(Store& s, host_copy_engine& e, entry_id id) {
@@ -60,18 +67,18 @@ TEST_CASE("host copy engine: a demotion and a promotion carry the bytes, coalesc
   // Binding to node 0 is requested; containers may forbid mbind (seccomp), so only report it.
   MESSAGE("NUMA binding available: " << numa_binding_available() << ", host tier bound: " << e.numa_bound(tier_id{1}));
   CHECK_FALSE(e.numa_bound(hbm_tier));
-  REQUIRE(s.insert(1, 5 * page - 17).has_value());
-  fill(s, e, 1);
+  REQUIRE(s.insert(entry_id{1}, 5 * page - 17).has_value());
+  fill(s, e, entry_id{1});
   (void)e.take_stats();
-  REQUIRE(move_entry(s, e, 1, tier_id{1}).has_value());
-  CHECK(s.find(1)->tier == tier_id{1});
-  CHECK(intact(s, e, 1));
+  REQUIRE(move_entry(s, e, entry_id{1}, tier_id{1}).has_value());
+  CHECK(s.find(entry_id{1})->tier == tier_id{1});
+  CHECK(intact(s, e, entry_id{1}));
   auto st = e.take_stats();
   CHECK(st.jobs == 1);
   CHECK(st.transfers == 1);  // five adjacent pages in both tiers: one copy
   CHECK(st.bytes == 5 * page - 17);
-  REQUIRE(move_entry(s, e, 1, hbm_tier).has_value());
-  CHECK(intact(s, e, 1));
+  REQUIRE(move_entry(s, e, entry_id{1}, hbm_tier).has_value());
+  CHECK(intact(s, e, entry_id{1}));
   CHECK(s.check_invariants().empty());
 }
 
@@ -140,24 +147,24 @@ TEST_CASE("injected failures at every step of a move leave no entry half-moved")
     tiered_store<> s(tiers(16, 8), page);
     host_copy_engine e(tiers(16, 8), page, {.measure_bandwidth = false});
     // Entry 1: 6 pages, laid out so its copy has 3 spans (pages 0,1 | 3,4 | 6,7 hold it).
-    REQUIRE(s.insert(10, page).has_value());
-    REQUIRE(s.insert(1, 2 * page).has_value());
-    REQUIRE(s.insert(11, page).has_value());
-    REQUIRE(s.insert(12, 2 * page).has_value());
-    REQUIRE(s.insert(13, page).has_value());
-    REQUIRE(s.insert(14, 2 * page).has_value());
-    REQUIRE(s.erase(1).has_value());
-    REQUIRE(s.erase(12).has_value());
-    REQUIRE(s.erase(14).has_value());
-    REQUIRE(s.insert(1, 6 * page).has_value());
-    fill(s, e, 1);
-    const auto spans_before = s.find(1)->pages;
-    if (fail_at == -2) REQUIRE(s.insert(99, 4 * page, tier_id{1}).has_value());  // host too full
+    REQUIRE(s.insert(entry_id{10}, page).has_value());
+    REQUIRE(s.insert(entry_id{1}, 2 * page).has_value());
+    REQUIRE(s.insert(entry_id{11}, page).has_value());
+    REQUIRE(s.insert(entry_id{12}, 2 * page).has_value());
+    REQUIRE(s.insert(entry_id{13}, page).has_value());
+    REQUIRE(s.insert(entry_id{14}, 2 * page).has_value());
+    REQUIRE(s.erase(entry_id{1}).has_value());
+    REQUIRE(s.erase(entry_id{12}).has_value());
+    REQUIRE(s.erase(entry_id{14}).has_value());
+    REQUIRE(s.insert(entry_id{1}, 6 * page).has_value());
+    fill(s, e, entry_id{1});
+    const auto spans_before = s.find(entry_id{1})->pages;
+    if (fail_at == -2) REQUIRE(s.insert(entry_id{99}, 4 * page, tier_id{1}).has_value());  // host too full
     int span = 0;
     e.set_fault_hook([&](const copy_span&) { return span++ == fail_at; });
     auto r = fail_at == -1 ? [&] {
       // submit fails: a ticket naming pages outside the arena.
-      auto t = s.prepare_move(1, tier_id{1});
+      auto t = s.prepare_move(entry_id{1}, tier_id{1});
       REQUIRE(t.has_value());
       auto bad = *t;
       bad.dst_pages.back() = 1000;
@@ -165,22 +172,22 @@ TEST_CASE("injected failures at every step of a move leave no entry half-moved")
       CHECK(ev.error() == errc::invalid_argument);
       return s.complete_move(*t, false).has_value() ? expected<void>(unexpected(errc::invalid_argument)) : expected<void>{};
     }()
-                           : move_entry(s, e, 1, tier_id{1});
+                           : move_entry(s, e, entry_id{1}, tier_id{1});
     const bool should_succeed = fail_at == 3;
     CHECK(r.has_value() == should_succeed);
-    const auto row = s.find(1);
+    const auto row = s.find(entry_id{1});
     REQUIRE(row);
     CHECK(row->state == page_state::resident);
     CHECK(row->tier == (should_succeed ? tier_id{1} : hbm_tier));
     if (!should_succeed) CHECK(row->pages == spans_before);
-    CHECK(intact(s, e, 1));
+    CHECK(intact(s, e, entry_id{1}));
     CHECK(s.check_invariants().empty());
     CHECK(s.usage(tier_id{1}).used_bytes == (should_succeed ? 6 : 0) * page + (fail_at == -2 ? 4 * page : 0));
     // And the entry can still move afterwards.
     e.set_fault_hook({});
     if (!should_succeed && fail_at != -2) {
-      REQUIRE(move_entry(s, e, 1, tier_id{1}).has_value());
-      CHECK(intact(s, e, 1));
+      REQUIRE(move_entry(s, e, entry_id{1}, tier_id{1}).has_value());
+      CHECK(intact(s, e, entry_id{1}));
     }
   }
 }
@@ -189,21 +196,21 @@ TEST_CASE("offload engine: watermarks with hysteresis, victims by score, cascade
   tiered_store<car_score_demotion> s(tiers(10, 4), page);
   host_copy_engine e(tiers(10, 4), page, {.measure_bandwidth = false});
   offload_engine off(s, e, {.high = 0.9, .low = 0.5});
-  for (entry_id id = 1; id <= 8; ++id) {
+  for (const entry_id id : id_range(1, 8)) {
     REQUIRE(s.insert(id, page).has_value());
-    REQUIRE(s.add_score(id, static_cast<double>(10 - id)).has_value());  // id 8 has the lowest score
+    REQUIRE(s.add_score(id, static_cast<double>(10 - to_underlying(id))).has_value());  // id 8 has the lowest score
     fill(s, e, id);
   }
   CHECK(off.run_once() == 0);  // 80 % < 90 %
-  REQUIRE(s.insert(9, page).has_value());
-  fill(s, e, 9);
-  REQUIRE(s.add_score(9, 100).has_value());
+  REQUIRE(s.insert(entry_id{9}, page).has_value());
+  fill(s, e, entry_id{9});
+  REQUIRE(s.add_score(entry_id{9}, 100).has_value());
   CHECK(off.above_high());
   CHECK(off.run_once() == 4 * page);  // 9 pages -> 5 pages (50 %)
-  for (entry_id id = 5; id <= 8; ++id) CHECK(s.find(id)->tier == tier_id{1});
-  for (entry_id id = 1; id <= 4; ++id) CHECK(s.find(id)->tier == hbm_tier);
+  for (const entry_id id : id_range(5, 8)) CHECK(s.find(id)->tier == tier_id{1});
+  for (const entry_id id : id_range(1, 4)) CHECK(s.find(id)->tier == hbm_tier);
   // Host is full now (4 pages): the next pass drops host victims (LRU-free: lowest score).
-  for (entry_id id = 20; id <= 23; ++id) {
+  for (const entry_id id : id_range(20, 23)) {
     REQUIRE(s.insert(id, page).has_value());
     fill(s, e, id);
   }
@@ -228,7 +235,7 @@ TEST_CASE("offload engine with sparsify_on_demotion stores fewer bytes; checkpoi
   host_copy_engine e(t, pg, {.measure_bandwidth = false});
   const sparsify_on_demotion sizer(m, sparsity_profile::car_linear(m.attention_layers()));
   offload_engine off(s, e, {.high = 0.7, .low = 0.3}, sizer);
-  for (entry_id id = 1; id <= 3; ++id) REQUIRE(s.insert(id, full, hbm_tier, {.prefix_begin = 0, .prefix_end = tokens, .has_checkpoint = true}).has_value());
+  for (const entry_id id : id_range(1, 3)) REQUIRE(s.insert(id, full, hbm_tier, {.prefix_begin = 0, .prefix_end = tokens, .has_checkpoint = true}).has_value());
   CHECK(off.run_once() > 0);
   const auto st = off.stats();
   CHECK(st.demoted_entries >= 2);
@@ -269,26 +276,26 @@ TEST_CASE("offload engine: a victim whose copy keeps failing is skipped; the pas
   // its copy always fails. The pass must try it once and demote 2 and 3 (down to 80 %).
   tiered_store<> s(tiers(10, 100), page);
   failing_copies e;
-  e.failing = {1};
+  e.failing = {entry_id{1}};
   offload_engine off(s, e);
-  for (entry_id id = 1; id <= 10; ++id) REQUIRE(s.insert(id, page).has_value());
+  for (const entry_id id : id_range(1, 10)) REQUIRE(s.insert(id, page).has_value());
   CHECK(off.run_once() == 2 * page);
-  CHECK(e.tries(1) == 1);
+  CHECK(e.tries(entry_id{1}) == 1);
   CHECK(s.usage(hbm_tier).used_bytes == 8 * page);
-  CHECK(s.find(1)->tier == hbm_tier);
-  CHECK(s.find(1)->state == page_state::resident);
-  CHECK(s.find(2)->tier == tier_id{1});
-  CHECK(s.find(3)->tier == tier_id{1});
+  CHECK(s.find(entry_id{1})->tier == hbm_tier);
+  CHECK(s.find(entry_id{1})->state == page_state::resident);
+  CHECK(s.find(entry_id{2})->tier == tier_id{1});
+  CHECK(s.find(entry_id{3})->tier == tier_id{1});
   CHECK(off.stats().failed_moves == 1);
   CHECK(off.stats().demoted_entries == 2);
   // The next pass (above the high watermark again) starts afresh: 1 is retried once, and
   // still does not block the others.
-  REQUIRE(s.insert(11, page).has_value());
-  REQUIRE(s.insert(12, page).has_value());
+  REQUIRE(s.insert(entry_id{11}, page).has_value());
+  REQUIRE(s.insert(entry_id{12}, page).has_value());
   CHECK(off.run_once() == 2 * page);
-  CHECK(e.tries(1) == 2);
-  CHECK(s.find(4)->tier == tier_id{1});
-  CHECK(s.find(5)->tier == tier_id{1});
+  CHECK(e.tries(entry_id{1}) == 2);
+  CHECK(s.find(entry_id{4})->tier == tier_id{1});
+  CHECK(s.find(entry_id{5})->tier == tier_id{1});
   CHECK(s.check_invariants().empty());
 }
 
@@ -300,14 +307,14 @@ TEST_CASE("offload engine: nothing is dropped from the host tier for a victim it
     // and demotes ten one-page entries into the free host pages.
     tiered_store<> s(tiers(100, 20), page);
     offload_engine off(s, e);
-    for (entry_id id = 100; id < 105; ++id) REQUIRE(s.insert(id, page, tier_id{1}).has_value());
-    REQUIRE(s.insert(1, 30 * page).has_value());
-    for (entry_id id = 2; id <= 61; ++id) REQUIRE(s.insert(id, page).has_value());
+    for (const entry_id id : id_range(100, 104)) REQUIRE(s.insert(id, page, tier_id{1}).has_value());
+    REQUIRE(s.insert(entry_id{1}, 30 * page).has_value());
+    for (const entry_id id : id_range(2, 61)) REQUIRE(s.insert(id, page).has_value());
     CHECK(off.run_once() == 10 * page);
     CHECK(off.stats().dropped_entries == 0);
-    for (entry_id id = 100; id < 105; ++id) CHECK(s.contains(id));
-    CHECK(s.find(1)->tier == hbm_tier);
-    CHECK(e.tries(1) == 0);
+    for (const entry_id id : id_range(100, 104)) CHECK(s.contains(id));
+    CHECK(s.find(entry_id{1})->tier == hbm_tier);
+    CHECK(e.tries(entry_id{1}) == 0);
     CHECK(s.usage(hbm_tier).used_bytes == 80 * page);
     CHECK(s.check_invariants().empty());
   }
@@ -317,13 +324,13 @@ TEST_CASE("offload engine: nothing is dropped from the host tier for a victim it
     // entries would still leave only 4: nothing may be dropped and nothing moves.
     tiered_store<> s(tiers(100, 10), page);
     offload_engine off(s, e);
-    REQUIRE(s.insert(100, 6 * page, tier_id{1}).has_value());
-    REQUIRE(s.pin(100).has_value());
-    for (entry_id id = 101; id < 105; ++id) REQUIRE(s.insert(id, page, tier_id{1}).has_value());
-    for (entry_id id = 1; id <= 18; ++id) REQUIRE(s.insert(id, 5 * page).has_value());  // 90 %
+    REQUIRE(s.insert(entry_id{100}, 6 * page, tier_id{1}).has_value());
+    REQUIRE(s.pin(entry_id{100}).has_value());
+    for (const entry_id id : id_range(101, 104)) REQUIRE(s.insert(id, page, tier_id{1}).has_value());
+    for (const entry_id id : id_range(1, 18)) REQUIRE(s.insert(id, 5 * page).has_value());  // 90 %
     CHECK(off.run_once() == 0);
     CHECK(off.stats().dropped_entries == 0);
-    for (entry_id id = 100; id < 105; ++id) CHECK(s.contains(id));
+    for (const entry_id id : id_range(100, 104)) CHECK(s.contains(id));
     CHECK(e.attempts.empty());
     CHECK(s.usage(hbm_tier).used_bytes == 90 * page);
     CHECK(s.check_invariants().empty());
@@ -337,26 +344,27 @@ TEST_CASE("concurrency: entries are never lost or duplicated under concurrent of
   offload_engine off(s, e, {.high = 0.9, .low = 0.6});
   std::atomic<bool> go{true};
   std::atomic<std::int64_t> inserted{0}, erased{0}, loads{0};
-  std::atomic<entry_id> frontier{1};  // most recent id inserted: loaders look just behind it
+  std::atomic<std::uint64_t> frontier{1};  // most recent id inserted: loaders look just behind it
     off.start(std::chrono::microseconds(200));
-  auto inserter = [&](entry_id first) {
+  auto inserter = [&](std::uint64_t first) {
     std::mt19937_64 rng(first);
-    for (entry_id id = first; go.load(); id += 4) {
-      if (id > first + 4 * 3000) break;
+    for (std::uint64_t n = first; go.load(); n += 4) {
+      if (n > first + 4 * 3000) break;
+      const entry_id id = make_entry_id(n);
       const std::int64_t bytes = page * (1 + static_cast<std::int64_t>(rng() % 3));
       if (s.insert(id, bytes, hbm_tier, {}, /*writing=*/true).has_value()) {
         // Inserted as writing: nobody reads or copies the bytes before they are published.
         fill(s, e, id);
         REQUIRE(s.publish(id).has_value());
         inserted += 1;
-        frontier.store(id);
+        frontier.store(n);
         off.notify();
       } else {
         off.notify();  // HBM full: back off and let the offloader make room
         std::this_thread::sleep_for(std::chrono::microseconds(100));
       }
       if (rng() % 5 == 0) {
-        const entry_id victim = first + 4 * (rng() % ((id - first) / 4 + 1));
+        const entry_id victim = make_entry_id(first + 4 * (rng() % ((n - first) / 4 + 1)));
         if (s.erase(victim).has_value()) erased += 1;
       }
     }
@@ -364,8 +372,8 @@ TEST_CASE("concurrency: entries are never lost or duplicated under concurrent of
   auto loader = [&](std::uint64_t seed) {
     std::mt19937_64 rng(seed);
     while (go.load()) {
-      const entry_id f = frontier.load(), back = rng() % 300;
-      const entry_id id = f > back ? f - back : 1;
+      const std::uint64_t f = frontier.load(), back = rng() % 300;
+      const entry_id id = make_entry_id(f > back ? f - back : 1);
       const auto where = s.locate(id);
       if (!where) {
         std::this_thread::yield();

@@ -100,12 +100,12 @@ TEST_CASE("car queue: regroup moves backlog requests; window members keep their 
 TEST_CASE("dry run: fits now / after eviction / not now / never, without changing state") {
   const std::int64_t pg = 1024;
   tiered_store<> s({{.kind = tier_kind::hbm, .capacity_bytes = 8 * pg}, {.kind = tier_kind::host, .capacity_bytes = 16 * pg}}, pg);
-  REQUIRE(s.insert(1, 2 * pg).has_value());          // HBM, evictable
-  REQUIRE(s.insert(2, 2 * pg).has_value());          // HBM, will be pinned
-  REQUIRE(s.insert(3, 3 * pg, tier_id{1}).has_value());  // host hit
-  REQUIRE(s.pin(2).has_value());
-  const entry_id none[] = {0};
-  const entry_id hits[] = {2, 3};
+  REQUIRE(s.insert(entry_id{1}, 2 * pg).has_value());          // HBM, evictable
+  REQUIRE(s.insert(entry_id{2}, 2 * pg).has_value());          // HBM, will be pinned
+  REQUIRE(s.insert(entry_id{3}, 3 * pg, tier_id{1}).has_value());  // host hit
+  REQUIRE(s.pin(entry_id{2}).has_value());
+  const entry_id none[] = {no_entry};
+  const entry_id hits[] = {entry_id{2}, entry_id{3}};
   CHECK(dry_run(s, 4 * pg, std::span<const entry_id>(none, 0)) == fit_result::fits_now);
   CHECK(dry_run(s, 5 * pg, std::span<const entry_id>(none, 0)) == fit_result::fits_after_eviction);
   CHECK(dry_run(s, 1 * pg, hits) == fit_result::fits_now);              // 1 + 3 promoted = 4 free
@@ -118,10 +118,10 @@ TEST_CASE("dry run: fits now / after eviction / not now / never, without changin
   CHECK_THROWS_AS((void)dry_run(s, -1, std::span<const entry_id>(none, 0)), invalid_argument);
   {  // a hit already being promoted holds its HBM pages as a reservation: not counted twice
     tiered_store<> t({{.kind = tier_kind::hbm, .capacity_bytes = 10 * pg}, {.kind = tier_kind::host, .capacity_bytes = 16 * pg}}, pg);
-    REQUIRE(t.insert(7, 6 * pg, tier_id{1}));
-    const entry_id hit[] = {7};
+    REQUIRE(t.insert(entry_id{7}, 6 * pg, tier_id{1}));
+    const entry_id hit[] = {entry_id{7}};
     CHECK(dry_run(t, 4 * pg, hit) == fit_result::fits_now);
-    auto mv = t.prepare_move(7, hbm_tier);  // 6 of the 10 HBM pages reserved
+    auto mv = t.prepare_move(entry_id{7}, hbm_tier);  // 6 of the 10 HBM pages reserved
     REQUIRE(mv);
     CHECK(dry_run(t, 4 * pg, hit) == fit_result::fits_now);
     CHECK(dry_run(t, 5 * pg, hit) == fit_result::does_not_fit_now);
@@ -129,8 +129,8 @@ TEST_CASE("dry run: fits now / after eviction / not now / never, without changin
     CHECK(dry_run(t, 4 * pg, hit) == fit_result::fits_now);
   }
   CHECK(s.usage(hbm_tier).used_bytes == 4 * pg);
-  CHECK(s.find(3)->tier == tier_id{1});
-  CHECK(s.find(2)->pins == 1);
+  CHECK(s.find(entry_id{3})->tier == tier_id{1});
+  CHECK(s.find(entry_id{2})->pins == 1);
   CHECK(s.check_invariants().empty());
 }
 

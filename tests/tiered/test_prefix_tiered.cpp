@@ -249,7 +249,7 @@ TEST_CASE("tiered_state_store: bad sizes are clear errors; a refused allocation 
   CHECK(s.used_bytes() == used + 100 * kv);
   REQUIRE(s.join_kv(*head, std::move(*e)));
   CHECK(head->tokens == 100);
-  CHECK(e->id == 0);
+  CHECK(e->id == tiered::no_entry);
   s.free_kv(std::move(*head));
   s.free_checkpoint(std::move(*a));
   CHECK(s.used_bytes() == 0);

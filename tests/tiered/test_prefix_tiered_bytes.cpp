@@ -200,7 +200,7 @@ run_stats random_run(std::uint64_t seed, std::int64_t hbm, std::int64_t host, in
         if (!c.tree().live(n)) continue;
         const auto& nd = c.tree().at(n);
         if (nd.has_checkpoint) old_ckpts.insert(nd.checkpoint.id);
-        if (nd.kv.id == 0) continue;
+        if (nd.kv.id == tiered::no_entry) continue;
         old_kv.insert(nd.kv.id);
         const auto row = c.store().table().find(nd.kv.id);
         for (auto pg : row->pages) old_page_owner[pg] = nd.kv.id;
@@ -237,7 +237,7 @@ run_stats random_run(std::uint64_t seed, std::int64_t hbm, std::int64_t host, in
       std::set<tiered::entry_id> fresh_kv;
       for (prefix::node_id n : path) {
         const auto& nd = c.tree().at(n);
-        if (nd.kv.id != 0 && !carried(nd.kv.id)) {
+        if (nd.kv.id != tiered::no_entry && !carried(nd.kv.id)) {
           fresh_kv.insert(nd.kv.id);
           const auto kvb = b(nd.kv.id);
           for (std::int64_t i = 0; i < nd.edge() * kv; ++i) kvb[i] = std::byte{0xcd};

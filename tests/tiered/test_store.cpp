@@ -141,34 +141,34 @@ TEST_CASE("page state machine: exactly the documented transitions are allowed") 
 
 TEST_CASE("store: a writing entry is invisible to readers and movers until published") {
   tiered_store<> s(two_tiers(8 * 4096, 8 * 4096), 4096);
-  REQUIRE(s.insert(1, 4096, hbm_tier, {}, true).has_value());
-  CHECK(s.find(1)->state == page_state::writing);
-  CHECK(s.pin(1).error() == errc::busy);
-  CHECK(s.prepare_move(1, tier_id{1}).error() == errc::busy);
+  REQUIRE(s.insert(entry_id{1}, 4096, hbm_tier, {}, true).has_value());
+  CHECK(s.find(entry_id{1})->state == page_state::writing);
+  CHECK(s.pin(entry_id{1}).error() == errc::busy);
+  CHECK(s.prepare_move(entry_id{1}, tier_id{1}).error() == errc::busy);
   CHECK_FALSE(s.victim(hbm_tier).has_value());
   CHECK(s.usage(hbm_tier).evictable_bytes == 0);
   CHECK(s.check_invariants().empty());
-  REQUIRE(s.publish(1).has_value());
-  CHECK(s.publish(1).error() == errc::invalid_argument);
+  REQUIRE(s.publish(entry_id{1}).has_value());
+  CHECK(s.publish(entry_id{1}).error() == errc::invalid_argument);
   CHECK(s.victim(hbm_tier) == entry_id{1});
-  REQUIRE(s.insert(2, 4096, hbm_tier, {}, true).has_value());
-  REQUIRE(s.erase(2).has_value());  // the writer aborts
+  REQUIRE(s.insert(entry_id{2}, 4096, hbm_tier, {}, true).has_value());
+  REQUIRE(s.erase(entry_id{2}).has_value());  // the writer aborts
   CHECK(s.check_invariants().empty());
 }
 
 TEST_CASE("store: moving entries are neither pinned, erased, moved again nor chosen as victims") {
   tiered_store<> s(two_tiers(8 * 4096, 16 * 4096), 4096);
-  REQUIRE(s.insert(1, 3 * 4096).has_value());
-  REQUIRE(s.insert(2, 4096).has_value());
-  auto t = s.prepare_move(1, tier_id{1});
+  REQUIRE(s.insert(entry_id{1}, 3 * 4096).has_value());
+  REQUIRE(s.insert(entry_id{2}, 4096).has_value());
+  auto t = s.prepare_move(entry_id{1}, tier_id{1});
   REQUIRE(t.has_value());
   CHECK(t->src_pages.size() == 3);
   CHECK(t->dst_pages.size() == 3);
-  CHECK(s.pin(1).error() == errc::busy);
-  CHECK(s.erase(1).error() == errc::busy);
-  CHECK(s.prepare_move(1, tier_id{1}).error() == errc::busy);
+  CHECK(s.pin(entry_id{1}).error() == errc::busy);
+  CHECK(s.erase(entry_id{1}).error() == errc::busy);
+  CHECK(s.prepare_move(entry_id{1}, tier_id{1}).error() == errc::busy);
   CHECK(s.victim(hbm_tier) == entry_id{2});
-  CHECK_FALSE(s.find(1)->valid_in_gpu());
+  CHECK_FALSE(s.find(entry_id{1})->valid_in_gpu());
   CHECK(s.usage(hbm_tier).used_bytes == 4 * 4096);  // source still held while copying
   CHECK(s.usage(tier_id{1}).used_bytes == 3 * 4096);
   CHECK(s.check_invariants({*t}).empty());
@@ -178,50 +178,50 @@ TEST_CASE("store: moving entries are neither pinned, erased, moved again nor cho
   CHECK(s.complete_move(forged, true).error() == errc::stale_handle);
   REQUIRE(s.complete_move(*t, true).has_value());
   CHECK(s.complete_move(*t, true).error() == errc::stale_handle);  // twice
-  CHECK(s.find(1)->tier == tier_id{1});
+  CHECK(s.find(entry_id{1})->tier == tier_id{1});
   CHECK(s.usage(hbm_tier).used_bytes == 4096);
   CHECK(s.check_invariants().empty());
   // Failed move: stays put, destination released.
-  auto back = s.prepare_move(1, hbm_tier);
+  auto back = s.prepare_move(entry_id{1}, hbm_tier);
   REQUIRE(back.has_value());
   REQUIRE(s.complete_move(*back, false).has_value());
-  CHECK(s.find(1)->tier == tier_id{1});
+  CHECK(s.find(entry_id{1})->tier == tier_id{1});
   CHECK(s.usage(hbm_tier).used_bytes == 4096);
   CHECK(s.check_invariants().empty());
   // Pinned entries are not victims and cannot move.
-  REQUIRE(s.pin(2).has_value());
-  REQUIRE(s.pin(2).has_value());
+  REQUIRE(s.pin(entry_id{2}).has_value());
+  REQUIRE(s.pin(entry_id{2}).has_value());
   CHECK_FALSE(s.victim(hbm_tier).has_value());
-  CHECK(s.prepare_move(2, tier_id{1}).error() == errc::busy);
-  REQUIRE(s.unpin(2).has_value());
-  CHECK(s.find(2)->state == page_state::pinned);
-  REQUIRE(s.unpin(2).has_value());
-  CHECK(s.unpin(2).error() == errc::invalid_argument);
+  CHECK(s.prepare_move(entry_id{2}, tier_id{1}).error() == errc::busy);
+  REQUIRE(s.unpin(entry_id{2}).has_value());
+  CHECK(s.find(entry_id{2})->state == page_state::pinned);
+  REQUIRE(s.unpin(entry_id{2}).has_value());
+  CHECK(s.unpin(entry_id{2}).error() == errc::invalid_argument);
   CHECK(s.victim(hbm_tier) == entry_id{2});
 }
 
 TEST_CASE("store: bad calls leave the table unchanged") {
   tiered_store<> s(two_tiers(4 * 4096, 4 * 4096), 4096);
-  REQUIRE(s.insert(7, 2 * 4096).has_value());
+  REQUIRE(s.insert(entry_id{7}, 2 * 4096).has_value());
   const auto before = s.usage(hbm_tier);
-  CHECK(s.insert(7, 4096).error() == errc::invalid_argument);         // duplicate
-  CHECK(s.insert(8, 0).error() == errc::invalid_argument);            // empty
-  CHECK(s.insert(8, 4096, tier_id{5}).error() == errc::invalid_argument);
-  CHECK(s.insert(8, 3 * 4096).error() == errc::out_of_capacity);      // does not evict
-  CHECK(s.prepare_move(7, hbm_tier).error() == errc::invalid_argument);
-  CHECK(s.prepare_move(7, tier_id{1}, 3 * 4096).error() == errc::invalid_argument);
-  CHECK(s.prepare_move(99, tier_id{1}).error() == errc::not_found);
-  CHECK(s.erase(99).error() == errc::not_found);
+  CHECK(s.insert(entry_id{7}, 4096).error() == errc::invalid_argument);         // duplicate
+  CHECK(s.insert(entry_id{8}, 0).error() == errc::invalid_argument);            // empty
+  CHECK(s.insert(entry_id{8}, 4096, tier_id{5}).error() == errc::invalid_argument);
+  CHECK(s.insert(entry_id{8}, 3 * 4096).error() == errc::out_of_capacity);      // does not evict
+  CHECK(s.prepare_move(entry_id{7}, hbm_tier).error() == errc::invalid_argument);
+  CHECK(s.prepare_move(entry_id{7}, tier_id{1}, 3 * 4096).error() == errc::invalid_argument);
+  CHECK(s.prepare_move(entry_id{99}, tier_id{1}).error() == errc::not_found);
+  CHECK(s.erase(entry_id{99}).error() == errc::not_found);
   CHECK(s.usage(hbm_tier).used_bytes == before.used_bytes);
   CHECK(s.size() == 1);
   CHECK(s.check_invariants().empty());
   // Dry run: fits after evicting 7, not beyond capacity; nothing changes.
   CHECK(s.would_fit(hbm_tier, 4 * 4096));
   CHECK_FALSE(s.would_fit(hbm_tier, 5 * 4096));
-  REQUIRE(s.pin(7).has_value());
+  REQUIRE(s.pin(entry_id{7}).has_value());
   CHECK_FALSE(s.would_fit(hbm_tier, 3 * 4096));
   CHECK(s.would_fit(hbm_tier, 2 * 4096));
-  CHECK(s.find(7)->pins == 1);
+  CHECK(s.find(entry_id{7})->pins == 1);
 }
 
 TEST_CASE("store: sizes up to INT64_MAX are refused without overflow; nothing changes") {
@@ -233,14 +233,14 @@ TEST_CASE("store: sizes up to INT64_MAX are refused without overflow; nothing ch
   CHECK(s.pages_for(4097) == 2);
   CHECK(s.pages_for(0) == 0);
   CHECK(s.pages_for(-5) == 0);
-  REQUIRE(s.insert(7, 2 * 4096).has_value());
-  CHECK(s.insert(1, max).error() == errc::out_of_capacity);
-  CHECK(s.insert(1, max - 100).error() == errc::out_of_capacity);
-  CHECK(s.insert(1, max, tier_id{1}).error() == errc::out_of_capacity);
-  CHECK(s.insert(1, -1).error() == errc::invalid_argument);
-  CHECK(s.insert(1, std::numeric_limits<std::int64_t>::min()).error() == errc::invalid_argument);
-  CHECK(s.prepare_move(7, tier_id{1}, max).error() == errc::invalid_argument);
-  CHECK(s.prepare_move(7, tier_id{1}, -1).error() == errc::invalid_argument);
+  REQUIRE(s.insert(entry_id{7}, 2 * 4096).has_value());
+  CHECK(s.insert(entry_id{1}, max).error() == errc::out_of_capacity);
+  CHECK(s.insert(entry_id{1}, max - 100).error() == errc::out_of_capacity);
+  CHECK(s.insert(entry_id{1}, max, tier_id{1}).error() == errc::out_of_capacity);
+  CHECK(s.insert(entry_id{1}, -1).error() == errc::invalid_argument);
+  CHECK(s.insert(entry_id{1}, std::numeric_limits<std::int64_t>::min()).error() == errc::invalid_argument);
+  CHECK(s.prepare_move(entry_id{7}, tier_id{1}, max).error() == errc::invalid_argument);
+  CHECK(s.prepare_move(entry_id{7}, tier_id{1}, -1).error() == errc::invalid_argument);
   CHECK_FALSE(s.would_fit(hbm_tier, max));
   CHECK_FALSE(s.would_fit(tier_id{1}, max));
   CHECK_FALSE(s.would_fit(hbm_tier, -1));
@@ -257,12 +257,12 @@ TEST_CASE("store: sizes up to INT64_MAX are refused without overflow; nothing ch
 
 TEST_CASE("store: sparsified demotion stores fewer bytes") {
   tiered_store<> s(two_tiers(8 * 4096, 8 * 4096), 4096);
-  REQUIRE(s.insert(1, 4 * 4096).has_value());
-  auto t = s.prepare_move(1, tier_id{1}, 4096 + 1);
+  REQUIRE(s.insert(entry_id{1}, 4 * 4096).has_value());
+  auto t = s.prepare_move(entry_id{1}, tier_id{1}, 4096 + 1);
   REQUIRE(t.has_value());
   CHECK(t->dst_pages.size() == 2);
   REQUIRE(s.complete_move(*t, true).has_value());
-  CHECK(s.find(1)->bytes == 4097);
+  CHECK(s.find(entry_id{1})->bytes == 4097);
   CHECK(s.usage(tier_id{1}).used_bytes == 2 * 4096);
 }
 
@@ -286,7 +286,7 @@ TEST_CASE("store matches a naive list model on thousands of random operations (a
       std::vector<std::int64_t> used(2, 0);
       auto pages = [](std::int64_t b) { return (b + 1023) / 1024; };
       for (int op = 0; op < 6000; ++op) {
-        const entry_id id = rng() % 48;
+        const entry_id id = make_entry_id(rng() % 48);
         const int kind = static_cast<int>(rng() % 8);
         auto it = ref.find(id);
         if (kind == 0) {
@@ -409,11 +409,11 @@ TEST_CASE("scorers: keys follow LRU, CaR score and FLOP efficiency") {
 TEST_CASE("tiered_store: split, join and exchange_pages re-partition pages without copying; bad calls change nothing") {
   constexpr std::int64_t page = 4096;
   tiered_store<> s(two_tiers(16 * page, 8 * page), page);
-  REQUIRE(s.insert(1, 6 * page));
-  REQUIRE(s.insert(2, 3 * page));
-  REQUIRE(s.insert(3, 2 * page, tier_id{1}));
+  REQUIRE(s.insert(entry_id{1}, 6 * page));
+  REQUIRE(s.insert(entry_id{2}, 3 * page));
+  REQUIRE(s.insert(entry_id{3}, 2 * page, tier_id{1}));
   const auto pages_of = [&](entry_id id) { return s.find(id)->pages; };
-  const auto p1 = pages_of(1), p2 = pages_of(2);
+  const auto p1 = pages_of(entry_id{1}), p2 = pages_of(entry_id{2});
   const auto snapshot = [&] {
     std::map<entry_id, std::vector<std::uint32_t>> m;
     s.for_each([&](const cache_entry& e) { m[e.id] = e.pages; });
@@ -421,63 +421,63 @@ TEST_CASE("tiered_store: split, join and exchange_pages re-partition pages witho
   };
 
   SUBCASE("split: the head takes the first pages, the entry keeps the rest") {
-    REQUIRE(s.split(1, 10, 2 * page));
-    CHECK(pages_of(10) == std::vector<std::uint32_t>(p1.begin(), p1.begin() + 2));
-    CHECK(pages_of(1) == std::vector<std::uint32_t>(p1.begin() + 2, p1.end()));
-    CHECK(s.find(10)->bytes == 2 * page);
-    CHECK(s.find(1)->bytes == 4 * page);
+    REQUIRE(s.split(entry_id{1}, entry_id{10}, 2 * page));
+    CHECK(pages_of(entry_id{10}) == std::vector<std::uint32_t>(p1.begin(), p1.begin() + 2));
+    CHECK(pages_of(entry_id{1}) == std::vector<std::uint32_t>(p1.begin() + 2, p1.end()));
+    CHECK(s.find(entry_id{10})->bytes == 2 * page);
+    CHECK(s.find(entry_id{1})->bytes == 4 * page);
     CHECK(s.usage(hbm_tier).entries == 3);
     CHECK(s.check_invariants().empty());
     // join puts it back in the same order: front's pages, then back's
-    REQUIRE(s.join(10, 1));
-    CHECK(pages_of(10) == p1);
-    CHECK_FALSE(s.contains(1));
+    REQUIRE(s.join(entry_id{10}, entry_id{1}));
+    CHECK(pages_of(entry_id{10}) == p1);
+    CHECK_FALSE(s.contains(entry_id{1}));
     CHECK(s.usage(hbm_tier).entries == 2);
     CHECK(s.check_invariants().empty());
     // a join of two unrelated entries keeps logical order even when pages are not ascending
-    REQUIRE(s.join(2, 10));
+    REQUIRE(s.join(entry_id{2}, entry_id{10}));
     auto want = p2;
     want.insert(want.end(), p1.begin(), p1.end());
-    CHECK(pages_of(2) == want);
+    CHECK(pages_of(entry_id{2}) == want);
     CHECK(s.check_invariants().empty());
   }
   SUBCASE("exchange_pages swaps page ranges between two entries of a tier") {
-    REQUIRE(s.pin(2));  // pinned entries may exchange (a loaded, pinned staging entry)
-    REQUIRE(s.exchange_pages(1, 3, 2, 1, 2));
+    REQUIRE(s.pin(entry_id{2}));  // pinned entries may exchange (a loaded, pinned staging entry)
+    REQUIRE(s.exchange_pages(entry_id{1}, 3, entry_id{2}, 1, 2));
     auto w1 = p1, w2 = p2;
     std::swap_ranges(w1.begin() + 3, w1.begin() + 5, w2.begin() + 1);
-    CHECK(pages_of(1) == w1);
-    CHECK(pages_of(2) == w2);
+    CHECK(pages_of(entry_id{1}) == w1);
+    CHECK(pages_of(entry_id{2}) == w2);
     CHECK(s.check_invariants().empty());
   }
   SUBCASE("bad calls are refused and leave the table as it was") {
     const auto before = snapshot();
-    CHECK(s.split(9, 11, page).error() == errc::not_found);
-    CHECK(s.split(1, 11, 0).error() == errc::invalid_argument);
-    CHECK(s.split(1, 11, 6 * page).error() == errc::invalid_argument);  // not smaller than the entry
-    CHECK(s.split(1, 11, page + 1).error() == errc::invalid_argument);  // not whole pages
-    CHECK(s.split(1, 2, page).error() == errc::invalid_argument);       // head id taken
-    CHECK(s.join(1, 1).error() == errc::invalid_argument);
-    CHECK(s.join(1, 3).error() == errc::invalid_argument);  // different tiers
-    CHECK(s.join(1, 9).error() == errc::not_found);
-    CHECK(s.exchange_pages(1, 0, 3, 0, 1).error() == errc::invalid_argument);  // different tiers
-    CHECK(s.exchange_pages(1, 5, 2, 0, 2).error() == errc::invalid_argument);  // past entry 1
-    CHECK(s.exchange_pages(1, 0, 2, 2, 2).error() == errc::invalid_argument);  // past entry 2
-    CHECK(s.exchange_pages(1, 0, 1, 3, 1).error() == errc::invalid_argument);  // same entry
-    REQUIRE(s.pin(1));
-    CHECK(s.split(1, 11, page).error() == errc::busy);
-    CHECK(s.join(1, 2).error() == errc::busy);
-    CHECK(s.join(2, 1).error() == errc::busy);
-    REQUIRE(s.unpin(1));
-    auto t = s.prepare_move(2, tier_id{1});
+    CHECK(s.split(entry_id{9}, entry_id{11}, page).error() == errc::not_found);
+    CHECK(s.split(entry_id{1}, entry_id{11}, 0).error() == errc::invalid_argument);
+    CHECK(s.split(entry_id{1}, entry_id{11}, 6 * page).error() == errc::invalid_argument);  // not smaller than the entry
+    CHECK(s.split(entry_id{1}, entry_id{11}, page + 1).error() == errc::invalid_argument);  // not whole pages
+    CHECK(s.split(entry_id{1}, entry_id{2}, page).error() == errc::invalid_argument);       // head id taken
+    CHECK(s.join(entry_id{1}, entry_id{1}).error() == errc::invalid_argument);
+    CHECK(s.join(entry_id{1}, entry_id{3}).error() == errc::invalid_argument);  // different tiers
+    CHECK(s.join(entry_id{1}, entry_id{9}).error() == errc::not_found);
+    CHECK(s.exchange_pages(entry_id{1}, 0, entry_id{3}, 0, 1).error() == errc::invalid_argument);  // different tiers
+    CHECK(s.exchange_pages(entry_id{1}, 5, entry_id{2}, 0, 2).error() == errc::invalid_argument);  // past entry 1
+    CHECK(s.exchange_pages(entry_id{1}, 0, entry_id{2}, 2, 2).error() == errc::invalid_argument);  // past entry 2
+    CHECK(s.exchange_pages(entry_id{1}, 0, entry_id{1}, 3, 1).error() == errc::invalid_argument);  // same entry
+    REQUIRE(s.pin(entry_id{1}));
+    CHECK(s.split(entry_id{1}, entry_id{11}, page).error() == errc::busy);
+    CHECK(s.join(entry_id{1}, entry_id{2}).error() == errc::busy);
+    CHECK(s.join(entry_id{2}, entry_id{1}).error() == errc::busy);
+    REQUIRE(s.unpin(entry_id{1}));
+    auto t = s.prepare_move(entry_id{2}, tier_id{1});
     REQUIRE(t);
-    CHECK(s.exchange_pages(1, 0, 2, 0, 1).error() == errc::busy);  // moving
-    CHECK(s.join(1, 2).error() == errc::busy);
+    CHECK(s.exchange_pages(entry_id{1}, 0, entry_id{2}, 0, 1).error() == errc::busy);  // moving
+    CHECK(s.join(entry_id{1}, entry_id{2}).error() == errc::busy);
     REQUIRE(s.complete_move(*t, false));
-    REQUIRE(s.insert(4, page, hbm_tier, {}, /*writing=*/true));
-    CHECK(s.exchange_pages(1, 0, 4, 0, 1).error() == errc::busy);  // being written
-    CHECK(s.split(4, 11, page).error() == errc::invalid_argument);
-    REQUIRE(s.erase(4));
+    REQUIRE(s.insert(entry_id{4}, page, hbm_tier, {}, /*writing=*/true));
+    CHECK(s.exchange_pages(entry_id{1}, 0, entry_id{4}, 0, 1).error() == errc::busy);  // being written
+    CHECK(s.split(entry_id{4}, entry_id{11}, page).error() == errc::invalid_argument);
+    REQUIRE(s.erase(entry_id{4}));
     CHECK(snapshot() == before);
     CHECK(s.check_invariants().empty());
   }

@@ -17,7 +17,7 @@ namespace hybridcache::tiered {
 
 /// A move in flight: returned by `prepare_move`, consumed by `complete_move`.
 struct move_ticket {
-  entry_id id = 0;
+  entry_id id{};
   tier_id src{};
   tier_id dst{};
   std::int64_t src_bytes = 0;               ///< bytes held at the source

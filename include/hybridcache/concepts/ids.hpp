@@ -6,12 +6,16 @@
 //   prefix::no_node   its "no node" sentinel
 //   prefix::time_point a tick of the prefix cache's logical clock
 //   tiered::entry_id  a row of the tiered store's cache table, chosen by the caller (a tree
-//                     node's store id, a block hash): 64 bits, and a different name from
-//                     node_id because the two index different tables
+//                     node's store id, a block hash): 64 bits, and a strong type (a scoped
+//                     enum) so that it cannot be mixed up with node_id or any integer: the
+//                     two index different tables
+//   tiered::make_entry_id / to_underlying / to_string / no_entry  its conversions and the
+//                     "empty handle" value
 #pragma once
 
 #include <cstdint>
 #include <limits>
+#include <string>
 
 namespace hybridcache {
 
@@ -39,6 +43,27 @@ namespace hybridcache::tiered {
 
 /// Identifier of a cache-table entry (a radix-tree node's store id, a block hash, ...).
 /// Chosen by the caller.
-using entry_id = std::uint64_t;
+///
+/// A scoped enum over 64 bits: it never converts implicitly from or to an integer, so a
+/// `prefix::node_id`, a token count or a byte count cannot be passed where an entry id is
+/// expected (nor the other way round). It compares with `==`, `<` and `<=>`, orders a
+/// `std::set`/`std::map`, and keys an `std::unordered_map` through `std::hash<entry_id>`.
+/// Code that computes ids (a counter, a hash of tokens) keeps a `std::uint64_t` and crosses
+/// the boundary with `make_entry_id` / `to_underlying`.
+enum class entry_id : std::uint64_t {};
+
+/// The entry id whose value is `v`.
+[[nodiscard]] constexpr entry_id make_entry_id(std::uint64_t v) noexcept { return static_cast<entry_id>(v); }
+
+/// The value of `id` (for arithmetic on ids, hashing, printing).
+[[nodiscard]] constexpr std::uint64_t to_underlying(entry_id id) noexcept { return static_cast<std::uint64_t>(id); }
+
+/// `entry_id{0}`: the "empty handle" of `stores::tiered_state_store` (a KV extent or a
+/// checkpoint that holds no bytes has no table row). The tiered store itself accepts any
+/// value, 0 included, as a caller-chosen id.
+inline constexpr entry_id no_entry{0};
+
+/// The id's value in decimal, for messages (`std::to_string` of the value).
+[[nodiscard]] inline std::string to_string(entry_id id) { return std::to_string(to_underlying(id)); }
 
 }  // namespace hybridcache::tiered

@@ -57,7 +57,7 @@ struct node_info {
 
 /// A cache-table row. Owned by `tiered_store`; callers see copies (`entry_view`).
 struct cache_entry {
-  entry_id id = 0;
+  entry_id id{};
   tier_id tier = hbm_tier;            ///< home tier (where the bytes are valid)
   page_state state = page_state::resident;
   std::int32_t pins = 0;              ///< requests using the entry now

@@ -92,30 +92,30 @@ namespace hybridcache::tiered {
 template <demotion_scorer HostScorer = lru_demotion, tier_copy_engine Engine = metadata_only_copies>
 class tiered_state_store {
  public:
-  /// KV of a run of tokens: its entry in the tiered store (0 = empty) and its length.
+  /// KV of a run of tokens: its entry in the tiered store (`no_entry` = empty) and its length.
   /// Move-only; a moved-from handle is empty, so a handle is freed at most once.
   struct kv_extent {
-    entry_id id = 0;
+    entry_id id = no_entry;
     std::int64_t tokens = 0;
     kv_extent() = default;
     kv_extent(entry_id i, std::int64_t t) noexcept : id(i), tokens(t) {}
-    kv_extent(kv_extent&& o) noexcept : id(std::exchange(o.id, 0)), tokens(std::exchange(o.tokens, 0)) {}
+    kv_extent(kv_extent&& o) noexcept : id(std::exchange(o.id, no_entry)), tokens(std::exchange(o.tokens, 0)) {}
     kv_extent& operator=(kv_extent&& o) noexcept {
-      id = std::exchange(o.id, 0);
+      id = std::exchange(o.id, no_entry);
       tokens = std::exchange(o.tokens, 0);
       return *this;
     }
     kv_extent(const kv_extent&) = delete;
     kv_extent& operator=(const kv_extent&) = delete;
   };
-  /// An SSM checkpoint: its entry in the tiered store (0 = empty). Move-only.
+  /// An SSM checkpoint: its entry in the tiered store (`no_entry` = empty). Move-only.
   struct checkpoint_handle {
-    entry_id id = 0;
+    entry_id id = no_entry;
     checkpoint_handle() = default;
     explicit checkpoint_handle(entry_id i) noexcept : id(i) {}
-    checkpoint_handle(checkpoint_handle&& o) noexcept : id(std::exchange(o.id, 0)) {}
+    checkpoint_handle(checkpoint_handle&& o) noexcept : id(std::exchange(o.id, no_entry)) {}
     checkpoint_handle& operator=(checkpoint_handle&& o) noexcept {
-      id = std::exchange(o.id, 0);
+      id = std::exchange(o.id, no_entry);
       return *this;
     }
     checkpoint_handle(const checkpoint_handle&) = delete;
@@ -194,26 +194,26 @@ class tiered_state_store {
     return kv_extent{*id, tokens};
   }
   void free_kv(kv_extent&& e) noexcept {
-    if (e.id != 0) release_to_host(e.id);
+    if (e.id != no_entry) release_to_host(e.id);
     e = kv_extent{};
   }
   /// Detaches the first `head` tokens. The tail keeps its entry (and its key: same end);
   /// the head is a fresh, unnamed entry (the extent's first pages) that `settle` names.
   [[nodiscard]] expected<kv_extent> split_kv(kv_extent& whole, std::int64_t head) noexcept {
     if (head <= 0 || head >= whole.tokens) return unexpected(errc::invalid_argument);
-    if (whole.id == 0) {  // zero-byte KV (a model without attention layers)
+    if (whole.id == no_entry) {  // zero-byte KV (a model without attention layers)
       whole.tokens -= head;
-      return kv_extent{0, head};
+      return kv_extent{no_entry, head};
     }
     // Pages divide a token's KV: the head takes the extent's first pages, no copy.
     try {
-      const entry_id id = next_id_ + 1;
+      const entry_id id = make_entry_id(next_id_ + 1);
       meta_.emplace(id, meta{kind::kv, head, 0, 0, false, place::hbm});  // may throw: nothing changed
       if (auto r = store_->split(whole.id, id, head * kv_per_token_); !r) {
         meta_.erase(id);
         return unexpected(r.error());
       }
-      next_id_ = id;
+      next_id_ = to_underlying(id);
       meta_.at(whole.id).tokens -= head;
       whole.tokens -= head;
       return kv_extent{id, head};
@@ -224,7 +224,7 @@ class tiered_state_store {
   /// `front` becomes front ++ back (its pages, then back's: no copy) and takes back's key
   /// (the joined span ends where back did).
   [[nodiscard]] expected<void> join_kv(kv_extent& front, kv_extent&& back) noexcept {
-    if (front.id == 0 || back.id == 0) {  // zero-byte KV: only lengths
+    if (front.id == no_entry || back.id == no_entry) {  // zero-byte KV: only lengths
       if (front.id != back.id) return unexpected(errc::invalid_argument);
       front.tokens += std::exchange(back.tokens, 0);
       return {};
@@ -251,7 +251,7 @@ class tiered_state_store {
     return checkpoint_handle{*id};
   }
   void free_checkpoint(checkpoint_handle&& h) noexcept {
-    if (h.id != 0) release_to_host(h.id);
+    if (h.id != no_entry) release_to_host(h.id);
     h = checkpoint_handle{};
   }
 
@@ -285,7 +285,7 @@ class tiered_state_store {
       chain_.push_back(it->second);
     }
     // Deepest covered position with a checkpoint in either tier (joint-min over tiers).
-    entry_id ckpt = 0;
+    entry_id ckpt = no_entry;
     std::int64_t best = m.reusable_tokens;
     for (std::int64_t p = std::min(reach, n); p > m.reusable_tokens; --p) {
       const auto it = host_ckpt_.find(prefix_hash_[static_cast<std::size_t>(p)]);
@@ -424,7 +424,7 @@ class tiered_state_store {
     std::unordered_map<std::uint64_t, int> kv_keys, ck_keys;
     for (const auto& [id, e] : meta_) {
       const auto where = store_->locate(id);
-      if (!where) return "entry " + std::to_string(id) + " lost from the table";
+      if (!where) return "entry " + to_string(id) + " lost from the table";
       const std::int64_t b = bytes_of(e);
       if ((where->first == hbm_tier) != (e.where != place::host)) return "an entry is not in the tier it claims";
       if (e.where == place::hbm) {
@@ -453,9 +453,9 @@ class tiered_state_store {
     for (prefix::node_id n = 1; n < tree.id_bound(); ++n) {
       if (!tree.live(n)) continue;
       const auto& nd = tree.at(n);
-      const std::array<entry_id, 2> ids{nd.kv.id, nd.has_checkpoint ? nd.checkpoint.id : entry_id{0}};
+      const std::array<entry_id, 2> ids{nd.kv.id, nd.has_checkpoint ? nd.checkpoint.id : no_entry};
       for (entry_id id : ids) {
-        if (id == 0) continue;
+        if (id == no_entry) continue;
         const auto it = meta_.find(id);
         if (it == meta_.end() || it->second.where != place::hbm) return "a tree handle is not in HBM";
         tree_bytes += bytes_of(it->second);
@@ -499,9 +499,9 @@ class tiered_state_store {
 
   expected<entry_id> allocate(std::int64_t bytes, kind k, std::int64_t tokens) noexcept {
     if (bytes > capacity_ - used_) return unexpected(errc::out_of_capacity);
-    if (bytes == 0) return entry_id{0};  // nothing to hold (empty handle)
+    if (bytes == 0) return no_entry;  // nothing to hold (empty handle)
     try {
-      const entry_id id = ++next_id_;
+      const entry_id id = make_entry_id(++next_id_);
       auto r = store_->insert(id, bytes, hbm_tier);
       if (!r) return unexpected(r.error());
       meta_.emplace(id, meta{k, tokens, 0, 0, false, place::hbm});
@@ -603,7 +603,7 @@ class tiered_state_store {
 
   /// Gives an HBM entry its content key; a host entry with the same key is now redundant.
   void name(entry_id id, std::uint64_t key, std::int64_t end) {
-    if (id == 0) return;
+    if (id == no_entry) return;
     meta& e = meta_.at(id);
     e.key = key;
     e.named = true;
@@ -639,7 +639,7 @@ class tiered_state_store {
         for (prefix::node_id n : path_) {
           const auto& nd = tree.at(n);
           if (nd.end != s.end) continue;
-          if (nd.has_checkpoint && nd.checkpoint.id != 0 &&
+          if (nd.has_checkpoint && nd.checkpoint.id != no_entry &&
               store_->exchange_pages(nd.checkpoint.id, 0, s.id, 0, checkpoint_ / page))
             adopted(s);
           break;
@@ -654,7 +654,7 @@ class tiered_state_store {
         const std::int64_t nb = nd.end - nd.edge();
         const std::int64_t lo = std::max(nb, s.begin), hi = std::min(nd.end, s.end);
         if (lo >= hi || !ok) continue;
-        ok = nd.kv.id != 0 &&
+        ok = nd.kv.id != no_entry &&
              store_->exchange_pages(nd.kv.id, (lo - nb) * per, s.id, (lo - s.begin) * per, (hi - lo) * per);
         any = any || ok;
       }
@@ -663,7 +663,7 @@ class tiered_state_store {
       } else if (any) {  // not expected (same tier, ranges inside both, nothing moving), but
         (void)store_->unpin(s.id);  // a half-exchanged entry must not go back to the host
         drop(s.id);
-        s.id = 0;
+        s.id = no_entry;
       }
     }
   }
@@ -674,7 +674,7 @@ class tiered_state_store {
     counters_.adopted_entries += 1;
     counters_.promoted_entries += 1;
     counters_.promoted_bytes += b;
-    s.id = 0;  // release_pins skips it
+    s.id = no_entry;  // release_pins skips it
   }
 
   void pin(entry_id id) {
@@ -718,7 +718,7 @@ class tiered_state_store {
   std::vector<prefix::node_id> path_;
   std::vector<entry_id> chain_, pinned_;
   std::vector<staged_entry> staged_;
-  entry_id next_id_ = 0;
+  std::uint64_t next_id_ = 0;  // the last id allocate/split_kv handed out (0: none yet)
   std::uint64_t ticket_ = 0;
   tiered_state_counters counters_;
 };

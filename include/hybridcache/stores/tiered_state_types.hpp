@@ -29,7 +29,7 @@ struct tiered_state_store_config {
 /// input, and its entry in `table()` (pages in the HBM arena). `checkpoint`: the recurrent
 /// state at `end` rather than KV.
 struct staged_entry {
-  entry_id id = 0;
+  entry_id id = no_entry;
   std::int64_t begin = 0;
   std::int64_t end = 0;
   bool checkpoint = false;

@@ -171,7 +171,7 @@ class tiered_replayer {
         // Ids of several tokens each: a block whose last id is cut short holds fewer tokens
         // than the same ids in a longer request, so it must not match them.
         if (tok != full) h = mix(h ^ (static_cast<std::uint64_t>(tok) << 20) ^ 0x5bd1e995u);
-        bl.ids.push_back(h);
+        bl.ids.push_back(make_entry_id(h));
         bl.tokens.push_back(tok);
         covered += tok;
       }
