@@ -123,7 +123,7 @@ elseif(CASE STREQUAL "errors")
   expect_error("unknown policy" compare --policies marconi,fifo --capacities 5e8)
   file(MAKE_DIRECTORY ${WORK})
   file(WRITE ${WORK}/bad.jsonl "{\"session_id\": 0, \"turn_id\": 0, \"ts\": 0.0, \"num_input_tokens\": 2, \"num_output_tokens\": 1, \"input_tokens\": [5, 6], \"output_tokens\": [7]}\n{\"session_id\": 0, \"turn_id\": 1, \"ts\": oops}\n")
-  expect_error("line 2" replay --trace ${WORK}/bad.jsonl --format marconi --capacity 5e8)
+  expect_error("bad.jsonl:2: field 'ts': " replay --trace ${WORK}/bad.jsonl --format marconi --capacity 5e8)
 elseif(CASE STREQUAL "tiered")
   # --tiers runs the multi-tier replay and the HBM-only baseline; a host tier only adds hits.
   run_hcbench(out err rc replay --trace ${FIXTURE} --format marconi --model marconi_7b
