@@ -264,6 +264,10 @@ elseif(CASE STREQUAL "robustness")
   if(NOT skipped EQUAL 33360)
     message(FATAL_ERROR "BOM trace: skipped ${skipped}, want 33360")
   endif()
+  # A request with no input tokens: named with its line, not "match failed".
+  file(WRITE ${W}/noinput.jsonl "{\"session_id\": 0, \"turn_id\": 0, \"ts\": 0.0, \"num_input_tokens\": 0, \"num_output_tokens\": 1, \"input_tokens\": [], \"output_tokens\": [7]}\n")
+  expect_error("noinput.jsonl:1: field 'input_tokens': expected at least one input token, got 0"
+               replay --trace ${W}/noinput.jsonl --capacity 5e8)
   # Timestamps beyond 1e10 s: refused (they made -nan in the JSON under --arrival-scale).
   file(WRITE ${W}/ts.jsonl "{\"session_id\": 0, \"turn_id\": 0, \"ts\": 1e30, \"num_input_tokens\": 2, \"num_output_tokens\": 1, \"input_tokens\": [5, 6], \"output_tokens\": [7]}\n")
   expect_error("ts.jsonl:1: field 'ts': expected a time in seconds in [0, 1e10], got 1e+30"

@@ -130,7 +130,12 @@ hybridcache::sim::replay_trace load_trace(const std::string& path, const std::st
   if (!known) throw invalid_argument("unknown trace format '" + format + "' (known: marconi, mooncake, sharegpt)");
   const std::vector<sim::request> requests = read_requests(path, format, options);
   sim::replay_trace out;
+  // The prefix cache matches at least one id: an empty input is bad input, named here
+  // rather than as a failed match in the middle of the replay.
+  const char* const input_field = format == "mooncake" ? "input_length" : format == "marconi" ? "input_tokens" : "";
   for (const auto& r : requests) {
+    if (r.input.empty())
+      throw input_error(path, r.source_line, input_field, "expected at least one input token, got 0");
     try {
       out.append(r);
     } catch (const hybridcache::error& e) {
