@@ -211,6 +211,9 @@ elseif(CASE STREQUAL "robustness")
       message(FATAL_ERROR "replay --help does not show the default ${default}:\n${out}")
     endif()
   endforeach()
+  # gen: bounded sizes; the output is written whole or not at all.
+  expect_error("--sessions: expected 1..1000000, got 1000000000000" gen --sessions 1000000000000 --out ${W}/g.jsonl)
+  expect_error("--out: cannot write '/dev/full' (No space left on device)" gen --sessions 2 --out /dev/full)
   # A crash: +inf passed the `!(x > 0)` check. Non-finite and huge scales are refused.
   expect_error("--arrival-scale: expected a finite number in [1e-06, 1e+06], got inf"
                replay --trace ${FIXTURE} --tiers hbm=80GiB,host=320GiB --arrival-scale inf)
