@@ -10,11 +10,11 @@ function(run_hcbench out_var err_var rc_var)
   set(${rc_var} "${rc}" PARENT_SCOPE)
 endfunction()
 
-# An error exit: non-zero status, nothing on stdout, exactly one line on stderr naming `expect`.
+# An error exit: status 1, nothing on stdout, exactly one line on stderr naming `expect`.
 function(expect_error expect)
   run_hcbench(out err rc ${ARGN})
-  if(rc EQUAL 0)
-    message(FATAL_ERROR "hcbench ${ARGN}: expected a non-zero exit, got 0")
+  if(NOT rc EQUAL 1)  # docs/replay.md: every error exits 1 (CLI11's own codes included)
+    message(FATAL_ERROR "hcbench ${ARGN}: expected exit status 1, got ${rc}:\n${err}")
   endif()
   string(STRIP "${err}" stripped)
   string(FIND "${stripped}" "\n" newline)
@@ -123,7 +123,7 @@ elseif(CASE STREQUAL "errors")
   expect_error("unknown policy" compare --policies marconi,fifo --capacities 5e8)
   file(MAKE_DIRECTORY ${WORK})
   file(WRITE ${WORK}/bad.jsonl "{\"session_id\": 0, \"turn_id\": 0, \"ts\": 0.0, \"num_input_tokens\": 2, \"num_output_tokens\": 1, \"input_tokens\": [5, 6], \"output_tokens\": [7]}\n{\"session_id\": 0, \"turn_id\": 1, \"ts\": oops}\n")
-  expect_error("line 2" replay --trace ${WORK}/bad.jsonl --format marconi --capacity 5e8)
+  expect_error("bad.jsonl:2: field 'ts': " replay --trace ${WORK}/bad.jsonl --format marconi --capacity 5e8)
 elseif(CASE STREQUAL "tiered")
   # --tiers runs the multi-tier replay and the HBM-only baseline; a host tier only adds hits.
   run_hcbench(out err rc replay --trace ${FIXTURE} --format marconi --model marconi_7b
@@ -192,6 +192,142 @@ elseif(CASE STREQUAL "compare")
   endif()
   if(NOT svg MATCHES "</svg>\n$")
     message(FATAL_ERROR "hit_rate_vs_capacity.svg is truncated")
+  endif()
+elseif(CASE STREQUAL "robustness")
+  # Issue #18: hcbench takes any input without crashing, lying or leaving half-written files.
+  set(W ${WORK})
+  # CLI11's own errors exit 1 too; --version and --help exit 0.
+  expect_error("--bogus" replay --trace ${FIXTURE} --bogus)
+  expect_error("--trace is required" replay --capacity 5e8)
+  run_hcbench(out err rc --version)
+  if(NOT rc EQUAL 0 OR NOT out MATCHES "^hcbench [0-9]+\\.[0-9]+\\.[0-9]+ \\(.+\\)")
+    message(FATAL_ERROR "--version: rc ${rc}, '${out}'")
+  endif()
+  run_hcbench(out err rc replay --help)
+  foreach(default "--format TEXT=marconi" "--model TEXT=marconi_7b" "--alpha TEXT=auto" "--lru-ties TEXT=reference"
+                  "--scheduler TEXT=fcfs" "--link-gbps FLOAT=50" "--concurrency INT=1")
+    string(FIND "${out}" "${default}" at)
+    if(NOT rc EQUAL 0 OR at EQUAL -1)
+      message(FATAL_ERROR "replay --help does not show the default ${default}:\n${out}")
+    endif()
+  endforeach()
+  # gen: bounded sizes; the output is written whole or not at all.
+  expect_error("--sessions: expected 1..1000000, got 1000000000000" gen --sessions 1000000000000 --out ${W}/g.jsonl)
+  expect_error("--out: cannot write '/dev/full' (No space left on device)" gen --sessions 2 --out /dev/full)
+  # A crash: +inf passed the `!(x > 0)` check. Non-finite and huge scales are refused.
+  expect_error("--arrival-scale: expected a finite number in [1e-06, 1e+06], got inf"
+               replay --trace ${FIXTURE} --tiers hbm=80GiB,host=320GiB --arrival-scale inf)
+  expect_error("--arrival-scale: expected a finite number in [1e-06, 1e+06], got 1e+308"
+               replay --trace ${FIXTURE} --tiers hbm=80GiB,host=320GiB --arrival-scale 1e308)
+  # --per-request to a full device: the write error is reported, exit 1.
+  expect_error("--per-request: cannot write '/dev/full' (No space left on device)"
+               replay --trace ${FIXTURE} --capacity 5e8 --policy sglang+ --per-request /dev/full)
+  # Options that do not apply to the mode are errors.
+  expect_error("--scheduler does not apply without --tiers" replay --trace ${FIXTURE} --capacity 5e8 --scheduler bogus)
+  expect_error("--alpha does not apply to --policy lru (marconi only)" replay --trace ${FIXTURE} --capacity 5e8 --policy lru --alpha 1)
+  expect_error("--capacity does not apply with --tiers" replay --trace ${FIXTURE} --capacity 5e8 --tiers hbm=2GiB,host=8GiB)
+  expect_error("--sessions-per-second does not apply to --format marconi" replay --trace ${FIXTURE} --capacity 5e8 --sessions-per-second 2)
+  expect_error("--out does not apply without --sweep" alloc --out ${W}/sweep)
+  expect_error("--workload does not apply with --sweep" alloc --sweep --workload mixed_long)
+  expect_error("--alpha does not apply without marconi in --policies" compare --policies lru --alpha 1 --capacities 5e8)
+  # compare --capacities ",,,": an error, not an empty CSV.
+  file(REMOVE_RECURSE ${W}/cmp_empty)
+  expect_error("--capacities: expected a comma-separated list of byte sizes, got ',,,'" compare --capacities ",,," --out ${W}/cmp_empty)
+  if(EXISTS ${W}/cmp_empty/results.csv)
+    message(FATAL_ERROR "compare --capacities ',,,' wrote results.csv")
+  endif()
+  # An empty trace under --tiers: an error, not `requests: 0`.
+  file(WRITE ${W}/empty.jsonl "\n")
+  expect_error("empty.jsonl: holds no requests" replay --trace ${W}/empty.jsonl --tiers hbm=2GiB,host=8GiB)
+  # Mooncake lengths beyond the documented cap (2^24 tokens): named, with the line.
+  file(WRITE ${W}/mc_out.jsonl "{\"timestamp\": 0, \"input_length\": 1, \"output_length\": 9223372036854775807, \"hash_ids\": [1]}\n")
+  expect_error("mc_out.jsonl:1: field 'output_length': expected a token count in [0, 16777216], got 9223372036854775807"
+               replay --trace ${W}/mc_out.jsonl --format mooncake --capacity 5e8)
+  file(WRITE ${W}/mc_oom.jsonl "{\"timestamp\": 0, \"input_length\": 1, \"output_length\": 500000000000, \"hash_ids\": [1]}\n")
+  expect_error("mc_oom.jsonl:1: field 'output_length': expected a token count in [0, 16777216], got 500000000000"
+               replay --trace ${W}/mc_oom.jsonl --format mooncake --capacity 5e8)
+  file(WRITE ${W}/mc_in.jsonl "{\"timestamp\": 0, \"input_length\": 9223372036854775807, \"output_length\": 1, \"hash_ids\": [1]}\n")
+  expect_error("mc_in.jsonl:1: field 'input_length': expected a token count in [0, 16777216]"
+               replay --trace ${W}/mc_in.jsonl --format mooncake --capacity 5e8)
+  # Azure: a timestamp in year 2610 overflows int64 ns; refused, with the line.
+  file(WRITE ${W}/az.csv "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.6805900,374,44\n2610-01-01 00:00:00,10,10\n")
+  expect_error("az.csv:3: field 'TIMESTAMP': expected YYYY-MM-DD HH:MM:SS[.fraction] (years 1970-2200)"
+               replay --trace ${W}/az.csv --format azure --tiers hbm=2GiB,host=8GiB)
+  # A UTF-8 BOM is skipped (Azure header, Marconi JSONL).
+  file(READ ${FIXTURE} fixture_text)
+  string(ASCII 239 b1)
+  string(ASCII 187 b2)
+  string(ASCII 191 b3)
+  file(WRITE ${W}/bom.jsonl "${b1}${b2}${b3}${fixture_text}")
+  run_hcbench(out err rc replay --trace ${W}/bom.jsonl --capacity 5e8 --policy sglang+ --json)
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "a UTF-8 BOM is rejected (${rc}): ${err}")
+  endif()
+  string(JSON skipped GET "${out}" skipped_tokens)
+  if(NOT skipped EQUAL 33360)
+    message(FATAL_ERROR "BOM trace: skipped ${skipped}, want 33360")
+  endif()
+  # A request with no input tokens: named with its line, not "match failed".
+  file(WRITE ${W}/noinput.jsonl "{\"session_id\": 0, \"turn_id\": 0, \"ts\": 0.0, \"num_input_tokens\": 0, \"num_output_tokens\": 1, \"input_tokens\": [], \"output_tokens\": [7]}\n")
+  expect_error("noinput.jsonl:1: field 'input_tokens': expected at least one input token, got 0"
+               replay --trace ${W}/noinput.jsonl --capacity 5e8)
+  # Timestamps beyond 1e10 s: refused (they made -nan in the JSON under --arrival-scale).
+  file(WRITE ${W}/ts.jsonl "{\"session_id\": 0, \"turn_id\": 0, \"ts\": 1e30, \"num_input_tokens\": 2, \"num_output_tokens\": 1, \"input_tokens\": [5, 6], \"output_tokens\": [7]}\n")
+  expect_error("ts.jsonl:1: field 'ts': expected a time in seconds in [0, 1e10], got 1e+30"
+               replay --trace ${W}/ts.jsonl --tiers hbm=2GiB,host=8GiB --arrival-scale 2)
+  expect_error("--sessions-per-second: expected a finite number in [1e-06, 1e+06], got 1e-320"
+               replay --trace ${W}/ts.jsonl --format sharegpt --tiers hbm=2GiB,host=8GiB --sessions-per-second 1e-320)
+  # ShareGPT: duplicate keys are detected; a conversation over the 32k-token cap is named.
+  file(WRITE ${W}/dup.jsonl "{\"conversations\": [{\"from\": \"human\", \"from\": \"gpt\", \"value\": \"hi\"}, {\"from\": \"gpt\", \"value\": \"yo\"}]}\n")
+  expect_error("dup.jsonl:1: field 'conversations[0].from': duplicate key" replay --trace ${W}/dup.jsonl --format sharegpt --capacity 5e8)
+  string(REPEAT "word " 40000 long_prompt)
+  file(WRITE ${W}/long.jsonl "{\"conversations\": [{\"from\": \"human\", \"value\": \"${long_prompt}\"}, {\"from\": \"gpt\", \"value\": \"ok\"}]}\n")
+  expect_error("32,768-token cap" replay --trace ${W}/long.jsonl --format sharegpt --capacity 5e8)
+  # Traces from stdin (`--trace -`), from a pipe, and gzip-compressed.
+  execute_process(COMMAND ${HCBENCH} replay --trace - --capacity 5e8 --policy sglang+ --json INPUT_FILE ${FIXTURE}
+                  OUTPUT_VARIABLE out ERROR_VARIABLE err RESULT_VARIABLE rc)
+  string(JSON skipped ERROR_VARIABLE jerr GET "${out}" skipped_tokens)
+  if(NOT rc EQUAL 0 OR NOT skipped EQUAL 33360)
+    message(FATAL_ERROR "--trace -: rc ${rc}, skipped '${skipped}' (want 33360): ${err}")
+  endif()
+  execute_process(COMMAND sh -c "cat '${FIXTURE}' | '${HCBENCH}' replay --trace /dev/stdin --capacity 5e8 --policy sglang+ --json"
+                  OUTPUT_VARIABLE out ERROR_VARIABLE err RESULT_VARIABLE rc)
+  string(JSON skipped ERROR_VARIABLE jerr GET "${out}" skipped_tokens)
+  if(NOT rc EQUAL 0 OR NOT skipped EQUAL 33360)
+    message(FATAL_ERROR "a pipe as --trace: rc ${rc}, skipped '${skipped}' (want 33360): ${err}")
+  endif()
+  file(ARCHIVE_CREATE OUTPUT ${W}/chat.jsonl.gz PATHS ${FIXTURE} FORMAT raw COMPRESSION GZip)
+  run_hcbench(out err rc replay --trace ${W}/chat.jsonl.gz --capacity 5e8 --policy sglang+ --json)
+  string(JSON skipped ERROR_VARIABLE jerr GET "${out}" skipped_tokens)
+  if(NOT rc EQUAL 0 OR NOT skipped EQUAL 33360)
+    message(FATAL_ERROR "--trace x.gz: rc ${rc}, skipped '${skipped}' (want 33360): ${err}")
+  endif()
+  # JSON provenance: the command line, version and date.
+  foreach(key command version date capacity_exceeded)
+    string(JSON v ERROR_VARIABLE jerr GET "${out}" ${key})
+    if(jerr)
+      message(FATAL_ERROR "replay --json: no '${key}':\n${out}")
+    endif()
+  endforeach()
+  # Concurrency: in-flight requests pin their matches; the capacity is strict above 1.
+  run_hcbench(out err rc replay --trace ${FIXTURE} --capacity 5e8 --policy sglang+ --concurrency 8 --json)
+  string(JSON peak GET "${out}" peak_bytes)
+  string(JSON over GET "${out}" capacity_exceeded)
+  if(NOT rc EQUAL 0 OR peak GREATER 500000000 OR over)
+    message(FATAL_ERROR "--concurrency 8 --capacity 5e8: rc ${rc}, peak ${peak} B (must be <= 5e8)")
+  endif()
+  # CSV labels are quoted (RFC 4180).
+  file(REMOVE_RECURSE ${W}/cmp_label)
+  run_hcbench(out err rc compare --trace ${FIXTURE} --format marconi --label "x,\"y" --policies sglang+
+              --capacities 5e8 --threads 1 --out ${W}/cmp_label)
+  file(STRINGS ${W}/cmp_label/results.csv rows)
+  list(GET rows 1 row)
+  if(NOT rc EQUAL 0 OR NOT row MATCHES "^\"x,\"\"y\",")
+    message(FATAL_ERROR "compare --label 'x,\"y': rc ${rc}, row '${row}': ${err}")
+  endif()
+  file(GLOB leftovers ${W}/cmp_label/*.tmp.*)
+  if(leftovers)
+    message(FATAL_ERROR "compare left temporaries: ${leftovers}")
   endif()
 else()
   message(FATAL_ERROR "unknown CASE '${CASE}'")

@@ -1,8 +1,16 @@
 // hcbench's capacity parsing and list helpers.
 #include <doctest/doctest.h>
 
-#include <hybridcache/core/error.hpp>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <string>
 
+#include <hybridcache/core/error.hpp>
+#include <hybridcache/sim/svg_chart.hpp>
+
+#include "atomic_file.hpp"
+#include "cli_support.hpp"
 #include "replay_args.hpp"
 #include "tiered_flags.hpp"
 
@@ -91,4 +99,59 @@ TEST_CASE("--tiers flags: scheduler, prefetch, sparsify, demotion names and the 
   CHECK_THROWS_AS((void)make_tiered_replay_options("hbm=8GiB,host=1MiB"), invalid_argument);  // < one 2 MiB page
   CHECK_THROWS_AS((void)make_tiered_replay_options("hbm=8GiB", 0.0), invalid_argument);
   CHECK_THROWS_AS((void)make_tiered_replay_options("hbm=8GiB", 50.0, "sjf"), invalid_argument);
+}
+
+// --- issue #18: output conventions -----------------------------------------------------
+
+TEST_CASE("write_file_atomic reports a full device and leaves no partial file") {
+  // /dev/full fails every write with ENOSPC: the error names the path and the reason.
+  try {
+    hcbench::write_file_atomic("/dev/full", std::string(1 << 16, 'x'), "--per-request");
+    FAIL("no error");
+  } catch (const hybridcache::invalid_argument& e) {
+    CHECK(std::string(e.what()).find("--per-request: cannot write '/dev/full' (No space left on device)") !=
+          std::string::npos);
+  }
+  const auto dir = std::filesystem::temp_directory_path() / ("hcbench_atomic_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  const std::string target = (dir / "a.csv").string();
+  { std::ofstream(target) << "old\n"; }
+  hcbench::atomic_file_set set;  // the second file cannot be created: neither appears
+  set.add(target, "new\n");
+  set.add((dir / "no-such-dir" / "b.csv").string(), "b\n");
+  CHECK_THROWS_AS(set.commit("--out"), hybridcache::invalid_argument);
+  std::ifstream in(target);
+  std::string line;
+  std::getline(in, line);
+  CHECK(line == "old");
+  CHECK(std::distance(std::filesystem::directory_iterator(dir), std::filesystem::directory_iterator{}) == 1);
+  hcbench::write_file_atomic(target, "new\n", "--out");
+  std::ifstream again(target);
+  std::getline(again, line);
+  CHECK(line == "new");
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("JSON strings and numbers are always valid JSON") {
+  using hcbench::json::number;
+  using hcbench::json::string;
+  CHECK(string("a\"b\\c") == "\"a\\\"b\\\\c\"");
+  CHECK(string(std::string("\x01", 1)) == "\"\\u0001\"");
+  CHECK(string("trace\xff.jsonl") == "\"trace\\ufffd.jsonl\"");  // not UTF-8: U+FFFD
+  CHECK(string("\xc3\xa9") == "\"\xc3\xa9\"");                   // valid UTF-8 passes
+  CHECK(number(std::numeric_limits<double>::quiet_NaN()) == "null");
+  CHECK(number(-std::numeric_limits<double>::infinity()) == "null");
+  CHECK(number(0.25) == "0.25");
+  CHECK(number(std::int64_t{-3}) == "-3");
+}
+
+TEST_CASE("CSV fields and SVG text are escaped") {
+  CHECK(hcbench::csv_field("plain") == "plain");
+  CHECK(hcbench::csv_field("x,\"y") == "\"x,\"\"y\"");
+  CHECK(hcbench::csv_field("a\nb") == "\"a\nb\"");
+  using hybridcache::sim::detail::xml_escape;
+  CHECK(xml_escape("a<b&\"c\"") == "a&lt;b&amp;&quot;c&quot;");
+  CHECK(xml_escape(std::string("x\x01y", 3)) == "x\xEF\xBF\xBDy");  // XML forbids control characters
+  CHECK(xml_escape("\xff") == "\xEF\xBF\xBD");
+  CHECK(xml_escape("tab\there") == "tab\there");
 }

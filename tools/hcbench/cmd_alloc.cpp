@@ -8,6 +8,8 @@
 // cell), DIR/alloc_sweep_summary.csv (seed means) and DIR/alloc_ooms.svg (mean OOM events
 // per variant and workload, one panel per model and budget), and prints the summary.
 #include <algorithm>
+#include <cstdarg>
+#include <mutex>
 #include <atomic>
 #include <chrono>
 #include <cmath>
@@ -25,6 +27,8 @@
 #include <hybridcache/model/presets.hpp>
 #include <hybridcache/sim/alloc_replay.hpp>
 
+#include "atomic_file.hpp"
+#include "cli_support.hpp"
 #include "command.hpp"
 
 namespace {
@@ -49,32 +53,45 @@ struct cell {
   sim::alloc_replay_result result{};
 };
 
+// printf into a string.
+[[gnu::format(printf, 2, 3)]] void appendf(std::string& out, const char* fmt, ...) {
+  char buf[1024];
+  va_list ap;
+  va_start(ap, fmt);
+  const int n = std::vsnprintf(buf, sizeof buf, fmt, ap);
+  va_end(ap);
+  if (n < 0) return;
+  if (static_cast<std::size_t>(n) < sizeof buf) {
+    out.append(buf, static_cast<std::size_t>(n));
+    return;
+  }
+  std::string big(static_cast<std::size_t>(n) + 1, '\0');
+  va_start(ap, fmt);
+  std::vsnprintf(big.data(), big.size(), fmt, ap);
+  va_end(ap);
+  big.pop_back();
+  out += big;
+}
+
 std::string json_of(const cell& c) {
   const auto& r = c.result;
-  char buf[2048];
-  std::snprintf(buf, sizeof buf,
-                "{\"workload\":\"%s\",\"model\":\"%s\",\"budget_bytes\":%llu,\"variant\":\"%s\",\"seed\":%llu,"
-                "\"submitted\":%llu,\"oom_events\":%llu,\"completed\":%llu,\"completion\":%.6f,"
-                "\"completed_reference\":%llu,\"completion_reference\":%.6f,\"evicted\":%llu,\"eviction_events\":%llu,"
-                "\"rebalances\":%llu,\"bytes_migrated\":%llu,\"bytes_wasted\":%llu,\"padding_bytes_peak\":%llu,"
-                "\"compactions\":%llu,"
-                "\"fragmentation_mean\":%.6f,\"fragmentation_peak\":%.6f,\"external_fragmentation_mean\":%.6f,"
-                "\"peak_reserved_bytes\":%llu,\"kv_bytes_end\":%llu,\"ssm_bytes_end\":%llu,\"allocate_calls\":%llu,"
-                "\"growth_events\":%llu,\"wall_seconds\":%.6f}",
-                c.workload.c_str(), c.model.c_str(), static_cast<unsigned long long>(c.budget),
-                std::string(sim::to_string(c.variant)).c_str(), static_cast<unsigned long long>(c.seed),
-                static_cast<unsigned long long>(r.submitted), static_cast<unsigned long long>(r.oom_events),
-                static_cast<unsigned long long>(r.completed), r.completion(),
-                static_cast<unsigned long long>(r.completed_reference), r.completion_reference(),
-                static_cast<unsigned long long>(r.evicted), static_cast<unsigned long long>(r.eviction_events),
-                static_cast<unsigned long long>(r.rebalances), static_cast<unsigned long long>(r.bytes_migrated),
-                static_cast<unsigned long long>(r.bytes_wasted), static_cast<unsigned long long>(r.padding_bytes_peak),
-                static_cast<unsigned long long>(r.compactions), r.fragmentation_mean, r.fragmentation_peak,
-                r.external_fragmentation_mean, static_cast<unsigned long long>(r.peak_reserved_bytes),
-                static_cast<unsigned long long>(r.kv_bytes_end),
-                static_cast<unsigned long long>(r.ssm_bytes_end), static_cast<unsigned long long>(r.allocate_calls),
-                static_cast<unsigned long long>(r.growth_events), r.wall_seconds);
-  return buf;
+  auto u = [](std::uint64_t v) { return std::to_string(v); };
+  hcbench::json::object o;
+  o.str("workload", c.workload).str("model", c.model).raw("budget_bytes", u(c.budget));
+  o.str("variant", std::string(sim::to_string(c.variant))).raw("seed", u(c.seed));
+  o.raw("submitted", u(r.submitted)).raw("oom_events", u(r.oom_events)).raw("completed", u(r.completed));
+  o.num("completion", r.completion()).raw("completed_reference", u(r.completed_reference));
+  o.num("completion_reference", r.completion_reference()).raw("evicted", u(r.evicted));
+  o.raw("eviction_events", u(r.eviction_events)).raw("rebalances", u(r.rebalances));
+  o.raw("bytes_migrated", u(r.bytes_migrated)).raw("bytes_wasted", u(r.bytes_wasted));
+  o.raw("padding_bytes_peak", u(r.padding_bytes_peak)).raw("compactions", u(r.compactions));
+  o.num("fragmentation_mean", r.fragmentation_mean).num("fragmentation_peak", r.fragmentation_peak);
+  o.num("external_fragmentation_mean", r.external_fragmentation_mean);
+  o.raw("peak_reserved_bytes", u(r.peak_reserved_bytes)).raw("kv_bytes_end", u(r.kv_bytes_end));
+  o.raw("ssm_bytes_end", u(r.ssm_bytes_end)).raw("allocate_calls", u(r.allocate_calls));
+  o.raw("growth_events", u(r.growth_events)).num("wall_seconds", r.wall_seconds);
+  o.provenance();
+  return o.text();
 }
 
 void print_text(const cell& c) {
@@ -199,6 +216,9 @@ void run_sweep(const std::string& out_dir, unsigned threads, bool reference_quir
 
   const auto start = std::chrono::steady_clock::now();
   std::atomic<std::size_t> next{0};
+  std::atomic<std::size_t> done{0};
+  std::mutex progress_mutex;
+  const bool tty = hcbench::progress_enabled();
   std::vector<std::thread> pool;
   std::vector<std::string> errors(threads);
   for (unsigned t = 0; t < threads; ++t)
@@ -212,6 +232,12 @@ void run_sweep(const std::string& out_dir, unsigned threads, bool reference_quir
           cfg.reference_avmp_stores = reference_quirks;
           c.result = sim::replay_alloc(traces.at(c.workload + "#" + std::to_string(c.seed)), presets::preset(c.model),
                                        c.variant, cfg);
+          const std::size_t d = ++done;
+          if (tty) {
+            std::lock_guard lock(progress_mutex);
+            std::fprintf(stderr, "\r[%zu/%zu] sweep cells done", d, cells.size());
+            if (d == cells.size()) std::fprintf(stderr, "\n");
+          }
         }
       } catch (const std::exception& e) {
         errors[t] = e.what();
@@ -222,10 +248,12 @@ void run_sweep(const std::string& out_dir, unsigned threads, bool reference_quir
     if (!e.empty()) throw error("sweep: " + e);
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 
-  std::filesystem::create_directories(out_dir);
+  std::error_code ec;
+  std::filesystem::create_directories(out_dir, ec);
+  if (ec) throw invalid_argument("--out '" + out_dir + "': cannot create directory (" + ec.message() + ")");
+  std::string csv, summary, report;
   {
-    std::ofstream csv(std::filesystem::path(out_dir) / "alloc_sweep.csv");
-    csv << "workload,model,budget_bytes,seed,variant,submitted,oom_events,completed,completion,completed_reference,"
+    csv += "workload,model,budget_bytes,seed,variant,submitted,oom_events,completed,completion,completed_reference,"
            "completion_reference,evicted,eviction_events,rebalances,bytes_migrated,bytes_wasted,padding_bytes_peak,compactions,"
            "fragmentation_mean,fragmentation_peak,external_fragmentation_mean,peak_reserved_bytes,kv_bytes_end,"
            "ssm_bytes_end\n";
@@ -247,7 +275,7 @@ void run_sweep(const std::string& out_dir, unsigned threads, bool reference_quir
                     r.fragmentation_mean, r.fragmentation_peak, r.external_fragmentation_mean,
                     static_cast<unsigned long long>(r.peak_reserved_bytes),
                     static_cast<unsigned long long>(r.kv_bytes_end), static_cast<unsigned long long>(r.ssm_bytes_end));
-      csv << row;
+      csv += row;
     }
   }
 
@@ -282,38 +310,43 @@ void run_sweep(const std::string& out_dir, unsigned threads, bool reference_quir
     ++a.n;
   }
   {
-    std::ofstream csv(std::filesystem::path(out_dir) / "alloc_sweep_summary.csv");
-    csv << "panel,workload,variant,seeds,oom_mean,completion_mean,completion_reference_mean,evicted_mean,"
+    summary += "panel,workload,variant,seeds,oom_mean,completion_mean,completion_reference_mean,evicted_mean,"
            "rebalances_mean,migrated_mib_mean,fragmentation_mean,peak_reserved_bytes\n";
-    std::printf("sweep: %zu cells in %.2f s on %u threads -> %s\n\n", cells.size(), seconds, threads, out_dir.c_str());
+    appendf(report, "sweep: %zu cells in %.2f s on %u threads -> %s\n\n", cells.size(), seconds, threads, out_dir.c_str());
     for (const auto& panel : panels) {
-      std::printf("%s: mean OOM events over seeds (completion, evictions counted)\n", panel.c_str());
-      std::printf("| workload |");
-      for (const auto& b : bars) std::printf(" %s |", b.c_str());
-      std::printf("\n|---|");
-      for (std::size_t i = 0; i < bars.size(); ++i) std::printf("---:|");
-      std::printf("\n");
+      appendf(report, "%s: mean OOM events over seeds (completion, evictions counted)\n", panel.c_str());
+      appendf(report, "| workload |");
+      for (const auto& b : bars) appendf(report, " %s |", b.c_str());
+      appendf(report, "\n|---|");
+      for (std::size_t i = 0; i < bars.size(); ++i) appendf(report, "---:|");
+      appendf(report, "\n");
       for (const auto& g : groups) {
-        std::printf("| %s |", g.c_str());
+        appendf(report, "| %s |", g.c_str());
         for (const auto& b : bars) {
           const std::string key = panel + "|" + g + "|" + b;
           const agg& a = means[key];
           const double n = a.n ? a.n : 1;
           oom_value[key] = a.oom / n;
-          std::printf(" %.2f (%.3f) |", a.oom / n, a.completion / n);
+          appendf(report, " %.2f (%.3f) |", a.oom / n, a.completion / n);
           char row[512];
           std::snprintf(row, sizeof row, "%s,%s,%s,%d,%.4f,%.6f,%.6f,%.2f,%.2f,%.2f,%.6f,%.0f\n", panel.c_str(),
                         g.c_str(), b.c_str(), a.n, a.oom / n, a.completion / n, a.completion_ref / n, a.evicted / n,
                         a.rebalances / n, a.migrated / n, a.frag / n, a.reserved);
-          csv << row;
+          summary += row;
         }
-        std::printf("\n");
+        appendf(report, "\n");
       }
-      std::printf("\n");
+      appendf(report, "\n");
     }
   }
-  std::ofstream(std::filesystem::path(out_dir) / "alloc_ooms.svg")
-      << bar_chart_svg(panels, groups, bars, oom_value, "AVMP allocator replay: mean OOM events (3 seeds)");
+  hcbench::atomic_file_set files;  // all three or none
+  const std::filesystem::path dir(out_dir);
+  files.add((dir / "alloc_sweep.csv").string(), csv);
+  files.add((dir / "alloc_sweep_summary.csv").string(), summary);
+  files.add((dir / "alloc_ooms.svg").string(),
+            bar_chart_svg(panels, groups, bars, oom_value, "AVMP allocator replay: mean OOM events (3 seeds)"));
+  files.commit("--out");
+  std::fputs(report.c_str(), stdout);
 }
 
 const bool registered = hcbench::register_command(
@@ -346,7 +379,12 @@ const bool registered = hcbench::register_command(
        sub.add_flag("--sweep", o.sweep, "run the whole grid in parallel; writes CSV + SVG into --out");
        sub.add_option("--out", o.out, "output directory of --sweep");
        sub.add_option("--threads", o.threads, "sweep threads (default: hardware concurrency)");
-       sub.callback([] {
+       sub.callback([&sub] {
+         for (const char* name : {"--out", "--threads"})
+           hcbench::reject_unless(o.sweep, sub, name, "without --sweep");
+         for (const char* name : {"--workload", "--model", "--budget", "--variant", "--seed", "--json"})
+           hcbench::reject_unless(!o.sweep, sub, name, "with --sweep (the sweep runs the whole grid)");
+         if (o.threads > 4096) throw invalid_argument("--threads: expected 0..4096, got " + std::to_string(o.threads));
          if (o.sweep) {
            const unsigned t = o.threads ? o.threads : std::max(1u, std::thread::hardware_concurrency());
            run_sweep(o.out, t, o.reference_quirks);

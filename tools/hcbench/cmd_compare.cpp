@@ -26,6 +26,8 @@
 #include <hybridcache/core/error.hpp>
 #include <hybridcache/model/presets.hpp>
 
+#include "atomic_file.hpp"
+#include "cli_support.hpp"
 #include "command.hpp"
 #include "replay_args.hpp"
 #include "replay_report.hpp"
@@ -55,18 +57,30 @@ struct loaded_trace {
   hybridcache::sim::replay_trace requests;
 };
 
-void run(const compare_cli& o) {
+void run(const compare_cli& o, const CLI::App& sub) {
   using namespace hcbench;
   const hybridcache::model_spec model = hybridcache::presets::preset(o.model);
   const std::vector<std::string> policies = split_list(o.policies);
   if (policies.empty()) throw hybridcache::invalid_argument("--policies is empty");
   for (const auto& p : policies) check_policy(p);
+  const bool has_marconi = std::find(policies.begin(), policies.end(), "marconi") != policies.end();
+  reject_unless(has_marconi, sub, "--alpha", "without marconi in --policies (marconi only)");
   const std::optional<double> alpha = parse_alpha(o.alpha);
   const bool reference_ties = parse_lru_ties(o.lru_ties);
   if (o.block_size < 0) throw hybridcache::invalid_argument("--block-size must be > 0");
   if (o.threads < 0) throw hybridcache::invalid_argument("--threads must be >= 0");
-  if (o.concurrency < 1) throw hybridcache::invalid_argument("--concurrency must be >= 1");
+  if (o.concurrency < 1 || o.concurrency > 1'000'000)
+    throw hybridcache::invalid_argument("--concurrency: expected 1..1000000, got " + std::to_string(o.concurrency));
+  if (o.threads > 4096) throw hybridcache::invalid_argument("--threads: expected 0..4096, got " + std::to_string(o.threads));
+  reject_unless(!o.traces.empty(), sub, "--format", "without --trace");
+  reject_unless(!o.traces.empty(), sub, "--label", "without --trace");
+  if (o.labels.size() > o.traces.size())
+    throw hybridcache::invalid_argument("--label given " + std::to_string(o.labels.size()) + " times for " +
+                                        std::to_string(o.traces.size()) + " --trace");
 
+  if (!o.capacities.empty() && split_list(o.capacities).empty())
+    throw hybridcache::invalid_argument("--capacities: expected a comma-separated list of byte sizes, got '" +
+                                        o.capacities + "'");
   std::vector<loaded_trace> traces;
   std::string default_caps;
   if (o.traces.empty()) {
@@ -88,6 +102,9 @@ void run(const compare_cli& o) {
   std::vector<std::int64_t> capacities;
   for (const auto& c : split_list(o.capacities.empty() ? default_caps : o.capacities))
     capacities.push_back(parse_capacity(c));
+  if (capacities.empty())
+    throw hybridcache::invalid_argument("--capacities: expected a comma-separated list of byte sizes, got '" +
+                                        o.capacities + "'");
   std::sort(capacities.begin(), capacities.end());
 
   std::vector<replay_job> jobs;
@@ -101,7 +118,7 @@ void run(const compare_cli& o) {
         j.capacity_bytes = cap;
         j.policy = p;
         j.alpha = alpha;
-        j.strict_capacity = o.strict_capacity;
+        j.strict_capacity = o.strict_capacity || o.concurrency > 1;  // see replay's --concurrency
         j.concurrency = o.concurrency;
         j.reference_lru_ties = reference_ties;
         j.tuning_threads = 1;  // the jobs already run in parallel
@@ -139,7 +156,6 @@ void run(const compare_cli& o) {
     if (e) std::rethrow_exception(e);
 
   const std::string table = format_table(results);
-  std::printf("%s", table.c_str());
 
   namespace fs = std::filesystem;
   std::error_code ec;
@@ -148,18 +164,16 @@ void run(const compare_cli& o) {
   const fs::path csv_path = fs::path(o.out) / "results.csv";
   const fs::path svg_path = fs::path(o.out) / "hit_rate_vs_capacity.svg";
   const fs::path table_path = fs::path(o.out) / "table.txt";
-  auto write = [](const fs::path& p, const std::string& text) {
-    std::ofstream f(p, std::ios::binary);
-    f << text;
-    if (!f) throw hybridcache::invalid_argument("cannot write '" + p.string() + "'");
-  };
   std::string csv = std::string(csv_header()) + "\n";
   for (const auto& r : results) csv += csv_row(r) + "\n";
-  write(csv_path, csv);
-  write(table_path, table);
   std::string title = "hcbench compare: " + o.model;
   for (const auto& t : traces) title += (&t == &traces.front() ? " on " : ", ") + t.label;
-  write(svg_path, hit_rate_svg(results, title));
+  atomic_file_set files;  // all three or none
+  files.add(csv_path.string(), csv);
+  files.add(table_path.string(), table);
+  files.add(svg_path.string(), hit_rate_svg(results, title));
+  files.commit("--out");
+  std::printf("%s", table.c_str());
   std::printf("\ntable: %s\ncsv:   %s\nplot:  %s\n", table_path.string().c_str(), csv_path.string().c_str(),
               svg_path.string().c_str());
 }
@@ -184,7 +198,7 @@ const bool registered = hcbench::register_command(
        sub.add_option("--lru-ties", o.lru_ties,
                       "sglang+/vllm+/lru tie-breaking: reference (CPython heapq order, exact reference victims, "
                       "O(n) per eviction round; default) or node-id (O(log n))");
-       sub.callback([] { run(o); });
+       sub.callback([&sub] { run(o, sub); });
      }});
 
 }  // namespace

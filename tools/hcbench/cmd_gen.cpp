@@ -5,12 +5,13 @@
 // Byte-identical to shared/fixtures/marconi/gen_trace.py for the same arguments (same
 // sha256), so a trace can be handed to the reference simulator and to `hcbench replay`.
 #include <cstdio>
-#include <fstream>
+#include <sstream>
 #include <string>
 
 #include <hybridcache/core/error.hpp>
 #include <hybridcache/sim/synth_v1.hpp>
 
+#include "atomic_file.hpp"
 #include "command.hpp"
 
 namespace {
@@ -25,15 +26,20 @@ struct gen_cli {
 
 void run(const gen_cli& o) {
   namespace sim = hybridcache::sim;
+  // Bounded before anything is generated: the trace grows with --sessions, and arrival times
+  // (sessions x gap) stay within the readers' 1e10 s cap.
+  if (o.sessions < 1 || o.sessions > 1'000'000)
+    throw hybridcache::invalid_argument("--sessions: expected 1..1000000, got " + std::to_string(o.sessions));
+  if (o.gap_ms < 0 || o.gap_ms > 3'600'000)
+    throw hybridcache::invalid_argument("--session-gap-ms: expected 0..3600000, got " + std::to_string(o.gap_ms));
+  if (o.seed < 0) throw hybridcache::invalid_argument("--seed: expected a number >= 0, got " + std::to_string(o.seed));
   const auto requests = sim::generate_synth_v1({.profile = sim::parse_synth_profile(o.profile),
                                                 .seed = static_cast<std::uint64_t>(o.seed),
                                                 .sessions = o.sessions,
                                                 .session_gap_ms = o.gap_ms});
-  std::ofstream f(o.out, std::ios::binary);
-  if (!f) throw hybridcache::invalid_argument("--out: cannot open '" + o.out + "' for writing");
-  sim::write_synth_v1_jsonl(f, requests);
-  f.flush();
-  if (!f) throw hybridcache::invalid_argument("--out: cannot write '" + o.out + "'");
+  std::ostringstream text;
+  sim::write_synth_v1_jsonl(text, requests);
+  hcbench::write_file_atomic(o.out, text.str(), "--out");  // whole file or none
   long long in = 0, out = 0;
   for (const auto& r : requests) {
     in += static_cast<long long>(r.input.size());

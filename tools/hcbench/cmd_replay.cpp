@@ -23,6 +23,8 @@
 #include <hybridcache/core/error.hpp>
 #include <hybridcache/model/presets.hpp>
 
+#include "atomic_file.hpp"
+#include "cli_support.hpp"
 #include "command.hpp"
 #include "replay_args.hpp"
 #include "replay_report.hpp"
@@ -49,14 +51,26 @@ struct replay_cli {
   hcbench::tiered_cli tiered;
 };
 
-void run(const replay_cli& o) {
+// Options that belong to one mode only; giving one in the other mode is an error.
+const char* const tiered_only[] = {"--link-gbps", "--scheduler", "--prefetch", "--sparsify", "--demotion",
+                                   "--arrival-scale", "--spread-arrivals", "--prefill-engines", "--prefetch-depth",
+                                   "--split-load-recompute", "--prefill-time", "--per-copy-us"};
+const char* const single_only[] = {"--capacity", "--policy", "--alpha", "--concurrency", "--strict-capacity",
+                                   "--reference-quirks", "--per-request", "--lru-ties"};
+
+void run(const replay_cli& o, const CLI::App& sub) {
   using namespace hcbench;
-  if (!o.tiered.tiers.empty()) {
+  const bool tiered = !o.tiered.tiers.empty();
+  for (const char* name : tiered_only) reject_unless(tiered, sub, name, "without --tiers");
+  for (const char* name : single_only) reject_unless(!tiered, sub, name, "with --tiers (the multi-tier replay)");
+  reject_unless(o.format == "sharegpt", sub, "--sessions-per-second", "to --format " + o.format + " (sharegpt only)");
+  if (tiered) {
     const std::int64_t block = o.format == "mooncake" && o.block_size > 0 ? o.block_size : 512;
     run_tiered_replay_command(o.trace, o.format, o.model, block, o.sessions_per_second, o.tiered, o.json);
     return;
   }
   if (o.capacity.empty()) throw hybridcache::invalid_argument("--capacity is required (or --tiers for a multi-tier replay)");
+  reject_unless(o.policy == "marconi", sub, "--alpha", "to --policy " + o.policy + " (marconi only)");
   hcbench::replay_job job;
   job.model = hybridcache::presets::preset(o.model);  // throws naming an unknown preset
   check_policy(o.policy);
@@ -64,25 +78,29 @@ void run(const replay_cli& o) {
   job.capacity_bytes = parse_capacity(o.capacity);
   job.alpha = parse_alpha(o.alpha);
   if (o.block_size < 0) throw hybridcache::invalid_argument("--block-size must be > 0");
-  if (o.concurrency < 1) throw hybridcache::invalid_argument("--concurrency must be >= 1");
+  if (o.concurrency < 1 || o.concurrency > 1'000'000)
+    throw hybridcache::invalid_argument("--concurrency: expected 1..1000000, got " + std::to_string(o.concurrency));
   const std::int64_t mooncake_block = o.format == "mooncake" && o.block_size > 0 ? o.block_size : 512;
   if (o.format != "mooncake" && o.block_size > 0) job.vllm_block = o.block_size;
   job.concurrency = o.concurrency;
-  job.progress = isatty(STDERR_FILENO) != 0;
-  job.strict_capacity = o.strict_capacity;
+  job.progress = progress_enabled();
+  // In-flight requests pin their matches, which cannot be evicted; letting commits overflow
+  // then runs the cache far past its capacity (1.79 GB at 5e8 B, concurrency 8). So with
+  // more than one request in flight the capacity is a hard limit.
+  job.strict_capacity = o.strict_capacity || o.concurrency > 1;
   job.reference_lru_ties = parse_lru_ties(o.lru_ties);
   job.keep_per_request = !o.per_request.empty();
   job.reference_quirks = o.reference_quirks;
   const auto requests = load_trace(o.trace, o.format, {mooncake_block, o.sessions_per_second});
   job.requests = &requests;
-  job.trace = std::filesystem::path(o.trace).stem().string();
+  job.trace = o.trace == "-" ? std::string("stdin") : std::filesystem::path(o.trace).stem().string();
   const replay_result r = run_replay(job);
   if (!o.per_request.empty()) {  // request index, input tokens, skipped tokens (replay order)
-    std::ofstream f(o.per_request, std::ios::binary);
-    f << "request,input_tokens,skipped_tokens\n";
+    std::string csv = "request,input_tokens,skipped_tokens\n";
     for (std::size_t i = 0; i < r.metrics.skipped_per_request.size(); ++i)
-      f << i << ',' << requests[i].input_tokens << ',' << r.metrics.skipped_per_request[i] << '\n';
-    if (!f) throw hybridcache::invalid_argument("--per-request: cannot write '" + o.per_request + "'");
+      csv += std::to_string(i) + ',' + std::to_string(requests[i].input_tokens) + ',' +
+             std::to_string(r.metrics.skipped_per_request[i]) + '\n';
+    write_file_atomic(o.per_request, csv, "--per-request");
   }
   if (o.json) {
     std::printf("%s\n", to_json(r).c_str());
@@ -103,12 +121,16 @@ void run(const replay_cli& o) {
               static_cast<long long>(r.metrics.cache.checkpoints_reused),
               static_cast<long long>(r.metrics.cache.checkpoints_evicted),
               format_bytes(r.metrics.cache.kv_bytes_admitted).c_str(), format_bytes(r.metrics.cache.peak_bytes).c_str());
+  if (r.metrics.cache.peak_bytes > r.capacity_bytes)
+    std::printf("note: the cache peaked at %s, over its %s capacity: a request whose state alone exceeds the free "
+                "space is inserted anyway, as the Marconi reference does (--strict-capacity forbids it)\n",
+                format_bytes(r.metrics.cache.peak_bytes).c_str(), format_bytes(r.capacity_bytes).c_str());
 }
 
 const bool registered = hcbench::register_command(
     {"replay", "replay one trace through one cache policy at one capacity", [](CLI::App& sub) {
        static replay_cli o;
-       sub.add_option("--trace", o.trace, "trace file")->required();
+       sub.add_option("--trace", o.trace, "trace file; - reads stdin; a .gz file is decompressed")->required();
        sub.add_option("--format", o.format, "trace format: marconi (token-id JSONL), mooncake (hash_ids JSONL), "
                                             "sharegpt (conversation JSONL); default marconi");
        sub.add_option("--model", o.model, "model preset (see `hcbench models`); default marconi_7b");
@@ -121,7 +143,8 @@ const bool registered = hcbench::register_command(
        sub.add_option("--sessions-per-second", o.sessions_per_second,
                       "sharegpt: conversations started per second (default 1)");
        sub.add_option("--concurrency", o.concurrency, "requests in flight; a match stays pinned until its "
-                                                      "request finishes (default 1, the reference's model)");
+                                                      "request finishes (default 1, the reference's model); above 1 "
+                                                      "the capacity is strict (see --strict-capacity)");
        sub.add_flag("--json", o.json, "print one JSON object on stdout");
        sub.add_flag("--strict-capacity", o.strict_capacity,
                     "never exceed the capacity: do not cache a request whose state alone is larger "
@@ -159,7 +182,7 @@ const bool registered = hcbench::register_command(
                       "--tiers: flops (the cost model's FLOPs at Jamba-on-4xA100 throughput, prefix-aware; "
                       "default) | line (the measured Jamba-1.5-Mini line for every model)");
        sub.add_option("--per-copy-us", o.tiered.per_copy_us, "--tiers: fixed cost of one copy call, us (default 6)");
-       sub.callback([] { run(o); });
+       sub.callback([&sub] { run(o, sub); });
      }});
 
 }  // namespace

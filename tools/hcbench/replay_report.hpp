@@ -11,27 +11,15 @@
 
 #include <hybridcache/sim/svg_chart.hpp>
 
+#include "cli_support.hpp"
 #include "replay_args.hpp"
 #include "replay_run.hpp"
 
 namespace hcbench {
 
 namespace detail {
-inline std::string json_string(const std::string& s) {
-  std::string o = "\"";
-  for (unsigned char c : s) {
-    if (c == '"' || c == '\\') { o += '\\'; o += static_cast<char>(c); }
-    else if (c < 0x20) { char b[8]; std::snprintf(b, sizeof b, "\\u%04x", c); o += b; }
-    else o += static_cast<char>(c);
-  }
-  return o + "\"";
-}
-inline std::string json_number(double v) {
-  if (!std::isfinite(v)) return "null";
-  char b[40];
-  std::snprintf(b, sizeof b, "%.17g", v);
-  return b;
-}
+inline std::string json_string(const std::string& s) { return json::string(s); }
+inline std::string json_number(double v) { return json::number(v); }
 }  // namespace detail
 
 /// One JSON object with the keys of the CLI contract (and a few more). Stable key names.
@@ -78,9 +66,13 @@ inline std::string json_number(double v) {
             ", \"skipped_tokens\": " + i(b.skipped_tokens) + ", \"token_hit_rate\": " + json_number(b.token_hit_rate()) + "}";
   }
   kv("hit_rate_by_input_length", bins + "]");
+  kv("capacity_exceeded", m.cache.peak_bytes > r.capacity_bytes ? "true" : "false");
   kv("wall_seconds", json_number(m.wall_seconds));
   kv("cpu_seconds", json_number(m.cpu_seconds));
-  return o + "}";
+  json::object meta;
+  meta.provenance();
+  const std::string p = meta.text();  // {"command": ..., "version": ..., "date": ...}
+  return o + ", " + p.substr(1, p.size() - 2) + "}";
 }
 
 /// CSV header matching csv_row().
@@ -94,7 +86,7 @@ inline const char* csv_header() {
   const auto& m = r.metrics;
   auto n = [](double v) { return std::isfinite(v) ? detail::json_number(v) : std::string(); };
   auto i = [](std::int64_t v) { return std::to_string(v); };
-  return r.trace + "," + r.model + "," + r.policy + "," + i(r.capacity_bytes) + "," + i(m.requests) + "," +
+  return csv_field(r.trace) + "," + csv_field(r.model) + "," + csv_field(r.policy) + "," + i(r.capacity_bytes) + "," + i(m.requests) + "," +
          i(m.input_tokens) + "," + i(m.skipped_tokens) + "," + n(m.token_hit_rate) + "," + n(m.request_hit_rate) + "," +
          n(m.flops_saved) + "," + n(m.ttft_p5_ms) + "," + n(m.ttft_p50_ms) + "," + n(m.ttft_p95_ms) + "," +
          n(m.ttft_p95_no_cache_ms) + "," + i(m.cache.checkpoints_admitted) + "," + i(m.cache.checkpoints_reused) + "," +

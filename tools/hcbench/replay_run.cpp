@@ -15,6 +15,8 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <new>
+#include <vector>
 #include <limits>
 #include <optional>
 #include <span>
@@ -35,6 +37,10 @@
 #include <hybridcache/sim/replay.hpp>
 #include <hybridcache/sim/sharegpt_trace.hpp>
 #include <hybridcache/sim/synth_v1.hpp>
+#include <hybridcache/sim/trace.hpp>
+
+#include "cli_support.hpp"
+#include "trace_input.hpp"
 
 namespace hcbench {
 
@@ -44,35 +50,98 @@ void check_policy(const std::string& name) {
   throw hybridcache::invalid_argument("unknown policy '" + name + "' (known: marconi, sglang+, vllm+, lru)");
 }
 
+namespace {
+/// Reads every request of `reader` through `sink`, turning any failure into one
+/// `input_error` naming the file and the line being read.
+template <class Reader, class Sink>
+void read_each(Reader& reader, const std::string& path, Sink&& sink) {
+  namespace hc = hybridcache;
+  hc::sim::request r;
+  try {
+    while (reader.next(r)) sink(r);
+  } catch (const hc::format_error& e) {
+    throw input_error(path, e.line(), e.field(), format_error_detail(e));
+  } catch (const hc::error& e) {
+    throw input_error(path, reader.line_number() > 0 ? reader.line_number() : 0, "", strip_library_prefix(e.what()));
+  } catch (const std::bad_alloc&) {
+    throw input_error(path, reader.line_number(), "", "out of memory while reading this request");
+  }
+}
+}  // namespace
+
+std::vector<hybridcache::sim::request> read_requests(const std::string& path, const std::string& format,
+                                                     const trace_load_options& options) {
+  using namespace hybridcache;
+  const sim::trace_format f = sim::parse_trace_format(format);
+  const std::int64_t block_size = options.block_size;
+  if (f == sim::trace_format::mooncake && (block_size <= 0 || block_size > 512 || 512 % block_size != 0))
+    throw invalid_argument("--block-size " + std::to_string(block_size) + ": must divide 512 for mooncake traces");
+  if (f == sim::trace_format::sharegpt && (!(options.sessions_per_second >= 1e-6) ||
+                                           !(options.sessions_per_second <= 1e6)))
+    throw invalid_argument("--sessions-per-second: expected a finite number in [1e-06, 1e+06], got " +
+                           json::number(options.sessions_per_second));
+  trace_input input(path);
+  std::istream& in = input.stream();
+  std::vector<sim::request> out;
+  auto sink = [&out](const sim::request& r) { out.push_back(r); };
+  switch (f) {
+    case sim::trace_format::marconi: {
+      sim::marconi_reader reader{in};
+      read_each(reader, path, sink);
+      break;
+    }
+    case sim::trace_format::mooncake: {
+      sim::mooncake_reader reader{in, sim::mooncake_options{.block_size = static_cast<std::int32_t>(block_size),
+                                                            .synthesize_output_ids = true}};
+      read_each(reader, path, sink);
+      break;
+    }
+    case sim::trace_format::sharegpt: {
+      sim::sharegpt_reader reader{in, sim::sharegpt_options{.sessions_per_second = options.sessions_per_second}};
+      read_each(reader, path, sink);
+      break;
+    }
+    case sim::trace_format::azure: {
+      sim::azure_reader reader{in};
+      read_each(reader, path, sink);
+      break;
+    }
+    case sim::trace_format::cachepawl: {
+      sim::cachepawl_reader reader{in};
+      read_each(reader, path, sink);
+      break;
+    }
+  }
+  if (out.empty()) {
+    std::string why = "holds no requests";
+    if (f == sim::trace_format::sharegpt)
+      why += " (a ShareGPT conversation whose first human turn exceeds the 32,768-token cap is skipped, "
+             "as Marconi's loader does)";
+    throw input_error(path, 0, "", why);
+  }
+  return out;
+}
+
 hybridcache::sim::replay_trace load_trace(const std::string& path, const std::string& format,
                                           const trace_load_options& options) {
   using namespace hybridcache;
-  const std::int64_t block_size = options.block_size;
   bool known = false;
   for (const auto& f : trace_formats()) known = known || f == format;
   if (!known) throw invalid_argument("unknown trace format '" + format + "' (known: marconi, mooncake, sharegpt)");
-  std::error_code ec;
-  if (!std::filesystem::is_regular_file(path, ec))
-    throw invalid_argument("trace file '" + path + "' does not exist or is not a regular file");
+  const std::vector<sim::request> requests = read_requests(path, format, options);
   sim::replay_trace out;
-  if (format == "marconi") {
-    sim::marconi_reader reader{std::filesystem::path(path)};
-    out = sim::replay_trace::read_all(reader);
-  } else if (format == "mooncake") {
-    if (block_size <= 0 || block_size > 512 || 512 % block_size != 0)
-      throw invalid_argument("--block-size " + std::to_string(block_size) + ": must divide 512 for mooncake traces");
-    sim::mooncake_reader reader{std::filesystem::path(path),
-                                sim::mooncake_options{.block_size = static_cast<std::int32_t>(block_size),
-                                                      .synthesize_output_ids = true}};
-    out = sim::replay_trace::read_all(reader);
-  } else {
-    if (!(options.sessions_per_second > 0) || !std::isfinite(options.sessions_per_second))
-      throw invalid_argument("--sessions-per-second must be > 0");
-    sim::sharegpt_reader reader{std::filesystem::path(path),
-                                sim::sharegpt_options{.sessions_per_second = options.sessions_per_second}};
-    out = sim::replay_trace::read_all(reader);
+  // The prefix cache matches at least one id: an empty input is bad input, named here
+  // rather than as a failed match in the middle of the replay.
+  const char* const input_field = format == "mooncake" ? "input_length" : format == "marconi" ? "input_tokens" : "";
+  for (const auto& r : requests) {
+    if (r.input.empty())
+      throw input_error(path, r.source_line, input_field, "expected at least one input token, got 0");
+    try {
+      out.append(r);
+    } catch (const hybridcache::error& e) {
+      throw input_error(path, r.source_line, "", strip_library_prefix(e.what()));
+    }
   }
-  if (out.size() == 0) throw invalid_argument("trace file '" + path + "' holds no requests");
   return out;
 }
 

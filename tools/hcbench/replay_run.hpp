@@ -78,6 +78,12 @@ struct trace_load_options {
   double sessions_per_second = 1.0;
 };
 
+/// Reads every request of a trace of any format (sim::trace_format_names) from a file,
+/// stdin ("-") or a .gz file. @throws input_error (FILE:LINE: field ...) for bad input,
+/// hybridcache::invalid_argument for a bad path or option. Never returns an empty trace.
+[[nodiscard]] std::vector<hybridcache::sim::request> read_requests(const std::string& path, const std::string& format,
+                                                                   const trace_load_options& options = {});
+
 /// Reads a whole trace (`format` one of trace_formats()).
 /// @throws hybridcache::invalid_argument (missing file, unknown format, bad options),
 ///         hybridcache::format_error (malformed line).

@@ -16,25 +16,12 @@
 #include <hybridcache/sim/trace.hpp>
 #include <hybridcache/sim/tiered_replay.hpp>
 
+#include "cli_support.hpp"
+#include "replay_run.hpp"
 #include "tiered_flags.hpp"
 
 namespace hcbench {
 namespace {
-
-std::vector<hybridcache::sim::request> read_requests(const std::string& path, const std::string& format,
-                                                     std::int64_t mooncake_block, double sessions_per_second) {
-  namespace sim = hybridcache::sim;
-  if (!std::filesystem::is_regular_file(path))
-    throw hybridcache::invalid_argument("trace file '" + path + "' does not exist or is not a regular file");
-  sim::trace_options opts;
-  opts.mooncake.block_size = mooncake_block;
-  opts.sharegpt.sessions_per_second = sessions_per_second;
-  auto reader = sim::open_trace(path, sim::parse_trace_format(format), opts);
-  std::vector<sim::request> out;
-  sim::request r;
-  while (reader.next(r)) out.push_back(r);
-  return out;
-}
 
 double parse_spread_seconds(const std::string& s) {
   std::size_t used = 0;
@@ -44,8 +31,9 @@ double parse_spread_seconds(const std::string& s) {
   } catch (const std::exception&) {
     used = 0;
   }
-  if (used != s.size() || !(v >= 0) || !std::isfinite(v))
-    throw hybridcache::invalid_argument("--spread-arrivals: '" + s + "' is neither a number of seconds >= 0 nor 'next'");
+  if (used != s.size() || !(v >= 0) || !(v <= 1e6))
+    throw hybridcache::invalid_argument("--spread-arrivals: expected a number of seconds in [0, 1e6] or 'next', got '" + s +
+                                        "'");
   return v;
 }
 
@@ -65,11 +53,14 @@ void run_tiered_replay_command(const std::string& trace, const std::string& form
                                bool json) {
   namespace tiered = hybridcache::tiered;
   const hybridcache::cost_model model(hybridcache::presets::preset(model_name));
+  if (!(t.link_gbps > 0)) throw hybridcache::invalid_argument("--link-gbps: link bandwidth must be > 0");
   tiered::tiered_replay_options multi =
       make_tiered_replay_options(t.tiers, t.link_gbps, t.scheduler, t.prefetch, t.sparsify);
   multi.demotion = parse_demotion(t.demotion);
-  if (!(t.arrival_scale > 0)) throw hybridcache::invalid_argument("--arrival-scale must be > 0");
-  if (!(t.per_copy_us >= 0)) throw hybridcache::invalid_argument("--per-copy-us must be >= 0");
+  // Finite and bounded, so every modelled time (<= 1e10 s of trace times this) stays finite.
+  check_finite_range(t.arrival_scale, 1e-6, 1e6, "--arrival-scale");
+  check_finite_range(t.per_copy_us, 0, 1e6, "--per-copy-us");
+  check_finite_range(t.link_gbps, 1e-6, 1e6, "--link-gbps");
   if (t.prefill_engines < 1 || t.prefill_engines > 4096)
     throw hybridcache::invalid_argument("--prefill-engines must be in 1..4096");
   multi.arrival_time_scale = t.arrival_scale;
@@ -88,38 +79,38 @@ void run_tiered_replay_command(const std::string& trace, const std::string& form
 
   if (t.prefill_time != "flops" && t.prefill_time != "line")
     throw hybridcache::invalid_argument("--prefill-time: unknown value '" + t.prefill_time + "' (flops, line)");
-  const auto requests = read_requests(trace, format, mooncake_block, sessions_per_second);
+  const auto requests = read_requests(trace, format, {mooncake_block, sessions_per_second});
+  const bool tty = progress_enabled();
   auto replay = [&](const tiered::tiered_replay_options& o) {
     if (t.prefill_time == "line") return tiered::run_tiered_replay(requests, model, o, hybridcache::linear_prefill_time{});
     return tiered::run_tiered_replay(requests, model, o, hybridcache::flop_prefill_time(model));
   };
+  if (tty) std::fprintf(stderr, "\r[1/2] multi-tier replay of %zu requests", requests.size());
   const tiered::tiered_replay_result r = replay(multi);
+  if (tty) std::fprintf(stderr, "\r[2/2] single-tier baseline of %zu requests", requests.size());
   const tiered::tiered_replay_result b = replay(single);
+  if (tty) std::fprintf(stderr, "\r[2/2] done%40s\n", "");
   const double cut = b.ttft_p50_ms > 0 ? 1.0 - r.ttft_p50_ms / b.ttft_p50_ms : 0.0;
   const std::int64_t skipped = r.hbm_hit_tokens + r.host_hit_tokens;
 
   if (json) {
-    std::printf(
-        "{\"policy\": \"tiered:%s\", \"tiers\": \"%s\", \"model\": \"%s\", \"requests\": %lld, \"input_tokens\": %lld, "
-        "\"skipped_tokens\": %lld, \"token_hit_rate\": %.6f, \"hbm_hit_tokens\": %lld, \"host_hit_tokens\": %lld, "
-        "\"recomputed_hit_tokens\": %lld, \"recompute_instead_of_reload\": %lld, \"bytes_loaded\": %lld, "
-        "\"bytes_offloaded\": %lld, \"bytes_saved_by_sparsify\": %lld, \"prefetches\": %lld, "
-        "\"ttft_p50_ms\": %.3f, \"ttft_p95_ms\": %.3f, \"pipeline_hidden_fraction\": %.4f, "
-        "\"load_hidden_fraction\": %.4f, \"utilization\": %.4f, \"single_tier_token_hit_rate\": %.6f, "
-        "\"single_tier_ttft_p50_ms\": %.3f, \"single_tier_ttft_p95_ms\": %.3f, \"ttft_p50_reduction\": %.4f, "
-        "\"service_p50_ms\": %.3f, \"single_tier_service_p50_ms\": %.3f, \"single_tier_utilization\": %.4f, "
-        "\"prefill_engines\": %lld, \"arrival_scale\": %.6g, \"prefill_time\": \"%s\", "
-        "\"split_load_recompute\": %lld}\n",
-        t.demotion.c_str(), tier_summary(multi).c_str(), model_name.c_str(), static_cast<long long>(r.requests),
-        static_cast<long long>(r.input_tokens), static_cast<long long>(skipped), r.token_hit_rate(),
-        static_cast<long long>(r.hbm_hit_tokens), static_cast<long long>(r.host_hit_tokens),
-        static_cast<long long>(r.recomputed_hit_tokens), static_cast<long long>(r.recompute_instead_of_reload),
-        static_cast<long long>(r.bytes_loaded), static_cast<long long>(r.bytes_offloaded),
-        static_cast<long long>(r.bytes_saved_by_sparsify), static_cast<long long>(r.prefetches), r.ttft_p50_ms,
-        r.ttft_p95_ms, r.pipeline_hidden_fraction, r.load_hidden_fraction, r.utilization, b.token_hit_rate(),
-        b.ttft_p50_ms, b.ttft_p95_ms, cut, r.service_p50_ms, b.service_p50_ms, b.utilization,
-        static_cast<long long>(t.prefill_engines), t.arrival_scale, t.prefill_time.c_str(),
-        static_cast<long long>(r.split_load_recompute));
+    json::object o;
+    o.str("policy", "tiered:" + t.demotion).str("tiers", tier_summary(multi)).str("model", model_name);
+    o.integer("requests", r.requests).integer("input_tokens", r.input_tokens).integer("skipped_tokens", skipped);
+    o.num("token_hit_rate", r.token_hit_rate()).integer("hbm_hit_tokens", r.hbm_hit_tokens);
+    o.integer("host_hit_tokens", r.host_hit_tokens).integer("recomputed_hit_tokens", r.recomputed_hit_tokens);
+    o.integer("recompute_instead_of_reload", r.recompute_instead_of_reload).integer("bytes_loaded", r.bytes_loaded);
+    o.integer("bytes_offloaded", r.bytes_offloaded).integer("bytes_saved_by_sparsify", r.bytes_saved_by_sparsify);
+    o.integer("prefetches", r.prefetches).num("ttft_p50_ms", r.ttft_p50_ms).num("ttft_p95_ms", r.ttft_p95_ms);
+    o.num("pipeline_hidden_fraction", r.pipeline_hidden_fraction).num("load_hidden_fraction", r.load_hidden_fraction);
+    o.num("utilization", r.utilization).num("single_tier_token_hit_rate", b.token_hit_rate());
+    o.num("single_tier_ttft_p50_ms", b.ttft_p50_ms).num("single_tier_ttft_p95_ms", b.ttft_p95_ms);
+    o.num("ttft_p50_reduction", cut).num("service_p50_ms", r.service_p50_ms);
+    o.num("single_tier_service_p50_ms", b.service_p50_ms).num("single_tier_utilization", b.utilization);
+    o.integer("prefill_engines", t.prefill_engines).num("arrival_scale", t.arrival_scale);
+    o.str("prefill_time", t.prefill_time).integer("split_load_recompute", r.split_load_recompute);
+    o.provenance();
+    std::printf("%s\n", o.text().c_str());
     return;
   }
   std::printf("%-12s %10s %10s %14s %14s %12s %12s %10s\n", "tiers", "requests", "hit rate", "hbm hit tok",

@@ -63,7 +63,8 @@ namespace detail {
     if (!parse_digits(s.substr(0, 4), y) || !parse_digits(s.substr(5, 2), mo) || !parse_digits(s.substr(8, 2), d) ||
         !parse_digits(s.substr(11, 2), h) || !parse_digits(s.substr(14, 2), mi) || !parse_digits(s.substr(17, 2), sec))
       return false;
-    if (mo < 1 || mo > 12 || d < 1 || d > 31 || h > 23 || mi > 59 || sec > 60) return false;
+    // Years 1970..2200 keep nanoseconds since the epoch well inside int64 (+-292 years).
+    if (y < 1970 || y > 2200 || mo < 1 || mo > 12 || d < 1 || d > 31 || h > 23 || mi > 59 || sec > 60) return false;
     std::int64_t fraction_ns = 0;
     if (s.size() > 19) {
       const std::string_view frac = s.substr(20);
@@ -123,7 +124,7 @@ class azure_reader {
       if (!found[k]) throw format_error(line_no, names[k], "missing column");
     std::int64_t ns = 0;
     if (!detail::parse_timestamp_ns(trim(cells[0]), ns))
-      throw format_error(line_no, names[0], "malformed timestamp '" + std::string(cells[0]) + "' (expected YYYY-MM-DD HH:MM:SS[.fraction] or seconds)");
+      throw format_error(line_no, names[0], "expected YYYY-MM-DD HH:MM:SS[.fraction] (years 1970-2200) or seconds in [0, 9e9], got '" + std::string(cells[0]) + "'");
     if (!have_first_) {
       first_ns_ = ns;
       have_first_ = true;
@@ -134,13 +135,17 @@ class azure_reader {
     r.output.clear();
     r.input_tokens = parse_count(cells[1], line_no, names[1]);
     r.output_tokens = parse_count(cells[2], line_no, names[2]);
-    r.arrival_s = static_cast<double>(ns - first_ns_) / 1e9;
+    r.arrival_s = static_cast<double>(ns - first_ns_) / 1e9;  // both within 1970..2200: no overflow
     r.session_id = -1;
     r.turn_id = -1;
     r.tokens_per_id = 1;
     r.source_line = line_no;
     return true;
   }
+
+ public:
+  /// 1-based line of the row last read.
+  [[nodiscard]] std::int64_t line_number() const noexcept { return lines_.line_number(); }
 
  private:
   static constexpr const char* names[3] = {"TIMESTAMP", "ContextTokens", "GeneratedTokens"};
@@ -155,8 +160,9 @@ class azure_reader {
     const std::string_view s = trim(cell);
     std::int64_t v = 0;
     const auto [ptr, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
-    if (s.empty() || ec != std::errc{} || ptr != s.data() + s.size() || v < 0)
-      throw format_error(line, name, "expected a non-negative integer, got '" + std::string(cell) + "'");
+    if (s.empty() || ec != std::errc{} || ptr != s.data() + s.size() || v < 0 || v > max_request_tokens)
+      throw format_error(line, name, "expected a token count in [0, " + std::to_string(max_request_tokens) + "], got '" +
+                                         std::string(cell) + "'");
     return v;
   }
 

@@ -181,7 +181,8 @@ class cachepawl_reader {
       if (key == "prompt_tokens") {
         if (have_tokens) c.fail(key, "duplicate key");
         tokens = c.read_int(key);
-        if (tokens < 0) c.fail(key, "must be >= 0");
+        if (tokens < 0 || tokens > max_request_tokens)
+          c.fail(key, "expected a token count in [0, " + std::to_string(max_request_tokens) + "], got " + std::to_string(tokens));
         have_tokens = true;
       } else if (key == "conversation_id") {
         (void)c.read_string(key);
@@ -194,6 +195,8 @@ class cachepawl_reader {
     c.expect_end();
     if (!have_tokens) throw format_error(line, "prompt_tokens", "missing required key");
     r.arrival_s = static_cast<double>(index_++) / options_.requests_per_second;
+    if (!(r.arrival_s <= max_arrival_seconds))
+      throw format_error(line, "", "arrival time " + format_number(r.arrival_s) + " s exceeds 1e10 s at this request rate");
     r.session_id = -1;
     r.turn_id = -1;
     r.input.clear();
@@ -215,6 +218,12 @@ class cachepawl_reader {
 
   json_array_reader elements_;
   cachepawl_options options_;
+
+ public:
+  /// 1-based line of the element last read.
+  [[nodiscard]] std::int64_t line_number() const noexcept { return elements_.line_number(); }
+
+ private:
   std::int64_t index_ = 0;
 };
 static_assert(request_source<cachepawl_reader>);

@@ -25,6 +25,7 @@
 #include <array>
 #include <charconv>
 #include <cstdint>
+#include <cstdio>
 #include <limits>
 #include <string>
 #include <string_view>
@@ -35,6 +36,13 @@
 #include "hybridcache/core/error.hpp"
 
 namespace hybridcache::sim {
+
+/// A double for an error message: "%g" ("1e+30", "inf", "nan").
+[[nodiscard]] inline std::string format_number(double v) {
+  char b[40];
+  std::snprintf(b, sizeof b, "%g", v);
+  return b;
+}
 
 /// The kind of a JSON value.
 enum class json_kind { null, boolean, number, string, array, object };

@@ -4,7 +4,7 @@
 // never held in memory: only the current line (and at most one buffer of look-ahead).
 //
 // Lines end at '\n'; a trailing '\r' is dropped (files written on Windows); the last line
-// need not end with '\n'. Line numbers are 1-based, for error messages.
+// need not end with '\n'. A UTF-8 byte-order mark at the start of the file is skipped. Line numbers are 1-based, for error messages.
 // Cost: O(bytes) with one memchr pass; the buffer grows only for a line longer than it.
 #pragma once
 
@@ -76,6 +76,10 @@ class line_reader {
  private:
   bool emit(const char* begin, std::size_t length, std::string_view& line) {
     if (length != 0 && begin[length - 1] == '\r') --length;
+    if (line_number_ == 0 && length >= 3 && std::memcmp(begin, "\xEF\xBB\xBF", 3) == 0) {  // UTF-8 BOM
+      begin += 3;
+      length -= 3;
+    }
     line = std::string_view(begin, length);
     ++line_number_;
     return true;

@@ -79,13 +79,18 @@ class marconi_reader {
       } else if (key == "ts") {
         mark(k_ts, key);
         r.arrival_s = c.read_double(key);
-        if (!(r.arrival_s >= 0.0) || !std::isfinite(r.arrival_s)) c.fail(key, "timestamp must be finite and >= 0");
+        if (!(r.arrival_s >= 0.0) || !(r.arrival_s <= max_arrival_seconds))
+          c.fail(key, "expected a time in seconds in [0, 1e10], got " + format_number(r.arrival_s));
       } else if (key == "num_input_tokens") {
         mark(k_num_in, key);
         num_input = c.read_int(key);
+        if (num_input < 0 || num_input > max_request_tokens)
+          c.fail(key, "expected a token count in [0, " + std::to_string(max_request_tokens) + "], got " + std::to_string(num_input));
       } else if (key == "num_output_tokens") {
         mark(k_num_out, key);
         num_output = c.read_int(key);
+        if (num_output < 0 || num_output > max_request_tokens)
+          c.fail(key, "expected a token count in [0, " + std::to_string(max_request_tokens) + "], got " + std::to_string(num_output));
       } else if (key == "input_tokens") {
         mark(k_in, key);
         c.read_int_array(key, r.input);
@@ -97,6 +102,9 @@ class marconi_reader {
       }
     }
     c.expect_end();
+    if (static_cast<std::int64_t>(r.input.size()) > max_request_tokens || static_cast<std::int64_t>(r.output.size()) > max_request_tokens)
+      throw format_error(line, r.input.size() > r.output.size() ? "input_tokens" : "output_tokens",
+                         "more than " + std::to_string(max_request_tokens) + " ids");
     if (seen != k_all) {
       static constexpr const char* names[] = {"session_id", "turn_id", "ts", "num_input_tokens", "num_output_tokens", "input_tokens", "output_tokens"};
       for (unsigned i = 0; i < 7; ++i)

@@ -21,7 +21,8 @@
 // negative ids (-1, -2, ... counted over the whole trace), which no other block can match,
 // so a replay that inserts input + output treats them as the README prescribes.
 //
-// Validation: all four keys required once; lengths >= 0; ids >= 0 and small enough to
+// Validation: all four keys required once; lengths in [0, max_request_tokens] (request.hpp);
+// timestamps in [0, 1e13] ms; ids >= 0 and small enough to
 // expand into int32; hash_ids length = ceil(input_length / 512); timestamps
 // non-decreasing. Violations throw `format_error` naming the line and key.
 //
@@ -88,7 +89,8 @@ class mooncake_reader {
     return o;
   }
 
-  static std::int64_t ceil_div(std::int64_t a, std::int64_t b) noexcept { return (a + b - 1) / b; }
+  // a <= max_request_tokens (checked when read), so a + b - 1 cannot overflow.
+  static std::int64_t ceil_div(std::int64_t a, std::int64_t b) noexcept { return a / b + (a % b != 0 ? 1 : 0); }
 
   void parse(std::string_view text, std::int64_t line, request& r) {
     enum : unsigned { k_ts = 1, k_in = 2, k_out = 4, k_ids = 8, k_all = 15 };
@@ -106,15 +108,20 @@ class mooncake_reader {
       if (key == "timestamp") {
         mark(k_ts, key);
         timestamp_ms = c.read_double(key);
-        if (!(timestamp_ms >= 0.0) || !std::isfinite(timestamp_ms)) c.fail(key, "timestamp must be finite and >= 0");
+        if (!(timestamp_ms >= 0.0) || !(timestamp_ms <= max_arrival_seconds * 1000.0))
+          c.fail(key, "expected a time in ms in [0, 1e13], got " + format_number(timestamp_ms));
       } else if (key == "input_length") {
         mark(k_in, key);
         input_length = c.read_int(key);
-        if (input_length < 0) c.fail(key, "must be >= 0");
+        if (input_length < 0 || input_length > max_request_tokens)
+          c.fail(key, "expected a token count in [0, " + std::to_string(max_request_tokens) + "], got " +
+                          std::to_string(input_length));
       } else if (key == "output_length") {
         mark(k_out, key);
         output_length = c.read_int(key);
-        if (output_length < 0) c.fail(key, "must be >= 0");
+        if (output_length < 0 || output_length > max_request_tokens)
+          c.fail(key, "expected a token count in [0, " + std::to_string(max_request_tokens) + "], got " +
+                          std::to_string(output_length));
       } else if (key == "hash_ids") {
         mark(k_ids, key);
         c.read_int_array(key, hash_ids_, 0, std::numeric_limits<std::int64_t>::max());

@@ -35,6 +35,14 @@ namespace hybridcache::sim {
 using hybridcache::token_id;
 
 /// One request of a trace, in the common representation.
+/// Documented caps every trace reader enforces before it allocates or computes with a
+/// number read from a file (docs/traces.md, "Caps"): a request holds at most
+/// `max_request_tokens` input tokens and as many output tokens (16 Mi; no model's context is
+/// longer), and an arrival time is at most `max_arrival_seconds` (10^10 s, 317 years) after
+/// the trace's origin, so arrival arithmetic (scaling, spreading, TTFT) stays finite.
+inline constexpr std::int64_t max_request_tokens = std::int64_t{1} << 24;
+inline constexpr double max_arrival_seconds = 1e10;
+
 struct request {
   /// Arrival time in seconds since the start of the trace.
   double arrival_s = 0.0;

@@ -103,6 +103,9 @@ class sharegpt_reader {
     return true;
   }
 
+  /// 1-based line of the conversation last read.
+  [[nodiscard]] std::int64_t line_number() const noexcept { return lines_.line_number(); }
+
   /// Conversations read so far.
   [[nodiscard]] std::int64_t conversations() const noexcept { return next_session_; }
   /// Conversations whose requests are not all emitted yet (memory held).
@@ -187,10 +190,12 @@ class sharegpt_reader {
         std::string_view member;
         while (cursor.next_member(member)) {
           if (member == "from") {
+            if (have_from) cursor.fail(field + ".from", "duplicate key");
             const std::string_view from = cursor.read_string(field + ".from");
             if (!parse_role(from, who)) cursor.fail(field + ".from", "unknown role '" + std::string(from) + "'");
             have_from = true;
           } else if (member == "value") {
+            if (have_value) cursor.fail(field + ".value", "duplicate key");
             value_.assign(cursor.read_string(field + ".value"));
             have_value = true;
           } else {
@@ -232,6 +237,9 @@ class sharegpt_reader {
         const auto words = options_.word_rule == think_time_words::spaces ? count_spaces(typed) : count_words(typed);
         arrival += static_cast<double>(words) / words_per_second;
       }
+      if (!(arrival <= max_arrival_seconds))
+        throw format_error(line, "", "arrival time " + format_number(arrival) + " s exceeds 1e10 s (conversation " +
+                                         std::to_string(session) + " at this --sessions-per-second)");
       pending_.push({arrival, session, turn});
       ++c.requests_left;
     }

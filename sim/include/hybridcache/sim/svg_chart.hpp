@@ -67,18 +67,42 @@ struct chart_style {
 
 namespace detail {
 
+// Length of the valid UTF-8 sequence at s[i], or 0 when the bytes there are not one.
+inline std::size_t utf8_sequence_length(std::string_view s, std::size_t i) noexcept {
+  const auto c = static_cast<unsigned char>(s[i]);
+  if (c < 0x80) return 1;
+  const std::size_t n = c >= 0xf0 && c <= 0xf4 ? 4 : c >= 0xe0 && c <= 0xef ? 3 : c >= 0xc2 && c <= 0xdf ? 2 : 0;
+  if (n == 0 || i + n > s.size()) return 0;
+  for (std::size_t k = 1; k < n; ++k)
+    if ((static_cast<unsigned char>(s[i + k]) & 0xc0) != 0x80) return 0;
+  const auto c1 = static_cast<unsigned char>(s[i + 1]);
+  if ((c == 0xe0 && c1 < 0xa0) || (c == 0xed && c1 >= 0xa0) || (c == 0xf0 && c1 < 0x90) || (c == 0xf4 && c1 >= 0x90))
+    return 0;
+  return n;
+}
+
+// XML 1.0 text: markup characters escaped; control characters XML forbids (below 0x20 but
+// tab, LF, CR) and bytes that are not UTF-8 become U+FFFD, so any label gives a valid SVG.
 inline std::string xml_escape(std::string_view s) {
   std::string out;
   out.reserve(s.size());
-  for (char c : s) {
+  for (std::size_t i = 0; i < s.size();) {
+    const char c = s[i];
+    const std::size_t n = utf8_sequence_length(s, i);
+    if (n == 0 || (static_cast<unsigned char>(c) < 0x20 && c != '\t' && c != '\n' && c != '\r') || c == '\x7f') {
+      out += "\xEF\xBF\xBD";
+      i += n == 0 ? 1 : n;
+      continue;
+    }
     switch (c) {
       case '&': out += "&amp;"; break;
       case '<': out += "&lt;"; break;
       case '>': out += "&gt;"; break;
       case '"': out += "&quot;"; break;
       case '\'': out += "&apos;"; break;
-      default: out += c;
+      default: out.append(s.substr(i, n));
     }
+    i += n;
   }
   return out;
 }

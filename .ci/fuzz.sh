@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# Fuzzing stage: builds the libFuzzer harnesses of tests/fuzz with clang
+# (-fsanitize=fuzzer,address,undefined) in a separate build dir, replays every regression
+# input (tests/fuzz/regressions/<target>/), then fuzzes each target for FUZZ_SECONDS
+# (default 8 s each, 7 targets: ~60 s in all) from a copy of its seed corpus
+# (tests/fuzz/corpus/<target>/). Any crash, leak, timeout, out-of-memory or sanitizer report
+# exits non-zero; the crashing input is left in $BUILD/findings/<target>/ to be committed
+# as a regression input.
+#   FUZZ_SECONDS=N   seconds per target      FUZZ_BUILD=DIR  build dir (default build/fuzz)
+#   FUZZ_JOBS=N      build parallelism (default 2)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+SECONDS_PER_TARGET="${FUZZ_SECONDS:-8}"
+BUILD="${FUZZ_BUILD:-build/fuzz}"
+JOBS="${FUZZ_JOBS:-2}"
+targets=(marconi mooncake sharegpt azure cachepawl byte_size tiers)
+start=$(date +%s)
+
+cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_COMPILER=clang++ \
+  -DHYBRIDCACHE_BUILD_FUZZERS=ON -DHYBRIDCACHE_BUILD_TESTS=OFF -DHYBRIDCACHE_BUILD_TOOLS=OFF \
+  -DHYBRIDCACHE_BUILD_BENCH=OFF -DHYBRIDCACHE_BUILD_EXAMPLES=OFF -DHYBRIDCACHE_INSTALL=OFF \
+  -DHYBRIDCACHE_ENABLE_CUDA=OFF >/dev/null
+cmake --build "$BUILD" -j "$JOBS" --target "${targets[@]/#/fuzz_}"
+echo "fuzz: built in $(( $(date +%s) - start )) s"
+
+status=0
+for t in "${targets[@]}"; do
+  bin="$BUILD/tests/fuzz/fuzz_$t"
+  [ -x "$bin" ] || bin="$BUILD/fuzz_$t"
+  reg="tests/fuzz/regressions/$t"
+  if [ -d "$reg" ] && [ -n "$(ls -A "$reg")" ]; then
+    "$bin" -runs=0 "$reg"/* >/dev/null 2>"$BUILD/$t.regressions.log" || {
+      echo "fuzz: $t: a regression input fails again:"; tail -30 "$BUILD/$t.regressions.log"; status=1; }
+  fi
+  work="$BUILD/corpus/$t"
+  rm -rf "$work" && mkdir -p "$work" "$BUILD/findings/$t"
+  cp tests/fuzz/corpus/"$t"/* "$work"/
+  if ! "$bin" -max_total_time="$SECONDS_PER_TARGET" -rss_limit_mb=2048 -timeout=10 -max_len=65536 \
+       -print_final_stats=1 -artifact_prefix="$BUILD/findings/$t/" "$work" >"$BUILD/$t.log" 2>&1; then
+    echo "fuzz: $t: FINDING (input in $BUILD/findings/$t/):"; tail -40 "$BUILD/$t.log"; status=1
+  else
+    echo "fuzz: $t: $(grep -m1 'stat::number_of_executed_units' "$BUILD/$t.log" | awk '{print $2}') runs, no finding"
+  fi
+done
+echo "fuzz: done in $(( $(date +%s) - start )) s (status $status)"
+exit $status

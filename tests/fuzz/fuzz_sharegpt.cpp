@@ -1,0 +1,8 @@
+// libFuzzer target: the sharegpt trace reader (sim/include/hybridcache/sim/sharegpt_trace.hpp).
+#include <hybridcache/sim/sharegpt_trace.hpp>
+
+#include "fuzz_reader.hpp"
+
+extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+  return hybridcache_fuzz::run_reader(data, size, [](std::istream& in) { return hybridcache::sim::sharegpt_reader(in); });
+}
