@@ -16,6 +16,9 @@
 #include <cstdio>
 #include <filesystem>
 #include <limits>
+#include <map>
+#include <memory>
+#include <mutex>
 #include <optional>
 #include <span>
 
@@ -34,6 +37,7 @@
 #include <hybridcache/sim/mooncake_trace.hpp>
 #include <hybridcache/sim/replay.hpp>
 #include <hybridcache/sim/sharegpt_trace.hpp>
+#include <hybridcache/sim/trace.hpp>
 #include <hybridcache/sim/synth_v1.hpp>
 
 namespace hcbench {
@@ -44,16 +48,36 @@ void check_policy(const std::string& name) {
   throw hybridcache::invalid_argument("unknown policy '" + name + "' (known: marconi, sglang+, vllm+, lru)");
 }
 
+std::string tokenizer_label(const std::string& format, const trace_load_options& options) {
+  if (format != "sharegpt" && format != "openai" && format != "swe-agent" && format != "tau-bench") return "";
+  return options.tokenizer.empty() ? std::string("built-in approximation") : "bpe:" + options.tokenizer;
+}
+
+std::shared_ptr<hybridcache::sim::bpe_tokenizer> load_tokenizer(const std::string& path) {
+  static std::mutex mutex;
+  static std::map<std::string, std::shared_ptr<hybridcache::sim::bpe_tokenizer>> loaded;
+  std::lock_guard lock(mutex);
+  auto& t = loaded[path];
+  if (!t) t = std::make_shared<hybridcache::sim::bpe_tokenizer>(hybridcache::sim::bpe_tokenizer::from_file(path));
+  return t;
+}
+
 hybridcache::sim::replay_trace load_trace(const std::string& path, const std::string& format,
                                           const trace_load_options& options) {
   using namespace hybridcache;
   const std::int64_t block_size = options.block_size;
   bool known = false;
   for (const auto& f : trace_formats()) known = known || f == format;
-  if (!known) throw invalid_argument("unknown trace format '" + format + "' (known: marconi, mooncake, sharegpt)");
+  if (!known)
+    throw invalid_argument("unknown trace format '" + format + "' (known: marconi, mooncake, sharegpt, openai, swe-agent, tau-bench)");
   std::error_code ec;
-  if (!std::filesystem::is_regular_file(path, ec))
+  if (!(std::filesystem::is_regular_file(path, ec) || (format == "swe-agent" && std::filesystem::is_directory(path, ec))))
     throw invalid_argument("trace file '" + path + "' does not exist or is not a regular file");
+  const bool text = !tokenizer_label(format, options).empty();
+  if (!text && !options.tokenizer.empty())
+    throw invalid_argument("--tokenizer applies to text formats only (sharegpt, openai, swe-agent, tau-bench), not " + format);
+  std::shared_ptr<sim::bpe_tokenizer> tokenizer;
+  if (!options.tokenizer.empty()) tokenizer = load_tokenizer(options.tokenizer);
   sim::replay_trace out;
   if (format == "marconi") {
     sim::marconi_reader reader{std::filesystem::path(path)};
@@ -65,11 +89,28 @@ hybridcache::sim::replay_trace load_trace(const std::string& path, const std::st
                                 sim::mooncake_options{.block_size = static_cast<std::int32_t>(block_size),
                                                       .synthesize_output_ids = true}};
     out = sim::replay_trace::read_all(reader);
+  } else if (format == "sharegpt") {
+    if (!(options.sessions_per_second > 0) || !std::isfinite(options.sessions_per_second))
+      throw invalid_argument("--sessions-per-second must be > 0");
+    sim::sharegpt_options so{.sessions_per_second = options.sessions_per_second};
+    so.tokenizer = tokenizer;
+    sim::sharegpt_reader reader{std::filesystem::path(path), so};
+    out = sim::replay_trace::read_all(reader);
   } else {
     if (!(options.sessions_per_second > 0) || !std::isfinite(options.sessions_per_second))
       throw invalid_argument("--sessions-per-second must be > 0");
-    sim::sharegpt_reader reader{std::filesystem::path(path),
-                                sim::sharegpt_options{.sessions_per_second = options.sessions_per_second}};
+    if (!(options.tool_time_mean_s >= 0 && options.tool_time_mean_s <= 600))
+      throw invalid_argument("--tool-time-mean must be in [0, 600] seconds");
+    if (options.collapse_observations < -1) throw invalid_argument("--collapse-observations must be >= 0");
+    if (options.max_turns < 0) throw invalid_argument("--max-turns must be >= 0 (0: no limit)");
+    sim::trace_options to;
+    to.chat.tokenizer = tokenizer;
+    to.chat.sessions_per_second = options.sessions_per_second;
+    to.chat.tool_time_mean_s = options.tool_time_mean_s;
+    to.chat.collapse_observations = options.collapse_observations;
+    to.chat.max_requests_per_session = options.max_turns;
+    if (!options.chat_template.empty()) to.chat.chat = sim::chat_template::from_file(options.chat_template);
+    auto reader = sim::open_trace(path, sim::parse_trace_format(format), to);
     out = sim::replay_trace::read_all(reader);
   }
   if (out.size() == 0) throw invalid_argument("trace file '" + path + "' holds no requests");
