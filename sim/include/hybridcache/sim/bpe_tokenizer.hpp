@@ -55,6 +55,7 @@
 #include <vector>
 
 #include "hybridcache/core/error.hpp"
+#include "hybridcache/core/hash.hpp"
 #include "hybridcache/sim/data/unicode_ln.hpp"
 #include "hybridcache/sim/json.hpp"
 #include "hybridcache/sim/request.hpp"
@@ -264,6 +265,8 @@ class bpe_tokenizer {
   static constexpr std::size_t max_entries = std::size_t{1} << 24;
   /// Pre-tokens remembered before the cache is cleared.
   static constexpr std::size_t cache_capacity = std::size_t{1} << 18;
+  /// Longer pre-tokens are not cached (long CJK runs rarely repeat).
+  static constexpr std::size_t max_cached_piece = 64;
 
   /// Reads `path`. Throws `invalid_argument` when it cannot be read, is too large, or uses
   /// a component this tokenizer does not implement; `format_error` for malformed JSON.
@@ -309,7 +312,7 @@ class bpe_tokenizer {
   /// Entries in the model vocabulary (added tokens not counted unless also in it).
   [[nodiscard]] std::size_t vocab_size() const noexcept { return vocab_.size(); }
   /// Number of merges.
-  [[nodiscard]] std::size_t merge_count() const noexcept { return merges_.size(); }
+  [[nodiscard]] std::size_t merge_count() const noexcept { return merge_count_; }
   /// Number of added tokens.
   [[nodiscard]] std::size_t added_token_count() const noexcept { return added_.size(); }
   /// The id of a vocabulary entry or added token (its byte-level spelling), or -1.
@@ -336,10 +339,21 @@ class bpe_tokenizer {
     std::int32_t next;
     bool alive;
   };
+  struct merge_slot {
+    std::uint64_t key;  // empty_key: free
+    merge_target target;
+  };
+  static constexpr std::uint64_t empty_key = ~std::uint64_t{0};  // never a pair of ids >= 0
+  struct piece_hash {
+    using is_transparent = void;
+    std::size_t operator()(std::string_view s) const noexcept { return std::hash<std::string_view>{}(s); }
+  };
   struct candidate {
     std::int32_t rank;
     std::int32_t pos;
     token_id id;
+    token_id left;
+    token_id right;
     bool operator>(const candidate& o) const noexcept { return rank != o.rank ? rank > o.rank : pos > o.pos; }
   };
 
@@ -483,13 +497,20 @@ class bpe_tokenizer {
     }
     if (type != "BPE") unsupported(name, "model type '" + type + "'");
     if (!have_vocab || !have_merges) throw invalid_argument("tokenizer '" + name + "': model needs \"vocab\" and \"merges\"");
-    merges_.reserve(merge_pairs.size());
+    std::size_t slots = 16;
+    while (slots < 2 * merge_pairs.size()) slots *= 2;
+    merge_table_.assign(slots, merge_slot{empty_key, {0, 0}});
+    merge_mask_ = slots - 1;
     for (std::size_t r = 0; r < merge_pairs.size(); ++r) {
       const auto& [a, b] = merge_pairs[r];
       const auto ia = vocab_.find(a), ib = vocab_.find(b), iab = vocab_.find(a + b);
       if (ia == vocab_.end() || ib == vocab_.end() || iab == vocab_.end())
         throw invalid_argument("tokenizer '" + name + "': merge " + std::to_string(r) + " ('" + a + "' '" + b + "') uses a token missing from the vocab");
-      merges_.try_emplace(pair_key(ia->second, ib->second), merge_target{static_cast<std::int32_t>(r), iab->second});
+      const std::uint64_t key = pair_key(ia->second, ib->second);
+      std::size_t i = splitmix64_mix(key) & merge_mask_;
+      while (merge_table_[i].key != empty_key && merge_table_[i].key != key) i = (i + 1) & merge_mask_;
+      if (merge_table_[i].key == empty_key) ++merge_count_;
+      merge_table_[i] = {key, {static_cast<std::int32_t>(r), iab->second}};  // a repeated pair: the last wins, as in the package
     }
     const auto map = bpe_detail::byte_to_unicode();
     for (std::size_t b = 0; b < 256; ++b) {
@@ -498,6 +519,14 @@ class bpe_tokenizer {
       byte_chars_[b] = s;
       const auto it = vocab_.find(s);
       byte_ids_[b] = it == vocab_.end() ? -1 : it->second;
+    }
+  }
+
+  [[nodiscard]] const merge_target* find_merge(token_id a, token_id b) const noexcept {
+    const std::uint64_t key = pair_key(a, b);
+    for (std::size_t i = splitmix64_mix(key) & merge_mask_;; i = (i + 1) & merge_mask_) {
+      if (merge_table_[i].key == key) return &merge_table_[i].target;
+      if (merge_table_[i].key == empty_key) return nullptr;
     }
   }
 
@@ -546,7 +575,8 @@ class bpe_tokenizer {
   }
 
   void encode_piece(std::string_view piece, std::vector<token_id>& out) {
-    if (const auto it = cache_.find(std::string(piece)); it != cache_.end()) {
+    const bool cacheable = piece.size() <= max_cached_piece;
+    if (const auto it = cacheable ? cache_.find(piece) : cache_.end(); it != cache_.end()) {
       out.insert(out.end(), it->second.begin(), it->second.end());
       return;
     }
@@ -557,8 +587,10 @@ class bpe_tokenizer {
       if (const auto it = vocab_.find(spelled); it != vocab_.end()) word_.push_back(it->second);
     }
     if (word_.empty()) merge_word(piece);
-    if (cache_.size() >= cache_capacity) cache_.clear();
-    cache_.emplace(std::string(piece), word_);
+    if (cacheable) {
+      if (cache_.size() >= cache_capacity) cache_.clear();
+      cache_.emplace(std::string(piece), word_);
+    }
     out.insert(out.end(), word_.begin(), word_.end());
   }
 
@@ -576,8 +608,8 @@ class bpe_tokenizer {
     auto push_pair = [&](std::int32_t pos) {
       const std::int32_t nx = symbols_[static_cast<std::size_t>(pos)].next;
       if (nx < 0) return;
-      const auto it = merges_.find(pair_key(symbols_[static_cast<std::size_t>(pos)].id, symbols_[static_cast<std::size_t>(nx)].id));
-      if (it != merges_.end()) heap_.push({it->second.rank, pos, it->second.id});
+      const token_id a = symbols_[static_cast<std::size_t>(pos)].id, b = symbols_[static_cast<std::size_t>(nx)].id;
+      if (const merge_target* m = find_merge(a, b)) heap_.push({m->rank, pos, m->id, a, b});
     };
     for (std::int32_t i = 0; i + 1 < static_cast<std::int32_t>(symbols_.size()); ++i) push_pair(i);
     while (!heap_.empty()) {
@@ -586,8 +618,7 @@ class bpe_tokenizer {
       symbol& left = symbols_[static_cast<std::size_t>(top.pos)];
       if (!left.alive || left.next < 0) continue;
       symbol& right = symbols_[static_cast<std::size_t>(left.next)];
-      const auto it = merges_.find(pair_key(left.id, right.id));
-      if (it == merges_.end() || it->second.rank != top.rank || it->second.id != top.id) continue;
+      if (left.id != top.left || right.id != top.right) continue;  // stale: the pair changed
       left.id = top.id;
       right.alive = false;
       left.next = right.next;
@@ -600,12 +631,14 @@ class bpe_tokenizer {
   }
 
   std::unordered_map<std::string, token_id> vocab_;
-  std::unordered_map<std::uint64_t, merge_target> merges_;
+  std::vector<merge_slot> merge_table_;
+  std::size_t merge_mask_ = 0;
+  std::size_t merge_count_ = 0;
   std::vector<added_token> added_;
   std::array<token_id, 256> byte_ids_{};
   std::array<std::string, 256> byte_chars_{};
   bool ignore_merges_ = false;
-  std::unordered_map<std::string, std::vector<token_id>> cache_;
+  std::unordered_map<std::string, std::vector<token_id>, piece_hash, std::equal_to<>> cache_;
   std::vector<symbol> symbols_;
   std::vector<token_id> word_;
   std::priority_queue<candidate, std::vector<candidate>, std::greater<>> heap_;
