@@ -7,12 +7,15 @@
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
+#include <utility>
 #include <sstream>
 #include <string>
 #include <vector>
 
 #include <unistd.h>
 
+#include <hybridcache/core/hash.hpp>
 #include <hybridcache/sim/trace.hpp>
 
 using namespace hybridcache;
@@ -313,4 +316,73 @@ TEST_CASE("open_trace knows the chat formats") {
   int n = 0;
   while (t.next(r)) ++n;
   CHECK(n == 6);
+}
+
+TEST_CASE("chat readers and the tokenizer loader: mutated inputs throw only hybridcache errors") {
+  // A deterministic stand-in for the fuzz targets: byte flips, insertions and truncations of
+  // the bundled examples through each reader's whole-input entry point.
+  std::string openai, tau, traj;
+  for (auto [path, out] : {std::pair{"openai_agent.jsonl", &openai}, {"tau_bench_results.json", &tau}, {"swe_agent_example.traj", &traj}}) {
+    std::ifstream in(examples / path, std::ios::binary);
+    *out = std::string(std::istreambuf_iterator<char>(in), {});
+  }
+  std::uint64_t state = 19;
+  auto next = [&state] { return splitmix64_mix(state += splitmix64_gamma); };
+  const char specials[] = "{}[]\",:\\0-1e.nt \n\xff\xc3";
+  auto mutate = [&](std::string s) {
+    const int edits = 1 + static_cast<int>(next() % 4);
+    for (int e = 0; e < edits && !s.empty(); ++e) {
+      const std::size_t at = next() % s.size();
+      switch (next() % 4) {
+        case 0: s[at] = specials[next() % (sizeof specials - 1)]; break;
+        case 1: s.insert(at, 1, specials[next() % (sizeof specials - 1)]); break;
+        case 2: s.erase(at, 1 + next() % 8); break;
+        default: s.resize(at); break;
+      }
+    }
+    return s;
+  };
+  int errors = 0, ok = 0;
+  for (int i = 0; i < 600; ++i) {
+    const int which = i % 3;
+    const std::string input = mutate(which == 0 ? openai : which == 1 ? tau : traj);
+    std::istringstream in(input);
+    try {
+      request r;
+      if (which == 0) {
+        openai_reader reader(in);
+        while (reader.next(r)) {
+        }
+      } else if (which == 1) {
+        tau_bench_reader reader(in);
+        while (reader.next(r)) {
+        }
+      } else {
+        swe_agent_reader reader(in);
+        while (reader.next(r)) {
+        }
+      }
+      ++ok;
+    } catch (const hybridcache::error&) {
+      ++errors;
+    }
+  }
+  CHECK(errors + ok == 600);
+  CHECK(errors > 100);
+  // The tokenizer: mutated template files and tokenizer.json fragments, random bytes to encode.
+  const std::string json = R"({"added_tokens":[{"id":3,"content":"<s>","special":true}],"normalizer":null,)"
+                           R"("pre_tokenizer":{"type":"ByteLevel","add_prefix_space":false,"use_regex":true},"post_processor":null,)"
+                           R"("model":{"type":"BPE","vocab":{"a":0,"b":1,"ab":2},"merges":["a b"]}})";
+  auto tok = bpe_tokenizer::from_json(json);
+  for (int i = 0; i < 400; ++i) {
+    try {
+      auto t = bpe_tokenizer::from_json(mutate(json));
+      (void)t.encode(mutate("ab<s>ba \xff ab"));
+    } catch (const hybridcache::error&) {
+    }
+    std::string bytes(next() % 40, '\0');
+    for (auto& c : bytes) c = static_cast<char>(next());
+    (void)tok.encode(bytes);
+  }
+  CHECK(tok.encode("ab<s>") == std::vector<token_id>{2, 3});
 }
