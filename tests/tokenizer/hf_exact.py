@@ -42,7 +42,7 @@ def ensure_tokenizers(venv):
     ok = subprocess.run([py, "-c", "import tokenizers"], capture_output=True).returncode == 0
     if not ok:
         try:
-            r = subprocess.run([py, "-m", "pip", "install", "-q", "tokenizers"], timeout=600)
+            r = subprocess.run([py, "-m", "pip", "install", "-q", "--timeout", "20", "--retries", "1", "tokenizers"], timeout=600)
             ok = r.returncode == 0
         except Exception:
             ok = False

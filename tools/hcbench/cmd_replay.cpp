@@ -57,11 +57,15 @@ struct replay_cli {
 
 void run(const replay_cli& o) {
   using namespace hcbench;
+  trace_load_options load{0, o.sessions_per_second};
+  load.tokenizer = o.tokenizer;
+  load.chat_template = o.chat_template;
+  load.tool_time_mean_s = o.tool_time_mean_s;
+  load.collapse_observations = o.collapse_observations;
+  load.max_turns = o.max_turns;
   if (!o.tiered.tiers.empty()) {
-    if (!o.tokenizer.empty() || !o.chat_template.empty())
-      throw hybridcache::invalid_argument("--tokenizer and --chat-template are not supported with --tiers yet");
     const std::int64_t block = o.format == "mooncake" && o.block_size > 0 ? o.block_size : 512;
-    run_tiered_replay_command(o.trace, o.format, o.model, block, o.sessions_per_second, o.tiered, o.json);
+    run_tiered_replay_command(o.trace, o.format, o.model, block, load, o.tiered, o.json);
     return;
   }
   if (o.capacity.empty()) throw hybridcache::invalid_argument("--capacity is required (or --tiers for a multi-tier replay)");
@@ -81,12 +85,7 @@ void run(const replay_cli& o) {
   job.reference_lru_ties = parse_lru_ties(o.lru_ties);
   job.keep_per_request = !o.per_request.empty();
   job.reference_quirks = o.reference_quirks;
-  trace_load_options load{mooncake_block, o.sessions_per_second};
-  load.tokenizer = o.tokenizer;
-  load.chat_template = o.chat_template;
-  load.tool_time_mean_s = o.tool_time_mean_s;
-  load.collapse_observations = o.collapse_observations;
-  load.max_turns = o.max_turns;
+  load.block_size = mooncake_block;
   const auto requests = load_trace(o.trace, o.format, load);
   job.requests = &requests;
   job.trace = std::filesystem::path(o.trace).stem().string();

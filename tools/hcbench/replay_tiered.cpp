@@ -16,19 +16,28 @@
 #include <hybridcache/sim/trace.hpp>
 #include <hybridcache/sim/tiered_replay.hpp>
 
+#include "replay_report.hpp"
 #include "tiered_flags.hpp"
 
 namespace hcbench {
 namespace {
 
 std::vector<hybridcache::sim::request> read_requests(const std::string& path, const std::string& format,
-                                                     std::int64_t mooncake_block, double sessions_per_second) {
+                                                     std::int64_t mooncake_block, const trace_load_options& load) {
   namespace sim = hybridcache::sim;
-  if (!std::filesystem::is_regular_file(path))
+  if (!std::filesystem::is_regular_file(path) && !(format == "swe-agent" && std::filesystem::is_directory(path)))
     throw hybridcache::invalid_argument("trace file '" + path + "' does not exist or is not a regular file");
   sim::trace_options opts;
   opts.mooncake.block_size = mooncake_block;
-  opts.sharegpt.sessions_per_second = sessions_per_second;
+  opts.sharegpt.sessions_per_second = load.sessions_per_second;
+  if (tokenizer_label(format, load).empty() && !load.tokenizer.empty())
+    throw hybridcache::invalid_argument("--tokenizer applies to text formats only (sharegpt, openai, swe-agent, tau-bench), not " + format);
+  if (!load.tokenizer.empty()) opts.sharegpt.tokenizer = opts.chat.tokenizer = load_tokenizer(load.tokenizer);
+  opts.chat.sessions_per_second = load.sessions_per_second;
+  opts.chat.tool_time_mean_s = load.tool_time_mean_s;
+  opts.chat.collapse_observations = load.collapse_observations;
+  opts.chat.max_requests_per_session = load.max_turns;
+  if (!load.chat_template.empty()) opts.chat.chat = sim::chat_template::from_file(load.chat_template);
   auto reader = sim::open_trace(path, sim::parse_trace_format(format), opts);
   std::vector<sim::request> out;
   sim::request r;
@@ -61,7 +70,7 @@ std::string tier_summary(const hybridcache::tiered::tiered_replay_options& o) {
 }  // namespace
 
 void run_tiered_replay_command(const std::string& trace, const std::string& format, const std::string& model_name,
-                               std::int64_t mooncake_block, double sessions_per_second, const tiered_cli& t,
+                               std::int64_t mooncake_block, const trace_load_options& load, const tiered_cli& t,
                                bool json) {
   namespace tiered = hybridcache::tiered;
   const hybridcache::cost_model model(hybridcache::presets::preset(model_name));
@@ -88,7 +97,8 @@ void run_tiered_replay_command(const std::string& trace, const std::string& form
 
   if (t.prefill_time != "flops" && t.prefill_time != "line")
     throw hybridcache::invalid_argument("--prefill-time: unknown value '" + t.prefill_time + "' (flops, line)");
-  const auto requests = read_requests(trace, format, mooncake_block, sessions_per_second);
+  const auto requests = read_requests(trace, format, mooncake_block, load);
+  const std::string tokenizer = tokenizer_label(format, load);
   auto replay = [&](const tiered::tiered_replay_options& o) {
     if (t.prefill_time == "line") return tiered::run_tiered_replay(requests, model, o, hybridcache::linear_prefill_time{});
     return tiered::run_tiered_replay(requests, model, o, hybridcache::flop_prefill_time(model));
@@ -109,7 +119,7 @@ void run_tiered_replay_command(const std::string& trace, const std::string& form
         "\"single_tier_ttft_p50_ms\": %.3f, \"single_tier_ttft_p95_ms\": %.3f, \"ttft_p50_reduction\": %.4f, "
         "\"service_p50_ms\": %.3f, \"single_tier_service_p50_ms\": %.3f, \"single_tier_utilization\": %.4f, "
         "\"prefill_engines\": %lld, \"arrival_scale\": %.6g, \"prefill_time\": \"%s\", "
-        "\"split_load_recompute\": %lld}\n",
+        "\"split_load_recompute\": %lld, \"tokenizer\": %s}\n",
         t.demotion.c_str(), tier_summary(multi).c_str(), model_name.c_str(), static_cast<long long>(r.requests),
         static_cast<long long>(r.input_tokens), static_cast<long long>(skipped), r.token_hit_rate(),
         static_cast<long long>(r.hbm_hit_tokens), static_cast<long long>(r.host_hit_tokens),
@@ -119,9 +129,11 @@ void run_tiered_replay_command(const std::string& trace, const std::string& form
         r.ttft_p95_ms, r.pipeline_hidden_fraction, r.load_hidden_fraction, r.utilization, b.token_hit_rate(),
         b.ttft_p50_ms, b.ttft_p95_ms, cut, r.service_p50_ms, b.service_p50_ms, b.utilization,
         static_cast<long long>(t.prefill_engines), t.arrival_scale, t.prefill_time.c_str(),
-        static_cast<long long>(r.split_load_recompute));
+        static_cast<long long>(r.split_load_recompute),
+        tokenizer.empty() ? "null" : detail::json_string(tokenizer).c_str());
     return;
   }
+  if (!tokenizer.empty()) std::printf("tokenizer: %s\n", tokenizer.c_str());
   std::printf("%-12s %10s %10s %14s %14s %12s %12s %10s\n", "tiers", "requests", "hit rate", "hbm hit tok",
               "host hit tok", "TTFT p50 ms", "TTFT p95 ms", "hidden");
   std::printf("%-12s %10lld %9.2f%% %14lld %14lld %12.1f %12.1f %9.1f%%\n", "single-tier",
