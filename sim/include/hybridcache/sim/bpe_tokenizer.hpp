@@ -47,7 +47,6 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
-#include <queue>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -604,17 +603,33 @@ class bpe_tokenizer {
     }
     if (symbols_.empty()) return;
     symbols_.back().next = -1;
-    heap_ = {};
-    auto push_pair = [&](std::int32_t pos) {
+    // A min-heap on (rank, position) in a reused vector; a candidate is stale when the
+    // pair at its position changed since it was pushed.
+    heap_.clear();
+    const auto later = [](const candidate& a, const candidate& b) { return a > b; };
+    auto candidate_at = [&](std::int32_t pos, candidate& out) {
       const std::int32_t nx = symbols_[static_cast<std::size_t>(pos)].next;
-      if (nx < 0) return;
+      if (nx < 0) return false;
       const token_id a = symbols_[static_cast<std::size_t>(pos)].id, b = symbols_[static_cast<std::size_t>(nx)].id;
-      if (const merge_target* m = find_merge(a, b)) heap_.push({m->rank, pos, m->id, a, b});
+      const merge_target* m = find_merge(a, b);
+      if (m == nullptr) return false;
+      out = {m->rank, pos, m->id, a, b};
+      return true;
     };
-    for (std::int32_t i = 0; i + 1 < static_cast<std::int32_t>(symbols_.size()); ++i) push_pair(i);
+    auto push_pair = [&](std::int32_t pos) {
+      candidate c{};
+      if (!candidate_at(pos, c)) return;
+      heap_.push_back(c);
+      std::push_heap(heap_.begin(), heap_.end(), later);
+    };
+    candidate c{};
+    for (std::int32_t i = 0; i + 1 < static_cast<std::int32_t>(symbols_.size()); ++i)
+      if (candidate_at(i, c)) heap_.push_back(c);
+    std::make_heap(heap_.begin(), heap_.end(), later);
     while (!heap_.empty()) {
-      const candidate top = heap_.top();
-      heap_.pop();
+      std::pop_heap(heap_.begin(), heap_.end(), later);
+      const candidate top = heap_.back();
+      heap_.pop_back();
       symbol& left = symbols_[static_cast<std::size_t>(top.pos)];
       if (!left.alive || left.next < 0) continue;
       symbol& right = symbols_[static_cast<std::size_t>(left.next)];
@@ -641,7 +656,7 @@ class bpe_tokenizer {
   std::unordered_map<std::string, std::vector<token_id>, piece_hash, std::equal_to<>> cache_;
   std::vector<symbol> symbols_;
   std::vector<token_id> word_;
-  std::priority_queue<candidate, std::vector<candidate>, std::greater<>> heap_;
+  std::vector<candidate> heap_;
   std::array<std::vector<std::uint32_t>, 256> by_first_byte_{};  // indices into added_
 };
 
