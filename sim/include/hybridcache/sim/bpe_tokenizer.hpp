@@ -47,6 +47,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <limits>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -263,7 +264,7 @@ class bpe_tokenizer {
   /// Largest vocabulary, merge list and added-token list accepted.
   static constexpr std::size_t max_entries = std::size_t{1} << 24;
   /// Pre-tokens remembered before the cache is cleared.
-  static constexpr std::size_t cache_capacity = std::size_t{1} << 18;
+  static constexpr std::size_t cache_capacity = std::size_t{1} << 16;
   /// Longer pre-tokens are not cached (long CJK runs rarely repeat).
   static constexpr std::size_t max_cached_piece = 64;
 
@@ -343,10 +344,19 @@ class bpe_tokenizer {
     merge_target target;
   };
   static constexpr std::uint64_t empty_key = ~std::uint64_t{0};  // never a pair of ids >= 0
-  struct piece_hash {
-    using is_transparent = void;
-    std::size_t operator()(std::string_view s) const noexcept { return std::hash<std::string_view>{}(s); }
+  // The pre-token cache: open addressing over flat arenas (no allocation per entry).
+  struct cache_slot {
+    std::uint64_t hash;  // 0: free
+    std::uint32_t bytes_at;
+    std::uint32_t ids_at;
+    std::uint16_t byte_count;
+    std::uint16_t id_count;
   };
+  [[nodiscard]] static std::uint64_t piece_hash(std::string_view s) noexcept {
+    std::uint64_t h = 0xcbf29ce484222325ULL;  // FNV-1a, then a mixer
+    for (char c : s) h = (h ^ static_cast<unsigned char>(c)) * 0x100000001b3ULL;
+    return splitmix64_mix(h) | 1u;
+  }
   struct candidate {
     std::int32_t rank;
     std::int32_t pos;
@@ -575,9 +585,18 @@ class bpe_tokenizer {
 
   void encode_piece(std::string_view piece, std::vector<token_id>& out) {
     const bool cacheable = piece.size() <= max_cached_piece;
-    if (const auto it = cacheable ? cache_.find(piece) : cache_.end(); it != cache_.end()) {
-      out.insert(out.end(), it->second.begin(), it->second.end());
-      return;
+    std::uint64_t hash = 0;
+    std::size_t slot = 0;
+    if (cacheable) {
+      if (cache_table_.empty()) cache_table_.assign(2 * cache_capacity, cache_slot{0, 0, 0, 0, 0});
+      hash = piece_hash(piece);
+      for (slot = hash & (cache_table_.size() - 1); cache_table_[slot].hash != 0; slot = (slot + 1) & (cache_table_.size() - 1)) {
+        const cache_slot& c = cache_table_[slot];
+        if (c.hash == hash && c.byte_count == piece.size() && std::string_view(cache_bytes_).substr(c.bytes_at, c.byte_count) == piece) {
+          out.insert(out.end(), cache_ids_.begin() + c.ids_at, cache_ids_.begin() + c.ids_at + c.id_count);
+          return;
+        }
+      }
     }
     word_.clear();
     if (ignore_merges_) {
@@ -587,13 +606,66 @@ class bpe_tokenizer {
     }
     if (word_.empty()) merge_word(piece);
     if (cacheable) {
-      if (cache_.size() >= cache_capacity) cache_.clear();
-      cache_.emplace(std::string(piece), word_);
+      if (cache_entries_ >= cache_capacity) {  // full: start over
+        std::fill(cache_table_.begin(), cache_table_.end(), cache_slot{0, 0, 0, 0, 0});
+        cache_bytes_.clear();
+        cache_ids_.clear();
+        cache_entries_ = 0;
+        for (slot = hash & (cache_table_.size() - 1); cache_table_[slot].hash != 0; slot = (slot + 1) & (cache_table_.size() - 1)) {
+        }
+      }
+      cache_table_[slot] = {hash, static_cast<std::uint32_t>(cache_bytes_.size()), static_cast<std::uint32_t>(cache_ids_.size()),
+                            static_cast<std::uint16_t>(piece.size()), static_cast<std::uint16_t>(word_.size())};
+      cache_bytes_.append(piece);
+      cache_ids_.insert(cache_ids_.end(), word_.begin(), word_.end());
+      ++cache_entries_;
     }
     out.insert(out.end(), word_.begin(), word_.end());
   }
 
+  // Words of up to `small_word` bytes: the same order of merges (lowest rank, then leftmost)
+  // by a scan over an array of pair ranks, cheaper than a heap for short words.
+  static constexpr std::size_t small_word = 64;
+
+  void merge_small_word(std::string_view piece) {
+    std::array<token_id, small_word> ids{};
+    std::array<std::int32_t, small_word> ranks{};
+    std::array<token_id, small_word> merged{};
+    std::size_t n = 0;
+    for (char c : piece) {
+      const token_id id = byte_ids_[static_cast<unsigned char>(c)];
+      if (id >= 0) ids[n++] = id;  // no unk token: the package drops it
+    }
+    constexpr std::int32_t none = std::numeric_limits<std::int32_t>::max();
+    auto set_pair = [&](std::size_t i) {
+      const merge_target* m = find_merge(ids[i], ids[i + 1]);
+      ranks[i] = m != nullptr ? m->rank : none;
+      merged[i] = m != nullptr ? m->id : 0;
+    };
+    for (std::size_t i = 0; i + 1 < n; ++i) set_pair(i);
+    while (n > 1) {
+      std::size_t best = 0;
+      for (std::size_t i = 1; i + 1 < n; ++i)
+        if (ranks[i] < ranks[best]) best = i;
+      if (ranks[best] == none) break;
+      ids[best] = merged[best];
+      for (std::size_t i = best + 1; i + 1 < n; ++i) {
+        ids[i] = ids[i + 1];
+        ranks[i] = ranks[i + 1];
+        merged[i] = merged[i + 1];
+      }
+      --n;
+      if (best > 0) set_pair(best - 1);
+      if (best + 1 < n) set_pair(best);
+    }
+    word_.insert(word_.end(), ids.begin(), ids.begin() + static_cast<std::ptrdiff_t>(n));
+  }
+
   void merge_word(std::string_view piece) {
+    if (piece.size() <= small_word) {
+      merge_small_word(piece);
+      return;
+    }
     symbols_.clear();
     for (char c : piece) {
       const token_id id = byte_ids_[static_cast<unsigned char>(c)];
@@ -653,7 +725,10 @@ class bpe_tokenizer {
   std::array<token_id, 256> byte_ids_{};
   std::array<std::string, 256> byte_chars_{};
   bool ignore_merges_ = false;
-  std::unordered_map<std::string, std::vector<token_id>, piece_hash, std::equal_to<>> cache_;
+  std::vector<cache_slot> cache_table_;
+  std::string cache_bytes_;
+  std::vector<token_id> cache_ids_;
+  std::size_t cache_entries_ = 0;
   std::vector<symbol> symbols_;
   std::vector<token_id> word_;
   std::vector<candidate> heap_;
