@@ -36,9 +36,12 @@
 // `utf8_replace_invalid`); encoding raw bytes here equals encoding their "replace"-decoded
 // string with the package.
 //
-// Cost: loading is O(file size). `encode` is O(n log n) in the bytes of each pre-token
-// (a heap of candidate merges), and pre-tokens seen before come from a cache (cleared when
-// it holds `cache_capacity` entries). Not thread-safe (the cache); use one per thread.
+// Cost: loading is O(file size). `encode` merges a pre-token of up to 64 bytes by scanning an
+// array of pair ranks (O(n^2) compares, 2 lookups per merge) and a longer one with a heap of
+// candidate merges (O(n log n)), in the package's order either way (lowest rank, then
+// leftmost); pre-tokens of up to 64 bytes seen before come from a cache in flat arenas
+// (cleared when it holds `cache_capacity` entries). Not thread-safe (the cache); use one per
+// thread.
 #pragma once
 
 #include <algorithm>
