@@ -386,3 +386,13 @@ TEST_CASE("chat readers and the tokenizer loader: mutated inputs throw only hybr
   }
   CHECK(tok.encode("ab<s>") == std::vector<token_id>{2, 3});
 }
+
+TEST_CASE("chat readers: caps on timestamps and request sizes") {
+  CHECK(openai_error(R"({"timestamp": 1e11, "messages": []})").field() == "timestamp");
+  CHECK(openai_error(R"({"messages": [{"role": "assistant", "content": "a", "timestamp": 2e10}]})").field() == "messages[0].timestamp");
+  chat_options slow;
+  slow.words_per_minute = 1e-9;  // a typing time beyond the arrival cap
+  CHECK(openai_error(R"({"messages": [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}, {"role": "user", "content": "many words here"}, {"role": "assistant", "content": "b"}]})",
+                     slow)
+            .field() == "messages[3]");
+}

@@ -77,6 +77,10 @@ struct chat_limits {
   static constexpr std::size_t max_tool_calls = std::size_t{1} << 12;     ///< per message
   static constexpr std::uintmax_t max_document_bytes = std::uintmax_t{1} << 30;  ///< one .traj file
   static constexpr std::size_t max_files = std::size_t{1} << 20;          ///< .traj files in a directory
+  /// Longest prompt or output of one request (16 Mi tokens; no model's context is longer).
+  static constexpr std::int64_t max_request_tokens = std::int64_t{1} << 24;
+  /// Latest arrival (s after the trace's origin), so arrival arithmetic stays finite.
+  static constexpr double max_arrival_seconds = 1e10;
 };
 
 /// Roles after normalisation.
@@ -384,7 +388,7 @@ inline void parse_messages(json_cursor& c, std::string_view doc, const std::stri
         }
       } else if (key == "timestamp" && flags.timestamps) {
         const double t = c.read_double(mf + ".timestamp");
-        if (!(t >= 0)) c.fail(mf + ".timestamp", "must be >= 0");
+        if (!(t >= 0 && t <= chat_limits::max_arrival_seconds)) c.fail(mf + ".timestamp", "must be in [0, 1e10] seconds");
         m.timestamp = t;
       } else if (key == "message_type" && flags.swe_agent) {
         m.observation = m.observation || c.read_string(mf + ".message_type") == "observation";
@@ -423,7 +427,7 @@ inline void parse_openai_line(std::string_view text, std::int64_t line, chat_con
     } else if (key == "timestamp") {
       if (out.timestamp) c.fail("timestamp", "duplicate key");
       const double t = c.read_double("timestamp");
-      if (!(t >= 0)) c.fail("timestamp", "must be >= 0");
+      if (!(t >= 0 && t <= chat_limits::max_arrival_seconds)) c.fail("timestamp", "must be in [0, 1e10] seconds");
       out.timestamp = t;
     } else {
       c.skip_value(key);
@@ -613,7 +617,7 @@ class chat_reader {
     }
     const std::int64_t id = next_session_++;
     const chat_conversation& conv = conversation_;
-    double start = static_cast<double>(id) / options_.sessions_per_second;
+    double start = static_cast<double>(id) / options_.sessions_per_second;  // <= 1e10 checked per request
     if (conv.timestamp) {
       start = *conv.timestamp;
     } else {
@@ -665,7 +669,11 @@ class chat_reader {
       }
       const auto turn = static_cast<std::int64_t>(s.calls.size());
       if (options_.max_requests_per_session > 0 && turn >= options_.max_requests_per_session) break;
-      if (options_.max_input_tokens > 0 && input_length(s, k) > options_.max_input_tokens) break;
+      const std::int64_t prompt = input_length(s, k);
+      if (options_.max_input_tokens > 0 && prompt > options_.max_input_tokens) break;
+      if (prompt > chat_limits::max_request_tokens ||
+          static_cast<std::int64_t>(s.content[k].size() + suffix_tokens_[2].size()) > chat_limits::max_request_tokens)
+        throw format_error(conv.line, "messages[" + std::to_string(k) + "]", "a prompt or output longer than 2^24 tokens");
       if (m.timestamp) {
         if (*m.timestamp < arrival)
           throw format_error(conv.line, "messages[" + std::to_string(k) + "].timestamp",
@@ -675,6 +683,8 @@ class chat_reader {
         arrival += static_cast<double>(words) / words_per_second;
         if (tool_results) arrival += static_cast<double>(chat_poisson(options_.tool_time_mean_s, options_.seed, id, turn));
       }
+      if (!(arrival <= chat_limits::max_arrival_seconds))
+        throw format_error(conv.line, "messages[" + std::to_string(k) + "]", "arrival later than 1e10 s");
       words = 0;
       tool_results = false;
       s.calls.push_back(k);
