@@ -1,9 +1,15 @@
 // Prefix cache hot paths: match of a fully cached 32k-token prefix (against a plain memcmp
 // over the same tokens), commit of a 1k-token extension, and eviction with 100k cached nodes
-// (threshold walk vs the naive O(n) rescan the reference does). Results: docs/prefix-cache.md.
+// (threshold walk vs the naive O(n) rescan the reference does), and the request lifecycle
+// (begin + finish) at 10k cached nodes with its allocations per request. Results:
+// docs/results/prefix-cache.md, docs/runtime.md.
 #include <benchmark/benchmark.h>
 
+#include <atomic>
+#include <cstdlib>
 #include <cstring>
+#include <new>
+#include <span>
 #include <algorithm>
 #include <random>
 #include <type_traits>
@@ -11,12 +17,24 @@
 
 #include <hybridcache/model/presets.hpp>
 #include <hybridcache/prefix/flop_aware_scorer.hpp>
+#include <hybridcache/prefix/lifecycle.hpp>
 #include <hybridcache/prefix/prefix_cache.hpp>
 #include "hybridcache/stores/counting_store.hpp"
 #include <hybridcache/sim/reference/reference_scorer.hpp>
 
 using namespace hybridcache;
 using namespace hybridcache::prefix;
+
+// Heap allocations counted while armed (bm_lifecycle_10k_nodes).
+static std::atomic<std::int64_t> g_allocations{0};
+static std::atomic<bool> g_count_allocations{false};
+void* operator new(std::size_t n) {
+  if (g_count_allocations.load(std::memory_order_relaxed)) g_allocations.fetch_add(1, std::memory_order_relaxed);
+  if (void* p = std::malloc(n == 0 ? 1 : n)) return p;
+  throw std::bad_alloc();
+}
+void operator delete(void* p) noexcept { std::free(p); }
+void operator delete(void* p, std::size_t) noexcept { std::free(p); }
 
 namespace {
 
@@ -162,5 +180,53 @@ BENCHMARK(bm_evict_100k<reference_flop_scorer>)
     ->Name("bm_evict_100k/naive_reference_a1")
     ->Unit(benchmark::kMicrosecond)
     ->Iterations(100);
+
+// The request lifecycle at 10k cached nodes: begin (match, plan, reserve) + finish (adopt)
+// of a 32-token continuation of a cached conversation with 16 decode tokens, steady state
+// (the store holds about 10k nodes, so requests also evict). Counts heap allocations per
+// request (operator new is replaced in this executable; only the timed loop is counted).
+template <class Scorer>
+static void bm_lifecycle_10k_nodes(benchmark::State& state) {
+  using cache_t = prefix_cache<cost_model, judicious_admission, Scorer>;
+  cache_t c(model(), big_store(2200, 10'000 * 80), make_scorer<Scorer>());
+  request_lifecycle<cache_t> requests(c);
+  std::mt19937_64 rng(11);
+  std::vector<std::vector<token_id>> convs;
+  for (int s = 0; s < 16; ++s) convs.push_back(random_tokens(256, 100 + static_cast<std::uint64_t>(s)));
+  std::vector<token_id> prompt, seq;
+  prompt.reserve(1 << 16);
+  seq.reserve(1 << 16);
+  const std::vector<std::int64_t> captured_storage(1, 0);
+  auto one = [&] {
+    auto& base = convs[rng() % convs.size()];
+    prompt.assign(base.begin(), base.end());
+    for (int i = 0; i < 32; ++i) prompt.push_back(static_cast<token_id>(3 + rng() % 31997));
+    auto t = requests.begin(prompt, {.output_tokens = 16});
+    if (!t) return false;
+    seq.assign(prompt.begin(), prompt.end());
+    for (int i = 0; i < 16; ++i) seq.push_back(static_cast<token_id>(3 + rng() % 31997));
+    const std::int64_t end = static_cast<std::int64_t>(seq.size());
+    const std::span<const std::int64_t> captured(&end, 1);
+    if (!requests.finish(*t, seq, captured)) return false;
+    if (base.size() < 2000) base.assign(seq.begin(), seq.end());  // the conversation goes on
+    else base.resize(256);                                         // or a new one starts
+    return true;
+  };
+  while (c.tree().size() < 10'000)
+    if (!one()) break;
+  for (int i = 0; i < 2000; ++i) (void)one();  // warm: vectors and tables at their steady size
+  g_allocations.store(0);
+  g_count_allocations.store(true);
+  std::int64_t refused = 0;
+  for (auto _ : state)
+    if (!one()) ++refused;
+  g_count_allocations.store(false);
+  state.counters["allocations_per_request"] =
+      benchmark::Counter(static_cast<double>(g_allocations.load()) / static_cast<double>(state.iterations()));
+  state.counters["nodes"] = benchmark::Counter(static_cast<double>(c.tree().size()));
+  state.counters["refused"] = benchmark::Counter(static_cast<double>(refused));
+}
+BENCHMARK(bm_lifecycle_10k_nodes<lru_scorer>)->Name("bm_lifecycle_10k_nodes/lru");
+BENCHMARK(bm_lifecycle_10k_nodes<flop_aware_scorer>)->Name("bm_lifecycle_10k_nodes/flop_aware_a1");
 
 BENCHMARK_MAIN();

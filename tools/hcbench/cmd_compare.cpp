@@ -46,6 +46,11 @@ struct compare_cli {
   std::int64_t block_size = 0;
   std::int64_t threads = 0;
   double sessions_per_second = 1.0;
+  std::string tokenizer;
+  std::string chat_template;
+  double tool_time_mean_s = 5.0;
+  std::int64_t collapse_observations = -1;
+  std::int64_t max_turns = 0;
   std::int64_t concurrency = 1;
   std::string out = "hcbench-results";
   bool strict_capacity = false;
@@ -55,6 +60,7 @@ struct compare_cli {
 struct loaded_trace {
   std::string label;
   hybridcache::sim::replay_trace requests;
+  std::string tokenizer{};
 };
 
 void run(const compare_cli& o, const CLI::App& sub) {
@@ -95,7 +101,13 @@ void run(const compare_cli& o, const CLI::App& sub) {
       const std::string& fmt = o.formats.size() == 1 ? o.formats[0] : o.formats[i];
       const std::int64_t block = fmt == "mooncake" && o.block_size > 0 ? o.block_size : 512;
       std::string label = i < o.labels.size() ? o.labels[i] : std::filesystem::path(o.traces[i]).stem().string();
-      traces.push_back({label, load_trace(o.traces[i], fmt, {block, o.sessions_per_second})});
+      trace_load_options load{block, o.sessions_per_second};
+      load.tokenizer = o.tokenizer;
+      load.chat_template = o.chat_template;
+      load.tool_time_mean_s = o.tool_time_mean_s;
+      load.collapse_observations = o.collapse_observations;
+      load.max_turns = o.max_turns;
+      traces.push_back({label, load_trace(o.traces[i], fmt, load), tokenizer_label(fmt, load)});
     }
     default_caps = "1e9,2e9,5e9,1e10";
   }
@@ -154,8 +166,15 @@ void run(const compare_cli& o, const CLI::App& sub) {
   for (auto& t : pool) t.join();
   for (auto& e : errors)
     if (e) std::rethrow_exception(e);
+  for (std::size_t i = 0; i < results.size(); ++i) {
+    for (const auto& t : traces)
+      if (t.label == jobs[i].trace) results[i].tokenizer = t.tokenizer;
+  }
 
   const std::string table = format_table(results);
+  std::printf("%s", table.c_str());
+  for (const auto& t : traces)
+    if (!t.tokenizer.empty()) std::printf("tokenizer (%s): %s\n", t.label.c_str(), t.tokenizer.c_str());
 
   namespace fs = std::filesystem;
   std::error_code ec;
@@ -190,7 +209,15 @@ const bool registered = hcbench::register_command(
        sub.add_option("--model", o.model, "model preset (see `hcbench models`)");
        sub.add_option("--alpha", o.alpha, "marconi's FLOP-efficiency weight: a number, or auto");
        sub.add_option("--block-size", o.block_size, "mooncake engine block size / vllm+ checkpoint block");
-       sub.add_option("--sessions-per-second", o.sessions_per_second, "sharegpt: conversations started per second");
+       sub.add_option("--sessions-per-second", o.sessions_per_second,
+                      "sharegpt, openai, swe-agent, tau-bench: conversations started per second");
+       sub.add_option("--tokenizer", o.tokenizer,
+                      "text formats: a Hugging Face tokenizer.json (byte-level BPE); default: the built-in approximation");
+       sub.add_option("--chat-template", o.chat_template, "openai, swe-agent, tau-bench: role prefix/suffix JSON file");
+       sub.add_option("--tool-time-mean", o.tool_time_mean_s, "agent formats: Poisson mean tool time, s (default 5)");
+       sub.add_option("--collapse-observations", o.collapse_observations,
+                      "agent formats: keep only the last K observations whole (default off)");
+       sub.add_option("--max-turns", o.max_turns, "agent formats: at most this many requests per session (0: no limit)");
        sub.add_option("--concurrency", o.concurrency, "requests in flight per replay (see replay --help)");
        sub.add_option("--threads", o.threads, "worker threads (default: hardware concurrency)");
        sub.add_option("--out", o.out, "output directory for results.csv, table.txt and hit_rate_vs_capacity.svg");

@@ -1,6 +1,7 @@
 // `hcbench replay`: one trace through one cache policy at one capacity.
 //
-//   hcbench replay --trace PATH --format marconi|mooncake|sharegpt --model PRESET
+//   hcbench replay --trace PATH --format marconi|mooncake|sharegpt|openai|swe-agent|tau-bench
+//                  [--tokenizer tokenizer.json] [--chat-template FILE] --model PRESET
 //                  --capacity BYTES --policy marconi|sglang+|vllm+|lru [--alpha X|auto]
 //                  [--block-size N] [--concurrency N] [--json]
 //   hcbench replay ... --tiers hbm=BYTES,host=BYTES [--link-gbps 50] [--scheduler fcfs|car]
@@ -43,6 +44,11 @@ struct replay_cli {
   std::int64_t block_size = 0;  // 0: the format's default (mooncake 512 = one id per hash id; vllm+ 32)
   std::int64_t concurrency = 1;
   double sessions_per_second = 1.0;
+  std::string tokenizer;
+  std::string chat_template;
+  double tool_time_mean_s = 5.0;
+  std::int64_t collapse_observations = -1;
+  std::int64_t max_turns = 0;
   bool json = false;
   bool strict_capacity = false;
   std::string lru_ties = "reference";
@@ -63,10 +69,20 @@ void run(const replay_cli& o, const CLI::App& sub) {
   const bool tiered = !o.tiered.tiers.empty();
   for (const char* name : tiered_only) reject_unless(tiered, sub, name, "without --tiers");
   for (const char* name : single_only) reject_unless(!tiered, sub, name, "with --tiers (the multi-tier replay)");
-  reject_unless(o.format == "sharegpt", sub, "--sessions-per-second", "to --format " + o.format + " (sharegpt only)");
+  const bool chat = o.format == "openai" || o.format == "swe-agent" || o.format == "tau-bench";
+  reject_unless(o.format == "sharegpt" || chat, sub, "--sessions-per-second",
+                "to --format " + o.format + " (sharegpt, openai, swe-agent, tau-bench)");
+  for (const char* name : {"--chat-template", "--tool-time-mean", "--collapse-observations", "--max-turns"})
+    reject_unless(chat, sub, name, "to --format " + o.format + " (openai, swe-agent, tau-bench)");
+  trace_load_options load{0, o.sessions_per_second};
+  load.tokenizer = o.tokenizer;
+  load.chat_template = o.chat_template;
+  load.tool_time_mean_s = o.tool_time_mean_s;
+  load.collapse_observations = o.collapse_observations;
+  load.max_turns = o.max_turns;
   if (tiered) {
     const std::int64_t block = o.format == "mooncake" && o.block_size > 0 ? o.block_size : 512;
-    run_tiered_replay_command(o.trace, o.format, o.model, block, o.sessions_per_second, o.tiered, o.json);
+    run_tiered_replay_command(o.trace, o.format, o.model, block, load, o.tiered, o.json);
     return;
   }
   if (o.capacity.empty()) throw hybridcache::invalid_argument("--capacity is required (or --tiers for a multi-tier replay)");
@@ -91,10 +107,12 @@ void run(const replay_cli& o, const CLI::App& sub) {
   job.reference_lru_ties = parse_lru_ties(o.lru_ties);
   job.keep_per_request = !o.per_request.empty();
   job.reference_quirks = o.reference_quirks;
-  const auto requests = load_trace(o.trace, o.format, {mooncake_block, o.sessions_per_second});
+  load.block_size = mooncake_block;
+  const auto requests = load_trace(o.trace, o.format, load);
   job.requests = &requests;
   job.trace = o.trace == "-" ? std::string("stdin") : std::filesystem::path(o.trace).stem().string();
-  const replay_result r = run_replay(job);
+  replay_result r = run_replay(job);
+  r.tokenizer = tokenizer_label(o.format, load);
   if (!o.per_request.empty()) {  // request index, input tokens, skipped tokens (replay order)
     std::string csv = "request,input_tokens,skipped_tokens\n";
     for (std::size_t i = 0; i < r.metrics.skipped_per_request.size(); ++i)
@@ -107,6 +125,10 @@ void run(const replay_cli& o, const CLI::App& sub) {
     return;
   }
   std::printf("%s", format_table({r}).c_str());
+  if (!r.tokenizer.empty())
+    std::printf("tokenizer: %s\n", r.tokenizer == "built-in approximation"
+                                        ? "built-in approximation (text_tokenizer.hpp; --tokenizer tokenizer.json for a model's own)"
+                                        : r.tokenizer.c_str());
   std::printf("\ntoken hit rate by input length:\n");
   for (const auto& b : r.metrics.by_input_length) {
     if (b.requests == 0) continue;
@@ -132,7 +154,8 @@ const bool registered = hcbench::register_command(
        static replay_cli o;
        sub.add_option("--trace", o.trace, "trace file; - reads stdin; a .gz file is decompressed")->required();
        sub.add_option("--format", o.format, "trace format: marconi (token-id JSONL), mooncake (hash_ids JSONL), "
-                                            "sharegpt (conversation JSONL); default marconi");
+                                            "sharegpt (conversation JSONL), openai (chat JSONL), swe-agent (.traj file "
+                                            "or directory), tau-bench (results JSON); default marconi");
        sub.add_option("--model", o.model, "model preset (see `hcbench models`); default marconi_7b");
        sub.add_option("--capacity", o.capacity, "cache capacity in bytes: 5e8, 500000000, 5GB, 4GiB (required unless --tiers)");
        sub.add_option("--policy", o.policy, "marconi | sglang+ | vllm+ | lru; default marconi");
@@ -141,7 +164,19 @@ const bool registered = hcbench::register_command(
                       "mooncake: engine block size B dividing 512 (default 512); other formats: vllm+ "
                       "checkpoint block in tokens (default 32)");
        sub.add_option("--sessions-per-second", o.sessions_per_second,
-                      "sharegpt: conversations started per second (default 1)");
+                      "sharegpt, openai, swe-agent, tau-bench: conversations started per second (default 1)");
+       sub.add_option("--tokenizer", o.tokenizer,
+                      "text formats: a Hugging Face tokenizer.json (byte-level BPE) to tokenize with; default: the "
+                      "built-in approximation");
+       sub.add_option("--chat-template", o.chat_template,
+                      "openai, swe-agent, tau-bench: JSON file of role prefixes/suffixes (default ChatML)");
+       sub.add_option("--tool-time-mean", o.tool_time_mean_s,
+                      "openai, swe-agent, tau-bench: Poisson mean of the tool time before a call, s (default 5)");
+       sub.add_option("--collapse-observations", o.collapse_observations,
+                      "openai, swe-agent, tau-bench: keep only the last K observations whole (Marconi's SWE-bench: 5; "
+                      "default off)");
+       sub.add_option("--max-turns", o.max_turns,
+                      "openai, swe-agent, tau-bench: at most this many requests per session (default 0: no limit)");
        sub.add_option("--concurrency", o.concurrency, "requests in flight; a match stays pinned until its "
                                                       "request finishes (default 1, the reference's model); above 1 "
                                                       "the capacity is strict (see --strict-capacity)");

@@ -57,6 +57,7 @@ inline std::string json_number(double v) { return json::number(v); }
   kv("peak_bytes", i(m.cache.peak_bytes));
   kv("refused_commits", i(m.cache.refused_commits));
   kv("alpha", json_number(m.cache.alpha));
+  kv("tokenizer", r.tokenizer.empty() ? std::string("null") : json_string(r.tokenizer));
   std::string bins = "[";
   for (const auto& b : m.by_input_length) {
     if (bins.size() > 1) bins += ", ";

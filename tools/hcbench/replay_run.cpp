@@ -18,6 +18,9 @@
 #include <new>
 #include <vector>
 #include <limits>
+#include <map>
+#include <memory>
+#include <mutex>
 #include <optional>
 #include <span>
 
@@ -36,6 +39,7 @@
 #include <hybridcache/sim/mooncake_trace.hpp>
 #include <hybridcache/sim/replay.hpp>
 #include <hybridcache/sim/sharegpt_trace.hpp>
+#include <hybridcache/sim/trace.hpp>
 #include <hybridcache/sim/synth_v1.hpp>
 #include <hybridcache/sim/trace.hpp>
 
@@ -50,6 +54,20 @@ void check_policy(const std::string& name) {
   throw hybridcache::invalid_argument("unknown policy '" + name + "' (known: marconi, sglang+, vllm+, lru)");
 }
 
+std::string tokenizer_label(const std::string& format, const trace_load_options& options) {
+  if (format != "sharegpt" && format != "openai" && format != "swe-agent" && format != "tau-bench") return "";
+  return options.tokenizer.empty() ? std::string("built-in approximation") : "bpe:" + options.tokenizer;
+}
+
+std::shared_ptr<hybridcache::sim::bpe_tokenizer> load_tokenizer(const std::string& path) {
+  static std::mutex mutex;
+  static std::map<std::string, std::shared_ptr<hybridcache::sim::bpe_tokenizer>> loaded;
+  std::lock_guard lock(mutex);
+  auto& t = loaded[path];
+  if (!t) t = std::make_shared<hybridcache::sim::bpe_tokenizer>(hybridcache::sim::bpe_tokenizer::from_file(path));
+  return t;
+}
+
 namespace {
 /// Reads every request of `reader` through `sink`, turning any failure into one
 /// `input_error` naming the file and the line being read.
@@ -57,14 +75,18 @@ template <class Reader, class Sink>
 void read_each(Reader& reader, const std::string& path, Sink&& sink) {
   namespace hc = hybridcache;
   hc::sim::request r;
+  auto line = [&]() -> std::int64_t {
+    if constexpr (requires { reader.line_number(); }) return reader.line_number() > 0 ? reader.line_number() : 0;
+    else return 0;
+  };
   try {
     while (reader.next(r)) sink(r);
   } catch (const hc::format_error& e) {
     throw input_error(path, e.line(), e.field(), format_error_detail(e));
   } catch (const hc::error& e) {
-    throw input_error(path, reader.line_number() > 0 ? reader.line_number() : 0, "", strip_library_prefix(e.what()));
+    throw input_error(path, line(), "", strip_library_prefix(e.what()));
   } catch (const std::bad_alloc&) {
-    throw input_error(path, reader.line_number(), "", "out of memory while reading this request");
+    throw input_error(path, line(), "", "out of memory while reading this request");
   }
 }
 }  // namespace
@@ -80,10 +102,43 @@ std::vector<hybridcache::sim::request> read_requests(const std::string& path, co
                                            !(options.sessions_per_second <= 1e6)))
     throw invalid_argument("--sessions-per-second: expected a finite number in [1e-06, 1e+06], got " +
                            json::number(options.sessions_per_second));
-  trace_input input(path);
-  std::istream& in = input.stream();
+  const bool text = f == sim::trace_format::sharegpt || f == sim::trace_format::openai ||
+                    f == sim::trace_format::swe_agent || f == sim::trace_format::tau_bench;
+  if (!text && !options.tokenizer.empty())
+    throw invalid_argument("--tokenizer applies to text formats only (sharegpt, openai, swe-agent, tau-bench), not " + format);
+  const bool chat = f == sim::trace_format::openai || f == sim::trace_format::swe_agent || f == sim::trace_format::tau_bench;
+  if (chat) {
+    if (!(options.sessions_per_second >= 1e-6) || !(options.sessions_per_second <= 1e6))
+      throw invalid_argument("--sessions-per-second: expected a finite number in [1e-06, 1e+06], got " +
+                             json::number(options.sessions_per_second));
+    if (!(options.tool_time_mean_s >= 0 && options.tool_time_mean_s <= 600))
+      throw invalid_argument("--tool-time-mean must be in [0, 600] seconds");
+    if (options.collapse_observations < -1) throw invalid_argument("--collapse-observations must be >= 0");
+    if (options.max_turns < 0) throw invalid_argument("--max-turns must be >= 0 (0: no limit)");
+  }
+  std::shared_ptr<sim::bpe_tokenizer> tokenizer;
+  if (!options.tokenizer.empty()) tokenizer = load_tokenizer(options.tokenizer);
+  sim::chat_options chat_opts;
+  if (chat) {
+    chat_opts.tokenizer = tokenizer;
+    chat_opts.sessions_per_second = options.sessions_per_second;
+    chat_opts.tool_time_mean_s = options.tool_time_mean_s;
+    chat_opts.collapse_observations = options.collapse_observations;
+    chat_opts.max_requests_per_session = options.max_turns;
+    if (!options.chat_template.empty()) chat_opts.chat = sim::chat_template::from_file(options.chat_template);
+  }
   std::vector<sim::request> out;
   auto sink = [&out](const sim::request& r) { out.push_back(r); };
+  std::error_code ec;
+  if (f == sim::trace_format::swe_agent && path != "-" && std::filesystem::is_directory(path, ec)) {
+    // A directory of .traj files (read by path: not a stream).
+    sim::swe_agent_reader reader{std::filesystem::path(path), chat_opts};
+    read_each(reader, path, sink);
+    if (out.empty()) throw input_error(path, 0, "", "holds no requests");
+    return out;
+  }
+  trace_input input(path);
+  std::istream& in = input.stream();
   switch (f) {
     case sim::trace_format::marconi: {
       sim::marconi_reader reader{in};
@@ -97,7 +152,9 @@ std::vector<hybridcache::sim::request> read_requests(const std::string& path, co
       break;
     }
     case sim::trace_format::sharegpt: {
-      sim::sharegpt_reader reader{in, sim::sharegpt_options{.sessions_per_second = options.sessions_per_second}};
+      sim::sharegpt_options so{.sessions_per_second = options.sessions_per_second};
+      so.tokenizer = tokenizer;
+      sim::sharegpt_reader reader{in, so};
       read_each(reader, path, sink);
       break;
     }
@@ -108,6 +165,20 @@ std::vector<hybridcache::sim::request> read_requests(const std::string& path, co
     }
     case sim::trace_format::cachepawl: {
       sim::cachepawl_reader reader{in};
+      read_each(reader, path, sink);
+      break;
+    }    case sim::trace_format::openai: {
+      sim::openai_reader reader{in, chat_opts};
+      read_each(reader, path, sink);
+      break;
+    }
+    case sim::trace_format::swe_agent: {
+      sim::swe_agent_reader reader{in, chat_opts};
+      read_each(reader, path, sink);
+      break;
+    }
+    case sim::trace_format::tau_bench: {
+      sim::tau_bench_reader reader{in, chat_opts};
       read_each(reader, path, sink);
       break;
     }
@@ -127,7 +198,8 @@ hybridcache::sim::replay_trace load_trace(const std::string& path, const std::st
   using namespace hybridcache;
   bool known = false;
   for (const auto& f : trace_formats()) known = known || f == format;
-  if (!known) throw invalid_argument("unknown trace format '" + format + "' (known: marconi, mooncake, sharegpt)");
+  if (!known)
+    throw invalid_argument("unknown trace format '" + format + "' (known: marconi, mooncake, sharegpt, azure, cachepawl, openai, swe-agent, tau-bench)");
   const std::vector<sim::request> requests = read_requests(path, format, options);
   sim::replay_trace out;
   // The prefix cache matches at least one id: an empty input is bad input, named here

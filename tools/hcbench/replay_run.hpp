@@ -3,11 +3,13 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include <hybridcache/model/model_spec.hpp>
+#include <hybridcache/sim/bpe_tokenizer.hpp>
 #include <hybridcache/sim/metrics.hpp>
 #include <hybridcache/sim/replay.hpp>
 #include <hybridcache/sim/request.hpp>
@@ -22,7 +24,7 @@ inline const std::vector<std::string>& policy_names() {
 
 /// The trace formats `--format` accepts.
 inline const std::vector<std::string>& trace_formats() {
-  static const std::vector<std::string> names{"marconi", "mooncake", "sharegpt"};
+  static const std::vector<std::string> names{"marconi", "mooncake", "sharegpt", "openai", "swe-agent", "tau-bench"};
   return names;
 }
 
@@ -64,6 +66,8 @@ struct replay_result {
   std::string policy;
   std::int64_t capacity_bytes = 0;
   hybridcache::sim::run_metrics metrics{};
+  /// How text was tokenized: "" (an id trace), "built-in approximation" or "bpe:PATH".
+  std::string tokenizer{};
 };
 
 /// Runs `job`. @throws hybridcache::invalid_argument (unknown policy, bad alpha),
@@ -74,8 +78,21 @@ struct replay_result {
 struct trace_load_options {
   /// Mooncake: engine block size B dividing 512 (each 512-token hash id expands into 512/B ids).
   std::int64_t block_size = 512;
-  /// ShareGPT: conversations started per second (Marconi's sweeps: 0.25 ... 10).
+  /// ShareGPT, openai, swe-agent, tau-bench: conversations started per second (Marconi's
+  /// sweeps: 0.25 ... 10).
   double sessions_per_second = 1.0;
+  /// Text formats: a Hugging Face tokenizer.json (byte-level BPE); empty: the built-in
+  /// approximation.
+  std::string tokenizer{};
+  /// openai, swe-agent, tau-bench: a chat template file (JSON role prefixes/suffixes);
+  /// empty: ChatML.
+  std::string chat_template{};
+  /// openai, swe-agent, tau-bench: Poisson mean of the tool time before a call (s).
+  double tool_time_mean_s = 5.0;
+  /// openai, swe-agent, tau-bench: keep the last K observations whole (-1: off).
+  std::int64_t collapse_observations = -1;
+  /// openai, swe-agent, tau-bench: at most this many requests per session (0: no limit).
+  std::int64_t max_turns = 0;
 };
 
 /// Reads every request of a trace of any format (sim::trace_format_names) from a file,
@@ -83,6 +100,13 @@ struct trace_load_options {
 /// hybridcache::invalid_argument for a bad path or option. Never returns an empty trace.
 [[nodiscard]] std::vector<hybridcache::sim::request> read_requests(const std::string& path, const std::string& format,
                                                                    const trace_load_options& options = {});
+
+/// The label of the tokenizer a text format uses ("" for id formats).
+[[nodiscard]] std::string tokenizer_label(const std::string& format, const trace_load_options& options);
+
+/// Loads a tokenizer.json once per path (shared by every trace that names it).
+/// @throws hybridcache::invalid_argument when it cannot be read or is not supported.
+[[nodiscard]] std::shared_ptr<hybridcache::sim::bpe_tokenizer> load_tokenizer(const std::string& path);
 
 /// Reads a whole trace (`format` one of trace_formats()).
 /// @throws hybridcache::invalid_argument (missing file, unknown format, bad options),

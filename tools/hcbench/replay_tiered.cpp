@@ -18,6 +18,7 @@
 
 #include "cli_support.hpp"
 #include "replay_run.hpp"
+#include "replay_report.hpp"
 #include "tiered_flags.hpp"
 
 namespace hcbench {
@@ -49,7 +50,7 @@ std::string tier_summary(const hybridcache::tiered::tiered_replay_options& o) {
 }  // namespace
 
 void run_tiered_replay_command(const std::string& trace, const std::string& format, const std::string& model_name,
-                               std::int64_t mooncake_block, double sessions_per_second, const tiered_cli& t,
+                               std::int64_t mooncake_block, const trace_load_options& load, const tiered_cli& t,
                                bool json) {
   namespace tiered = hybridcache::tiered;
   const hybridcache::cost_model model(hybridcache::presets::preset(model_name));
@@ -79,7 +80,10 @@ void run_tiered_replay_command(const std::string& trace, const std::string& form
 
   if (t.prefill_time != "flops" && t.prefill_time != "line")
     throw hybridcache::invalid_argument("--prefill-time: unknown value '" + t.prefill_time + "' (flops, line)");
-  const auto requests = read_requests(trace, format, {mooncake_block, sessions_per_second});
+  trace_load_options with_block = load;
+  with_block.block_size = mooncake_block;
+  const auto requests = read_requests(trace, format, with_block);
+  const std::string tokenizer = tokenizer_label(format, load);
   const bool tty = progress_enabled();
   auto replay = [&](const tiered::tiered_replay_options& o) {
     if (t.prefill_time == "line") return tiered::run_tiered_replay(requests, model, o, hybridcache::linear_prefill_time{});
@@ -109,10 +113,15 @@ void run_tiered_replay_command(const std::string& trace, const std::string& form
     o.num("single_tier_service_p50_ms", b.service_p50_ms).num("single_tier_utilization", b.utilization);
     o.integer("prefill_engines", t.prefill_engines).num("arrival_scale", t.arrival_scale);
     o.str("prefill_time", t.prefill_time).integer("split_load_recompute", r.split_load_recompute);
+    if (tokenizer.empty())
+      o.raw("tokenizer", "null");
+    else
+      o.str("tokenizer", tokenizer);
     o.provenance();
     std::printf("%s\n", o.text().c_str());
     return;
   }
+  if (!tokenizer.empty()) std::printf("tokenizer: %s\n", tokenizer.c_str());
   std::printf("%-12s %10s %10s %14s %14s %12s %12s %10s\n", "tiers", "requests", "hit rate", "hbm hit tok",
               "host hit tok", "TTFT p50 ms", "TTFT p95 ms", "hidden");
   std::printf("%-12s %10lld %9.2f%% %14lld %14lld %12.1f %12.1f %9.1f%%\n", "single-tier",

@@ -10,6 +10,8 @@
 #include <cstdint>
 #include <string>
 
+#include "replay_run.hpp"
+
 namespace hcbench {
 
 /// The tiered replay's CLI knobs (strings are validated by the library's parsers).
@@ -32,7 +34,7 @@ struct tiered_cli {
 /// Loads the trace, runs the tiered and the single-tier replay, prints a table or (json)
 /// one JSON object. @throws hybridcache::error for bad options or input.
 void run_tiered_replay_command(const std::string& trace, const std::string& format, const std::string& model,
-                               std::int64_t mooncake_block, double sessions_per_second, const tiered_cli& t,
+                               std::int64_t mooncake_block, const trace_load_options& load, const tiered_cli& t,
                                bool json);
 
 }  // namespace hcbench

@@ -8,8 +8,9 @@
 // utils/generate_trace.py):
 //   - request k of a conversation: input = every earlier message + human message k,
 //     output = gpt message k; so each prompt extends the previous prompt + output;
-//   - messages are tokenized by the built-in tokenizer (text_tokenizer.hpp), each preceded
-//     by one role token (system/user/assistant) as a minimal chat template;
+//   - messages are tokenized by the built-in tokenizer (text_tokenizer.hpp), or by a real
+//     byte-level BPE (`sharegpt_options::tokenizer`, bpe_tokenizer.hpp), each preceded by one
+//     role token (system/user/assistant ids 1-3) as a minimal chat template;
 //   - conversation s (its 0-based line among non-blank lines) starts at s / sessions_per_second;
 //     request k > 0 arrives words(human message k) / (words_per_minute / 60) seconds after
 //     request k-1 (the user's typing time; Marconi: 90 words per minute, counting spaces);
@@ -32,6 +33,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <functional>
+#include <memory>
 #include <istream>
 #include <queue>
 #include <string>
@@ -41,6 +43,7 @@
 #include <vector>
 
 #include "hybridcache/core/error.hpp"
+#include "hybridcache/sim/bpe_tokenizer.hpp"
 #include "hybridcache/sim/json.hpp"
 #include "hybridcache/sim/line_reader.hpp"
 #include "hybridcache/sim/request.hpp"
@@ -65,6 +68,8 @@ struct sharegpt_options {
   std::int64_t max_input_tokens = 32768;
   /// Put one role token before every message.
   bool role_tokens = true;
+  /// A real tokenizer (bpe_tokenizer.hpp); null: the built-in approximation.
+  std::shared_ptr<bpe_tokenizer> tokenizer = nullptr;
 };
 
 /// Streaming ShareGPT reader. Models `request_source`.
@@ -217,7 +222,10 @@ class sharegpt_reader {
         }
         if (options_.role_tokens)
           c.tokens.push_back(who == role::system ? role_token_system : who == role::human ? role_token_user : role_token_assistant);
-        tokenize_text(value_, c.tokens);
+        if (options_.tokenizer)
+          options_.tokenizer->encode(value_, c.tokens);
+        else
+          tokenize_text(value_, c.tokens);
         c.message_end.push_back(c.tokens.size());
         ++index;
       }

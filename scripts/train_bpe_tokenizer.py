@@ -1,0 +1,65 @@
+#!/usr/bin/env python3
+"""Trains a byte-level BPE tokenizer.json (the kind sim/bpe_tokenizer.hpp reads) with the
+Hugging Face `tokenizers` package on the text of traces, for replays with a real BPE when a
+model's own tokenizer.json cannot be downloaded.
+
+  python3 scripts/train_bpe_tokenizer.py --vocab-size 32000 --out tok.json \
+      ../shared/data/traces/sharegpt_zh_1k/sharegpt_zh_1K_format.jsonl
+
+Text is taken from every JSON string value named "value", "content" or "text" in each
+line (ShareGPT and OpenAI-style JSONL) or, for a file holding one JSON document (a
+tau-bench results array, a .traj), from the whole document. Pre-tokenizer: ByteLevel
+(add_prefix_space=False, use_regex=True); special tokens <|im_start|>, <|im_end|>,
+<|endoftext|> (so the ChatML template's markers are single tokens).
+"""
+import argparse
+import json
+import sys
+
+
+def strings(v, out):
+    if isinstance(v, dict):
+        for k, x in v.items():
+            if k in ("value", "content", "text") and isinstance(x, str):
+                out.append(x)
+            else:
+                strings(x, out)
+    elif isinstance(v, list):
+        for x in v:
+            strings(x, out)
+
+
+def texts(path):
+    out = []
+    with open(path, encoding="utf-8", errors="replace") as f:
+        data = f.read()
+    try:
+        strings(json.loads(data), out)
+    except json.JSONDecodeError:
+        for line in data.splitlines():
+            if line.strip():
+                strings(json.loads(line), out)
+    return out
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("files", nargs="+")
+    ap.add_argument("--vocab-size", type=int, default=32000)
+    ap.add_argument("--out", required=True)
+    a = ap.parse_args()
+    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+    corpus = []
+    for p in a.files:
+        corpus += texts(p)
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+    trainer = trainers.BpeTrainer(vocab_size=a.vocab_size, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+                                  special_tokens=["<|im_start|>", "<|im_end|>", "<|endoftext|>"], show_progress=False)
+    tok.train_from_iterator(corpus, trainer)
+    tok.save(a.out)
+    print("%s: vocab %d from %d strings" % (a.out, tok.get_vocab_size(), len(corpus)), file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()

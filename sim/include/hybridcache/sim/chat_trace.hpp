@@ -1,0 +1,833 @@
+// hybridcache/sim/chat_trace.hpp
+//
+// Readers for the conversations users and agents actually have, turned into request traces:
+//
+//   openai     one conversation per line: {"messages": [OpenAI chat messages], "timestamp"?}
+//   swe-agent  SWE-agent trajectories (.traj: a JSON object with a "history" message list);
+//              a file, or a directory searched recursively for *.traj (sorted by path)
+//   tau-bench  tau-bench results: a JSON array of tasks, each {"traj": [OpenAI messages]}
+//
+// All three parse messages into one model (`chat_message`: role, text, observation flag)
+// and share one request recipe (docs/traces.md, "Chat and agent traces"):
+//
+//   - every assistant message is one request (one LLM call): its prompt is every earlier
+//     message rendered through the chat template, then the assistant prefix (the
+//     generation prompt); its output is the assistant message and the assistant suffix;
+//   - rendering: a message is prefix(role) + text + suffix(role); the three pieces are
+//     tokenized separately, so prompt k+1 extends prompt k + output k exactly;
+//   - text of a message: string content, or the "text" of its content parts joined by
+//     "\n" (a non-text part becomes "<TYPE>"); each tool call appends (after a "\n" when
+//     the text is not empty) `<tool_call>\n{"name": NAME, "arguments": ARGS}\n</tool_call>`,
+//     ARGS being the arguments string verbatim (or the raw JSON when it is not a string);
+//   - roles: system/developer -> system, user, assistant, tool/function -> tool;
+//   - arrivals: session s starts at its "timestamp" (openai) or s / sessions_per_second;
+//     an openai assistant message with a "timestamp" arrives then; otherwise request k > 0
+//     arrives after the previous one plus words(user messages in between) / (wpm / 60)
+//     plus, when tool results (observations) came in between, a Poisson draw with mean
+//     `tool_time_mean_s` (Marconi's SWE-bench recipe: Poisson(art), art = 5, 7.5, 10 s);
+//   - optional observation collapsing: with `collapse_observations = K`, only the last K
+//     observations before a call are kept whole; each older one is replaced by
+//     "Old environment output: (N lines omitted)" (Marconi's SWE-bench recipe: K = 5);
+//   - a session stops at the first prompt longer than `max_input_tokens` (0: no limit) or
+//     after `max_requests_per_session` requests (0: no limit; Marconi: 50).
+// A system prompt shared across sessions is kept verbatim, so a prefix cache can find it.
+//
+// Bad input: every error is a `format_error(line, field, what)` with a field path such as
+// `messages[3].tool_calls[0].function.name`; sizes are capped (`chat_limits`) and nothing
+// is allocated in proportion to a number read from the input.
+//
+// Fuzz entry points (one call on the whole input): `parse_openai_line`,
+// `parse_swe_agent_traj`, `parse_tau_bench_task`, and the readers on a std::istream.
+#pragma once
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstdint>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <istream>
+#include <limits>
+#include <memory>
+#include <optional>
+#include <queue>
+#include <sstream>
+#include <string>
+#include <string_view>
+#include <tuple>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "hybridcache/core/error.hpp"
+#include "hybridcache/core/hash.hpp"
+#include "hybridcache/sim/bpe_tokenizer.hpp"
+#include "hybridcache/sim/cachepawl_trace.hpp"
+#include "hybridcache/sim/json.hpp"
+#include "hybridcache/sim/line_reader.hpp"
+#include "hybridcache/sim/request.hpp"
+#include "hybridcache/sim/text_tokenizer.hpp"
+
+namespace hybridcache::sim {
+
+/// Size caps of the chat readers (bad-input rules).
+struct chat_limits {
+  static constexpr std::size_t max_messages = std::size_t{1} << 20;       ///< per conversation
+  static constexpr std::size_t max_tool_calls = std::size_t{1} << 12;     ///< per message
+  static constexpr std::uintmax_t max_document_bytes = std::uintmax_t{1} << 30;  ///< one .traj file
+  static constexpr std::size_t max_files = std::size_t{1} << 20;          ///< .traj files in a directory
+  /// Longest prompt or output of one request (16 Mi tokens; no model's context is longer).
+  static constexpr std::int64_t max_request_tokens = std::int64_t{1} << 24;
+  /// Latest arrival (s after the trace's origin), so arrival arithmetic stays finite.
+  static constexpr double max_arrival_seconds = 1e10;
+};
+
+/// Roles after normalisation.
+enum class chat_role : std::uint8_t { system = 0, user = 1, assistant = 2, tool = 3 };
+
+/// One message, rendered to text (tool calls serialised).
+struct chat_message {
+  chat_role role = chat_role::user;
+  std::string text;
+  bool observation = false;              ///< a tool / environment result
+  std::optional<double> timestamp;       ///< openai: arrival of this assistant call (s)
+};
+
+/// One conversation or agent session.
+struct chat_conversation {
+  std::vector<chat_message> messages;
+  std::optional<double> timestamp;  ///< session start (s), when the input gives one
+  std::int64_t line = 0;            ///< 1-based line where it starts
+  void clear() noexcept {
+    messages.clear();
+    timestamp.reset();
+    line = 0;
+  }
+};
+
+/// Role prefixes and suffixes (Jinja-free chat template).
+struct chat_template {
+  std::array<std::string, 4> prefix;  ///< indexed by chat_role
+  std::array<std::string, 4> suffix;
+
+  /// The default: ChatML (`<|im_start|>ROLE\n` ... `<|im_end|>\n`).
+  [[nodiscard]] static chat_template chatml() {
+    chat_template t;
+    const std::array<const char*, 4> names = {"system", "user", "assistant", "tool"};
+    for (std::size_t i = 0; i < 4; ++i) {
+      t.prefix[i] = std::string("<|im_start|>") + names[i] + "\n";
+      t.suffix[i] = "<|im_end|>\n";
+    }
+    return t;
+  }
+
+  /// Parses a template file: a JSON object {"ROLE": {"prefix": "...", "suffix": "..."}}
+  /// for ROLE in system, user, assistant, tool; a missing role or key is empty.
+  [[nodiscard]] static chat_template from_json(std::string_view text) {
+    chat_template t;
+    json_cursor c(text);
+    c.begin_object("");
+    std::string_view key;
+    std::array<bool, 4> seen{};
+    while (c.next_member(key)) {
+      const std::string role(key);
+      std::size_t r = 4;
+      if (role == "system") r = 0;
+      if (role == "user") r = 1;
+      if (role == "assistant") r = 2;
+      if (role == "tool") r = 3;
+      if (r == 4) c.fail(role, "unknown role (expected system, user, assistant or tool)");
+      if (seen[r]) c.fail(role, "duplicate key");
+      seen[r] = true;
+      c.begin_object(role);
+      std::string_view member;
+      while (c.next_member(member)) {
+        const std::string field = role + "." + std::string(member);
+        if (member == "prefix") {
+          t.prefix[r] = std::string(c.read_string(field));
+        } else if (member == "suffix") {
+          t.suffix[r] = std::string(c.read_string(field));
+        } else {
+          c.fail(field, "unknown key (expected prefix or suffix)");
+        }
+      }
+    }
+    c.expect_end();
+    return t;
+  }
+
+  /// Reads a template file; throws `invalid_argument` when it cannot be read.
+  [[nodiscard]] static chat_template from_file(const std::filesystem::path& path) {
+    std::ifstream in(path, std::ios::binary);
+    if (!in) throw invalid_argument("chat template '" + path.string() + "': cannot open");
+    std::ostringstream s;
+    s << in.rdbuf();
+    if (s.str().size() > (std::size_t{1} << 20)) throw invalid_argument("chat template '" + path.string() + "': larger than 1 MiB");
+    return from_json(s.str());
+  }
+};
+
+/// How chat and agent conversations become requests.
+struct chat_options {
+  chat_template chat = chat_template::chatml();
+  /// The tokenizer; null: the built-in approximation (text_tokenizer.hpp).
+  std::shared_ptr<bpe_tokenizer> tokenizer = nullptr;
+  double sessions_per_second = 1.0;
+  double words_per_minute = 90.0;
+  /// Mean of the Poisson tool/environment time before a call that follows tool results (s).
+  double tool_time_mean_s = 5.0;
+  std::uint64_t seed = 42;
+  /// Keep only the last K observations whole (-1: no collapsing).
+  std::int64_t collapse_observations = -1;
+  /// A session stops at the first prompt longer than this (0: no limit).
+  std::int64_t max_input_tokens = 32768;
+  /// At most this many requests per session (0: no limit).
+  std::int64_t max_requests_per_session = 0;
+};
+
+namespace chat_detail {
+
+inline void append_json_string(std::string& out, std::string_view s) {
+  out.push_back('"');
+  for (char ch : s) {
+    const auto c = static_cast<unsigned char>(ch);
+    if (c == '"' || c == '\\') {
+      out.push_back('\\');
+      out.push_back(ch);
+    } else if (c == '\n') {
+      out += "\\n";
+    } else if (c == '\t') {
+      out += "\\t";
+    } else if (c == '\r') {
+      out += "\\r";
+    } else if (c < 0x20) {
+      static constexpr char hex[] = "0123456789abcdef";
+      out += "\\u00";
+      out.push_back(hex[c >> 4]);
+      out.push_back(hex[c & 15]);
+    } else {
+      out.push_back(ch);
+    }
+  }
+  out.push_back('"');
+}
+
+inline std::string_view trim(std::string_view s) noexcept {
+  while (!s.empty() && (s.front() == ' ' || s.front() == '\t' || s.front() == '\n' || s.front() == '\r')) s.remove_prefix(1);
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\t' || s.back() == '\n' || s.back() == '\r')) s.remove_suffix(1);
+  return s;
+}
+
+struct parse_flags {
+  bool timestamps = false;  ///< read assistant "timestamp" (openai)
+  bool swe_agent = false;   ///< "message_type": "observation" marks an observation
+};
+
+// Content: a string, null, or a list of parts.
+inline void read_content(json_cursor& c, std::string_view doc, const std::string& field, std::string& out) {
+  switch (c.peek(field)) {
+    case json_kind::null: c.read_null(field); return;
+    case json_kind::string: out.append(c.read_string(field)); return;
+    case json_kind::array: {
+      c.begin_array(field);
+      std::size_t i = 0;
+      while (c.next_element(field)) {
+        const std::string pf = field + "[" + std::to_string(i) + "]";
+        if (c.peek(pf) == json_kind::string) {  // a bare string part
+          if (i > 0) out.push_back('\n');
+          out.append(c.read_string(pf));
+          ++i;
+          continue;
+        }
+        std::string type, text;
+        bool have_text = false;
+        c.begin_object(pf);
+        std::string_view key;
+        while (c.next_member(key)) {
+          if (key == "type") {
+            type = std::string(c.read_string(pf + ".type"));
+          } else if (key == "text") {
+            if (c.peek(pf + ".text") == json_kind::string) {
+              text = std::string(c.read_string(pf + ".text"));
+              have_text = true;
+            } else {
+              c.skip_value(pf + ".text");
+            }
+          } else {
+            c.skip_value(pf + "." + std::string(key));
+          }
+        }
+        if (i > 0) out.push_back('\n');
+        if (have_text && (type.empty() || type == "text" || type == "input_text" || type == "output_text")) {
+          out += text;
+        } else if (!type.empty()) {
+          out += "<" + type + ">";
+        } else {
+          c.fail(pf, "a content part needs a \"type\" or a \"text\"");
+        }
+        ++i;
+      }
+      return;
+    }
+    default: c.fail(field, "content must be a string, null or a list of parts");
+  }
+  (void)doc;
+}
+
+// One tool call object {"function": {"name", "arguments"}, ...} or a legacy function_call
+// {"name", "arguments"}; appends its rendering.
+inline void read_function(json_cursor& c, std::string_view doc, const std::string& field, std::string& name, std::string& args,
+                          bool& have_name) {
+  c.begin_object(field);
+  std::string_view key;
+  while (c.next_member(key)) {
+    if (key == "name") {
+      name = std::string(c.read_string(field + ".name"));
+      have_name = true;
+    } else if (key == "arguments") {
+      const std::string af = field + ".arguments";
+      if (c.peek(af) == json_kind::string) {
+        args = std::string(c.read_string(af));
+      } else {
+        const std::size_t begin = c.offset();
+        c.skip_value(af);
+        args = std::string(trim(doc.substr(begin, c.offset() - begin)));
+      }
+    } else {
+      c.skip_value(field + "." + std::string(key));
+    }
+  }
+}
+
+inline void append_tool_call(std::string& text, const std::string& name, const std::string& args) {
+  if (!text.empty()) text.push_back('\n');
+  text += "<tool_call>\n{\"name\": ";
+  append_json_string(text, name);
+  text += ", \"arguments\": ";
+  text += args.empty() ? std::string("{}") : args;
+  text += "}\n</tool_call>";
+}
+
+inline void read_tool_calls(json_cursor& c, std::string_view doc, const std::string& field, std::string& calls) {
+  if (c.peek(field) == json_kind::null) {
+    c.read_null(field);
+    return;
+  }
+  c.begin_array(field);
+  std::size_t i = 0;
+  while (c.next_element(field)) {
+    if (i >= chat_limits::max_tool_calls) c.fail(field, "more than 4096 tool calls in one message");
+    const std::string cf = field + "[" + std::to_string(i) + "]";
+    std::string name, args;
+    bool have_name = false;
+    c.begin_object(cf);
+    std::string_view key;
+    while (c.next_member(key)) {
+      if (key == "function") {
+        read_function(c, doc, cf + ".function", name, args, have_name);
+      } else {
+        c.skip_value(cf + "." + std::string(key));
+      }
+    }
+    if (!have_name) c.fail(cf + ".function.name", "missing required key");
+    append_tool_call(calls, name, args);
+    ++i;
+  }
+}
+
+inline bool parse_role(std::string_view s, chat_role& r) noexcept {
+  if (s == "system" || s == "developer") {
+    r = chat_role::system;
+  } else if (s == "user" || s == "human") {
+    r = chat_role::user;
+  } else if (s == "assistant") {
+    r = chat_role::assistant;
+  } else if (s == "tool" || s == "function") {
+    r = chat_role::tool;
+  } else {
+    return false;
+  }
+  return true;
+}
+
+// Parses an array of messages at the cursor into out.messages.
+inline void parse_messages(json_cursor& c, std::string_view doc, const std::string& field, chat_conversation& out, parse_flags flags) {
+  c.begin_array(field);
+  std::size_t index = 0;
+  while (c.next_element(field)) {
+    if (index >= chat_limits::max_messages) c.fail(field, "more than 2^20 messages");
+    const std::string mf = field + "[" + std::to_string(index) + "]";
+    chat_message m;
+    bool have_role = false;
+    std::string content, calls;
+    c.begin_object(mf);
+    std::string_view key;
+    while (c.next_member(key)) {
+      if (key == "role") {
+        const std::string_view role = c.read_string(mf + ".role");
+        if (!parse_role(role, m.role)) c.fail(mf + ".role", "unknown role '" + std::string(role) + "'");
+        if (have_role) c.fail(mf + ".role", "duplicate key");
+        have_role = true;
+      } else if (key == "content") {
+        content.clear();
+        read_content(c, doc, mf + ".content", content);
+      } else if (key == "tool_calls") {
+        calls.clear();
+        read_tool_calls(c, doc, mf + ".tool_calls", calls);
+      } else if (key == "function_call") {
+        if (c.peek(mf + ".function_call") == json_kind::null) {
+          c.read_null(mf + ".function_call");
+        } else {
+          std::string name, args;
+          bool have_name = false;
+          read_function(c, doc, mf + ".function_call", name, args, have_name);
+          if (!have_name) c.fail(mf + ".function_call.name", "missing required key");
+          calls.clear();
+          append_tool_call(calls, name, args);
+        }
+      } else if (key == "timestamp" && flags.timestamps) {
+        const double t = c.read_double(mf + ".timestamp");
+        if (!(t >= 0 && t <= chat_limits::max_arrival_seconds)) c.fail(mf + ".timestamp", "must be in [0, 1e10] seconds");
+        m.timestamp = t;
+      } else if (key == "message_type" && flags.swe_agent) {
+        m.observation = m.observation || c.read_string(mf + ".message_type") == "observation";
+      } else {
+        c.skip_value(mf + "." + std::string(key));
+      }
+    }
+    if (!have_role) c.fail(mf + ".role", "missing required key");
+    m.text = std::move(content);
+    if (!calls.empty()) {
+      if (!m.text.empty()) m.text.push_back('\n');
+      m.text += calls;
+    }
+    if (m.role == chat_role::tool) m.observation = true;
+    if (m.role != chat_role::assistant) m.timestamp.reset();
+    out.messages.push_back(std::move(m));
+    ++index;
+  }
+}
+
+}  // namespace chat_detail
+
+/// Parses one openai line: {"messages": [...], "timestamp"?: seconds}; other keys skipped.
+inline void parse_openai_line(std::string_view text, std::int64_t line, chat_conversation& out) {
+  out.clear();
+  out.line = line;
+  json_cursor c(text, line);
+  c.begin_object("");
+  std::string_view key;
+  bool have_messages = false;
+  while (c.next_member(key)) {
+    if (key == "messages") {
+      if (have_messages) c.fail("messages", "duplicate key");
+      have_messages = true;
+      chat_detail::parse_messages(c, text, "messages", out, {.timestamps = true, .swe_agent = false});
+    } else if (key == "timestamp") {
+      if (out.timestamp) c.fail("timestamp", "duplicate key");
+      const double t = c.read_double("timestamp");
+      if (!(t >= 0 && t <= chat_limits::max_arrival_seconds)) c.fail("timestamp", "must be in [0, 1e10] seconds");
+      out.timestamp = t;
+    } else {
+      c.skip_value(key);
+    }
+  }
+  c.expect_end();
+  if (!have_messages) throw format_error(line, "messages", "missing required key");
+}
+
+/// Parses one SWE-agent trajectory document: an object whose "history" is the LLM's
+/// message list (other keys skipped). A user message with "message_type": "observation"
+/// is an observation.
+inline void parse_swe_agent_traj(std::string_view text, chat_conversation& out) {
+  out.clear();
+  out.line = 1;
+  json_cursor c(text, 1);
+  c.begin_object("");
+  std::string_view key;
+  bool have_history = false;
+  while (c.next_member(key)) {
+    if (key == "history") {
+      if (have_history) c.fail("history", "duplicate key");
+      have_history = true;
+      chat_detail::parse_messages(c, text, "history", out, {.timestamps = false, .swe_agent = true});
+    } else {
+      c.skip_value(key);
+    }
+  }
+  c.expect_end();
+  if (!have_history) throw format_error(1, "history", "missing required key");
+}
+
+/// Parses one tau-bench task (an element of the results array, starting at `line`):
+/// {"traj": [...] } (or "messages"); other keys skipped.
+inline void parse_tau_bench_task(std::string_view text, std::int64_t line, chat_conversation& out) {
+  out.clear();
+  out.line = line;
+  json_cursor c(text, line);
+  c.begin_object("");
+  std::string_view key;
+  bool have_traj = false;
+  while (c.next_member(key)) {
+    if (key == "traj" || key == "messages") {
+      if (have_traj) c.fail(key, "duplicate trajectory (\"traj\" or \"messages\")");
+      have_traj = true;
+      const std::string field(key);
+      chat_detail::parse_messages(c, text, field, out, {.timestamps = false, .swe_agent = false});
+    } else {
+      c.skip_value(key);
+    }
+  }
+  c.expect_end();
+  if (!have_traj) throw format_error(line, "traj", "missing required key");
+}
+
+/// Poisson(mean) draw for (seed, session, turn), deterministic and order independent.
+[[nodiscard]] inline std::int64_t chat_poisson(double mean, std::uint64_t seed, std::int64_t session, std::int64_t turn) noexcept {
+  if (!(mean > 0)) return 0;
+  std::uint64_t state = splitmix64_mix(seed ^ splitmix64_mix(static_cast<std::uint64_t>(session) * 2 + 1) ^
+                                       splitmix64_mix((static_cast<std::uint64_t>(turn) << 1) | 1u) * 3);
+  const double limit = std::exp(-mean);
+  double p = 1.0;
+  std::int64_t k = 0;
+  for (;;) {
+    state += splitmix64_gamma;
+    const double u = static_cast<double>(splitmix64_mix(state) >> 11) * 0x1.0p-53;
+    p *= u;
+    if (p <= limit) return k;
+    ++k;
+  }
+}
+
+/// The shared engine: conversations from `Source` (`bool next(chat_conversation&)`) to
+/// requests in (arrival, session, turn) order. Models `request_source`.
+template <class Source>
+class chat_reader {
+ public:
+  template <class... Args>
+  explicit chat_reader(chat_options options, Args&&... args) : source_(std::forward<Args>(args)...), options_(validated(std::move(options))) {
+    for (std::size_t r = 0; r < 4; ++r) {
+      encode(options_.chat.prefix[r], prefix_tokens_[r]);
+      encode(options_.chat.suffix[r], suffix_tokens_[r]);
+    }
+  }
+
+  bool next(request& r) {
+    while (!eof_ && (pending_.empty() || pending_.top().arrival_s > last_start_)) read_conversation();
+    if (pending_.empty()) return false;
+    const pending p = pending_.top();
+    pending_.pop();
+    auto it = sessions_.find(p.session_id);
+    session& s = it->second;
+    const std::size_t k = s.calls[static_cast<std::size_t>(p.turn_id)];
+    build_input(s, k, r.input);
+    r.output.clear();
+    r.output.insert(r.output.end(), s.content[k].begin(), s.content[k].end());
+    r.output.insert(r.output.end(), suffix_tokens_[2].begin(), suffix_tokens_[2].end());
+    r.arrival_s = p.arrival_s;
+    r.session_id = p.session_id;
+    r.turn_id = p.turn_id;
+    r.input_tokens = static_cast<std::int64_t>(r.input.size());
+    r.output_tokens = static_cast<std::int64_t>(r.output.size());
+    r.tokens_per_id = 1;
+    r.source_line = s.line;
+    if (--s.requests_left == 0) sessions_.erase(it);
+    return true;
+  }
+
+  /// Conversations read so far.
+  [[nodiscard]] std::int64_t conversations() const noexcept { return next_session_; }
+  /// True when a real tokenizer (not the built-in approximation) is used.
+  [[nodiscard]] bool exact_tokenizer() const noexcept { return options_.tokenizer != nullptr; }
+
+ private:
+  struct session {
+    std::vector<chat_role> roles;
+    std::vector<std::vector<token_id>> content;    // tokens of each message's text
+    std::vector<std::vector<token_id>> collapsed;  // observation placeholders (when collapsing)
+    std::vector<std::int64_t> observations_upto;   // observations among messages [0, i]
+    std::vector<std::size_t> calls;                // message index of each request
+    std::int64_t requests_left = 0;
+    std::int64_t line = 0;
+  };
+  struct pending {
+    double arrival_s;
+    std::int64_t session_id;
+    std::int64_t turn_id;
+    bool operator>(const pending& o) const noexcept {
+      return std::tie(arrival_s, session_id, turn_id) > std::tie(o.arrival_s, o.session_id, o.turn_id);
+    }
+  };
+
+  static chat_options validated(chat_options o) {
+    HYBRIDCACHE_EXPECTS(o.sessions_per_second > 0 && std::isfinite(o.sessions_per_second), invalid_argument,
+                        "chat trace: sessions_per_second must be positive");
+    HYBRIDCACHE_EXPECTS(o.words_per_minute > 0 && std::isfinite(o.words_per_minute), invalid_argument,
+                        "chat trace: words_per_minute must be positive");
+    HYBRIDCACHE_EXPECTS(o.tool_time_mean_s >= 0 && o.tool_time_mean_s <= 600, invalid_argument,
+                        "chat trace: tool_time_mean_s must be in [0, 600]");
+    HYBRIDCACHE_EXPECTS(o.collapse_observations >= -1, invalid_argument, "chat trace: collapse_observations must be >= 0 (-1: off)");
+    HYBRIDCACHE_EXPECTS(o.max_input_tokens >= 0 && o.max_requests_per_session >= 0, invalid_argument,
+                        "chat trace: limits must be >= 0 (0: none)");
+    return o;
+  }
+
+  void encode(std::string_view text, std::vector<token_id>& out) {
+    if (options_.tokenizer)
+      options_.tokenizer->encode(text, out);
+    else
+      tokenize_text(text, out);
+  }
+
+  [[nodiscard]] bool collapsed_at(const session& s, std::size_t i, std::size_t call) const noexcept {
+    if (options_.collapse_observations < 0 || s.collapsed[i].empty()) return false;
+    const std::int64_t before_call = call == 0 ? 0 : s.observations_upto[call - 1];
+    return before_call - s.observations_upto[i] >= options_.collapse_observations;
+  }
+
+  void append_message(const session& s, std::size_t i, bool collapse, std::vector<token_id>& out) const {
+    const auto r = static_cast<std::size_t>(s.roles[i]);
+    out.insert(out.end(), prefix_tokens_[r].begin(), prefix_tokens_[r].end());
+    const auto& body = collapse ? s.collapsed[i] : s.content[i];
+    out.insert(out.end(), body.begin(), body.end());
+    out.insert(out.end(), suffix_tokens_[r].begin(), suffix_tokens_[r].end());
+  }
+
+  void build_input(const session& s, std::size_t call, std::vector<token_id>& out) const {
+    out.clear();
+    for (std::size_t i = 0; i < call; ++i) append_message(s, i, collapsed_at(s, i, call), out);
+    out.insert(out.end(), prefix_tokens_[2].begin(), prefix_tokens_[2].end());
+  }
+
+  [[nodiscard]] std::int64_t input_length(const session& s, std::size_t call) const noexcept {
+    std::size_t n = prefix_tokens_[2].size();
+    for (std::size_t i = 0; i < call; ++i) {
+      const auto r = static_cast<std::size_t>(s.roles[i]);
+      n += prefix_tokens_[r].size() + suffix_tokens_[r].size() + (collapsed_at(s, i, call) ? s.collapsed[i] : s.content[i]).size();
+    }
+    return static_cast<std::int64_t>(n);
+  }
+
+  void read_conversation() {
+    if (!source_.next(conversation_)) {
+      eof_ = true;
+      last_start_ = std::numeric_limits<double>::infinity();
+      return;
+    }
+    const std::int64_t id = next_session_++;
+    const chat_conversation& conv = conversation_;
+    double start = static_cast<double>(id) / options_.sessions_per_second;  // <= 1e10 checked per request
+    if (conv.timestamp) {
+      start = *conv.timestamp;
+    } else {
+      for (const auto& m : conv.messages)
+        if (m.role == chat_role::assistant && m.timestamp) {
+          start = *m.timestamp;
+          break;
+        }
+    }
+    if (start < last_start_)
+      throw format_error(conv.line, "timestamp", "session starts at " + std::to_string(start) + " s, before the previous session (" +
+                                                     std::to_string(last_start_) + " s): sessions must be in start order");
+    last_start_ = start;
+
+    session s;
+    s.line = conv.line;
+    const std::size_t n = conv.messages.size();
+    s.roles.reserve(n);
+    s.content.resize(n);
+    s.collapsed.resize(n);
+    s.observations_upto.resize(n);
+    std::int64_t observations = 0;
+    for (std::size_t i = 0; i < n; ++i) {
+      const chat_message& m = conv.messages[i];
+      s.roles.push_back(m.role);
+      encode(m.text, s.content[i]);
+      if (m.observation) {
+        ++observations;
+        if (options_.collapse_observations >= 0) {
+          const auto lines = m.text.empty() ? 0 : std::count(m.text.begin(), m.text.end(), '\n') + (m.text.back() == '\n' ? 0 : 1);
+          encode("Old environment output: (" + std::to_string(lines) + " lines omitted)", s.collapsed[i]);
+        }
+      }
+      s.observations_upto[i] = observations;
+    }
+    // Requests: the assistant messages, with arrivals.
+    const double words_per_second = options_.words_per_minute / 60.0;
+    double arrival = start;
+    std::int64_t words = 0;
+    bool tool_results = false;
+    for (std::size_t k = 0; k < n; ++k) {
+      const chat_message& m = conv.messages[k];
+      if (m.role != chat_role::assistant) {
+        if (m.observation)
+          tool_results = true;
+        else if (m.role == chat_role::user)
+          words += count_words(m.text);
+        continue;
+      }
+      const auto turn = static_cast<std::int64_t>(s.calls.size());
+      if (options_.max_requests_per_session > 0 && turn >= options_.max_requests_per_session) break;
+      const std::int64_t prompt = input_length(s, k);
+      if (options_.max_input_tokens > 0 && prompt > options_.max_input_tokens) break;
+      if (prompt > chat_limits::max_request_tokens ||
+          static_cast<std::int64_t>(s.content[k].size() + suffix_tokens_[2].size()) > chat_limits::max_request_tokens)
+        throw format_error(conv.line, "messages[" + std::to_string(k) + "]", "a prompt or output longer than 2^24 tokens");
+      if (m.timestamp) {
+        if (*m.timestamp < arrival)
+          throw format_error(conv.line, "messages[" + std::to_string(k) + "].timestamp",
+                             "goes backwards (before the session start or the previous call)");
+        arrival = *m.timestamp;
+      } else if (turn > 0) {
+        arrival += static_cast<double>(words) / words_per_second;
+        if (tool_results) arrival += static_cast<double>(chat_poisson(options_.tool_time_mean_s, options_.seed, id, turn));
+      }
+      if (!(arrival <= chat_limits::max_arrival_seconds))
+        throw format_error(conv.line, "messages[" + std::to_string(k) + "]", "arrival later than 1e10 s");
+      words = 0;
+      tool_results = false;
+      s.calls.push_back(k);
+      pending_.push({arrival, id, turn});
+      ++s.requests_left;
+    }
+    if (s.requests_left > 0) sessions_.emplace(id, std::move(s));
+  }
+
+  Source source_;
+  chat_options options_;
+  std::array<std::vector<token_id>, 4> prefix_tokens_;
+  std::array<std::vector<token_id>, 4> suffix_tokens_;
+  chat_conversation conversation_;
+  std::int64_t next_session_ = 0;
+  double last_start_ = -std::numeric_limits<double>::infinity();
+  bool eof_ = false;
+  std::unordered_map<std::int64_t, session> sessions_;
+  std::priority_queue<pending, std::vector<pending>, std::greater<>> pending_;
+};
+
+/// openai: one conversation per non-blank line.
+class openai_source {
+ public:
+  explicit openai_source(std::istream& in) : lines_(in) {}
+  explicit openai_source(const std::filesystem::path& path) : lines_(path) {}
+  bool next(chat_conversation& out) {
+    std::string_view text;
+    if (!lines_.next_nonblank(text)) return false;
+    parse_openai_line(text, lines_.line_number(), out);
+    return true;
+  }
+
+ private:
+  line_reader lines_;
+};
+
+/// swe-agent: one .traj document from a stream, or every *.traj under a path (a file or
+/// a directory searched recursively, in sorted path order).
+class swe_agent_source {
+ public:
+  explicit swe_agent_source(std::istream& in) : stream_(&in) {}
+  explicit swe_agent_source(const std::filesystem::path& path) {
+    std::error_code ec;
+    if (std::filesystem::is_directory(path, ec)) {
+      for (auto it = std::filesystem::recursive_directory_iterator(path, ec); !ec && it != std::filesystem::recursive_directory_iterator();
+           it.increment(ec)) {
+        if (it->is_regular_file(ec) && it->path().extension() == ".traj") {
+          if (files_.size() >= chat_limits::max_files) throw invalid_argument("swe-agent: more than 2^20 .traj files under '" + path.string() + "'");
+          files_.push_back(it->path());
+        }
+      }
+      if (ec) throw invalid_argument("swe-agent: cannot list '" + path.string() + "': " + ec.message());
+      std::sort(files_.begin(), files_.end());
+      if (files_.empty()) throw invalid_argument("swe-agent: no .traj file under '" + path.string() + "'");
+    } else if (std::filesystem::is_regular_file(path, ec)) {
+      files_.push_back(path);
+    } else {
+      throw invalid_argument("swe-agent: '" + path.string() + "' is neither a file nor a directory");
+    }
+  }
+
+  bool next(chat_conversation& out) {
+    if (stream_ != nullptr) {
+      if (done_) return false;
+      done_ = true;
+      read_capped(*stream_, "<stream>");
+      parse_swe_agent_traj(text_, out);
+      return true;
+    }
+    if (next_file_ >= files_.size()) return false;
+    const std::filesystem::path& path = files_[next_file_++];
+    std::ifstream in(path, std::ios::binary);
+    if (!in) throw invalid_argument("swe-agent: cannot open '" + path.string() + "'");
+    read_capped(in, path.string());
+    try {
+      parse_swe_agent_traj(text_, out);
+    } catch (const format_error& e) {
+      throw format_error(e.line(), e.field(), path.string() + ": " + e.what());
+    }
+    return true;
+  }
+
+  /// The .traj files read, in session order.
+  [[nodiscard]] const std::vector<std::filesystem::path>& files() const noexcept { return files_; }
+
+ private:
+  void read_capped(std::istream& in, const std::string& name) {
+    text_.clear();
+    char buf[1 << 16];
+    while (in) {
+      in.read(buf, sizeof buf);
+      text_.append(buf, static_cast<std::size_t>(in.gcount()));
+      if (text_.size() > chat_limits::max_document_bytes) throw invalid_argument("swe-agent: '" + name + "' is larger than 1 GiB");
+    }
+  }
+
+  std::istream* stream_ = nullptr;
+  bool done_ = false;
+  std::vector<std::filesystem::path> files_;
+  std::size_t next_file_ = 0;
+  std::string text_;
+};
+
+/// tau-bench: the elements of the results array.
+class tau_bench_source {
+ public:
+  explicit tau_bench_source(std::istream& in) : array_(in) {}
+  explicit tau_bench_source(const std::filesystem::path& path) : array_(path) {}
+  bool next(chat_conversation& out) {
+    std::string_view element;
+    std::int64_t line = 0;
+    if (!array_.next(element, line)) return false;
+    parse_tau_bench_task(element, line, out);
+    return true;
+  }
+
+ private:
+  json_array_reader array_;
+};
+
+/// `--format openai`.
+class openai_reader : public chat_reader<openai_source> {
+ public:
+  explicit openai_reader(std::istream& in, chat_options options = {}) : chat_reader(std::move(options), in) {}
+  explicit openai_reader(const std::filesystem::path& path, chat_options options = {}) : chat_reader(std::move(options), path) {}
+};
+static_assert(request_source<openai_reader>);
+
+/// `--format swe-agent`.
+class swe_agent_reader : public chat_reader<swe_agent_source> {
+ public:
+  explicit swe_agent_reader(std::istream& in, chat_options options = {}) : chat_reader(std::move(options), in) {}
+  explicit swe_agent_reader(const std::filesystem::path& path, chat_options options = {}) : chat_reader(std::move(options), path) {}
+};
+static_assert(request_source<swe_agent_reader>);
+
+/// `--format tau-bench`.
+class tau_bench_reader : public chat_reader<tau_bench_source> {
+ public:
+  explicit tau_bench_reader(std::istream& in, chat_options options = {}) : chat_reader(std::move(options), in) {}
+  explicit tau_bench_reader(const std::filesystem::path& path, chat_options options = {}) : chat_reader(std::move(options), path) {}
+};
+static_assert(request_source<tau_bench_reader>);
+
+}  // namespace hybridcache::sim

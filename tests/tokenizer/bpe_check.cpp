@@ -1,0 +1,69 @@
+// Checker for tests/tokenizer/hf_exact.py: `bpe_check tokenizer.json cases.txt`, where each
+// line of cases.txt is "<hex bytes>\t<ids separated by spaces>" (the ids the Hugging Face
+// package gave for the bytes decoded with errors="replace"). Prints the count and the first
+// mismatches; exit 0 when every string matches.
+#include <charconv>
+#include <chrono>
+#include <cstdio>
+#include <exception>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include <hybridcache/sim/bpe_tokenizer.hpp>
+
+namespace {
+int hex(char c) { return c <= '9' ? c - '0' : (c | 0x20) - 'a' + 10; }
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc != 3) {
+    std::fprintf(stderr, "usage: bpe_check tokenizer.json cases.txt\n");
+    return 2;
+  }
+  try {
+    auto tok = hybridcache::sim::bpe_tokenizer::from_file(argv[1]);
+    std::ifstream in(argv[2]);
+    std::string line;
+    long total = 0, bad = 0;
+    std::vector<hybridcache::sim::token_id> got, want;
+    double seconds = 0;
+    while (std::getline(in, line)) {
+      const auto tab = line.find('\t');
+      if (tab == std::string::npos) continue;
+      std::string raw;
+      for (std::size_t i = 0; i + 1 < tab; i += 2) raw.push_back(static_cast<char>(hex(line[i]) * 16 + hex(line[i + 1])));
+      want.clear();
+      const char* p = line.data() + tab + 1;
+      const char* end = line.data() + line.size();
+      while (p < end) {
+        int v = 0;
+        auto r = std::from_chars(p, end, v);
+        if (r.ec != std::errc{}) break;
+        want.push_back(v);
+        p = r.ptr;
+        while (p < end && *p == ' ') ++p;
+      }
+      got.clear();
+      const auto t0 = std::chrono::steady_clock::now();
+      tok.encode(raw, got);
+      seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      ++total;
+      if (got != want) {
+        if (++bad <= 10) {
+          std::printf("MISMATCH %s\n  want", line.substr(0, tab).c_str());
+          for (auto v : want) std::printf(" %d", v);
+          std::printf("\n  got ");
+          for (auto v : got) std::printf(" %d", v);
+          std::printf("\n");
+        }
+      }
+    }
+    std::printf("bpe_check %s: %ld strings, %ld mismatches (Unicode tables %s), %.3f s\n", argv[1], total, bad,
+                hybridcache::sim::data::unicode_ln_version, seconds);
+    return bad == 0 && total > 0 ? 0 : 1;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "bpe_check: %s\n", e.what());
+    return 1;
+  }
+}

@@ -1,0 +1,186 @@
+#!/usr/bin/env python3
+"""Exactness test of sim/bpe_tokenizer.hpp against the Hugging Face `tokenizers` package.
+
+1. Finds `tokenizers` (this interpreter, else a venv under --venv, created and filled from
+   PyPI when missing). When it cannot be had, exits 77 (ctest: SKIPPED).
+2. Trains small byte-level BPE tokenizers (ByteLevel pre-tokenizer, add_prefix_space=False,
+   use_regex=True) on bundled text: the repository's docs/*.md and tests/data/bpe_corpus.txt.
+3. Generates test strings (corpus lines, random mixes of ASCII, whitespace runs, Unicode
+   spaces, contractions, CJK, kana, hangul, emoji with ZWJ, combining marks, added tokens,
+   random code points, random bytes = invalid UTF-8) and the package's ids for each.
+   Random bytes are given to the package as bytes.decode("utf-8", "replace") and to the C++
+   side raw (it replaces invalid sequences the same way).
+4. Runs the C++ checker on each tokenizer, which compares every string's ids.
+"""
+import argparse
+import os
+import random
+import subprocess
+import sys
+
+SKIP = 77
+
+
+def have_tokenizers():
+    try:
+        import tokenizers  # noqa: F401
+        return True
+    except Exception:
+        return False
+
+
+def ensure_tokenizers(venv):
+    if have_tokenizers():
+        return None
+    py = os.path.join(venv, "bin", "python")
+    if not os.path.exists(py):
+        try:
+            subprocess.run([sys.executable, "-m", "venv", venv], check=True, timeout=300)
+        except Exception as e:
+            print("SKIPPED: cannot create a venv (%s)" % e)
+            sys.exit(SKIP)
+    ok = subprocess.run([py, "-c", "import tokenizers"], capture_output=True).returncode == 0
+    if not ok:
+        try:
+            r = subprocess.run([py, "-m", "pip", "install", "-q", "--timeout", "20", "--retries", "1", "tokenizers"], timeout=600)
+            ok = r.returncode == 0
+        except Exception:
+            ok = False
+    if not ok:
+        print("SKIPPED: the tokenizers package cannot be installed (no PyPI?)")
+        sys.exit(SKIP)
+    return py
+
+
+def corpus_lines(source_dir):
+    lines = []
+    docs = os.path.join(source_dir, "docs")
+    for name in sorted(os.listdir(docs)):
+        if name.endswith(".md"):
+            with open(os.path.join(docs, name), encoding="utf-8") as f:
+                lines += f.read().split("\n")
+    with open(os.path.join(source_dir, "tests", "data", "bpe_corpus.txt"), encoding="utf-8") as f:
+        lines += f.read().split("\n")
+    return lines
+
+
+SPECIALS = ["<|im_start|>", "<|im_end|>", "<|endoftext|>"]
+ADDED = ["<tool_call>", "</tool_call>", "<im"]
+
+
+def train(lines, vocab_size, full_alphabet, path):
+    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+    kw = dict(vocab_size=vocab_size, special_tokens=SPECIALS, show_progress=False)
+    if full_alphabet:
+        kw["initial_alphabet"] = pre_tokenizers.ByteLevel.alphabet()
+    tok.train_from_iterator(lines, trainers.BpeTrainer(**kw))
+    tok.add_tokens(ADDED)
+    tok.save(path)
+    return tok
+
+
+POOL = (
+    list("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789")
+    + list(".,;:!?-_()[]{}<>/\\|\"'`~@#$%^&*+=")
+    + [" ", " ", " ", "  ", "   ", "\t", "\n", "\n\n", "\r\n", " \n ", "\x0b", "\x0c", "\x1c", "\x1f", "\x85",
+       "\u00a0", "\u1680", "\u2000", "\u2009", "\u200b", "\u2028", "\u2029", "\u202f", "\u205f", "\u3000", "\ufeff"]
+    + ["'s", "'t", "'re", "'ve", "'m", "'ll", "'d", "'S", "'LL", " 's", "n't", "''", "'x"]
+    + ["the", " the", "token", " cache", "prefix", "über", "naïve", "café", "Ærø", "straße", "Ωμέγα", "Привет", "שלום", "مرحبا", "नमस्ते", "ภาษาไทย"]
+    + list("中文字符缓存前缀模型的是了在一") + ["你好", "世界", "。", "，", "！", "？", "「", "」", "、"]
+    + list("ひらがなカタカナ") + ["한국어", "가나다"]
+    + ["😀", "👍🏽", "👨‍👩‍👧‍👦", "🇯🇵", "❤️", "✨", "🤖", "𝔘𝔫𝔦", "𐍈", "Ⅻ", "½", "²", "٣", "०१२", "e\u0301", "a\u0308\u0323", "\u200d", "\ufffd"]
+    + ["123", "4567", "3.14", "1,000", "0x1F", "v2.0"]
+    + SPECIALS + ADDED + ["<|im_start|>user\n", "<tool", "_call>"]
+)
+
+
+def random_strings(rng, n):
+    out = []
+    for _ in range(n):
+        k = rng.randint(1, 24)
+        out.append("".join(rng.choice(POOL) for _ in range(k)))
+    return out
+
+
+def random_code_points(rng, n):
+    out = []
+    for _ in range(n):
+        cps = []
+        for _ in range(rng.randint(1, 12)):
+            r = rng.random()
+            if r < 0.3:
+                cp = rng.randint(0x20, 0x7E)
+            elif r < 0.7:
+                cp = rng.randint(0x80, 0xFFFF)
+            else:
+                cp = rng.randint(0x10000, 0x10FFFF)
+            if 0xD800 <= cp <= 0xDFFF:
+                cp = 0x20
+            cps.append(chr(cp))
+        out.append("".join(cps))
+    return out
+
+
+def random_bytes(rng, n):
+    out = []
+    tails = [b"\xe4\xb8", b"\xf0\x9f\x98", b"\xed\xa0\x80", b"\xc0\xaf", b"\xf5\x80", b"\xe0\x80\x80", b"\xf4\x90\x80\x80", b"\x80", b"\xff"]
+    for _ in range(n):
+        parts = []
+        for _ in range(rng.randint(1, 10)):
+            r = rng.random()
+            if r < 0.3:
+                parts.append(bytes(rng.randint(0, 255) for _ in range(rng.randint(1, 4))))
+            elif r < 0.6:
+                parts.append(rng.choice(tails))
+            else:
+                parts.append(rng.choice(POOL).encode("utf-8"))
+        out.append(b"".join(parts))
+    return out
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--source-dir", required=True)
+    ap.add_argument("--work-dir", required=True)
+    ap.add_argument("--checker", required=True)
+    ap.add_argument("--venv", required=True)
+    ap.add_argument("--in-venv", action="store_true")
+    a = ap.parse_args()
+    if not a.in_venv:
+        py = ensure_tokenizers(a.venv)
+        if py is not None:
+            os.execv(py, [py] + sys.argv + ["--in-venv"])
+    if not have_tokenizers():
+        print("SKIPPED: tokenizers not importable")
+        return SKIP
+    import tokenizers
+    os.makedirs(a.work_dir, exist_ok=True)
+    lines = corpus_lines(a.source_dir)
+    rng = random.Random(19)
+    texts = [l for l in lines if l.strip()]
+    rng.shuffle(texts)
+    cases = [t.encode("utf-8") for t in texts[:1500]]
+    cases += [s.encode("utf-8") for s in random_strings(rng, 3000)]
+    cases += [s.encode("utf-8") for s in random_code_points(rng, 1000)]
+    cases += random_bytes(rng, 1500)
+    cases += [b"", b" ", b"  ", b"\n", b"a", b"'s", b"'", b" '", "\u3000\u3000x".encode(), b"a   b", b"a  !", b"x\n\ny", b"   "]
+    status = 0
+    for name, vocab, full in (("full", 4000, True), ("small", 600, False)):
+        path = os.path.join(a.work_dir, "tokenizer_%s.json" % name)
+        tok = train(lines, vocab, full, path)
+        cases_path = os.path.join(a.work_dir, "cases_%s.txt" % name)
+        with open(cases_path, "w") as f:
+            for raw in cases:
+                ids = tok.encode(raw.decode("utf-8", "replace")).ids
+                f.write(raw.hex() + "\t" + " ".join(map(str, ids)) + "\n")
+        print("tokenizers %s, tokenizer '%s': vocab %d, %d strings" % (tokenizers.__version__, name, tok.get_vocab_size(), len(cases)))
+        sys.stdout.flush()
+        r = subprocess.run([a.checker, path, cases_path])
+        status = status or r.returncode
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())
