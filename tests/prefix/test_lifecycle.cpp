@@ -269,6 +269,30 @@ TEST_CASE("lifecycle: the destructor aborts what is still in flight") {
   CHECK(c.store().live_checkpoints() == 0);
 }
 
+TEST_CASE("lifecycle: a request's state stays put while other requests begin (regression)") {
+  // Regression: the states lived in a vector that the ticket table resized when it filled
+  // (16 tickets at first), so a runtime holding `*state(t)` (as docs/runtime.md shows) read a
+  // moved-from state after enough other requests began.
+  const cost_model m(presets::marconi_7b());
+  cache_t<lru_scorer> c(m, test::origin_store(100'000 * kv + 200 * ck, kv, ck), lru_scorer{});
+  request_lifecycle<cache_t<lru_scorer>> requests(c);
+  auto t0 = requests.begin(tokens(50, 31), {.output_tokens = 3});
+  REQUIRE(t0);
+  const auto* s0 = *requests.state(*t0);
+  std::vector<request_ticket> more;
+  for (std::uint32_t i = 0; i < 40; ++i) {
+    auto t = requests.begin(tokens(20, 100 + i));
+    REQUIRE(t);
+    more.push_back(*t);
+  }
+  REQUIRE(*requests.state(*t0) == s0);
+  CHECK(s0->prompt_tokens == 50);
+  CHECK(s0->reserved_tokens == 53);
+  CHECK(s0->checkpoints.size() == s0->plan.sites.size() + 1);
+  for (auto t : more) REQUIRE(requests.abort(t));
+  REQUIRE(requests.abort(*t0));
+}
+
 TEST_CASE("lifecycle over the asymmetric pool: the bytes the runtime writes into its reservation are the bytes a later hit reads") {
   // A runtime writes every token's KV (a signature of position and token, per attention
   // layer) into the pages `begin` reserved; after `finish` every cached token of every

@@ -47,6 +47,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
+#include <deque>
 #include <mutex>
 #include <span>
 #include <utility>
@@ -161,7 +162,10 @@ class request_lifecycle {
     return request_ticket{h};
   }
 
-  /// The state of a request in flight, or stale_handle / double_free / foreign_handle.
+  /// The state of a request in flight, or stale_handle / double_free / foreign_handle. The
+  /// pointer stays valid until the request's finish/abort, whatever other requests begin
+  /// meanwhile (the table grows without moving the states); `grow` of this request changes
+  /// what it points to (reserved_tokens, kv), nothing else does.
   [[nodiscard]] expected<const request_state*> state(request_ticket t) const {
     std::lock_guard<lock_type> guard(cache_->lock_);
     if (const errc e = tickets_.validate(t.handle); e != errc::ok) return unexpected(e);
@@ -541,7 +545,7 @@ class request_lifecycle {
 
   Cache* cache_;
   generation_table tickets_;
-  std::vector<request_state> states_;
+  std::deque<request_state> states_;  // a deque: growing the table moves no state (state() pointers stay valid)
   mutable std::vector<node_id> path_scratch_;  // block_table's root-ward walk
 };
 
