@@ -271,6 +271,30 @@ TEST_CASE("lifecycle: the destructor aborts what is still in flight") {
   CHECK(c.store().live_checkpoints() == 0);
 }
 
+TEST_CASE("lifecycle: a request's state stays put while other requests begin (regression)") {
+  // Regression: the states lived in a vector that the ticket table resized when it filled
+  // (16 tickets at first), so a runtime holding `*state(t)` (as docs/runtime.md shows) read a
+  // moved-from state after enough other requests began.
+  const cost_model m(presets::marconi_7b());
+  cache_t<lru_scorer> c(m, test::origin_store(100'000 * kv + 200 * ck, kv, ck), lru_scorer{});
+  request_lifecycle<cache_t<lru_scorer>> requests(c);
+  auto t0 = requests.begin(tokens(50, 31), {.output_tokens = 3});
+  REQUIRE(t0);
+  const auto* s0 = *requests.state(*t0);
+  std::vector<request_ticket> more;
+  for (std::uint32_t i = 0; i < 40; ++i) {
+    auto t = requests.begin(tokens(20, 100 + i));
+    REQUIRE(t);
+    more.push_back(*t);
+  }
+  REQUIRE(*requests.state(*t0) == s0);
+  CHECK(s0->prompt_tokens == 50);
+  CHECK(s0->reserved_tokens == 53);
+  CHECK(s0->checkpoints.size() == s0->plan.sites.size() + 1);
+  for (auto t : more) REQUIRE(requests.abort(t));
+  REQUIRE(requests.abort(*t0));
+}
+
 TEST_CASE("lifecycle over the asymmetric pool: the bytes the runtime writes into its reservation are the bytes a later hit reads") {
   // A runtime writes every token's KV (a signature of position and token, per attention
   // layer) into the pages `begin` reserved; after `finish` every cached token of every
@@ -384,6 +408,86 @@ TEST_CASE("lifecycle over the asymmetric pool: the bytes the runtime writes into
     CHECK(table_reads > 1000);
     MESSAGE(finished << " requests, " << c.counters().evictions << " evictions, " << checked_tokens
                      << " token-layer reads checked through the tree, " << table_reads << " through block tables");
+  }
+  CHECK(pool.live_handles() == 0);
+}
+
+TEST_CASE("lifecycle over the asymmetric pool: grow keeps a shared block whole through short segments (regression)") {
+  // Regression: grow copied into the new segment's first block only the previous segment's
+  // tokens of that block. When the block also held cached tokens (a reservation that starts
+  // inside it) or an earlier segment's (segments shorter than a page, as a runtime that grows
+  // two tokens at a time makes), the block table named a page missing those tokens, and
+  // attention read garbage for them (found by examples/tiny_hybrid_runtime.cpp).
+  using namespace hybridcache::memory;
+  const cost_model m(presets::jamba_1_5_mini());
+  using pool_t = host_asymmetric_pool<threshold_rebalancer>;
+  using store_t = pool_state_store<pool_t>;
+  using cache_type = prefix_cache<cost_model, judicious_admission, lru_scorer, store_t>;
+  constexpr std::int64_t tpp = 16;
+  pool_t pool({.budget_bytes = std::uint64_t{256} << 20, .kv_page_bytes = kv_page_bytes(m),
+               .ssm_block_bytes = checkpoint_block_bytes(m)},
+              threshold_rebalancer({.threshold_low = 0.01, .threshold_high = 0.05, .migration_batch_size = 64,
+                                    .min_rebalance_interval_ops = 0, .size_to_demand = true}));
+  const std::int64_t layers = m.attention_layers();
+  const std::uint64_t slot_bytes = kv_page_bytes(m) / tpp;
+  auto sig = [](std::int64_t pos, token_id t, std::int64_t layer) {
+    return splitmix64_mix((static_cast<std::uint64_t>(pos) << 32) ^ static_cast<std::uint32_t>(t) ^
+                          (static_cast<std::uint64_t>(layer) << 56));
+  };
+  {
+    cache_type c(m, store_t(pool, tpp, layers, m.recurrent_layers()), lru_scorer{});
+    request_lifecycle<cache_type> requests(c);
+    std::vector<packed_handle> table;
+    // Writes [lo, hi) of `seq` through the ticket's block tables, after checking that [0, lo)
+    // reads back.
+    auto step = [&](request_ticket t, const std::vector<token_id>& seq, std::int64_t lo, std::int64_t hi) {
+      for (std::int64_t l = 0; l < layers; ++l) {
+        REQUIRE(requests.block_table(t, l, table));
+        auto at = [&](std::int64_t p) {
+          return *pool.resolve(table[static_cast<std::size_t>(p / tpp)]) + static_cast<std::uint64_t>(p % tpp) * slot_bytes;
+        };
+        for (std::int64_t p = 0; p < lo; ++p) {
+          std::uint64_t v = 0;
+          std::memcpy(&v, at(p), sizeof v);
+          CAPTURE(p);
+          REQUIRE(v == sig(p, seq[static_cast<std::size_t>(p)], l));
+        }
+        for (std::int64_t p = lo; p < hi; ++p) {
+          const std::uint64_t v = sig(p, seq[static_cast<std::size_t>(p)], l);
+          std::memcpy(at(p), &v, sizeof v);
+        }
+      }
+    };
+    // A: 40 tokens cached with the state after them.
+    const auto a = tokens(40, 21);
+    auto ta = requests.begin(a);
+    REQUIRE(ta);
+    step(*ta, a, 0, 40);
+    const std::int64_t end_a[] = {40};
+    REQUIRE(requests.finish(*ta, a, end_a));
+    // B resumes at 40, inside block [32, 48): its reservation [40, 45) starts in that block,
+    // then decode grows two tokens at a time, each segment inside the same block.
+    const auto b = cat(a, tokens(11, 22));  // prompt 43 tokens + 8 decoded
+    const std::vector<token_id> prompt_b(b.begin(), b.begin() + 43);
+    auto tb = requests.begin(prompt_b, {.output_tokens = 2});
+    REQUIRE(tb);
+    REQUIRE((*requests.state(*tb))->match.reusable_tokens == 40);
+    step(*tb, b, 40, 45);
+    for (std::int64_t p = 45; p < 51; p += 2) {
+      REQUIRE(requests.grow(*tb, 2));
+      step(*tb, b, p, p + 2);  // checks [0, p) through the new table first
+    }
+    step(*tb, b, 51, 51);
+    std::vector<std::int64_t> captured;
+    for (const auto& site : (*requests.state(*tb))->plan.sites) captured.push_back(site.position);
+    captured.push_back(51);
+    REQUIRE(requests.finish(*tb, b, captured));
+    // C hits all of B: every cached token reads back through its block table.
+    auto tc = requests.begin(cat(b, tokens(3, 23)));
+    REQUIRE_MESSAGE(tc, hybridcache::to_string(tc.error()));
+    REQUIRE((*requests.state(*tc))->match.reusable_tokens == 51);
+    step(*tc, b, 51, 51);
+    REQUIRE(requests.abort(*tc));
   }
   CHECK(pool.live_handles() == 0);
 }

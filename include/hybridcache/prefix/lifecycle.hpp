@@ -174,7 +174,10 @@ class request_lifecycle {
     return request_ticket{h};
   }
 
-  /// The state of a request in flight, or stale_handle / double_free / foreign_handle.
+  /// The state of a request in flight, or stale_handle / double_free / foreign_handle. The
+  /// pointer stays valid until the request's finish/abort, whatever other requests begin
+  /// meanwhile (the table grows without moving the states); `grow` of this request changes
+  /// what it points to (reserved_tokens, kv), nothing else does.
   [[nodiscard]] expected<const request_state*> state(request_ticket t) const {
     std::lock_guard<lock_type> guard(cache_->lock_);
     if (const errc e = tickets_.validate(t.handle); e != errc::ok) return unexpected(e);
@@ -196,12 +199,16 @@ class request_lifecycle {
     s.kv_tokens.push_back(tokens);
     s.reserved_tokens += tokens;
     // The runtime has written every token before `first` (it grows when it runs out), so
-    // the block the new segment shares with the previous one can be copied now.
+    // the block the new segment shares with the previous one can be copied now: the whole
+    // block up to `first`, not only the previous segment's tokens. The block table names
+    // the previous segment's page for that block, and that page already holds the block's
+    // earlier tokens (cached ones copied at begin, earlier segments' at their grow), which
+    // a short segment (or a reservation that starts inside the block) does not own.
     if constexpr (pages_by_position) {
       if (s.kv.size() >= 2 && first % cache_->store_.tokens_per_page() != 0) {
         const std::size_t k = s.kv.size() - 1;
         const std::int64_t prev_first = first - s.kv_tokens[k - 1];
-        const std::int64_t lo = std::max(prev_first, first - first % cache_->store_.tokens_per_page());
+        const std::int64_t lo = first - first % cache_->store_.tokens_per_page();
         cache_->store_.copy_tokens(s.kv[k - 1], prev_first, s.kv[k], first, lo, first);
       }
     }

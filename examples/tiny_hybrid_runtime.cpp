@@ -1,0 +1,666 @@
+// The request lifecycle end to end: a tiny hybrid model (2 Gated DeltaNet + 2 attention
+// layers, fp32, random fixed weights) served through `request_lifecycle` over an asymmetric
+// pool, and checked against the same model run with no cache at all.
+//
+// What the runtime below does, per request (docs/runtime.md, "A request, step by step"):
+//   begin(prompt, {.output_tokens = 4})       match + pin, plan, reserve KV and checkpoint slots
+//   resume_checkpoint -> working GDN states   copied out of the pool's SSM blocks (zero on a miss)
+//   block_table per attention layer           K and V of every token live in the pool's pages:
+//                                             token p in page table[p / 16], slot p % 16
+//   chunked prefill [reusable, |prompt|)      chunked_prefill_host (the kernels' program), chunks
+//                                             aligned to absolute multiples of 16, states emitted at
+//                                             the plan's sites, written into the reserved slots
+//   greedy decode                             recurrent_head per GDN head, attention through the
+//                                             table; grow(ticket, 2) when decode passes the
+//                                             reservation, then the block tables again
+//   end state -> end slot; finish(sequence, sites + |sequence|)
+// The uncached reference runs the same layer code from token 0 with a flat KV array and a zero
+// state: chunked prefill of the whole prompt, then the same recurrent decode.
+//
+// Workload: 400 requests of branching multi-turn conversations. Every session starts with one
+// shared system prompt; a request starts a session, continues one (its whole history is the
+// prefix) or branches one at an earlier turn. Up to 4 requests are in flight at once, and each
+// request touches only its own ticket's pages and checkpoint slots, so a threaded runtime could
+// serve them independently. The pool is small enough that the cache evicts and the pool moves
+// capacity between its KV and SSM sides (both counted, both must be > 0).
+//
+// Exactness. Output tokens must be identical. Logits cannot be bit-identical on a hit: the
+// cached run's prefix KV and resumed state were computed by earlier requests, whose chunks
+// started at their own resume points and whose last tokens went through the recurrent
+// (decode) form, while the uncached run computes the same prefix with chunks aligned from
+// token 0. Chunkwise (UT transform, then a roll-forward) and recurrent forms are the same
+// sums in a different order, so they agree to fp32 rounding, not bit for bit. Every logit
+// vector of a request (after the prompt and after every decoded token) must therefore be
+// within kTolerance of the uncached one, relative to the largest uncached logit; a miss
+// (nothing reused) runs exactly the uncached sequence of operations and must be
+// bit-identical. The maximum relative difference measured is printed.
+//
+// Not covered here: the host tier (tiered/). The lifecycle does not load host hits into a
+// ticket's pages yet, so "host loads" is 0 by construction.
+//
+// Output: a detail line, then the summary line, e.g.
+//   identical outputs: 400/400 requests; reused 61.2% of prompt tokens; host loads 0; evictions 512
+// Exit status 1 unless every request matched (and the cache evicted, the pool rebalanced, and
+// every page went back to the pool at the end).
+#include <algorithm>
+#include <array>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <exception>
+#include <string>
+#include <span>
+#include <vector>
+
+#include <hybridcache/attention/linear_attention_forms.hpp>
+#include <hybridcache/hybridcache.hpp>
+#include <hybridcache/prefix/lifecycle.hpp>
+
+namespace {
+
+namespace hc = hybridcache;
+namespace la = hybridcache::cuda;  // the attention/ forms (host + device code)
+using hc::prefix::token_id;
+
+// ---- shapes ------------------------------------------------------------------------------
+constexpr int kVocab = 256;
+constexpr int kD = 64;             // d_model
+constexpr int kHeads = 2;          // attention query heads
+constexpr int kKvHeads = 1;        // attention KV heads (GQA 2:1)
+constexpr int kHeadDim = 32;
+constexpr int kGdnHeads = 2;       // GDN key = value heads
+constexpr int kDk = 32, kDv = 32;  // GDN head dims
+constexpr int kChunk = 16;         // GDN scan chunk (= the plan's chunk)
+constexpr int kTokensPerPage = 16;
+constexpr int kLayers = 4;         // G A G A
+constexpr int kAttnLayers = 2, kGdnLayers = 2;
+constexpr int kSlotFloats = 2 * kKvHeads * kHeadDim;  // one token of one layer: K then V
+constexpr int kStateFloats = kGdnHeads * kDk * kDv;   // one GDN layer's state
+constexpr auto kLayout = la::state_layout::v_major;
+using state_t = la::state_ref<kLayout, kDk, kDv>;
+
+constexpr int kRequests = 400;
+constexpr int kMaxInFlight = 4;
+constexpr std::int64_t kReservedOutput = 4;  // decode tokens reserved at begin; grow past them
+constexpr double kTolerance = 1e-5;          // max |cached - uncached| / max |uncached| per logit vector
+
+bool is_attention(int layer) { return layer % 2 == 1; }
+
+hc::model_spec tiny_spec() {
+  hc::model_spec s;
+  s.name = "tiny_hybrid_runtime";
+  s.source = "examples/tiny_hybrid_runtime.cpp: 2 Gated DeltaNet + 2 attention layers, fp32";
+  s.layers = hc::layer_pattern("RA", 2);
+  s.d_model = kD;
+  s.attention_heads = kHeads;
+  s.kv_heads = kKvHeads;
+  s.head_dim = kHeadDim;
+  s.recurrent = hc::recurrent_family::gated_deltanet;
+  s.gdn_key_heads = kGdnHeads;
+  s.gdn_value_heads = kGdnHeads;
+  s.gdn_key_dim = kDk;
+  s.gdn_value_dim = kDv;
+  s.kv_dtype_bytes = 4;
+  s.state_dtype_bytes = 4;
+  s.activation_dtype_bytes = 4;
+  s.scan_chunk = kChunk;
+  return s;
+}
+
+// ---- deterministic randomness --------------------------------------------------------------
+struct prng {
+  std::uint64_t s;
+  std::uint64_t next() { return s = hc::splitmix64_mix(s + 0x9e3779b97f4a7c15ull); }
+  double uniform() { return static_cast<double>(next() >> 11) * 0x1.0p-53; }  // [0, 1)
+  int below(int n) { return static_cast<int>(next() % static_cast<std::uint64_t>(n)); }
+  /// A weight: magnitude in [0.1, 1) x scale, random sign; never zero.
+  float weight(float scale) {
+    const double m = 0.1 + 0.9 * uniform();
+    return static_cast<float>((next() & 1) ? m * scale : -m * scale);
+  }
+};
+
+std::vector<float> random_matrix(prng& r, int rows, int cols, float scale) {
+  std::vector<float> w(static_cast<std::size_t>(rows) * cols);
+  for (auto& x : w) x = r.weight(scale);
+  return w;
+}
+
+// ---- the model -------------------------------------------------------------------------------
+struct layer_weights {
+  std::vector<float> norm;           // [D] RMSNorm gain
+  std::vector<float> wq, wk, wv;     // [D][out]
+  std::vector<float> wa, wb;         // GDN gates [D][HV]
+  std::array<float, kGdnHeads> a_log{}, dt_bias{};
+  std::vector<float> wo;             // [in][D]
+};
+
+struct model {
+  std::vector<float> embed;  // [V][D], tied with the output head
+  std::vector<float> final_norm;
+  std::array<layer_weights, kLayers> layers;
+
+  explicit model(std::uint64_t seed) {
+    prng r{seed};
+    embed = random_matrix(r, kVocab, kD, 1.0f);
+    final_norm = random_matrix(r, 1, kD, 1.0f);
+    const float in_scale = 1.0f / std::sqrt(static_cast<float>(kD));
+    for (int l = 0; l < kLayers; ++l) {
+      auto& w = layers[static_cast<std::size_t>(l)];
+      w.norm = random_matrix(r, 1, kD, 1.0f);
+      if (is_attention(l)) {
+        w.wq = random_matrix(r, kD, kHeads * kHeadDim, in_scale);
+        w.wk = random_matrix(r, kD, kKvHeads * kHeadDim, in_scale);
+        w.wv = random_matrix(r, kD, kKvHeads * kHeadDim, in_scale);
+        w.wo = random_matrix(r, kHeads * kHeadDim, kD, 0.5f / std::sqrt(static_cast<float>(kHeads * kHeadDim)));
+      } else {
+        w.wq = random_matrix(r, kD, kGdnHeads * kDk, in_scale);
+        w.wk = random_matrix(r, kD, kGdnHeads * kDk, in_scale);
+        w.wv = random_matrix(r, kD, kGdnHeads * kDv, in_scale);
+        w.wa = random_matrix(r, kD, kGdnHeads, in_scale);
+        w.wb = random_matrix(r, kD, kGdnHeads, in_scale);
+        for (int h = 0; h < kGdnHeads; ++h) {
+          w.a_log[static_cast<std::size_t>(h)] = r.weight(1.0f);
+          w.dt_bias[static_cast<std::size_t>(h)] = r.weight(1.0f);
+        }
+        w.wo = random_matrix(r, kGdnHeads * kDv, kD, 0.5f / std::sqrt(static_cast<float>(kGdnHeads * kDv)));
+      }
+    }
+  }
+};
+
+/// y[j] = sum_i x[i] W[i][j], i in order (the one summation order of both runs).
+void matvec(const float* x, const std::vector<float>& w, int in, int out, float* y) {
+  for (int j = 0; j < out; ++j) y[j] = 0.0f;
+  for (int i = 0; i < in; ++i) {
+    const float xi = x[i];
+    const float* row = w.data() + static_cast<std::size_t>(i) * out;
+    for (int j = 0; j < out; ++j) y[j] += xi * row[j];
+  }
+}
+
+void rms_norm(const float* x, const std::vector<float>& gain, float* y) {
+  float ss = 0.0f;
+  for (int i = 0; i < kD; ++i) ss += x[i] * x[i];
+  const float f = 1.0f / std::sqrt(ss / kD + 1e-6f);
+  for (int i = 0; i < kD; ++i) y[i] = x[i] * f * gain[static_cast<std::size_t>(i)];
+}
+
+/// Where a run keeps its KV: `slot(layer, p)` is token p's K (kHeadDim floats per KV head)
+/// followed by its V. The cached run's slots are in the pool's pages, named by the block
+/// table; the uncached run's are a flat array. The attention code is the same for both.
+struct flat_kv {
+  std::array<std::vector<float>, kAttnLayers> data;
+  float* slot(int layer, std::int64_t p) {
+    auto& d = data[static_cast<std::size_t>(layer)];
+    if (d.size() < static_cast<std::size_t>(p + 1) * kSlotFloats) d.resize(static_cast<std::size_t>(p + 1) * kSlotFloats * 2);
+    return d.data() + p * kSlotFloats;
+  }
+};
+
+struct paged_kv {
+  std::array<std::vector<float*>, kAttnLayers> pages;  // block b -> page address (resolved block table)
+  float* slot(int layer, std::int64_t p) {
+    const auto& t = pages[static_cast<std::size_t>(layer)];
+    const auto b = static_cast<std::size_t>(p / kTokensPerPage);
+    if (b >= t.size()) throw hc::invalid_argument("paged_kv: position past the block table");
+    return t[b] + (p % kTokensPerPage) * kSlotFloats;
+  }
+};
+
+/// Checkpoint output of a prefill: positions (absolute) and per GDN layer one
+/// [count][HV][dk*dv] buffer (chunked_prefill_host's layout).
+struct checkpoint_out {
+  std::vector<std::int64_t> positions;
+  std::array<std::vector<float>, kGdnLayers> states;
+};
+
+enum class gdn_form { chunked, recurrent };
+
+/// Runs tokens [a, b) of `seq` through the model with the KV of [0, a) in `kv` and the GDN
+/// states after token a in `states` (updated to after b). Writes the K/V of [a, b) into `kv`,
+/// the states at `ck.positions` into `ck.states` (chunked form only) and the logits after
+/// token b - 1 into `logits`.
+template <class KV>
+void forward(const model& m, std::span<const token_id> seq, std::int64_t a, std::int64_t b, gdn_form form, KV& kv,
+             std::array<std::vector<float>, kGdnLayers>& states, checkpoint_out* ck, std::vector<float>& logits) {
+  const auto T = static_cast<int>(b - a);
+  std::vector<float> x(static_cast<std::size_t>(T) * kD), h(static_cast<std::size_t>(T) * kD);
+  for (int t = 0; t < T; ++t) {
+    const auto tok = static_cast<std::size_t>(seq[static_cast<std::size_t>(a + t)]);
+    std::copy_n(m.embed.data() + tok * kD, kD, x.data() + static_cast<std::size_t>(t) * kD);
+  }
+  std::vector<float> q, k, v, o, y(kD), ga, gb, g, beta, scores;
+  int attn = 0, gdn = 0;
+  for (int l = 0; l < kLayers; ++l) {
+    const layer_weights& w = m.layers[static_cast<std::size_t>(l)];
+    for (int t = 0; t < T; ++t) rms_norm(x.data() + t * kD, w.norm, h.data() + t * kD);
+    if (is_attention(l)) {
+      constexpr int QW = kHeads * kHeadDim, KW = kKvHeads * kHeadDim;
+      q.assign(static_cast<std::size_t>(T) * QW, 0.0f);
+      o.assign(static_cast<std::size_t>(T) * QW, 0.0f);
+      for (int t = 0; t < T; ++t) {  // K and V of every new token go into its slot first
+        float* s = kv.slot(attn, a + t);
+        matvec(h.data() + t * kD, w.wq, kD, QW, q.data() + t * QW);
+        matvec(h.data() + t * kD, w.wk, kD, KW, s);
+        matvec(h.data() + t * kD, w.wv, kD, KW, s + KW);
+      }
+      const float scale = 1.0f / std::sqrt(static_cast<float>(kHeadDim));
+      for (int t = 0; t < T; ++t) {
+        const std::int64_t pos = a + t;
+        scores.resize(static_cast<std::size_t>(pos + 1));
+        for (int hd = 0; hd < kHeads; ++hd) {
+          const int kvh = hd / (kHeads / kKvHeads);
+          const float* qh = q.data() + t * QW + hd * kHeadDim;
+          float mx = -INFINITY;
+          for (std::int64_t p = 0; p <= pos; ++p) {  // reads every earlier token through the table
+            const float* kp = kv.slot(attn, p) + kvh * kHeadDim;
+            float d = 0.0f;
+            for (int i = 0; i < kHeadDim; ++i) d += qh[i] * kp[i];
+            scores[static_cast<std::size_t>(p)] = d * scale;
+            mx = std::max(mx, d * scale);
+          }
+          float sum = 0.0f;
+          for (std::int64_t p = 0; p <= pos; ++p) sum += scores[static_cast<std::size_t>(p)] = std::exp(scores[static_cast<std::size_t>(p)] - mx);
+          float* oh = o.data() + t * QW + hd * kHeadDim;
+          for (std::int64_t p = 0; p <= pos; ++p) {
+            const float* vp = kv.slot(attn, p) + KW + kvh * kHeadDim;
+            const float wgt = scores[static_cast<std::size_t>(p)] / sum;
+            for (int i = 0; i < kHeadDim; ++i) oh[i] += wgt * vp[i];
+          }
+        }
+        matvec(o.data() + t * QW, w.wo, QW, kD, y.data());
+        for (int i = 0; i < kD; ++i) x[static_cast<std::size_t>(t * kD + i)] += y[static_cast<std::size_t>(i)];
+      }
+      ++attn;
+    } else {
+      constexpr int KW = kGdnHeads * kDk, VW = kGdnHeads * kDv;
+      q.resize(static_cast<std::size_t>(T) * KW);
+      k.resize(static_cast<std::size_t>(T) * KW);
+      v.resize(static_cast<std::size_t>(T) * VW);
+      o.assign(static_cast<std::size_t>(T) * VW, 0.0f);
+      ga.resize(kGdnHeads);
+      gb.resize(kGdnHeads);
+      g.resize(static_cast<std::size_t>(T) * kGdnHeads);
+      beta.resize(static_cast<std::size_t>(T) * kGdnHeads);
+      for (int t = 0; t < T; ++t) {
+        const float* ht = h.data() + t * kD;
+        matvec(ht, w.wq, kD, KW, q.data() + t * KW);
+        matvec(ht, w.wk, kD, KW, k.data() + t * KW);
+        matvec(ht, w.wv, kD, VW, v.data() + t * VW);
+        matvec(ht, w.wa, kD, kGdnHeads, ga.data());
+        matvec(ht, w.wb, kD, kGdnHeads, gb.data());
+        for (int hv = 0; hv < kGdnHeads; ++hv) {
+          const auto i = static_cast<std::size_t>(t * kGdnHeads + hv);
+          g[i] = la::qwen3_next_log_decay(w.a_log[static_cast<std::size_t>(hv)], ga[static_cast<std::size_t>(hv)],
+                                          w.dt_bias[static_cast<std::size_t>(hv)]);
+          beta[i] = la::qwen3_next_beta(gb[static_cast<std::size_t>(hv)]);
+        }
+      }
+      float* state = states[static_cast<std::size_t>(gdn)].data();
+      const la::qk_options qk = la::qwen3_next_qk(kDk);
+      if (form == gdn_form::chunked) {
+        const std::int64_t cu[2] = {0, T}, start[1] = {a};
+        const std::int32_t slot[1] = {0};
+        const std::int64_t count = ck ? static_cast<std::int64_t>(ck->positions.size()) : 0;
+        const std::int64_t ck_off[2] = {0, count};
+        la::prefill_io<float, float> io;
+        io.num_seqs = 1;
+        io.num_k_heads = kGdnHeads;
+        io.num_v_heads = kGdnHeads;
+        io.chunk = kChunk;
+        io.cu_seqlens = cu;
+        io.start_positions = start;
+        io.slots = slot;
+        io.q = q.data();
+        io.k = k.data();
+        io.v = v.data();
+        io.log_decay = g.data();
+        io.beta = beta.data();
+        io.o = o.data();
+        io.states = state;
+        if (count > 0) {
+          auto& out = ck->states[static_cast<std::size_t>(gdn)];
+          out.assign(static_cast<std::size_t>(count * kStateFloats), 0.0f);
+          io.checkpoint_offsets = ck_off;
+          io.checkpoint_positions = ck->positions.data();
+          io.checkpoint_states = out.data();
+        }
+        io.qk = qk;
+        la::chunked_prefill_host<la::delta_rule, kLayout, kDk, kDv>(io);
+      } else {
+        for (int hv = 0; hv < kGdnHeads; ++hv) {
+          la::head_input<float> in;
+          in.q = q.data() + hv * kDk;
+          in.k = k.data() + hv * kDk;
+          in.v = v.data() + hv * kDv;
+          in.q_stride = in.k_stride = KW;
+          in.v_stride = VW;
+          in.log_decay = g.data() + hv;
+          in.decay_stride = kGdnHeads;
+          in.beta = beta.data() + hv;
+          in.beta_stride = kGdnHeads;
+          in.length = T;
+          la::recurrent_head<la::delta_rule>(in, la::head_output<float>{o.data() + hv * kDv, VW, nullptr, 0},
+                                             state_t{state + hv * kDk * kDv}, qk, a);
+        }
+      }
+      for (int t = 0; t < T; ++t) {
+        matvec(o.data() + t * VW, w.wo, VW, kD, y.data());
+        for (int i = 0; i < kD; ++i) x[static_cast<std::size_t>(t * kD + i)] += y[static_cast<std::size_t>(i)];
+      }
+      ++gdn;
+    }
+  }
+  rms_norm(x.data() + (T - 1) * kD, m.final_norm, y.data());
+  logits.assign(kVocab, 0.0f);
+  for (int tok = 0; tok < kVocab; ++tok) {
+    const float* e = m.embed.data() + static_cast<std::size_t>(tok) * kD;
+    float s = 0.0f;
+    for (int i = 0; i < kD; ++i) s += e[i] * y[static_cast<std::size_t>(i)];
+    logits[static_cast<std::size_t>(tok)] = s;
+  }
+}
+
+token_id argmax(const std::vector<float>& logits) {
+  return static_cast<token_id>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+}
+
+/// What a run produced: the decoded tokens and every logit vector (after the prompt, then
+/// after each decoded token).
+struct run_result {
+  std::vector<token_id> output;
+  std::vector<std::vector<float>> logits;
+};
+
+/// The reference: no cache, full chunked prefill from token 0, then recurrent decode.
+run_result run_uncached(const model& m, std::span<const token_id> prompt, int decode) {
+  run_result r;
+  std::vector<token_id> seq(prompt.begin(), prompt.end());
+  flat_kv kv;
+  std::array<std::vector<float>, kGdnLayers> states;
+  for (auto& s : states) s.assign(kStateFloats, 0.0f);
+  std::vector<float> logits;
+  forward(m, seq, 0, static_cast<std::int64_t>(seq.size()), gdn_form::chunked, kv, states, nullptr, logits);
+  r.logits.push_back(logits);
+  for (int i = 0; i < decode; ++i) {
+    seq.push_back(argmax(logits));
+    r.output.push_back(seq.back());
+    const auto p = static_cast<std::int64_t>(seq.size()) - 1;
+    forward(m, seq, p, p + 1, gdn_form::recurrent, kv, states, nullptr, logits);
+    r.logits.push_back(logits);
+  }
+  return r;
+}
+
+// ---- the runtime ------------------------------------------------------------------------------
+using pool_t = hc::memory::host_asymmetric_pool<hc::memory::threshold_rebalancer>;
+using store_t = hc::memory::pool_state_store<pool_t>;
+using cache_t = hc::prefix::prefix_cache<hc::cost_model, hc::prefix::judicious_admission, hc::prefix::lru_scorer, store_t>;
+using lifecycle_t = hc::prefix::request_lifecycle<cache_t>;
+
+struct runtime {
+  const model& m;
+  pool_t& pool;
+  lifecycle_t& requests;
+  std::int64_t grows = 0;
+
+  float* address(hc::packed_handle h) const {
+    auto p = pool.resolve(h);
+    if (!p || *p == nullptr) throw hc::invalid_argument("tiny_hybrid_runtime: a handle the lifecycle gave does not resolve");
+    return reinterpret_cast<float*>(*p);
+  }
+
+  /// The block tables of every attention layer, resolved to page addresses.
+  void load_tables(hc::prefix::request_ticket t, paged_kv& kv) const {
+    std::vector<hc::packed_handle> table;
+    for (int l = 0; l < kAttnLayers; ++l) {
+      if (!requests.block_table(t, l, table)) throw hc::invalid_argument("block_table refused a live ticket");
+      auto& pages = kv.pages[static_cast<std::size_t>(l)];
+      pages.clear();
+      for (auto h : table) pages.push_back(address(h));
+    }
+  }
+
+  /// Serves an admitted request: prefill from the resumed state, greedy decode, capture, finish.
+  /// false when a grow was refused (the request was aborted and must be retried).
+  bool serve(hc::prefix::request_ticket t, std::span<const token_id> prompt, int decode, run_result& out,
+             std::vector<token_id>& sequence) {
+    const auto* s = *requests.state(t);
+    const std::int64_t from = s->match.reusable_tokens, n = static_cast<std::int64_t>(prompt.size());
+    if (from >= n) throw hc::invalid_argument("tiny_hybrid_runtime: a whole-prompt hit leaves no token to compute logits from");
+    // Resume: the working GDN states start as the checkpoint's blocks (zero on a miss).
+    std::array<std::vector<float>, kGdnLayers> states;
+    const auto* resume = *requests.resume_checkpoint(t);
+    for (int l = 0; l < kGdnLayers; ++l) {
+      auto& st = states[static_cast<std::size_t>(l)];
+      st.assign(kStateFloats, 0.0f);
+      if (resume != nullptr) std::memcpy(st.data(), address(resume->blocks[static_cast<std::size_t>(l)]), kStateFloats * sizeof(float));
+    }
+    paged_kv kv;
+    load_tables(t, kv);
+    // Prefill, emitting the states at the plan's sites into the reserved slots.
+    checkpoint_out ck;
+    ck.positions = la::checkpoint_positions(s->plan, n - from, kChunk);
+    sequence.assign(prompt.begin(), prompt.end());
+    std::vector<float> logits;
+    forward(m, sequence, from, n, gdn_form::chunked, kv, states, &ck, logits);
+    std::vector<std::int64_t> captured = ck.positions;
+    for (std::size_t i = 0; i < ck.positions.size(); ++i)
+      for (int l = 0; l < kGdnLayers; ++l)
+        std::memcpy(address(s->checkpoints[i].handle.blocks[static_cast<std::size_t>(l)]),
+                    ck.states[static_cast<std::size_t>(l)].data() + static_cast<std::ptrdiff_t>(i) * kStateFloats,
+                    kStateFloats * sizeof(float));
+    out.logits.push_back(logits);
+    // Decode; past the reservation, grow (every earlier token is written) and reload the tables.
+    for (int i = 0; i < decode; ++i) {
+      sequence.push_back(argmax(logits));
+      out.output.push_back(sequence.back());
+      const auto p = static_cast<std::int64_t>(sequence.size()) - 1;
+      s = *requests.state(t);
+      if (p >= s->match.reusable_tokens + s->reserved_tokens) {
+        if (!requests.grow(t, 2)) {
+          (void)requests.abort(t);
+          return false;
+        }
+        ++grows;
+        load_tables(t, kv);
+      }
+      forward(m, sequence, p, p + 1, gdn_form::recurrent, kv, states, nullptr, logits);
+      out.logits.push_back(logits);
+    }
+    // The state after the whole sequence goes into the end slot (the last one).
+    s = *requests.state(t);
+    const auto& end_slot = s->checkpoints.back();
+    for (int l = 0; l < kGdnLayers; ++l)
+      std::memcpy(address(end_slot.handle.blocks[static_cast<std::size_t>(l)]), states[static_cast<std::size_t>(l)].data(),
+                  kStateFloats * sizeof(float));
+    captured.push_back(static_cast<std::int64_t>(sequence.size()));
+    auto f = requests.finish(t, sequence, captured);
+    if (!f) throw hc::invalid_argument(std::string("finish failed: ") + std::string(hc::to_string(f.error())));
+    return true;
+  }
+};
+
+/// max_i |a_i - b_i| / max_i |b_i|
+double rel_diff(const std::vector<float>& a, const std::vector<float>& b) {
+  double num = 0.0, den = 0.0;
+  for (std::size_t i = 0; i < b.size(); ++i) {
+    num = std::max(num, std::fabs(static_cast<double>(a[i]) - b[i]));
+    den = std::max(den, std::fabs(static_cast<double>(b[i])));
+  }
+  return den > 0 ? num / den : num;
+}
+
+// ---- the workload -------------------------------------------------------------------------------
+struct session {
+  std::vector<token_id> history;        // everything said so far (prompts and outputs)
+  std::vector<std::int64_t> turn_ends;  // history length after each turn
+};
+
+struct request {
+  std::vector<token_id> prompt;
+  int decode = 0;
+  int session = -1;    // the session it continues (-1: a new one)
+  bool branch = false; // continues a copy of the session cut at an earlier turn
+};
+
+}  // namespace
+
+static int run() {
+  const auto t0 = std::chrono::steady_clock::now();
+  const hc::cost_model spec(tiny_spec());
+  const model m(0x5eed'7417'4b1du);
+
+  // 1 MiB shared by KV pages (16 tokens x 256 B) and checkpoint blocks (one GDN layer's state,
+  // 8 KiB), in 32 KiB chunks that the threshold rebalancer moves between the two sides.
+  pool_t pool({.budget_bytes = std::uint64_t{1} << 20, .kv_page_bytes = hc::memory::kv_page_bytes(spec, kTokensPerPage),
+               .ssm_block_bytes = hc::memory::checkpoint_block_bytes(spec), .granularity_bytes = 32 << 10},
+              hc::memory::threshold_rebalancer({.threshold_low = 0.02, .threshold_high = 0.10, .migration_batch_size = 8,
+                                                .min_rebalance_interval_ops = 0, .size_to_demand = true}));
+  if (pool.stats(hc::memory::pool_kind::kv).unit_bytes != kTokensPerPage * kSlotFloats * sizeof(float) ||
+      pool.stats(hc::memory::pool_kind::ssm).unit_bytes != kStateFloats * sizeof(float)) {
+    std::printf("unexpected unit sizes\n");
+    return 1;
+  }
+  int identical = 0, bit_identical = 0, misses = 0, served = 0, retries = 0;
+  double max_rel = 0.0;
+  std::int64_t prompt_tokens = 0, reused_tokens = 0, evictions = 0;
+  std::uint64_t rebalances = 0;
+  std::int64_t grows = 0, sites_captured = 0, rolled_forward = 0;
+  {
+    cache_t cache(spec, store_t(pool, kTokensPerPage, kAttnLayers, kGdnLayers), hc::prefix::lru_scorer{});
+    lifecycle_t requests(cache);
+    runtime rt{m, pool, requests};
+
+    prng wl{42};
+    auto words = [&](int n) {
+      std::vector<token_id> v(static_cast<std::size_t>(n));
+      for (auto& t : v) t = static_cast<token_id>(wl.below(kVocab));
+      return v;
+    };
+    const std::vector<token_id> system_prompt = words(40);
+    std::vector<session> sessions;
+    auto make_request = [&] {
+      request r;
+      r.decode = 3 + wl.below(6);  // 3..8 tokens: many pass the 4 reserved and grow
+      const double u = wl.uniform();
+      if (sessions.empty() || u < 0.15) {
+        r.prompt = system_prompt;
+      } else {
+        // Mostly recent sessions (a chat service's working set), sometimes an old one.
+        const int n = static_cast<int>(sessions.size());
+        r.session = wl.uniform() < 0.8 ? n - 1 - wl.below(std::min(n, 6)) : wl.below(n);
+        const session& s = sessions[static_cast<std::size_t>(r.session)];
+        std::int64_t cut = static_cast<std::int64_t>(s.history.size());
+        if (u < 0.35 && s.turn_ends.size() > 1) {  // branch at an earlier turn
+          r.branch = true;
+          cut = s.turn_ends[static_cast<std::size_t>(wl.below(static_cast<int>(s.turn_ends.size()) - 1))];
+        }
+        if (cut > 220) {  // long enough: start over from the system prompt
+          r.session = -1;
+          r.branch = false;
+          cut = static_cast<std::int64_t>(system_prompt.size());
+          r.prompt = system_prompt;
+        } else {
+          r.prompt.assign(s.history.begin(), s.history.begin() + static_cast<std::ptrdiff_t>(cut));
+        }
+      }
+      const auto msg = words(8 + wl.below(25));
+      r.prompt.insert(r.prompt.end(), msg.begin(), msg.end());
+      return r;
+    };
+
+    std::vector<request> pending;
+    while (served < kRequests) {
+      // Admit up to kMaxInFlight requests, then serve them one after another.
+      std::vector<std::pair<hc::prefix::request_ticket, request>> batch;
+      while (static_cast<int>(batch.size()) < kMaxInFlight && served + static_cast<int>(batch.size()) < kRequests) {
+        request r = pending.empty() ? make_request() : pending.back();
+        auto t = requests.begin(r.prompt, {.output_tokens = kReservedOutput});
+        if (!t) {
+          if (t.error() != hc::errc::out_of_capacity || batch.empty()) {
+            std::printf("begin refused with nothing in flight: %s\n", std::string(hc::to_string(t.error())).c_str());
+            return 1;
+          }
+          if (pending.empty()) pending.push_back(std::move(r));
+          break;
+        }
+        if (!pending.empty()) pending.pop_back();
+        batch.emplace_back(*t, std::move(r));
+      }
+      for (auto& [t, r] : batch) {
+        const auto* s = *requests.state(t);
+        const std::int64_t reused = s->match.reusable_tokens;
+        for (const auto& site : s->plan.sites) {
+          ++sites_captured;
+          rolled_forward += site.roll_forward > 0 ? 1 : 0;
+        }
+        run_result cached;
+        std::vector<token_id> sequence;
+        if (!rt.serve(t, r.prompt, r.decode, cached, sequence)) {
+          ++retries;
+          pending.push_back(r);
+          continue;
+        }
+        ++served;
+        prompt_tokens += static_cast<std::int64_t>(r.prompt.size());
+        reused_tokens += reused;
+        misses += reused == 0 ? 1 : 0;
+        // The same request with no cache at all.
+        const run_result ref = run_uncached(m, r.prompt, r.decode);
+        bool same = cached.output == ref.output && cached.logits.size() == ref.logits.size();
+        bool bits = same;
+        double worst = 0.0;
+        for (std::size_t i = 0; same && i < ref.logits.size(); ++i) {
+          worst = std::max(worst, rel_diff(cached.logits[i], ref.logits[i]));
+          bits = bits && cached.logits[i] == ref.logits[i];
+        }
+        max_rel = std::max(max_rel, worst);
+        same = same && worst <= kTolerance && (reused > 0 || bits);
+        identical += same ? 1 : 0;
+        bit_identical += bits ? 1 : 0;
+        if (!same)
+          std::printf("request %d: MISMATCH (reused %lld of %zu prompt tokens, max relative logit difference %.3g)\n",
+                      served, static_cast<long long>(reused), r.prompt.size(), worst);
+        // The conversation goes on from what the cached run said.
+        session next;
+        if (r.session >= 0) {
+          const session& base = sessions[static_cast<std::size_t>(r.session)];
+          next.turn_ends = base.turn_ends;
+          while (!next.turn_ends.empty() && next.turn_ends.back() > static_cast<std::int64_t>(r.prompt.size())) next.turn_ends.pop_back();
+        }
+        next.history = sequence;
+        next.turn_ends.push_back(static_cast<std::int64_t>(sequence.size()));
+        if (r.session >= 0 && !r.branch) sessions[static_cast<std::size_t>(r.session)] = std::move(next);
+        else sessions.push_back(std::move(next));
+      }
+    }
+    evictions = cache.counters().evictions;
+    rebalances = pool.counters().rebalances;
+    grows = rt.grows;
+  }
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::printf("details: %d misses, %d requests with bit-identical logits, max relative logit difference %.3g (tolerance %.0e), "
+              "%lld states captured at planned sites (%lld mid-chunk, rolled forward), %llu rebalances, %lld grows, %d retried, "
+              "%llu pool handles left, %.1f s\n",
+              misses, bit_identical, max_rel, kTolerance, static_cast<long long>(sites_captured),
+              static_cast<long long>(rolled_forward), static_cast<unsigned long long>(rebalances),
+              static_cast<long long>(grows), retries, static_cast<unsigned long long>(pool.live_handles()), seconds);
+  std::printf("identical outputs: %d/%d requests; reused %.1f%% of prompt tokens; host loads 0; evictions %lld\n", identical,
+              served, 100.0 * static_cast<double>(reused_tokens) / static_cast<double>(prompt_tokens),
+              static_cast<long long>(evictions));
+  const bool ok = identical == served && served == kRequests && evictions > 0 && rebalances > 0 && pool.live_handles() == 0;
+  return ok ? 0 : 1;
+}
+
+int main() {
+  try {
+    return run();
+  } catch (const std::exception& e) {
+    std::printf("tiny_hybrid_runtime: %s\n", e.what());
+    return 1;
+  }
+}
