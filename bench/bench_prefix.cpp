@@ -192,7 +192,8 @@ BENCHMARK(bm_evict_100k<reference_flop_scorer>)
 template <class Scorer>
 static void bm_lifecycle_10k_nodes(benchmark::State& state) {
   using cache_t = prefix_cache<cost_model, judicious_admission, Scorer>;
-  cache_t c(model(), big_store(2200, 10'000 * 80), make_scorer<Scorer>());
+  // Room for about 10k nodes (each holds a checkpoint and ~50 tokens of KV).
+  cache_t c(model(), big_store(10'500, 10'500 * 60), make_scorer<Scorer>());
   request_lifecycle<cache_t> requests(c);
   std::mt19937_64 rng(11);
   std::vector<std::vector<token_id>> convs;
@@ -216,7 +217,7 @@ static void bm_lifecycle_10k_nodes(benchmark::State& state) {
     else base.resize(256);                                         // or a new one starts
     return true;
   };
-  while (c.tree().size() < 10'000)
+  for (int i = 0; i < 100'000 && c.tree().size() < 10'000; ++i)
     if (!one()) break;
   for (int i = 0; i < 2000; ++i) (void)one();  // warm: vectors and tables at their steady size
   g_allocations.store(0);
