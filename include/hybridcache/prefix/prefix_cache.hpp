@@ -579,31 +579,11 @@ class prefix_cache {
   template <class Source>
   errc allocate_all_from(const walk_result& w, std::int64_t len, Source& src) noexcept {
     free_pending();
-    std::int64_t prev = w.common_prefix;
-    // Checkpoints for positions inside the cached part.
-    for (std::int64_t p : positions_) {
-      if (p > w.common_prefix) break;
-      if (has_checkpoint_at(p)) continue;
-      auto h = src.take_checkpoint(p);
-      if (!h) return free_pending(), h.error();
-      pending_ckpt_.push_back(std::move(*h));
-    }
-    // New segments after the common prefix: boundaries at positions > cp, and len.
-    auto it = std::upper_bound(positions_.begin(), positions_.end(), w.common_prefix);
-    while (prev < len) {
-      const std::int64_t end = it != positions_.end() ? *it : len;
-      auto kv = src.take_kv(prev, end);
-      if (!kv) return free_pending(), kv.error();
-      pending_kv_.push_back(std::move(*kv));
-      if (it != positions_.end()) {
-        auto h = src.take_checkpoint(end);
-        if (!h) return free_pending(), h.error();
-        pending_ckpt_.push_back(std::move(*h));
-        ++it;
-      }
-      prev = end;
-    }
-    return errc::ok;
+    const errc e = detail::take_handles(positions_, w.common_prefix, len,
+                                        [this](std::int64_t p) { return has_checkpoint_at(p); }, src, pending_kv_,
+                                        pending_ckpt_);
+    if (e != errc::ok) free_pending();
+    return e;
   }
 
   void free_pending() noexcept {

@@ -9,12 +9,14 @@
 // count_tree_bytes O(n). None allocates once the scratch vector has grown.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <utility>
 #include <vector>
 
 #include "hybridcache/concepts/ids.hpp"
 #include "hybridcache/concepts/utility_scorer.hpp"
+#include "hybridcache/core/expected.hpp"
 #include "hybridcache/prefix/types.hpp"
 
 namespace hybridcache::prefix::detail {
@@ -89,6 +91,40 @@ void drop_all_nodes(Tree& tree, Store& store, Scorer& scorer) noexcept {
     n = parent == Tree::root() ? tree.at(parent).first_child : parent;
   }
   if (tree.at(Tree::root()).has_checkpoint) store.free_checkpoint(tree.take_checkpoint(Tree::root()));
+}
+
+/// The handles a commit needs, taken from `src` (the store, or a request's reservation) in
+/// the order `build` consumes them: first a checkpoint for every position at or before the
+/// common prefix `cp` that has none yet (`has_checkpoint_at`), then the new segments after
+/// `cp`, bounded by the positions after it and `len`: the KV of each
+/// (`src.take_kv(begin, end)`) and, at each position, its checkpoint
+/// (`src.take_checkpoint(position)`). Appends to `kv` and `ckpt`; on failure returns the
+/// error and leaves what it took there for the caller to free. O(positions).
+template <class HasCheckpoint, class Source, class KvVec, class CkVec>
+errc take_handles(const std::vector<std::int64_t>& positions, std::int64_t cp, std::int64_t len,
+                  HasCheckpoint has_checkpoint_at, Source& src, KvVec& kv, CkVec& ckpt) noexcept {
+  for (std::int64_t p : positions) {
+    if (p > cp) break;
+    if (has_checkpoint_at(p)) continue;
+    auto h = src.take_checkpoint(p);
+    if (!h) return h.error();
+    ckpt.push_back(std::move(*h));
+  }
+  auto it = std::upper_bound(positions.begin(), positions.end(), cp);
+  for (std::int64_t prev = cp; prev < len;) {
+    const std::int64_t end = it != positions.end() ? *it : len;
+    auto k = src.take_kv(prev, end);
+    if (!k) return k.error();
+    kv.push_back(std::move(*k));
+    if (it != positions.end()) {
+      auto h = src.take_checkpoint(end);
+      if (!h) return h.error();
+      ckpt.push_back(std::move(*h));
+      ++it;
+    }
+    prev = end;
+  }
+  return errc::ok;
 }
 
 /// Bytes of the tree, and the part of them no eviction can free while the tree's pins are

@@ -1,0 +1,226 @@
+// hybridcache/sim/utf8_pretokenize.hpp
+//
+// The text side of the byte-level BPE tokenizer (bpe_tokenizer.hpp): UTF-8 validation and
+// replacement of invalid bytes with U+FFFD exactly as Python's errors="replace" decodes
+// them, letter/number classes from the generated Unicode tables (data/unicode_ln.hpp), and
+// the GPT-2 pre-tokenizer split (the ByteLevel pre-tokenizer with use_regex) without a
+// regex engine. Every function is O(length) and allocation-free except where it appends
+// to the caller's string.
+#pragma once
+
+#include <algorithm>
+#include <array>
+#include <cstdint>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <limits>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "hybridcache/core/error.hpp"
+#include "hybridcache/core/hash.hpp"
+#include "hybridcache/sim/data/unicode_ln.hpp"
+#include "hybridcache/sim/json.hpp"
+#include "hybridcache/sim/request.hpp"
+
+namespace hybridcache::sim {
+
+namespace bpe_detail {
+
+/// Character classes of the pre-tokenizer regex.
+enum class cclass : std::uint8_t { other = 0, letter = 1, number = 2, space = 3 };
+
+/// Unicode White_Space (Oniguruma's \s for Unicode text).
+[[nodiscard]] constexpr bool is_white_space(std::uint32_t cp) noexcept {
+  return (cp >= 0x09 && cp <= 0x0D) || cp == 0x20 || cp == 0x85 || cp == 0xA0 || cp == 0x1680 || (cp >= 0x2000 && cp <= 0x200A) ||
+         cp == 0x2028 || cp == 0x2029 || cp == 0x202F || cp == 0x205F || cp == 0x3000;
+}
+
+[[nodiscard]] inline cclass classify(std::uint32_t cp) noexcept {
+  if (is_white_space(cp)) return cclass::space;
+  if (cp < 0x80) {
+    if ((cp | 0x20) >= 'a' && (cp | 0x20) <= 'z') return cclass::letter;
+    if (cp >= '0' && cp <= '9') return cclass::number;
+    return cclass::other;
+  }
+  const auto* first = std::begin(data::unicode_ln_ranges);
+  const auto* last = std::end(data::unicode_ln_ranges);
+  const auto* it = std::upper_bound(first, last, cp, [](std::uint32_t v, const data::unicode_ln_range& r) { return v < r.first; });
+  if (it == first) return cclass::other;
+  --it;
+  return cp <= it->last ? static_cast<cclass>(it->cls) : cclass::other;
+}
+
+/// Decodes the code point at s[i] of valid UTF-8; sets `len`.
+[[nodiscard]] inline std::uint32_t decode_valid(std::string_view s, std::size_t i, std::size_t& len) noexcept {
+  const auto b0 = static_cast<unsigned char>(s[i]);
+  if (b0 < 0x80) {
+    len = 1;
+    return b0;
+  }
+  if (b0 < 0xE0) {
+    len = 2;
+    return ((b0 & 0x1Fu) << 6) | (static_cast<unsigned char>(s[i + 1]) & 0x3Fu);
+  }
+  if (b0 < 0xF0) {
+    len = 3;
+    return ((b0 & 0x0Fu) << 12) | ((static_cast<unsigned char>(s[i + 1]) & 0x3Fu) << 6) | (static_cast<unsigned char>(s[i + 2]) & 0x3Fu);
+  }
+  len = 4;
+  return ((b0 & 0x07u) << 18) | ((static_cast<unsigned char>(s[i + 1]) & 0x3Fu) << 12) |
+         ((static_cast<unsigned char>(s[i + 2]) & 0x3Fu) << 6) | (static_cast<unsigned char>(s[i + 3]) & 0x3Fu);
+}
+
+/// Length of the well-formed UTF-8 sequence at s[i] (Unicode Table 3-7), or 0 when the
+/// bytes there are not one; `subpart` gets the length of the maximal invalid subpart.
+[[nodiscard]] inline std::size_t valid_sequence(std::string_view s, std::size_t i, std::size_t& subpart) noexcept {
+  const auto b0 = static_cast<unsigned char>(s[i]);
+  subpart = 1;
+  if (b0 < 0x80) return 1;
+  std::size_t need = 0;
+  unsigned char lo = 0x80, hi = 0xBF;
+  if (b0 >= 0xC2 && b0 <= 0xDF) {
+    need = 1;
+  } else if (b0 >= 0xE0 && b0 <= 0xEF) {
+    need = 2;
+    if (b0 == 0xE0) lo = 0xA0;
+    if (b0 == 0xED) hi = 0x9F;
+  } else if (b0 >= 0xF0 && b0 <= 0xF4) {
+    need = 3;
+    if (b0 == 0xF0) lo = 0x90;
+    if (b0 == 0xF4) hi = 0x8F;
+  } else {
+    return 0;
+  }
+  for (std::size_t k = 1; k <= need; ++k) {
+    if (i + k >= s.size()) return 0;
+    const auto b = static_cast<unsigned char>(s[i + k]);
+    const unsigned char l = k == 1 ? lo : 0x80, h = k == 1 ? hi : 0xBF;
+    if (b < l || b > h) return 0;
+    subpart = k + 1;
+  }
+  return need + 1;
+}
+
+/// GPT-2's byte-to-unicode map: printable bytes map to themselves, the others to 256 + n.
+[[nodiscard]] constexpr std::array<std::uint32_t, 256> byte_to_unicode() noexcept {
+  std::array<std::uint32_t, 256> map{};
+  std::uint32_t n = 0;
+  for (std::uint32_t b = 0; b < 256; ++b) {
+    const bool printable = (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF);
+    map[b] = printable ? b : 256 + n++;
+  }
+  return map;
+}
+
+inline void append_utf8(std::string& out, std::uint32_t cp) {
+  if (cp < 0x80) {
+    out.push_back(static_cast<char>(cp));
+  } else if (cp < 0x800) {
+    out.push_back(static_cast<char>(0xC0 | (cp >> 6)));
+    out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
+  } else {
+    out.push_back(static_cast<char>(0xE0 | (cp >> 12)));
+    out.push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
+    out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
+  }
+}
+
+}  // namespace bpe_detail
+
+/// True when `s` is well-formed UTF-8.
+[[nodiscard]] inline bool is_valid_utf8(std::string_view s) noexcept {
+  std::size_t sub = 0;
+  for (std::size_t i = 0; i < s.size();) {
+    const std::size_t n = bpe_detail::valid_sequence(s, i, sub);
+    if (n == 0) return false;
+    i += n;
+  }
+  return true;
+}
+
+/// Writes `in` to `out` with every maximal invalid UTF-8 subpart replaced by U+FFFD, as
+/// Python's `bytes.decode("utf-8", errors="replace")`.
+inline void utf8_replace_invalid(std::string_view in, std::string& out) {
+  out.clear();
+  out.reserve(in.size());
+  std::size_t sub = 0;
+  for (std::size_t i = 0; i < in.size();) {
+    const std::size_t n = bpe_detail::valid_sequence(in, i, sub);
+    if (n == 0) {
+      out.append("\xEF\xBF\xBD");
+      i += sub;
+    } else {
+      out.append(in.substr(i, n));
+      i += n;
+    }
+  }
+}
+
+/// Calls `emit(piece)` for each piece of valid UTF-8 `text` split by the GPT-2 pattern
+/// (ByteLevel pre-tokenizer with use_regex).
+template <class Emit>
+void byte_level_split(std::string_view text, Emit&& emit) {
+  using bpe_detail::cclass;
+  const std::size_t n = text.size();
+  std::size_t p = 0;
+  std::size_t len = 0;
+  auto class_at = [&](std::size_t i, std::size_t& l) { return bpe_detail::classify(bpe_detail::decode_valid(text, i, l)); };
+  auto run_end = [&](std::size_t i, cclass cls) {  // end of the run of `cls` starting at i
+    std::size_t l = 0;
+    while (i < n && class_at(i, l) == cls) i += l;
+    return i;
+  };
+  while (p < n) {
+    if (text[p] == '\'' && p + 1 < n) {
+      const char c = text[p + 1];
+      if (c == 's' || c == 't' || c == 'm' || c == 'd') {
+        emit(text.substr(p, 2));
+        p += 2;
+        continue;
+      }
+      if (p + 2 < n) {
+        const std::string_view two = text.substr(p + 1, 2);
+        if (two == "re" || two == "ve" || two == "ll") {
+          emit(text.substr(p, 3));
+          p += 3;
+          continue;
+        }
+      }
+    }
+    const cclass cls = class_at(p, len);
+    if (text[p] == ' ' && p + 1 < n) {
+      std::size_t l2 = 0;
+      const cclass next = class_at(p + 1, l2);
+      if (next != cclass::space) {
+        const std::size_t e = run_end(p + 1, next);
+        emit(text.substr(p, e - p));
+        p = e;
+        continue;
+      }
+    }
+    if (cls != cclass::space) {
+      const std::size_t e = run_end(p, cls);
+      emit(text.substr(p, e - p));
+      p = e;
+      continue;
+    }
+    // Whitespace: \s+(?!\S) takes the run but its last character when a non-space follows
+    // (and the run has at least two characters); otherwise \s+ takes the whole run.
+    std::size_t e = p, last = p, count = 0, l = 0;
+    while (e < n && class_at(e, l) == cclass::space) {
+      last = e;
+      e += l;
+      ++count;
+    }
+    const std::size_t end = (e < n && count >= 2) ? last : e;
+    emit(text.substr(p, end - p));
+    p = end;
+  }
+}
+
+}  // namespace hybridcache::sim
