@@ -4,7 +4,7 @@
 set -euo pipefail
 need=()
 have_pkg() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok installed"; }
-for p in cmake ninja-build g++ clang doctest-dev libcli11-dev libbenchmark-dev python3 zlib1g-dev; do
+for p in cmake ninja-build g++ clang doctest-dev libcli11-dev libbenchmark-dev python3 python3-venv zlib1g-dev; do
   have_pkg "$p" || need+=("$p")
 done
 if ((${#need[@]})); then
