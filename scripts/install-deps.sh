@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # Installs what hybridcache's build, tests and tools need on a fresh Debian machine, and
 # nothing that is already there. Debian packages only; nothing is downloaded elsewhere.
+# libclang-rt-14-dev: the sanitizer and libFuzzer runtimes of clang 14 (only recommended by
+# clang, and recommends are not installed here), needed by .ci/fuzz.sh.
 set -euo pipefail
 need=()
 have_pkg() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok installed"; }
-for p in cmake ninja-build g++ clang doctest-dev libcli11-dev libbenchmark-dev python3 python3-venv zlib1g-dev; do
+for p in cmake ninja-build g++ clang doctest-dev libcli11-dev libbenchmark-dev python3 python3-venv zlib1g-dev libclang-rt-14-dev; do
   have_pkg "$p" || need+=("$p")
 done
 if ((${#need[@]})); then
