@@ -537,3 +537,30 @@ TEST_SUITE("concurrency") {
     MESSAGE(finished.load() << " finished, " << refused.load() << " refused");
   }
 }
+
+TEST_CASE("lifecycle: after the cache is cleared, a request's cached path is reported stale, never read") {
+  using namespace hybridcache::memory;
+  const cost_model m(presets::jamba_1_5_mini());
+  using pool_t = host_asymmetric_pool<no_rebalancer>;
+  using store_t = pool_state_store<pool_t>;
+  using cache_type = prefix_cache<cost_model, judicious_admission, lru_scorer, store_t>;
+  pool_t pool({.budget_bytes = std::uint64_t{64} << 20, .kv_page_bytes = kv_page_bytes(m),
+               .ssm_block_bytes = checkpoint_block_bytes(m)});
+  {
+    cache_type c(m, store_t(pool, 16, m.attention_layers(), m.recurrent_layers()), lru_scorer{});
+    request_lifecycle<cache_type> requests(c);
+    const auto a = tokens(40, 31);
+    auto ta = requests.begin(a, {.output_tokens = 4});
+    REQUIRE(ta);
+    REQUIRE(requests.finish(*ta, cat(a, tokens(4, 32)), std::vector<std::int64_t>{44}));
+    auto tb = requests.begin(cat(cat(a, tokens(4, 32)), tokens(5, 33)), {.output_tokens = 2});
+    REQUIRE(tb);
+    REQUIRE((*requests.state(*tb))->match.reusable_tokens == 44);
+    c.clear();
+    std::vector<packed_handle> table;
+    CHECK(requests.block_table(*tb, 0, table).error() == errc::stale_handle);
+    CHECK(requests.resume_checkpoint(*tb).error() == errc::stale_handle);
+    REQUIRE(requests.abort(*tb));  // the reservation still goes back
+  }
+  CHECK(pool.live_handles() == 0);
+}

@@ -274,6 +274,8 @@ class request_lifecycle {
     const request_state& s = states_[t.handle.index()];
     const std::int64_t P = cache_->store_.tokens_per_page();
     out.clear();
+    // A cache cleared under the request: its matched path is gone, not just unpinned.
+    if (!s.match.pin.is_null() && cache_->pins_.validate(s.match.pin) != errc::ok) return unexpected(errc::stale_handle);
     if (s.match.node != no_node && !s.match.pin.is_null()) {
       path_scratch_.clear();
       for (node_id n = s.match.node; n != Cache::tree_type::root(); n = cache_->tree_.at(n).parent) path_scratch_.push_back(n);
@@ -300,6 +302,7 @@ class request_lifecycle {
     if (const errc e = tickets_.validate(t.handle); e != errc::ok) return unexpected(e);
     const request_state& s = states_[t.handle.index()];
     if (s.match.node == no_node || s.match.pin.is_null()) return static_cast<const checkpoint_handle*>(nullptr);
+    if (cache_->pins_.validate(s.match.pin) != errc::ok) return unexpected(errc::stale_handle);  // cache cleared
     return &cache_->tree_.at(s.match.node).checkpoint;
   }
 
