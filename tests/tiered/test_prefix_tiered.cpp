@@ -17,6 +17,7 @@
 
 #include "hybridcache/model/presets.hpp"
 #include "hybridcache/prefix/flop_aware_scorer.hpp"
+#include "hybridcache/prefix/lru_scorer.hpp"
 #include "hybridcache/prefix/prefix_cache.hpp"
 #include "hybridcache/stores/counting_store.hpp"
 #include "hybridcache/sim/synth_v1.hpp"
@@ -386,4 +387,50 @@ TEST_CASE("tiered_state_store: a looked-up host entry is pinned, so demotions du
   REQUIRE(c.release(*m));
   const std::string bad = c.store().check_invariants(c.tree());
   CHECK_MESSAGE(bad.empty(), bad);
+}
+
+TEST_CASE("cache salts: a tenant never hits another tenant's demoted entries; its own still come back") {
+  // Two tenants send the same conversations. HBM holds little, so most of each tenant's
+  // state is demoted to the host tier; a host hit must be state the same tenant committed.
+  using store_t = tiered::tiered_state_store<>;
+  const std::int64_t ck = model().ssm_checkpoint_bytes(), kv = model().kv_bytes_per_token();
+  prefix::prefix_cache<cost_model, prefix::judicious_admission, prefix::lru_scorer, store_t> c(
+      model(), make_store(8 * ck + 20000 * kv, 400 * ck), prefix::lru_scorer{});
+  const cache_salt tenants[] = {make_cache_salt("a"), make_cache_salt("b")};
+  std::vector<std::vector<token_id>> committed[2];
+  std::int64_t host_hits[2] = {0, 0};
+  std::mt19937 pick(3);
+  for (const auto& r : fixture()) {
+    // Every request is sent by one tenant, then (sometimes) by the other.
+    const int first = static_cast<int>(pick() % 2);
+    for (int k = 0; k < 2; ++k) {
+      const int t = k == 0 ? first : 1 - first;
+      if (k == 1 && pick() % 2 == 0) break;
+      auto m = c.match(r.input, tenants[t]);
+      REQUIRE(m);
+      const tiered::tiered_hit h = c.store().lookup(r.input, *m);
+      CHECK(h.salt == tenants[t]);
+      std::int64_t best = 0;
+      for (const auto& s : committed[t]) best = std::max(best, common_prefix(s, r.input));
+      CHECK(h.reusable_tokens <= best);
+      CHECK(m->common_prefix <= best);
+      host_hits[t] += h.host_tokens > 0 ? 1 : 0;
+      const auto seq = joined(r);
+      if (!c.commit(seq, static_cast<std::int64_t>(r.input.size()), &*m)) {  // larger than HBM
+        REQUIRE(c.release(*m));
+        c.store().release_hit(h);
+        continue;
+      }
+      c.store().settle(c.tree(), seq, h);
+      std::vector<prefix::node_id> path;
+      const auto w = c.tree().walk(seq, path, c.tree().namespace_of(tenants[t]));
+      CHECK(c.store().host_kv_within(seq, w.common_prefix, tenants[t]) == 0);
+      committed[t].push_back(seq);
+      const std::string bad = c.store().check_invariants(c.tree());
+      REQUIRE_MESSAGE(bad.empty(), bad);
+    }
+  }
+  MESSAGE("host hits: tenant a " << host_hits[0] << ", tenant b " << host_hits[1]);
+  CHECK(host_hits[0] > 0);
+  CHECK(host_hits[1] > 0);
 }

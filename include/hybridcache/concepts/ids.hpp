@@ -2,6 +2,7 @@
 //
 // The id types the seams speak in, defined once:
 //   token_id          one token of a sequence (every index, trace reader and replay uses it)
+//   cache_salt        a tenant's cache namespace (vLLM's cache_salt); make_cache_salt(string)
 //   prefix::node_id   a slot of the prefix cache's radix tree (32 bits: the tree is dense)
 //   prefix::no_node   its "no node" sentinel
 //   prefix::time_point a tick of the prefix cache's logical clock
@@ -15,17 +16,38 @@
 
 #include <cstdint>
 #include <limits>
+#include <optional>
 #include <string>
+#include <string_view>
 
 namespace hybridcache {
 
 /// A token id. Traces store ids < 2^31; 32 bits halve the memory of cached edges.
 using token_id = std::int32_t;
 
+/// A tenant's cache namespace (vLLM's `cache_salt`). Requests with different salts never
+/// share a node, a page or a lower-tier entry, so one tenant cannot learn another's prompts
+/// from hits or TTFT; no salt (`std::nullopt`, the default) is the shared namespace. Any
+/// 64-bit value, 0 included, is a namespace of its own; `make_cache_salt` derives one from a
+/// string (a 64-bit hash: two different strings share a namespace with probability 2^-64;
+/// pass your own distinct 64-bit ids where that is not enough).
+using cache_salt = std::optional<std::uint64_t>;
+
+/// A salt from a tenant's string id (FNV-1a 64 over the bytes, then splitmix64's finaliser).
+[[nodiscard]] constexpr cache_salt make_cache_salt(std::string_view tenant) noexcept {
+  std::uint64_t h = 0xcbf29ce484222325ull;
+  for (const char c : tenant) h = (h ^ static_cast<unsigned char>(c)) * 0x100000001b3ull;
+  h = (h ^ (h >> 30)) * 0xbf58476d1ce4e5b9ull;
+  h = (h ^ (h >> 27)) * 0x94d049bb133111ebull;
+  return h ^ (h >> 31);
+}
+
 }  // namespace hybridcache
 
 namespace hybridcache::prefix {
 
+using hybridcache::cache_salt;
+using hybridcache::make_cache_salt;
 using hybridcache::token_id;
 
 /// Index of a node slot in the radix tree. Slots are reused after a node is freed.

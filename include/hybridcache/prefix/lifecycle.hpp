@@ -68,6 +68,8 @@ struct begin_options {
   std::int64_t output_tokens = 0;
   /// Application-directed checkpoint positions in the prompt, in (reusable, |prompt|].
   std::span<const std::int64_t> extra_checkpoints = {};
+  /// The tenant's namespace (types.hpp): the request matches and inserts only there.
+  cache_salt salt = std::nullopt;
 };
 
 /// A request in flight (generation-checked).
@@ -138,9 +140,10 @@ class request_lifecycle {
   /// paths -> out_of_capacity.
   [[nodiscard]] expected<request_ticket> begin(std::span<const token_id> prompt, const begin_options& o = {}) {
     if (prompt.empty() || o.output_tokens < 0) return unexpected(errc::invalid_argument);
-    auto m = cache_->match(prompt);
+    auto m = cache_->match(prompt, o.salt);
     if (!m) return unexpected(m.error());
     std::lock_guard<lock_type> guard(cache_->lock_);
+    cache_->salt_ = o.salt;  // another thread's call may have run since the match
     auto refuse = [&](errc e) {
       if (!m->pin.is_null()) cache_->unpin(m->pin);
       return unexpected(e);
@@ -529,6 +532,7 @@ class request_lifecycle {
              finish_result& out) {
     Cache& c = *cache_;
     const auto len = static_cast<std::int64_t>(seq.size());
+    c.salt_ = s.match.salt;
     if (!s.match.pin.is_null()) {
       if (const errc e = c.pins_.validate(s.match.pin); e != errc::ok) return e;
       if (!c.on_path(seq, c.pin_node_[s.match.pin.index()])) return errc::invalid_argument;
@@ -538,7 +542,7 @@ class request_lifecycle {
     res.sequence_tokens = len;
     c.clock_.tick();
     const time_point t_match = c.clock_.tick();
-    walk_result w = c.tree_.walk(seq, c.path_);
+    walk_result w = c.walk(seq);
     c.scorer_.on_match(c.tree_, std::span<const node_id>(c.path_), w.partial, t_match);
     c.positions_.assign(captured.begin(), captured.end());
     free_split_room(s);  // the splits below may take fresh blocks: the room is theirs

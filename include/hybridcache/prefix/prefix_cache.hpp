@@ -143,16 +143,19 @@ class prefix_cache {
 
   // --- runtime API ---------------------------------------------------------------------
 
-  /// Longest usable prefix of `input` under the joint-min rule; pins its checkpoint node
-  /// (call `release` or pass the result to `commit`). Ticks the clock once; the scorer
+  /// Longest usable prefix of `input` under the joint-min rule, in `salt`'s namespace (none:
+  /// the shared one; a request never sees another namespace's nodes); pins its checkpoint
+  /// node (call `release` or pass the result to `commit`). Ticks the clock once; the scorer
   /// refreshes per its rule. Empty input: `errc::invalid_argument`, nothing changes.
-  [[nodiscard]] expected<match_result> match(std::span<const token_id> input) {
+  [[nodiscard]] expected<match_result> match(std::span<const token_id> input, const cache_salt& salt = std::nullopt) {
     std::lock_guard<Lock> guard(lock_);
     if (input.empty()) return unexpected(errc::invalid_argument);
     if (pins_.free_count() == 0) grow_pins();  // before any change (may throw bad_alloc)
+    salt_ = salt;
     const time_point now = clock_.tick();
-    const walk_result w = tree_.walk(input, path_);
+    const walk_result w = walk(input);
     match_result r;
+    r.salt = salt;
     r.input_tokens = static_cast<std::int64_t>(input.size());
     r.common_prefix = w.common_prefix;
     r.at = now;
@@ -189,6 +192,7 @@ class prefix_cache {
                                                std::span<const std::int64_t> extra = {}) {
     std::lock_guard<Lock> guard(lock_);
     checkpoint_plan out;
+    salt_ = m.salt;
     if (const errc e = plan_into(input, m, extra, out); e != errc::ok) return unexpected(e);
     return out;
   }
@@ -197,7 +201,8 @@ class prefix_cache {
   /// `m` is given, its pin is released first (the request hands its state over; eviction
   /// may then take the matched nodes, exactly like the reference). `extra` names
   /// application-directed checkpoint positions (vLLM RFC #55697), kept in addition to the
-  /// admission policy's.
+  /// admission policy's. The sequence goes into `m`'s namespace (its cache salt), or into
+  /// `salt`'s when there is no `m`; both given and different -> invalid_argument.
   ///
   /// Errors (tree and store unchanged): empty sequence, input_tokens outside [0, |seq|],
   /// a position outside [1, |seq|] -> invalid_argument; `m` not a live pin -> stale_handle /
@@ -207,9 +212,11 @@ class prefix_cache {
   /// gone -> out_of_capacity with the tree as the evictions left it and nothing inserted.
   [[nodiscard]] expected<commit_result> commit(std::span<const token_id> sequence, std::int64_t input_tokens,
                                                const match_result* m = nullptr,
-                                               std::span<const std::int64_t> extra = {}) {
+                                               std::span<const std::int64_t> extra = {},
+                                               const cache_salt& salt = std::nullopt) {
     std::lock_guard<Lock> guard(lock_);
     const auto len = static_cast<std::int64_t>(sequence.size());
+    if (const errc e = select_salt(m, salt); e != errc::ok) return unexpected(e);
     std::int64_t reusable = -1;
     if (const errc e = validate_commit(sequence, input_tokens, m, extra, reusable); e != errc::ok) return unexpected(e);
     reserve_indexes(tree_.id_bound() + positions_.size() + 4);  // may throw: nothing changed yet
@@ -225,7 +232,7 @@ class prefix_cache {
     res.sequence_tokens = len;
     clock_.tick();                           // the reference's insert()
     const time_point t_match = clock_.tick();  // its inner match_prefix()
-    walk_result w = tree_.walk(sequence, path_);
+    walk_result w = walk(sequence);
     scorer_.on_match(tree_, std::span<const node_id>(path_), w.partial, t_match);
     if (reusable < 0) reusable = reusable_in(path_, input_tokens);
     select_positions(make_view(w, input_tokens, len, reusable), extra);
@@ -239,7 +246,7 @@ class prefix_cache {
     }
     // Allocate every new handle before touching the tree; evict one more victim per failure.
     while (true) {
-      w = tree_.walk(sequence, path_);
+      w = walk(sequence);
       select_positions(make_view(w, input_tokens, len, std::min(reusable, w.common_prefix)), extra);
       const errc e = allocate_all(w, len);
       if (e == errc::ok) break;
@@ -277,8 +284,10 @@ class prefix_cache {
   /// checks and the insert (`alpha_tuned_cache` records the request and may re-tune) calls
   /// this first. Cost: one walk of `sequence` and one admission call.
   [[nodiscard]] errc check_commit(std::span<const token_id> sequence, std::int64_t input_tokens,
-                                  const match_result* m = nullptr, std::span<const std::int64_t> extra = {}) {
+                                  const match_result* m = nullptr, std::span<const std::int64_t> extra = {},
+                                  const cache_salt& salt = std::nullopt) {
     std::lock_guard<Lock> guard(lock_);
+    if (const errc e = select_salt(m, salt); e != errc::ok) return e;
     std::int64_t reusable = -1;
     return validate_commit(sequence, input_tokens, m, extra, reusable);
   }
@@ -352,7 +361,7 @@ class prefix_cache {
     const auto n = static_cast<std::int64_t>(input.size());
     for (std::int64_t p : extra)
       if (p < 1 || p > n) return errc::invalid_argument;
-    const walk_result w = tree_.walk(input, path_);
+    const walk_result w = walk(input);
     const insertion_view v = make_view(w, n, n, std::min(m.reusable_tokens, n));
     select_positions(v, extra);
     out.sites.clear();
@@ -372,6 +381,18 @@ class prefix_cache {
   }  // reserves, adopts and evicts through the internals below
 
   void drop_all_nodes() noexcept { detail::drop_all_nodes(tree_, store_, scorer_); }
+
+  /// Follows `seq` in the current operation's namespace; the path goes to `path_`.
+  walk_result walk(std::span<const token_id> seq) const noexcept {
+    return tree_.walk(seq, path_, tree_.namespace_of(salt_));
+  }
+
+  /// The namespace of a commit: `m`'s, or `salt` without `m`.
+  errc select_salt(const match_result* m, const cache_salt& salt) noexcept {
+    if (m != nullptr && salt && m->salt != salt) return errc::invalid_argument;
+    salt_ = m != nullptr ? m->salt : salt;
+    return errc::ok;
+  }
 
   /// Each cache issues pin tickets under its own 8-bit tag, so a result passed to another
   /// cache is reported as foreign (unless 256 caches apart).
@@ -408,7 +429,7 @@ class prefix_cache {
   /// True when `n` is a live node whose root path spells the first tokens of `seq`.
   bool on_path(std::span<const token_id> seq, node_id n) const noexcept {
     if (!tree_.live(n) || n == tree_type::root()) return false;
-    tree_.walk(seq, path_);
+    walk(seq);
     return std::find(path_.begin(), path_.end(), n) != path_.end();
   }
 
@@ -475,7 +496,7 @@ class prefix_cache {
       reusable = m->reusable_tokens;
     }
     // Oversized check before anything changes: the new state alone must fit.
-    const walk_result w0 = tree_.walk(sequence, path_);
+    const walk_result w0 = walk(sequence);
     const std::int64_t r0 = reusable >= 0 ? reusable : reusable_in(path_, input_tokens);
     select_positions(make_view(w0, input_tokens, len, r0), extra);
     const std::int64_t need0 = needed_bytes(w0, len);
@@ -605,7 +626,7 @@ class prefix_cache {
       if (at == no_node) {
         at = split_at(seq, p, now);
         if (at == no_node) return abort_build(ck, kvi);
-        w = tree_.walk(seq, path_);
+        w = walk(seq);
       }
       tree_.set_checkpoint(at, std::move(pending_ckpt_[ck++]));
       res.checkpoints_admitted += 1;
@@ -626,7 +647,7 @@ class prefix_cache {
       const std::int64_t end = it != positions_.end() ? *it : len;
       const node_id prev_parent = parent;
       parent = tree_.add_leaf(parent, seq.subspan(static_cast<std::size_t>(prev), static_cast<std::size_t>(end - prev)),
-                              std::move(pending_kv_[kvi++]), now);
+                              std::move(pending_kv_[kvi++]), now, salt_);
       res.new_tokens += end - prev;
       res.kv_bytes_admitted += store_.kv_bytes(end - prev);
       if (it != positions_.end()) {
@@ -668,7 +689,7 @@ class prefix_cache {
   /// Splits the edge of `seq`'s path that strictly contains position p; returns the new
   /// head node (ending at p), or no_node when the store could not split the KV.
   node_id split_at(std::span<const token_id> seq, std::int64_t p, time_point now) {
-    const walk_result w = tree_.walk(seq.first(static_cast<std::size_t>(p)), path_);
+    const walk_result w = walk(seq.first(static_cast<std::size_t>(p)));
     HYBRIDCACHE_ASSERT(w.partial != no_node);
     const node_id n = w.partial;
     const std::int64_t head = p - tree_.at(n).begin();
@@ -679,7 +700,7 @@ class prefix_cache {
     scorer_.on_update(tree_, h);
     scorer_.on_update(tree_, n);
     scorer_.on_update(tree_, parent);
-    tree_.walk(seq, path_);
+    walk(seq);
     return h;
   }
 
@@ -715,6 +736,7 @@ class prefix_cache {
   generation_table pins_;
   std::vector<node_id> pin_node_;
   mutable std::vector<node_id> path_;
+  cache_salt salt_;  // the namespace of the operation in progress (set under the lock)
   std::vector<std::int64_t> positions_;
   std::vector<typename Store::kv_extent> pending_kv_;
   std::vector<typename Store::checkpoint_handle> pending_ckpt_;

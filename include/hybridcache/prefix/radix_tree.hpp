@@ -11,11 +11,20 @@
 // Child lookup by first token goes through one flat open-addressing table keyed by
 // (parent, first token) shared by the whole tree, so nodes carry no per-node map.
 //
+// Namespaces (cache salts, types.hpp). Every node belongs to one namespace, inherited from
+// its parent; the root's children are keyed by (namespace, first token) instead of (root,
+// first token), so a walk in one namespace never enters another's subtree, while eviction,
+// DFS order and every scorer see one tree. Namespace 0 is the shared one (no salt); a salted
+// namespace gets a dense id when its first node is added and gives it up when its last
+// top-level node goes.
+//
 // Costs (n = live nodes, e = edge length, d = depth):
 //   child(parent, token)        O(1) average
-//   walk(seq)                   O(|common prefix| + nodes on the path); allocation-free
+//   namespace_of(salt)          O(1) average (a hash lookup for a salt; 0 for none)
+//   walk(seq, path, ns)         O(|common prefix| + nodes on the path); allocation-free
 //                               (the caller's path vector keeps its capacity)
-//   add_leaf(parent, tokens)    O(e) (copies the tokens; reuses a freed slot's buffer)
+//   add_leaf(parent, tokens)    O(e) (copies the tokens; reuses a freed slot's buffer; the
+//                               first node of a new salt allocates its namespace entry)
 //   split(n, head)              O(e)
 //   merge_into_child(n)         O(e_n + e_child)
 //   remove_leaf(n)              O(1)
@@ -30,11 +39,14 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <span>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
 #include "hybridcache/core/config.hpp"
+#include "hybridcache/core/error.hpp"
 #include "hybridcache/concepts/state_store.hpp"
 #include "hybridcache/concepts/ids.hpp"
 #include "hybridcache/prefix/types.hpp"
@@ -52,6 +64,11 @@ class child_table {
 
   [[nodiscard]] static std::uint64_t key(node_id parent, token_id first) noexcept {
     return (static_cast<std::uint64_t>(parent) << 32) | static_cast<std::uint32_t>(first);
+  }
+  /// The key of a top-level node of salted namespace `ns` (> 0): node ids stay below 2^31
+  /// (radix_tree::acquire checks), so setting bit 63 can never equal a (parent, token) key.
+  [[nodiscard]] static std::uint64_t namespace_key(std::uint32_t ns, token_id first) noexcept {
+    return ((static_cast<std::uint64_t>(ns) | 0x80000000ull) << 32) | static_cast<std::uint32_t>(first);
   }
 
   [[nodiscard]] node_id find(std::uint64_t k) const noexcept {
@@ -154,6 +171,11 @@ struct walk_result {
   std::int64_t partial_len = 0;    ///< tokens of `partial`'s edge that matched (0 < . < edge)
 };
 
+/// A namespace of the tree (see radix_tree's file comment): 0 is the shared one.
+using namespace_id = std::uint32_t;
+/// The namespace of a salt that has no node: a walk in it matches nothing.
+inline constexpr namespace_id absent_namespace = 0x7fffffffu;
+
 /// Radix tree over token ids whose nodes own a KV extent and an optional SSM checkpoint
 /// of `Store`. See the file comment for costs.
 template <state_store Store>
@@ -177,6 +199,7 @@ class radix_tree {
     std::int64_t end = 0;          ///< tokens from the root through this edge
     time_point last_access = 0;
     std::uint64_t order = 0;       ///< position among siblings (insertion order)
+    namespace_id ns = 0;           ///< the namespace (cache salt) the node belongs to
 
     [[nodiscard]] std::int64_t edge() const noexcept { return static_cast<std::int64_t>(tokens.size()); }
     [[nodiscard]] std::int64_t begin() const noexcept { return end - edge(); }
@@ -195,20 +218,33 @@ class radix_tree {
   [[nodiscard]] std::size_t id_bound() const noexcept { return nodes_.size(); }
   [[nodiscard]] bool live(node_id n) const noexcept { return n < nodes_.size() && nodes_[n].live; }
 
-  /// The child of `parent` whose edge starts with `first`, or no_node. O(1) average.
-  [[nodiscard]] node_id child(node_id parent, token_id first) const noexcept {
-    return map_.find(detail::child_table::key(parent, first));
+  /// The child of `parent` whose edge starts with `first`, or no_node; under the root, the
+  /// one of namespace `ns`. O(1) average.
+  [[nodiscard]] node_id child(node_id parent, token_id first, namespace_id ns = 0) const noexcept {
+    if (ns == absent_namespace && parent == root()) return no_node;
+    return map_.find(child_key(parent, ns, first));
   }
 
-  /// Follows `seq` from the root. `path` receives the fully matched nodes (root
-  /// excluded), in order. O(|common prefix| + |path|); no allocation once `path` has grown.
-  walk_result walk(std::span<const token_id> seq, std::vector<node_id>& path) const noexcept {
+  /// The namespace of `salt`: 0 for none, its id when it has nodes, else absent_namespace.
+  /// O(1) average.
+  [[nodiscard]] namespace_id namespace_of(const cache_salt& salt) const noexcept {
+    if (!salt) return 0;
+    const auto it = salts_.find(*salt);
+    return it == salts_.end() ? absent_namespace : it->second.ns;
+  }
+  /// Salted namespaces that hold nodes. O(1).
+  [[nodiscard]] std::size_t salted_namespaces() const noexcept { return salts_.size(); }
+
+  /// Follows `seq` from the root, in namespace `ns`. `path` receives the fully matched
+  /// nodes (root excluded), in order. O(|common prefix| + |path|); no allocation once `path`
+  /// has grown.
+  walk_result walk(std::span<const token_id> seq, std::vector<node_id>& path, namespace_id ns = 0) const noexcept {
     path.clear();
     walk_result r;
     node_id cur = root();
     std::size_t pos = 0;
     while (pos < seq.size()) {
-      const node_id c = child(cur, seq[pos]);
+      const node_id c = child(cur, seq[pos], ns);
       if (c == no_node) break;
       const node& cn = nodes_[c];
       const std::size_t e = cn.tokens.size();
@@ -231,21 +267,40 @@ class radix_tree {
   }
 
   /// Adds a leaf under `parent` with edge `tokens` (non-empty, first token not already a
-  /// child key). O(e). @throws std::bad_alloc only.
-  node_id add_leaf(node_id parent, std::span<const token_id> tokens, kv_extent&& kv, time_point now) {
+  /// child key). Under the root the leaf goes into `salt`'s namespace (created if it has
+  /// none); deeper, into its parent's. O(e). @throws std::bad_alloc only (nothing changed).
+  node_id add_leaf(node_id parent, std::span<const token_id> tokens, kv_extent&& kv, time_point now,
+                   const cache_salt& salt = std::nullopt) {
     HYBRIDCACHE_ASSERT(!tokens.empty());
-    HYBRIDCACHE_ASSERT(child(parent, tokens[0]) == no_node);
-    map_.reserve_extra(1);  // may throw: before anything changes
-    const node_id id = acquire();
+    namespace_id ns = nodes_[parent].ns;
+    bool created = false;
+    if (parent == root() && salt) {
+      ns = namespace_of(salt);
+      if (ns == absent_namespace) {
+        ns = open_namespace(*salt);  // may throw: before anything changes
+        created = true;
+      }
+    }
+    HYBRIDCACHE_ASSERT(child(parent, tokens[0], ns) == no_node);
+    node_id id = no_node;
+    try {
+      map_.reserve_extra(1);  // may throw: before anything changes
+      id = acquire();
+    } catch (...) {
+      if (created) close_namespace(ns);
+      throw;
+    }
     node& n = nodes_[id];
     n.tokens.assign(tokens.begin(), tokens.end());
     n.kv = std::move(kv);
     n.parent = parent;
+    n.ns = ns;
     n.end = nodes_[parent].end + static_cast<std::int64_t>(tokens.size());
     n.last_access = now;
     n.order = ++order_counter_;
     link_last(parent, id);
-    map_.put(detail::child_table::key(parent, tokens[0]), id);
+    map_.put(child_key(parent, ns, tokens[0]), id);
+    if (parent == root() && ns != 0) ++salts_.find(ns_salt_[ns])->second.top_level;
     return id;
   }
 
@@ -273,8 +328,9 @@ class radix_tree {
     nn.order = ++order_counter_;
     hn.first_child = hn.last_child = n;
     hn.children = 1;
-    map_.put(detail::child_table::key(p, hn.tokens[0]), h);
-    map_.put(detail::child_table::key(h, nn.tokens[0]), n);
+    hn.ns = nn.ns;
+    map_.put(child_key(p, hn.ns, hn.tokens[0]), h);
+    map_.put(child_key(h, hn.ns, nn.tokens[0]), n);
     return h;
   }
 
@@ -283,7 +339,8 @@ class radix_tree {
   kv_extent remove_leaf(node_id n) noexcept {
     node& nn = nodes_[n];
     HYBRIDCACHE_ASSERT(n != root() && nn.children == 0 && !nn.has_checkpoint);
-    map_.erase(detail::child_table::key(nn.parent, nn.tokens[0]));
+    map_.erase(child_key(nn.parent, nn.ns, nn.tokens[0]));
+    if (nn.parent == root() && nn.ns != 0) leave_namespace(nn.ns);
     unlink(n);
     kv_extent kv = std::move(nn.kv);
     release(n);
@@ -307,7 +364,7 @@ class radix_tree {
     cn.parent = p;
     replace_in_siblings(n, c);
     cn.order = nn.order;
-    map_.put(detail::child_table::key(p, cn.tokens[0]), c);  // overwrite: never grows
+    map_.put(child_key(p, cn.ns, cn.tokens[0]), c);  // overwrite: never grows
     nn.children = 0;
     nn.first_child = nn.last_child = no_node;
     release(n);
@@ -400,6 +457,8 @@ class radix_tree {
       id = free_.back();
       free_.pop_back();
     } else {
+      // Ids stay below 2^31 so that a namespace key (bit 63 set) never equals a node's.
+      HYBRIDCACHE_EXPECTS(nodes_.size() < 0x7fffffffu, capacity_error, "radix_tree: node ids exhausted");
       id = static_cast<node_id>(nodes_.size());
       nodes_.emplace_back();
       // Keep room to free every slot, so release() (noexcept) never allocates.
@@ -423,6 +482,7 @@ class radix_tree {
     n.end = 0;
     n.last_access = 0;
     n.order = 0;
+    n.ns = 0;
     --live_;
     free_.push_back(id);  // never allocates: acquire() reserved a free slot per node
   }
@@ -462,9 +522,55 @@ class radix_tree {
     f.prev_sibling = f.next_sibling = no_node;
   }
 
+  [[nodiscard]] static std::uint64_t child_key(node_id parent, namespace_id ns, token_id first) noexcept {
+    return parent == root() && ns != 0 ? detail::child_table::namespace_key(ns, first)
+                                       : detail::child_table::key(parent, first);
+  }
+
+  /// A namespace for `salt` with no node yet (ids of closed namespaces are reused, so the
+  /// tables stay as large as the most namespaces ever live at once). @throws bad_alloc,
+  /// capacity_error with nothing changed.
+  namespace_id open_namespace(std::uint64_t salt) {
+    namespace_id ns;
+    const bool reuse = !free_ns_.empty();
+    if (reuse) {
+      ns = free_ns_.back();
+    } else {
+      HYBRIDCACHE_EXPECTS(next_ns_ < absent_namespace, capacity_error, "radix_tree: namespace ids exhausted");
+      ns = next_ns_;
+      ns_salt_.resize(std::size_t{ns} + 1);
+      free_ns_.reserve(ns_salt_.size());  // close_namespace (noexcept) never allocates
+    }
+    salts_.emplace(salt, salt_entry{ns, 0});
+    if (reuse) free_ns_.pop_back();
+    else ++next_ns_;
+    ns_salt_[ns] = salt;
+    return ns;
+  }
+
+  void close_namespace(namespace_id ns) noexcept {
+    salts_.erase(ns_salt_[ns]);
+    free_ns_.push_back(ns);
+  }
+
+  /// A top-level node of salted namespace `ns` left; the last one closes it. O(1) average.
+  void leave_namespace(namespace_id ns) noexcept {
+    auto it = salts_.find(ns_salt_[ns]);
+    if (--it->second.top_level == 0) close_namespace(ns);
+  }
+
+  struct salt_entry {
+    namespace_id ns = 0;
+    std::uint64_t top_level = 0;  // root children in the namespace
+  };
+
   std::vector<node> nodes_;
   std::vector<node_id> free_;
   detail::child_table map_;
+  std::unordered_map<std::uint64_t, salt_entry> salts_;  // live salted namespaces
+  std::vector<std::uint64_t> ns_salt_;                    // namespace id -> its salt
+  std::vector<namespace_id> free_ns_;                     // closed ids, reused first
+  namespace_id next_ns_ = 1;
   std::size_t live_ = 1;
   std::uint64_t order_counter_ = 0;
 };

@@ -43,6 +43,7 @@ struct match_result {
   node_id node = no_node;            ///< deepest usable node (holds the checkpoint reused)
   packed_handle pin;                 ///< pin ticket; pass the result to `release` (null on a miss)
   time_point at = 0;                 ///< logical time of the match
+  cache_salt salt = std::nullopt;    ///< the namespace looked in (commit inserts there)
 
   /// True when some prefill is skipped.
   [[nodiscard]] constexpr bool hit() const noexcept { return reusable_tokens > 0; }

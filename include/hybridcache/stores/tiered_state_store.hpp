@@ -270,9 +270,10 @@ class tiered_state_store {
     release_pins();
     tiered_hit h;
     h.hbm_tokens = h.reusable_tokens = m.reusable_tokens;
+    h.salt = m.salt;
     if (host_kv_.empty() && host_ckpt_.empty()) return h;  // nothing demoted: no hashing
     const auto n = static_cast<std::int64_t>(input.size());
-    hash_prefixes(input);
+    hash_prefixes(input, m.salt);
     // KV reach: [0, common_prefix) is in HBM; extend with host extents that start inside it.
     std::int64_t reach = std::min(m.common_prefix, n);
     chain_.clear();
@@ -364,8 +365,8 @@ class tiered_state_store {
   /// Staged entries no tree node covers return to the host tier.
   template <class Tree>
   void settle(const Tree& tree, std::span<const prefix::token_id> sequence, const tiered_hit& hit = {}) {
-    hash_prefixes(sequence);
-    const auto w = tree.walk(sequence, path_);
+    hash_prefixes(sequence, hit.salt);
+    const auto w = tree.walk(sequence, path_, tree.namespace_of(hit.salt));
     if (hit.ticket != 0 && hit.ticket == ticket_) {
       adopt_staged(tree);
       release_pins();
@@ -387,8 +388,9 @@ class tiered_state_store {
   /// Host KV entries whose span lies within the first `upto` tokens of `sequence` (0 after
   /// `settle(tree, sequence)` for upto = the tree's common prefix with it: no KV is held in
   /// both tiers). Diagnostic, O(|sequence|).
-  [[nodiscard]] std::int64_t host_kv_within(std::span<const prefix::token_id> sequence, std::int64_t upto) {
-    hash_prefixes(sequence);
+  [[nodiscard]] std::int64_t host_kv_within(std::span<const prefix::token_id> sequence, std::int64_t upto,
+                                            const prefix::cache_salt& salt = std::nullopt) {
+    hash_prefixes(sequence, salt);
     std::int64_t n = 0;
     for (std::int64_t p = 1; p <= std::min<std::int64_t>(upto, static_cast<std::int64_t>(sequence.size())); ++p)
       n += host_kv_.count(prefix_hash_[static_cast<std::size_t>(p)]) != 0;
@@ -692,9 +694,12 @@ class tiered_state_store {
     staged_.clear();
   }
 
-  void hash_prefixes(std::span<const prefix::token_id> s) {
+  /// Content keys: a chain over the tokens, seeded by the cache salt (so two tenants' keys
+  /// for the same tokens differ; the shared namespace keeps the unsalted seed).
+  void hash_prefixes(std::span<const prefix::token_id> s, const prefix::cache_salt& salt = std::nullopt) {
     prefix_hash_.resize(s.size() + 1);
     std::uint64_t h = 0x9e3779b97f4a7c15ULL;
+    if (salt) h = splitmix64_mix(h ^ splitmix64_mix(*salt ^ 0x5a17ed0c0ffee000ULL));
     prefix_hash_[0] = h;
     for (std::size_t i = 0; i < s.size(); ++i) {
       h = splitmix64_mix(h ^ (static_cast<std::uint64_t>(static_cast<std::uint32_t>(s[i])) + 0x632be59bd9b4e019ULL));

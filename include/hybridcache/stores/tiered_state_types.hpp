@@ -44,6 +44,7 @@ struct tiered_hit {
   std::int64_t kv_entries = 0;       ///< host KV entries used
   bool host_checkpoint = false;      ///< the checkpoint comes from the host tier
   std::uint64_t ticket = 0;          ///< pins to hand back to `settle` / `release_hit` (0 = nothing pinned)
+  prefix::cache_salt salt = std::nullopt;  ///< the match's namespace: `settle` names the path's entries in it
 };
 
 /// Counters of a `tiered_state_store` (bytes are logical: tokens x bytes per token).
