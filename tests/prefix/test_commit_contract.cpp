@@ -282,3 +282,51 @@ TEST_CASE("the eviction listener hears every eviction step, and a commit says wh
   CHECK(h.kv_tokens_freed * kv + h.checkpoints * ck == c.counters().bytes_evicted);
   c.set_eviction_listener({});
 }
+
+TEST_CASE("protected_bytes (pinned paths only) equals the O(n) scan of every node, on random trees and pins") {
+  // The fit check of commit and begin counts what eviction may never free by climbing the
+  // pinned paths (detail::protected_bytes); the reference is the scan of every node
+  // (detail::count_tree_bytes). Random branching trees, random matches held open, random
+  // guarded nodes, both scorer kinds (leaves only / inner nodes).
+  const cost_model m(presets::marconi_7b());
+  const std::int64_t kv = m.kv_bytes_per_token(), ck = m.ssm_checkpoint_bytes();
+  prefix_cache<cost_model, every_block_admission<8>, lru_scorer> c(m, counting_store(1'000'000'000'000, kv, ck),
+                                                                   lru_scorer{});
+  std::mt19937 rng(17);
+  std::vector<std::vector<token_id>> seqs;
+  std::vector<token_id> base = random_tokens(30, 99);
+  for (int i = 0; i < 150; ++i) {
+    std::vector<token_id> s = seqs.empty() || rng() % 5 == 0 ? base : seqs[rng() % seqs.size()];
+    s.resize(s.size() - rng() % std::min<std::size_t>(s.size(), 20));
+    const auto tail = random_tokens(1 + rng() % 40, static_cast<std::uint32_t>(rng()));
+    s.insert(s.end(), tail.begin(), tail.end());
+    REQUIRE(c.commit(s, static_cast<std::int64_t>(s.size())));
+    seqs.push_back(std::move(s));
+  }
+  std::vector<node_id> live;
+  c.tree().preorder([&](node_id n) { live.push_back(n); });
+  prefix::detail::protect_scratch scratch;
+  std::vector<char> marked;
+  int with_branching = 0;
+  for (int round = 0; round < 200; ++round) {
+    std::vector<match_result> held;
+    std::vector<node_id> pinned;
+    const int k = static_cast<int>(rng() % 6);
+    for (int j = 0; j < k; ++j) {
+      auto r = c.match(seqs[rng() % seqs.size()]);
+      REQUIRE(r);
+      if (r->node != no_node) pinned.push_back(r->node);
+      held.push_back(*r);
+    }
+    const node_id g1 = rng() % 3 == 0 ? no_node : live[rng() % live.size()];
+    const node_id g2 = rng() % 2 == 0 ? no_node : live[rng() % live.size()];
+    const auto leaves_only = prefix::detail::count_tree_bytes<false>(c.tree(), c.store(), g1, g2, marked);
+    const auto inner = prefix::detail::count_tree_bytes<true>(c.tree(), c.store(), g1, g2, marked);
+    CHECK(prefix::detail::protected_bytes<false>(c.tree(), c.store(), g1, g2, pinned, scratch) == leaves_only.protected_);
+    CHECK(prefix::detail::protected_bytes<true>(c.tree(), c.store(), g1, g2, pinned, scratch) == inner.protected_);
+    CHECK(leaves_only.total == c.tree().bytes());
+    with_branching += inner.protected_ != leaves_only.protected_ ? 1 : 0;
+    for (const auto& r : held) REQUIRE(c.release(r));
+  }
+  CHECK(with_branching > 20);  // the branch rule (inner-node scorers) was exercised
+}

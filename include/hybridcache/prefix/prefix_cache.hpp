@@ -121,6 +121,10 @@ class prefix_cache {
                            " B is smaller than one SSM checkpoint (" + std::to_string(store_.checkpoint_bytes()) +
                            " B)");
     pin_node_.assign(64, no_node);
+    pinned_scratch_.reserve(64);
+    tree_.set_byte_measure(
+        &store_, [](const void* st, std::int64_t tokens) noexcept { return static_cast<const Store*>(st)->kv_bytes(tokens); },
+        store_.checkpoint_bytes());
     reserve_indexes(64);
   }
 
@@ -512,14 +516,26 @@ class prefix_cache {
   /// True when `bytes` more fit in the store once eviction has freed everything it may:
   /// not the root paths of pinned nodes, nor the commit's own path when `w` is given (the
   /// deepest node of its walk in path_ and the edge it entered in part), nor anything held
-  /// outside the tree (requests' reservations). detail::count_tree_bytes: O(n), run only when
-  /// eviction is needed; allocation-free after warm-up.
+  /// outside the tree (requests' reservations). The tree's bytes are a counter the tree
+  /// keeps; what eviction may not free is counted on the pinned paths only
+  /// (detail::protected_bytes): O(pin slots + nodes on the pinned paths), run only when
+  /// eviction is needed; allocation-free after warm-up. Assertion builds check it against
+  /// the O(n) scan of every node (detail::count_tree_bytes).
   bool fits_after_eviction(std::int64_t bytes, const walk_result* w) {
     if (store_.used_bytes() + bytes <= store_.capacity_bytes()) return true;
     constexpr bool inner = requires { requires Scorer::evicts_inner_nodes; };
     const node_id end = w != nullptr && !path_.empty() ? path_.back() : no_node;
-    const auto b = detail::count_tree_bytes<inner>(tree_, store_, end, w != nullptr ? w->partial : no_node, marked_);
-    return bytes <= store_.capacity_bytes() - (store_.used_bytes() - b.freeable());
+    const node_id partial = w != nullptr ? w->partial : no_node;
+    pinned_scratch_.clear();
+    for (std::uint32_t i = 0; i < pin_node_.size(); ++i)
+      if (pins_.is_live(i)) pinned_scratch_.push_back(pin_node_[i]);  // capacity: grow_pins
+    const std::int64_t kept = detail::protected_bytes<inner>(tree_, store_, end, partial, pinned_scratch_, protect_);
+#if defined(HYBRIDCACHE_ENABLE_ASSERTIONS)
+    const auto scan = detail::count_tree_bytes<inner>(tree_, store_, end, partial, marked_);
+    HYBRIDCACHE_ASSERT(scan.total == tree_.bytes());
+    HYBRIDCACHE_ASSERT(scan.protected_ == kept);
+#endif
+    return bytes <= store_.capacity_bytes() - (store_.used_bytes() - (tree_.bytes() - kept));
   }
 
   /// Pins the deepest node of the commit's walk and the edge it entered in part, so that
@@ -714,6 +730,7 @@ class prefix_cache {
   void grow_pins() {
     const auto cap = pins_.capacity() * 2;
     pin_node_.resize(cap, no_node);
+    pinned_scratch_.reserve(cap);
     pins_.reserve(cap);
   }
 
@@ -744,7 +761,9 @@ class prefix_cache {
   match_result last_match_;
   std::int64_t first_evict_at_ = -1;
   std::array<node_id, 2> guard_{no_node, no_node};  // nodes a commit in progress protects
-  std::vector<char> marked_;                        // scratch of protected_bytes
+  std::vector<char> marked_;                        // scratch of count_tree_bytes (assertion builds)
+  detail::protect_scratch protect_;                 // scratch of fits_after_eviction
+  std::vector<node_id> pinned_scratch_;             // the nodes of live pins, for protect_
   std::vector<std::int64_t> committed_;             // committed_checkpoints()
   eviction_listener listener_{};
 };

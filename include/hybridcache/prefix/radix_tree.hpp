@@ -29,6 +29,7 @@
 //   merge_into_child(n)         O(e_n + e_child)
 //   remove_leaf(n)              O(1)
 //   touch / pin / unpin         O(1)
+//   bytes()                     O(1): the byte measure of every node (kept by each edit)
 //   dfs_before(a, b)            O(d)
 //   preorder(f)                 O(n) (naive scorers and tests only)
 //
@@ -235,6 +236,18 @@ class radix_tree {
   /// Salted namespaces that hold nodes. O(1).
   [[nodiscard]] std::size_t salted_namespaces() const noexcept { return salts_.size(); }
 
+  /// How the tree weighs its nodes in `bytes()`: `kv(context, tokens)` is the bytes of an
+  /// edge's KV (a store's `kv_bytes`), `checkpoint` those of one checkpoint. Set once,
+  /// while the tree is empty (the cache does it in its constructor). `kv` must not throw.
+  void set_byte_measure(const void* context, std::int64_t (*kv)(const void*, std::int64_t),
+                        std::int64_t checkpoint) noexcept {
+    HYBRIDCACHE_ASSERT(size() == 0);
+    measure_ = {context, kv, checkpoint};
+  }
+  /// The sum over live nodes of their edge's KV bytes and, if held, one checkpoint's bytes,
+  /// under the measure set above (0 without one). Kept exactly by every edit. O(1).
+  [[nodiscard]] std::int64_t bytes() const noexcept { return bytes_; }
+
   /// Follows `seq` from the root, in namespace `ns`. `path` receives the fully matched
   /// nodes (root excluded), in order. O(|common prefix| + |path|); no allocation once `path`
   /// has grown.
@@ -300,6 +313,7 @@ class radix_tree {
     n.order = ++order_counter_;
     link_last(parent, id);
     map_.put(child_key(parent, ns, tokens[0]), id);
+    bytes_ += kv_measure(n.edge());
     if (parent == root() && ns != 0) ++salts_.find(ns_salt_[ns])->second.top_level;
     return id;
   }
@@ -329,6 +343,7 @@ class radix_tree {
     hn.first_child = hn.last_child = n;
     hn.children = 1;
     hn.ns = nn.ns;
+    bytes_ += kv_measure(hn.edge()) + kv_measure(nn.edge()) - kv_measure(hn.edge() + nn.edge());
     map_.put(child_key(p, hn.ns, hn.tokens[0]), h);
     map_.put(child_key(h, hn.ns, nn.tokens[0]), n);
     return h;
@@ -341,6 +356,7 @@ class radix_tree {
     HYBRIDCACHE_ASSERT(n != root() && nn.children == 0 && !nn.has_checkpoint);
     map_.erase(child_key(nn.parent, nn.ns, nn.tokens[0]));
     if (nn.parent == root() && nn.ns != 0) leave_namespace(nn.ns);
+    bytes_ -= kv_measure(nn.edge());
     unlink(n);
     kv_extent kv = std::move(nn.kv);
     release(n);
@@ -357,6 +373,7 @@ class radix_tree {
     const node_id c = nn.first_child;
     node& cn = nodes_[c];
     const node_id p = nn.parent;
+    bytes_ += kv_measure(nn.edge() + cn.edge()) - kv_measure(nn.edge()) - kv_measure(cn.edge());
     cn.tokens.insert(cn.tokens.begin(), nn.tokens.begin(), nn.tokens.end());
     map_.erase(detail::child_table::key(n, cn.tokens[static_cast<std::size_t>(nn.edge())]));
     cn.kv = std::move(joined);
@@ -372,10 +389,12 @@ class radix_tree {
   }
 
   void set_checkpoint(node_id n, checkpoint_handle&& h) noexcept {
+    if (!nodes_[n].has_checkpoint) bytes_ += measure_.checkpoint;
     nodes_[n].checkpoint = std::move(h);
     nodes_[n].has_checkpoint = true;
   }
   [[nodiscard]] checkpoint_handle take_checkpoint(node_id n) noexcept {
+    if (nodes_[n].has_checkpoint) bytes_ -= measure_.checkpoint;
     nodes_[n].has_checkpoint = false;
     return std::move(nodes_[n].checkpoint);
   }
@@ -522,6 +541,10 @@ class radix_tree {
     f.prev_sibling = f.next_sibling = no_node;
   }
 
+  [[nodiscard]] std::int64_t kv_measure(std::int64_t tokens) const noexcept {
+    return measure_.kv != nullptr ? measure_.kv(measure_.context, tokens) : 0;
+  }
+
   [[nodiscard]] static std::uint64_t child_key(node_id parent, namespace_id ns, token_id first) noexcept {
     return parent == root() && ns != 0 ? detail::child_table::namespace_key(ns, first)
                                        : detail::child_table::key(parent, first);
@@ -571,6 +594,12 @@ class radix_tree {
   std::vector<std::uint64_t> ns_salt_;                    // namespace id -> its salt
   std::vector<namespace_id> free_ns_;                     // closed ids, reused first
   namespace_id next_ns_ = 1;
+  struct byte_measure {
+    const void* context = nullptr;
+    std::int64_t (*kv)(const void*, std::int64_t) = nullptr;
+    std::int64_t checkpoint = 0;
+  } measure_;
+  std::int64_t bytes_ = 0;
   std::size_t live_ = 1;
   std::uint64_t order_counter_ = 0;
 };

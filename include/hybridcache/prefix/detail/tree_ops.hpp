@@ -6,7 +6,9 @@
 // cache's lock is held by the caller).
 //
 // Costs: apply_eviction O(edge) + the scorer's re-index (O(log n)); drop_all_nodes O(n);
-// count_tree_bytes O(n). None allocates once the scratch vector has grown.
+// count_tree_bytes O(n) (the reference model of protected_bytes, checked against it in
+// assertion builds); protected_bytes O(pins + nodes on the pinned paths). None allocates
+// once the scratch vectors have grown.
 #pragma once
 
 #include <algorithm>
@@ -172,6 +174,65 @@ tree_bytes count_tree_bytes(const Tree& tree, const Store& store, node_id guarde
       keeps = protected_children >= 2;
     }
     if (keeps) out.protected_ += ck;
+  }
+  return out;
+}
+
+/// Scratch of `protected_bytes`: epoch-stamped marks, so a call never clears O(n) state.
+struct protect_scratch {
+  std::vector<std::uint32_t> mark;      ///< node -> the epoch it was last marked in
+  std::vector<std::uint32_t> children;  ///< node -> its marked children (valid when marked)
+  std::vector<node_id> marked;          ///< the nodes marked in this epoch
+  std::uint32_t epoch = 0;
+};
+
+/// `count_tree_bytes(...).protected_`, visiting only the protected paths: the root paths of
+/// the nodes in `pinned` (no_node entries are skipped) and of the two guarded nodes. Each
+/// node is marked once, so the cost is O(|pinned| + nodes on those paths), not O(n); the
+/// scratch grows only with the tree (amortised, geometric).
+template <bool InnerNodes, class Tree, class Store, class Pinned>
+std::int64_t protected_bytes(const Tree& tree, const Store& store, node_id guarded_end, node_id guarded_partial,
+                             const Pinned& pinned, protect_scratch& s) {
+  if (s.mark.size() < tree.id_bound()) {
+    reserve_geometric(s.mark, tree.id_bound());
+    reserve_geometric(s.children, tree.id_bound());
+    reserve_geometric(s.marked, tree.id_bound());
+    s.mark.resize(tree.id_bound(), 0);
+    s.children.resize(tree.id_bound(), 0);
+  }
+  if (++s.epoch == 0) {  // wrapped: old stamps could alias the new epoch
+    std::fill(s.mark.begin(), s.mark.end(), 0u);
+    s.epoch = 1;
+  }
+  s.marked.clear();
+  // Climbs from n to the root; each newly marked node adds one to its parent's count of
+  // marked children, and the climb stops at the first node already marked.
+  auto mark = [&](node_id n) {
+    if (n == no_node || n == Tree::root() || !tree.live(n)) return;
+    node_id from = no_node;
+    for (; n != Tree::root(); n = tree.at(n).parent) {
+      const bool already = s.mark[n] == s.epoch;
+      if (!already) {
+        s.mark[n] = s.epoch;
+        s.children[n] = 0;
+        s.marked.push_back(n);
+      }
+      if (from != no_node) ++s.children[n];
+      if (already) return;
+      from = n;
+    }
+  };
+  mark(guarded_end);
+  mark(guarded_partial);
+  for (const node_id n : pinned) mark(n);
+  std::int64_t out = 0;
+  for (const node_id n : s.marked) {
+    const auto& nd = tree.at(n);
+    out += store.kv_bytes(nd.edge());
+    if (!nd.has_checkpoint) continue;
+    const bool keeps =
+        !InnerNodes || nd.pins > 0 || n == guarded_end || n == guarded_partial || s.children[n] >= 2;
+    if (keeps) out += store.checkpoint_bytes();
   }
   return out;
 }
