@@ -330,3 +330,65 @@ TEST_CASE("protected_bytes (pinned paths only) equals the O(n) scan of every nod
   }
   CHECK(with_branching > 20);  // the branch rule (inner-node scorers) was exercised
 }
+
+TEST_CASE_TEMPLATE("break 4: a commit after a hit keeps no state inside the reused prefix (it was never computed)", Scorer,
+                   lru_scorer, flop_aware_scorer) {
+  // every_block_admission asks for a state at every block boundary, including those inside
+  // the prefix the request reused; after evictions (merges, tombstones) some of them hold no
+  // state. The request resumed from its match's checkpoint, so it never computed them: the
+  // commit must not keep them (before the fix it split the path there and kept fresh,
+  // unfilled checkpoint slots). An explicit position there is refused.
+  const cost_model m(presets::marconi_7b());
+  const std::int64_t kv = m.kv_bytes_per_token(), ck = m.ssm_checkpoint_bytes();
+  auto make_scorer = [&] {
+    if constexpr (std::is_same_v<Scorer, lru_scorer>) return lru_scorer{};
+    else return flop_aware_scorer(m, {.alpha = 1.0});
+  };
+  prefix_cache<cost_model, every_block_admission<16>, Scorer> c(m, counting_store(2000 * kv + 40 * ck, kv, ck),
+                                                               make_scorer());
+  std::mt19937 rng(23);
+  std::vector<std::vector<token_id>> seqs{random_tokens(48, 5)};
+  std::int64_t checked = 0, inside_before = 0;
+  for (int i = 0; i < 400; ++i) {
+    std::vector<token_id> s = seqs[rng() % seqs.size()];
+    if (rng() % 3 == 0 && s.size() > 20) s.resize(s.size() - rng() % 20);
+    const auto tail = random_tokens(5 + rng() % 50, static_cast<std::uint32_t>(rng()));
+    s.insert(s.end(), tail.begin(), tail.end());
+    if (s.size() > 600) s = random_tokens(48, static_cast<std::uint32_t>(rng()));
+    const auto input = static_cast<std::int64_t>(s.size()) - 4;
+    auto mt = c.match(std::span<const token_id>(s).first(static_cast<std::size_t>(input)));
+    REQUIRE(mt);
+    if (mt->reusable_tokens > 16) {
+      // Count the block boundaries inside the reused prefix that hold no state now.
+      std::vector<node_id> path;
+      (void)c.tree().walk(s, path);
+      for (std::int64_t p = 16; p < mt->reusable_tokens; p += 16) {
+        bool held = false;
+        for (node_id n : path) held |= c.tree().at(n).end == p && c.tree().at(n).has_checkpoint;
+        inside_before += held ? 0 : 1;
+      }
+      bool held_at_1 = false;  // a node ending after the first token is (almost) never there
+      for (node_id n : path) held_at_1 |= c.tree().at(n).end == 1 && c.tree().at(n).has_checkpoint;
+      if (!held_at_1) {
+        const std::vector<std::int64_t> extra{1};
+        const auto refused = c.commit(s, input, &*mt, extra);
+        REQUIRE_FALSE(refused);
+        CHECK(refused.error() == errc::invalid_argument);
+      }
+    }
+    auto r = c.commit(s, input, &*mt);
+    if (!r) {
+      REQUIRE(c.release(*mt));
+      continue;
+    }
+    for (std::int64_t p : c.committed_checkpoints()) {
+      CHECK(p > mt->reusable_tokens);
+      ++checked;
+    }
+    seqs.push_back(std::move(s));
+  }
+  CHECK(checked > 500);
+  // The case arose: boundaries inside reused prefixes without a state (only a scorer that
+  // takes inner nodes' states leaves such holes; LRU takes leaves only).
+  if constexpr (std::is_same_v<Scorer, flop_aware_scorer>) CHECK(inside_before > 20);
+}

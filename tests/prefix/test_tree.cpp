@@ -197,6 +197,15 @@ TEST_CASE("randomized: judicious tree == naive prefix/checkpoint model (no evict
       }
       std::vector<std::int64_t> extra;
       if (rng() % 3 == 0) extra.push_back(static_cast<std::int64_t>(1 + rng() % s.size()));
+      // A position inside the reused prefix that holds no state names one this request never
+      // computed: refused with nothing changed (break 4 of issue #13); then commit without it.
+      if (!extra.empty() && extra[0] <= mr->reusable_tokens &&
+          !model.ckpt.count(seq_t(s.begin(), s.begin() + extra[0]))) {
+        const auto refused = c.commit(s, in, &*mr, extra);
+        REQUIRE_FALSE(refused);
+        REQUIRE(refused.error() == errc::invalid_argument);
+        extra.clear();
+      }
       auto cr = c.commit(s, in, &*mr, extra);
       REQUIRE(cr);
       CHECK(cr->checkpoints_admitted <= 2 + static_cast<std::int64_t>(extra.size()));

@@ -209,7 +209,11 @@ class prefix_cache {
   /// `salt`'s when there is no `m`; both given and different -> invalid_argument.
   ///
   /// Errors (tree and store unchanged): empty sequence, input_tokens outside [0, |seq|],
-  /// a position outside [1, |seq|] -> invalid_argument; `m` not a live pin -> stale_handle /
+  /// a position outside [1, |seq|] -> invalid_argument; with a pinned `m` (and not
+  /// admit_oversized), a position in `extra` at or before `m.reusable_tokens` that holds no
+  /// state -> invalid_argument (the request resumed after it and never computed it; the
+  /// admission's own positions there are dropped for the same reason, and
+  /// `committed_checkpoints()` says which positions were kept); `m` not a live pin -> stale_handle /
   /// double_free / foreign_handle; `sequence` does not extend `m`'s reused prefix ->
   /// invalid_argument; new state larger than the whole capacity (unless admit_oversized) ->
   /// out_of_capacity. If the store refuses an allocation even after every evictable node is
@@ -223,6 +227,7 @@ class prefix_cache {
     if (const errc e = select_salt(m, salt); e != errc::ok) return unexpected(e);
     std::int64_t reusable = -1;
     if (const errc e = validate_commit(sequence, input_tokens, m, extra, reusable); e != errc::ok) return unexpected(e);
+    const std::int64_t floor = computed_from(reusable);
     reserve_indexes(tree_.id_bound() + positions_.size() + 4);  // may throw: nothing changed yet
     // The reference's order (admit_oversized): the match is released before evicting.
     const bool release_first = cfg_.admit_oversized && m != nullptr && !m->pin.is_null();
@@ -239,7 +244,7 @@ class prefix_cache {
     walk_result w = walk(sequence);
     scorer_.on_match(tree_, std::span<const node_id>(path_), w.partial, t_match);
     if (reusable < 0) reusable = reusable_in(path_, input_tokens);
-    select_positions(make_view(w, input_tokens, len, reusable), extra);
+    select_positions(make_view(w, input_tokens, len, reusable), extra, floor);
     const std::int64_t need = needed_bytes(w, len);
     const std::int64_t deficit = store_.used_bytes() + need - store_.capacity_bytes();
     guard_path(w);
@@ -251,7 +256,7 @@ class prefix_cache {
     // Allocate every new handle before touching the tree; evict one more victim per failure.
     while (true) {
       w = walk(sequence);
-      select_positions(make_view(w, input_tokens, len, std::min(reusable, w.common_prefix)), extra);
+      select_positions(make_view(w, input_tokens, len, std::min(reusable, w.common_prefix)), extra, floor);
       const errc e = allocate_all(w, len);
       if (e == errc::ok) break;
       if (!evict_round) {
@@ -453,14 +458,25 @@ class prefix_cache {
   }
 
   /// positions_ = admission ∪ extra, sorted, unique, within [1, total].
-  void select_positions(const insertion_view& v, std::span<const std::int64_t> extra) {
+  /// The admission's positions and `extra`, sorted, unique, in (floor, total].
+  void select_positions(const insertion_view& v, std::span<const std::int64_t> extra, std::int64_t floor = 0) {
     positions_.clear();
     detail::reserve_geometric(positions_, static_cast<std::size_t>(v.total_tokens) + extra.size() + 2);
     admission_.select(v, positions_);
     positions_.insert(positions_.end(), extra.begin(), extra.end());
     std::sort(positions_.begin(), positions_.end());
     positions_.erase(std::unique(positions_.begin(), positions_.end()), positions_.end());
-    std::erase_if(positions_, [&](std::int64_t p) { return p < 1 || p > v.total_tokens; });
+    std::erase_if(positions_, [&](std::int64_t p) { return p < std::max<std::int64_t>(1, floor + 1) || p > v.total_tokens; });
+  }
+
+  /// Where the states a commit may keep start. A request that resumed from its match's
+  /// checkpoint at `reusable` never computed a state at or before it, so a commit with a
+  /// pinned match keeps none there (issue #13, break 4): an admission position inside the
+  /// reused prefix (a block boundary of every_block_admission, say) is dropped, not filled
+  /// with a state nobody computed. The reference simulation mode (admit_oversized) keeps
+  /// the reference's behaviour. -1 (no pinned match): 0.
+  [[nodiscard]] std::int64_t computed_from(std::int64_t reusable) const noexcept {
+    return !cfg_.admit_oversized && reusable > 0 ? reusable : 0;
   }
 
   /// Does a node on the current path_ end at p with a usable state?
@@ -502,7 +518,12 @@ class prefix_cache {
     // Oversized check before anything changes: the new state alone must fit.
     const walk_result w0 = walk(sequence);
     const std::int64_t r0 = reusable >= 0 ? reusable : reusable_in(path_, input_tokens);
-    select_positions(make_view(w0, input_tokens, len, r0), extra);
+    // An explicit position inside the reused prefix names a state this request never
+    // computed (unless the tree already holds it): refused, not silently dropped.
+    if (const std::int64_t floor = computed_from(reusable); floor > 0)
+      for (std::int64_t p : extra)
+        if (p <= floor && !has_checkpoint_at(p)) return errc::invalid_argument;
+    select_positions(make_view(w0, input_tokens, len, r0), extra, computed_from(reusable));
     const std::int64_t need0 = needed_bytes(w0, len);
     if (cfg_.admit_oversized) return errc::ok;
     if (need0 > store_.capacity_bytes()) return errc::out_of_capacity;
