@@ -97,7 +97,7 @@ TEST_CASE("cuda: a conversation demoted D2H, loaded H2D into staging and adopted
   const auto h = c.store().lookup(again, *mt);
   REQUIRE(h.host_tokens == 30);
   REQUIRE(c.store().load(h).has_value());
-  for (const auto& s : c.store().staged()) {
+  for (const auto& s : c.store().staged(h)) {
     CHECK(c.store().table().locate(s.id)->first == tiered::hbm_tier);
     CHECK(read_entry(engine, c.store(), s.id) == (s.checkpoint ? a_ck : a_kv));
   }

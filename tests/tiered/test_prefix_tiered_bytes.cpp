@@ -168,7 +168,7 @@ run_stats random_run(std::uint64_t seed, std::int64_t hbm, std::int64_t host, in
         ++st.loads;
         st.loaded_tokens += h.host_tokens;
         // What prefill reads from HBM: the staged entries hold the input's bytes.
-        for (const auto& s : c.store().staged()) {
+        for (const auto& s : c.store().staged(h)) {
           REQUIRE(s.end <= static_cast<std::int64_t>(input.size()));
           REQUIRE(c.store().table().locate(s.id)->first == tiered::hbm_tier);
           const auto sb = b(s.id);
@@ -184,7 +184,7 @@ run_stats random_run(std::uint64_t seed, std::int64_t hbm, std::int64_t host, in
       } else {
         REQUIRE(fail_every > 0);  // staging is as large as HBM: only an injected failure refuses
         REQUIRE(r.error() == errc::busy);
-        REQUIRE(c.store().staged().empty());
+        REQUIRE(c.store().staged(h).empty());
         h = tiered::tiered_hit{.reusable_tokens = m->reusable_tokens, .hbm_tokens = m->reusable_tokens};
         ++st.failures;
       }
@@ -206,7 +206,7 @@ run_stats random_run(std::uint64_t seed, std::int64_t hbm, std::int64_t host, in
         for (auto pg : row->pages) old_page_owner[pg] = nd.kv.id;
       }
       std::vector<std::pair<std::int64_t, std::int64_t>> staged_kv;
-      for (const auto& s : c.store().staged())
+      for (const auto& s : c.store().staged(h))
         if (!s.checkpoint) staged_kv.emplace_back(s.begin, s.end);
       const auto cr = c.commit(seq, static_cast<std::int64_t>(input.size()), &*m);
       if (!cr) {
@@ -276,7 +276,8 @@ run_stats random_run(std::uint64_t seed, std::int64_t hbm, std::int64_t host, in
       committed.push_back(seq);
       (void)len;
     }
-    REQUIRE(c.store().staged().empty());
+    REQUIRE(c.store().outstanding_hits() == 0);
+    REQUIRE(c.store().staged_bytes() == 0);
     const std::string bad = c.store().check_invariants(c.tree());
     REQUIRE_MESSAGE(bad.empty(), bad);
     check_tree_bytes(c.tree(), b, kv, ck);
@@ -360,7 +361,7 @@ TEST_CASE("tiered_state_store::load: a mismatched engine, bad tickets, a staging
   // 30 tokens of KV + a checkpoint do not fit in 8 tokens of staging: nothing moves
   const auto host_before = c.store().host_used_bytes();
   CHECK(c.store().load(h).error() == errc::out_of_capacity);
-  CHECK(c.store().staged().empty());
+  CHECK(c.store().staged(h).empty());
   CHECK(c.store().host_used_bytes() == host_before);
   CHECK(c.store().check_invariants(c.tree()).empty());
   c.store().release_hit(h);
@@ -381,11 +382,11 @@ TEST_CASE("tiered_state_store::load: a mismatched engine, bad tickets, a staging
   REQUIRE(m2);
   const auto h2 = c2.store().lookup(again, *m2);
   REQUIRE(c2.store().load(h2));
-  const auto staged = c2.store().staged().size();
+  const auto staged = c2.store().staged(h2).size();
   CHECK(staged > 0);
   CHECK(c2.store().staged_bytes() == 30 * kv + ck);
   REQUIRE(c2.store().load(h2));
-  CHECK(c2.store().staged().size() == staged);
+  CHECK(c2.store().staged(h2).size() == staged);
   CHECK(c2.store().check_invariants(c2.tree()).empty());
   const auto host_entries = c2.store().host_entries();
   c2.store().release_hit(h2);
@@ -429,8 +430,8 @@ TEST_CASE("tiered_state_store: a staged entry the committed sequence does not co
 
   const auto loaded_and_checked = [&](const tiered::tiered_hit& h) {
     REQUIRE(c.store().load(h));
-    REQUIRE(c.store().staged().size() == 2);
-    for (const auto& s : c.store().staged()) {
+    REQUIRE(c.store().staged(h).size() == 2);
+    for (const auto& s : c.store().staged(h)) {
       const auto sb = b(s.id);
       if (s.checkpoint)
         for (std::int64_t j = 0; j < ck; ++j) REQUIRE(sb[j] == pa.state(30, j));
@@ -499,4 +500,95 @@ TEST_CASE("tiered_state_store: an entry larger than the host tier is dropped alo
   CHECK(h.host_tokens == 10);  // a is still in the host tier
   c.store().release_hit(h);
   REQUIRE(c.release(*m));
+}
+
+TEST_CASE("tiered_state_store: several host hits outstanding at once, each loaded, read and settled (issue #13 break 6)") {
+  // Two requests in flight hit two different demoted conversations. Before, the second
+  // lookup silently released the first hit: its pins went, and its load reported stale.
+  const std::int64_t kv = tiny().kv_bytes_per_token(), ck = tiny().ssm_checkpoint_bytes();
+  const tiered::tiered_state_store_config cfg{.hbm_bytes = 70 * kv + 3 * ck,
+                                              .host_bytes = 400 * kv,
+                                              .kv_bytes_per_token = kv,
+                                              .checkpoint_bytes = ck,
+                                              .staging_bytes = 80 * kv + 4 * ck};
+  engine_t engine(store_t::tiers_for(cfg), store_t::page_bytes_for(cfg), {.measure_bandwidth = false});
+  prefix::prefix_cache<cost_model, prefix::judicious_admission, prefix::lru_scorer, store_t> c(
+      tiny(), store_t(cfg, engine), prefix::lru_scorer{});
+  const bytes_view b{engine, c.store()};
+  const std::vector<token_id> a(30, 1), d(30, 4), other(60, 2);
+  const pattern pa(a), pd(d);
+  auto commit_and_fill = [&](const std::vector<token_id>& s, const pattern& p) {
+    auto m = c.match(s);
+    REQUIRE(m);
+    REQUIRE(c.commit(s, static_cast<std::int64_t>(s.size()), &*m));
+    c.store().settle(c.tree(), s);
+    std::vector<prefix::node_id> path;
+    (void)c.tree().walk(s, path);
+    const auto& nd = c.tree().at(path.back());
+    const auto kvb = b(nd.kv.id);
+    for (std::int64_t t = 0; t < nd.edge(); ++t)
+      for (std::int64_t j = 0; j < kv; ++j) kvb[t * kv + j] = p.kv(nd.begin() + t, j);
+    const auto ckb = b(nd.checkpoint.id);
+    for (std::int64_t j = 0; j < ck; ++j) ckb[j] = p.state(nd.end, j);
+  };
+  commit_and_fill(a, pa);
+  commit_and_fill(d, pd);
+  {
+    auto m = c.match(other);
+    REQUIRE(m);
+    REQUIRE(c.commit(other, 60, &*m));  // demotes a and d
+    c.store().settle(c.tree(), other);
+  }
+  REQUIRE(c.store().host_entries() == 4);
+  auto with = [](std::vector<token_id> s, token_id t) {
+    s.push_back(t);
+    return s;
+  };
+  const auto qa = with(a, 9), qd = with(d, 9);
+  auto ma = c.match(qa);
+  auto md = c.match(qd);
+  REQUIRE(ma);
+  REQUIRE(md);
+  const auto ha = c.store().lookup(qa, *ma);
+  const auto hd = c.store().lookup(qd, *md);  // a's hit stays outstanding
+  REQUIRE(ha.host_tokens == 30);
+  REQUIRE(hd.host_tokens == 30);
+  CHECK(c.store().outstanding_hits() == 2);
+  REQUIRE(c.store().load(ha));
+  REQUIRE(c.store().load(hd));
+  for (const auto& [h, p] : {std::pair{&ha, &pa}, std::pair{&hd, &pd}}) {
+    REQUIRE(c.store().staged(*h).size() == 2);
+    for (const auto& s : c.store().staged(*h)) {
+      const auto sb = b(s.id);
+      if (s.checkpoint)
+        for (std::int64_t j = 0; j < ck; ++j) REQUIRE(sb[j] == p->state(30, j));
+      else
+        for (std::int64_t t = 0; t < 30; ++t)
+          for (std::int64_t j = 0; j < kv; ++j) REQUIRE(sb[t * kv + j] == p->kv(t, j));
+    }
+  }
+  CHECK(c.store().check_invariants(c.tree()).empty());
+  // d settles first, then a: each hit's staged pages go to its own new nodes.
+  REQUIRE(c.commit(qd, 31, &*md));
+  c.store().settle(c.tree(), qd, hd);
+  CHECK(c.store().outstanding_hits() == 1);
+  REQUIRE(c.commit(qa, 31, &*ma));
+  c.store().settle(c.tree(), qa, ha);
+  CHECK(c.store().outstanding_hits() == 0);
+  CHECK(c.store().staged_bytes() == 0);
+  // Each hit's KV entry went to its new node; the checkpoints at 30 are not node ends of the
+  // committed paths (judicious admission keeps 31), so they return to the host tier intact.
+  CHECK(c.store().counters().adopted_entries == 2);
+  for (const auto& [q, p] : {std::pair{&qa, &pa}, std::pair{&qd, &pd}}) {
+    std::vector<prefix::node_id> path;
+    (void)c.tree().walk(*q, path);
+    const auto& first = c.tree().at(path[0]);
+    REQUIRE(first.end >= 30);
+    const auto kvb = b(first.kv.id);
+    for (std::int64_t t = 0; t < 30; ++t)
+      for (std::int64_t j = 0; j < kv; ++j) REQUIRE(kvb[t * kv + j] == p->kv(t, j));
+  }
+  CHECK(c.store().check_invariants(c.tree()).empty());
+  // Stale tickets after settle; an entry two hits pin cannot be staged by either.
+  CHECK(c.store().load(ha).error() == errc::stale_handle);
 }

@@ -12,6 +12,7 @@
 //
 //   auto m = cache.match(input);                    // HBM hit (the cache's own rule)
 //   auto h = cache.store().lookup(input, m);        // + lower-tier hit: pins what it uses
+//                                                   // (many hits may be outstanding at once)
 //   ... load h.bytes_to_load host -> HBM, prefill from h.reusable_tokens, decode ...
 //   cache.commit(input ++ output, input.size(), &m);
 //   cache.store().settle(cache.tree(), input ++ output, h);   // names the path, unpins h
@@ -77,6 +78,7 @@
 #include "hybridcache/core/expected.hpp"
 #include "hybridcache/concepts/state_store.hpp"
 #include "hybridcache/core/hash.hpp"
+#include "hybridcache/stores/detail/hit_table.hpp"
 #include "hybridcache/stores/tiered_state_types.hpp"
 #include "hybridcache/prefix/radix_tree.hpp"
 #include "hybridcache/prefix/types.hpp"
@@ -92,35 +94,8 @@ namespace hybridcache::tiered {
 template <demotion_scorer HostScorer = lru_demotion, tier_copy_engine Engine = metadata_only_copies>
 class tiered_state_store {
  public:
-  /// KV of a run of tokens: its entry in the tiered store (`no_entry` = empty) and its length.
-  /// Move-only; a moved-from handle is empty, so a handle is freed at most once.
-  struct kv_extent {
-    entry_id id = no_entry;
-    std::int64_t tokens = 0;
-    kv_extent() = default;
-    kv_extent(entry_id i, std::int64_t t) noexcept : id(i), tokens(t) {}
-    kv_extent(kv_extent&& o) noexcept : id(std::exchange(o.id, no_entry)), tokens(std::exchange(o.tokens, 0)) {}
-    kv_extent& operator=(kv_extent&& o) noexcept {
-      id = std::exchange(o.id, no_entry);
-      tokens = std::exchange(o.tokens, 0);
-      return *this;
-    }
-    kv_extent(const kv_extent&) = delete;
-    kv_extent& operator=(const kv_extent&) = delete;
-  };
-  /// An SSM checkpoint: its entry in the tiered store (`no_entry` = empty). Move-only.
-  struct checkpoint_handle {
-    entry_id id = no_entry;
-    checkpoint_handle() = default;
-    explicit checkpoint_handle(entry_id i) noexcept : id(i) {}
-    checkpoint_handle(checkpoint_handle&& o) noexcept : id(std::exchange(o.id, no_entry)) {}
-    checkpoint_handle& operator=(checkpoint_handle&& o) noexcept {
-      id = std::exchange(o.id, no_entry);
-      return *this;
-    }
-    checkpoint_handle(const checkpoint_handle&) = delete;
-    checkpoint_handle& operator=(const checkpoint_handle&) = delete;
-  };
+  using kv_extent = tiered_kv_extent;
+  using checkpoint_handle = tiered_checkpoint_handle;
 
   static constexpr tier_id host_tier{1};
 
@@ -264,10 +239,10 @@ class tiered_state_store {
   // --- lower tier ----------------------------------------------------------------------
 
   /// The hit of `input` over both tiers, given the cache's HBM match `m` of the same input.
-  /// Pins the host entries it uses (hand `hit.ticket` to `load`, `settle` or `release_hit`).
-  /// At most one hit may be outstanding; a second lookup first releases the previous one.
+  /// Pins the host entries it uses (hand the hit to `load`, `settle` or `release_hit`).
+  /// Many hits may be outstanding (a batch of requests in flight), each with its own pins
+  /// and staged entries; an entry pinned by several hits stays until the last lets go.
   [[nodiscard]] tiered_hit lookup(std::span<const prefix::token_id> input, const prefix::match_result& m) {
-    release_pins();
     tiered_hit h;
     h.hbm_tokens = h.reusable_tokens = m.reusable_tokens;
     h.salt = m.salt;
@@ -296,11 +271,12 @@ class tiered_state_store {
       break;
     }
     if (best == m.reusable_tokens) return h;
+    outstanding_hit& slot = acquire_hit();  // may throw: nothing pinned yet
     h.reusable_tokens = best;
     h.host_tokens = best - m.reusable_tokens;
     h.host_checkpoint = true;
     h.bytes_to_load = checkpoint_;
-    pin(ckpt);
+    pin(slot, ckpt);
     std::int64_t covered = std::min(m.common_prefix, n);
     for (entry_id id : chain_) {
       const meta& e = meta_.at(id);
@@ -310,9 +286,9 @@ class tiered_state_store {
       if (upto > covered) h.bytes_to_load += (upto - covered) * kv_per_token_;
       covered = std::max(covered, upto);
       h.kv_entries += 1;
-      pin(id);
+      pin(slot, id);
     }
-    h.ticket = ++ticket_;
+    h.ticket = slot.ticket;
     ++counters_.host_hits;
     counters_.host_hit_tokens += h.host_tokens;
     counters_.loaded_bytes += h.bytes_to_load;
@@ -323,24 +299,35 @@ class tiered_state_store {
   /// that prefill reads them from HBM (`staged()`: their token spans and entries; the
   /// entries' pages are in `table()`). `settle` then gives the staged pages to the tree's
   /// new nodes without copying. Calling it again for the same hit does nothing.
-  /// Errors: stale_handle when `hit` is not the outstanding hit; out_of_capacity when the
-  /// staging room cannot hold the hit's entries (nothing moved: the hit stays usable, the
-  /// runtime loads on its own); busy when a copy failed (or the engine threw). After a
-  /// failed copy the hit is released (as by `release_hit`): what was staged returns to the
-  /// host tier, and the runtime goes on with the HBM hit alone (`hit.hbm_tokens`).
+  /// Errors: stale_handle when `hit` is not outstanding; out_of_capacity when the staging
+  /// room cannot hold the hit's entries, or busy when another outstanding hit has already
+  /// staged one of them (nothing moved in either case: the hit stays usable, the runtime
+  /// loads on its own or after that hit settles); busy when a copy failed (or the engine
+  /// threw). After a failed copy the hit is released (as by `release_hit`): what was staged
+  /// returns to the host tier, and the runtime goes on with the HBM hit alone.
   [[nodiscard]] expected<void> load(const tiered_hit& hit) {
-    if (hit.ticket == 0 || hit.ticket != ticket_) return unexpected(errc::stale_handle);
-    if (!staged_.empty()) return {};
+    outstanding_hit* slot = find_hit(hit.ticket);
+    if (slot == nullptr) return unexpected(errc::stale_handle);
+    if (!slot->staged.empty()) return {};
     std::int64_t need = 0;
-    for (entry_id id : pinned_) need += bytes_of(meta_.at(id));
+    for (entry_id id : slot->pinned) {
+      if (meta_.at(id).where == place::staged) return unexpected(errc::busy);  // another hit's
+      need += bytes_of(meta_.at(id));
+    }
     if (need > staging_capacity_ - staged_used_) return unexpected(errc::out_of_capacity);
-    staged_.reserve(pinned_.size());  // may throw: nothing moved yet
-    for (entry_id id : pinned_) {
+    slot->staged.reserve(slot->pinned.size());  // may throw: nothing moved yet
+    for (entry_id id : slot->pinned) {
       meta& e = meta_.at(id);
+      // Pinned by another hit too: a pinned entry cannot move, and that hit reads it where
+      // it is. Report busy (nothing of this hit staged yet is kept: release as on failure).
+      if (e.hit_pins > 1) {
+        release_pins(*slot);
+        return unexpected(errc::busy);
+      }
       (void)store_->unpin(id);
       if (!copy_to(id, hbm_tier)) {  // the entry stays in the host tier
         (void)store_->pin(id);
-        release_pins();
+        release_pins(*slot);
         return unexpected(errc::busy);
       }
       (void)store_->pin(id);
@@ -349,15 +336,20 @@ class tiered_state_store {
       host_used_ -= b;
       staged_used_ += b;
       e.where = place::staged;
-      staged_.push_back({id, e.end - (e.k == kind::kv ? e.tokens : 0), e.end, e.k == kind::checkpoint});
+      slot->staged.push_back({id, e.end - (e.k == kind::kv ? e.tokens : 0), e.end, e.k == kind::checkpoint});
       counters_.staged_entries += 1;
       counters_.staged_bytes += b;
     }
     return {};
   }
 
-  /// What `load` brought into HBM for the outstanding hit (empty before `load`).
-  [[nodiscard]] std::span<const staged_entry> staged() const noexcept { return staged_; }
+  /// What `load` brought into HBM for `hit` (empty before `load`, or for a hit not outstanding).
+  [[nodiscard]] std::span<const staged_entry> staged(const tiered_hit& hit) const noexcept {
+    const outstanding_hit* slot = find_hit(hit.ticket);
+    return slot == nullptr ? std::span<const staged_entry>{} : std::span<const staged_entry>(slot->staged);
+  }
+  /// Hits outstanding (looked up, not yet settled or released). O(1).
+  [[nodiscard]] std::size_t outstanding_hits() const noexcept { return hits_.outstanding(); }
 
   /// After `commit(sequence, ...)`: hands staged pages to the tree's nodes that cover the
   /// same tokens (zero copy), names every node on `sequence`'s path by its content key,
@@ -367,9 +359,9 @@ class tiered_state_store {
   void settle(const Tree& tree, std::span<const prefix::token_id> sequence, const tiered_hit& hit = {}) {
     hash_prefixes(sequence, hit.salt);
     const auto w = tree.walk(sequence, path_, tree.namespace_of(hit.salt));
-    if (hit.ticket != 0 && hit.ticket == ticket_) {
-      adopt_staged(tree);
-      release_pins();
+    if (outstanding_hit* slot = find_hit(hit.ticket); slot != nullptr) {
+      adopt_staged(tree, *slot);
+      release_pins(*slot);
     }
     for (prefix::node_id n : path_) {
       const auto& nd = tree.at(n);
@@ -400,7 +392,7 @@ class tiered_state_store {
   /// Drops `hit`'s pins without a commit (request abandoned); staged entries return to the
   /// host tier.
   void release_hit(const tiered_hit& hit) {
-    if (hit.ticket != 0 && hit.ticket == ticket_) release_pins();
+    if (outstanding_hit* slot = find_hit(hit.ticket); slot != nullptr) release_pins(*slot);
   }
 
   [[nodiscard]] const tiered_state_counters& counters() const noexcept { return counters_; }
@@ -423,6 +415,7 @@ class tiered_state_store {
     if (auto s = store_->check_invariants(); !s.empty()) return "table: " + s;
     if (meta_.size() != store_->size()) return "metadata and table disagree on the entry count";
     std::int64_t hbm = 0, host = 0, staged = 0;
+    std::size_t staged_entries = 0;
     std::unordered_map<std::uint64_t, int> kv_keys, ck_keys;
     for (const auto& [id, e] : meta_) {
       const auto where = store_->locate(id);
@@ -433,6 +426,7 @@ class tiered_state_store {
         hbm += b;
       } else if (e.where == place::staged) {
         staged += b;
+        ++staged_entries;
       } else {
         host += b;
         const auto& map = e.k == kind::kv ? host_kv_ : host_ckpt_;
@@ -466,10 +460,10 @@ class tiered_state_store {
       if (nd.kv.tokens != nd.edge()) return "a node's extent length differs from its edge";
     }
     if (tree_bytes != used_ ||
-        static_cast<std::int64_t>(tree_entries + staged_.size()) != store_->usage(hbm_tier).entries)
+        static_cast<std::int64_t>(tree_entries + staged_entries) != store_->usage(hbm_tier).entries)
       return "HBM holds entries the tree does not own";
     const auto& c = counters_;
-    if (c.demoted_entries != static_cast<std::int64_t>(host_kv_.size() + host_ckpt_.size() + staged_.size()) +
+    if (c.demoted_entries != static_cast<std::int64_t>(host_kv_.size() + host_ckpt_.size() + staged_entries) +
                                  c.promoted_entries + c.dropped_entries)
       return "demoted entries not accounted for (host + staged + promoted + dropped)";
     return {};
@@ -478,6 +472,7 @@ class tiered_state_store {
  private:
   enum class kind : unsigned char { kv, checkpoint };
   enum class place : unsigned char { hbm, staged, host };  // staged: in HBM, loaded back, not the tree's
+  using outstanding_hit = detail::outstanding_hit;
   struct meta {
     kind k = kind::kv;
     std::int64_t tokens = 0;  // kv only
@@ -485,6 +480,7 @@ class tiered_state_store {
     std::int64_t end = 0;     // token position where the span ends (named entries)
     bool named = false;
     place where = place::hbm;
+    std::uint32_t hit_pins = 0;  // outstanding hits that pinned it
   };
 
   static Engine& no_copies() noexcept {
@@ -633,10 +629,10 @@ class tiered_state_store {
   /// entirely is exchanged and erased (promoted: the tree now holds its bytes); any other
   /// is left intact and returns to the host tier in release_pins.
   template <class Tree>
-  void adopt_staged(const Tree& tree) {
+  void adopt_staged(const Tree& tree, outstanding_hit& hit) {
     const std::int64_t page = store_->page_bytes();
     const std::int64_t per = kv_per_token_ / page;  // pages per token (kv_per_token_ > 0 when KV is staged)
-    for (staged_entry& s : staged_) {
+    for (staged_entry& s : hit.staged) {
       if (s.checkpoint) {
         for (prefix::node_id n : path_) {
           const auto& nd = tree.at(n);
@@ -679,20 +675,29 @@ class tiered_state_store {
     s.id = no_entry;  // release_pins skips it
   }
 
-  void pin(entry_id id) {
-    if (store_->pin(id)) pinned_.push_back(id);
+  void pin(outstanding_hit& hit, entry_id id) {
+    if (!store_->pin(id)) return;
+    hit.pinned.push_back(id);  // capacity reserved by acquire_hit
+    meta_.at(id).hit_pins += 1;
   }
-  /// Unpins what the outstanding hit pinned; staged entries not adopted return to the host.
-  void release_pins() noexcept {
-    for (entry_id id : pinned_) {
+  /// Unpins what `hit` pinned; its staged entries not adopted return to the host tier; the
+  /// slot is free again (its ticket now stale).
+  void release_pins(outstanding_hit& hit) noexcept {
+    for (entry_id id : hit.pinned) {
       const auto it = meta_.find(id);
       if (it == meta_.end()) continue;  // adopted by the tree
       (void)store_->unpin(id);
-      if (it->second.where == place::staged) to_host(id);
+      it->second.hit_pins -= 1;
+      if (it->second.where == place::staged && it->second.hit_pins == 0) to_host(id);
     }
-    pinned_.clear();
-    staged_.clear();
+    hits_.release(hit);
   }
+
+  /// A free slot for a new hit, its pin list sized for the longest chain a lookup pins.
+  /// @throws bad_alloc, capacity_error with nothing changed.
+  outstanding_hit& acquire_hit() { return hits_.acquire(chain_.size() + 1); }
+  outstanding_hit* find_hit(std::uint64_t ticket) noexcept { return hits_.find(ticket); }
+  const outstanding_hit* find_hit(std::uint64_t ticket) const noexcept { return hits_.find(ticket); }
 
   /// Content keys: a chain over the tokens, seeded by the cache salt (so two tenants' keys
   /// for the same tokens differ; the shared namespace keeps the unsalted seed).
@@ -721,10 +726,9 @@ class tiered_state_store {
   std::unordered_map<std::uint64_t, entry_id> host_ckpt_; // key -> host checkpoint entry
   std::vector<std::uint64_t> prefix_hash_;
   std::vector<prefix::node_id> path_;
-  std::vector<entry_id> chain_, pinned_;
-  std::vector<staged_entry> staged_;
+  std::vector<entry_id> chain_;
+  detail::hit_table hits_;     // outstanding hits (their pins and staged entries)
   std::uint64_t next_id_ = 0;  // the last id allocate/split_kv handed out (0: none yet)
-  std::uint64_t ticket_ = 0;
   tiered_state_counters counters_;
 };
 

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <utility>
 
 #include "hybridcache/concepts/ids.hpp"
 
@@ -23,6 +24,36 @@ struct tiered_state_store_config {
   /// HBM room for host entries `load` brings back before prefill, beyond the cache's
   /// budget (`hbm_bytes`). 0: `load` is unavailable (the runtime loads on its own).
   std::int64_t staging_bytes = 0;
+};
+
+/// KV of a run of tokens: its entry in the tiered store (`no_entry` = empty) and its length.
+/// Move-only; a moved-from handle is empty, so a handle is freed at most once.
+struct tiered_kv_extent {
+  entry_id id = no_entry;
+  std::int64_t tokens = 0;
+  tiered_kv_extent() = default;
+  tiered_kv_extent(entry_id i, std::int64_t t) noexcept : id(i), tokens(t) {}
+  tiered_kv_extent(tiered_kv_extent&& o) noexcept : id(std::exchange(o.id, no_entry)), tokens(std::exchange(o.tokens, 0)) {}
+  tiered_kv_extent& operator=(tiered_kv_extent&& o) noexcept {
+    id = std::exchange(o.id, no_entry);
+    tokens = std::exchange(o.tokens, 0);
+    return *this;
+  }
+  tiered_kv_extent(const tiered_kv_extent&) = delete;
+  tiered_kv_extent& operator=(const tiered_kv_extent&) = delete;
+};
+/// An SSM checkpoint: its entry in the tiered store (`no_entry` = empty). Move-only.
+struct tiered_checkpoint_handle {
+  entry_id id = no_entry;
+  tiered_checkpoint_handle() = default;
+  explicit tiered_checkpoint_handle(entry_id i) noexcept : id(i) {}
+  tiered_checkpoint_handle(tiered_checkpoint_handle&& o) noexcept : id(std::exchange(o.id, no_entry)) {}
+  tiered_checkpoint_handle& operator=(tiered_checkpoint_handle&& o) noexcept {
+    id = std::exchange(o.id, no_entry);
+    return *this;
+  }
+  tiered_checkpoint_handle(const tiered_checkpoint_handle&) = delete;
+  tiered_checkpoint_handle& operator=(const tiered_checkpoint_handle&) = delete;
 };
 
 /// One host entry `load` brought into the HBM staging room: its tokens [begin, end) of the
