@@ -20,6 +20,7 @@
 #include "hybridcache/core/hash.hpp"
 #include "hybridcache/model/cost_model.hpp"
 #include "hybridcache/prefix/flop_aware_scorer.hpp"
+#include "hybridcache/prefix/lifecycle.hpp"
 #include "hybridcache/prefix/prefix_cache.hpp"
 #include "hybridcache/stores/counting_store.hpp"
 #include "hybridcache/tiered/host_copy_engine.hpp"
@@ -591,4 +592,235 @@ TEST_CASE("tiered_state_store: several host hits outstanding at once, each loade
   CHECK(c.store().check_invariants(c.tree()).empty());
   // Stale tickets after settle; an entry two hits pin cannot be staged by either.
   CHECK(c.store().load(ha).error() == errc::stale_handle);
+}
+
+TEST_CASE("lifecycle over the tiered store: a host hit is loaded at begin, prefill resumes after it, finish adopts the loaded pages (issue #13 item 5)") {
+  const std::int64_t kv = tiny().kv_bytes_per_token(), ck = tiny().ssm_checkpoint_bytes();
+  const tiered::tiered_state_store_config cfg{.hbm_bytes = 70 * kv + 3 * ck,
+                                              .host_bytes = 400 * kv,
+                                              .kv_bytes_per_token = kv,
+                                              .checkpoint_bytes = ck,
+                                              .staging_bytes = 40 * kv + 2 * ck};
+  engine_t engine(store_t::tiers_for(cfg), store_t::page_bytes_for(cfg), {.measure_bandwidth = false});
+  using cache_t = prefix::prefix_cache<cost_model, prefix::judicious_admission, prefix::lru_scorer, store_t>;
+  cache_t c(tiny(), store_t(cfg, engine), prefix::lru_scorer{});
+  prefix::request_lifecycle<cache_t> requests(c);
+  const bytes_view b{engine, c.store()};
+  const std::vector<token_id> a(30, 1), other(60, 2);
+  const pattern pa(a), po(other);
+  // A runtime's request: prefill writes every computed token's KV into the reservation and
+  // the final state into the end slot; finish keeps the end state.
+  auto serve = [&](const std::vector<token_id>& seq, const pattern& p) {
+    auto t = requests.begin(seq);
+    REQUIRE(t);
+    const auto& st = **requests.state(*t);
+    const std::int64_t from = st.plan.prefill_start;
+    const auto kvb = b(st.kv[0].id);
+    for (std::int64_t pos = from; pos < static_cast<std::int64_t>(seq.size()); ++pos)
+      for (std::int64_t j = 0; j < kv; ++j) kvb[(pos - st.match.reusable_tokens) * kv + j] = p.kv(pos, j);
+    for (const auto& slot : st.checkpoints) {  // every planned state, and the end one
+      const std::int64_t at = slot.position == 0 ? static_cast<std::int64_t>(seq.size()) : slot.position;
+      const auto ckb = b(slot.handle.id);
+      for (std::int64_t j = 0; j < ck; ++j) ckb[j] = p.state(at, j);
+    }
+    return *t;
+  };
+  auto finish = [&](prefix::request_ticket t, const std::vector<token_id>& seq) {
+    const std::vector<std::int64_t> captured{static_cast<std::int64_t>(seq.size())};
+    REQUIRE(requests.finish(t, seq, captured));
+    const std::string bad = c.store().check_invariants(c.tree());
+    REQUIRE_MESSAGE(bad.empty(), bad);
+  };
+  finish(serve(a, pa), a);
+  finish(serve(other, po), other);  // a is demoted to the host tier (finish names the path)
+  REQUIRE(c.store().host_entries() == 2);
+
+  std::vector<token_id> q = a;
+  q.push_back(9);
+  const pattern pq(q);  // token 30 and the state after 31 come from q; [0, 30) is a's
+  {  // Abandoned: the staged entries go back to the host tier, nothing else changes.
+    auto t = requests.begin(q);
+    REQUIRE(t);
+    CHECK((*requests.state(*t))->host_hit.host_tokens == 30);
+    CHECK(requests.resume_checkpoint(*t).error() == errc::not_found);  // it is staged
+    REQUIRE(requests.abort(*t));
+    CHECK(c.store().outstanding_hits() == 0);
+    CHECK(c.store().staged_bytes() == 0);
+    CHECK(c.store().host_entries() >= 2);  // a's two, and whatever the reservation demoted
+    CHECK(c.store().check_invariants(c.tree()).empty());
+  }
+  auto t = requests.begin(q);
+  REQUIRE(t);
+  const auto& st = **requests.state(*t);
+  REQUIRE(st.match.reusable_tokens == 0);  // nothing of a in HBM
+  REQUIRE(st.host_hit.host_tokens == 30);
+  CHECK(st.loaded_at == 30);
+  CHECK(st.plan.prefill_start == 30);
+  // What prefill reads: a's KV and the state after 30 tokens, staged in HBM.
+  for (const auto& s : c.store().staged(st.host_hit)) {
+    const auto sb = b(s.id);
+    if (s.checkpoint)
+      for (std::int64_t j = 0; j < ck; ++j) REQUIRE(sb[j] == pa.state(30, j));
+    else
+      for (std::int64_t tok = s.begin; tok < s.end; ++tok)
+        for (std::int64_t j = 0; j < kv; ++j) REQUIRE(sb[(tok - s.begin) * kv + j] == pa.kv(tok, j));
+  }
+  const auto kvb = b(st.kv[0].id);  // the runtime computes token 30 only
+  for (std::int64_t j = 0; j < kv; ++j) kvb[30 * kv + j] = pq.kv(30, j);
+  for (const auto& slot : st.checkpoints) {  // the states prefill computes (not the loaded one)
+    if (slot.position == st.loaded_at) continue;
+    const std::int64_t at = slot.position == 0 ? 31 : slot.position;
+    const auto ckb = b(slot.handle.id);
+    for (std::int64_t j = 0; j < ck; ++j) ckb[j] = pq.state(at, j);
+  }
+  const auto adopted_before = c.store().counters().adopted_entries;
+  finish(*t, q);
+  CHECK(c.store().counters().adopted_entries == adopted_before + 2);  // a's KV and state, no copy
+  CHECK(c.store().outstanding_hits() == 0);
+  // The tree holds q: [0, 30) = a's loaded KV with the loaded state at 30, then token 30.
+  std::vector<prefix::node_id> path;
+  (void)c.tree().walk(q, path);
+  REQUIRE(path.size() == 2);
+  const auto& head = c.tree().at(path[0]);
+  const auto& tail = c.tree().at(path[1]);
+  REQUIRE(head.end == 30);
+  REQUIRE(head.has_checkpoint);
+  const auto hk = b(head.kv.id);
+  for (std::int64_t tok = 0; tok < 30; ++tok)
+    for (std::int64_t j = 0; j < kv; ++j) REQUIRE(hk[tok * kv + j] == pa.kv(tok, j));
+  const auto hc = b(head.checkpoint.id);
+  for (std::int64_t j = 0; j < ck; ++j) REQUIRE(hc[j] == pa.state(30, j));
+  const auto tk = b(tail.kv.id);
+  for (std::int64_t j = 0; j < kv; ++j) REQUIRE(tk[j] == pq.kv(30, j));
+  const auto tc = b(tail.checkpoint.id);
+  for (std::int64_t j = 0; j < ck; ++j) REQUIRE(tc[j] == pq.state(31, j));
+  CHECK(c.store().check_invariants(c.tree()).empty());
+}
+
+namespace {
+struct lifecycle_stats {
+  std::int64_t finished = 0, aborted = 0, refused = 0, host_hits = 0, loaded_tokens = 0, max_in_flight = 0;
+};
+
+// Random branching conversations through the request lifecycle over the tiered store, up
+// to four requests in flight. The runtime writes exactly what prefill computes (KV from
+// plan.prefill_start, the planned states and the end state) and never the loaded span:
+// after every finish every node of the tree must hold its own tokens' bytes, so a loaded
+// span that did not reach its node (or a wrong exchange) fails.
+template <class Scorer>
+lifecycle_stats random_lifecycle_run(std::uint64_t seed, std::int64_t hbm, std::int64_t host) {
+  const std::int64_t kv = tiny().kv_bytes_per_token(), ck = tiny().ssm_checkpoint_bytes();
+  const tiered::tiered_state_store_config cfg{
+      .hbm_bytes = hbm, .host_bytes = host, .kv_bytes_per_token = kv, .checkpoint_bytes = ck, .staging_bytes = hbm};
+  engine_t engine(store_t::tiers_for(cfg), store_t::page_bytes_for(cfg), {.measure_bandwidth = false});
+  Scorer scorer = [] {
+    if constexpr (std::is_same_v<Scorer, prefix::flop_aware_scorer>) return prefix::flop_aware_scorer(tiny(), {.alpha = 1.0});
+    else return Scorer{};
+  }();
+  using cache_t = prefix::prefix_cache<cost_model, prefix::judicious_admission, Scorer, store_t>;
+  cache_t c(tiny(), store_t(cfg, engine), std::move(scorer));
+  prefix::request_lifecycle<cache_t> requests(c);
+  const bytes_view b{engine, c.store()};
+  std::mt19937_64 rng(seed);
+  std::vector<std::vector<token_id>> committed, roots;
+  for (int i = 0; i < 4; ++i) {
+    std::vector<token_id> r(static_cast<std::size_t>(20 + rng() % 100));
+    for (auto& t : r) t = static_cast<token_id>(rng() % 3);
+    roots.push_back(r);
+  }
+  struct in_flight {
+    prefix::request_ticket t;
+    std::vector<token_id> seq;
+  };
+  std::vector<in_flight> running;
+  lifecycle_stats st;
+  std::string last;
+  auto end_one = [&] {
+    const std::size_t i = rng() % running.size();
+    in_flight r = std::move(running[i]);
+    running.erase(running.begin() + static_cast<std::ptrdiff_t>(i));
+    if (rng() % 8 == 0) {
+      REQUIRE(requests.abort(r.t));
+      ++st.aborted;
+    } else {
+      const auto& s = **requests.state(r.t);
+      last = "finishing: reusable " + std::to_string(s.match.reusable_tokens) + " common " + std::to_string(s.match.common_prefix) + " host " + std::to_string(s.host_hit.host_tokens) + " loaded_at " + std::to_string(s.loaded_at) + " len " + std::to_string(r.seq.size()) + " in flight " + std::to_string(running.size() + 1) + " step " + std::to_string(st.finished) + " start " + std::to_string(s.plan.prefill_start);
+      std::vector<std::int64_t> captured;
+      for (const auto& site : s.plan.sites) captured.push_back(site.position);
+      captured.push_back(static_cast<std::int64_t>(r.seq.size()));
+      std::sort(captured.begin(), captured.end());
+      captured.erase(std::unique(captured.begin(), captured.end()), captured.end());
+      REQUIRE(requests.finish(r.t, r.seq, captured));
+      committed.push_back(r.seq);
+      ++st.finished;
+    }
+    if (running.empty()) {  // with requests in flight, their reservations are HBM entries no node owns
+      const std::string bad = c.store().check_invariants(c.tree());
+      REQUIRE_MESSAGE(bad.empty(), bad);
+    }
+    INFO(last);
+    check_tree_bytes(c.tree(), b, kv, ck);
+  };
+  for (int step = 0; step < 200; ++step) {
+    std::vector<token_id> prompt;
+    if (!committed.empty() && rng() % 4 != 0) {
+      const auto& base = committed[rng() % committed.size()];
+      prompt.assign(base.begin(), base.begin() + static_cast<std::ptrdiff_t>(1 + rng() % std::min<std::size_t>(base.size(), 120)));
+    } else {
+      prompt = roots[rng() % roots.size()];
+    }
+    const auto more = 1 + rng() % 60;
+    for (std::size_t k = 0; k < more; ++k) prompt.push_back(static_cast<token_id>(rng() % 3));
+    std::vector<token_id> seq = prompt;
+    const auto out = static_cast<std::int64_t>(rng() % 20);
+    for (std::int64_t k = 0; k < out; ++k) seq.push_back(static_cast<token_id>(rng() % 5));
+    auto t = requests.begin(prompt, {.output_tokens = out});
+    if (!t) {
+      REQUIRE(t.error() == errc::out_of_capacity);
+      ++st.refused;
+    } else {
+      const auto& s = **requests.state(*t);
+      if (s.host_hit.host_tokens > 0) {
+        ++st.host_hits;
+        st.loaded_tokens += s.host_hit.host_tokens;
+        REQUIRE(s.plan.prefill_start == s.loaded_at);
+      }
+      const pattern p(seq);
+      const auto kvb = b(s.kv[0].id);
+      const std::int64_t len = static_cast<std::int64_t>(seq.size());
+      for (std::int64_t pos = s.plan.prefill_start; pos < len; ++pos)
+        for (std::int64_t j = 0; j < kv; ++j) kvb[(pos - s.match.reusable_tokens) * kv + j] = p.kv(pos, j);
+      for (const auto& slot : s.checkpoints) {
+        if (s.loaded_at > 0 && slot.position == s.loaded_at) continue;  // loaded, not computed
+        const auto ckb = b(slot.handle.id);
+        for (std::int64_t j = 0; j < ck; ++j) ckb[j] = p.state(slot.position == 0 ? len : slot.position, j);
+      }
+      running.push_back({*t, std::move(seq)});
+      st.max_in_flight = std::max<std::int64_t>(st.max_in_flight, static_cast<std::int64_t>(running.size()));
+    }
+    while (!running.empty() && (running.size() >= 4 || rng() % 3 == 0)) end_one();
+  }
+  while (!running.empty()) end_one();
+  CHECK(c.store().outstanding_hits() == 0);
+  CHECK(c.store().staged_bytes() == 0);
+  return st;
+}
+}  // namespace
+
+TEST_CASE_TEMPLATE("lifecycle over the tiered store randomized: several requests in flight with host hits loaded; every node holds its bytes",
+                   Scorer, prefix::lru_scorer, prefix::flop_aware_scorer) {
+  const std::int64_t kv = tiny().kv_bytes_per_token(), ck = tiny().ssm_checkpoint_bytes();
+  lifecycle_stats total;
+  for (std::uint64_t seed = 1; seed <= 3; ++seed) {
+    const auto st = random_lifecycle_run<Scorer>(seed, 700 * kv + 8 * ck, 4000 * kv + 60 * ck);
+    total.finished += st.finished;
+    total.host_hits += st.host_hits;
+    total.loaded_tokens += st.loaded_tokens;
+    total.refused += st.refused;
+    total.max_in_flight = std::max(total.max_in_flight, st.max_in_flight);
+  }
+  MESSAGE(total.finished << " finished, " << total.host_hits << " host hits loaded (" << total.loaded_tokens
+                         << " tokens), " << total.refused << " refused, up to " << total.max_in_flight << " in flight");
+  CHECK(total.host_hits > 20);
+  CHECK(total.max_in_flight >= 3);
 }

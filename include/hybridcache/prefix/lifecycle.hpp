@@ -34,6 +34,18 @@
 //   released, and the error is returned.
 // abort: gives the reservation back and releases the pin.
 //
+// Lower tiers (a `lower_tier_store`: tiered_state_store). begin also asks the store for a
+// hit beyond the HBM match (`lookup`) and loads it into the store's HBM staging room
+// (`load`, through its copy engine); prefill then starts where the loaded prefix ends
+// (plan.prefill_start = loaded_at), reading the loaded KV and the state to resume from in
+// `store().staged(state.host_hit)`; the KV-only tail of the HBM path it also reads is pinned.
+// Many requests may hold host hits at once. finish keeps the loaded state at loaded_at,
+// inserts the sequence, then `settle`s: the staged pages go to the new nodes without a copy,
+// and the committed path is named so that its evicted nodes are demoted, not dropped. A hit
+// that cannot be loaded (staging room full, another request staged the same entry, a copy
+// failed) is given up and the request goes on from its HBM hit; abort returns the staged
+// entries to the host tier.
+//
 // Many requests may be in flight; with `Cache` = prefix_cache<..., mutex_lock> every call
 // holds the cache's lock, so threads may begin/finish concurrently. Tickets are generation-
 // checked: a finished or aborted ticket reports stale_handle / double_free.
@@ -46,6 +58,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <concepts>
 #include <cstdint>
 #include <deque>
 #include <mutex>
@@ -71,6 +84,31 @@ struct begin_options {
   /// The tenant's namespace (types.hpp): the request matches and inserts only there.
   cache_salt salt = std::nullopt;
 };
+
+/// A store with a lower tier (tiered_state_store): `lookup` finds a host hit after the HBM
+/// match, `load` stages it in HBM, `settle` names a committed path (so that its evicted
+/// nodes are demoted, not dropped) and adopts the staged pages, `release_hit` gives a hit up.
+template <class Store>
+concept lower_tier_store = requires(Store& st, std::span<const token_id> in, const match_result& m) {
+  { st.lookup(in, m).host_tokens } -> std::convertible_to<std::int64_t>;
+  { st.lookup(in, m).reusable_tokens } -> std::convertible_to<std::int64_t>;
+  st.load(st.lookup(in, m));
+  st.release_hit(st.lookup(in, m));
+};
+
+namespace detail {
+/// What a request keeps of its lower-tier hit (nothing for a one-tier store).
+template <class Store>
+struct host_hit_of {
+  struct type {
+    std::int64_t host_tokens = 0;
+  };
+};
+template <lower_tier_store Store>
+struct host_hit_of<Store> {
+  using type = decltype(std::declval<Store&>().lookup(std::span<const token_id>{}, std::declval<const match_result&>()));
+};
+}  // namespace detail
 
 /// A request in flight (generation-checked).
 struct request_ticket {
@@ -122,6 +160,19 @@ class request_lifecycle {
     /// Room for the splits `finish` makes (one token's KV each: a paged store copies the
     /// block a split falls inside into a fresh one); freed just before the insert.
     std::vector<kv_extent> split_room;
+    /// A lower-tier store's hit beyond the HBM match, loaded into the store's HBM staging
+    /// room at begin (host_hit.host_tokens > 0): prefill starts at plan.prefill_start =
+    /// host_hit.reusable_tokens, reading the loaded KV and the state to resume from in
+    /// `store().staged(host_hit)`. finish keeps that state and gives the staged pages to the
+    /// new nodes without a copy (`settle`). host_tokens 0: no host hit (or it could not be
+    /// loaded: the request goes on from its HBM hit).
+    typename detail::host_hit_of<store_type>::type host_hit{};
+    /// Where the loaded state sits (0: no host hit).
+    std::int64_t loaded_at = 0;
+    /// After a host hit, the KV of [match.reusable_tokens, loaded_at) that HBM holds beyond
+    /// the matched checkpoint (a KV-only tail of the path) is read from the tree, so the
+    /// deepest node holding it is pinned too (null: none).
+    packed_handle kv_pin{};
   };
 
   /// @param cache  the cache the requests go through; must outlive this object
@@ -159,7 +210,29 @@ class request_lifecycle {
     const packed_handle h = *tickets_.acquire();
     request_state& s = states_[h.index()];
     s.match = *m;
-    if (const errc e = cache_->plan_into(prompt, *m, o.extra_checkpoints, s.plan); e != errc::ok) {
+    s.loaded_at = 0;
+    match_result resume = *m;  // where prefill starts: after the HBM hit, or the host hit
+    if constexpr (lower_tier_store<store_type>) {
+      try {
+        if (cache_->pins_.free_count() == 0) cache_->grow_pins();  // a slot for pin_kv_tail
+        s.host_hit = cache_->store_.lookup(prompt, *m);
+      } catch (...) {
+        (void)tickets_.release(h);
+        (void)refuse(errc::out_of_capacity);
+        throw;
+      }
+      if (s.host_hit.host_tokens > 0) {
+        if (cache_->store_.load(s.host_hit)) {
+          s.loaded_at = s.host_hit.reusable_tokens;
+          resume.reusable_tokens = s.loaded_at;
+          pin_kv_tail(s, prompt);
+        } else {  // no staging room, or a copy failed: go on from the HBM hit
+          release_host_hit(s);
+        }
+      }
+    }
+    if (const errc e = cache_->plan_into(prompt, resume, o.extra_checkpoints, s.plan); e != errc::ok) {
+      release_host_hit(s);
       (void)tickets_.release(h);
       return refuse(e);
     }
@@ -167,9 +240,11 @@ class request_lifecycle {
     s.prompt_hash = hash_tokens(prompt);
     s.reserved_tokens = s.prompt_tokens + o.output_tokens - m->reusable_tokens;
     const auto sites = static_cast<std::int64_t>(s.plan.sites.size());
-    const std::int64_t bytes = cache_->store_.kv_bytes(s.reserved_tokens) + (sites + 1) * cache_->store_.checkpoint_bytes() +
+    const std::int64_t slots = sites + 1 + (s.loaded_at > 0 ? 1 : 0);
+    const std::int64_t bytes = cache_->store_.kv_bytes(s.reserved_tokens) + slots * cache_->store_.checkpoint_bytes() +
                                split_room_for(sites) * cache_->store_.kv_bytes(1);
     if (const errc e = reserve(s, bytes, sites); e != errc::ok) {
+      release_host_hit(s);
       s.match.pin = packed_handle{};
       (void)tickets_.release(h);
       return refuse(e);
@@ -240,6 +315,13 @@ class request_lifecycle {
     }
     finish_result out;
     const errc e = adopt(s, sequence, captured, out);
+    if constexpr (requires { cache_->store_.settle(cache_->tree_, sequence, s.host_hit); }) {
+      if (e == errc::ok) {  // names the new path (evicted nodes demote) and adopts the staged pages
+        cache_->store_.settle(cache_->tree_, sequence, s.host_hit);
+        s.host_hit = {};
+        s.loaded_at = 0;
+      }
+    }
     out.checkpoints_returned = 0;
     for (auto& c : s.checkpoints) out.checkpoints_returned += holds(c.handle) ? 1 : 0;
     for (std::size_t i = 0; i < s.kv.size(); ++i) out.tokens_returned += s.kv_tokens[i];
@@ -299,11 +381,14 @@ class request_lifecycle {
 
   /// The checkpoint a request resumes from (the state after `match.reusable_tokens`: for
   /// a pool store, one SSM + conv block per recurrent layer), or nullptr on a miss. The
-  /// node is pinned, so the handle stays valid until finish/abort. O(1).
+  /// node is pinned, so the handle stays valid until finish/abort. After a loaded host hit
+  /// the state is in the store's staging room (`store().staged(state->host_hit)`):
+  /// not_found here. O(1).
   [[nodiscard]] expected<const checkpoint_handle*> resume_checkpoint(request_ticket t) const {
     std::lock_guard<lock_type> guard(cache_->lock_);
     if (const errc e = tickets_.validate(t.handle); e != errc::ok) return unexpected(e);
     const request_state& s = states_[t.handle.index()];
+    if (s.loaded_at > 0) return unexpected(errc::not_found);  // in the staging room: store().staged(host_hit)
     if (s.match.node == no_node || s.match.pin.is_null()) return static_cast<const checkpoint_handle*>(nullptr);
     if (cache_->pins_.validate(s.match.pin) != errc::ok) return unexpected(errc::stale_handle);  // cache cleared
     return &cache_->tree_.at(s.match.node).checkpoint;
@@ -360,7 +445,7 @@ class request_lifecycle {
     if constexpr (requires { h.held; }) return h.held;
     else if constexpr (requires { h.serial; }) return h.serial != 0;
     else if constexpr (requires { h.blocks; }) return !h.blocks.empty();
-    else if constexpr (requires { h.id; }) return h.id != 0;
+    else if constexpr (requires { h.id; }) return h.id != checkpoint_handle{}.id;  // empty = default id
     else return true;
   }
 
@@ -413,6 +498,14 @@ class request_lifecycle {
       const std::int64_t p = i < sites ? s.plan.sites[static_cast<std::size_t>(i)].position : 0;
       s.checkpoints.push_back({p, std::move(*h)});
     }
+    if (s.loaded_at > 0) {  // the slot `settle` gives the loaded state's pages to
+      auto h = allocate_evicting([&] { return cache_->store_.allocate_checkpoint(); });
+      if (!h) {
+        give_back(s, /*release_pin=*/false);
+        return h.error();
+      }
+      s.checkpoints.push_back({s.loaded_at, std::move(*h)});
+    }
     for (std::int64_t i = 0; i < split_room_for(sites); ++i) {
       auto r = allocate_evicting([&] { return cache_->store_.allocate_kv(1); });
       if (!r) {
@@ -447,6 +540,47 @@ class request_lifecycle {
     if (release_pin && !s.match.pin.is_null() && cache_->pins_.validate(s.match.pin) == errc::ok)
       cache_->unpin(s.match.pin);
     s.match.pin = packed_handle{};
+    if (release_pin) release_host_hit(s);
+  }
+
+  /// Pins the deepest node of `prompt`'s path holding KV before min(loaded_at, common
+  /// prefix) beyond the matched node: prefill reads that KV from the tree (the host hit
+  /// brought only what HBM lacked), so eviction must not take it before finish.
+  void pin_kv_tail(request_state& s, std::span<const token_id> prompt) noexcept {
+    Cache& c = *cache_;
+    const std::int64_t upto = std::min(s.loaded_at, s.match.common_prefix);
+    if (upto <= s.match.reusable_tokens) return;  // the host hit brought all of it
+    if (c.pins_.free_count() == 0) {  // begin grew the table; defensive: go on from HBM
+      release_host_hit(s);
+      return;
+    }
+    const walk_result w = c.walk(prompt);
+    node_id deep = no_node;
+    for (node_id n : c.path_)
+      if (c.tree_.at(n).begin() < upto) deep = n;
+    if (w.partial != no_node && c.tree_.at(w.partial).begin() < upto) deep = w.partial;
+    if (deep == no_node || deep == s.match.node) return;
+    const packed_handle h = *c.pins_.acquire();
+    c.pin_node_[h.index()] = deep;
+    c.tree_.pin(deep);
+    c.scorer_.on_update(c.tree_, deep);
+    s.kv_pin = h;
+  }
+  void release_kv_pin(request_state& s) noexcept {
+    if (!s.kv_pin.is_null() && cache_->pins_.validate(s.kv_pin) == errc::ok) cache_->unpin(s.kv_pin);
+    s.kv_pin = packed_handle{};
+  }
+
+  /// Gives a lower-tier hit up (its staged entries return to the host tier).
+  void release_host_hit(request_state& s) noexcept {
+    release_kv_pin(s);
+    if constexpr (lower_tier_store<store_type>) {
+      cache_->store_.release_hit(s.host_hit);
+      decltype(s.host_hit) none{};
+      if constexpr (requires { none.salt; }) none.salt = s.host_hit.salt;  // settle names in it
+      s.host_hit = none;
+    }
+    s.loaded_at = 0;
   }
 
   static checkpoint_slot* slot_for(request_state& s, std::int64_t p) noexcept {
@@ -545,6 +679,9 @@ class request_lifecycle {
     walk_result w = c.walk(seq);
     c.scorer_.on_match(c.tree_, std::span<const node_id>(c.path_), w.partial, t_match);
     c.positions_.assign(captured.begin(), captured.end());
+    if (s.loaded_at > s.match.reusable_tokens && s.loaded_at <= len &&
+        !std::binary_search(c.positions_.begin(), c.positions_.end(), s.loaded_at))
+      c.positions_.insert(std::upper_bound(c.positions_.begin(), c.positions_.end(), s.loaded_at), s.loaded_at);
     free_split_room(s);  // the splits below may take fresh blocks: the room is theirs
     reservation_source src{this, &s, s.match.reusable_tokens, len};
     if (const errc e = c.allocate_all_from(w, len, src); e != errc::ok) return e;
@@ -554,6 +691,7 @@ class request_lifecycle {
     if (const errc e = c.build(seq, w, len, now, res); e != errc::ok) return e;
     if (!s.match.pin.is_null()) c.unpin(s.match.pin);
     s.match.pin = packed_handle{};
+    release_kv_pin(s);
     out.checkpoints_kept = res.checkpoints_admitted;
     c.committed_.assign(c.positions_.begin(), c.positions_.end());
     ++c.counters_.commits;

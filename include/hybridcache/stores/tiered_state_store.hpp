@@ -433,9 +433,15 @@ class tiered_state_store {
         const auto it = map.find(e.key);
         if (!e.named || it == map.end() || it->second != id) return "host entry not indexed by its key";
       }
+      // A key lives once per tier. Across tiers it may live twice while requests are in
+      // flight: HBM named a state that another request's hit held pinned (or staged) in the
+      // host tier; the host copy holds the same bytes (content keys) and goes when that hit
+      // lets go (`superseded`), or stays as a clean replica when it returns from staging.
       if (e.named) {
         auto& keys = e.k == kind::kv ? kv_keys : ck_keys;
-        if (++keys[e.key] > 1) return "a key is held twice (duplicate across or within tiers)";
+        const int bit = e.where == place::host ? 2 : 1;
+        if ((keys[e.key] & bit) != 0) return "a key is held twice in one tier";
+        keys[e.key] |= bit;
       }
     }
     if (hbm != used_) return "HBM bytes disagree with used_bytes()";
@@ -481,6 +487,7 @@ class tiered_state_store {
     bool named = false;
     place where = place::hbm;
     std::uint32_t hit_pins = 0;  // outstanding hits that pinned it
+    bool superseded = false;     // a host entry HBM names again while a hit pinned it
   };
 
   static Engine& no_copies() noexcept {
@@ -615,7 +622,10 @@ class tiered_state_store {
     const entry_id old = it->second;
     const auto mit = meta_.find(old);
     auto& map = mit->second.k == kind::kv ? host_kv_ : host_ckpt_;
-    if (!store_->erase(old)) return;  // pinned by an outstanding hit: kept until released
+    if (!store_->erase(old)) {  // pinned by an outstanding hit: erased when the last one lets go
+      mit->second.superseded = true;
+      return;
+    }
     const std::int64_t b = bytes_of(mit->second);
     map.erase(it);
     host_used_ -= b;
@@ -687,8 +697,15 @@ class tiered_state_store {
       const auto it = meta_.find(id);
       if (it == meta_.end()) continue;  // adopted by the tree
       (void)store_->unpin(id);
-      it->second.hit_pins -= 1;
-      if (it->second.where == place::staged && it->second.hit_pins == 0) to_host(id);
+      meta& e = it->second;
+      e.hit_pins -= 1;
+      if (e.hit_pins > 0) continue;
+      if (e.where == place::staged) {
+        to_host(id);
+      } else if (e.where == place::host && e.superseded) {  // the deferred promotion
+        auto& map = e.k == kind::kv ? host_kv_ : host_ckpt_;
+        if (const auto h = map.find(e.key); h != map.end() && h->second == id) promote(h);
+      }
     }
     hits_.release(hit);
   }
