@@ -20,9 +20,22 @@
 // Workload: 400 requests of branching multi-turn conversations. Every session starts with one
 // shared system prompt; a request starts a session, continues one (its whole history is the
 // prefix) or branches one at an earlier turn. Up to 4 requests are in flight at once, and each
-// request touches only its own ticket's pages and checkpoint slots, so a threaded runtime could
-// serve them independently. The pool is small enough that the cache evicts and the pool moves
-// capacity between its KV and SSM sides (both counted, both must be > 0).
+// request touches only its own ticket's pages and checkpoint slots. The pool is small enough
+// that the cache evicts and the pool moves capacity between its KV and SSM sides (both
+// counted, both must be > 0).
+//
+// Threads (`--threads 4`): the requests of a batch are served by one thread each. What a
+// threaded runtime must respect, and this one does: a page's address is valid only while no
+// allocation can move it. The pool runs with compaction on, so when one side needs room the
+// rebalancer moves live units out of a sparse chunk of the other side (the detail line
+// counts them). So compute holds a shared lock on the memory (any number of requests at once)
+// and resolves every address under it; a lifecycle call that allocates or frees (grow,
+// finish, abort) takes it exclusively; after re-taking the shared lock a request resolves its
+// block tables and slots again. The cache's own lock (mutex_lock) serialises the lifecycle's
+// bookkeeping. CI runs this mode under ThreadSanitizer (4 threads, 160 requests). What that
+// run proves is the cache's and the lifecycle's locking under concurrent calls; it cannot
+// prove the memory lock necessary: a host pool's moved-from unit keeps its bytes until reused,
+// so a stale address still reads the right values (a device pool would fault).
 //
 // Exactness. Output tokens must be identical. Logits cannot be bit-identical on a hit: the
 // cached run's prefix KV and resumed state were computed by earlier requests, whose chunks
@@ -35,8 +48,8 @@
 // (nothing reused) runs exactly the uncached sequence of operations and must be
 // bit-identical. The maximum relative difference measured is printed.
 //
-// Not covered here: the host tier (tiered/). The lifecycle does not load host hits into a
-// ticket's pages yet, so "host loads" is 0 by construction.
+// Not covered here: the host tier (tiered/). The lifecycle loads host hits for the tiered store
+// (docs/runtime.md), but that store has no block tables, so "host loads" is 0 here.
 //
 // Output: a detail line, then the summary line, e.g.
 //   identical outputs: 400/400 requests; reused 61.2% of prompt tokens; host loads 0; evictions 512
@@ -48,10 +61,15 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <atomic>
 #include <exception>
+#include <mutex>
+#include <shared_mutex>
 #include <string>
 #include <span>
+#include <thread>
 #include <vector>
 
 #include <hybridcache/attention/linear_attention_forms.hpp>
@@ -81,7 +99,7 @@ constexpr int kStateFloats = kGdnHeads * kDk * kDv;   // one GDN layer's state
 constexpr auto kLayout = la::state_layout::v_major;
 using state_t = la::state_ref<kLayout, kDk, kDv>;
 
-constexpr int kRequests = 400;
+constexpr int kDefaultRequests = 400;
 constexpr int kMaxInFlight = 4;
 constexpr std::int64_t kReservedOutput = 4;  // decode tokens reserved at begin; grow past them
 constexpr double kTolerance = 1e-5;          // max |cached - uncached| / max |uncached| per logit vector
@@ -398,14 +416,16 @@ run_result run_uncached(const model& m, std::span<const token_id> prompt, int de
 // ---- the runtime ------------------------------------------------------------------------------
 using pool_t = hc::memory::host_asymmetric_pool<hc::memory::threshold_rebalancer>;
 using store_t = hc::memory::pool_state_store<pool_t>;
-using cache_t = hc::prefix::prefix_cache<hc::cost_model, hc::prefix::judicious_admission, hc::prefix::lru_scorer, store_t>;
+using cache_t = hc::prefix::prefix_cache<hc::cost_model, hc::prefix::judicious_admission, hc::prefix::lru_scorer, store_t,
+                                         hc::prefix::mutex_lock>;
 using lifecycle_t = hc::prefix::request_lifecycle<cache_t>;
 
 struct runtime {
   const model& m;
   pool_t& pool;
   lifecycle_t& requests;
-  std::int64_t grows = 0;
+  std::shared_mutex& memory;  // shared: compute (addresses valid); exclusive: calls that allocate
+  std::atomic<std::int64_t> grows{0};
 
   float* address(hc::packed_handle h) const {
     auto p = pool.resolve(h);
@@ -428,6 +448,7 @@ struct runtime {
   /// false when a grow was refused (the request was aborted and must be retried).
   bool serve(hc::prefix::request_ticket t, std::span<const token_id> prompt, int decode, run_result& out,
              std::vector<token_id>& sequence) {
+    std::shared_lock computing(memory);
     const auto* s = *requests.state(t);
     const std::int64_t from = s->match.reusable_tokens, n = static_cast<std::int64_t>(prompt.size());
     if (from >= n) throw hc::invalid_argument("tiny_hybrid_runtime: a whole-prompt hit leaves no token to compute logits from");
@@ -461,12 +482,17 @@ struct runtime {
       const auto p = static_cast<std::int64_t>(sequence.size()) - 1;
       s = *requests.state(t);
       if (p >= s->match.reusable_tokens + s->reserved_tokens) {
-        if (!requests.grow(t, 2)) {
-          (void)requests.abort(t);
-          return false;
+        computing.unlock();
+        {
+          std::unique_lock allocating(memory);
+          if (!requests.grow(t, 2)) {
+            (void)requests.abort(t);
+            return false;
+          }
         }
         ++grows;
-        load_tables(t, kv);
+        computing.lock();
+        load_tables(t, kv);  // pages may have moved while the lock was free
       }
       forward(m, sequence, p, p + 1, gdn_form::recurrent, kv, states, nullptr, logits);
       out.logits.push_back(logits);
@@ -478,6 +504,8 @@ struct runtime {
       std::memcpy(address(end_slot.handle.blocks[static_cast<std::size_t>(l)]), states[static_cast<std::size_t>(l)].data(),
                   kStateFloats * sizeof(float));
     captured.push_back(static_cast<std::int64_t>(sequence.size()));
+    computing.unlock();
+    std::unique_lock allocating(memory);
     auto f = requests.finish(t, sequence, captured);
     if (!f) throw hc::invalid_argument(std::string("finish failed: ") + std::string(hc::to_string(f.error())));
     return true;
@@ -509,7 +537,13 @@ struct request {
 
 }  // namespace
 
-static int run() {
+struct run_options {
+  int threads = 1;
+  int requests = kDefaultRequests;
+};
+
+static int run(const run_options& options) {
+  const int kRequests = options.requests;
   const auto t0 = std::chrono::steady_clock::now();
   const hc::cost_model spec(tiny_spec());
   const model m(0x5eed'7417'4b1du);
@@ -517,7 +551,8 @@ static int run() {
   // 1 MiB shared by KV pages (16 tokens x 256 B) and checkpoint blocks (one GDN layer's state,
   // 8 KiB), in 32 KiB chunks that the threshold rebalancer moves between the two sides.
   pool_t pool({.budget_bytes = std::uint64_t{1} << 20, .kv_page_bytes = hc::memory::kv_page_bytes(spec, kTokensPerPage),
-               .ssm_block_bytes = hc::memory::checkpoint_block_bytes(spec), .granularity_bytes = 32 << 10},
+               .ssm_block_bytes = hc::memory::checkpoint_block_bytes(spec), .granularity_bytes = 32 << 10,
+               .compaction = true},
               hc::memory::threshold_rebalancer({.threshold_low = 0.02, .threshold_high = 0.10, .migration_batch_size = 8,
                                                 .min_rebalance_interval_ops = 0, .size_to_demand = true}));
   if (pool.stats(hc::memory::pool_kind::kv).unit_bytes != kTokensPerPage * kSlotFloats * sizeof(float) ||
@@ -528,12 +563,13 @@ static int run() {
   int identical = 0, bit_identical = 0, misses = 0, served = 0, retries = 0;
   double max_rel = 0.0;
   std::int64_t prompt_tokens = 0, reused_tokens = 0, evictions = 0;
-  std::uint64_t rebalances = 0;
+  std::uint64_t rebalances = 0, units_moved = 0;
   std::int64_t grows = 0, sites_captured = 0, rolled_forward = 0;
   {
     cache_t cache(spec, store_t(pool, kTokensPerPage, kAttnLayers, kGdnLayers), hc::prefix::lru_scorer{});
     lifecycle_t requests(cache);
-    runtime rt{m, pool, requests};
+    std::shared_mutex memory;
+    runtime rt{m, pool, requests, memory};
 
     prng wl{42};
     auto words = [&](int n) {
@@ -591,16 +627,45 @@ static int run() {
         if (!pending.empty()) pending.pop_back();
         batch.emplace_back(*t, std::move(r));
       }
-      for (auto& [t, r] : batch) {
-        const auto* s = *requests.state(t);
-        const std::int64_t reused = s->match.reusable_tokens;
+      // Serve the batch: one thread per request with --threads > 1, else one after another.
+      struct served_request {
+        std::int64_t reused = 0;
+        bool ok = false;
+        run_result cached;
+        std::vector<token_id> sequence;
+        std::exception_ptr error;
+      };
+      std::vector<served_request> results(batch.size());
+      for (std::size_t i = 0; i < batch.size(); ++i) {
+        const auto* s = *requests.state(batch[i].first);
+        results[i].reused = s->match.reusable_tokens;
         for (const auto& site : s->plan.sites) {
           ++sites_captured;
           rolled_forward += site.roll_forward > 0 ? 1 : 0;
         }
-        run_result cached;
-        std::vector<token_id> sequence;
-        if (!rt.serve(t, r.prompt, r.decode, cached, sequence)) {
+      }
+      auto serve_one = [&](std::size_t i) {
+        try {
+          results[i].ok = rt.serve(batch[i].first, batch[i].second.prompt, batch[i].second.decode, results[i].cached,
+                                   results[i].sequence);
+        } catch (...) {
+          results[i].error = std::current_exception();
+        }
+      };
+      if (options.threads > 1) {
+        std::vector<std::thread> workers;
+        for (std::size_t i = 0; i < batch.size(); ++i) workers.emplace_back(serve_one, i);
+        for (auto& w : workers) w.join();
+      } else {
+        for (std::size_t i = 0; i < batch.size(); ++i) serve_one(i);
+      }
+      for (std::size_t i = 0; i < batch.size(); ++i) {
+        if (results[i].error) std::rethrow_exception(results[i].error);
+        request& r = batch[i].second;
+        const std::int64_t reused = results[i].reused;
+        run_result& cached = results[i].cached;
+        std::vector<token_id>& sequence = results[i].sequence;
+        if (!results[i].ok) {
           ++retries;
           pending.push_back(r);
           continue;
@@ -640,14 +705,16 @@ static int run() {
     }
     evictions = cache.counters().evictions;
     rebalances = pool.counters().rebalances;
-    grows = rt.grows;
+    units_moved = pool.counters().units_moved;
+    grows = rt.grows.load();
   }
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   std::printf("details: %d misses, %d requests with bit-identical logits, max relative logit difference %.3g (tolerance %.0e), "
-              "%lld states captured at planned sites (%lld mid-chunk, rolled forward), %llu rebalances, %lld grows, %d retried, "
+              "%lld states captured at planned sites (%lld mid-chunk, rolled forward), %llu rebalances (%llu live units moved), %lld grows, %d retried, "
               "%llu pool handles left, %.1f s\n",
               misses, bit_identical, max_rel, kTolerance, static_cast<long long>(sites_captured),
               static_cast<long long>(rolled_forward), static_cast<unsigned long long>(rebalances),
+              static_cast<unsigned long long>(units_moved),
               static_cast<long long>(grows), retries, static_cast<unsigned long long>(pool.live_handles()), seconds);
   std::printf("identical outputs: %d/%d requests; reused %.1f%% of prompt tokens; host loads 0; evictions %lld\n", identical,
               served, 100.0 * static_cast<double>(reused_tokens) / static_cast<double>(prompt_tokens),
@@ -656,9 +723,24 @@ static int run() {
   return ok ? 0 : 1;
 }
 
-int main() {
+int main(int argc, char** argv) {
+  run_options options;
+  for (int i = 1; i < argc; ++i) {  // --threads N (1..16), --requests N (1..100000)
+    const std::string arg = argv[i];
+    int* target = arg == "--threads" ? &options.threads : arg == "--requests" ? &options.requests : nullptr;
+    const int hi = arg == "--threads" ? 16 : 100000;
+    char* end = nullptr;
+    const long v = (target != nullptr && i + 1 < argc) ? std::strtol(argv[i + 1], &end, 10) : 0;
+    if (target == nullptr || end == nullptr || *end != '\0' || end == argv[i + 1] || v < 1 || v > hi) {
+      std::fprintf(stderr, "tiny_hybrid_runtime: usage: [--threads 1..16] [--requests 1..100000] (bad argument '%s')\n",
+                   argv[i]);
+      return 2;
+    }
+    *target = static_cast<int>(v);
+    ++i;
+  }
   try {
-    return run();
+    return run(options);
   } catch (const std::exception& e) {
     std::printf("tiny_hybrid_runtime: %s\n", e.what());
     return 1;
