@@ -87,6 +87,12 @@
 
 namespace hybridcache::tiered {
 
+namespace detail {
+/// The body of `tiered_state_store::check_invariants` (stores/detail/tiered_state_invariants.hpp).
+template <class Store, class Tree>
+std::string check_tiered_invariants(const Store& st, const Tree& tree);
+}  // namespace detail
+
 /// A `prefix::state_store` whose frees demote to a host tier. See the file comment for the
 /// contract (`lookup` before prefill, `settle` after `commit`). `Engine` copies the bytes
 /// of every move; its arenas must be laid out from `tiers_for(config)` and
@@ -412,70 +418,12 @@ class tiered_state_store {
   /// promoted). Empty string = OK.
   template <class Tree>
   [[nodiscard]] std::string check_invariants(const Tree& tree) const {
-    if (auto s = store_->check_invariants(); !s.empty()) return "table: " + s;
-    if (meta_.size() != store_->size()) return "metadata and table disagree on the entry count";
-    std::int64_t hbm = 0, host = 0, staged = 0;
-    std::size_t staged_entries = 0;
-    std::unordered_map<std::uint64_t, int> kv_keys, ck_keys;
-    for (const auto& [id, e] : meta_) {
-      const auto where = store_->locate(id);
-      if (!where) return "entry " + to_string(id) + " lost from the table";
-      const std::int64_t b = bytes_of(e);
-      if ((where->first == hbm_tier) != (e.where != place::host)) return "an entry is not in the tier it claims";
-      if (e.where == place::hbm) {
-        hbm += b;
-      } else if (e.where == place::staged) {
-        staged += b;
-        ++staged_entries;
-      } else {
-        host += b;
-        const auto& map = e.k == kind::kv ? host_kv_ : host_ckpt_;
-        const auto it = map.find(e.key);
-        if (!e.named || it == map.end() || it->second != id) return "host entry not indexed by its key";
-      }
-      // A key lives once per tier. Across tiers it may live twice while requests are in
-      // flight: HBM named a state that another request's hit held pinned (or staged) in the
-      // host tier; the host copy holds the same bytes (content keys) and goes when that hit
-      // lets go (`superseded`), or stays as a clean replica when it returns from staging.
-      if (e.named) {
-        auto& keys = e.k == kind::kv ? kv_keys : ck_keys;
-        const int bit = e.where == place::host ? 2 : 1;
-        if ((keys[e.key] & bit) != 0) return "a key is held twice in one tier";
-        keys[e.key] |= bit;
-      }
-    }
-    if (hbm != used_) return "HBM bytes disagree with used_bytes()";
-    if (host != host_used_) return "host bytes disagree with host_used_bytes()";
-    if (staged != staged_used_ || staged_used_ > staging_capacity_) return "staged bytes disagree or exceed the staging room";
-    if (host_kv_.size() + host_ckpt_.size() != static_cast<std::size_t>(store_->usage(host_tier).entries))
-      return "host index and host tier disagree";
-    // Every tree handle is a live HBM entry, and the tree holds all HBM entries but the staged.
-    std::int64_t tree_bytes = 0;
-    std::size_t tree_entries = 0;
-    for (prefix::node_id n = 1; n < tree.id_bound(); ++n) {
-      if (!tree.live(n)) continue;
-      const auto& nd = tree.at(n);
-      const std::array<entry_id, 2> ids{nd.kv.id, nd.has_checkpoint ? nd.checkpoint.id : no_entry};
-      for (entry_id id : ids) {
-        if (id == no_entry) continue;
-        const auto it = meta_.find(id);
-        if (it == meta_.end() || it->second.where != place::hbm) return "a tree handle is not in HBM";
-        tree_bytes += bytes_of(it->second);
-        ++tree_entries;
-      }
-      if (nd.kv.tokens != nd.edge()) return "a node's extent length differs from its edge";
-    }
-    if (tree_bytes != used_ ||
-        static_cast<std::int64_t>(tree_entries + staged_entries) != store_->usage(hbm_tier).entries)
-      return "HBM holds entries the tree does not own";
-    const auto& c = counters_;
-    if (c.demoted_entries != static_cast<std::int64_t>(host_kv_.size() + host_ckpt_.size() + staged_entries) +
-                                 c.promoted_entries + c.dropped_entries)
-      return "demoted entries not accounted for (host + staged + promoted + dropped)";
-    return {};
+    return detail::check_tiered_invariants(*this, tree);
   }
 
  private:
+  template <class Store, class Tree>
+  friend std::string detail::check_tiered_invariants(const Store& st, const Tree& tree);
   enum class kind : unsigned char { kv, checkpoint };
   enum class place : unsigned char { hbm, staged, host };  // staged: in HBM, loaded back, not the tree's
   using outstanding_hit = detail::outstanding_hit;
@@ -752,3 +700,5 @@ class tiered_state_store {
 static_assert(prefix::state_store<tiered_state_store<>>);
 
 }  // namespace hybridcache::tiered
+
+#include "hybridcache/stores/detail/tiered_state_invariants.hpp"  // IWYU pragma: keep
