@@ -79,6 +79,19 @@ if(CASE STREQUAL "replay_json")
   if(evictions LESS_EQUAL 0)
     message(FATAL_ERROR "replay --json: a 5e8 B cache must evict on this trace:\n${out}")
   endif()
+  # --drive lifecycle: the same requests through begin/grow/finish (reservations before prefill,
+  # strict capacity): it still hits, never exceeds the capacity, and says how it ran.
+  run_hcbench(out err rc replay --trace ${FIXTURE} --format marconi --model marconi_7b --capacity 5e8
+              --policy sglang+ --drive lifecycle --concurrency 4 --json)
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "replay --drive lifecycle failed (${rc}): ${err}")
+  endif()
+  string(JSON drive GET "${out}" drive)
+  string(JSON skipped GET "${out}" skipped_tokens)
+  string(JSON exceeded GET "${out}" capacity_exceeded)
+  if(NOT drive STREQUAL "lifecycle" OR skipped LESS_EQUAL 0 OR NOT exceeded STREQUAL "OFF")
+    message(FATAL_ERROR "replay --drive lifecycle: drive '${drive}', ${skipped} skipped, exceeded ${exceeded}:\n${out}")
+  endif()
   # --per-request: one row per request; request 8 reuses 1,371 of its 1,439 tokens (reference V1).
   run_hcbench(out err rc replay --trace ${FIXTURE} --format marconi --capacity 5e8 --policy sglang+
               --per-request ${WORK}/per_request.csv)
@@ -120,6 +133,10 @@ elseif(CASE STREQUAL "errors")
   expect_error("--alpha" replay --trace ${FIXTURE} --capacity 5e8 --alpha much)
   expect_error("--lru-ties" replay --trace ${FIXTURE} --capacity 5e8 --lru-ties random)
   expect_error("--reference-quirks" replay --trace ${FIXTURE} --capacity 5e8 --policy lru --reference-quirks)
+  expect_error("--drive: expected commit or lifecycle" replay --trace ${FIXTURE} --capacity 5e8 --drive runtime)
+  expect_error("--drive lifecycle cannot be combined with --reference-quirks" replay --trace ${FIXTURE} --capacity 5e8
+               --policy vllm+ --drive lifecycle --reference-quirks)
+  expect_error("--drive lifecycle needs a fixed --alpha" replay --trace ${FIXTURE} --capacity 5e8 --drive lifecycle)
   expect_error("unknown policy" compare --policies marconi,fifo --capacities 5e8)
   file(MAKE_DIRECTORY ${WORK})
   file(WRITE ${WORK}/bad.jsonl "{\"session_id\": 0, \"turn_id\": 0, \"ts\": 0.0, \"num_input_tokens\": 2, \"num_output_tokens\": 1, \"input_tokens\": [5, 6], \"output_tokens\": [7]}\n{\"session_id\": 0, \"turn_id\": 1, \"ts\": oops}\n")

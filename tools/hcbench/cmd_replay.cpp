@@ -54,6 +54,7 @@ struct replay_cli {
   std::string lru_ties = "reference";
   std::string per_request;
   bool reference_quirks = false;
+  std::string drive = "commit";
   hcbench::tiered_cli tiered;
 };
 
@@ -62,7 +63,7 @@ const char* const tiered_only[] = {"--link-gbps", "--scheduler", "--prefetch", "
                                    "--arrival-scale", "--spread-arrivals", "--prefill-engines", "--prefetch-depth",
                                    "--split-load-recompute", "--prefill-time", "--per-copy-us"};
 const char* const single_only[] = {"--capacity", "--policy", "--alpha", "--concurrency", "--strict-capacity",
-                                   "--reference-quirks", "--per-request", "--lru-ties"};
+                                   "--reference-quirks", "--per-request", "--lru-ties", "--drive"};
 
 void run(const replay_cli& o, const CLI::App& sub) {
   using namespace hcbench;
@@ -104,6 +105,12 @@ void run(const replay_cli& o, const CLI::App& sub) {
   // then runs the cache far past its capacity (1.79 GB at 5e8 B, concurrency 8). So with
   // more than one request in flight the capacity is a hard limit.
   job.strict_capacity = o.strict_capacity || o.concurrency > 1;
+  if (o.drive == "lifecycle") {
+    job.driver = replay_driver::lifecycle;
+    job.strict_capacity = true;  // it reserves before prefill: nothing runs over capacity
+  } else if (o.drive != "commit") {
+    throw hybridcache::invalid_argument("--drive: expected commit or lifecycle, got '" + o.drive + "'");
+  }
   job.reference_lru_ties = parse_lru_ties(o.lru_ties);
   job.keep_per_request = !o.per_request.empty();
   job.reference_quirks = o.reference_quirks;
@@ -184,6 +191,10 @@ const bool registered = hcbench::register_command(
        sub.add_flag("--strict-capacity", o.strict_capacity,
                     "never exceed the capacity: do not cache a request whose state alone is larger "
                     "(default: insert it anyway, as the Marconi reference does)");
+       sub.add_option("--drive", o.drive,
+                      "how each request drives the cache: commit (match, then commit after decode: the "
+                      "reference's model; default) or lifecycle (begin reserves the prompt's KV and checkpoint "
+                      "slots before prefill, grow, finish: what a runtime does; strict capacity)");
        sub.add_flag("--reference-quirks", o.reference_quirks,
                     "marconi: reproduce the reference simulator's scoring defects (MLP term, whole-prefix KV "
                     "bytes, leaf byte accounting); vllm+: replay on the reference's block tree; both to match "

@@ -58,6 +58,7 @@ inline std::string json_number(double v) { return json::number(v); }
   kv("refused_commits", i(m.cache.refused_commits));
   kv("alpha", json_number(m.cache.alpha));
   kv("tokenizer", r.tokenizer.empty() ? std::string("null") : json_string(r.tokenizer));
+  kv("drive", json_string(r.drive));
   std::string bins = "[";
   for (const auto& b : m.by_input_length) {
     if (bins.size() > 1) bins += ", ";

@@ -12,6 +12,7 @@
 //            token is kept (what an engine without speculative insertion caches), LRU on leaves
 #include "replay_run.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -32,6 +33,7 @@
 #include <hybridcache/sim/reference/block_tree_reference.hpp>
 #include <hybridcache/stores/counting_store.hpp>
 #include <hybridcache/prefix/flop_aware_scorer.hpp>
+#include <hybridcache/prefix/lifecycle.hpp>
 #include <hybridcache/prefix/lru_scorer.hpp>
 #include <hybridcache/prefix/prefix_cache.hpp>
 #include <hybridcache/sim/reference/reference_scorer.hpp>
@@ -274,6 +276,64 @@ class engine_adapter {
   std::int64_t refused_ = 0;
 };
 
+/// Drives a prefix_cache through `request_lifecycle` (--drive lifecycle): `match` begins the
+/// request (reserving the prompt's KV and its checkpoint slots), `commit` grows the
+/// reservation by the output's KV and finishes with every planned state captured. A
+/// request that cannot be reserved (or grown) is counted as refused and not cached; its
+/// lookup still counts, as a refused commit's does.
+template <class Cache>
+class lifecycle_adapter {
+ public:
+  explicit lifecycle_adapter(Cache& c) : c_(c), requests_(c) {}
+  pc::match_result match(std::span<const pc::token_id> in) {
+    auto t = requests_.begin(in);
+    if (!t) {
+      if (t.error() != hc::errc::out_of_capacity)
+        throw hc::invalid_argument("replay: begin failed (" + std::string(hc::to_string(t.error())) + ")");
+      ++refused_;
+      pc::match_result m = c_.last_match();  // what the lookup found; nothing is pinned
+      m.pin = hc::packed_handle{};
+      m.at = 0;
+      return m;
+    }
+    const auto& s = **requests_.state(*t);
+    live_.push_back({s.match.at, *t});
+    return s.match;
+  }
+  void commit(std::span<const pc::token_id> seq, std::int64_t /*input_ids*/, const pc::match_result& m) {
+    if (m.at == 0) return;  // refused at begin
+    const auto it = std::find_if(live_.begin(), live_.end(), [&](const auto& e) { return e.first == m.at; });
+    if (it == live_.end()) throw hc::invalid_argument("replay: commit of a request that did not begin");
+    const pc::request_ticket t = it->second;
+    live_.erase(it);
+    const auto& s = **requests_.state(t);
+    const std::int64_t need = static_cast<std::int64_t>(seq.size()) - (s.match.reusable_tokens + s.reserved_tokens);
+    if (need > 0 && !requests_.grow(t, need)) {  // decode ran out of room: the runtime aborts
+      (void)requests_.abort(t);
+      ++refused_;
+      return;
+    }
+    captured_.clear();
+    for (const auto& site : s.plan.sites) captured_.push_back(site.position);
+    captured_.push_back(static_cast<std::int64_t>(seq.size()));
+    std::sort(captured_.begin(), captured_.end());
+    captured_.erase(std::unique(captured_.begin(), captured_.end()), captured_.end());
+    auto f = requests_.finish(t, seq, captured_);
+    if (!f) throw hc::invalid_argument("replay: finish failed (" + std::string(hc::to_string(f.error())) + ")");
+  }
+  [[nodiscard]] pc::cache_counters counters() const { return c_.counters(); }
+  [[nodiscard]] double alpha() const { return c_.alpha(); }
+  [[nodiscard]] std::int64_t used_bytes() const { return c_.store().used_bytes(); }
+  [[nodiscard]] std::int64_t refused() const noexcept { return refused_; }
+
+ private:
+  Cache& c_;
+  pc::request_lifecycle<Cache> requests_;
+  std::vector<std::pair<pc::time_point, pc::request_ticket>> live_;  // in flight (at most --concurrency)
+  std::vector<std::int64_t> captured_;
+  std::int64_t refused_ = 0;
+};
+
 struct run_context {
   const replay_job& job;
   const hc::sim::replay_trace& trace;
@@ -288,10 +348,10 @@ pc::counting_store make_store(const run_context& ctx) {
   return s;
 }
 
-/// Replays the trace through `cache` (a prefix_cache or an alpha_tuned_cache).
-template <class Cache>
+/// Replays the trace through `cache` (a prefix_cache or an alpha_tuned_cache) with `Adapter`.
+template <template <class> class Adapter = engine_adapter, class Cache>
 hc::sim::run_metrics replay_through(const run_context& ctx, Cache& cache) {
-  engine_adapter<decltype(cache)> adapter(cache);
+  Adapter<Cache> adapter(cache);
   const hc::sim::replay_options opt{.concurrency = ctx.job.concurrency, .keep_per_request = ctx.job.keep_per_request};
   hc::sim::run_metrics m;
   if (ctx.job.progress) {
@@ -321,6 +381,7 @@ hc::sim::run_metrics run_with(const run_context& ctx, Scorer scorer, std::option
   }
   HYBRIDCACHE_EXPECTS(!tuning, hc::invalid_argument, "alpha tuning needs a FLOP-aware scorer");
   cache_type cache(ctx.costs, make_store(ctx), std::move(scorer), Admission{}, cfg);
+  if (ctx.job.driver == replay_driver::lifecycle) return replay_through<lifecycle_adapter>(ctx, cache);
   return replay_through(ctx, cache);
 }
 
@@ -352,6 +413,14 @@ hc::sim::run_metrics run_block_tree_reference(const run_context& ctx) {
 replay_result run_replay(const replay_job& job) {
   namespace hc = hybridcache;
   check_policy(job.policy);
+  if (job.driver == replay_driver::lifecycle) {
+    HYBRIDCACHE_EXPECTS(!job.reference_quirks, hc::invalid_argument,
+                        "--drive lifecycle cannot be combined with --reference-quirks (the reference commits after decode)");
+    HYBRIDCACHE_EXPECTS(job.policy != "marconi" || job.alpha.has_value(), hc::invalid_argument,
+                        "--drive lifecycle needs a fixed --alpha with --policy marconi (the online tuner wraps commit)");
+    HYBRIDCACHE_EXPECTS(job.strict_capacity, hc::invalid_argument,
+                        "--drive lifecycle reserves before prefill: the capacity is always strict");
+  }
   HYBRIDCACHE_EXPECTS(!job.reference_quirks || job.policy == "marconi" || job.policy == "vllm+", hc::invalid_argument,
                       "--reference-quirks applies to --policy marconi and vllm+ only");
   HYBRIDCACHE_EXPECTS(!job.reference_quirks || job.policy != "vllm+" || !job.strict_capacity, hc::invalid_argument,
@@ -402,7 +471,9 @@ replay_result run_replay(const replay_job& job) {
     }
   }
   if (job.policy != "marconi") m.cache.alpha = std::numeric_limits<double>::quiet_NaN();  // recency only
-  return {job.trace, job.model.name, job.policy, job.capacity_bytes, std::move(m)};
+  replay_result out{job.trace, job.model.name, job.policy, job.capacity_bytes, std::move(m)};
+  out.drive = job.driver == replay_driver::lifecycle ? "lifecycle" : "commit";
+  return out;
 }
 
 }  // namespace hcbench

@@ -32,6 +32,16 @@ inline const std::vector<std::string>& trace_formats() {
 void check_policy(const std::string& name);
 
 /// One replay to run.
+/// How the replay drives the cache per request.
+enum class replay_driver {
+  /// match, then commit after decode (the reference's model; the fidelity rows).
+  commit,
+  /// the request lifecycle a runtime uses: begin (match, plan, reserve the prompt's KV and
+  /// the checkpoint slots before prefill), grow by the output's KV, finish with every planned
+  /// state captured. The capacity is strict; a request that cannot be reserved is refused.
+  lifecycle,
+};
+
 struct replay_job {
   const hybridcache::sim::replay_trace* requests = nullptr;  ///< parsed trace (not owned; shared by jobs)
   std::string trace;                        ///< label for tables and JSON
@@ -57,6 +67,7 @@ struct replay_job {
   /// (the reference's block tree: fractional byte estimate, in-place partial blocks,
   /// duplicated partly shared blocks) for its exact vLLM+ rows. Not for choosing a policy.
   bool reference_quirks = false;
+  replay_driver driver = replay_driver::commit;
 };
 
 /// A finished replay: the job's labels and its metrics.
@@ -68,6 +79,8 @@ struct replay_result {
   hybridcache::sim::run_metrics metrics{};
   /// How text was tokenized: "" (an id trace), "built-in approximation" or "bpe:PATH".
   std::string tokenizer{};
+  /// How requests drove the cache: "commit" or "lifecycle" (replay_driver).
+  std::string drive = "commit";
 };
 
 /// Runs `job`. @throws hybridcache::invalid_argument (unknown policy, bad alpha),

@@ -343,6 +343,9 @@ class prefix_cache {
   [[nodiscard]] double alpha() const noexcept { return scorer_.alpha(); }
   [[nodiscard]] const Admission& admission() const noexcept { return admission_; }
   [[nodiscard]] const prefix_cache_config& config() const noexcept { return cfg_; }
+  /// The result of the most recent `match` (a wrapper reports the lookup of a request it
+  /// then refused from it; meaningful only while no other thread matches).
+  [[nodiscard]] const match_result& last_match() const noexcept { return last_match_; }
   /// Requests seen when eviction first ran (-1 before).
   [[nodiscard]] std::int64_t requests_before_first_eviction() const noexcept { return first_evict_at_; }
   /// Checkpoints held by the tree. O(n).
