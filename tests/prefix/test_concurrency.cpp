@@ -21,7 +21,7 @@ TEST_SUITE("concurrency") {
     const cost_model m(presets::marconi_7b());
     const std::int64_t ck = m.ssm_checkpoint_bytes(), kv = m.kv_bytes_per_token();
     prefix_cache<cost_model, judicious_admission, flop_aware_scorer, counting_store, mutex_lock> c(
-        m, counting_store(8 * ck + 400 * kv, kv, ck), flop_aware_scorer(m, {.alpha = 0.5}));
+        m, counting_store(24 * ck + 400 * kv, kv, ck), flop_aware_scorer(m, {.alpha = 0.5}));
     constexpr int threads = 4, ops = 400;
     std::atomic<std::int64_t> hits{0}, commits{0}, refused{0};
     std::vector<std::thread> pool;

@@ -228,10 +228,13 @@ TEST_CASE("randomized: FLOP-aware threshold walk picks the naive scorer's victim
     const double alpha = static_cast<double>(rng() % 21) / 10.0;
     const auto mode = seed % 3 == 0 ? intermediate_eviction::tombstone : intermediate_eviction::merge;
     const std::int64_t cap = 6 * ck + 200 * kv;
+    // Both candidate rules: the paper's, and branch points protected (the default).
+    const auto rule = seed % 2 == 0 ? flop_candidates::paper : flop_candidates::protect_branches;
     prefix_cache<cost_model, judicious_admission, flop_aware_scorer> fast(
-        m, counting_store(cap, kv, ck), flop_aware_scorer(m, {.alpha = alpha, .intermediate = mode}));
+        m, counting_store(cap, kv, ck), flop_aware_scorer(m, {.alpha = alpha, .intermediate = mode, .candidates = rule}));
     prefix_cache<cost_model, judicious_admission, reference_flop_scorer> naive(
-        m, counting_store(cap, kv, ck), reference_flop_scorer(m, {.alpha = alpha, .intermediate = mode}));
+        m, counting_store(cap, kv, ck),
+        reference_flop_scorer(m, {.alpha = alpha, .intermediate = mode, .candidates = rule}));
     std::vector<seq_t> seen;
     for (int op = 0; op < 50; ++op) {
       const seq_t s = related_seq(rng, seen, 60, 3);

@@ -55,6 +55,7 @@ struct replay_cli {
   std::string per_request;
   bool reference_quirks = false;
   std::string drive = "commit";
+  std::string flop_candidates = "protect-branches";
   hcbench::tiered_cli tiered;
 };
 
@@ -63,7 +64,7 @@ const char* const tiered_only[] = {"--link-gbps", "--scheduler", "--prefetch", "
                                    "--arrival-scale", "--spread-arrivals", "--prefill-engines", "--prefetch-depth",
                                    "--split-load-recompute", "--prefill-time", "--per-copy-us"};
 const char* const single_only[] = {"--capacity", "--policy", "--alpha", "--concurrency", "--strict-capacity",
-                                   "--reference-quirks", "--per-request", "--lru-ties", "--drive"};
+                                   "--reference-quirks", "--per-request", "--lru-ties", "--drive", "--flop-candidates"};
 
 void run(const replay_cli& o, const CLI::App& sub) {
   using namespace hcbench;
@@ -105,6 +106,13 @@ void run(const replay_cli& o, const CLI::App& sub) {
   // then runs the cache far past its capacity (1.79 GB at 5e8 B, concurrency 8). So with
   // more than one request in flight the capacity is a hard limit.
   job.strict_capacity = o.strict_capacity || o.concurrency > 1;
+  reject_unless(o.policy == "marconi", sub, "--flop-candidates", "to --policy " + o.policy + " (marconi only)");
+  reject_unless(!o.reference_quirks, sub, "--flop-candidates", "with --reference-quirks (the reference's own rule)");
+  if (o.flop_candidates == "paper")
+    job.flop_candidates = hybridcache::prefix::flop_candidates::paper;
+  else if (o.flop_candidates != "protect-branches")
+    throw hybridcache::invalid_argument("--flop-candidates: expected paper or protect-branches, got '" +
+                                        o.flop_candidates + "'");
   if (o.drive == "lifecycle") {
     job.driver = replay_driver::lifecycle;
     job.strict_capacity = true;  // it reserves before prefill: nothing runs over capacity
@@ -195,6 +203,9 @@ const bool registered = hcbench::register_command(
                       "how each request drives the cache: commit (match, then commit after decode: the "
                       "reference's model; default) or lifecycle (begin reserves the prompt's KV and checkpoint "
                       "slots before prefill, grow, finish: what a runtime does; strict capacity)");
+       sub.add_option("--flop-candidates", o.flop_candidates,
+                      "marconi: which single-child nodes eviction may merge: protect-branches (not a branch "
+                      "point while it has a child; default) or paper (every one with a checkpoint, as published)");
        sub.add_flag("--reference-quirks", o.reference_quirks,
                     "marconi: reproduce the reference simulator's scoring defects (MLP term, whole-prefix KV "
                     "bytes, leaf byte accounting); vllm+: replay on the reference's block tree; both to match "

@@ -450,7 +450,8 @@ replay_result run_replay(const replay_job& job) {
       m = run_with<pc::judicious_admission>(
           ctx, pc::reference_flop_scorer(costs, {.alpha = job.alpha.value_or(0.0), .quirks = true}), tuning);
     else
-      m = run_with<pc::judicious_admission>(ctx, pc::flop_aware_scorer(costs, {.alpha = job.alpha.value_or(0.0)}), tuning);
+      m = run_with<pc::judicious_admission>(
+          ctx, pc::flop_aware_scorer(costs, {.alpha = job.alpha.value_or(0.0), .candidates = job.flop_candidates}), tuning);
   } else if (job.policy == "sglang+") {
     m = run_with<pc::judicious_admission>(ctx, make_lru(job));
   } else if (job.policy == "lru") {

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include <hybridcache/model/model_spec.hpp>
+#include <hybridcache/prefix/flop_aware_scorer.hpp>
 #include <hybridcache/sim/bpe_tokenizer.hpp>
 #include <hybridcache/sim/metrics.hpp>
 #include <hybridcache/sim/replay.hpp>
@@ -68,6 +69,8 @@ struct replay_job {
   /// duplicated partly shared blocks) for its exact vLLM+ rows. Not for choosing a policy.
   bool reference_quirks = false;
   replay_driver driver = replay_driver::commit;
+  /// marconi: which single-child nodes eviction may take (flop_aware_scorer.hpp).
+  hybridcache::prefix::flop_candidates flop_candidates = hybridcache::prefix::flop_candidates::protect_branches;
 };
 
 /// A finished replay: the job's labels and its metrics.

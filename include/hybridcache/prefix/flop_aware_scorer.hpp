@@ -3,7 +3,15 @@
 // `flop_aware_scorer`: Marconi's FLOP-aware eviction (paper §4.3; anchors/marconi.md 1(c)).
 //
 // - Candidates: unpinned non-root nodes with no child, or with one child and a checkpoint
-//   (a single-child node without a checkpoint frees nothing when merged).
+//   (a single-child node without a checkpoint frees nothing when merged). With
+//   `flop_candidates::protect_branches` (the library's Marconi composition) a single-child
+//   node that has been a branch point (two children or more: a shared prefix, e.g. a system
+//   prompt, split by a later request) is not a candidate while it has a child: only the
+//   deepest matched node is refreshed on a hit, so such a node ages on its own timestamp
+//   while the conversations below it are hot, and merging it loses the shared prefix for
+//   every later session (measured in issue #14: 92-112 such merges per synth chat trace at
+//   1 GB). A single-child node that never branched (a previous turn's end, extended by the
+//   next turn) stays a candidate, as in the paper.
 // - Utility U(n) = alpha·eff'(n) + rec'(n), each term min-max normalised over the current
 //   candidates (x' = (x - min)/(max - min); all 1 when there is one candidate or all values
 //   are equal), computed in that order without FMA contraction so results equal the
@@ -100,20 +108,29 @@ template <class Tree>
   }
 }
 
-/// Marconi's candidate rule generalised to nodes that may lack a checkpoint.
+/// Marconi's candidate rule generalised to nodes that may lack a checkpoint; with
+/// `protect_branches`, a single-child node that has branched is not a candidate.
 template <class Tree>
-[[nodiscard]] bool flop_candidate(const Tree& tree, node_id n) noexcept {
+[[nodiscard]] bool flop_candidate(const Tree& tree, node_id n, bool protect_branches = false) noexcept {
   if (n == Tree::root()) return false;
   const auto& nd = tree.at(n);
-  return nd.live && nd.pins == 0 && (nd.children == 0 || (nd.children == 1 && nd.has_checkpoint));
+  return nd.live && nd.pins == 0 &&
+         (nd.children == 0 || (nd.children == 1 && nd.has_checkpoint && !(protect_branches && nd.branched)));
 }
 
 }  // namespace detail
+
+/// Which single-child nodes FLOP-aware eviction may take (see the file comment).
+enum class flop_candidates : unsigned char {
+  paper,             ///< Marconi as published: every single-child node with a checkpoint
+  protect_branches,  ///< not one that has been a branch point, while it has a child
+};
 
 /// Configuration of `flop_aware_scorer` (aggregate; designated initializers welcome).
 struct flop_aware_config {
   double alpha = 0.0;  ///< weight of FLOP efficiency against recency (>= 0)
   intermediate_eviction intermediate = intermediate_eviction::merge;
+  flop_candidates candidates = flop_candidates::protect_branches;  ///< paper: Marconi as published
 };
 
 /// Marconi FLOP-aware scorer. See the file comment.
@@ -178,7 +195,7 @@ class flop_aware_scorer {
   void on_update(const Tree& tree, node_id n) noexcept {
     if (n == Tree::root()) return;
     erase(n);
-    if (!detail::flop_candidate(tree, n)) return;
+    if (!detail::flop_candidate(tree, n, protects_branches())) return;
     const auto& nd = tree.at(n);
     eff_[n] = detail::node_efficiency(model_, tree, n);
     ts_[n] = nd.last_access;
@@ -234,6 +251,10 @@ class flop_aware_scorer {
     return cfg_.intermediate == intermediate_eviction::merge ? evict_action::merge_into_child
                                                              : evict_action::drop_checkpoint;
   }
+
+  /// True when a branch point's checkpoint is never taken while it has a child (the
+  /// prefix cache's fit check counts such checkpoints on pinned paths as kept).
+  [[nodiscard]] bool protects_branches() const noexcept { return cfg_.candidates == flop_candidates::protect_branches; }
 
   /// Candidates currently indexed. O(1).
   [[nodiscard]] std::size_t candidates() const noexcept { return by_rec_.size(); }

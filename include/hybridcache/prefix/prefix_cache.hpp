@@ -553,9 +553,12 @@ class prefix_cache {
     pinned_scratch_.clear();
     for (std::uint32_t i = 0; i < pin_node_.size(); ++i)
       if (pins_.is_live(i)) pinned_scratch_.push_back(pin_node_[i]);  // capacity: grow_pins
-    const std::int64_t kept = detail::protected_bytes<inner>(tree_, store_, end, partial, pinned_scratch_, protect_);
+    bool branches = false;
+    if constexpr (requires { scorer_.protects_branches(); }) branches = scorer_.protects_branches();
+    const std::int64_t kept =
+        detail::protected_bytes<inner>(tree_, store_, end, partial, pinned_scratch_, protect_, branches);
 #if defined(HYBRIDCACHE_ENABLE_ASSERTIONS)
-    const auto scan = detail::count_tree_bytes<inner>(tree_, store_, end, partial, marked_);
+    const auto scan = detail::count_tree_bytes<inner>(tree_, store_, end, partial, marked_, branches);
     HYBRIDCACHE_ASSERT(scan.total == tree_.bytes());
     HYBRIDCACHE_ASSERT(scan.protected_ == kept);
 #endif

@@ -201,6 +201,7 @@ class radix_tree {
     time_point last_access = 0;
     std::uint64_t order = 0;       ///< position among siblings (insertion order)
     namespace_id ns = 0;           ///< the namespace (cache salt) the node belongs to
+    bool branched = false;         ///< has had two children or more: a shared prefix's branch point
 
     [[nodiscard]] std::int64_t edge() const noexcept { return static_cast<std::int64_t>(tokens.size()); }
     [[nodiscard]] std::int64_t begin() const noexcept { return end - edge(); }
@@ -502,6 +503,7 @@ class radix_tree {
     n.last_access = 0;
     n.order = 0;
     n.ns = 0;
+    n.branched = false;
     --live_;
     free_.push_back(id);  // never allocates: acquire() reserved a free slot per node
   }
@@ -515,6 +517,7 @@ class radix_tree {
     else p.first_child = id;
     p.last_child = id;
     ++p.children;
+    if (p.children >= 2) p.branched = true;
   }
 
   void unlink(node_id id) noexcept {

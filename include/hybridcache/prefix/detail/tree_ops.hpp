@@ -147,7 +147,7 @@ struct tree_bytes {
 /// wise: everything else eviction can free. `marked` is scratch.
 template <bool InnerNodes, class Tree, class Store>
 tree_bytes count_tree_bytes(const Tree& tree, const Store& store, node_id guarded_end, node_id guarded_partial,
-                            std::vector<char>& marked) {
+                            std::vector<char>& marked, bool protect_branches = false) {
   reserve_geometric(marked, tree.id_bound());
   marked.assign(tree.id_bound(), 0);
   auto mark = [&](node_id n) {
@@ -167,7 +167,9 @@ tree_bytes count_tree_bytes(const Tree& tree, const Store& store, node_id guarde
     if (marked[n] == 0) continue;
     out.protected_ += kv;
     if (ck == 0) continue;
-    bool keeps = !InnerNodes || nd.pins > 0 || n == guarded_end || n == guarded_partial;
+    // A branch point the scorer protects keeps its state while it has a child, and a node on
+    // a protected path (not its end) always has one.
+    bool keeps = !InnerNodes || nd.pins > 0 || n == guarded_end || n == guarded_partial || (protect_branches && nd.branched);
     if (!keeps) {
       int protected_children = 0;
       for (node_id ch = nd.first_child; ch != no_node; ch = tree.at(ch).next_sibling) protected_children += marked[ch];
@@ -192,7 +194,7 @@ struct protect_scratch {
 /// scratch grows only with the tree (amortised, geometric).
 template <bool InnerNodes, class Tree, class Store, class Pinned>
 std::int64_t protected_bytes(const Tree& tree, const Store& store, node_id guarded_end, node_id guarded_partial,
-                             const Pinned& pinned, protect_scratch& s) {
+                             const Pinned& pinned, protect_scratch& s, bool protect_branches = false) {
   if (s.mark.size() < tree.id_bound()) {
     reserve_geometric(s.mark, tree.id_bound());
     reserve_geometric(s.children, tree.id_bound());
@@ -230,8 +232,8 @@ std::int64_t protected_bytes(const Tree& tree, const Store& store, node_id guard
     const auto& nd = tree.at(n);
     out += store.kv_bytes(nd.edge());
     if (!nd.has_checkpoint) continue;
-    const bool keeps =
-        !InnerNodes || nd.pins > 0 || n == guarded_end || n == guarded_partial || s.children[n] >= 2;
+    const bool keeps = !InnerNodes || nd.pins > 0 || n == guarded_end || n == guarded_partial || s.children[n] >= 2 ||
+                       (protect_branches && nd.branched);
     if (keeps) out += store.checkpoint_bytes();
   }
   return out;

@@ -36,6 +36,7 @@ struct reference_flop_config {
   double alpha = 0.0;
   bool quirks = false;  ///< reproduce the reference's three defects (see the file comment)
   intermediate_eviction intermediate = intermediate_eviction::merge;
+  flop_candidates candidates = flop_candidates::protect_branches;  ///< as flop_aware_config (quirks: the paper rule)
 };
 
 /// Naive O(n)-per-eviction FLOP-aware scorer. See the file comment.
@@ -54,6 +55,7 @@ class reference_flop_scorer {
   [[nodiscard]] double alpha() const noexcept { return cfg_.alpha; }
   [[nodiscard]] const cost_model& model() const noexcept { return model_; }
   [[nodiscard]] const reference_flop_config& config() const noexcept { return cfg_; }
+  [[nodiscard]] bool protects_branches() const noexcept { return cfg_.candidates == flop_candidates::protect_branches; }
   /// A fresh scorer with the same model and options at alpha `a` (tuning replays).
   [[nodiscard]] reference_flop_scorer with_alpha(double a) const {
     reference_flop_config c = cfg_;
@@ -87,7 +89,7 @@ class reference_flop_scorer {
     candidates_.clear();
     tree.preorder([&](node_id n) {
       const auto& nd = tree.at(n);
-      const bool c = cfg_.quirks ? (nd.pins == 0 && nd.children <= 1) : detail::flop_candidate(tree, n);
+      const bool c = cfg_.quirks ? (nd.pins == 0 && nd.children <= 1) : detail::flop_candidate(tree, n, protects_branches());
       if (c) candidates_.push_back(n);  // capacity reserved
     });
     if (candidates_.empty()) return no_node;
