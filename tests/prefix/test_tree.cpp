@@ -537,3 +537,33 @@ TEST_CASE("docs/prefix-cache.md example") {
   // example-end
   CHECK(cache.counters().hits == 2);
 }
+
+TEST_CASE("branch-protecting candidates: a branch point is not merged while it has a child; a turn's end still is") {
+  using tree_t = radix_tree<counting_store>;
+  tree_t t;
+  const std::vector<token_id> sys_a = {1, 2, 3, 4, 10, 11}, b = {20, 21}, turn2 = {30, 31};
+  const node_id a = t.add_leaf(tree_t::root(), sys_a, {6}, 1);
+  const node_id sys = t.split(a, 4, {4}, 2);  // a later request leaves at token 4
+  const node_id leaf_b = t.add_leaf(sys, b, {2}, 3);
+  t.set_checkpoint(sys, {true});
+  t.set_checkpoint(a, {true});
+  CHECK(t.at(sys).branched);
+  CHECK_FALSE(t.at(a).branched);
+  (void)t.remove_leaf(leaf_b);  // sys has one child again
+  REQUIRE(t.at(sys).children == 1);
+  CHECK(prefix::detail::flop_candidate(t, sys, /*protect_branches=*/false));  // the paper merges it
+  CHECK_FALSE(prefix::detail::flop_candidate(t, sys, true));
+  // a (a turn's end) extended by the next turn: one child, never branched: still a candidate.
+  (void)t.add_leaf(a, turn2, {2}, 4);
+  CHECK(prefix::detail::flop_candidate(t, a, true));
+  CHECK(prefix::detail::flop_candidate(t, a, false));
+  // Once its last child is gone, the branch point is an ordinary leaf candidate.
+  const node_id tail = t.at(a).first_child;
+  (void)t.remove_leaf(tail);
+  (void)t.take_checkpoint(a);
+  (void)t.remove_leaf(a);
+  CHECK(prefix::detail::flop_candidate(t, sys, true));
+  // A slot reused by a new node starts unbranched.
+  const node_id fresh = t.add_leaf(tree_t::root(), std::vector<token_id>{40}, {1}, 5);
+  CHECK_FALSE(t.at(fresh).branched);
+}
