@@ -30,6 +30,7 @@
 #include "hybridcache/model/presets.hpp"
 #include "hybridcache/prefix/admission.hpp"
 #include "hybridcache/prefix/flop_aware_scorer.hpp"
+#include "hybridcache/prefix/gdsf_scorer.hpp"
 #include "hybridcache/prefix/lru_scorer.hpp"
 #include "hybridcache/prefix/prefix_cache.hpp"
 #include "hybridcache/sim/reference/reference_scorer.hpp"
@@ -163,6 +164,14 @@ struct flop_fixture {
   using scorer_type = flop_aware_scorer;
   static scorer_type make(const cost_model& m, std::mt19937_64& rng) {
     return flop_aware_scorer(m, {.alpha = static_cast<double>(rng() % 21) / 10.0, .intermediate = Mode});
+  }
+};
+template <intermediate_eviction Mode>
+struct gdsf_fixture {
+  using scorer_type = gdsf_scorer;
+  static scorer_type make(const cost_model& m, std::mt19937_64& rng) {
+    return gdsf_scorer(m, {.intermediate = Mode,
+                           .candidates = rng() % 2 == 0 ? flop_candidates::paper : flop_candidates::protect_branches});
   }
 };
 template <intermediate_eviction Mode>
@@ -314,6 +323,7 @@ TEST_CASE_TEMPLATE_DEFINE("utility_scorer conformance", F, utility_scorer_confor
 
 TEST_CASE_TEMPLATE_INVOKE(utility_scorer_conformance, lru_fixture, lru_heapq_fixture,
                           flop_fixture<intermediate_eviction::merge>, flop_fixture<intermediate_eviction::tombstone>,
+                          gdsf_fixture<intermediate_eviction::merge>, gdsf_fixture<intermediate_eviction::tombstone>,
                           reference_fixture<intermediate_eviction::merge>,
                           reference_fixture<intermediate_eviction::tombstone>);
 

@@ -33,6 +33,7 @@
 #include <hybridcache/sim/reference/block_tree_reference.hpp>
 #include <hybridcache/stores/counting_store.hpp>
 #include <hybridcache/prefix/flop_aware_scorer.hpp>
+#include <hybridcache/prefix/gdsf_scorer.hpp>
 #include <hybridcache/prefix/lifecycle.hpp>
 #include <hybridcache/prefix/lru_scorer.hpp>
 #include <hybridcache/prefix/prefix_cache.hpp>
@@ -452,6 +453,8 @@ replay_result run_replay(const replay_job& job) {
     else
       m = run_with<pc::judicious_admission>(
           ctx, pc::flop_aware_scorer(costs, {.alpha = job.alpha.value_or(0.0), .candidates = job.flop_candidates}), tuning);
+  } else if (job.policy == "gdsf") {
+    m = run_with<pc::judicious_admission>(ctx, pc::gdsf_scorer(costs));
   } else if (job.policy == "sglang+") {
     m = run_with<pc::judicious_admission>(ctx, make_lru(job));
   } else if (job.policy == "lru") {

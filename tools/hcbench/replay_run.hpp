@@ -19,7 +19,7 @@ namespace hcbench {
 
 /// The policy names of the CLI contract, in the order tables list them.
 inline const std::vector<std::string>& policy_names() {
-  static const std::vector<std::string> names{"marconi", "sglang+", "vllm+", "lru"};
+  static const std::vector<std::string> names{"marconi", "sglang+", "vllm+", "lru", "gdsf"};
   return names;
 }
 

@@ -12,6 +12,8 @@
 //                                vLLM's block-granular prefix caching with a state per block;
 //                                32 tokens by default, Marconi's setting)
 //   marconi_tuned_cache<Store, Lock>  marconi_cache with online alpha tuning (alpha_tuner.hpp)
+//   gdsf_cache<Store, Lock>      judicious admission + GreedyDual-Size-Frequency over FLOPs
+//                                saved per byte (gdsf_scorer.hpp)
 //
 // Each is an alias: the cache's API, costs and guarantees are `prefix_cache`'s. With no
 // `Store` the alias uses counting_store (bytes only, for simulation).
@@ -26,6 +28,7 @@
 #include "hybridcache/model/cost_model.hpp"
 #include "hybridcache/prefix/admission.hpp"
 #include "hybridcache/prefix/flop_aware_scorer.hpp"
+#include "hybridcache/prefix/gdsf_scorer.hpp"
 #include "hybridcache/prefix/lock_policy.hpp"
 #include "hybridcache/prefix/lru_scorer.hpp"
 #include "hybridcache/prefix/prefix_cache.hpp"
@@ -40,6 +43,10 @@ using marconi_cache = prefix_cache<cost_model, judicious_admission, flop_aware_s
 /// Marconi with alpha tuned online (Marconi §4.3).
 template <state_store Store = counting_store, lock_policy Lock = no_lock>
 using marconi_tuned_cache = alpha_tuned_cache<marconi_cache<Store, Lock>>;
+
+/// GDSF: judicious admission + GreedyDual-Size-Frequency over FLOPs saved per byte.
+template <state_store Store = counting_store, lock_policy Lock = no_lock>
+using gdsf_cache = prefix_cache<cost_model, judicious_admission, gdsf_scorer, Store, Lock>;
 
 /// SGLang+: judicious admission + LRU eviction.
 template <state_store Store = counting_store, lock_policy Lock = no_lock>
