@@ -17,6 +17,7 @@
 
 #include <hybridcache/model/presets.hpp>
 #include <hybridcache/prefix/flop_aware_scorer.hpp>
+#include <hybridcache/prefix/gdsf_scorer.hpp>
 #include <hybridcache/prefix/lifecycle.hpp>
 #include <hybridcache/prefix/prefix_cache.hpp>
 #include "hybridcache/stores/counting_store.hpp"
@@ -75,6 +76,10 @@ flop_aware_scorer make_scorer<flop_aware_scorer>() {
 template <>
 reference_flop_scorer make_scorer<reference_flop_scorer>() {
   return reference_flop_scorer(model(), {.alpha = 1.0});
+}
+template <>
+gdsf_scorer make_scorer<gdsf_scorer>() {
+  return gdsf_scorer(model());
 }
 
 }  // namespace
@@ -184,6 +189,48 @@ BENCHMARK(bm_evict_100k<reference_flop_scorer>)
     ->Name("bm_evict_100k/naive_reference_a1")
     ->Unit(benchmark::kMicrosecond)
     ->Iterations(100);
+
+// The adversarial case of the threshold walk (issue #14): recency and efficiency
+// anti-correlated. 100k leaves under the root: the older half 50 tokens each (more FLOPs per
+// byte), the newer half 10 tokens each. Each iteration commits one more 10-token leaf, which
+// evicts one node. The threshold walk must score nearly every node before its bound passes
+// the best; GDSF takes its minimum in O(1); LRU its oldest leaf.
+template <class Scorer>
+static void bm_evict_adversarial_100k(benchmark::State& state) {
+  constexpr int half = 50'000;
+  prefix_cache<cost_model, judicious_admission, Scorer> c(model(), big_store(2 * half, half * 50 + half * 10),
+                                                          make_scorer<Scorer>());
+  int next = 1;
+  auto leaf = [&](int tokens) {
+    std::vector<token_id> s(static_cast<std::size_t>(tokens));
+    for (int k = 0; k < tokens; ++k) s[static_cast<std::size_t>(k)] = static_cast<token_id>(next * 64 + k);
+    ++next;
+    return s;
+  };
+  for (int i = 0; i < half; ++i)
+    if (!c.commit(leaf(50), 50)) state.SkipWithError("fill failed");
+  for (int i = 0; i < half; ++i)
+    if (!c.commit(leaf(10), 10)) state.SkipWithError("fill failed");
+  std::int64_t evictions = 0;
+  std::uint64_t scored_before = 0;
+  if constexpr (std::is_same_v<Scorer, flop_aware_scorer>) scored_before = c.scorer().nodes_scored();
+  for (auto _ : state) {
+    auto r = c.commit(leaf(10), 10);
+    evictions += r->evictions;
+  }
+  state.counters["nodes"] = static_cast<double>(c.tree().size());
+  if constexpr (std::is_same_v<Scorer, flop_aware_scorer>)
+    state.counters["scored_per_eviction"] = static_cast<double>(c.scorer().nodes_scored() - scored_before) /
+                                            static_cast<double>(std::max<std::int64_t>(1, evictions));
+  state.counters["evictions_per_commit"] =
+      benchmark::Counter(static_cast<double>(evictions) / static_cast<double>(state.iterations()));
+}
+BENCHMARK(bm_evict_adversarial_100k<lru_scorer>)->Name("bm_evict_adversarial_100k/lru")->Unit(benchmark::kMicrosecond);
+BENCHMARK(bm_evict_adversarial_100k<flop_aware_scorer>)
+    ->Name("bm_evict_adversarial_100k/flop_aware_a1")
+    ->Unit(benchmark::kMicrosecond)
+    ->Iterations(200);
+BENCHMARK(bm_evict_adversarial_100k<gdsf_scorer>)->Name("bm_evict_adversarial_100k/gdsf")->Unit(benchmark::kMicrosecond);
 
 // The request lifecycle at 10k cached nodes: begin (match, plan, reserve) + finish (adopt)
 // of a 32-token continuation of a cached conversation with 16 decode tokens, steady state
