@@ -231,6 +231,18 @@ BENCHMARK(bm_evict_adversarial_100k<flop_aware_scorer>)
     ->Unit(benchmark::kMicrosecond)
     ->Iterations(200);
 BENCHMARK(bm_evict_adversarial_100k<gdsf_scorer>)->Name("bm_evict_adversarial_100k/gdsf")->Unit(benchmark::kMicrosecond);
+namespace {
+struct flop_classes_scorer : flop_aware_scorer {  // the same scorer, efficiency-class index
+  flop_classes_scorer() : flop_aware_scorer(::model(), {.alpha = 1.0, .index = flop_index::efficiency_classes}) {}
+};
+template <>
+flop_classes_scorer make_scorer<flop_classes_scorer>() {
+  return flop_classes_scorer{};
+}
+}  // namespace
+BENCHMARK(bm_evict_adversarial_100k<flop_classes_scorer>)
+    ->Name("bm_evict_adversarial_100k/flop_aware_a1_classes")
+    ->Unit(benchmark::kMicrosecond);
 
 // The request lifecycle at 10k cached nodes: begin (match, plan, reserve) + finish (adopt)
 // of a 32-token continuation of a cached conversation with 16 decode tokens, steady state

@@ -567,3 +567,115 @@ TEST_CASE("branch-protecting candidates: a branch point is not merged while it h
   const node_id fresh = t.add_leaf(tree_t::root(), std::vector<token_id>{40}, {1}, 5);
   CHECK_FALSE(t.at(fresh).branched);
 }
+
+namespace {
+/// The obviously-right model of `flop_index::efficiency_classes`: score every candidate's
+/// class, take each class's least recently used node (ties: lowest id), and the lowest
+/// exact utility among those heads (ties: DFS order). O(n) per victim.
+class naive_class_scorer {
+ public:
+  static constexpr bool evicts_inner_nodes = true;
+  naive_class_scorer(cost_model m, double alpha) : model_(std::move(m)), alpha_(alpha) {}
+  [[nodiscard]] double alpha() const noexcept { return alpha_; }
+  [[nodiscard]] bool protects_branches() const noexcept { return true; }
+  template <class Tree>
+  void on_match(Tree& tree, std::span<const node_id> path, node_id, time_point now) noexcept {
+    for (auto it = path.rbegin(); it != path.rend(); ++it)
+      if (tree.at(*it).has_checkpoint) {
+        tree.touch(*it, now);
+        return;
+      }
+  }
+  template <class Tree>
+  void on_insert_path(Tree&, std::span<const node_id>, time_point) noexcept {}
+  template <class Tree>
+  void on_update(const Tree&, node_id) noexcept {}
+  template <class Tree>
+  void on_erase(const Tree&, node_id) noexcept {}
+  template <class Tree>
+  [[nodiscard]] node_id select_victim(const Tree& tree, time_point now) noexcept {
+    std::vector<node_id> cand;
+    tree.preorder([&](node_id n) {
+      if (prefix::detail::flop_candidate(tree, n, true)) cand.push_back(n);
+    });
+    if (cand.empty()) return no_node;
+    double emin = 0, emax = 0, rmin = 0, rmax = 0;
+    std::map<node_id, double> eff, rec;
+    for (std::size_t i = 0; i < cand.size(); ++i) {
+      const node_id n = cand[i];
+      eff[n] = prefix::detail::node_efficiency(model_, tree, n);
+      rec[n] = prefix::detail::recency(now, tree.at(n).last_access);
+      emin = i == 0 ? eff[n] : std::min(emin, eff[n]);
+      emax = i == 0 ? eff[n] : std::max(emax, eff[n]);
+      rmin = i == 0 ? rec[n] : std::min(rmin, rec[n]);
+      rmax = i == 0 ? rec[n] : std::max(rmax, rec[n]);
+    }
+    std::map<std::uint32_t, node_id> head;
+    for (node_id n : cand) {
+      const auto c = prefix::detail::efficiency_class(eff[n]);
+      const auto it = head.find(c);
+      if (it == head.end() || std::pair{tree.at(n).last_access, n} < std::pair{tree.at(it->second).last_access, it->second})
+        head[c] = n;
+    }
+    const bool single = cand.size() == 1;
+    node_id best = no_node;
+    double best_u = 0;
+    for (const auto& [c, n] : head) {
+      const double u = prefix::detail::utility_no_fma(alpha_, prefix::detail::normalise(eff[n], emin, emax, single),
+                                                      prefix::detail::normalise(rec[n], rmin, rmax, single));
+      if (best == no_node || u < best_u || (u == best_u && tree.dfs_before(n, best))) {
+        best = n;
+        best_u = u;
+      }
+    }
+    return best;
+  }
+  template <class Tree>
+  [[nodiscard]] evict_action action(const Tree& tree, node_id n) const noexcept {
+    return tree.at(n).children == 0 ? evict_action::remove_leaf : evict_action::merge_into_child;
+  }
+
+ private:
+  cost_model model_;
+  double alpha_;
+};
+}  // namespace
+
+TEST_CASE("randomized: FLOP-aware efficiency classes pick the naive class-head model's victims") {
+  const cost_model m = small_model();
+  const std::int64_t ck = m.ssm_checkpoint_bytes(), kv = m.kv_bytes_per_token();
+  int compared = 0;
+  for (std::uint64_t seed = 1; seed <= 300; ++seed) {
+    CAPTURE(seed);
+    std::mt19937_64 rng(seed * 104729);
+    const double alpha = static_cast<double>(rng() % 21) / 10.0;
+    const std::int64_t cap = 6 * ck + 200 * kv;
+    prefix_cache<cost_model, judicious_admission, flop_aware_scorer> fast(
+        m, counting_store(cap, kv, ck), flop_aware_scorer(m, {.alpha = alpha, .index = flop_index::efficiency_classes}));
+    prefix_cache<cost_model, judicious_admission, naive_class_scorer> naive(m, counting_store(cap, kv, ck),
+                                                                            naive_class_scorer(m, alpha));
+    std::vector<seq_t> seen;
+    for (int op = 0; op < 50; ++op) {
+      const seq_t s = related_seq(rng, seen, 60, 3);
+      const auto in = static_cast<std::int64_t>(1 + rng() % s.size());
+      const seq_t input(s.begin(), s.begin() + in);
+      auto a = fast.match(input);
+      auto b = naive.match(input);
+      REQUIRE(a);
+      REQUIRE(b);
+      REQUIRE(a->reusable_tokens == b->reusable_tokens);
+      auto ca = fast.commit(s, in, &*a);
+      auto cb = naive.commit(s, in, &*b);
+      REQUIRE(ca.has_value() == cb.has_value());
+      if (ca) {
+        REQUIRE(ca->evictions == cb->evictions);
+        compared += static_cast<int>(ca->evictions);
+      } else {
+        REQUIRE(fast.release(*a));
+        REQUIRE(naive.release(*b));
+      }
+      seen.push_back(s);
+    }
+  }
+  CHECK(compared > 2000);
+}

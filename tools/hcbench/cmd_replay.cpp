@@ -56,6 +56,7 @@ struct replay_cli {
   bool reference_quirks = false;
   std::string drive = "commit";
   std::string flop_candidates = "protect-branches";
+  std::string flop_index = "threshold";
   hcbench::tiered_cli tiered;
 };
 
@@ -64,7 +65,7 @@ const char* const tiered_only[] = {"--link-gbps", "--scheduler", "--prefetch", "
                                    "--arrival-scale", "--spread-arrivals", "--prefill-engines", "--prefetch-depth",
                                    "--split-load-recompute", "--prefill-time", "--per-copy-us"};
 const char* const single_only[] = {"--capacity", "--policy", "--alpha", "--concurrency", "--strict-capacity",
-                                   "--reference-quirks", "--per-request", "--lru-ties", "--drive", "--flop-candidates"};
+                                   "--reference-quirks", "--per-request", "--lru-ties", "--drive", "--flop-candidates", "--flop-index"};
 
 void run(const replay_cli& o, const CLI::App& sub) {
   using namespace hcbench;
@@ -113,6 +114,12 @@ void run(const replay_cli& o, const CLI::App& sub) {
   else if (o.flop_candidates != "protect-branches")
     throw hybridcache::invalid_argument("--flop-candidates: expected paper or protect-branches, got '" +
                                         o.flop_candidates + "'");
+  reject_unless(o.policy == "marconi", sub, "--flop-index", "to --policy " + o.policy + " (marconi only)");
+  reject_unless(!o.reference_quirks, sub, "--flop-index", "with --reference-quirks (the reference's own scan)");
+  if (o.flop_index == "classes")
+    job.flop_index = hybridcache::prefix::flop_index::efficiency_classes;
+  else if (o.flop_index != "threshold")
+    throw hybridcache::invalid_argument("--flop-index: expected threshold or classes, got '" + o.flop_index + "'");
   if (o.drive == "lifecycle") {
     job.driver = replay_driver::lifecycle;
     job.strict_capacity = true;  // it reserves before prefill: nothing runs over capacity
@@ -206,6 +213,9 @@ const bool registered = hcbench::register_command(
        sub.add_option("--flop-candidates", o.flop_candidates,
                       "marconi: which single-child nodes eviction may merge: protect-branches (not a branch "
                       "point while it has a child; default) or paper (every one with a checkpoint, as published)");
+       sub.add_option("--flop-index", o.flop_index,
+                      "marconi: threshold (the exact argmin, worst case O(n); default) or classes (efficiency "
+                      "classes, worst case O(log n), may pick a near-optimal victim)");
        sub.add_flag("--reference-quirks", o.reference_quirks,
                     "marconi: reproduce the reference simulator's scoring defects (MLP term, whole-prefix KV "
                     "bytes, leaf byte accounting); vllm+: replay on the reference's block tree; both to match "

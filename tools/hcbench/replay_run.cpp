@@ -452,7 +452,9 @@ replay_result run_replay(const replay_job& job) {
           ctx, pc::reference_flop_scorer(costs, {.alpha = job.alpha.value_or(0.0), .quirks = true}), tuning);
     else
       m = run_with<pc::judicious_admission>(
-          ctx, pc::flop_aware_scorer(costs, {.alpha = job.alpha.value_or(0.0), .candidates = job.flop_candidates}), tuning);
+          ctx,
+          pc::flop_aware_scorer(costs, {.alpha = job.alpha.value_or(0.0), .candidates = job.flop_candidates, .index = job.flop_index}),
+          tuning);
   } else if (job.policy == "gdsf") {
     m = run_with<pc::judicious_admission>(ctx, pc::gdsf_scorer(costs));
   } else if (job.policy == "sglang+") {

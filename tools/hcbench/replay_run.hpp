@@ -71,6 +71,8 @@ struct replay_job {
   replay_driver driver = replay_driver::commit;
   /// marconi: which single-child nodes eviction may take (flop_aware_scorer.hpp).
   hybridcache::prefix::flop_candidates flop_candidates = hybridcache::prefix::flop_candidates::protect_branches;
+  /// marconi: how the FLOP-aware scorer finds its victim (exact threshold walk, or classes).
+  hybridcache::prefix::flop_index flop_index = hybridcache::prefix::flop_index::threshold_walk;
 };
 
 /// A finished replay: the job's labels and its metrics.

@@ -37,10 +37,21 @@
 // random trees). The normalisation bounds are the indexes' ends, read in O(1).
 // Costs: on_update / on_erase O(log n); select_victim O((k + 1) log n) where k is the
 // number of nodes the threshold walk visits — in practice a handful, since low-rec and
-// low-eff nodes come first; worst case O(n). Index nodes come from a pooled resource, so
-// steady state allocates nothing.
+// low-eff nodes come first; worst case O(n) (bench: bm_evict_adversarial_100k, recency and
+// efficiency anti-correlated). Index nodes come from a pooled resource, so steady state
+// allocates nothing.
+//
+// `flop_index::efficiency_classes` bounds the worst case: candidates also sit in one of
+// 2,048 efficiency classes (8 per octave of eff, log-spaced), each ordered by last access;
+// the victim is the lowest-scoring class head (the least recently used node of each
+// non-empty class), scored exactly. O(C + log n) per victim with C the non-empty classes
+// (at most 2,048, a few dozen in practice), whatever the data. It may differ from the exact
+// argmin when a node slightly more recent than its class head has a lower eff within the
+// same 9 % band; docs/prefix-cache.md measures what that costs in FLOPs saved.
 #pragma once
 
+#include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -126,12 +137,33 @@ enum class flop_candidates : unsigned char {
   protect_branches,  ///< not one that has been a branch point, while it has a child
 };
 
+/// How `flop_aware_scorer` finds its victim (see the file comment).
+enum class flop_index : unsigned char {
+  threshold_walk,      ///< exact argmin; O(k log n), worst case O(n)
+  efficiency_classes,  ///< best class head; O(C + log n) worst case, C <= 2,048
+};
+
 /// Configuration of `flop_aware_scorer` (aggregate; designated initializers welcome).
 struct flop_aware_config {
   double alpha = 0.0;  ///< weight of FLOP efficiency against recency (>= 0)
   intermediate_eviction intermediate = intermediate_eviction::merge;
   flop_candidates candidates = flop_candidates::protect_branches;  ///< paper: Marconi as published
+  flop_index index = flop_index::threshold_walk;
 };
+
+namespace detail {
+/// The efficiency class of `eff`: 8 classes per octave (frexp's exponent, then the top 3
+/// mantissa bits), octaves 2^-64 .. 2^191 (clamped), 0 and below in class 0. Monotone in eff.
+[[nodiscard]] inline std::uint32_t efficiency_class(double eff) noexcept {
+  if (!(eff > 0.0)) return 0;
+  int e = 0;
+  const double m = std::frexp(eff, &e);  // eff = m * 2^e, m in [0.5, 1)
+  const int octave = std::clamp(e + 64, 0, 255);
+  const int sub = std::clamp(static_cast<int>((m - 0.5) * 16.0), 0, 7);
+  return static_cast<std::uint32_t>(octave * 8 + sub);
+}
+inline constexpr std::uint32_t efficiency_classes = 256 * 8;
+}  // namespace detail
 
 /// Marconi FLOP-aware scorer. See the file comment.
 class flop_aware_scorer {
@@ -147,6 +179,11 @@ class flop_aware_scorer {
         by_rec_(pool_.get()),
         by_eff_(pool_.get()) {
     set_alpha(cfg.alpha);
+    if (cfg_.index == flop_index::efficiency_classes) {
+      classes_.reserve(detail::efficiency_classes);
+      for (std::uint32_t i = 0; i < detail::efficiency_classes; ++i) classes_.emplace_back(pool_.get());
+      nonempty_.assign(detail::efficiency_classes / 64, 0);
+    }
   }
   /// Movable (the index nodes stay in the moved pool); not copyable, not move-assignable.
   flop_aware_scorer(flop_aware_scorer&&) noexcept = default;
@@ -172,9 +209,11 @@ class flop_aware_scorer {
       detail::reserve_geometric(eff_, ids);
       detail::reserve_geometric(ts_, ids);
       detail::reserve_geometric(in_, ids);
+      detail::reserve_geometric(class_, ids);
       eff_.resize(ids, 0.0);
       ts_.resize(ids, 0);
       in_.resize(ids, 0);
+      class_.resize(ids, 0);
     }
   }
 
@@ -202,6 +241,12 @@ class flop_aware_scorer {
     in_[n] = 1;
     by_rec_.emplace(ts_[n], n);
     by_eff_.emplace(eff_[n], n);
+    if (!classes_.empty()) {
+      const std::uint32_t c = detail::efficiency_class(eff_[n]);
+      class_[n] = c;
+      classes_[c].emplace(ts_[n], n);
+      nonempty_[c / 64] |= std::uint64_t{1} << (c % 64);
+    }
   }
   template <class Tree>
   void on_erase(const Tree&, node_id n) noexcept {
@@ -230,6 +275,12 @@ class flop_aware_scorer {
         best_u = u;
       }
     };
+    if (!classes_.empty()) {  // the least recently used node of every non-empty class
+      for (std::size_t w = 0; w < nonempty_.size(); ++w)
+        for (std::uint64_t bits = nonempty_[w]; bits != 0; bits &= bits - 1)
+          consider(classes_[w * 64 + static_cast<std::size_t>(std::countr_zero(bits))].begin()->second);
+      return best;
+    }
     auto ir = by_rec_.begin();
     auto ie = by_eff_.begin();
     while (ir != by_rec_.end() && ie != by_eff_.end()) {
@@ -266,6 +317,11 @@ class flop_aware_scorer {
     if (n >= in_.size() || !in_[n]) return;
     by_rec_.erase({ts_[n], n});
     by_eff_.erase({eff_[n], n});
+    if (!classes_.empty()) {
+      auto& cls = classes_[class_[n]];
+      cls.erase({ts_[n], n});
+      if (cls.empty()) nonempty_[class_[n] / 64] &= ~(std::uint64_t{1} << (class_[n] % 64));
+    }
     in_[n] = 0;
   }
 
@@ -277,6 +333,9 @@ class flop_aware_scorer {
   std::vector<double> eff_;
   std::vector<time_point> ts_;
   std::vector<unsigned char> in_;
+  std::vector<std::uint32_t> class_;  // efficiency class of each indexed node (classes mode)
+  std::vector<std::pmr::set<std::pair<time_point, node_id>>> classes_;  // by last access, per class
+  std::vector<std::uint64_t> nonempty_;  // bitmap of non-empty classes
   std::uint64_t visits_ = 0;
 };
 
