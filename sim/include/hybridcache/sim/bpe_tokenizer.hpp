@@ -331,6 +331,14 @@ class bpe_tokenizer {
       if (merge_table_[i].key == empty_key) ++merge_count_;
       merge_table_[i] = {key, {static_cast<std::int32_t>(r), iab->second}};  // a repeated pair: the last wins, as in the package
     }
+    // Pairs of low ids (a byte-level vocabulary puts its 256 byte tokens and its first merges
+    // there, and most lookups are of those) also go into a dense table: one load, no probe.
+    dense_.assign(std::size_t{dense_ids} * dense_ids, merge_target{no_rank, 0});
+    for (const merge_slot& m : merge_table_) {
+      if (m.key == empty_key) continue;
+      const auto a = static_cast<std::uint32_t>(m.key >> 32), b = static_cast<std::uint32_t>(m.key & 0xffffffffu);
+      if (a < dense_ids && b < dense_ids) dense_[std::size_t{a} * dense_ids + b] = m.target;
+    }
     const auto map = bpe_detail::byte_to_unicode();
     for (std::size_t b = 0; b < 256; ++b) {
       std::string s;
@@ -342,6 +350,10 @@ class bpe_tokenizer {
   }
 
   [[nodiscard]] const merge_target* find_merge(token_id a, token_id b) const noexcept {
+    if (static_cast<std::uint32_t>(a) < dense_ids && static_cast<std::uint32_t>(b) < dense_ids) {
+      const merge_target& t = dense_[static_cast<std::size_t>(a) * dense_ids + static_cast<std::size_t>(b)];
+      return t.rank == no_rank ? nullptr : &t;
+    }
     const std::uint64_t key = pair_key(a, b);
     for (std::size_t i = splitmix64_mix(key) & merge_mask_;; i = (i + 1) & merge_mask_) {
       if (merge_table_[i].key == key) return &merge_table_[i].target;
@@ -561,6 +573,10 @@ class bpe_tokenizer {
   std::unordered_map<std::string, token_id> vocab_;
   std::vector<merge_slot> merge_table_;
   std::size_t merge_mask_ = 0;
+  // Merges of two ids below dense_ids, indexed a * dense_ids + b (2 MiB); no_rank: none.
+  static constexpr std::uint32_t dense_ids = 512;
+  static constexpr std::int32_t no_rank = std::numeric_limits<std::int32_t>::max();
+  std::vector<merge_target> dense_;
   std::size_t merge_count_ = 0;
   std::vector<added_token> added_;
   std::array<token_id, 256> byte_ids_{};
