@@ -51,8 +51,9 @@
 // checked: a finished or aborted ticket reports stale_handle / double_free.
 //
 // Costs: begin = match + plan + O(sites) allocations (+ evictions, and a fit check over the
-// pinned paths, O(pin slots + nodes on those paths), when eviction is needed); grow O(1) + allocation; finish = commit's walk and build, O(segments)
-// splits/joins; abort O(segments + sites). The ticket table allocates only when it grows
+// pinned paths, O(pin slots + nodes on those paths), when eviction is needed; + a host
+// lookup and load for a lower-tier store); grow O(1) + allocation; finish = commit's walk
+// and build, O(segments) splits/joins (+ settle); abort O(segments + sites). The ticket table allocates only when it grows
 // (geometrically); reservations allocate their small handle lists.
 #pragma once
 
