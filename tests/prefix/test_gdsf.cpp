@@ -73,9 +73,7 @@ class naive_gdsf {
   }
   template <class Tree>
   [[nodiscard]] evict_action action(const Tree& tree, node_id n) const noexcept {
-    if (tree.at(n).children == 0) return evict_action::remove_leaf;
-    return cfg_.intermediate == intermediate_eviction::merge ? evict_action::merge_into_child
-                                                             : evict_action::drop_checkpoint;
+    return prefix::detail::flop_action(tree, n, cfg_.intermediate);
   }
 
  private:

@@ -119,6 +119,14 @@ template <class Tree>
   }
 }
 
+/// What evicting candidate `n` does: a leaf is removed; a single-child node merges into its
+/// child or, with `intermediate_eviction::tombstone`, keeps its KV and drops its checkpoint.
+template <class Tree>
+[[nodiscard]] evict_action flop_action(const Tree& tree, node_id n, intermediate_eviction mode) noexcept {
+  if (tree.at(n).children == 0) return evict_action::remove_leaf;
+  return mode == intermediate_eviction::merge ? evict_action::merge_into_child : evict_action::drop_checkpoint;
+}
+
 /// Marconi's candidate rule generalised to nodes that may lack a checkpoint; with
 /// `protect_branches`, a single-child node that has branched is not a candidate.
 template <class Tree>
@@ -298,9 +306,7 @@ class flop_aware_scorer {
 
   template <class Tree>
   [[nodiscard]] evict_action action(const Tree& tree, node_id n) const noexcept {
-    if (tree.at(n).children == 0) return evict_action::remove_leaf;
-    return cfg_.intermediate == intermediate_eviction::merge ? evict_action::merge_into_child
-                                                             : evict_action::drop_checkpoint;
+    return detail::flop_action(tree, n, cfg_.intermediate);
   }
 
   /// True when a branch point's checkpoint is never taken while it has a child (the
