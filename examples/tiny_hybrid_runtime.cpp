@@ -216,10 +216,16 @@ struct flat_kv {
     if (d.size() < static_cast<std::size_t>(p + 1) * kSlotFloats) d.resize(static_cast<std::size_t>(p + 1) * kSlotFloats * 2);
     return d.data() + p * kSlotFloats;
   }
+  float* write_slot(int layer, std::int64_t p) { return slot(layer, p); }
 };
 
 struct paged_kv {
   std::array<std::vector<float*>, kAttnLayers> pages;  // block b -> page address (resolved block table)
+  /// Positions below this are the cache's (shared pages, read-only): their K/V is read from
+  /// the table and what the model recomputes for them is dropped.
+  std::int64_t write_from = 0;
+  std::array<float, kSlotFloats> dropped{};
+  float* write_slot(int layer, std::int64_t p) { return p < write_from ? dropped.data() : slot(layer, p); }
   float* slot(int layer, std::int64_t p) {
     const auto& t = pages[static_cast<std::size_t>(layer)];
     const auto b = static_cast<std::size_t>(p / kTokensPerPage);
@@ -260,7 +266,7 @@ void forward(const model& m, std::span<const token_id> seq, std::int64_t a, std:
       q.assign(static_cast<std::size_t>(T) * QW, 0.0f);
       o.assign(static_cast<std::size_t>(T) * QW, 0.0f);
       for (int t = 0; t < T; ++t) {  // K and V of every new token go into its slot first
-        float* s = kv.slot(attn, a + t);
+        float* s = kv.write_slot(attn, a + t);
         matvec(h.data() + t * kD, w.wq, kD, QW, q.data() + t * QW);
         matvec(h.data() + t * kD, w.wk, kD, KW, s);
         matvec(h.data() + t * kD, w.wv, kD, KW, s + KW);
@@ -461,6 +467,7 @@ struct runtime {
       if (resume != nullptr) std::memcpy(st.data(), address(resume->blocks[static_cast<std::size_t>(l)]), kStateFloats * sizeof(float));
     }
     paged_kv kv;
+    kv.write_from = s->kv_from;  // the tree holds [0, kv_from): read it, never write it
     load_tables(t, kv);
     // Prefill, emitting the states at the plan's sites into the reserved slots.
     checkpoint_out ck;
@@ -481,7 +488,7 @@ struct runtime {
       out.output.push_back(sequence.back());
       const auto p = static_cast<std::int64_t>(sequence.size()) - 1;
       s = *requests.state(t);
-      if (p >= s->match.reusable_tokens + s->reserved_tokens) {
+      if (p >= s->kv_from + s->reserved_tokens) {
         computing.unlock();
         {
           std::unique_lock allocating(memory);

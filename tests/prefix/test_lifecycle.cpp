@@ -226,7 +226,7 @@ TEST_CASE_TEMPLATE("lifecycle randomized: many requests in flight, exact byte ac
           REQUIRE(requests.abort(r.t));
           ++aborted;
         } else {
-          const std::int64_t room = s->match.reusable_tokens + s->reserved_tokens - static_cast<std::int64_t>(r.prompt.size());
+          const std::int64_t room = s->kv_from + s->reserved_tokens - static_cast<std::int64_t>(r.prompt.size());
           const auto seq = cat(r.prompt, tokens(static_cast<std::size_t>(room > 0 ? rng() % (room + 1) : 0),
                                                 static_cast<std::uint32_t>(rng())));
           std::vector<std::int64_t> captured;
@@ -326,7 +326,7 @@ TEST_CASE("lifecycle over the asymmetric pool: the bytes the runtime writes into
     request_lifecycle<cache_type> requests(c);
     std::mt19937 rng(5);
     std::vector<std::vector<token_id>> done;
-    int finished = 0, checked_tokens = 0, table_reads = 0;
+    int finished = 0, checked_tokens = 0, table_reads = 0, tails = 0;
     std::vector<packed_handle> table;
     for (int step = 0; step < 120; ++step) {
       std::vector<token_id> prompt;
@@ -345,7 +345,10 @@ TEST_CASE("lifecycle over the asymmetric pool: the bytes the runtime writes into
       // segment), after it wrote everything before it, as the lifecycle's contract asks.
       const auto out_tokens = static_cast<std::int64_t>(1 + rng() % 16);
       const auto seq = cat(prompt, tokens(static_cast<std::size_t>(out_tokens), static_cast<std::uint32_t>(rng())));
-      const std::int64_t from = s->match.reusable_tokens;
+      // The runtime writes KV from kv_from: the tree holds [0, kv_from) (the matched prefix and
+      // any KV-only tail beyond it), read through the table and never written.
+      const std::int64_t from = s->kv_from;
+      tails += s->kv_from > s->match.reusable_tokens ? 1 : 0;
       // Writes [lo, hi) through the block table, as a kernel would: token p is in page
       // table[p / P] at slot p % P; first checks that the cached prefix reads back its
       // signatures (through the copy-on-write of a block it shares with the request).
@@ -406,6 +409,7 @@ TEST_CASE("lifecycle over the asymmetric pool: the bytes the runtime writes into
     CHECK(finished > 60);
     CHECK(c.counters().evictions > 0);
     CHECK(table_reads > 1000);
+    CHECK(tails > 5);  // requests that reused a KV-only tail instead of reserving it again
     MESSAGE(finished << " requests, " << c.counters().evictions << " evictions, " << checked_tokens
                      << " token-layer reads checked through the tree, " << table_reads << " through block tables");
   }

@@ -614,10 +614,10 @@ TEST_CASE("lifecycle over the tiered store: a host hit is loaded at begin, prefi
     auto t = requests.begin(seq);
     REQUIRE(t);
     const auto& st = **requests.state(*t);
-    const std::int64_t from = st.plan.prefill_start;
+    const std::int64_t from = std::max(st.plan.prefill_start, st.kv_from);  // the tree holds [0, kv_from)
     const auto kvb = b(st.kv[0].id);
     for (std::int64_t pos = from; pos < static_cast<std::int64_t>(seq.size()); ++pos)
-      for (std::int64_t j = 0; j < kv; ++j) kvb[(pos - st.match.reusable_tokens) * kv + j] = p.kv(pos, j);
+      for (std::int64_t j = 0; j < kv; ++j) kvb[(pos - st.kv_from) * kv + j] = p.kv(pos, j);
     for (const auto& slot : st.checkpoints) {  // every planned state, and the end one
       const std::int64_t at = slot.position == 0 ? static_cast<std::int64_t>(seq.size()) : slot.position;
       const auto ckb = b(slot.handle.id);
@@ -666,7 +666,7 @@ TEST_CASE("lifecycle over the tiered store: a host hit is loaded at begin, prefi
         for (std::int64_t j = 0; j < kv; ++j) REQUIRE(sb[(tok - s.begin) * kv + j] == pa.kv(tok, j));
   }
   const auto kvb = b(st.kv[0].id);  // the runtime computes token 30 only
-  for (std::int64_t j = 0; j < kv; ++j) kvb[30 * kv + j] = pq.kv(30, j);
+  for (std::int64_t j = 0; j < kv; ++j) kvb[(30 - st.kv_from) * kv + j] = pq.kv(30, j);
   for (const auto& slot : st.checkpoints) {  // the states prefill computes (not the loaded one)
     if (slot.position == st.loaded_at) continue;
     const std::int64_t at = slot.position == 0 ? 31 : slot.position;
@@ -786,10 +786,12 @@ lifecycle_stats random_lifecycle_run(std::uint64_t seed, std::int64_t hbm, std::
         REQUIRE(s.plan.prefill_start == s.loaded_at);
       }
       const pattern p(seq);
-      const auto kvb = b(s.kv[0].id);
       const std::int64_t len = static_cast<std::int64_t>(seq.size());
-      for (std::int64_t pos = s.plan.prefill_start; pos < len; ++pos)
-        for (std::int64_t j = 0; j < kv; ++j) kvb[(pos - s.match.reusable_tokens) * kv + j] = p.kv(pos, j);
+      if (!s.kv.empty()) {  // the runtime writes KV from kv_from: the tree holds [0, kv_from)
+        const auto kvb = b(s.kv[0].id);
+        for (std::int64_t pos = std::max(s.plan.prefill_start, s.kv_from); pos < len; ++pos)
+          for (std::int64_t j = 0; j < kv; ++j) kvb[(pos - s.kv_from) * kv + j] = p.kv(pos, j);
+      }
       for (const auto& slot : s.checkpoints) {
         if (s.loaded_at > 0 && slot.position == s.loaded_at) continue;  // loaded, not computed
         const auto ckb = b(slot.handle.id);

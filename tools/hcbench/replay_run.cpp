@@ -308,7 +308,7 @@ class lifecycle_adapter {
     const pc::request_ticket t = it->second;
     live_.erase(it);
     const auto& s = **requests_.state(t);
-    const std::int64_t need = static_cast<std::int64_t>(seq.size()) - (s.match.reusable_tokens + s.reserved_tokens);
+    const std::int64_t need = static_cast<std::int64_t>(seq.size()) - (s.kv_from + s.reserved_tokens);
     if (need > 0 && !requests_.grow(t, need)) {  // decode ran out of room: the runtime aborts
       (void)requests_.abort(t);
       ++refused_;

@@ -7,16 +7,22 @@
 //
 //   request_lifecycle<cache_t> requests(cache);
 //   auto t = requests.begin(prompt, {.output_tokens = 256});  // match + pin, plan, reserve
-//   const auto& r = *requests.state(*t);   // r.match.reusable_tokens, r.plan.sites, r.kv ...
-//   ... prefill from r.match.reusable_tokens into r.kv, capture states into r.checkpoints ...
+//   const auto& r = *requests.state(*t);   // r.plan.prefill_start, r.kv_from, r.plan.sites, r.kv ...
+//   ... prefill from r.plan.prefill_start, writing KV from r.kv_from into r.kv, capture
+//       states into r.checkpoints ...
 //   requests.grow(*t, 128);                // more KV during decode, if needed
 //   auto f = requests.finish(*t, prompt ++ output, captured_positions);   // adopt
 //   // or requests.abort(*t): everything goes back
 //
 // begin: matches the prompt (joint-min hit, pinned until finish/abort), plans the checkpoint
 //   positions of the prefill (admission + `extra_checkpoints`), and reserves, all or nothing,
-//   the KV of the tokens to compute [reusable, |prompt| + output_tokens) as one extent and one
-//   checkpoint slot per planned position plus one for the state after the last token.
+//   the KV of [kv_from, |prompt| + output_tokens) as one extent and one checkpoint slot per
+//   planned position plus one for the state after the last token. Prefill starts at the
+//   matched state (`reusable_tokens`); when the tree also holds KV beyond it (a KV-only tail,
+//   `common_prefix` > `reusable_tokens`), that KV is reused, not reserved again: the deepest
+//   node holding it is pinned too, `kv_from` is where the tree's KV ends, and the runtime
+//   reads [0, kv_from) through the block table (read-only: those pages are shared) and writes
+//   KV only from kv_from on.
 //   Eviction makes room but never takes a pinned path (this request's match included); a
 //   request that cannot fit beside them is refused before anything is evicted, with the
 //   cache, the store and every pin as they were (the lookup itself still counts: the clock
@@ -154,7 +160,8 @@ class request_lifecycle {
     checkpoint_plan plan;                ///< where prefill saves states
     std::int64_t prompt_tokens = 0;
     std::uint64_t prompt_hash = 0;       ///< finish checks that the sequence extends the prompt
-    std::int64_t reserved_tokens = 0;    ///< KV reserved for [match.reusable_tokens, + this)
+    std::int64_t kv_from = 0;            ///< the tree holds KV for [0, kv_from); the runtime writes from here
+    std::int64_t reserved_tokens = 0;    ///< KV reserved for [kv_from, kv_from + this)
     std::vector<kv_extent> kv;           ///< the reservation's segments, in token order
     std::vector<std::int64_t> kv_tokens; ///< tokens of each segment
     std::vector<checkpoint_slot> checkpoints;  ///< one per plan site, then the end slot
@@ -170,9 +177,9 @@ class request_lifecycle {
     typename detail::host_hit_of<store_type>::type host_hit{};
     /// Where the loaded state sits (0: no host hit).
     std::int64_t loaded_at = 0;
-    /// After a host hit, the KV of [match.reusable_tokens, loaded_at) that HBM holds beyond
-    /// the matched checkpoint (a KV-only tail of the path) is read from the tree, so the
-    /// deepest node holding it is pinned too (null: none).
+    /// The KV of [match.reusable_tokens, kv_from) that HBM holds beyond the matched
+    /// checkpoint (a KV-only tail of the path) is read from the tree, so the deepest node
+    /// holding it is pinned too (null: none).
     packed_handle kv_pin{};
   };
 
@@ -212,6 +219,8 @@ class request_lifecycle {
     request_state& s = states_[h.index()];
     s.match = *m;
     s.loaded_at = 0;
+    s.kv_from = m->reusable_tokens;
+    s.kv_pin = packed_handle{};
     match_result resume = *m;  // where prefill starts: after the HBM hit, or the host hit
     if constexpr (lower_tier_store<store_type>) {
       try {
@@ -226,12 +235,22 @@ class request_lifecycle {
         if (cache_->store_.load(s.host_hit)) {
           s.loaded_at = s.host_hit.reusable_tokens;
           resume.reusable_tokens = s.loaded_at;
-          pin_kv_tail(s, prompt);
         } else {  // no staging room, or a copy failed: go on from the HBM hit
           release_host_hit(s);
         }
       }
     }
+    if (s.loaded_at == 0 && cache_->pins_.free_count() == 0) {
+      try {
+        cache_->grow_pins();  // a slot for pin_kv_tail
+      } catch (...) {
+        (void)tickets_.release(h);
+        (void)refuse(errc::out_of_capacity);
+        throw;
+      }
+    }
+    pin_kv_tail(s, prompt);
+    if (s.loaded_at == 0) resume.reusable_tokens = s.match.reusable_tokens;  // the host hit was given up
     if (const errc e = cache_->plan_into(prompt, resume, o.extra_checkpoints, s.plan); e != errc::ok) {
       release_host_hit(s);
       (void)tickets_.release(h);
@@ -239,7 +258,7 @@ class request_lifecycle {
     }
     s.prompt_tokens = static_cast<std::int64_t>(prompt.size());
     s.prompt_hash = hash_tokens(prompt);
-    s.reserved_tokens = s.prompt_tokens + o.output_tokens - m->reusable_tokens;
+    s.reserved_tokens = s.prompt_tokens + o.output_tokens - s.kv_from;
     const auto sites = static_cast<std::int64_t>(s.plan.sites.size());
     const std::int64_t slots = sites + 1 + (s.loaded_at > 0 ? 1 : 0);
     const std::int64_t bytes = cache_->store_.kv_bytes(s.reserved_tokens) + slots * cache_->store_.checkpoint_bytes() +
@@ -271,7 +290,7 @@ class request_lifecycle {
     if (tokens <= 0) return unexpected(errc::invalid_argument);
     request_state& s = states_[t.handle.index()];
     if (!cache_->fits_after_eviction(cache_->store_.kv_bytes(tokens), nullptr)) return unexpected(errc::out_of_capacity);
-    const std::int64_t first = s.match.reusable_tokens + s.reserved_tokens;
+    const std::int64_t first = s.kv_from + s.reserved_tokens;
     auto kv = allocate_evicting([&] { return allocate_kv_at(first, tokens); });
     if (!kv) return unexpected(kv.error());
     s.kv.push_back(std::move(*kv));
@@ -306,7 +325,7 @@ class request_lifecycle {
     request_state& s = states_[t.handle.index()];
     const auto len = static_cast<std::int64_t>(sequence.size());
     const std::int64_t from = s.match.reusable_tokens;
-    if (len < s.prompt_tokens || len > from + s.reserved_tokens) return unexpected(errc::invalid_argument);
+    if (len < s.prompt_tokens || len > s.kv_from + s.reserved_tokens) return unexpected(errc::invalid_argument);
     if (hash_tokens(sequence.first(static_cast<std::size_t>(s.prompt_tokens))) != s.prompt_hash)
       return unexpected(errc::invalid_argument);  // not this request's prompt
     for (std::size_t i = 0; i < captured.size(); ++i) {
@@ -362,16 +381,16 @@ class request_lifecycle {
     out.clear();
     // A cache cleared under the request: its matched path is gone, not just unpinned.
     if (!s.match.pin.is_null() && cache_->pins_.validate(s.match.pin) != errc::ok) return unexpected(errc::stale_handle);
-    if (s.match.node != no_node && !s.match.pin.is_null()) {
+    if (const node_id deepest = tail_node(s); deepest != no_node) {
       path_scratch_.clear();
-      for (node_id n = s.match.node; n != Cache::tree_type::root(); n = cache_->tree_.at(n).parent) path_scratch_.push_back(n);
+      for (node_id n = deepest; n != Cache::tree_type::root(); n = cache_->tree_.at(n).parent) path_scratch_.push_back(n);
       for (auto it = path_scratch_.rbegin(); it != path_scratch_.rend(); ++it) {
         const auto& nd = cache_->tree_.at(*it);
         out.resize(static_cast<std::size_t>(nd.begin() / P));  // a deeper node's copy of a shared block wins
         cache_->store_.append_pages(nd.kv, nd.begin(), layer, nd.begin() / P, out);
       }
     }
-    std::int64_t first = s.match.reusable_tokens;
+    std::int64_t first = s.kv_from;
     for (std::size_t k = 0; k < s.kv.size(); ++k) {
       out.resize(static_cast<std::size_t>(first / P));
       cache_->store_.append_pages(s.kv[k], first, layer, first / P, out);
@@ -428,9 +447,10 @@ class request_lifecycle {
   void copy_shared_block_from_path(request_state& s, std::int64_t first) noexcept {
     if constexpr (pages_by_position) {
       const std::int64_t P = cache_->store_.tokens_per_page();
-      if (first % P == 0 || s.match.node == no_node) return;
+      const node_id deepest = tail_node(s);
+      if (first % P == 0 || deepest == no_node) return;
       const std::int64_t lo = first - first % P;
-      for (node_id n = s.match.node; n != Cache::tree_type::root(); n = cache_->tree_.at(n).parent) {
+      for (node_id n = deepest; n != Cache::tree_type::root(); n = cache_->tree_.at(n).parent) {
         const auto& nd = cache_->tree_.at(n);
         const std::int64_t a = std::max(lo, nd.begin()), b = std::min(first, nd.end);
         if (a < b) cache_->store_.copy_tokens(nd.kv, nd.begin(), s.kv[0], first, a, b);
@@ -483,7 +503,7 @@ class request_lifecycle {
       cache_->evict_bytes(deficit, scratch);
     }
     if (s.reserved_tokens > 0) {
-      const std::int64_t first = s.match.reusable_tokens;
+      const std::int64_t first = s.kv_from;
       auto kv = allocate_evicting([&] { return allocate_kv_at(first, s.reserved_tokens); });
       if (!kv) return kv.error();
       s.kv.push_back(std::move(*kv));
@@ -544,21 +564,25 @@ class request_lifecycle {
     if (release_pin) release_host_hit(s);
   }
 
-  /// Pins the deepest node of `prompt`'s path holding KV before min(loaded_at, common
-  /// prefix) beyond the matched node: prefill reads that KV from the tree (the host hit
-  /// brought only what HBM lacked), so eviction must not take it before finish.
+  /// Pins the deepest node of `prompt`'s path holding KV before min(common prefix, loaded_at
+  /// or |prompt|) beyond the matched node and sets kv_from there: prefill reads that KV from
+  /// the tree instead of reserving it again (and, after a host hit, the host brought only
+  /// what HBM lacked), so eviction must not take it before finish. Without a free pin slot
+  /// (begin grows the table first, so only defensively) nothing is pinned: kv_from stays at
+  /// the match, and a host hit is given up (its prefix could not be protected).
   void pin_kv_tail(request_state& s, std::span<const token_id> prompt) noexcept {
     Cache& c = *cache_;
-    const std::int64_t upto = std::min(s.loaded_at, s.match.common_prefix);
-    if (upto <= s.match.reusable_tokens) return;  // the host hit brought all of it
-    if (c.pins_.free_count() == 0) {  // begin grew the table; defensive: go on from HBM
-      release_host_hit(s);
+    const auto n = static_cast<std::int64_t>(prompt.size());
+    const std::int64_t upto = std::min(s.match.common_prefix, s.loaded_at > 0 ? s.loaded_at : n);
+    if (upto <= s.match.reusable_tokens) return;  // nothing beyond the matched node
+    if (c.pins_.free_count() == 0) {
+      if (s.loaded_at > 0) release_host_hit(s);
       return;
     }
     const walk_result w = c.walk(prompt);
     node_id deep = no_node;
-    for (node_id n : c.path_)
-      if (c.tree_.at(n).begin() < upto) deep = n;
+    for (node_id id : c.path_)
+      if (c.tree_.at(id).begin() < upto) deep = id;
     if (w.partial != no_node && c.tree_.at(w.partial).begin() < upto) deep = w.partial;
     if (deep == no_node || deep == s.match.node) return;
     const packed_handle h = *c.pins_.acquire();
@@ -566,6 +590,14 @@ class request_lifecycle {
     c.tree_.pin(deep);
     c.scorer_.on_update(c.tree_, deep);
     s.kv_pin = h;
+    s.kv_from = upto;
+  }
+  /// The deepest node whose KV a request reads from the tree (its KV-only tail's, or the
+  /// matched node), or no_node (a miss, or a cache cleared under it).
+  node_id tail_node(const request_state& s) const noexcept {
+    if (!s.kv_pin.is_null() && cache_->pins_.validate(s.kv_pin) == errc::ok) return cache_->pin_node_[s.kv_pin.index()];
+    if (s.match.node != no_node && !s.match.pin.is_null()) return s.match.node;
+    return no_node;
   }
   void release_kv_pin(request_state& s) noexcept {
     if (!s.kv_pin.is_null() && cache_->pins_.validate(s.kv_pin) == errc::ok) cache_->unpin(s.kv_pin);
@@ -684,7 +716,7 @@ class request_lifecycle {
         !std::binary_search(c.positions_.begin(), c.positions_.end(), s.loaded_at))
       c.positions_.insert(std::upper_bound(c.positions_.begin(), c.positions_.end(), s.loaded_at), s.loaded_at);
     free_split_room(s);  // the splits below may take fresh blocks: the room is theirs
-    reservation_source src{this, &s, s.match.reusable_tokens, len};
+    reservation_source src{this, &s, s.kv_from, len};
     if (const errc e = c.allocate_all_from(w, len, src); e != errc::ok) return e;
     c.reserve_indexes(c.tree_.id_bound() + c.positions_.size() + 4);
     const time_point now = c.clock_.now();
