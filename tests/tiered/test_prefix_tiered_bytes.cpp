@@ -826,3 +826,48 @@ TEST_CASE_TEMPLATE("lifecycle over the tiered store randomized: several requests
   CHECK(total.host_hits > 20);
   CHECK(total.max_in_flight >= 3);
 }
+
+TEST_CASE("tiered_state_store: an entry two hits pin is not staged by either; nothing moves, and the hit stays usable") {
+  const std::int64_t kv = tiny().kv_bytes_per_token(), ck = tiny().ssm_checkpoint_bytes();
+  const tiered::tiered_state_store_config cfg{.hbm_bytes = 40 * kv + 2 * ck,
+                                              .host_bytes = 400 * kv,
+                                              .kv_bytes_per_token = kv,
+                                              .checkpoint_bytes = ck,
+                                              .staging_bytes = 40 * kv + 2 * ck};
+  engine_t engine(store_t::tiers_for(cfg), store_t::page_bytes_for(cfg), {.measure_bandwidth = false});
+  prefix::prefix_cache<cost_model, prefix::judicious_admission, prefix::lru_scorer, store_t> c(
+      tiny(), store_t(cfg, engine), prefix::lru_scorer{});
+  const std::vector<token_id> a(30, 1), other(30, 2);
+  for (const auto* s : {&a, &other}) {  // other demotes a
+    auto m = c.match(*s);
+    REQUIRE(m);
+    REQUIRE(c.commit(*s, 30, &*m));
+    c.store().settle(c.tree(), *s);
+  }
+  REQUIRE(c.store().host_entries() == 2);
+  std::vector<token_id> q1 = a, q2 = a;
+  q1.push_back(5);
+  q2.push_back(6);
+  auto m1 = c.match(q1);
+  auto m2 = c.match(q2);
+  const auto h1 = c.store().lookup(q1, *m1);
+  const auto h2 = c.store().lookup(q2, *m2);  // the same two host entries, pinned twice
+  REQUIRE(h1.host_tokens == 30);
+  REQUIRE(h2.host_tokens == 30);
+  const auto host_before = c.store().host_used_bytes();
+  const auto load = c.store().load(h1);
+  REQUIRE_FALSE(load);
+  CHECK(load.error() == errc::busy);
+  CHECK(c.store().staged_bytes() == 0);  // nothing moved
+  CHECK(c.store().host_used_bytes() == host_before);
+  CHECK(c.store().outstanding_hits() == 2);  // and both hits are still usable
+  CHECK(c.store().check_invariants(c.tree()).empty());
+  c.store().release_hit(h2);
+  REQUIRE(c.store().load(h1));  // alone now: it stages
+  CHECK(c.store().staged(h1).size() == 2);
+  c.store().release_hit(h1);
+  REQUIRE(c.release(*m1));
+  REQUIRE(c.release(*m2));
+  CHECK(c.store().staged_bytes() == 0);
+  CHECK(c.store().check_invariants(c.tree()).empty());
+}

@@ -242,13 +242,32 @@ struct last_token_admission {
 };
 static_assert(pc::admission_policy<last_token_admission>);
 
+/// What both replay adapters report to the engine: the cache's counters, its alpha and its
+/// bytes, and the requests they refused.
+template <class Cache>
+class adapter_base {
+ public:
+  explicit adapter_base(Cache& c) : c_(c) {}
+  [[nodiscard]] pc::cache_counters counters() const { return c_.counters(); }
+  [[nodiscard]] double alpha() const { return c_.alpha(); }
+  [[nodiscard]] std::int64_t used_bytes() const { return c_.store().used_bytes(); }
+  [[nodiscard]] std::int64_t refused() const noexcept { return refused_; }
+
+ protected:
+  Cache& c_;
+  std::int64_t refused_ = 0;
+};
+
 /// Adapts prefix_cache's `expected` results to the engine's calls; a refused commit (under
 /// --strict-capacity: a state that does not fit beside the pinned paths and the prefix it
 /// extends) is counted, not fatal, and its match released.
 template <class Cache>
-class engine_adapter {
+class engine_adapter : public adapter_base<Cache> {
+  using adapter_base<Cache>::c_;
+  using adapter_base<Cache>::refused_;
+
  public:
-  explicit engine_adapter(Cache& c) : c_(c) {}
+  explicit engine_adapter(Cache& c) : adapter_base<Cache>(c) {}
   pc::match_result match(std::span<const pc::token_id> in) {
     auto m = c_.match(in);
     if (!m) throw hc::invalid_argument("replay: match failed (" + std::string(hc::to_string(m.error())) + ")");
@@ -267,14 +286,6 @@ class engine_adapter {
     }
     throw hc::invalid_argument("replay: commit failed (" + std::string(hc::to_string(r.error())) + ")");
   }
-  [[nodiscard]] pc::cache_counters counters() const { return c_.counters(); }
-  [[nodiscard]] double alpha() const { return c_.alpha(); }
-  [[nodiscard]] std::int64_t used_bytes() const { return c_.store().used_bytes(); }
-  [[nodiscard]] std::int64_t refused() const noexcept { return refused_; }
-
- private:
-  Cache& c_;
-  std::int64_t refused_ = 0;
 };
 
 /// Drives a prefix_cache through `request_lifecycle` (--drive lifecycle): `match` begins the
@@ -283,9 +294,12 @@ class engine_adapter {
 /// request that cannot be reserved (or grown) is counted as refused and not cached; its
 /// lookup still counts, as a refused commit's does.
 template <class Cache>
-class lifecycle_adapter {
+class lifecycle_adapter : public adapter_base<Cache> {
+  using adapter_base<Cache>::c_;
+  using adapter_base<Cache>::refused_;
+
  public:
-  explicit lifecycle_adapter(Cache& c) : c_(c), requests_(c) {}
+  explicit lifecycle_adapter(Cache& c) : adapter_base<Cache>(c), requests_(c) {}
   pc::match_result match(std::span<const pc::token_id> in) {
     auto t = requests_.begin(in);
     if (!t) {
@@ -322,17 +336,11 @@ class lifecycle_adapter {
     auto f = requests_.finish(t, seq, captured_);
     if (!f) throw hc::invalid_argument("replay: finish failed (" + std::string(hc::to_string(f.error())) + ")");
   }
-  [[nodiscard]] pc::cache_counters counters() const { return c_.counters(); }
-  [[nodiscard]] double alpha() const { return c_.alpha(); }
-  [[nodiscard]] std::int64_t used_bytes() const { return c_.store().used_bytes(); }
-  [[nodiscard]] std::int64_t refused() const noexcept { return refused_; }
 
  private:
-  Cache& c_;
   pc::request_lifecycle<Cache> requests_;
   std::vector<std::pair<pc::time_point, pc::request_ticket>> live_;  // in flight (at most --concurrency)
   std::vector<std::int64_t> captured_;
-  std::int64_t refused_ = 0;
 };
 
 struct run_context {

@@ -48,8 +48,8 @@
 // Many requests may hold host hits at once. finish keeps the loaded state at loaded_at,
 // inserts the sequence, then `settle`s: the staged pages go to the new nodes without a copy,
 // and the committed path is named so that its evicted nodes are demoted, not dropped. A hit
-// that cannot be loaded (staging room full, another request staged the same entry, a copy
-// failed) is given up and the request goes on from its HBM hit; abort returns the staged
+// that cannot be loaded (staging room full, another request staged or pinned the same entry,
+// a copy failed) is given up and the request goes on from its HBM hit; abort returns the staged
 // entries to the host tier.
 //
 // Many requests may be in flight; with `Cache` = prefix_cache<..., mutex_lock> every call
@@ -222,37 +222,27 @@ class request_lifecycle {
     s.kv_from = m->reusable_tokens;
     s.kv_pin = packed_handle{};
     match_result resume = *m;  // where prefill starts: after the HBM hit, or the host hit
+    try {
+      if (cache_->pins_.free_count() == 0) cache_->grow_pins();  // the slot pin_kv_tail takes
+      if constexpr (lower_tier_store<store_type>) s.host_hit = cache_->store_.lookup(prompt, *m);
+    } catch (...) {
+      (void)tickets_.release(h);
+      (void)refuse(errc::out_of_capacity);
+      throw;
+    }
     if constexpr (lower_tier_store<store_type>) {
-      try {
-        if (cache_->pins_.free_count() == 0) cache_->grow_pins();  // a slot for pin_kv_tail
-        s.host_hit = cache_->store_.lookup(prompt, *m);
-      } catch (...) {
-        (void)tickets_.release(h);
-        (void)refuse(errc::out_of_capacity);
-        throw;
-      }
       if (s.host_hit.host_tokens > 0) {
         if (cache_->store_.load(s.host_hit)) {
           s.loaded_at = s.host_hit.reusable_tokens;
           resume.reusable_tokens = s.loaded_at;
         } else {  // no staging room, or a copy failed: go on from the HBM hit
-          release_host_hit(s);
+          release_holds(s);
         }
       }
     }
-    if (s.loaded_at == 0 && cache_->pins_.free_count() == 0) {
-      try {
-        cache_->grow_pins();  // a slot for pin_kv_tail
-      } catch (...) {
-        (void)tickets_.release(h);
-        (void)refuse(errc::out_of_capacity);
-        throw;
-      }
-    }
     pin_kv_tail(s, prompt);
-    if (s.loaded_at == 0) resume.reusable_tokens = s.match.reusable_tokens;  // the host hit was given up
     if (const errc e = cache_->plan_into(prompt, resume, o.extra_checkpoints, s.plan); e != errc::ok) {
-      release_host_hit(s);
+      release_holds(s);
       (void)tickets_.release(h);
       return refuse(e);
     }
@@ -264,7 +254,7 @@ class request_lifecycle {
     const std::int64_t bytes = cache_->store_.kv_bytes(s.reserved_tokens) + slots * cache_->store_.checkpoint_bytes() +
                                split_room_for(sites) * cache_->store_.kv_bytes(1);
     if (const errc e = reserve(s, bytes, sites); e != errc::ok) {
-      release_host_hit(s);
+      release_holds(s);
       s.match.pin = packed_handle{};
       (void)tickets_.release(h);
       return refuse(e);
@@ -561,24 +551,20 @@ class request_lifecycle {
     if (release_pin && !s.match.pin.is_null() && cache_->pins_.validate(s.match.pin) == errc::ok)
       cache_->unpin(s.match.pin);
     s.match.pin = packed_handle{};
-    if (release_pin) release_host_hit(s);
+    if (release_pin) release_holds(s);
   }
 
   /// Pins the deepest node of `prompt`'s path holding KV before min(common prefix, loaded_at
   /// or |prompt|) beyond the matched node and sets kv_from there: prefill reads that KV from
   /// the tree instead of reserving it again (and, after a host hit, the host brought only
-  /// what HBM lacked), so eviction must not take it before finish. Without a free pin slot
-  /// (begin grows the table first, so only defensively) nothing is pinned: kv_from stays at
-  /// the match, and a host hit is given up (its prefix could not be protected).
+  /// what HBM lacked), so eviction must not take it before finish. begin has made room for
+  /// the pin.
   void pin_kv_tail(request_state& s, std::span<const token_id> prompt) noexcept {
     Cache& c = *cache_;
     const auto n = static_cast<std::int64_t>(prompt.size());
     const std::int64_t upto = std::min(s.match.common_prefix, s.loaded_at > 0 ? s.loaded_at : n);
     if (upto <= s.match.reusable_tokens) return;  // nothing beyond the matched node
-    if (c.pins_.free_count() == 0) {
-      if (s.loaded_at > 0) release_host_hit(s);
-      return;
-    }
+    HYBRIDCACHE_ASSERT(c.pins_.free_count() > 0);
     const walk_result w = c.walk(prompt);
     node_id deep = no_node;
     for (node_id id : c.path_)
@@ -604,8 +590,9 @@ class request_lifecycle {
     s.kv_pin = packed_handle{};
   }
 
-  /// Gives a lower-tier hit up (its staged entries return to the host tier).
-  void release_host_hit(request_state& s) noexcept {
+  /// Gives back what a request holds beyond its match's pin: the KV-only tail's pin and a
+  /// lower-tier hit (its staged entries return to the host tier).
+  void release_holds(request_state& s) noexcept {
     release_kv_pin(s);
     if constexpr (lower_tier_store<store_type>) {
       cache_->store_.release_hit(s.host_hit);

@@ -523,10 +523,10 @@ class prefix_cache {
     const std::int64_t r0 = reusable >= 0 ? reusable : reusable_in(path_, input_tokens);
     // An explicit position inside the reused prefix names a state this request never
     // computed (unless the tree already holds it): refused, not silently dropped.
-    if (const std::int64_t floor = computed_from(reusable); floor > 0)
-      for (std::int64_t p : extra)
-        if (p <= floor && !has_checkpoint_at(p)) return errc::invalid_argument;
-    select_positions(make_view(w0, input_tokens, len, r0), extra, computed_from(reusable));
+    const std::int64_t floor = computed_from(reusable);
+    for (std::int64_t p : extra)
+      if (p <= floor && !has_checkpoint_at(p)) return errc::invalid_argument;
+    select_positions(make_view(w0, input_tokens, len, r0), extra, floor);
     const std::int64_t need0 = needed_bytes(w0, len);
     if (cfg_.admit_oversized) return errc::ok;
     if (need0 > store_.capacity_bytes()) return errc::out_of_capacity;

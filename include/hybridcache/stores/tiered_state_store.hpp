@@ -306,8 +306,8 @@ class tiered_state_store {
   /// entries' pages are in `table()`). `settle` then gives the staged pages to the tree's
   /// new nodes without copying. Calling it again for the same hit does nothing.
   /// Errors: stale_handle when `hit` is not outstanding; out_of_capacity when the staging
-  /// room cannot hold the hit's entries, or busy when another outstanding hit has already
-  /// staged one of them (nothing moved in either case: the hit stays usable, the runtime
+  /// room cannot hold the hit's entries, or busy when another outstanding hit has staged or
+  /// also pinned one of them (nothing moved in either case: the hit stays usable, the runtime
   /// loads on its own or after that hit settles); busy when a copy failed (or the engine
   /// threw). After a failed copy the hit is released (as by `release_hit`): what was staged
   /// returns to the host tier, and the runtime goes on with the HBM hit alone.
@@ -317,19 +317,16 @@ class tiered_state_store {
     if (!slot->staged.empty()) return {};
     std::int64_t need = 0;
     for (entry_id id : slot->pinned) {
-      if (meta_.at(id).where == place::staged) return unexpected(errc::busy);  // another hit's
-      need += bytes_of(meta_.at(id));
+      // Staged by another hit, or pinned by one too (a pinned entry cannot move, and that
+      // hit reads it where it is): busy, before anything moves.
+      const meta& e = meta_.at(id);
+      if (e.where == place::staged || e.hit_pins > 1) return unexpected(errc::busy);
+      need += bytes_of(e);
     }
     if (need > staging_capacity_ - staged_used_) return unexpected(errc::out_of_capacity);
     slot->staged.reserve(slot->pinned.size());  // may throw: nothing moved yet
     for (entry_id id : slot->pinned) {
       meta& e = meta_.at(id);
-      // Pinned by another hit too: a pinned entry cannot move, and that hit reads it where
-      // it is. Report busy (nothing of this hit staged yet is kept: release as on failure).
-      if (e.hit_pins > 1) {
-        release_pins(*slot);
-        return unexpected(errc::busy);
-      }
       (void)store_->unpin(id);
       if (!copy_to(id, hbm_tier)) {  // the entry stays in the host tier
         (void)store_->pin(id);
