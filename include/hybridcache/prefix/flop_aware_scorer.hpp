@@ -127,6 +127,15 @@ template <class Tree>
   return mode == intermediate_eviction::merge ? evict_action::merge_into_child : evict_action::drop_checkpoint;
 }
 
+/// The deepest node of a matched `path` that holds a checkpoint (the state a hit uses, the
+/// node Marconi refreshes), or no_node.
+template <class Tree>
+[[nodiscard]] node_id deepest_checkpoint(const Tree& tree, std::span<const node_id> path) noexcept {
+  for (auto it = path.rbegin(); it != path.rend(); ++it)
+    if (tree.at(*it).has_checkpoint) return *it;
+  return no_node;
+}
+
 /// Marconi's candidate rule generalised to nodes that may lack a checkpoint; with
 /// `protect_branches`, a single-child node that has branched is not a candidate.
 template <class Tree>
@@ -213,27 +222,15 @@ class flop_aware_scorer {
   }
 
   void reserve(std::size_t ids) {
-    if (eff_.size() < ids) {
-      detail::reserve_geometric(eff_, ids);
-      detail::reserve_geometric(ts_, ids);
-      detail::reserve_geometric(in_, ids);
-      detail::reserve_geometric(class_, ids);
-      eff_.resize(ids, 0.0);
-      ts_.resize(ids, 0);
-      in_.resize(ids, 0);
-      class_.resize(ids, 0);
-    }
+    if (eff_.size() < ids) detail::grow_all(ids, eff_, ts_, in_, class_);
   }
 
   template <class Tree>
   void on_match(Tree& tree, std::span<const node_id> path, node_id, time_point now) noexcept {
-    for (auto it = path.rbegin(); it != path.rend(); ++it) {
-      if (tree.at(*it).has_checkpoint) {
-        tree.touch(*it, now);
-        on_update(tree, *it);
-        return;
-      }
-    }
+    const node_id n = detail::deepest_checkpoint(tree, path);
+    if (n == no_node) return;
+    tree.touch(n, now);
+    on_update(tree, n);
   }
   template <class Tree>
   void on_insert_path(Tree&, std::span<const node_id>, time_point) noexcept {}

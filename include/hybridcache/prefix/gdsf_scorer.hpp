@@ -80,32 +80,21 @@ class gdsf_scorer {
   [[nodiscard]] std::uint64_t frequency(node_id n) const noexcept { return n < freq_.size() ? freq_[n] : 0; }
 
   void reserve(std::size_t ids) {
-    if (freq_.size() < ids) {
-      detail::reserve_geometric(freq_, ids);
-      detail::reserve_geometric(base_, ids);
-      detail::reserve_geometric(priority_, ids);
-      detail::reserve_geometric(in_, ids);
-      freq_.resize(ids, 0);
-      base_.resize(ids, 0.0);
-      priority_.resize(ids, 0.0);
-      in_.resize(ids, 0);
-    }
+    if (freq_.size() < ids) detail::grow_all(ids, freq_, base_, priority_, in_);
   }
 
   /// A hit uses the state of the deepest matched node that holds one: its frequency grows
   /// and its L_n becomes the current L.
   template <class Tree>
   void on_match(Tree& tree, std::span<const node_id> path, node_id, time_point now) noexcept {
-    for (auto it = path.rbegin(); it != path.rend(); ++it) {
-      if (!tree.at(*it).has_checkpoint) continue;
-      tree.touch(*it, now);
-      if (*it < freq_.size()) {
-        freq_[*it] = freq_[*it] == 0 ? 1 : freq_[*it] + 1;
-        base_[*it] = inflation_;
-      }
-      on_update(tree, *it);
-      return;
+    const node_id n = detail::deepest_checkpoint(tree, path);
+    if (n == no_node) return;
+    tree.touch(n, now);
+    if (n < freq_.size()) {
+      freq_[n] = freq_[n] == 0 ? 1 : freq_[n] + 1;
+      base_[n] = inflation_;
     }
+    on_update(tree, n);
   }
   template <class Tree>
   void on_insert_path(Tree&, std::span<const node_id>, time_point) noexcept {}

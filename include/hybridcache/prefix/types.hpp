@@ -25,6 +25,14 @@ template <class Vector>
 void reserve_geometric(Vector& v, std::size_t n) {
   if (v.capacity() < n) v.reserve(std::max(n, 2 * v.capacity()));
 }
+
+/// Grows every per-node array to `n` slots (new slots value-initialised), geometrically, so
+/// that a scorer's reserve costs O(1) amortised per node.
+template <class... Vectors>
+void grow_all(std::size_t n, Vectors&... v) {
+  (reserve_geometric(v, n), ...);
+  (v.resize(n), ...);
+}
 }  // namespace detail
 
 /// What `prefix_cache::match` found for one input.
