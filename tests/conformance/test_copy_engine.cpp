@@ -73,9 +73,10 @@ void write_entry(F& f, const Store& s, entry_id id) {
   if constexpr (F::has_bytes) {
     const auto row = s.find(id);
     REQUIRE(row);
-    std::byte* b = f.base(row->tier);
-    for (std::int64_t i = 0; i < row->bytes; ++i)
-      b[static_cast<std::int64_t>(row->pages[static_cast<std::size_t>(i / page)]) * page + i % page] = pattern(id, i);
+    REQUIRE(row->home() != nullptr);
+    std::byte* b = f.base(row->tier());
+    for (std::int64_t i = 0; i < row->bytes(); ++i)
+      b[static_cast<std::int64_t>(row->home()->pages.page(i / page)) * page + i % page] = pattern(id, i);
   }
 }
 
@@ -83,10 +84,10 @@ template <class F, class Store>
 bool entry_intact(F& f, const Store& s, entry_id id) {
   if constexpr (F::has_bytes) {
     const auto row = s.find(id);
-    if (!row) return false;
-    const std::byte* b = f.base(row->tier);
-    for (std::int64_t i = 0; i < row->bytes; ++i)
-      if (b[static_cast<std::int64_t>(row->pages[static_cast<std::size_t>(i / page)]) * page + i % page] != pattern(id, i))
+    if (!row || row->home() == nullptr) return false;
+    const std::byte* b = f.base(row->tier());
+    for (std::int64_t i = 0; i < row->bytes(); ++i)
+      if (b[static_cast<std::int64_t>(row->home()->pages.page(i / page)) * page + i % page] != pattern(id, i))
         return false;
   }
   return true;
@@ -126,7 +127,7 @@ TEST_CASE_TEMPLATE_DEFINE("tier_copy_engine conformance", F, tier_copy_engine_co
       int moves = 0;
       for (int op = 0; op < 120; ++op) {
         const entry_id id = ids[rng() % ids.size()];
-        const tier_id dst = other_tier(rng, s.find(id)->tier);
+        const tier_id dst = other_tier(rng, s.find(id)->tier());
         auto t = s.prepare_move(id, dst);
         if (!t) {  // the destination is full: not the engine's business
           CHECK(t.error() == errc::out_of_capacity);
@@ -139,8 +140,9 @@ TEST_CASE_TEMPLATE_DEFINE("tier_copy_engine conformance", F, tier_copy_engine_co
         CHECK(f.engine.wait(*ev).has_value());
         REQUIRE(s.complete_move(*t, true));
         const auto row = s.find(id);
-        CHECK(row->tier == dst);
-        CHECK(row->state == page_state::resident);
+        CHECK(row->tier() == dst);
+        CHECK(row->copies.size() == 1);
+        CHECK(row->copies.front().idle());
         CHECK(entry_intact(f, s, id));
         ++moves;
       }
@@ -163,7 +165,7 @@ TEST_CASE_TEMPLATE_DEFINE("tier_copy_engine conformance", F, tier_copy_engine_co
         std::vector<event_t> events;
         for (entry_id id : ids) {
           if (rng() % 2 == 0) continue;
-          auto t = s.prepare_move(id, other_tier(rng, s.find(id)->tier));
+          auto t = s.prepare_move(id, other_tier(rng, s.find(id)->tier()));
           if (!t) continue;
           auto ev = f.engine.submit(*t);
           REQUIRE(ev.has_value());
@@ -176,7 +178,7 @@ TEST_CASE_TEMPLATE_DEFINE("tier_copy_engine conformance", F, tier_copy_engine_co
         for (std::size_t i : order) {
           CHECK(f.engine.wait(events[i]).has_value());
           REQUIRE(s.complete_move(tickets[i], true));
-          CHECK(s.find(tickets[i].id)->tier == tickets[i].dst);
+          CHECK(s.find(tickets[i].id)->tier() == tickets[i].dst);
         }
         for (entry_id id : ids) CHECK(entry_intact(f, s, id));
       }
@@ -191,9 +193,9 @@ TEST_CASE_TEMPLATE_DEFINE("tier_copy_engine conformance", F, tier_copy_engine_co
     const auto ids = populate(f, s, rng);
     for (int op = 0; op < 200; ++op) {
       const entry_id id = ids[rng() % ids.size()];
-      const tier_id from = s.find(id)->tier, dst = other_tier(rng, from);
+      const tier_id from = s.find(id)->tier(), dst = other_tier(rng, from);
       const auto r = move_entry(s, f.engine, id, dst);
-      CHECK(s.find(id)->tier == (r ? dst : from));
+      CHECK(s.find(id)->tier() == (r ? dst : from));
       if (!r) CHECK(r.error() == errc::out_of_capacity);
     }
     for (entry_id id : ids) CHECK(entry_intact(f, s, id));
@@ -207,7 +209,7 @@ TEST_CASE_TEMPLATE_DEFINE("tier_copy_engine conformance", F, tier_copy_engine_co
       std::mt19937_64 rng(9);
       const auto ids = populate(f, s, rng);
       for (entry_id id : ids) {
-        const tier_id from = s.find(id)->tier, dst = other_tier(rng, from);
+        const tier_id from = s.find(id)->tier(), dst = other_tier(rng, from);
         auto t = s.prepare_move(id, dst);
         REQUIRE(t);
         f.fail_copies(true);
@@ -216,8 +218,8 @@ TEST_CASE_TEMPLATE_DEFINE("tier_copy_engine conformance", F, tier_copy_engine_co
         CHECK_FALSE(f.engine.wait(*ev).has_value());
         f.fail_copies(false);
         REQUIRE(s.complete_move(*t, false));
-        CHECK(s.find(id)->tier == from);
-        CHECK(s.find(id)->state == page_state::resident);
+        CHECK(s.find(id)->tier() == from);
+        CHECK(s.find(id)->copies.size() == 1);
         CHECK(entry_intact(f, s, id));
         // ...and the same move then succeeds.
         REQUIRE(move_entry(s, f.engine, id, dst));
@@ -237,17 +239,26 @@ namespace {
 struct no_wait {
   struct event {};
   expected<event> submit(const move_ticket&) noexcept { return event{}; }
+  bool query(event) const noexcept { return true; }
+};
+// query must say, without blocking, whether a job ran (the store completes copies by polling).
+struct no_query {
+  struct event {};
+  expected<event> submit(const move_ticket&) noexcept { return event{}; }
+  expected<void> wait(event) noexcept { return {}; }
 };
 // wait must report a failed copy, not swallow it.
 struct wait_returns_void {
   struct event {};
   expected<event> submit(const move_ticket&) noexcept { return event{}; }
+  bool query(event) const noexcept { return true; }
   void wait(event) noexcept {}
 };
 // submit must be able to refuse a ticket (bad pages) without throwing.
 struct submit_returns_event {
   struct event {};
   event submit(const move_ticket&) noexcept { return {}; }
+  bool query(event) const noexcept { return true; }
   expected<void> wait(event) noexcept { return {}; }
 };
 // wait must take what submit returned.
@@ -255,12 +266,14 @@ struct mismatched_event {
   struct event {};
   struct other {};
   expected<event> submit(const move_ticket&) noexcept { return event{}; }
+  bool query(event) const noexcept { return true; }
   expected<void> wait(other) noexcept { return {}; }
 };
 
 }  // namespace
 
 static_assert(!tier_copy_engine<no_wait>);
+static_assert(!tier_copy_engine<no_query>);
 static_assert(!tier_copy_engine<wait_returns_void>);
 static_assert(!tier_copy_engine<submit_returns_event>);
 static_assert(!tier_copy_engine<mismatched_event>);

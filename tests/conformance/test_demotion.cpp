@@ -42,12 +42,15 @@ struct flop_fixture {
 cache_entry random_entry(std::mt19937_64& rng) {
   cache_entry e;
   e.id = make_entry_id(rng() % 1000);
-  e.tier = tier_id{static_cast<std::uint8_t>(rng() % 3)};
-  e.state = static_cast<page_state>(rng() % 4);
-  e.pins = static_cast<std::int32_t>(rng() % 3);
-  e.bytes = static_cast<std::int64_t>(1 + rng() % (1 << 20));
-  e.pages.resize(rng() % 4);
-  for (auto& p : e.pages) p = static_cast<std::uint32_t>(rng() % 64);
+  tier_copy c;
+  c.tier = tier_id{static_cast<std::uint8_t>(rng() % 3)};
+  c.state = static_cast<copy_state>(rng() % 3);
+  c.pins = static_cast<std::int32_t>(rng() % 3);
+  c.readers = static_cast<std::int32_t>(rng() % 2);
+  c.bytes = static_cast<std::int64_t>(1 + rng() % (1 << 20));
+  for (std::uint64_t k = rng() % 4; k > 0; --k) c.pages.push_back({static_cast<std::uint32_t>(rng() % 64), 1});
+  c.seq = rng() % 5;
+  e.copies.push_back(c);
   // CaR scores are sums of +1, +1 and -2 steps.
   e.score = static_cast<double>(static_cast<int>(rng() % 7) - 3);
   e.last_access = rng() % 50;  // small range: ties on recency are common
@@ -55,7 +58,6 @@ cache_entry random_entry(std::mt19937_64& rng) {
   // Empty spans too (prefix_end <= prefix_begin): a row inserted without span information.
   e.info.prefix_end = rng() % 5 == 0 ? e.info.prefix_begin : e.info.prefix_begin + static_cast<std::int64_t>(1 + rng() % 4096);
   e.info.has_checkpoint = rng() % 2 == 0;
-  e.move_seq = rng() % 5;
   return e;
 }
 
@@ -84,17 +86,19 @@ TEST_CASE_TEMPLATE_DEFINE("demotion_scorer conformance", F, demotion_scorer_conf
     }
   }
 
-  SUBCASE("the key ignores what the store changes without re-keying (tier, state, pages, pins, moves)") {
+  SUBCASE("the key ignores what the store changes without re-keying (copies: tier, state, pages, pins, moves)") {
     for (const auto& e : rows) {
       const demotion_key k = scorer.key(e);
       cache_entry moved = e;
-      moved.tier = tier_id{static_cast<std::uint8_t>((e.tier.value + 1) % 3)};
-      moved.state = static_cast<page_state>((static_cast<int>(e.state) + 1) % 4);
-      moved.pages.push_back(7);
-      moved.pins = e.pins + 1;
-      moved.move_seq = e.move_seq + 1;
-      moved.move_dst = tier_id{2};
-      moved.indexed_key = demotion_key{-1.0, -1.0};
+      tier_copy& c = moved.copies.front();
+      c.tier = tier_id{static_cast<std::uint8_t>((c.tier.value + 1) % 3)};
+      c.state = static_cast<copy_state>((static_cast<int>(c.state) + 1) % 3);
+      c.pages.push_back({7, 1});
+      c.pins += 1;
+      c.readers += 1;
+      c.seq += 1;
+      c.indexed_key = demotion_key{-1.0, -1.0};
+      moved.copies.push_back(tier_copy{.tier = tier_id{3}, .state = copy_state::filling});
       CHECK(scorer.key(moved) == k);
     }
   }

@@ -38,13 +38,13 @@ TEST_CASE("cuda copy engine: demotion and promotion carry the bytes; bandwidth m
   CHECK(e.measured_gbps(tier_id{1}, copy_stream::offload) > 0.0);
   REQUIRE(s.insert(entry_id{1}, 7 * page - 3).has_value());
   const auto row = s.find(entry_id{1});
-  std::vector<std::uint8_t> pattern(static_cast<std::size_t>(row->bytes));
+  std::vector<std::uint8_t> pattern(static_cast<std::size_t>(row->bytes()));
   std::mt19937 rng(1);
   for (auto& b : pattern) b = static_cast<std::uint8_t>(rng());
   HYBRIDCACHE_CUDA_TRY(cudaMemcpy(e.base(hbm_tier) + row->address(page), pattern.data(), pattern.size(), cudaMemcpyHostToDevice));
   REQUIRE(move_entry(s, e, entry_id{1}, tier_id{1}).has_value());
   const auto host_row = s.find(entry_id{1});
-  CHECK(host_row->tier == tier_id{1});
+  CHECK(host_row->tier() == tier_id{1});
   CHECK(std::memcmp(e.base(tier_id{1}) + host_row->address(page), pattern.data(), pattern.size()) == 0);
   const auto st = e.take_stats();
   CHECK(st.transfers == 1);
@@ -85,8 +85,8 @@ TEST_CASE("cuda copy engine: bad input and failed CUDA calls") {
   t.src = hbm_tier;
   t.dst = tier_id{1};
   t.src_bytes = t.dst_bytes = page;
-  t.src_pages = {0};
-  t.dst_pages = {99};
+  t.src_pages = page_list::contiguous(0, 1);
+  t.dst_pages = page_list::contiguous(99, 1);
   CHECK(e.submit(t).error() == errc::invalid_argument);
   CHECK_THROWS_AS(cuda::copy_engine(tiers(4, 4), page, {.device = 9999}), cuda_error);
   try {

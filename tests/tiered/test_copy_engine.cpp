@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstring>
 #include <map>
 #include <random>
@@ -36,23 +37,26 @@ std::vector<entry_id> id_range(std::uint64_t first, std::uint64_t last) {
   return v;
 }
 
+/// Writes the entry's pattern into its (first) copy: valid or still being written.
 template <class Store>
 void fill(Store& s, host_copy_engine& e, entry_id id) {
   const auto row = s.find(id);
   REQUIRE(row);
-  for (std::int64_t i = 0; i < row->bytes; ++i) {
-    const auto p = row->pages[static_cast<std::size_t>(i / page)];
-    e.base(row->tier)[static_cast<std::int64_t>(p) * page + i % page] = pattern(id, i);
-  }
+  const tier_copy& c = row->copies.front();
+  for (std::int64_t i = 0; i < c.bytes; ++i)
+    e.base(c.tier)[static_cast<std::int64_t>(c.pages.page(i / page)) * page + i % page] = pattern(id, i);
 }
 
+/// Every valid copy of the entry holds its pattern.
 template <class Store>
 bool intact(const Store& s, host_copy_engine& e, entry_id id) {
   const auto row = s.find(id);
-  if (!row) return false;
-  for (std::int64_t i = 0; i < row->bytes; ++i) {
-    const auto p = row->pages[static_cast<std::size_t>(i / page)];
-    if (e.base(row->tier)[static_cast<std::int64_t>(p) * page + i % page] != pattern(id, i)) return false;
+  if (!row || row->home() == nullptr) return false;
+  for (const tier_copy& c : row->copies) {
+    if (c.state != copy_state::valid) continue;
+    for (std::int64_t i = 0; i < c.bytes; ++i)
+      if (e.base(c.tier)[static_cast<std::int64_t>(c.pages.page(i / page)) * page + i % page] != pattern(id, i))
+        return false;
   }
   return true;
 }
@@ -71,7 +75,7 @@ TEST_CASE("host copy engine: a demotion and a promotion carry the bytes, coalesc
   fill(s, e, entry_id{1});
   (void)e.take_stats();
   REQUIRE(move_entry(s, e, entry_id{1}, tier_id{1}).has_value());
-  CHECK(s.find(entry_id{1})->tier == tier_id{1});
+  CHECK(s.find(entry_id{1})->tier() == tier_id{1});
   CHECK(intact(s, e, entry_id{1}));
   auto st = e.take_stats();
   CHECK(st.jobs == 1);
@@ -85,8 +89,8 @@ TEST_CASE("host copy engine: a demotion and a promotion carry the bytes, coalesc
 TEST_CASE("plan_copies merges only runs adjacent on both sides") {
   move_ticket t;
   t.src_bytes = t.dst_bytes = 5 * page;
-  t.src_pages = {0, 1, 2, 7, 8};
-  t.dst_pages = {3, 4, 9, 10, 11};
+  for (std::uint32_t p : {0, 1, 2, 7, 8}) t.src_pages.push_back({p, 1});
+  for (std::uint32_t p : {3, 4, 9, 10, 11}) t.dst_pages.push_back({p, 1});
   const auto c = plan_copies(t, page);
   REQUIRE(c.size() == 3);
   CHECK(c[0].src_offset == 0);
@@ -102,7 +106,9 @@ TEST_CASE("plan_copies merges only runs adjacent on both sides") {
   const auto d = plan_copies(t, page);
   REQUIRE(d.size() == 1);  // pages 0,1 -> 3,4 are adjacent: one copy of the compacted prefix
   CHECK(d[0].bytes == page + 5);
-  t.dst_pages = {5, 4};
+  t.dst_pages.clear();
+  t.dst_pages.push_back({5, 1});
+  t.dst_pages.push_back({4, 1});
   CHECK(plan_copies(t, page).size() == 2);
 }
 
@@ -138,6 +144,32 @@ TEST_CASE("host copy engine: jobs on the two streams respect read/write hazards 
   CHECK(e.submit(hbm_tier, tier_id{3}, {}, copy_stream::offload).error() == errc::invalid_argument);
 }
 
+TEST_CASE("host copy engine: stop runs every queued job, and a wait after it reports the real outcome (issue #15)") {
+  // Before: the destructor stopped the workers with jobs still queued, and a thread blocked
+  // in wait() returned success for a job that never ran (its bytes never copied).
+  host_copy_engine e(tiers(8, 8), page, {.measure_bandwidth = false});
+  for (std::int64_t i = 0; i < 8 * page; ++i) e.base(hbm_tier)[i] = static_cast<std::byte>((i * 13 + 5) & 0xff);
+  e.set_fault_hook([](const copy_span&) {  // slow spans: jobs are still queued at stop()
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    return false;
+  });
+  std::vector<copy_event> events;
+  for (std::int64_t p = 0; p < 8; ++p) {
+    auto ev = e.submit(hbm_tier, tier_id{1}, {{p * page, p * page, page}}, copy_stream::offload);
+    REQUIRE(ev.has_value());
+    events.push_back(*ev);
+  }
+  std::atomic<bool> waited_ok{false};
+  std::thread waiter([&] { waited_ok = e.wait(events.back()).has_value(); });
+  e.stop();
+  waiter.join();
+  CHECK(waited_ok.load());
+  for (const auto ev : events) CHECK(e.wait(ev).has_value());
+  CHECK(std::memcmp(e.base(hbm_tier), e.base(tier_id{1}), static_cast<std::size_t>(8 * page)) == 0);  // every job ran
+  CHECK(e.submit(hbm_tier, tier_id{1}, {{0, 0, page}}, copy_stream::offload).error() == errc::busy);
+  CHECK(e.wait(copy_event{copy_stream::onboard, 99}).error() == errc::busy);  // never issued: never runs
+}
+
 TEST_CASE("injected failures at every step of a move leave no entry half-moved") {
   // Steps of a move: prepare (destination full), submit (bad ticket), every copy span of
   // the job, and the success path. After each the entry is in exactly one tier, resident,
@@ -156,9 +188,11 @@ TEST_CASE("injected failures at every step of a move leave no entry half-moved")
     REQUIRE(s.erase(entry_id{1}).has_value());
     REQUIRE(s.erase(entry_id{12}).has_value());
     REQUIRE(s.erase(entry_id{14}).has_value());
+    REQUIRE(s.insert(entry_id{15}, 7 * page).has_value());  // the tail: only the three holes stay free
     REQUIRE(s.insert(entry_id{1}, 6 * page).has_value());
+    REQUIRE(s.find(entry_id{1})->home()->pages.runs().size() == 3);
     fill(s, e, entry_id{1});
-    const auto spans_before = s.find(entry_id{1})->pages;
+    const auto spans_before = s.find(entry_id{1})->home()->pages;
     if (fail_at == -2) REQUIRE(s.insert(entry_id{99}, 4 * page, tier_id{1}).has_value());  // host too full
     int span = 0;
     e.set_fault_hook([&](const copy_span&) { return span++ == fail_at; });
@@ -167,7 +201,8 @@ TEST_CASE("injected failures at every step of a move leave no entry half-moved")
       auto t = s.prepare_move(entry_id{1}, tier_id{1});
       REQUIRE(t.has_value());
       auto bad = *t;
-      bad.dst_pages.back() = 1000;
+      bad.dst_pages = bad.dst_pages.slice(0, bad.dst_pages.size() - 1);
+      bad.dst_pages.push_back({1000, 1});
       auto ev = e.submit(bad);
       CHECK(ev.error() == errc::invalid_argument);
       return s.complete_move(*t, false).has_value() ? expected<void>(unexpected(errc::invalid_argument)) : expected<void>{};
@@ -177,9 +212,10 @@ TEST_CASE("injected failures at every step of a move leave no entry half-moved")
     CHECK(r.has_value() == should_succeed);
     const auto row = s.find(entry_id{1});
     REQUIRE(row);
-    CHECK(row->state == page_state::resident);
-    CHECK(row->tier == (should_succeed ? tier_id{1} : hbm_tier));
-    if (!should_succeed) CHECK(row->pages == spans_before);
+    CHECK(row->copies.size() == 1);
+    CHECK(row->copies.front().idle());
+    CHECK(row->tier() == (should_succeed ? tier_id{1} : hbm_tier));
+    if (!should_succeed) CHECK(row->home()->pages == spans_before);
     CHECK(intact(s, e, entry_id{1}));
     CHECK(s.check_invariants().empty());
     CHECK(s.usage(tier_id{1}).used_bytes == (should_succeed ? 6 : 0) * page + (fail_at == -2 ? 4 * page : 0));
@@ -207,8 +243,8 @@ TEST_CASE("offload engine: watermarks with hysteresis, victims by score, cascade
   REQUIRE(s.add_score(entry_id{9}, 100).has_value());
   CHECK(off.above_high());
   CHECK(off.run_once() == 4 * page);  // 9 pages -> 5 pages (50 %)
-  for (const entry_id id : id_range(5, 8)) CHECK(s.find(id)->tier == tier_id{1});
-  for (const entry_id id : id_range(1, 4)) CHECK(s.find(id)->tier == hbm_tier);
+  for (const entry_id id : id_range(5, 8)) CHECK(s.find(id)->tier() == tier_id{1});
+  for (const entry_id id : id_range(1, 4)) CHECK(s.find(id)->tier() == hbm_tier);
   // Host is full now (4 pages): the next pass drops host victims (LRU-free: lowest score).
   for (const entry_id id : id_range(20, 23)) {
     REQUIRE(s.insert(id, page).has_value());
@@ -244,10 +280,10 @@ TEST_CASE("offload engine with sparsify_on_demotion stores fewer bytes; checkpoi
   CHECK(keep > m.ssm_checkpoint_bytes());
   CHECK(st.demoted_bytes == st.demoted_entries * keep);
   CHECK(st.sparsified_bytes == st.demoted_entries * (full - keep));
-  s.for_each([&](const cache_entry& row) { CHECK(row.bytes == (row.tier == hbm_tier ? full : keep)); });
+  s.for_each([&](const cache_entry& row) { CHECK(row.bytes() == (row.tier() == hbm_tier ? full : keep)); });
   CHECK(s.check_invariants().empty());
   cache_entry small;
-  small.bytes = 10;
+  small.copies.push_back(tier_copy{.bytes = 10});
   small.info = {0, tokens, true};
   CHECK(sizer.stored_bytes(small) == 10);  // never grows
   CHECK(keep_size{}.stored_bytes(small) == 10);
@@ -263,6 +299,7 @@ struct failing_copies {
     attempts.push_back(t.id);
     return t.id;
   }
+  [[nodiscard]] bool query(entry_id) const { return true; }
   expected<void> wait(entry_id id) {
     if (failing.count(id)) return unexpected(errc::busy);
     return {};
@@ -282,10 +319,10 @@ TEST_CASE("offload engine: a victim whose copy keeps failing is skipped; the pas
   CHECK(off.run_once() == 2 * page);
   CHECK(e.tries(entry_id{1}) == 1);
   CHECK(s.usage(hbm_tier).used_bytes == 8 * page);
-  CHECK(s.find(entry_id{1})->tier == hbm_tier);
-  CHECK(s.find(entry_id{1})->state == page_state::resident);
-  CHECK(s.find(entry_id{2})->tier == tier_id{1});
-  CHECK(s.find(entry_id{3})->tier == tier_id{1});
+  CHECK(s.find(entry_id{1})->tier() == hbm_tier);
+  CHECK(s.find(entry_id{1})->copies.size() == 1);
+  CHECK(s.find(entry_id{2})->tier() == tier_id{1});
+  CHECK(s.find(entry_id{3})->tier() == tier_id{1});
   CHECK(off.stats().failed_moves == 1);
   CHECK(off.stats().demoted_entries == 2);
   // The next pass (above the high watermark again) starts afresh: 1 is retried once, and
@@ -294,8 +331,8 @@ TEST_CASE("offload engine: a victim whose copy keeps failing is skipped; the pas
   REQUIRE(s.insert(entry_id{12}, page).has_value());
   CHECK(off.run_once() == 2 * page);
   CHECK(e.tries(entry_id{1}) == 2);
-  CHECK(s.find(entry_id{4})->tier == tier_id{1});
-  CHECK(s.find(entry_id{5})->tier == tier_id{1});
+  CHECK(s.find(entry_id{4})->tier() == tier_id{1});
+  CHECK(s.find(entry_id{5})->tier() == tier_id{1});
   CHECK(s.check_invariants().empty());
 }
 
@@ -313,7 +350,7 @@ TEST_CASE("offload engine: nothing is dropped from the host tier for a victim it
     CHECK(off.run_once() == 10 * page);
     CHECK(off.stats().dropped_entries == 0);
     for (const entry_id id : id_range(100, 104)) CHECK(s.contains(id));
-    CHECK(s.find(entry_id{1})->tier == hbm_tier);
+    CHECK(s.find(entry_id{1})->tier() == hbm_tier);
     CHECK(e.tries(entry_id{1}) == 0);
     CHECK(s.usage(hbm_tier).used_bytes == 80 * page);
     CHECK(s.check_invariants().empty());
@@ -381,9 +418,9 @@ TEST_CASE("concurrency: entries are never lost or duplicated under concurrent of
       }
       if (where->first == tier_id{1}) {
         if (move_entry(s, e, id, hbm_tier).has_value()) loads += 1;  // promotion
-      } else if (s.pin(id).has_value()) {  // a hit in HBM: use it
+      } else if (s.pin_in(id, hbm_tier).has_value()) {  // a hit in HBM, pinned there atomically
         CHECK(intact(s, e, id));
-        (void)s.unpin(id);
+        (void)s.unpin_in(id, hbm_tier);
       }
     }
   };
@@ -405,7 +442,7 @@ TEST_CASE("concurrency: entries are never lost or duplicated under concurrent of
   std::int64_t bad = 0;
   std::vector<entry_id> ids;
   s.for_each([&](const cache_entry& row) {
-    bad += row.state != page_state::resident;
+    for (const auto& c : row.copies) bad += !c.idle();
     ids.push_back(row.id);
   });
   for (auto id : ids) bad += !intact(s, e, id) ? 1 : 0;

@@ -129,8 +129,8 @@ TEST_CASE("dry run: fits now / after eviction / not now / never, without changin
     CHECK(dry_run(t, 4 * pg, hit) == fit_result::fits_now);
   }
   CHECK(s.usage(hbm_tier).used_bytes == 4 * pg);
-  CHECK(s.find(entry_id{3})->tier == tier_id{1});
-  CHECK(s.find(entry_id{2})->pins == 1);
+  CHECK(s.find(entry_id{3})->tier() == tier_id{1});
+  CHECK(s.find(entry_id{2})->copies.front().pins == 1);
   CHECK(s.check_invariants().empty());
 }
 

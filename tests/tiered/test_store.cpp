@@ -106,20 +106,19 @@ TEST_CASE("parse_tiers: sizes are exact, in the one byte-size grammar (core/byte
   CHECK_THROWS_AS((void)parse_tiers("hbm=.", 4096), invalid_argument);
 }
 
-TEST_CASE("page state machine: exactly the documented transitions are allowed") {
-  using S = page_state;
+TEST_CASE("copy state machine: exactly the documented transitions are allowed") {
+  using S = copy_state;
   using E = page_event;
   const std::set<std::tuple<S, E, S>> allowed = {
-      {S::resident, E::pin, S::pinned},          {S::resident, E::prepare_move, S::moving},
-      {S::resident, E::erase, S::resident},      {S::pinned, E::pin, S::pinned},
-      {S::pinned, E::unpin_more, S::pinned},     {S::pinned, E::unpin_last, S::resident},
-      {S::moving, E::complete_ok, S::resident},  {S::moving, E::complete_fail, S::resident},
-      {S::writing, E::publish, S::resident},     {S::writing, E::erase, S::writing},
+      {S::valid, E::pin, S::valid},           {S::valid, E::unpin, S::valid},
+      {S::valid, E::read_begin, S::valid},    {S::valid, E::read_end, S::valid},
+      {S::valid, E::drop, S::valid},          {S::filling, E::complete_ok, S::valid},
+      {S::filling, E::complete_fail, S::filling}, {S::writing, E::publish, S::valid},
+      {S::writing, E::drop, S::writing},
   };
   int n_allowed = 0;
-  for (auto s : {S::resident, S::pinned, S::moving, S::writing})
-    for (auto e : {E::pin, E::unpin_last, E::unpin_more, E::prepare_move, E::complete_ok, E::complete_fail, E::erase,
-                   E::publish}) {
+  for (auto s : {S::valid, S::filling, S::writing})
+    for (auto e : {E::pin, E::unpin, E::read_begin, E::read_end, E::complete_ok, E::complete_fail, E::drop, E::publish}) {
       const auto t = next_state(s, e);
       CAPTURE(to_string(s));
       CAPTURE(to_string(e));
@@ -132,19 +131,27 @@ TEST_CASE("page state machine: exactly the documented transitions are allowed") 
       CHECK(t.allowed == listed);
       n_allowed += t.allowed;
     }
-  CHECK(n_allowed == 10);
-  CHECK(evictable(S::resident));
-  CHECK_FALSE(evictable(S::pinned));
-  CHECK_FALSE(evictable(S::moving));
-  CHECK_FALSE(evictable(S::writing));
+  CHECK(n_allowed == 9);
+  tier_copy c;
+  CHECK(c.idle());
+  c.pins = 1;
+  CHECK_FALSE(c.idle());
+  c.pins = 0;
+  c.readers = 1;
+  CHECK_FALSE(c.idle());
+  c.readers = 0;
+  c.state = S::filling;
+  CHECK_FALSE(c.idle());
 }
 
 TEST_CASE("store: a writing entry is invisible to readers and movers until published") {
   tiered_store<> s(two_tiers(8 * 4096, 8 * 4096), 4096);
   REQUIRE(s.insert(entry_id{1}, 4096, hbm_tier, {}, true).has_value());
-  CHECK(s.find(entry_id{1})->state == page_state::writing);
+  CHECK(s.find(entry_id{1})->copies.front().state == copy_state::writing);
   CHECK(s.pin(entry_id{1}).error() == errc::busy);
+  CHECK(s.pin_in(entry_id{1}, hbm_tier).error() == errc::busy);
   CHECK(s.prepare_move(entry_id{1}, tier_id{1}).error() == errc::busy);
+  CHECK(s.prepare_copy(entry_id{1}, hbm_tier, tier_id{1}).error() == errc::busy);
   CHECK_FALSE(s.victim(hbm_tier).has_value());
   CHECK(s.usage(hbm_tier).evictable_bytes == 0);
   CHECK(s.check_invariants().empty());
@@ -156,7 +163,9 @@ TEST_CASE("store: a writing entry is invisible to readers and movers until publi
   CHECK(s.check_invariants().empty());
 }
 
-TEST_CASE("store: moving entries are neither pinned, erased, moved again nor chosen as victims") {
+TEST_CASE("store: a copy in flight leaves its source readable and its destination invisible (issue #15)") {
+  // Before: a moving entry could not be pinned, so a hit on an entry being offloaded was
+  // lost. Now the source stays valid and pinnable; only its drop waits for the copy.
   tiered_store<> s(two_tiers(8 * 4096, 16 * 4096), 4096);
   REQUIRE(s.insert(entry_id{1}, 3 * 4096).has_value());
   REQUIRE(s.insert(entry_id{2}, 4096).has_value());
@@ -164,40 +173,125 @@ TEST_CASE("store: moving entries are neither pinned, erased, moved again nor cho
   REQUIRE(t.has_value());
   CHECK(t->src_pages.size() == 3);
   CHECK(t->dst_pages.size() == 3);
-  CHECK(s.pin(entry_id{1}).error() == errc::busy);
+  CHECK(t->drop_source);
+  CHECK(s.find(entry_id{1})->valid_in_gpu());                   // readable
+  REQUIRE(s.pin_in(entry_id{1}, hbm_tier).has_value());         // a hit reads it meanwhile
+  CHECK(s.pin_in(entry_id{1}, tier_id{1}).error() == errc::busy);  // the destination is invisible
   CHECK(s.erase(entry_id{1}).error() == errc::busy);
-  CHECK(s.prepare_move(entry_id{1}, tier_id{1}).error() == errc::busy);
+  CHECK(s.prepare_move(entry_id{1}, tier_id{1}).error() == errc::busy);  // one copy per tier
   CHECK(s.victim(hbm_tier) == entry_id{2});
-  CHECK_FALSE(s.find(entry_id{1})->valid_in_gpu());
   CHECK(s.usage(hbm_tier).used_bytes == 4 * 4096);  // source still held while copying
   CHECK(s.usage(tier_id{1}).used_bytes == 3 * 4096);
-  CHECK(s.check_invariants({*t}).empty());
+  CHECK(s.check_invariants().empty());
   // A forged ticket is refused; the real one completes.
   auto forged = *t;
   forged.seq += 1;
   CHECK(s.complete_move(forged, true).error() == errc::stale_handle);
   REQUIRE(s.complete_move(*t, true).has_value());
   CHECK(s.complete_move(*t, true).error() == errc::stale_handle);  // twice
-  CHECK(s.find(entry_id{1})->tier == tier_id{1});
+  // The pinned source stayed: a clean replica above the new home.
+  auto row = s.find(entry_id{1});
+  REQUIRE(row->copies.size() == 2);
+  CHECK(row->tier() == hbm_tier);
+  CHECK(row->clean_below(hbm_tier));
+  REQUIRE(s.unpin_in(entry_id{1}, hbm_tier).has_value());
+  REQUIRE(s.drop_copy(entry_id{1}, hbm_tier).has_value());  // free: a valid copy is below
+  CHECK(s.find(entry_id{1})->tier() == tier_id{1});
   CHECK(s.usage(hbm_tier).used_bytes == 4096);
   CHECK(s.check_invariants().empty());
   // Failed move: stays put, destination released.
   auto back = s.prepare_move(entry_id{1}, hbm_tier);
   REQUIRE(back.has_value());
   REQUIRE(s.complete_move(*back, false).has_value());
-  CHECK(s.find(entry_id{1})->tier == tier_id{1});
+  CHECK(s.find(entry_id{1})->tier() == tier_id{1});
+  CHECK(s.find(entry_id{1})->copies.size() == 1);
   CHECK(s.usage(hbm_tier).used_bytes == 4096);
   CHECK(s.check_invariants().empty());
-  // Pinned entries are not victims and cannot move.
+  // An unpinned move drops its source when it lands.
+  auto down = s.prepare_move(entry_id{2}, tier_id{1});
+  REQUIRE(down.has_value());
+  REQUIRE(s.complete_move(*down, true).has_value());
+  CHECK(s.find(entry_id{2})->copies.size() == 1);
+  CHECK(s.find(entry_id{2})->tier() == tier_id{1});
+  // Pins: counted per copy.
   REQUIRE(s.pin(entry_id{2}).has_value());
   REQUIRE(s.pin(entry_id{2}).has_value());
-  CHECK_FALSE(s.victim(hbm_tier).has_value());
-  CHECK(s.prepare_move(entry_id{2}, tier_id{1}).error() == errc::busy);
+  CHECK_FALSE(s.victim(tier_id{1}) == entry_id{2});
   REQUIRE(s.unpin(entry_id{2}).has_value());
-  CHECK(s.find(entry_id{2})->state == page_state::pinned);
+  CHECK(s.find(entry_id{2})->copies.front().pins == 1);
   REQUIRE(s.unpin(entry_id{2}).has_value());
   CHECK(s.unpin(entry_id{2}).error() == errc::invalid_argument);
-  CHECK(s.victim(hbm_tier) == entry_id{2});
+  CHECK(s.check_invariants().empty());
+}
+
+TEST_CASE("store: pin_in pins the copy of one tier atomically, never a copy elsewhere (issue #15)") {
+  // Before: pin() took any tier, so a caller that located an entry in HBM and then pinned it
+  // pinned the host copy the offloader had just moved it to, and read freed HBM pages.
+  tiered_store<> s(two_tiers(8 * 4096, 8 * 4096), 4096);
+  REQUIRE(s.insert(entry_id{1}, 2 * 4096).has_value());
+  const auto where = s.locate(entry_id{1});
+  REQUIRE(where->first == hbm_tier);
+  auto t = s.prepare_move(entry_id{1}, tier_id{1});  // the offloader, between locate and pin
+  REQUIRE(s.complete_move(*t, true).has_value());
+  CHECK(s.pin_in(entry_id{1}, where->first).error() == errc::busy);  // not in HBM any more
+  CHECK(s.find(entry_id{1})->copies.front().pins == 0);
+  REQUIRE(s.pin_in(entry_id{1}, tier_id{1}).has_value());
+  CHECK(s.prepare_move(entry_id{1}, hbm_tier).has_value());  // readable (and copyable) while pinned
+  CHECK(s.pin_in(entry_id{9}, hbm_tier).error() == errc::not_found);
+}
+
+TEST_CASE("store: a promoted entry is recent, not the next HBM victim (issue #15)") {
+  tiered_store<> s(two_tiers(8 * 4096, 8 * 4096), 4096);
+  REQUIRE(s.insert(entry_id{1}, 4096, tier_id{1}).has_value());  // old, in host
+  REQUIRE(s.insert(entry_id{2}, 4096).has_value());
+  REQUIRE(s.insert(entry_id{3}, 4096).has_value());
+  auto up = s.prepare_move(entry_id{1}, hbm_tier);
+  REQUIRE(s.complete_move(*up, true).has_value());
+  CHECK(s.victim(hbm_tier) == entry_id{2});  // before the fix: 1, promoted with its old recency
+}
+
+TEST_CASE("store: clean replicas, drops and extracts") {
+  tiered_store<> s(two_tiers(16 * 4096, 16 * 4096), 4096);
+  // An entry of 3 layer segments of 2 pages each.
+  REQUIRE(s.insert(entry_id{1}, 6 * 4096, hbm_tier, {0, 6, false}, false, 3).has_value());
+  CHECK(s.insert(entry_id{2}, 5 * 4096, hbm_tier, {}, false, 3).error() == errc::invalid_argument);
+  auto r = s.prepare_copy(entry_id{1}, hbm_tier, tier_id{1});
+  REQUIRE(r.has_value());
+  CHECK_FALSE(r->drop_source);
+  CHECK(s.drop_copy(entry_id{1}, hbm_tier).error() == errc::busy);  // read by the copy
+  REQUIRE(s.complete_move(*r, true).has_value());
+  auto row = s.find(entry_id{1});
+  REQUIRE(row->copies.size() == 2);
+  CHECK(row->clean_below(hbm_tier));
+  CHECK_FALSE(row->clean_below(tier_id{1}));
+  CHECK(s.usage(tier_id{1}).evictable_bytes == 6 * 4096);
+  // Extract the second page of every segment from the host copy into a new HBM entry.
+  auto x = s.prepare_extract(entry_id{1}, tier_id{1}, {1, 1}, entry_id{5}, hbm_tier);
+  REQUIRE(x.has_value());
+  CHECK(x->segments == 3);
+  CHECK(x->src_pages.size() == 3);
+  const auto host = row->in(tier_id{1})->pages;
+  CHECK(x->src_pages.page(0) == host.page(1));
+  CHECK(x->src_pages.page(1) == host.page(3));
+  CHECK(x->src_pages.page(2) == host.page(5));
+  CHECK(s.pin_in(entry_id{5}, hbm_tier).error() == errc::busy);  // filling
+  CHECK(s.drop_copy(entry_id{1}, tier_id{1}).error() == errc::busy);  // read by the extract
+  CHECK(s.check_invariants().empty());
+  REQUIRE(s.complete_move(*x, true).has_value());
+  CHECK(s.find(entry_id{5})->bytes() == 3 * 4096);
+  CHECK(s.prepare_extract(entry_id{1}, tier_id{1}, {1, 2}, entry_id{6}, hbm_tier).error() == errc::invalid_argument);
+  CHECK(s.prepare_extract(entry_id{1}, tier_id{1}, {0, 1}, entry_id{5}, hbm_tier).error() == errc::invalid_argument);
+  // A failed extract leaves no entry behind.
+  auto y = s.prepare_extract(entry_id{1}, hbm_tier, {0, 2}, entry_id{7}, tier_id{1});
+  REQUIRE(y.has_value());
+  REQUIRE(s.complete_move(*y, false).has_value());
+  CHECK_FALSE(s.contains(entry_id{7}));
+  // Dropping copies: the entry goes with its last.
+  REQUIRE(s.drop_copy(entry_id{1}, hbm_tier).has_value());
+  REQUIRE(s.drop_copy(entry_id{1}, tier_id{1}).has_value());
+  CHECK_FALSE(s.contains(entry_id{1}));
+  CHECK(s.drop_copy(entry_id{1}, tier_id{1}).error() == errc::not_found);
+  CHECK(s.check_invariants().empty());
 }
 
 TEST_CASE("store: bad calls leave the table unchanged") {
@@ -221,7 +315,7 @@ TEST_CASE("store: bad calls leave the table unchanged") {
   REQUIRE(s.pin(entry_id{7}).has_value());
   CHECK_FALSE(s.would_fit(hbm_tier, 3 * 4096));
   CHECK(s.would_fit(hbm_tier, 2 * 4096));
-  CHECK(s.find(entry_id{7})->pins == 1);
+  CHECK(s.find(entry_id{7})->copies.front().pins == 1);
 }
 
 TEST_CASE("store: sizes up to INT64_MAX are refused without overflow; nothing changes") {
@@ -262,7 +356,7 @@ TEST_CASE("store: sparsified demotion stores fewer bytes") {
   REQUIRE(t.has_value());
   CHECK(t->dst_pages.size() == 2);
   REQUIRE(s.complete_move(*t, true).has_value());
-  CHECK(s.find(entry_id{1})->bytes == 4097);
+  CHECK(s.find(entry_id{1})->bytes() == 4097);
   CHECK(s.usage(tier_id{1}).used_bytes == 2 * 4096);
 }
 
@@ -332,19 +426,21 @@ TEST_CASE("store matches a naive list model on thousands of random operations (a
         } else if (kind == 5 && it != ref.end()) {
           const tier_id dst{static_cast<std::uint8_t>(1 - it->second.tier.value)};
           const bool ok = (rng() % 4) != 0;
-          const auto t = s.prepare_move(id, dst);
           const std::int64_t cap = dst.value == 0 ? 64 : 128;
+          // A pinned source would stay as a replica (tested above); the model has one tier per entry.
+          const auto t = it->second.pins > 0 ? expected<move_ticket>(unexpected(errc::busy)) : s.prepare_move(id, dst);
           if (it->second.pins > 0) {
             CHECK(t.error() == errc::busy);
           } else if (used[dst.value] + pages(it->second.bytes) > cap) {
             CHECK(t.error() == errc::out_of_capacity);
           } else {
             REQUIRE(t.has_value());
-            CHECK(s.check_invariants({*t}).empty());
+            CHECK(s.check_invariants().empty());
             REQUIRE(s.complete_move(*t, ok).has_value());
             if (ok) {
               used[it->second.tier.value] -= pages(it->second.bytes);
               used[dst.value] += pages(it->second.bytes);
+              if (dst < it->second.tier) it->second.row.last_access = ++clock;  // a promotion touches
               it->second.tier = dst;
             }
           }
@@ -412,11 +508,16 @@ TEST_CASE("tiered_store: split, join and exchange_pages re-partition pages witho
   REQUIRE(s.insert(entry_id{1}, 6 * page));
   REQUIRE(s.insert(entry_id{2}, 3 * page));
   REQUIRE(s.insert(entry_id{3}, 2 * page, tier_id{1}));
-  const auto pages_of = [&](entry_id id) { return s.find(id)->pages; };
+  const auto expand = [](const page_list& l) {
+    std::vector<std::uint32_t> v;
+    l.for_each_page([&](std::uint32_t p) { v.push_back(p); });
+    return v;
+  };
+  const auto pages_of = [&](entry_id id) { return expand(s.find(id)->home()->pages); };
   const auto p1 = pages_of(entry_id{1}), p2 = pages_of(entry_id{2});
   const auto snapshot = [&] {
     std::map<entry_id, std::vector<std::uint32_t>> m;
-    s.for_each([&](const cache_entry& e) { m[e.id] = e.pages; });
+    s.for_each([&](const cache_entry& e) { m[e.id] = expand(e.copies.front().pages); });
     return m;
   };
 
@@ -424,8 +525,8 @@ TEST_CASE("tiered_store: split, join and exchange_pages re-partition pages witho
     REQUIRE(s.split(entry_id{1}, entry_id{10}, 2 * page));
     CHECK(pages_of(entry_id{10}) == std::vector<std::uint32_t>(p1.begin(), p1.begin() + 2));
     CHECK(pages_of(entry_id{1}) == std::vector<std::uint32_t>(p1.begin() + 2, p1.end()));
-    CHECK(s.find(entry_id{10})->bytes == 2 * page);
-    CHECK(s.find(entry_id{1})->bytes == 4 * page);
+    CHECK(s.find(entry_id{10})->bytes() == 2 * page);
+    CHECK(s.find(entry_id{1})->bytes() == 4 * page);
     CHECK(s.usage(hbm_tier).entries == 3);
     CHECK(s.check_invariants().empty());
     // join puts it back in the same order: front's pages, then back's
@@ -471,8 +572,8 @@ TEST_CASE("tiered_store: split, join and exchange_pages re-partition pages witho
     REQUIRE(s.unpin(entry_id{1}));
     auto t = s.prepare_move(entry_id{2}, tier_id{1});
     REQUIRE(t);
-    CHECK(s.exchange_pages(entry_id{1}, 0, entry_id{2}, 0, 1).error() == errc::busy);  // moving
-    CHECK(s.join(entry_id{1}, entry_id{2}).error() == errc::busy);
+    CHECK(s.exchange_pages(entry_id{1}, 0, entry_id{2}, 0, 1).error() == errc::busy);  // being read by a copy
+    CHECK(s.join(entry_id{1}, entry_id{2}).error() == errc::invalid_argument);  // 2 has a copy in flight below: other tiers
     REQUIRE(s.complete_move(*t, false));
     REQUIRE(s.insert(entry_id{4}, page, hbm_tier, {}, /*writing=*/true));
     CHECK(s.exchange_pages(entry_id{1}, 0, entry_id{4}, 0, 1).error() == errc::busy);  // being written

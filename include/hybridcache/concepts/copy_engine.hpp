@@ -8,32 +8,40 @@
 
 #include <concepts>
 #include <cstdint>
-#include <vector>
 
 #include "hybridcache/concepts/tier_entry.hpp"
 #include "hybridcache/core/expected.hpp"
 
 namespace hybridcache::tiered {
 
-/// A move in flight: returned by `prepare_move`, consumed by `complete_move`.
+/// A copy in flight: returned by `tiered_store::prepare_move` / `prepare_copy` /
+/// `prepare_extract`, consumed by `complete_move`. It fills the copy of entry `id` in tier
+/// `dst` from the copy of entry `src_id` in tier `src` (the same entry, except an extract).
+/// Page lists are in logical order, layer-major: `segments` equal segments, segment s
+/// being layer s, so an engine may copy (and signal) layer by layer.
 struct move_ticket {
   entry_id id{};
+  entry_id src_id{};
   tier_id src{};
   tier_id dst{};
-  std::int64_t src_bytes = 0;               ///< bytes held at the source
-  std::int64_t dst_bytes = 0;               ///< bytes that will be stored at the destination
-  std::vector<std::uint32_t> src_pages;     ///< in the entry's logical order
-  std::vector<std::uint32_t> dst_pages;     ///< ascending (fresh pages)
-  std::uint64_t seq = 0;                    ///< must match the entry's move sequence
+  std::int64_t src_bytes = 0;  ///< bytes read from the source
+  std::int64_t dst_bytes = 0;  ///< bytes stored at the destination (fewer when sparsified)
+  page_list src_pages;         ///< the pages read, logical order
+  page_list dst_pages;         ///< the pages written (fresh), logical order
+  std::int32_t segments = 1;   ///< layer segments of both page lists
+  std::uint64_t seq = 0;       ///< must match the destination copy's sequence number
+  bool drop_source = false;    ///< a move: the source copy is dropped when the copy lands (if idle)
 };
 
-/// What moves an entry's bytes between tiers: `submit(ticket)` enqueues the copies of a
-/// prepared move (`tiered_store::prepare_move`) and returns an event or an error;
-/// `wait(event)` blocks until they ran and reports a failed copy. Modelled by
-/// `host_copy_engine`, `cuda::copy_engine` and `metadata_only_copies`.
+/// What copies an entry's bytes between tiers: `submit(ticket)` enqueues the copies of a
+/// prepared move and returns an event or an error; `query(event)` says, without blocking,
+/// whether they ran; `wait(event)` blocks until they ran and reports a failed copy.
+/// Modelled by `host_copy_engine`, `cuda::copy_engine`, `metadata_only_copies` and the
+/// simulator's timed engine (sim/timed_copy_engine.hpp).
 template <class E>
 concept tier_copy_engine = requires(E& e, const move_ticket& t) {
   { e.submit(t).has_value() } -> std::convertible_to<bool>;
+  { e.query(*e.submit(t)) } -> std::convertible_to<bool>;
   { e.wait(*e.submit(t)) } -> std::same_as<expected<void>>;
 };
 

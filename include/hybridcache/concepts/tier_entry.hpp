@@ -1,16 +1,19 @@
 // hybridcache/concepts/tier_entry.hpp
 //
 // One row of CaR's cache table: NodeID, Addr, Size, Valid_in_GPU, Score (papers/003
-// §III-B1), plus what the store needs to keep the row race-free (state, pin count, move
-// sequence) and what the demotion scorers read (recency, the token span of the node).
+// §III-B1), generalised to an entry that may have a copy in several tiers at once: a clean
+// replica in a lower tier lets the HBM copy be dropped without a copy (write-through), and
+// a copy in flight leaves its source readable (a hit on an entry being offloaded is not
+// lost). Each copy has its own state, pins and pages; the row adds what the demotion
+// scorers read (recency, score, the token span of the node).
 //
-// The address is not a raw pointer: an entry owns a list of page indices in its home tier
-// (pages need not be adjacent; the copy engine coalesces adjacent runs into large
-// transfers). `address()` turns the first page into a byte offset in the tier's arena, so
-// the same table drives a counting simulator, host buffers and device memory.
+// The address is not a raw pointer: a copy owns runs of page indices in its tier (pages
+// need not be adjacent; the copy engine coalesces adjacent runs into large transfers).
+// `address()` turns the first page into a byte offset in the tier's arena, so the same
+// table drives a counting simulator, host buffers and device memory.
 //
 // These are the vocabulary of the tiered seams (concepts/demotion.hpp, copy_engine.hpp):
-// the tier id, the entry's state (its transitions: tiered/page_state.hpp) and the row.
+// the tier id, a copy's state (its transitions: tiered/page_state.hpp) and the row.
 #pragma once
 
 #include <compare>
@@ -18,6 +21,7 @@
 #include <vector>
 
 #include "hybridcache/concepts/ids.hpp"
+#include "hybridcache/core/page_runs.hpp"
 
 namespace hybridcache::tiered {
 
@@ -32,16 +36,14 @@ struct tier_id {
 /// The HBM tier.
 inline constexpr tier_id hbm_tier{0};
 
-/// State of a cache-table entry.
-enum class page_state : std::uint8_t {
-  resident,  ///< lives in exactly one tier, idle: may be pinned, moved or erased
-  pinned,    ///< in use by at least one request: may only be pinned again or unpinned
-  moving,    ///< a copy to another tier is in flight: source and destination both held
-  writing,   ///< inserted, bytes still being produced: invisible to readers and movers
+/// State of one copy of an entry in one tier (transitions: tiered/page_state.hpp).
+enum class copy_state : std::uint8_t {
+  valid,    ///< holds the entry's bytes: readable, may be pinned, copied from or dropped
+  filling,  ///< destination of a copy in flight: invisible until the copy completes
+  writing,  ///< inserted, bytes still being produced by its request: invisible until published
 };
 
-
-/// Ordering key of an evictable entry: smaller leaves first; `secondary` breaks ties.
+/// Ordering key of an evictable copy: smaller leaves first; `secondary` breaks ties.
 struct demotion_key {
   double primary = 0.0;
   double secondary = 0.0;
@@ -55,26 +57,73 @@ struct node_info {
   bool has_checkpoint = false;    ///< the node carries a recurrent-state checkpoint
 };
 
-/// A cache-table row. Owned by `tiered_store`; callers see copies (`entry_view`).
+/// One copy of an entry: its tier, state, users and pages (in the entry's logical order).
+struct tier_copy {
+  tier_id tier = hbm_tier;
+  copy_state state = copy_state::valid;
+  std::int32_t pins = 0;     ///< requests reading it now: it cannot be dropped
+  std::int32_t readers = 0;  ///< copies in flight that read it: it cannot be dropped or re-paged
+  std::int64_t bytes = 0;    ///< bytes it holds (fewer than the entry's when sparsified)
+  page_list pages{};         ///< pages in its tier, logical order
+  std::uint64_t seq = 0;     ///< while filling: the sequence number its ticket carries
+  demotion_key indexed_key{};///< key under which its tier indexes it (when idle)
+
+  /// Droppable and evictable: valid, no pin, no copy reading it.
+  [[nodiscard]] bool idle() const noexcept { return state == copy_state::valid && pins == 0 && readers == 0; }
+};
+
+/// A cache-table row: an entry and its copies, at most one per tier, fastest tier first.
+/// Owned by `tiered_store`; callers see copies (`find`).
+///
+/// An entry's bytes are laid out layer-major: `segments` equal segments, one per layer
+/// (KV of one attention layer for every token of the entry, or the state of one recurrent
+/// layer), so a load can go layer by layer and a split at a token re-partitions the page
+/// lists of every segment without copying.
 struct cache_entry {
   entry_id id{};
-  tier_id tier = hbm_tier;            ///< home tier (where the bytes are valid)
-  page_state state = page_state::resident;
-  std::int32_t pins = 0;              ///< requests using the entry now
-  std::int64_t bytes = 0;             ///< Size: bytes stored in the home tier
-  std::vector<std::uint32_t> pages;   ///< page indices in the home tier, in logical order (ascending when allocated)
-  double score = 0.0;                 ///< CaR's Score
-  std::uint64_t last_access = 0;      ///< logical time of the last touch
   node_info info;                     ///< token span, for FLOP-aware scoring
-  std::uint64_t move_seq = 0;         ///< bumped by every prepare_move; tickets carry it
-  tier_id move_dst = hbm_tier;        ///< destination of the move in flight (state `moving`)
-  demotion_key indexed_key{};         ///< key under which the store indexes it (when resident)
+  double score = 0.0;                 ///< CaR's Score
+  std::uint64_t last_access = 0;      ///< logical time of the last touch (a promotion touches)
+  std::int32_t segments = 1;          ///< layer segments of the logical order
+  std::vector<tier_copy> copies{};    ///< ascending tier
 
-  /// CaR's Valid_in_GPU: the bytes are in HBM and usable now (not mid-copy).
-  [[nodiscard]] bool valid_in_gpu() const noexcept { return tier == hbm_tier && state != page_state::moving; }
-  /// CaR's Addr: byte offset of the first page in the home tier's arena.
+  /// The copy in tier `t`, or nullptr.
+  [[nodiscard]] const tier_copy* in(tier_id t) const noexcept {
+    for (const auto& c : copies)
+      if (c.tier == t) return &c;
+    return nullptr;
+  }
+  /// The fastest valid copy (where a reader reads), or nullptr while none is valid.
+  [[nodiscard]] const tier_copy* home() const noexcept {
+    for (const auto& c : copies)
+      if (c.state == copy_state::valid) return &c;
+    return nullptr;
+  }
+  /// The home tier (the first copy's while none is valid).
+  [[nodiscard]] tier_id tier() const noexcept {
+    const tier_copy* h = home();
+    return h != nullptr ? h->tier : copies.empty() ? hbm_tier : copies.front().tier;
+  }
+  /// Bytes of the home copy.
+  [[nodiscard]] std::int64_t bytes() const noexcept {
+    const tier_copy* h = home();
+    return h != nullptr ? h->bytes : copies.empty() ? 0 : copies.front().bytes;
+  }
+  /// CaR's Valid_in_GPU: a valid copy is in HBM.
+  [[nodiscard]] bool valid_in_gpu() const noexcept {
+    const tier_copy* c = in(hbm_tier);
+    return c != nullptr && c->state == copy_state::valid;
+  }
+  /// A valid copy in a tier below `t` exists: the copy in `t` is clean (dropping it loses nothing).
+  [[nodiscard]] bool clean_below(tier_id t) const noexcept {
+    for (const auto& c : copies)
+      if (c.tier > t && c.state == copy_state::valid) return true;
+    return false;
+  }
+  /// CaR's Addr: byte offset of the home copy's first page in its tier's arena.
   [[nodiscard]] std::int64_t address(std::int64_t page_bytes) const noexcept {
-    return pages.empty() ? -1 : static_cast<std::int64_t>(pages.front()) * page_bytes;
+    const tier_copy* h = home();
+    return h == nullptr || h->pages.empty() ? -1 : static_cast<std::int64_t>(h->pages.page(0)) * page_bytes;
   }
 };
 

@@ -11,6 +11,7 @@
 // Shared by host_copy_engine.hpp and cuda/copy_engine.cuh. O(pages) time, one allocation.
 #pragma once
 
+#include <algorithm>
 #include <concepts>
 #include <cstdint>
 #include <vector>
@@ -31,6 +32,7 @@ struct copy_span {
 struct metadata_only_copies {
   struct event {};
   [[nodiscard]] expected<event> submit(const move_ticket&) noexcept { return event{}; }
+  [[nodiscard]] bool query(event) const noexcept { return true; }
   [[nodiscard]] expected<void> wait(event) noexcept { return {}; }
 };
 static_assert(tier_copy_engine<metadata_only_copies>);
@@ -38,23 +40,48 @@ static_assert(tier_copy_engine<metadata_only_copies>);
 /// Transfers below this size count as small (per-call overhead dominates).
 inline constexpr std::int64_t default_min_transfer_bytes = std::int64_t{512} * 1024;
 
-/// Coalesces a ticket's pages into copies. Moves `min(src_bytes, dst_bytes)` bytes: a
-/// sparsifying mover that stores fewer bytes compacts first and copies the prefix.
-[[nodiscard]] inline std::vector<copy_span> plan_copies(const move_ticket& t, std::int64_t page_bytes) {
+/// Coalesces the logical pages [first, first + n) of a ticket into copies: pages adjacent
+/// in both lists merge. Copies at most `limit` bytes from the front of that range.
+[[nodiscard]] inline std::vector<copy_span> plan_page_range(const move_ticket& t, std::int64_t page_bytes,
+                                                            std::int64_t first, std::int64_t n, std::int64_t limit) {
   std::vector<copy_span> out;
-  std::int64_t left = t.dst_bytes < t.src_bytes ? t.dst_bytes : t.src_bytes;
-  const std::size_t n = t.src_pages.size() < t.dst_pages.size() ? t.src_pages.size() : t.dst_pages.size();
-  for (std::size_t i = 0; i < n && left > 0; ++i) {
-    const std::int64_t b = left < page_bytes ? left : page_bytes;
-    const std::int64_t s = static_cast<std::int64_t>(t.src_pages[i]) * page_bytes;
-    const std::int64_t d = static_cast<std::int64_t>(t.dst_pages[i]) * page_bytes;
+  const page_list src = t.src_pages.slice(first, n);
+  const page_list dst = t.dst_pages.slice(first, n);
+  const auto sr = src.runs();
+  const auto dr = dst.runs();
+  std::size_t i = 0, j = 0;
+  std::int64_t si = 0, dj = 0;  // pages used of the current source / destination run
+  while (i < sr.size() && j < dr.size() && limit > 0) {
+    const std::int64_t k = std::min<std::int64_t>(sr[i].count - si, dr[j].count - dj);
+    const std::int64_t b = std::min(limit, k * page_bytes);
+    const std::int64_t s = (static_cast<std::int64_t>(sr[i].first) + si) * page_bytes;
+    const std::int64_t d = (static_cast<std::int64_t>(dr[j].first) + dj) * page_bytes;
     if (!out.empty() && out.back().src_offset + out.back().bytes == s && out.back().dst_offset + out.back().bytes == d)
       out.back().bytes += b;
     else
       out.push_back({s, d, b});
-    left -= b;
+    limit -= b;
+    si += k;
+    dj += k;
+    if (si == sr[i].count) ++i, si = 0;
+    if (dj == dr[j].count) ++j, dj = 0;
   }
   return out;
+}
+
+/// Coalesces a ticket's pages into copies. Moves `min(src_bytes, dst_bytes)` bytes: a
+/// sparsifying mover that stores fewer bytes compacts first and copies the prefix.
+[[nodiscard]] inline std::vector<copy_span> plan_copies(const move_ticket& t, std::int64_t page_bytes) {
+  const std::int64_t bytes = t.dst_bytes < t.src_bytes ? t.dst_bytes : t.src_bytes;
+  return plan_page_range(t, page_bytes, 0, t.dst_pages.size(), bytes);
+}
+
+/// The copies of layer segment `s` of a ticket (a full-size copy: segments split the pages
+/// evenly), so an engine can copy and signal layer by layer.
+[[nodiscard]] inline std::vector<copy_span> plan_segment_copies(const move_ticket& t, std::int64_t page_bytes,
+                                                                std::int32_t s) {
+  const std::int64_t per = t.dst_pages.size() / (t.segments > 0 ? t.segments : 1);
+  return plan_page_range(t, page_bytes, s * per, per, per * page_bytes);
 }
 
 /// Modelled time of a list of copies over a link: Σ (per-copy overhead + bytes / bandwidth).

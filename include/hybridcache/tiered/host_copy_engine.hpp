@@ -93,7 +93,13 @@ class host_copy_engine {
     for (int s = 0; s < 2; ++s) workers_[s] = std::thread([this, s] { run(static_cast<copy_stream>(s)); });
   }
 
-  ~host_copy_engine() {
+  /// Runs every job already submitted, then stops the workers (`stop`).
+  ~host_copy_engine() { stop(); }
+
+  /// Refuses new jobs (`submit` returns busy), runs every job already queued on both
+  /// streams, and joins the workers. Every submitted job has run (or failed) when it
+  /// returns, so a `wait` on it reports its real outcome. Idempotent.
+  void stop() {
     {
       std::lock_guard lock(mu_);
       stop_ = true;
@@ -129,13 +135,13 @@ class host_copy_engine {
   /// Enqueues the copies of a prepared move on the stream of its direction.
   /// Errors: invalid_argument when the ticket names an unknown tier or pages outside an arena.
   [[nodiscard]] expected<copy_event> submit(const move_ticket& t) {
-    if (t.src.value >= arenas_.size() || t.dst.value >= arenas_.size() || t.src == t.dst)
-      return unexpected(errc::invalid_argument);
+    if (t.src.value >= arenas_.size() || t.dst.value >= arenas_.size()) return unexpected(errc::invalid_argument);
+    // Same tier: a copy inside one arena (a joined load handed to a request), onboard.
     const copy_stream s = t.dst.value > t.src.value ? copy_stream::offload : copy_stream::onboard;
     return submit(t.src, t.dst, plan_copies(t, page_bytes_), s);
   }
 
-  /// Enqueues arbitrary spans from tier `src` to tier `dst` on stream `s`.
+  /// Enqueues arbitrary spans from tier `src` to tier `dst` on stream `s`. busy after `stop`.
   [[nodiscard]] expected<copy_event> submit(tier_id src, tier_id dst, std::vector<copy_span> spans, copy_stream s) {
     if (src.value >= arenas_.size() || dst.value >= arenas_.size()) return unexpected(errc::invalid_argument);
     for (const auto& c : spans)
@@ -143,6 +149,7 @@ class host_copy_engine {
           c.dst_offset + c.bytes > arenas_[dst.value].size())
         return unexpected(errc::invalid_argument);
     std::lock_guard lock(mu_);
+    if (stop_) return unexpected(errc::busy);  // stopping: the workers would never run it
     const auto si = static_cast<std::size_t>(s);
     const auto other = 1 - si;
     job j{src, dst, std::move(spans), ++submitted_[si], 0};
@@ -178,11 +185,15 @@ class host_copy_engine {
     return completed_[static_cast<std::size_t>(ev.stream)] >= ev.seq;
   }
 
-  /// Blocks until the job has run; returns `busy` if a copy of it failed.
+  /// Blocks until the job has run; returns `busy` if a copy of it failed (or, for an
+  /// event this engine never issued, if it can never run).
   [[nodiscard]] expected<void> wait(copy_event ev) {
     std::unique_lock lock(mu_);
     const auto si = static_cast<std::size_t>(ev.stream);
-    done_cv_.wait(lock, [&] { return completed_[si] >= ev.seq || stop_; });
+    // Workers drain their queues before exiting, so after `stop` only a foreign event
+    // (beyond what was submitted) can remain incomplete.
+    done_cv_.wait(lock, [&] { return completed_[si] >= ev.seq || (stop_ && ev.seq > submitted_[si]); });
+    if (completed_[si] < ev.seq) return unexpected(errc::busy);
     if (failed_[si].erase(ev.seq) > 0) return unexpected(errc::busy);
     return {};
   }
@@ -190,7 +201,7 @@ class host_copy_engine {
   /// Blocks until every submitted job has run.
   void synchronize() {
     std::unique_lock lock(mu_);
-    done_cv_.wait(lock, [&] { return (completed_[0] >= submitted_[0] && completed_[1] >= submitted_[1]) || stop_; });
+    done_cv_.wait(lock, [&] { return completed_[0] >= submitted_[0] && completed_[1] >= submitted_[1]; });
   }
 
   /// Returns the counters and resets them.
@@ -227,10 +238,10 @@ class host_copy_engine {
     std::unique_lock lock(mu_);
     for (;;) {
       work_cv_.wait(lock, [&] { return stop_ || !queues_[si].empty(); });
-      if (stop_) return;
+      if (queues_[si].empty()) return;  // stopping, and nothing left to run
       job& j = queues_[si].front();
-      done_cv_.wait(lock, [&] { return stop_ || completed_[other] >= j.wait_other; });
-      if (stop_) return;
+      // The other stream drains its queue too, so its hazards are always met eventually.
+      done_cv_.wait(lock, [&] { return completed_[other] >= j.wait_other; });
       fault_hook fault = fault_;
       lock.unlock();
       bool ok = true;

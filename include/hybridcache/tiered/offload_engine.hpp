@@ -57,6 +57,7 @@ struct offload_stats {
   std::int64_t demoted_bytes = 0;   ///< bytes written to lower tiers
   std::int64_t sparsified_bytes = 0;///< bytes not written thanks to the sizer (sparsification)
   std::int64_t dropped_entries = 0; ///< dropped from the last tier to make room
+  std::int64_t dropped_clean = 0;   ///< HBM copies dropped for free (a valid copy below)
   std::int64_t failed_moves = 0;
 };
 
@@ -97,12 +98,13 @@ class offload_engine {
       if (!v) break;
       const auto e = store_.find(*v);
       if (!e) continue;  // raced with an erase: no longer a victim
-      // Pinned since it was picked: its move would not be attempted, so make no room for it.
-      if (e->state != page_state::resident) {
-        skipped.push_back(*v);
+      // A clean HBM copy (a valid copy below already): dropping it frees the room.
+      if (e->clean_below(hbm_tier)) {
+        if (store_.drop_copy(*v, hbm_tier)) stats_.dropped_clean += 1;
+        else skipped.push_back(*v);  // pinned since it was picked
         continue;
       }
-      const std::int64_t keep = std::clamp<std::int64_t>(sizer_.stored_bytes(*e), 1, e->bytes);
+      const std::int64_t keep = std::clamp<std::int64_t>(sizer_.stored_bytes(*e), 1, e->bytes());
       if (!make_room(tier_id{1}, keep)) {
         skipped.push_back(*v);
         continue;
@@ -112,7 +114,7 @@ class offload_engine {
         moved += keep;
         stats_.demoted_entries += 1;
         stats_.demoted_bytes += keep;
-        stats_.sparsified_bytes += e->bytes - keep;
+        stats_.sparsified_bytes += e->bytes() - keep;
       } else {
         stats_.failed_moves += 1;
         skipped.push_back(*v);  // copy failed, pinned meanwhile, ...: go on with the next victim
@@ -182,21 +184,21 @@ class offload_engine {
       if (u.capacity_bytes - u.used_bytes >= need) return true;
       const auto v = store_.victim(t, stuck);
       if (!v) return false;
-      if (last) {
-        if (store_.erase(*v)) stats_.dropped_entries += 1;
+      const auto e = store_.find(*v);
+      if (!e) continue;
+      if (last || e->clean_below(t)) {  // the last tier drops; a clean copy goes for free
+        if (store_.drop_copy(*v, t)) stats_.dropped_entries += last && !e->clean_below(t);
         else stuck.push_back(*v);  // pinned meanwhile
         continue;
       }
-      const auto e = store_.find(*v);
-      if (!e) continue;
       const tier_id next{static_cast<std::uint8_t>(t.value + 1)};
-      if (!make_room(next, e->bytes)) {
+      if (!make_room(next, e->bytes())) {
         stuck.push_back(*v);
         continue;
       }
       if (move_entry(store_, engine_, *v, next)) {
         stats_.demoted_entries += 1;
-        stats_.demoted_bytes += e->bytes;
+        stats_.demoted_bytes += e->bytes();
       } else {
         stats_.failed_moves += 1;
         stuck.push_back(*v);

@@ -1,23 +1,27 @@
 // hybridcache/tiered/page_state.hpp
 //
-// The state machine of a cache-table entry. Every transition an entry may take is listed
-// in one table (`next_state`); the store refuses any other, so the races the TensorRT-LLM
-// transfer manager fixed by hand ("two blocks offloaded to the same secondary block in a
-// single step", "partial reuse copying from a block that is being onboarded") cannot be
-// expressed: an entry whose copy is in flight is neither evicted, nor pinned, nor moved
-// again until the copy completes (successfully or not).
+// The state machine of one copy of a cache-table entry. Every transition a copy may take
+// is listed in one table (`next_state`); the store refuses any other, so the races the
+// TensorRT-LLM transfer manager fixed by hand ("two blocks offloaded to the same secondary
+// block in a single step", "partial reuse copying from a block that is being onboarded")
+// cannot be expressed:
 //
-//   insert(writing) ─► writing ─publish─┐
-//        insert                 ▼     prepare_move                complete_move(ok)
-//   ───────────► resident ─────────────────────► moving ───────────────────────► resident
-//                 │  ▲  ▲                          │        (home = destination)   (new tier)
-//          pin    │  │  │   complete_move(failed)  │
-//                 ▼  │  └──────────────────────────┘  (home unchanged, reservation freed)
-//                pinned  (pin count > 0; unpin to 0 returns to resident)
+//   insert(writing) ─► writing ──publish──┐
+//        insert                          ▼         pin / unpin, read_begin / read_end
+//   ──────────────────────────────────► valid ◄──────────────────────────────────┐
+//                                        │ └──────────────────────────────────────┘
+//   prepare_* (a copy into a new tier) ─► filling ──complete_ok──► valid
+//                                        └──complete_fail──► (gone: pages freed)
+//   drop: a valid copy with no pin and no reader goes (the entry goes with its last copy)
 //
-//   writing: the node's request is still producing its bytes; nobody may pin, copy or
-//   pick it until `publish`. erase: from resident, or from writing (the writer aborts).
+// What the table encodes:
+// - A copy in flight leaves its source `valid`: the source stays readable and pinnable
+//   (a hit on an entry being offloaded is not lost); only `drop` waits for its readers.
+// - A `filling` copy is invisible: it cannot be pinned, read, dropped or copied from until
+//   its copy completes; a second copy into the same tier is refused (join the first).
+// - `writing`: the request is still producing the bytes; nobody may pin, copy or pick it.
 //
+// Counts (pins, readers) are checked by the store next to the table: `drop` needs both 0.
 // All functions are constexpr and O(1).
 #pragma once
 
@@ -28,24 +32,23 @@
 
 namespace hybridcache::tiered {
 
-/// Events that drive the state machine.
+/// Events that drive a copy's state machine.
 enum class page_event : std::uint8_t {
-  pin,            ///< a request starts using the entry (pin count + 1)
-  unpin_last,     ///< the last pin is released (pin count 1 -> 0)
-  unpin_more,     ///< a pin is released and others remain (pin count > 1)
-  prepare_move,   ///< a copy to another tier is issued (destination reserved)
-  complete_ok,    ///< the copy finished; the entry now lives at the destination
-  complete_fail,  ///< the copy failed; destination released, the entry stays at its source
-  erase,          ///< the entry is dropped from the cache
-  publish,        ///< the writer finished: the entry becomes usable
+  pin,            ///< a request starts reading the copy (pins + 1)
+  unpin,          ///< a request stops reading it (pins - 1)
+  read_begin,     ///< a copy into another tier starts reading it (readers + 1)
+  read_end,       ///< that copy landed or failed (readers - 1)
+  complete_ok,    ///< the copy filling it landed: it is valid
+  complete_fail,  ///< the copy filling it failed: it goes, its pages are freed
+  drop,           ///< the copy leaves its tier (needs no pin and no reader)
+  publish,        ///< the writer finished: the copy becomes valid
 };
 
-[[nodiscard]] constexpr std::string_view to_string(page_state s) noexcept {
+[[nodiscard]] constexpr std::string_view to_string(copy_state s) noexcept {
   switch (s) {
-    case page_state::resident: return "resident";
-    case page_state::pinned: return "pinned";
-    case page_state::moving: return "moving";
-    case page_state::writing: return "writing";
+    case copy_state::valid: return "valid";
+    case copy_state::filling: return "filling";
+    case copy_state::writing: return "writing";
   }
   return "unknown";
 }
@@ -53,58 +56,50 @@ enum class page_event : std::uint8_t {
 [[nodiscard]] constexpr std::string_view to_string(page_event e) noexcept {
   switch (e) {
     case page_event::pin: return "pin";
-    case page_event::unpin_last: return "unpin_last";
-    case page_event::unpin_more: return "unpin_more";
-    case page_event::prepare_move: return "prepare_move";
+    case page_event::unpin: return "unpin";
+    case page_event::read_begin: return "read_begin";
+    case page_event::read_end: return "read_end";
     case page_event::complete_ok: return "complete_ok";
     case page_event::complete_fail: return "complete_fail";
-    case page_event::erase: return "erase";
+    case page_event::drop: return "drop";
     case page_event::publish: return "publish";
   }
   return "unknown";
 }
 
-/// Result of applying an event: whether it is allowed, and the state after it. `erase`
-/// leaves `to` unspecified (the entry no longer exists).
+/// Result of applying an event: whether it is allowed, and the state after it. `drop` and
+/// `complete_fail` leave `to` unspecified (the copy no longer exists).
 struct page_transition {
   bool allowed = false;
-  page_state to = page_state::resident;
+  copy_state to = copy_state::valid;
 };
 
 /// The complete transition table. Anything not listed is refused.
-[[nodiscard]] constexpr page_transition next_state(page_state from, page_event ev) noexcept {
+[[nodiscard]] constexpr page_transition next_state(copy_state from, page_event ev) noexcept {
   switch (from) {
-    case page_state::resident:
+    case copy_state::valid:
       switch (ev) {
-        case page_event::pin: return {true, page_state::pinned};
-        case page_event::prepare_move: return {true, page_state::moving};
-        case page_event::erase: return {true, page_state::resident};
+        case page_event::pin:
+        case page_event::unpin:
+        case page_event::read_begin:
+        case page_event::read_end:
+        case page_event::drop: return {true, copy_state::valid};
         default: return {};
       }
-    case page_state::pinned:
+    case copy_state::filling:
       switch (ev) {
-        case page_event::pin: return {true, page_state::pinned};
-        case page_event::unpin_more: return {true, page_state::pinned};
-        case page_event::unpin_last: return {true, page_state::resident};
+        case page_event::complete_ok: return {true, copy_state::valid};
+        case page_event::complete_fail: return {true, copy_state::filling};
         default: return {};
       }
-    case page_state::moving:
+    case copy_state::writing:
       switch (ev) {
-        case page_event::complete_ok: return {true, page_state::resident};
-        case page_event::complete_fail: return {true, page_state::resident};
-        default: return {};
-      }
-    case page_state::writing:
-      switch (ev) {
-        case page_event::publish: return {true, page_state::resident};
-        case page_event::erase: return {true, page_state::writing};
+        case page_event::publish: return {true, copy_state::valid};
+        case page_event::drop: return {true, copy_state::writing};  // the writer aborts
         default: return {};
       }
   }
   return {};
 }
-
-/// True when an entry in state `s` may be chosen as an eviction/demotion victim.
-[[nodiscard]] constexpr bool evictable(page_state s) noexcept { return s == page_state::resident; }
 
 }  // namespace hybridcache::tiered

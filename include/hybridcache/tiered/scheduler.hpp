@@ -174,10 +174,9 @@ template <class Store>
   for (const entry_id id : hits) {
     const auto row = store.find(id);
     if (!row) continue;
-    const std::int64_t p = static_cast<std::int64_t>(row->pages.size());
-    const bool arriving = row->state == page_state::moving && row->move_dst == hbm_tier;  // reserved in HBM already
-    if (row->tier != hbm_tier && !arriving) need_pages += store.pages_for(row->bytes);
-    else if (row->state == page_state::resident) own_evictable_pages += p;
+    const tier_copy* in_hbm = row->in(hbm_tier);  // valid, or arriving (reserved in HBM already)
+    if (in_hbm == nullptr) need_pages += store.pages_for(row->bytes());
+    else if (in_hbm->idle()) own_evictable_pages += in_hbm->pages.size();
   }
   const auto u = store.usage(hbm_tier);
   const std::int64_t pb = store.page_bytes();
@@ -188,7 +187,7 @@ template <class Store>
   // Upper bound on what HBM can ever give this request: everything but its own HBM hits.
   std::int64_t own_hbm_pages = 0;
   for (const entry_id id : hits)
-    if (const auto row = store.find(id); row && row->tier == hbm_tier) own_hbm_pages += static_cast<std::int64_t>(row->pages.size());
+    if (const auto row = store.find(id); row && row->valid_in_gpu()) own_hbm_pages += row->in(hbm_tier)->pages.size();
   if (need_pages > u.capacity_bytes / pb - own_hbm_pages) return fit_result::never_fits;
   return fit_result::does_not_fit_now;
 }

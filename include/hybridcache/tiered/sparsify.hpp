@@ -132,7 +132,7 @@ struct sparsify_options {
 
 /// Demote entries whole.
 struct keep_size {
-  [[nodiscard]] std::int64_t stored_bytes(const cache_entry& e) const noexcept { return e.bytes; }
+  [[nodiscard]] std::int64_t stored_bytes(const cache_entry& e) const noexcept { return e.bytes(); }
 };
 static_assert(demotion_sizer<keep_size>);
 
@@ -149,8 +149,8 @@ class sparsify_on_demotion {
   }
   [[nodiscard]] std::int64_t stored_bytes(const cache_entry& e) const {
     const std::int64_t tokens = e.info.prefix_end - e.info.prefix_begin;
-    if (tokens <= 0) return e.bytes;
-    return std::min(e.bytes, sparsified_node_bytes(*model_, profile_, tokens, e.info.has_checkpoint, options_));
+    if (tokens <= 0) return e.bytes();
+    return std::min(e.bytes(), sparsified_node_bytes(*model_, profile_, tokens, e.info.has_checkpoint, options_));
   }
 
  private:

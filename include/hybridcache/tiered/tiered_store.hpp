@@ -1,36 +1,45 @@
 // hybridcache/tiered/tiered_store.hpp
 //
-// `tiered_store`: CaR's cache table over N tiers (HBM first, then host / CXL), with
-// page-granular capacity accounting per tier, an O(log n) demotion index per tier, and a
-// two-phase move protocol (`prepare_move` / `complete_move`) that keeps every entry in
-// exactly one tier at all times:
+// `tiered_store`: CaR's cache table over N tiers (HBM first, then host / CXL / ...), with
+// page-granular capacity per tier, an O(log n) demotion index per tier and a two-phase copy
+// protocol. An entry may have one copy in each tier (concepts/tier_entry.hpp), so
 //
-//   prepare_move(id, dst)  reserves the destination pages, marks the entry `moving` and
-//                          returns a ticket naming source and destination pages; the
-//                          caller (offload engine, loader) copies the bytes.
-//   complete_move(t, ok)   ok: the destination becomes the home, the source pages are
-//                          freed. failed: the destination pages are freed, the entry stays
-//                          where it was. Either way the entry is `resident` again.
+//   prepare_move(id, dst)     copies the home copy into `dst` and drops the source once the
+//                             copy landed (demotion, promotion);
+//   prepare_copy(id, src, dst) copies without dropping: a clean replica (write-through),
+//                             after which the faster copy can be dropped for free;
+//   prepare_extract(...)      copies some pages of every layer segment of one entry into a
+//                             new entry (a load of just the tokens a request needs);
+//   complete_move(t, ok)      ok: the destination copy is valid. failed: it goes, its
+//                             pages are freed. The source copy is valid throughout.
 //
-// While `moving`, an entry can be neither pinned, nor erased, nor moved again, nor picked
-// as a victim (page_state.hpp), so no copy can race with a reuse of its pages. A ticket
-// carries the entry's move sequence number: a stale or forged ticket is rejected.
+// A copy in flight leaves its source readable and pinnable; its destination is `filling`
+// and invisible until completion (page_state.hpp). A moved source that a reader pinned
+// meanwhile stays as a clean replica instead of going. `pin_in(id, tier)` pins the copy of
+// one tier atomically (no locate-then-pin race with a mover); a promotion touches the
+// entry, so a promoted entry is not the next victim. Tickets carry the destination copy's
+// sequence number: a stale or forged ticket is rejected.
 //
-// The store holds metadata only (page indices, not pointers): a simulator uses it as is,
-// a runtime maps pages to its arenas (host_copy_engine.hpp, cuda/copy_engine.cuh).
+// Pages are runs (core/page_runs.hpp); an entry's logical order is layer-major in
+// `segments` segments, so `split` (at a token) and `join` re-partition every copy's runs
+// segment by segment, and `exchange_pages` swaps logical ranges between two entries,
+// without copying. The store holds metadata only (page indices, not pointers): a
+// simulator uses it as is, a runtime maps pages to its arenas (host_copy_engine.hpp,
+// cuda/copy_engine.cuh).
 //
 // Thread safety: every member function locks one mutex (the TensorRT-LLM V2 rule: one
-// lock over shared state); copies run outside it. Costs (n = entries in the tier, k = pages
-// of the entry): insert O(k + log n), find O(k), pin/unpin/touch/add_score O(log n),
-// prepare_move O(k + log n), complete_move O(k + log n), erase O(k + log n),
-// victim O(log n) (O(log n + s · x) when it skips s of x excluded ids), split/join
-// O(k + log n), exchange_pages O(pages exchanged). Insert and moves allocate the page lists
-// and an index node; pin, unpin, touch and add_score re-key the index (one node freed, one
-// allocated by std::set).
+// lock over shared state); copies run outside it. Costs (n = copies in the tier, c =
+// copies of the entry (<= tiers), r = page runs of a copy, F = free runs of a tier):
+// insert O(log F + log n); find O(c · r); pin/unpin/touch/add_score O(c log n);
+// prepare_* O(r + log F + log n); complete_move O(r log F + log n); drop_copy/erase
+// O(c (r log F + log n)); victim O(log n) (+ s · x when it skips s of x excluded ids);
+// split/join O(c (r + segments) + log n); exchange_pages O(r). Insert and copies allocate
+// run lists and index nodes; the free-run maps recycle their nodes.
 #pragma once
 
 #include <algorithm>
 #include <cstdint>
+#include <deque>
 #include <mutex>
 #include <optional>
 #include <set>
@@ -40,10 +49,11 @@
 #include <utility>
 #include <vector>
 
-#include "hybridcache/core/error.hpp"
-#include "hybridcache/core/expected.hpp"
 #include "hybridcache/concepts/copy_engine.hpp"
 #include "hybridcache/concepts/tier_entry.hpp"
+#include "hybridcache/core/error.hpp"
+#include "hybridcache/core/expected.hpp"
+#include "hybridcache/core/page_runs.hpp"
 #include "hybridcache/tiered/demotion_policy.hpp"
 #include "hybridcache/tiered/page_state.hpp"
 #include "hybridcache/tiered/tier.hpp"
@@ -53,9 +63,15 @@ namespace hybridcache::tiered {
 /// Per-tier occupancy, in bytes (page granular).
 struct tier_usage {
   std::int64_t capacity_bytes = 0;
-  std::int64_t used_bytes = 0;       ///< pages held by entries, including move reservations
-  std::int64_t evictable_bytes = 0;  ///< pages of entries that are resident (not pinned/moving)
-  std::int64_t entries = 0;          ///< entries whose home is this tier
+  std::int64_t used_bytes = 0;       ///< pages held by copies, filling ones included
+  std::int64_t evictable_bytes = 0;  ///< pages of idle copies (valid, no pin, no reader)
+  std::int64_t entries = 0;          ///< copies in this tier
+};
+
+/// Which pages of every segment of a source entry `prepare_extract` copies.
+struct segment_range {
+  std::int64_t first = 0;  ///< first page inside each segment
+  std::int64_t pages = 0;  ///< pages per segment
 };
 
 /// CaR's cache table over N tiers. `Scorer` orders demotion victims (demotion_policy.hpp).
@@ -65,21 +81,15 @@ class tiered_store {
   /// @param tiers      tier 0 must be HBM (validated, tier.hpp)
   /// @param page_bytes allocation unit of every tier (> 0, <= every tier's capacity)
   /// @throws invalid_argument naming the bad tier or field; capacity_error when a tier has
-  ///         more than 2^32 - 1 pages.
+  ///         2^32 - 1 pages or more.
   tiered_store(std::vector<tier_config> tiers, std::int64_t page_bytes, Scorer scorer = Scorer{})
       : configs_(std::move(tiers)), page_bytes_(page_bytes), scorer_(std::move(scorer)) {
     validate_tiers(configs_, page_bytes_);
-    tiers_.resize(configs_.size());
     for (std::size_t t = 0; t < configs_.size(); ++t) {
       const std::int64_t pages = configs_[t].capacity_bytes / page_bytes_;
       if (pages >= (std::int64_t{1} << 32) - 1)
         throw capacity_error("tier " + std::to_string(t) + ": too many pages (raise page_bytes)");
-      auto& s = tiers_[t];
-      s.capacity_pages = pages;
-      s.free_pages.reserve(static_cast<std::size_t>(pages));
-      // Popped from the back: the lowest pages come out first, in ascending order, so fresh
-      // entries get adjacent pages and their copies coalesce.
-      for (std::int64_t p = pages - 1; p >= 0; --p) s.free_pages.push_back(static_cast<std::uint32_t>(p));
+      tiers_.emplace_back(pages);
     }
   }
 
@@ -96,31 +106,38 @@ class tiered_store {
     return bytes / page_bytes_ + (bytes % page_bytes_ != 0 ? 1 : 0);
   }
 
-  /// Inserts a new entry of `bytes` in `tier`: resident, or `writing` when `writing` is
-  /// true (its request is still producing the bytes: nobody may pin, copy or pick it until
-  /// `publish`). Does not evict: when the tier lacks free pages it returns
-  /// `out_of_capacity` (demote first; see `victim`), also for sizes larger than the whole
-  /// tier, up to INT64_MAX. Returns `invalid_argument` for bytes <= 0, an unknown tier or
-  /// an id already present.
+  /// Inserts a new entry of `bytes` with one copy in `tier`: valid, or `writing` (its
+  /// request is still producing the bytes: nobody may pin, copy or pick it until
+  /// `publish`). `segments`: layer segments of its logical order (its pages must divide
+  /// evenly). Does not evict: `out_of_capacity` when the tier lacks free pages (also for
+  /// sizes beyond the tier, up to INT64_MAX). `invalid_argument` for bytes <= 0, an unknown
+  /// tier, an id already present or pages that do not divide into the segments.
   [[nodiscard]] expected<void> insert(entry_id id, std::int64_t bytes, tier_id tier = hbm_tier, node_info info = {},
-                                      bool writing = false) {
+                                      bool writing = false, std::int32_t segments = 1) {
     std::lock_guard lock(mu_);
-    if (bytes <= 0 || tier.value >= tiers_.size() || entries_.count(id)) return unexpected(errc::invalid_argument);
-    auto& ts = tiers_[tier.value];
+    if (bytes <= 0 || tier.value >= tiers_.size() || segments < 1 || entries_.count(id))
+      return unexpected(errc::invalid_argument);
     const std::int64_t need = pages_for(bytes);
-    if (static_cast<std::int64_t>(ts.free_pages.size()) < need) return unexpected(errc::out_of_capacity);
+    if (need % segments != 0) return unexpected(errc::invalid_argument);
+    auto& ts = tiers_[tier.value];
+    if (ts.alloc.free_pages() < need) return unexpected(errc::out_of_capacity);
     cache_entry e;
     e.id = id;
-    e.tier = tier;
-    e.bytes = bytes;
     e.info = info;
+    e.segments = segments;
     e.last_access = ++clock_;
-    e.pages = take_pages(ts, need);
-    if (writing) e.state = page_state::writing;
-    ts.entries += 1;
-    auto [it, ok] = entries_.emplace(id, std::move(e));
-    (void)ok;
-    index_add(it->second);
+    e.copies.push_back(tier_copy{tier, writing ? copy_state::writing : copy_state::valid, 0, 0, bytes, {}, 0, {}});
+    auto pages = ts.alloc.take(need);  // may throw: nothing changed yet
+    e.copies.front().pages = std::move(*pages);
+    try {
+      auto [it, ok] = entries_.emplace(id, std::move(e));
+      (void)ok;
+      ts.copies += 1;
+      index_add(it->second, it->second.copies.front());
+    } catch (...) {
+      ts.alloc.give(e.copies.front().pages);
+      throw;
+    }
     return {};
   }
 
@@ -132,12 +149,15 @@ class tiered_store {
     return it->second;
   }
 
-  /// Where the entry lives now (nullopt if absent). O(1) expected; no page-list copy.
-  [[nodiscard]] std::optional<std::pair<tier_id, page_state>> locate(entry_id id) const {
+  /// The home tier (fastest valid copy; the first copy's while none is valid) and that
+  /// copy's state, or nullopt. No page-list copy.
+  [[nodiscard]] std::optional<std::pair<tier_id, copy_state>> locate(entry_id id) const {
     std::lock_guard lock(mu_);
     const auto it = entries_.find(id);
-    if (it == entries_.end()) return std::nullopt;
-    return std::pair{it->second.tier, it->second.state};
+    if (it == entries_.end() || it->second.copies.empty()) return std::nullopt;
+    const tier_copy* h = it->second.home();
+    if (h == nullptr) h = &it->second.copies.front();
+    return std::pair{h->tier, h->state};
   }
 
   [[nodiscard]] bool contains(entry_id id) const {
@@ -145,29 +165,66 @@ class tiered_store {
     return entries_.count(id) != 0;
   }
 
-  /// Pins the entry (a request uses it; it cannot be demoted or erased). `busy` while moving.
-  [[nodiscard]] expected<void> pin(entry_id id) { return apply(id, page_event::pin); }
-
-  /// Makes a `writing` entry usable (resident). `invalid_argument` unless it is writing.
-  [[nodiscard]] expected<void> publish(entry_id id) {
+  /// Pins the fastest valid copy and returns its tier. not_found; busy while no copy is
+  /// valid (writing, or only filling).
+  [[nodiscard]] expected<tier_id> pin(entry_id id) {
     std::lock_guard lock(mu_);
     const auto it = entries_.find(id);
     if (it == entries_.end()) return unexpected(errc::not_found);
-    if (it->second.state != page_state::writing) return unexpected(errc::invalid_argument);
-    it->second.state = page_state::resident;
+    for (auto& c : it->second.copies)
+      if (c.state == copy_state::valid) {
+        adjust(it->second, c, [](tier_copy& x) { x.pins += 1; });
+        it->second.last_access = ++clock_;
+        rekey_all(it->second);
+        return c.tier;
+      }
+    return unexpected(errc::busy);
+  }
+
+  /// Pins the copy in `tier`, atomically: busy when that copy is absent or not valid, so a
+  /// caller never pins an entry the offloader just moved elsewhere. not_found.
+  [[nodiscard]] expected<void> pin_in(entry_id id, tier_id tier) {
+    std::lock_guard lock(mu_);
+    const auto it = entries_.find(id);
+    if (it == entries_.end()) return unexpected(errc::not_found);
+    tier_copy* c = copy_in(it->second, tier);
+    if (c == nullptr || !next_state(c->state, page_event::pin).allowed) return unexpected(errc::busy);
+    adjust(it->second, *c, [](tier_copy& x) { x.pins += 1; });
     it->second.last_access = ++clock_;
-    index_add(it->second);
+    rekey_all(it->second);
     return {};
   }
 
-  /// Releases one pin. `invalid_argument` if the entry is not pinned.
+  /// Releases one pin of the fastest pinned copy. not_found; invalid_argument if no copy
+  /// is pinned.
   [[nodiscard]] expected<void> unpin(entry_id id) {
     std::lock_guard lock(mu_);
     const auto it = entries_.find(id);
     if (it == entries_.end()) return unexpected(errc::not_found);
+    for (auto& c : it->second.copies)
+      if (c.pins > 0) return unpin_copy(it->second, c);
+    return unexpected(errc::invalid_argument);
+  }
+  /// Releases one pin of the copy in `tier`. not_found; invalid_argument if it is not pinned.
+  [[nodiscard]] expected<void> unpin_in(entry_id id, tier_id tier) {
+    std::lock_guard lock(mu_);
+    const auto it = entries_.find(id);
+    if (it == entries_.end()) return unexpected(errc::not_found);
+    tier_copy* c = copy_in(it->second, tier);
+    if (c == nullptr || c->pins == 0) return unexpected(errc::invalid_argument);
+    return unpin_copy(it->second, *c);
+  }
+
+  /// Makes a `writing` entry valid. not_found; invalid_argument unless it is writing.
+  [[nodiscard]] expected<void> publish(entry_id id) {
+    std::lock_guard lock(mu_);
+    const auto it = entries_.find(id);
+    if (it == entries_.end()) return unexpected(errc::not_found);
     auto& e = it->second;
-    if (e.state != page_state::pinned) return unexpected(errc::invalid_argument);
-    return transition(e, e.pins > 1 ? page_event::unpin_more : page_event::unpin_last);
+    if (e.copies.size() != 1 || e.copies.front().state != copy_state::writing) return unexpected(errc::invalid_argument);
+    e.last_access = ++clock_;
+    adjust(e, e.copies.front(), [](tier_copy& x) { x.state = copy_state::valid; });
+    return {};
   }
 
   /// Marks the entry used now (recency for LRU-like scorers).
@@ -175,7 +232,18 @@ class tiered_store {
     std::lock_guard lock(mu_);
     const auto it = entries_.find(id);
     if (it == entries_.end()) return unexpected(errc::not_found);
-    rekey(it->second, [&](cache_entry& e) { e.last_access = ++clock_; });
+    it->second.last_access = ++clock_;
+    rekey_all(it->second);
+    return {};
+  }
+
+  /// Sets the token span a scorer reads (e.g. once the entry is named by its position).
+  [[nodiscard]] expected<void> set_info(entry_id id, node_info info) {
+    std::lock_guard lock(mu_);
+    const auto it = entries_.find(id);
+    if (it == entries_.end()) return unexpected(errc::not_found);
+    it->second.info = info;
+    rekey_all(it->second);
     return {};
   }
 
@@ -184,170 +252,269 @@ class tiered_store {
     std::lock_guard lock(mu_);
     const auto it = entries_.find(id);
     if (it == entries_.end()) return unexpected(errc::not_found);
-    rekey(it->second, [&](cache_entry& e) { e.score += delta; });
+    it->second.score += delta;
+    rekey_all(it->second);
     return {};
   }
 
-  /// Starts moving a resident entry to tier `dst`, storing `dst_bytes` there (0 = same
-  /// size; less when the mover sparsifies). Reserves destination pages. Errors:
-  /// not_found, busy (pinned or already moving), invalid_argument (same tier, unknown tier,
-  /// dst_bytes < 0 or larger than the entry), out_of_capacity (no free pages at dst).
+  /// Starts moving the home copy to `dst`, storing `dst_bytes` there (0 = same size; fewer
+  /// when the mover sparsifies); the source goes when the copy lands. The source stays
+  /// readable meanwhile. Errors: not_found; invalid_argument (dst is the home tier, unknown
+  /// tier, dst_bytes < 0 or beyond the source); busy (no valid copy, or `dst` already has
+  /// a copy: a clean replica, or one in flight); out_of_capacity (no free pages at dst).
   [[nodiscard]] expected<move_ticket> prepare_move(entry_id id, tier_id dst, std::int64_t dst_bytes = 0) {
     std::lock_guard lock(mu_);
     const auto it = entries_.find(id);
     if (it == entries_.end()) return unexpected(errc::not_found);
-    auto& e = it->second;
-    if (dst.value >= tiers_.size() || dst == e.tier || dst_bytes < 0 || dst_bytes > e.bytes)
+    const tier_copy* h = it->second.home();
+    if (h == nullptr) return unexpected(errc::busy);
+    return prepare(it->second, h->tier, dst, dst_bytes, /*drop_source=*/true);
+  }
+
+  /// Starts copying the copy in `src` to `dst` without dropping it: a replica. Errors as
+  /// `prepare_move`, and not_found when `src` holds no copy; busy when it is not valid.
+  [[nodiscard]] expected<move_ticket> prepare_copy(entry_id id, tier_id src, tier_id dst, std::int64_t dst_bytes = 0) {
+    std::lock_guard lock(mu_);
+    const auto it = entries_.find(id);
+    if (it == entries_.end() || copy_in(it->second, src) == nullptr) return unexpected(errc::not_found);
+    return prepare(it->second, src, dst, dst_bytes, /*drop_source=*/false);
+  }
+
+  /// Starts copying `range` of every layer segment of `src_id`'s copy in `src` into a new
+  /// entry `new_id` (same number of segments) with one `filling` copy in `dst`, e.g. the
+  /// KV of just the tokens a request needs. `range.pages < 0` (with first 0) copies the
+  /// whole copy as it is, a sparsified one too (then as one segment). Errors: not_found;
+  /// busy unless that copy is valid; invalid_argument (new_id exists, an empty or
+  /// out-of-segment range, a range of a sparsified source, an unknown tier); out_of_capacity.
+  [[nodiscard]] expected<move_ticket> prepare_extract(entry_id src_id, tier_id src, segment_range range, entry_id new_id,
+                                                      tier_id dst, node_info info = {}) {
+    std::lock_guard lock(mu_);
+    const auto it = entries_.find(src_id);
+    if (it == entries_.end()) return unexpected(errc::not_found);
+    cache_entry& s = it->second;
+    tier_copy* sc = copy_in(s, src);
+    if (sc == nullptr) return unexpected(errc::not_found);
+    if (sc->state != copy_state::valid) return unexpected(errc::busy);
+    // range.pages < 0: the whole copy as it is (also a sparsified one, as one segment).
+    const bool whole = range.pages < 0 && range.first == 0;
+    const bool full = sc->bytes == full_bytes(s) && sc->pages.size() % s.segments == 0;
+    const std::int64_t per = full ? sc->pages.size() / s.segments : sc->pages.size();
+    if (dst.value >= tiers_.size() || entries_.count(new_id) || (!whole && (!full || range.pages == 0 || range.first < 0 ||
+                                                                            range.first + range.pages > per)))
       return unexpected(errc::invalid_argument);
-    if (!next_state(e.state, page_event::prepare_move).allowed) return unexpected(errc::busy);
-    if (dst_bytes == 0) dst_bytes = e.bytes;
+    const std::int32_t segments = whole && !full ? 1 : s.segments;
+    if (whole) range = {0, per};
+    const std::int64_t need = range.pages * segments;
     auto& ds = tiers_[dst.value];
-    const std::int64_t need = pages_for(dst_bytes);
-    if (static_cast<std::int64_t>(ds.free_pages.size()) < need) return unexpected(errc::out_of_capacity);
+    if (ds.alloc.free_pages() < need) return unexpected(errc::out_of_capacity);
     move_ticket t;
-    t.id = id;
-    t.src = e.tier;
+    t.id = new_id;
+    t.src_id = src_id;
+    t.src = src;
     t.dst = dst;
-    t.src_bytes = e.bytes;
-    t.dst_bytes = dst_bytes;
-    t.src_pages = e.pages;
-    t.dst_pages = take_pages(ds, need);
-    index_remove(e);
-    e.state = page_state::moving;
-    e.move_dst = dst;
-    t.seq = ++e.move_seq;
+    t.segments = segments;
+    for (std::int32_t g = 0; g < segments; ++g) t.src_pages.append(sc->pages.slice(g * per + range.first, range.pages));
+    t.src_bytes = t.dst_bytes = whole ? sc->bytes : need * page_bytes_;
+    cache_entry n;
+    n.id = new_id;
+    n.info = info;
+    n.segments = segments;
+    n.last_access = ++clock_;
+    n.copies.push_back(tier_copy{dst, copy_state::filling, 0, 0, t.dst_bytes, {}, ++seq_, {}});
+    t.seq = n.copies.front().seq;
+    auto pages = ds.alloc.take(need);  // may throw: nothing changed yet
+    t.dst_pages = *pages;
+    n.copies.front().pages = std::move(*pages);
+    try {
+      entries_.emplace(new_id, std::move(n));
+    } catch (...) {
+      ds.alloc.give(t.dst_pages);
+      throw;
+    }
+    ds.copies += 1;
+    adjust(s, *sc, [](tier_copy& x) { x.readers += 1; });
     return t;
   }
 
-  /// Finishes a move. `ok`: the entry now lives at the destination (source pages freed).
-  /// Not ok: destination pages freed, the entry stays at its source. The entry is resident
-  /// afterwards in both cases. Errors: not_found, handle-like `stale_handle` when the
-  /// ticket does not belong to the entry's current move.
+  /// Finishes a copy. ok: the destination copy is valid (a promotion touches the entry);
+  /// for a move, the source copy goes unless a reader pinned it meanwhile (then it stays,
+  /// a clean replica). Not ok: the destination copy goes (an extracted entry with it).
+  /// Errors: not_found; stale_handle when the ticket is not the destination's current copy.
   [[nodiscard]] expected<void> complete_move(const move_ticket& t, bool ok) {
     std::lock_guard lock(mu_);
     const auto it = entries_.find(t.id);
     if (it == entries_.end()) return unexpected(errc::not_found);
-    auto& e = it->second;
-    if (e.state != page_state::moving || e.move_seq != t.seq || e.tier != t.src) return unexpected(errc::stale_handle);
-    if (ok) {
-      give_pages(tiers_[t.src.value], e.pages);
-      tiers_[t.src.value].entries -= 1;
-      tiers_[t.dst.value].entries += 1;
-      e.pages = t.dst_pages;
-      e.tier = t.dst;
-      e.bytes = t.dst_bytes;
-    } else {
-      give_pages(tiers_[t.dst.value], t.dst_pages);
+    cache_entry& e = it->second;
+    tier_copy* d = copy_in(e, t.dst);
+    if (d == nullptr || d->state != copy_state::filling || d->seq != t.seq) return unexpected(errc::stale_handle);
+    // The source copy: release its reader (it cannot have gone: readers block drops).
+    const auto sit = entries_.find(t.src_id);
+    if (sit != entries_.end())
+      if (tier_copy* s = copy_in(sit->second, t.src); s != nullptr && s->readers > 0)
+        adjust(sit->second, *s, [](tier_copy& x) { x.readers -= 1; });
+    if (!ok) {
+      remove_copy(e, t.dst);
+      if (e.copies.empty()) entries_.erase(it);
+      return {};
     }
-    e.state = page_state::resident;
-    index_add(e);
+    adjust(e, *d, [](tier_copy& x) { x.state = copy_state::valid; });
+    if (t.dst < t.src) {  // promoted: recently used, not the next victim
+      e.last_access = ++clock_;
+      rekey_all(e);
+    }
+    if (t.drop_source && t.src_id == t.id)
+      if (tier_copy* s = copy_in(e, t.src); s != nullptr && s->idle()) remove_copy(e, t.src);
     return {};
   }
 
-  /// Drops a resident (or writing) entry and frees its pages. not_found / busy (pinned or moving).
+  /// Drops the copy in `tier` (an idle one: valid, no pin, no reader; or a writer's);
+  /// the entry goes with its last copy. not_found; busy otherwise.
+  [[nodiscard]] expected<void> drop_copy(entry_id id, tier_id tier) {
+    std::lock_guard lock(mu_);
+    const auto it = entries_.find(id);
+    if (it == entries_.end()) return unexpected(errc::not_found);
+    tier_copy* c = copy_in(it->second, tier);
+    if (c == nullptr) return unexpected(errc::not_found);
+    if (!droppable(*c)) return unexpected(errc::busy);
+    remove_copy(it->second, tier);
+    if (it->second.copies.empty()) entries_.erase(it);
+    return {};
+  }
+
+  /// Drops every copy of the entry. not_found; busy unless every copy is droppable.
   [[nodiscard]] expected<void> erase(entry_id id) {
     std::lock_guard lock(mu_);
     const auto it = entries_.find(id);
     if (it == entries_.end()) return unexpected(errc::not_found);
-    auto& e = it->second;
-    if (!next_state(e.state, page_event::erase).allowed) return unexpected(errc::busy);
-    index_remove(e);
-    give_pages(tiers_[e.tier.value], e.pages);
-    tiers_[e.tier.value].entries -= 1;
+    for (const auto& c : it->second.copies)
+      if (!droppable(c)) return unexpected(errc::busy);
+    while (!it->second.copies.empty()) remove_copy(it->second, it->second.copies.back().tier);
     entries_.erase(it);
     return {};
   }
 
-  /// Detaches the first `head_bytes` of a resident entry into a new resident entry
-  /// `head_id` of the same tier, without copying: the head takes the entry's first pages
-  /// (in logical order), the entry keeps the rest. Both keep the entry's info, recency and
-  /// score. Errors (nothing changes): not_found; invalid_argument unless 0 < head_bytes <
-  /// bytes, head_bytes is a whole number of pages and head_id is new; busy unless resident.
+  /// Detaches the first `head_bytes` of every copy (`head_bytes / segments` from the front
+  /// of each segment) into a new entry `head_id` with the same copies, without copying.
+  /// Both keep the entry's info, recency and score. Errors (nothing changes): not_found;
+  /// invalid_argument unless 0 < head_bytes < bytes, head_bytes is a whole number of pages
+  /// per segment, every copy holds the full bytes and head_id is new; busy unless every
+  /// copy is idle.
   [[nodiscard]] expected<void> split(entry_id id, entry_id head_id, std::int64_t head_bytes) {
     std::lock_guard lock(mu_);
     const auto it = entries_.find(id);
     if (it == entries_.end()) return unexpected(errc::not_found);
-    auto& e = it->second;
-    if (head_bytes <= 0 || head_bytes >= e.bytes || head_bytes % page_bytes_ != 0 || entries_.count(head_id))
+    cache_entry& e = it->second;
+    const std::int64_t bytes = e.bytes();
+    if (head_bytes <= 0 || head_bytes >= bytes || head_bytes % (page_bytes_ * e.segments) != 0 ||
+        entries_.count(head_id))
       return unexpected(errc::invalid_argument);
-    if (e.state != page_state::resident) return unexpected(errc::busy);
-    const auto head_pages = static_cast<std::size_t>(head_bytes / page_bytes_);
-    cache_entry h = e;  // copies the page list: may throw, nothing changed yet
+    for (const auto& c : e.copies) {
+      if (c.bytes != bytes || c.pages.size() * page_bytes_ != bytes) return unexpected(errc::invalid_argument);
+      if (!c.idle()) return unexpected(errc::busy);
+    }
+    const std::int64_t head_pages = head_bytes / page_bytes_ / e.segments;
+    cache_entry h;
     h.id = head_id;
-    h.bytes = head_bytes;
-    h.pages.resize(head_pages);
-    h.move_seq = 0;
-    std::vector<std::uint32_t> tail(e.pages.begin() + static_cast<std::ptrdiff_t>(head_pages), e.pages.end());
+    h.info = e.info;
+    h.score = e.score;
+    h.last_access = e.last_access;
+    h.segments = e.segments;
+    std::vector<page_list> tails;
+    tails.reserve(e.copies.size());
+    for (const auto& c : e.copies) {  // may throw: nothing changed yet
+      auto [head, tail] = split_segments(c.pages, e.segments, head_pages);
+      h.copies.push_back(tier_copy{c.tier, copy_state::valid, 0, 0, head_bytes, std::move(head), 0, {}});
+      tails.push_back(std::move(tail));
+    }
     auto [hit, ok] = entries_.emplace(head_id, std::move(h));
     (void)ok;
-    index_remove(e);
-    e.pages = std::move(tail);
-    e.bytes -= head_bytes;
-    index_add(e);
-    index_add(hit->second);
-    tiers_[e.tier.value].entries += 1;
+    for (std::size_t i = 0; i < e.copies.size(); ++i) {
+      tier_copy& c = e.copies[i];
+      adjust(e, c, [&](tier_copy& x) {
+        x.pages = std::move(tails[i]);
+        x.bytes -= head_bytes;
+      });
+      tiers_[c.tier.value].copies += 1;
+      index_add(hit->second, hit->second.copies[i]);
+    }
     return {};
   }
 
-  /// Appends `back`'s bytes to `front` without copying (front's pages, then back's) and
-  /// removes `back`. Errors (nothing changes): not_found; invalid_argument for the same id,
-  /// different tiers or a front that is not a whole number of pages; busy unless both are
-  /// resident.
+  /// Appends `back`'s bytes to `front` segment by segment, without copying, and removes
+  /// `back`. Errors (nothing changes): not_found; invalid_argument for the same id,
+  /// different segments or tiers, a copy that is not full bytes in whole pages; busy unless
+  /// every copy of both is idle.
   [[nodiscard]] expected<void> join(entry_id front, entry_id back) {
     std::lock_guard lock(mu_);
     const auto fi = entries_.find(front);
     const auto bi = entries_.find(back);
     if (fi == entries_.end() || bi == entries_.end()) return unexpected(errc::not_found);
-    auto& f = fi->second;
-    auto& b = bi->second;
-    if (front == back || f.tier != b.tier || f.bytes % page_bytes_ != 0) return unexpected(errc::invalid_argument);
-    if (f.state != page_state::resident || b.state != page_state::resident) return unexpected(errc::busy);
-    f.pages.reserve(f.pages.size() + b.pages.size());  // may throw: nothing changed yet
-    index_remove(f);
-    index_remove(b);
-    f.pages.insert(f.pages.end(), b.pages.begin(), b.pages.end());
-    f.bytes += b.bytes;
-    tiers_[f.tier.value].entries -= 1;
+    cache_entry& f = fi->second;
+    cache_entry& b = bi->second;
+    if (front == back || f.segments != b.segments || f.copies.size() != b.copies.size())
+      return unexpected(errc::invalid_argument);
+    for (std::size_t i = 0; i < f.copies.size(); ++i) {
+      const auto& x = f.copies[i];
+      const auto& y = b.copies[i];
+      if (x.tier != y.tier || x.pages.size() * page_bytes_ != x.bytes || y.pages.size() * page_bytes_ != y.bytes ||
+          x.pages.size() % f.segments != 0 || y.pages.size() % f.segments != 0)
+        return unexpected(errc::invalid_argument);
+      if (!x.idle() || !y.idle()) return unexpected(errc::busy);
+    }
+    std::vector<page_list> joined;
+    joined.reserve(f.copies.size());
+    for (std::size_t i = 0; i < f.copies.size(); ++i)  // may throw: nothing changed yet
+      joined.push_back(join_segments(f.copies[i].pages, b.copies[i].pages, f.segments));
+    for (std::size_t i = 0; i < f.copies.size(); ++i) {
+      const std::int64_t add = b.copies[i].bytes;
+      adjust(f, f.copies[i], [&](tier_copy& x) {
+        x.pages = std::move(joined[i]);
+        x.bytes += add;
+      });
+      index_remove(b.id, b.copies[i]);
+      tiers_[b.copies[i].tier.value].copies -= 1;
+    }
     entries_.erase(bi);
-    index_add(f);
     return {};
   }
 
-  /// Exchanges `n` pages of entry `a` (from its page `a_first`) with `n` pages of entry `b`
-  /// (from `b_first`), both in the same tier and neither moving nor being written: a runtime
-  /// hands bytes loaded into one entry to another without copying them. Page counts, states
-  /// and demotion keys are unchanged. Errors (nothing changes): not_found; invalid_argument
-  /// for the same entry, different tiers or ranges outside either entry; busy while either
-  /// is moving or writing.
+  /// Exchanges `n` logical pages of entry `a`'s copy in `tier` (from its page `a_first`)
+  /// with `n` pages of entry `b`'s (from `b_first`): a runtime hands bytes loaded into one
+  /// entry to another without copying them. Page counts, states and keys are unchanged.
+  /// Errors (nothing changes): not_found; invalid_argument for the same entry, a missing
+  /// copy or ranges outside either copy; busy while either copy is not valid or is being
+  /// read by a copy in flight.
   [[nodiscard]] expected<void> exchange_pages(entry_id a, std::int64_t a_first, entry_id b, std::int64_t b_first,
-                                              std::int64_t n) {
+                                              std::int64_t n, tier_id tier = hbm_tier) {
     std::lock_guard lock(mu_);
     const auto ai = entries_.find(a);
     const auto bi = entries_.find(b);
     if (ai == entries_.end() || bi == entries_.end()) return unexpected(errc::not_found);
-    auto& x = ai->second;
-    auto& y = bi->second;
-    const auto in_range = [n](const cache_entry& e, std::int64_t first) {
-      return first >= 0 && n >= 0 && first + n <= static_cast<std::int64_t>(e.pages.size());
+    tier_copy* x = copy_in(ai->second, tier);
+    tier_copy* y = copy_in(bi->second, tier);
+    const auto in_range = [n](const tier_copy* c, std::int64_t first) {
+      return c != nullptr && first >= 0 && n >= 0 && first + n <= c->pages.size();
     };
-    if (a == b || x.tier != y.tier || !in_range(x, a_first) || !in_range(y, b_first))
-      return unexpected(errc::invalid_argument);
-    const auto unmovable = [](const cache_entry& e) {
-      return e.state == page_state::moving || e.state == page_state::writing;
-    };
-    if (unmovable(x) || unmovable(y)) return unexpected(errc::busy);
-    std::swap_ranges(x.pages.begin() + a_first, x.pages.begin() + a_first + n, y.pages.begin() + b_first);
+    if (a == b || !in_range(x, a_first) || !in_range(y, b_first)) return unexpected(errc::invalid_argument);
+    if (x->state != copy_state::valid || y->state != copy_state::valid || x->readers > 0 || y->readers > 0)
+      return unexpected(errc::busy);
+    page_list nx = x->pages.slice(0, a_first);  // may throw: nothing changed yet
+    nx.append(y->pages.slice(b_first, n));
+    nx.append(x->pages.slice(a_first + n, x->pages.size()));
+    page_list ny = y->pages.slice(0, b_first);
+    ny.append(x->pages.slice(a_first, n));
+    ny.append(y->pages.slice(b_first + n, y->pages.size()));
+    x->pages = std::move(nx);
+    y->pages = std::move(ny);
     return {};
   }
 
-  /// The evictable entry of `tier` with the smallest demotion key, or nullopt.
+  /// The idle copy of `tier` with the smallest demotion key, or nullopt.
   [[nodiscard]] std::optional<entry_id> victim(tier_id tier) const { return victim(tier, {}); }
 
-  /// The evictable entry of `tier` with the smallest demotion key whose id is not in
+  /// The idle copy of `tier` with the smallest demotion key whose entry is not in
   /// `exclude` (any order), or nullopt. A mover skips the victims it already failed to
-  /// move in a pass this way: a failed move puts the entry back under the same key, so
-  /// the plain `victim` would return it again. Costs O(log n + s · x) for s skipped
-  /// entries and x excluded ids.
+  /// move in a pass this way. O(log n + s · x) for s skipped copies and x excluded ids.
   [[nodiscard]] std::optional<entry_id> victim(tier_id tier, std::span<const entry_id> exclude) const {
     std::lock_guard lock(mu_);
     if (tier.value >= tiers_.size()) return std::nullopt;
@@ -356,26 +523,34 @@ class tiered_store {
     return std::nullopt;
   }
 
+  /// Calls `f(const cache_entry&)` for the idle copies of `tier` in victim order until it
+  /// returns false, under the lock (f must not call back). O(log n + visited).
+  template <class F>
+  void for_each_victim(tier_id tier, F&& f) const {
+    std::lock_guard lock(mu_);
+    if (tier.value >= tiers_.size()) return;
+    for (const auto& [key, id] : tiers_[tier.value].index)
+      if (!f(entries_.at(id))) return;
+  }
+
   /// Occupancy of one tier.
   [[nodiscard]] tier_usage usage(tier_id tier) const {
     std::lock_guard lock(mu_);
     const auto& s = tiers_.at(tier.value);
-    return {s.capacity_pages * page_bytes_,
-            (s.capacity_pages - static_cast<std::int64_t>(s.free_pages.size())) * page_bytes_,
-            s.evictable_pages * page_bytes_, s.entries};
+    return {s.alloc.capacity() * page_bytes_, (s.alloc.capacity() - s.alloc.free_pages()) * page_bytes_,
+            s.evictable_pages * page_bytes_, s.copies};
   }
 
-  /// Scheduling dry run: could `bytes` be placed in `tier` by evicting only evictable
-  /// entries (free + evictable pages)? False for bytes < 0 and for sizes beyond the tier,
-  /// up to INT64_MAX. Changes nothing.
+  /// Scheduling dry run: could `bytes` be placed in `tier` by dropping only idle copies
+  /// (free + evictable pages)? False for bytes < 0 and sizes beyond the tier. Changes nothing.
   [[nodiscard]] bool would_fit(tier_id tier, std::int64_t bytes) const {
     std::lock_guard lock(mu_);
     if (tier.value >= tiers_.size() || bytes < 0) return false;
     const auto& s = tiers_[tier.value];
-    return pages_for(bytes) <= static_cast<std::int64_t>(s.free_pages.size()) + s.evictable_pages;
+    return pages_for(bytes) <= s.alloc.free_pages() + s.evictable_pages;
   }
 
-  /// Number of entries (all tiers).
+  /// Number of entries.
   [[nodiscard]] std::size_t size() const {
     std::lock_guard lock(mu_);
     return entries_.size();
@@ -389,113 +564,180 @@ class tiered_store {
   }
 
   /// Checks every internal invariant (tests, debugging): each page of each tier is either
-  /// free or owned by exactly one entry or one in-flight reservation; counters agree; the
-  /// index holds exactly the resident entries. `reserved` lists the tickets in flight.
-  /// O(total pages + entries). Returns an empty string when consistent, else the first
-  /// violation.
-  [[nodiscard]] std::string check_invariants(const std::vector<move_ticket>& reserved = {}) const {
+  /// free or owned by exactly one copy; counters agree; each tier's index holds exactly its
+  /// idle copies; every reader count matches a copy in flight. O(total pages + entries).
+  /// Returns an empty string when consistent, else the first violation.
+  [[nodiscard]] std::string check_invariants() const {
     std::lock_guard lock(mu_);
-    std::vector<std::vector<int>> owner(tiers_.size());
+    std::vector<std::vector<std::uint8_t>> owner(tiers_.size());
     for (std::size_t t = 0; t < tiers_.size(); ++t) {
-      owner[t].assign(static_cast<std::size_t>(tiers_[t].capacity_pages), 0);
-      for (auto p : tiers_[t].free_pages) owner[t][p] += 1;
+      owner[t].assign(static_cast<std::size_t>(tiers_[t].alloc.capacity()), 0);
+      std::int64_t free = 0;
+      bool overlap = false;
+      tiers_[t].alloc.for_each_free_run([&](page_run r) {
+        free += r.count;
+        for (std::uint32_t p = 0; p < r.count; ++p) overlap |= owner[t][r.first + p]++ != 0;
+      });
+      if (overlap) return "tier " + std::to_string(t) + ": free runs overlap";
+      if (free != tiers_[t].alloc.free_pages()) return "tier " + std::to_string(t) + ": free page count mismatch";
     }
     std::vector<std::int64_t> evictable(tiers_.size(), 0), count(tiers_.size(), 0), indexed(tiers_.size(), 0);
+    std::int64_t readers = 0, in_flight = 0;
     for (const auto& [id, e] : entries_) {
       if (e.id != id) return "entry id mismatch";
-      if (static_cast<std::int64_t>(e.pages.size()) != pages_for(e.bytes)) return "page count mismatch";
-      for (auto p : e.pages) owner[e.tier.value][p] += 1;
-      count[e.tier.value] += 1;
-      if (e.state == page_state::resident) evictable[e.tier.value] += static_cast<std::int64_t>(e.pages.size());
-      if ((e.state == page_state::pinned) != (e.pins > 0)) return "pin count disagrees with state";
+      if (e.copies.empty()) return "entry without a copy";
+      for (std::size_t i = 0; i < e.copies.size(); ++i) {
+        const tier_copy& c = e.copies[i];
+        if (i > 0 && !(e.copies[i - 1].tier < c.tier)) return "copies not in ascending tier order";
+        if (c.pages.size() != pages_for(c.bytes)) return "page count mismatch";
+        if (c.pages.size() % e.segments != 0) return "pages do not divide into segments";
+        if (c.pins < 0 || c.readers < 0) return "negative pin or reader count";
+        if (c.state != copy_state::valid && (c.pins > 0 || c.readers > 0)) return "an invisible copy is in use";
+        bool twice = false;
+        c.pages.for_each_page([&](std::uint32_t p) {
+          if (p < owner[c.tier.value].size()) twice |= owner[c.tier.value][p]++ != 0;
+        });
+        if (twice) return "tier " + std::to_string(c.tier.value) + ": a page is owned twice";
+        count[c.tier.value] += 1;
+        if (c.idle()) evictable[c.tier.value] += c.pages.size();
+        readers += c.readers;
+        in_flight += c.state == copy_state::filling;
+      }
     }
-    for (const auto& t : reserved)
-      for (auto p : t.dst_pages) owner[t.dst.value][p] += 1;
+    // A filling copy has one reader on its source (an extract reads another entry).
+    if (readers != in_flight) return "reader counts disagree with the copies in flight";
     for (std::size_t t = 0; t < tiers_.size(); ++t) {
-      for (int c : owner[t])
+      for (auto c : owner[t])
         if (c != 1) return "tier " + std::to_string(t) + ": a page is " + (c == 0 ? "lost" : "owned twice");
       if (evictable[t] != tiers_[t].evictable_pages) return "evictable page counter mismatch";
-      if (count[t] != tiers_[t].entries) return "entry counter mismatch";
+      if (count[t] != tiers_[t].copies) return "copy counter mismatch";
       for (const auto& [k, id] : tiers_[t].index) {
         const auto it = entries_.find(id);
-        if (it == entries_.end() || it->second.tier.value != t || it->second.state != page_state::resident)
-          return "index holds a non-resident entry";
+        const tier_copy* c = it == entries_.end() ? nullptr : it->second.in(tier_id{static_cast<std::uint8_t>(t)});
+        if (c == nullptr || !c->idle()) return "index holds a copy that is not idle";
         indexed[t] += 1;
       }
     }
-    std::int64_t resident = 0, in_index = 0;
-    for (const auto& [id, e] : entries_) resident += e.state == page_state::resident;
+    std::int64_t idle = 0, in_index = 0;
+    for (const auto& [id, e] : entries_)
+      for (const auto& c : e.copies) idle += c.idle();
     for (auto n : indexed) in_index += n;
-    if (resident != in_index) return "index misses a resident entry";
+    if (idle != in_index) return "index misses an idle copy";
     return {};
   }
 
  private:
   struct tier_state {
-    std::int64_t capacity_pages = 0;
+    explicit tier_state(std::int64_t pages) : alloc(pages) {}
+    page_allocator alloc;
     std::int64_t evictable_pages = 0;
-    std::int64_t entries = 0;
-    std::vector<std::uint32_t> free_pages;  // stack; back = next page handed out
-    std::set<std::pair<demotion_key, entry_id>> index;  // resident entries by demotion key
+    std::int64_t copies = 0;
+    std::set<std::pair<demotion_key, entry_id>> index;  // idle copies by demotion key
   };
 
-  static std::vector<std::uint32_t> take_pages(tier_state& s, std::int64_t n) {
-    std::vector<std::uint32_t> out(s.free_pages.end() - n, s.free_pages.end());
-    s.free_pages.resize(s.free_pages.size() - static_cast<std::size_t>(n));
-    std::sort(out.begin(), out.end());
-    return out;
+  static tier_copy* copy_in(cache_entry& e, tier_id t) noexcept {
+    for (auto& c : e.copies)
+      if (c.tier == t) return &c;
+    return nullptr;
   }
-  static void give_pages(tier_state& s, const std::vector<std::uint32_t>& pages) {
-    // Pushed in descending order so the next take pops them ascending again.
-    for (auto it = pages.rbegin(); it != pages.rend(); ++it) s.free_pages.push_back(*it);
+  static bool droppable(const tier_copy& c) noexcept {
+    return c.state == copy_state::writing || (c.state == copy_state::valid && c.pins == 0 && c.readers == 0);
   }
-
-  void index_add(cache_entry& e) {
-    if (e.state != page_state::resident) return;
-    auto& s = tiers_[e.tier.value];
-    e.indexed_key = scorer_.key(e);
-    s.index.emplace(e.indexed_key, e.id);
-    s.evictable_pages += static_cast<std::int64_t>(e.pages.size());
-  }
-  void index_remove(cache_entry& e) {
-    if (e.state != page_state::resident) return;
-    auto& s = tiers_[e.tier.value];
-    s.index.erase({e.indexed_key, e.id});
-    s.evictable_pages -= static_cast<std::int64_t>(e.pages.size());
-  }
-  template <class Mutate>
-  void rekey(cache_entry& e, Mutate&& m) {
-    index_remove(e);
-    m(e);
-    index_add(e);
+  // The entry's bytes when not sparsified: the largest copy's.
+  static std::int64_t full_bytes(const cache_entry& e) noexcept {
+    std::int64_t b = 0;
+    for (const auto& c : e.copies) b = std::max(b, c.bytes);
+    return b;
   }
 
-  expected<void> apply(entry_id id, page_event ev) {
-    std::lock_guard lock(mu_);
-    const auto it = entries_.find(id);
-    if (it == entries_.end()) return unexpected(errc::not_found);
-    return transition(it->second, ev);
+  // Common body of prepare_move / prepare_copy (caller holds the lock).
+  expected<move_ticket> prepare(cache_entry& e, tier_id src, tier_id dst, std::int64_t dst_bytes, bool drop_source) {
+    tier_copy* s = copy_in(e, src);
+    if (dst.value >= tiers_.size() || dst == src || dst_bytes < 0 || dst_bytes > s->bytes)
+      return unexpected(errc::invalid_argument);
+    if (!next_state(s->state, page_event::read_begin).allowed || copy_in(e, dst) != nullptr)
+      return unexpected(errc::busy);
+    if (dst_bytes == 0) dst_bytes = s->bytes;
+    const std::int64_t need = pages_for(dst_bytes);
+    if (need % e.segments != 0 && dst_bytes == s->bytes) return unexpected(errc::invalid_argument);
+    auto& ds = tiers_[dst.value];
+    if (ds.alloc.free_pages() < need) return unexpected(errc::out_of_capacity);
+    move_ticket t;
+    t.id = e.id;
+    t.src_id = e.id;
+    t.src = src;
+    t.dst = dst;
+    t.src_bytes = s->bytes;
+    t.dst_bytes = dst_bytes;
+    t.segments = e.segments;
+    t.drop_source = drop_source;
+    t.src_pages = s->pages;  // may throw: nothing changed yet
+    auto pages = ds.alloc.take(need);
+    t.dst_pages = *pages;
+    tier_copy d{dst, copy_state::filling, 0, 0, dst_bytes, std::move(*pages), ++seq_, {}};
+    t.seq = d.seq;
+    const auto pos = std::find_if(e.copies.begin(), e.copies.end(), [&](const tier_copy& c) { return dst < c.tier; });
+    try {
+      e.copies.insert(pos, std::move(d));
+    } catch (...) {
+      ds.alloc.give(t.dst_pages);
+      throw;
+    }
+    ds.copies += 1;
+    adjust(e, *copy_in(e, src), [](tier_copy& x) { x.readers += 1; });
+    return t;
   }
-  // Applies a pin/unpin event through the table (caller holds the lock).
-  expected<void> transition(cache_entry& e, page_event ev) {
-    const page_transition t = next_state(e.state, ev);
-    if (!t.allowed) return unexpected(errc::busy);
-    index_remove(e);
-    if (ev == page_event::pin) e.pins += 1;
-    if (ev == page_event::unpin_last || ev == page_event::unpin_more) e.pins -= 1;
-    e.state = t.to;
-    if (ev == page_event::pin) e.last_access = ++clock_;
-    index_add(e);
+
+  expected<void> unpin_copy(cache_entry& e, tier_copy& c) {
+    if (!next_state(c.state, page_event::unpin).allowed || c.pins == 0) return unexpected(errc::invalid_argument);
+    adjust(e, c, [](tier_copy& x) { x.pins -= 1; });
     return {};
+  }
+
+  // Removes the copy of tier t: frees its pages, unindexes it.
+  void remove_copy(cache_entry& e, tier_id t) noexcept {
+    const auto it = std::find_if(e.copies.begin(), e.copies.end(), [&](const tier_copy& c) { return c.tier == t; });
+    if (it == e.copies.end()) return;
+    index_remove(e.id, *it);
+    auto& ts = tiers_[t.value];
+    ts.alloc.give(it->pages);
+    ts.copies -= 1;
+    e.copies.erase(it);
+  }
+
+  // Indexes a copy that is idle (its tier's victim order, evictable pages).
+  void index_add(const cache_entry& e, tier_copy& c) {
+    if (!c.idle()) return;
+    auto& s = tiers_[c.tier.value];
+    c.indexed_key = scorer_.key(e);
+    s.index.emplace(c.indexed_key, e.id);
+    s.evictable_pages += c.pages.size();
+  }
+  void index_remove(entry_id id, const tier_copy& c) noexcept {
+    if (!c.idle()) return;
+    auto& s = tiers_[c.tier.value];
+    s.index.erase({c.indexed_key, id});
+    s.evictable_pages -= c.pages.size();
+  }
+  // Applies `m` to copy c of entry e, keeping its index entry and counters right.
+  template <class Mutate>
+  void adjust(const cache_entry& e, tier_copy& c, Mutate&& m) {
+    index_remove(e.id, c);
+    m(c);
+    index_add(e, c);
+  }
+  void rekey_all(cache_entry& e) {
+    for (auto& c : e.copies) adjust(e, c, [](tier_copy&) {});
   }
 
   std::vector<tier_config> configs_;
   std::int64_t page_bytes_;
   Scorer scorer_;
   mutable std::mutex mu_;
-  std::vector<tier_state> tiers_;
+  std::deque<tier_state> tiers_;  // a deque: a tier's allocator (a pool resource) never moves
   std::unordered_map<entry_id, cache_entry> entries_;
   std::uint64_t clock_ = 0;
+  std::uint64_t seq_ = 0;
 };
 
 }  // namespace hybridcache::tiered

@@ -30,6 +30,7 @@
 #include <array>
 #include <cstdint>
 #include <deque>
+#include <map>
 #include <mutex>
 #include <vector>
 
@@ -109,8 +110,8 @@ class copy_engine {
   /// Enqueues a prepared move on the stream of its direction. `invalid_argument` for a
   /// ticket outside the arenas. @throws cuda_error when a CUDA call fails.
   [[nodiscard]] expected<copy_event> submit(const tiered::move_ticket& t) {
-    if (t.src.value >= arenas_.size() || t.dst.value >= arenas_.size() || t.src == t.dst)
-      return unexpected(errc::invalid_argument);
+    if (t.src.value >= arenas_.size() || t.dst.value >= arenas_.size()) return unexpected(errc::invalid_argument);
+    // Same tier: a copy inside HBM (a joined load handed to a request), on the onboard stream.
     const copy_stream s = t.dst.value > t.src.value ? copy_stream::offload : copy_stream::onboard;
     return submit(t.src, t.dst, tiered::plan_copies(t, page_bytes_), s);
   }
@@ -135,14 +136,14 @@ class copy_engine {
       wait_other = std::max(wait_other, h.reader_seq[other]);
     });
     if (wait_other > completed_[other])
-      for (const auto& [q, e] : inflight_[other])
-        if (q == wait_other) HYBRIDCACHE_CUDA_TRY(cudaStreamWaitEvent(streams_[si], e, 0));
+      for (const auto& j : inflight_[other])
+        if (j.seq == wait_other) HYBRIDCACHE_CUDA_TRY(cudaStreamWaitEvent(streams_[si], j.event, 0));
     for (const auto& c : spans)
       HYBRIDCACHE_CUDA_TRY(cudaMemcpyAsync(base(dst) + c.dst_offset, base(src) + c.src_offset, static_cast<std::size_t>(c.bytes),
                                            cudaMemcpyDefault, streams_[si]));
     cudaEvent_t ev = take_event();
     HYBRIDCACHE_CUDA_TRY(cudaEventRecord(ev, streams_[si]));
-    inflight_[si].emplace_back(seq, ev);
+    inflight_[si].push_back({seq, ev, 0});
     for_pages(src, spans, true, [&](page_hazard& h) { h.reader_seq[si] = seq; });
     for_pages(dst, spans, false, [&](page_hazard& h) {
       h.writer_stream = si;
@@ -165,15 +166,38 @@ class copy_engine {
   }
 
   /// Blocks the host until the job completed. @throws cuda_error if the copy failed.
+  /// The event is synchronised outside the lock, so it is marked waited first: a job that
+  /// retires meanwhile (another thread's `query`) does not hand its event to a new job
+  /// while this wait still synchronises it (it is recycled by the last waiter).
   [[nodiscard]] expected<void> wait(copy_event ev) {
+    const auto si = static_cast<std::size_t>(ev.stream);
     cudaEvent_t e = nullptr;
     {
       std::lock_guard lock(mu_);
-      for (const auto& [q, x] : inflight_[static_cast<std::size_t>(ev.stream)])
-        if (q == ev.seq) e = x;
+      retire();
+      for (auto& j : inflight_[si])
+        if (j.seq == ev.seq) {
+          j.waiters += 1;
+          e = j.event;
+        }
     }
-    if (e != nullptr) HYBRIDCACHE_CUDA_TRY(cudaEventSynchronize(e));
+    if (e == nullptr) return {};  // already complete
+    const cudaError_t st = cudaEventSynchronize(e);
     std::lock_guard lock(mu_);
+    bool found = false;
+    for (auto& j : inflight_[si])
+      if (j.event == e) {
+        j.waiters -= 1;
+        found = true;
+      }
+    if (!found) {  // retired while waited: the last waiter recycles it
+      const auto it = waited_.find(e);
+      if (it != waited_.end() && --it->second == 0) {
+        waited_.erase(it);
+        spare_.push_back(e);
+      }
+    }
+    throw_on_cuda_error(st, "cudaEventSynchronize", __FILE__, __LINE__);
     retire();
     return {};
   }
@@ -249,11 +273,13 @@ class copy_engine {
   void retire() {
     for (std::size_t s = 0; s < 2; ++s)
       while (!inflight_[s].empty()) {
-        const cudaError_t st = cudaEventQuery(inflight_[s].front().second);
+        const cudaError_t st = cudaEventQuery(inflight_[s].front().event);
         if (st == cudaErrorNotReady) break;
         throw_on_cuda_error(st, "cudaEventQuery", __FILE__, __LINE__);
-        completed_[s] = inflight_[s].front().first;
-        spare_.push_back(inflight_[s].front().second);
+        const inflight_job& j = inflight_[s].front();
+        completed_[s] = j.seq;
+        if (j.waiters > 0) waited_[j.event] += j.waiters;  // recycled by its last waiter
+        else spare_.push_back(j.event);
         inflight_[s].pop_front();
       }
   }
@@ -288,8 +314,10 @@ class copy_engine {
     for (auto s : streams_)
       if (s != nullptr) (void)cudaStreamSynchronize(s);
     for (auto& q : inflight_)
-      for (auto& [seq, e] : q) (void)cudaEventDestroy(e);
+      for (auto& j : q) (void)cudaEventDestroy(j.event);
     for (auto e : spare_) (void)cudaEventDestroy(e);
+    for (auto& [e, n] : waited_) (void)cudaEventDestroy(e);
+    waited_.clear();
     inflight_ = {};
     spare_.clear();
     for (auto& s : streams_)
@@ -313,7 +341,13 @@ class copy_engine {
   std::vector<std::vector<page_hazard>> hazards_;
   std::vector<std::array<double, 2>> gbps_;
   std::array<cudaStream_t, 2> streams_{};
-  std::array<std::deque<std::pair<std::uint64_t, cudaEvent_t>>, 2> inflight_;
+  struct inflight_job {
+    std::uint64_t seq = 0;
+    cudaEvent_t event = nullptr;
+    int waiters = 0;  // threads in `wait` synchronising this event
+  };
+  std::array<std::deque<inflight_job>, 2> inflight_;
+  std::map<cudaEvent_t, int> waited_;  // retired events still synchronised by waiters
   std::vector<cudaEvent_t> spare_;
   std::array<std::uint64_t, 2> submitted_{}, completed_{};
   tiered::copy_stats stats_;
