@@ -3,7 +3,8 @@
 // prefix cache builds (`make_view`):
 //
 //   0 <= reusable_tokens <= min(input_tokens, common_prefix), input_tokens <= total_tokens,
-//   common_prefix <= total_tokens, branch_point = 0 or common_prefix (> reusable_tokens).
+//   common_prefix <= total_tokens, branch_point = 0 or common_prefix (> reusable_tokens),
+//   lower_branch_point = 0 or in (common_prefix, total_tokens) (plan_into).
 //
 // Laws: `select` only appends (what `out` held is untouched); it appends positions in
 // (reusable_tokens, total_tokens] only, i.e. states this request computed; the same view
@@ -38,6 +39,8 @@ insertion_view random_view(std::mt19937_64& rng) {
     default: break;
   }
   if (v.common_prefix > v.reusable_tokens && rng() % 2 == 0) v.branch_point = v.common_prefix;
+  if (v.total_tokens - v.common_prefix > 1 && rng() % 3 == 0)
+    v.lower_branch_point = v.common_prefix + 1 + static_cast<std::int64_t>(rng() % static_cast<std::uint64_t>(v.total_tokens - v.common_prefix - 1));
   return v;
 }
 
@@ -56,6 +59,7 @@ TEST_CASE_TEMPLATE_DEFINE("admission_policy conformance", A, admission_policy_co
       CAPTURE(v.reusable_tokens);
       CAPTURE(v.common_prefix);
       CAPTURE(v.branch_point);
+      CAPTURE(v.lower_branch_point);
       std::vector<std::int64_t> out;
       const std::size_t before = rng() % 4;  // sentinels outside any valid range
       for (std::size_t k = 0; k < before; ++k) out.push_back(-1000 - static_cast<std::int64_t>(k));
@@ -107,7 +111,18 @@ TEST_CASE_TEMPLATE_DEFINE("admission_policy conformance", A, admission_policy_co
 }
 
 TEST_CASE_TEMPLATE_INVOKE(admission_policy_conformance, judicious_admission, every_block_admission<1>,
-                          every_block_admission<8>, every_block_admission<32>, no_admission);
+                          every_block_admission<8>, every_block_admission<32>, last_token_admission, no_admission);
+
+TEST_CASE("judicious admission keeps the branch point below HBM; last-token admission does not (issue #15)") {
+  // A sequence of 500 tokens whose first 300 are cached on the host only: HBM matched 40.
+  const insertion_view v{.input_tokens = 480, .total_tokens = 500, .reusable_tokens = 40, .common_prefix = 40,
+                         .branch_point = 0, .lower_branch_point = 300};
+  std::vector<std::int64_t> j, l;
+  judicious_admission{}.select(v, j);
+  last_token_admission{}.select(v, l);
+  CHECK(j == std::vector<std::int64_t>{300, 500});
+  CHECK(l == std::vector<std::int64_t>{500});
+}
 
 // --- negative cases ------------------------------------------------------------------------
 

@@ -30,10 +30,11 @@ using store_t = tiered::tiered_state_store<tiered::lru_demotion, cuda::copy_engi
 std::vector<std::uint8_t> read_entry(const cuda::copy_engine& e, const store_t& s, tiered::entry_id id) {
   const auto row = s.table().find(id);
   REQUIRE(row.has_value());
+  REQUIRE(row->home() != nullptr);
   const std::int64_t page = s.table().page_bytes();
-  std::vector<std::uint8_t> out(static_cast<std::size_t>(row->bytes));
-  for (std::size_t i = 0; i < row->pages.size(); ++i) {
-    const std::byte* src = e.base(row->tier) + static_cast<std::int64_t>(row->pages[i]) * page;
+  std::vector<std::uint8_t> out(static_cast<std::size_t>(row->bytes()));
+  for (std::int64_t i = 0; i < row->home()->pages.size(); ++i) {
+    const std::byte* src = e.base(row->tier()) + static_cast<std::int64_t>(row->home()->pages.page(i)) * page;
     HYBRIDCACHE_CUDA_TRY(cudaMemcpy(out.data() + static_cast<std::int64_t>(i) * page, src,
                                     static_cast<std::size_t>(page), cudaMemcpyDefault));
   }
@@ -42,10 +43,11 @@ std::vector<std::uint8_t> read_entry(const cuda::copy_engine& e, const store_t& 
 void write_entry(const cuda::copy_engine& e, const store_t& s, tiered::entry_id id, const std::vector<std::uint8_t>& v) {
   const auto row = s.table().find(id);
   REQUIRE(row.has_value());
-  REQUIRE(static_cast<std::int64_t>(v.size()) == row->bytes);
+  REQUIRE(row->home() != nullptr);
+  REQUIRE(static_cast<std::int64_t>(v.size()) == row->bytes());
   const std::int64_t page = s.table().page_bytes();
-  for (std::size_t i = 0; i < row->pages.size(); ++i)
-    HYBRIDCACHE_CUDA_TRY(cudaMemcpy(e.base(row->tier) + static_cast<std::int64_t>(row->pages[i]) * page,
+  for (std::int64_t i = 0; i < row->home()->pages.size(); ++i)
+    HYBRIDCACHE_CUDA_TRY(cudaMemcpy(e.base(row->tier()) + static_cast<std::int64_t>(row->home()->pages.page(i)) * page,
                                     v.data() + static_cast<std::int64_t>(i) * page, static_cast<std::size_t>(page),
                                     cudaMemcpyDefault));
 }
@@ -97,6 +99,7 @@ TEST_CASE("cuda: a conversation demoted D2H, loaded H2D into staging and adopted
   const auto h = c.store().lookup(again, *mt);
   REQUIRE(h.host_tokens == 30);
   REQUIRE(c.store().load(h).has_value());
+  REQUIRE(c.store().wait_loaded(h).has_value());  // the copies are asynchronous
   for (const auto& s : c.store().staged(h)) {
     CHECK(c.store().table().locate(s.id)->first == tiered::hbm_tier);
     CHECK(read_entry(engine, c.store(), s.id) == (s.checkpoint ? a_ck : a_kv));

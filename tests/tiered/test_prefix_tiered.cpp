@@ -17,6 +17,7 @@
 
 #include "hybridcache/model/presets.hpp"
 #include "hybridcache/prefix/flop_aware_scorer.hpp"
+#include "hybridcache/prefix/lifecycle.hpp"
 #include "hybridcache/prefix/lru_scorer.hpp"
 #include "hybridcache/prefix/prefix_cache.hpp"
 #include "hybridcache/stores/counting_store.hpp"
@@ -215,13 +216,53 @@ TEST_CASE("tiered_state_store: evicted conversation comes back from the host tie
   REQUIRE(c.release(*m));
 }
 
+TEST_CASE_TEMPLATE("lifecycle: a branch point found below HBM is a planned checkpoint under judicious admission only (issue #15)",
+                   Admission, prefix::judicious_admission, prefix::last_token_admission) {
+  // Marconi's judicious admission checkpoints where a new sequence leaves a cached one. When
+  // that cached sequence was demoted, the HBM tree shows no branch; the host tier's KV
+  // reach does, and the plan keeps a state there so the next request sharing those tokens
+  // resumes at the branch instead of recomputing it.
+  const std::int64_t kv = model().kv_bytes_per_token(), ck = model().ssm_checkpoint_bytes();
+  const std::int64_t hbm = 1000 * kv + 3 * ck;
+  using cache_t = prefix::prefix_cache<cost_model, Admission, prefix::lru_scorer, tiered::tiered_state_store<>>;
+  cache_t c(model(), make_store(hbm, 8 * hbm), prefix::lru_scorer{});
+  std::vector<token_id> a(600), b(1000);
+  for (int i = 0; i < 600; ++i) a[static_cast<std::size_t>(i)] = 7 + 3 * i;
+  for (int i = 0; i < 1000; ++i) b[static_cast<std::size_t>(i)] = 100000 + i;
+  for (const auto* seq : {&a, &b}) {  // a, then b evicts it to the host tier
+    auto m = c.match(*seq);
+    REQUIRE(m);
+    const auto h = c.store().lookup(*seq, *m);
+    REQUIRE(c.commit(*seq, static_cast<std::int64_t>(seq->size()), &*m));
+    c.store().settle(c.tree(), *seq, h);
+  }
+  REQUIRE(c.store().host_entries() > 0);
+  // c shares a's first 400 tokens, then goes its own way.
+  std::vector<token_id> q(a.begin(), a.begin() + 400);
+  for (int i = 0; i < 100; ++i) q.push_back(900000 + i);
+  prefix::request_lifecycle<cache_t> requests(c);
+  auto t = requests.begin(q);
+  REQUIRE(t);
+  const auto& st = **requests.state(*t);
+  CHECK(st.host_hit.kv_reach == 400);
+  std::vector<std::int64_t> sites;
+  for (const auto& s : st.plan.sites) sites.push_back(s.position);
+  const bool kept = std::find(sites.begin(), sites.end(), 400) != sites.end();
+  CHECK(kept == std::is_same_v<Admission, prefix::judicious_admission>);
+  REQUIRE(requests.abort(*t));
+}
+
 TEST_CASE("tiered_state_store: bad sizes are clear errors; a refused allocation changes nothing") {
   const std::int64_t kv = model().kv_bytes_per_token(), ck = model().ssm_checkpoint_bytes();
   using S = tiered::tiered_state_store<>;
   CHECK_THROWS_AS(S({.hbm_bytes = 0, .host_bytes = ck, .kv_bytes_per_token = kv, .checkpoint_bytes = ck}),
                   invalid_argument);
-  CHECK_THROWS_AS(S({.hbm_bytes = 4 * ck, .host_bytes = 0, .kv_bytes_per_token = kv, .checkpoint_bytes = ck}),
+  CHECK_THROWS_AS(S({.hbm_bytes = 4 * ck, .host_bytes = -1, .kv_bytes_per_token = kv, .checkpoint_bytes = ck}),
                   invalid_argument);
+  CHECK_THROWS_AS(S({.hbm_bytes = 4 * ck, .host_bytes = ck, .kv_bytes_per_token = kv, .checkpoint_bytes = ck,
+                     .lower_tiers = {{.kind = tiered::tier_kind::host, .capacity_bytes = ck}}}),
+                  invalid_argument);  // host_bytes and lower_tiers both
+  CHECK(S({.hbm_bytes = 4 * ck, .host_bytes = 0, .kv_bytes_per_token = kv, .checkpoint_bytes = ck}).tier_count() == 1);
   CHECK_THROWS_AS(S({.hbm_bytes = 4 * ck, .host_bytes = ck, .kv_bytes_per_token = 0, .checkpoint_bytes = 0}),
                   invalid_argument);
   CHECK_THROWS_AS(S({.hbm_bytes = 4 * ck, .host_bytes = ck, .kv_bytes_per_token = kv, .checkpoint_bytes = ck,

@@ -26,91 +26,13 @@
 #include "hybridcache/tiered/host_copy_engine.hpp"
 #include "hybridcache/stores/tiered_state_store.hpp"
 
-#include "../support/tiny_hybrid_model.hpp"
+#include "tiered_bytes_support.hpp"
 
 using namespace hybridcache;
 using prefix::token_id;
 
 namespace {
-
-const cost_model& tiny() {
-  static const cost_model m(test::tiny_hybrid_spec());
-  return m;
-}
-
-using engine_t = tiered::host_copy_engine;
-using store_t = tiered::tiered_state_store<tiered::lru_demotion, engine_t>;
-
-/// The bytes a runtime computes: KV of token t and the state after token t are functions of
-/// tokens [0, t] (here: of a hash of them), so equal prefixes give equal bytes.
-struct pattern {
-  std::vector<std::uint64_t> h;  // h[t] = hash of tokens [0, t)
-  explicit pattern(std::span<const token_id> s) : h(s.size() + 1) {
-    h[0] = 0x1234;
-    for (std::size_t i = 0; i < s.size(); ++i) h[i + 1] = splitmix64_mix(h[i] ^ (static_cast<std::uint64_t>(s[i]) + 7));
-  }
-  std::byte kv(std::int64_t t, std::int64_t j) const {  // byte j of token t's KV
-    return static_cast<std::byte>(splitmix64_mix(h[static_cast<std::size_t>(t + 1)] + static_cast<std::uint64_t>(j)) & 0xff);
-  }
-  std::byte state(std::int64_t p, std::int64_t j) const {  // byte j of the state after p tokens
-    return static_cast<std::byte>(splitmix64_mix(~h[static_cast<std::size_t>(p)] + static_cast<std::uint64_t>(j)) & 0xff);
-  }
-};
-
-/// The runtime's view of the bytes: logical byte i of an entry, through its page list.
-struct bytes_view {
-  engine_t& engine;
-  const store_t& store;
-  struct entry_bytes {  // one entry's pages, looked up once
-    std::byte* base;
-    std::vector<std::uint32_t> pages;
-    std::int64_t page;
-    std::byte& operator[](std::int64_t i) const {
-      return base[static_cast<std::int64_t>(pages.at(static_cast<std::size_t>(i / page))) * page + i % page];
-    }
-  };
-  entry_bytes operator()(tiered::entry_id id) const {
-    const auto e = store.table().find(id);
-    REQUIRE(e.has_value());
-    return {engine.base(e->tier), e->pages, store.table().page_bytes()};
-  }
-  std::byte& at(tiered::entry_id id, std::int64_t i) const { return (*this)(id)[i]; }
-};
-
-/// Tokens from the root to the end of node `n`.
-template <class Tree>
-std::vector<token_id> tokens_of(const Tree& tree, prefix::node_id n) {
-  std::vector<prefix::node_id> chain;
-  for (; n != Tree::root(); n = tree.at(n).parent) chain.push_back(n);
-  std::vector<token_id> out;
-  for (auto it = chain.rbegin(); it != chain.rend(); ++it)
-    out.insert(out.end(), tree.at(*it).tokens.begin(), tree.at(*it).tokens.end());
-  return out;
-}
-
-/// Every live node's KV and checkpoint hold the bytes of its token prefix.
-template <class Tree>
-void check_tree_bytes(const Tree& tree, const bytes_view& b, std::int64_t kv, std::int64_t ck) {
-  for (prefix::node_id n = 1; n < tree.id_bound(); ++n) {
-    if (!tree.live(n)) continue;
-    const auto& nd = tree.at(n);
-    const auto toks = tokens_of(tree, n);
-    const pattern p(toks);
-    const auto kvb = b(nd.kv.id);
-    for (std::int64_t t = nd.begin(); t < nd.end; ++t)
-      for (std::int64_t j = 0; j < kv; ++j)
-        if (kvb[(t - nd.begin()) * kv + j] != p.kv(t, j))
-          FAIL("node " << n << " token " << t << " byte " << j << " holds another token's KV");
-    if (!nd.has_checkpoint) continue;
-    const auto ckb = b(nd.checkpoint.id);
-    for (std::int64_t j = 0; j < ck; ++j)
-      if (ckb[j] != p.state(nd.end, j)) FAIL("checkpoint of node " << n << " byte " << j << " is wrong");
-  }
-}
-
-struct run_stats {
-  std::int64_t loads = 0, loaded_tokens = 0, adopted = 0, demoted = 0, failures = 0, refused = 0;
-};
+using namespace hybridcache::test::tiered_bytes;
 
 // One random branching conversation run. `fail_every` > 0 makes every n-th copy span fail.
 template <class Scorer>
@@ -163,7 +85,8 @@ run_stats random_run(std::uint64_t seed, std::int64_t hbm, std::int64_t host, in
     auto h = c.store().lookup(input, *m);
     bool loaded = false;
     if (h.host_tokens > 0 && rng() % 5 != 0) {
-      const auto r = c.store().load(h);
+      auto r = c.store().load(h);
+      if (r) r = c.store().wait_loaded(h);  // the copies are asynchronous
       if (r) {
         loaded = true;
         ++st.loads;
@@ -204,7 +127,7 @@ run_stats random_run(std::uint64_t seed, std::int64_t hbm, std::int64_t host, in
         if (nd.kv.id == tiered::no_entry) continue;
         old_kv.insert(nd.kv.id);
         const auto row = c.store().table().find(nd.kv.id);
-        for (auto pg : row->pages) old_page_owner[pg] = nd.kv.id;
+        for (auto pg : bytes_view::pages_of(row->home()->pages)) old_page_owner[pg] = nd.kv.id;
       }
       std::vector<std::pair<std::int64_t, std::int64_t>> staged_kv;
       for (const auto& s : c.store().staged(h))
@@ -226,7 +149,7 @@ run_stats random_run(std::uint64_t seed, std::int64_t hbm, std::int64_t host, in
       // that did and still does (same pages); anything else is new and holds garbage.
       const auto carried = [&](tiered::entry_id id) {
         if (old_kv.contains(id)) return true;
-        const auto pages = c.store().table().find(id)->pages;
+        const auto pages = bytes_view::pages_of(c.store().table().find(id)->home()->pages);
         const auto o = old_page_owner.find(pages.front());
         if (o == old_page_owner.end() || !live_kv.contains(o->second)) return false;
         for (auto pg : pages)
@@ -368,7 +291,7 @@ TEST_CASE("tiered_state_store::load: a mismatched engine, bad tickets, a staging
   c.store().release_hit(h);
   REQUIRE(c.release(*m));
 
-  // With room, a second load of the same hit is a no-op; release returns it to the host.
+  // With room, a second load of the same hit is a no-op; release drops the staged copies.
   cfg.staging_bytes = 40 * kv + 2 * ck;
   engine_t engine2(store_t::tiers_for(cfg), store_t::page_bytes_for(cfg), {.measure_bandwidth = false});
   prefix::prefix_cache<cost_model, prefix::judicious_admission, prefix::lru_scorer, store_t> c2(
@@ -392,12 +315,13 @@ TEST_CASE("tiered_state_store::load: a mismatched engine, bad tickets, a staging
   const auto host_entries = c2.store().host_entries();
   c2.store().release_hit(h2);
   REQUIRE(c2.release(*m2));
+  c2.store().drain();  // the staged copies were still in flight: they go when they land
   CHECK(c2.store().staged_bytes() == 0);
-  CHECK(c2.store().host_entries() == host_entries + static_cast<std::int64_t>(staged));
+  CHECK(c2.store().host_entries() == host_entries);  // the sources stay below
   CHECK(c2.store().check_invariants(c2.tree()).empty());
 }
 
-TEST_CASE("tiered_state_store: a staged entry the committed sequence does not cover goes back to the host intact") {
+TEST_CASE("tiered_state_store: a staged entry the committed sequence does not cover goes; its host copy stays intact") {
   const std::int64_t kv = tiny().kv_bytes_per_token(), ck = tiny().ssm_checkpoint_bytes();
   const tiered::tiered_state_store_config cfg{.hbm_bytes = 40 * kv + 2 * ck,
                                               .host_bytes = 400 * kv,
@@ -431,6 +355,7 @@ TEST_CASE("tiered_state_store: a staged entry the committed sequence does not co
 
   const auto loaded_and_checked = [&](const tiered::tiered_hit& h) {
     REQUIRE(c.store().load(h));
+    REQUIRE(c.store().wait_loaded(h));
     REQUIRE(c.store().staged(h).size() == 2);
     for (const auto& s : c.store().staged(h)) {
       const auto sb = b(s.id);
@@ -462,7 +387,7 @@ TEST_CASE("tiered_state_store: a staged entry the committed sequence does not co
   CHECK(c.store().counters().adopted_entries == 0);
   CHECK(c.store().staged_bytes() == 0);
   CHECK(c.store().check_invariants(c.tree()).empty());
-  // Both are back in the host tier with a's bytes: a later request loads them again.
+  // Both host entries still hold a's bytes: a later request loads them again.
   auto m2 = c.match(again);
   REQUIRE(m2);
   const auto h2 = c.store().lookup(again, *m2);
@@ -557,6 +482,8 @@ TEST_CASE("tiered_state_store: several host hits outstanding at once, each loade
   CHECK(c.store().outstanding_hits() == 2);
   REQUIRE(c.store().load(ha));
   REQUIRE(c.store().load(hd));
+  REQUIRE(c.store().wait_loaded(ha));  // the copies are asynchronous
+  REQUIRE(c.store().wait_loaded(hd));
   for (const auto& [h, p] : {std::pair{&ha, &pa}, std::pair{&hd, &pd}}) {
     REQUIRE(c.store().staged(*h).size() == 2);
     for (const auto& s : c.store().staged(*h)) {
@@ -590,7 +517,7 @@ TEST_CASE("tiered_state_store: several host hits outstanding at once, each loade
       for (std::int64_t j = 0; j < kv; ++j) REQUIRE(kvb[t * kv + j] == p->kv(t, j));
   }
   CHECK(c.store().check_invariants(c.tree()).empty());
-  // Stale tickets after settle; an entry two hits pin cannot be staged by either.
+  // Stale tickets after settle.
   CHECK(c.store().load(ha).error() == errc::stale_handle);
 }
 
@@ -638,12 +565,13 @@ TEST_CASE("lifecycle over the tiered store: a host hit is loaded at begin, prefi
   std::vector<token_id> q = a;
   q.push_back(9);
   const pattern pq(q);  // token 30 and the state after 31 come from q; [0, 30) is a's
-  {  // Abandoned: the staged entries go back to the host tier, nothing else changes.
+  {  // Abandoned: the staged copies go (once they landed), the host entries stay.
     auto t = requests.begin(q);
     REQUIRE(t);
     CHECK((*requests.state(*t))->host_hit.host_tokens == 30);
     CHECK(requests.resume_checkpoint(*t).error() == errc::not_found);  // it is staged
     REQUIRE(requests.abort(*t));
+    c.store().drain();
     CHECK(c.store().outstanding_hits() == 0);
     CHECK(c.store().staged_bytes() == 0);
     CHECK(c.store().host_entries() >= 2);  // a's two, and whatever the reservation demoted
@@ -656,6 +584,7 @@ TEST_CASE("lifecycle over the tiered store: a host hit is loaded at begin, prefi
   REQUIRE(st.host_hit.host_tokens == 30);
   CHECK(st.loaded_at == 30);
   CHECK(st.plan.prefill_start == 30);
+  REQUIRE(requests.wait_loaded(*t));  // the load is asynchronous
   // What prefill reads: a's KV and the state after 30 tokens, staged in HBM.
   for (const auto& s : c.store().staged(st.host_hit)) {
     const auto sb = b(s.id);
@@ -784,6 +713,7 @@ lifecycle_stats random_lifecycle_run(std::uint64_t seed, std::int64_t hbm, std::
         ++st.host_hits;
         st.loaded_tokens += s.host_hit.host_tokens;
         REQUIRE(s.plan.prefill_start == s.loaded_at);
+        REQUIRE(requests.wait_loaded(*t));  // before prefill reads the loaded bytes
       }
       const pattern p(seq);
       const std::int64_t len = static_cast<std::int64_t>(seq.size());
@@ -827,23 +757,39 @@ TEST_CASE_TEMPLATE("lifecycle over the tiered store randomized: several requests
   CHECK(total.max_in_flight >= 3);
 }
 
-TEST_CASE("tiered_state_store: an entry two hits pin is not staged by either; nothing moves, and the hit stays usable") {
+TEST_CASE("tiered_state_store: two hits on the same host entries share one load (issue #15: a promotion in flight is joined)") {
+  // Before: an entry two hits pinned could be staged by neither (load reported busy), so a
+  // batch of requests on one conversation recomputed it. Now the second load joins the
+  // first one's copies: the bytes cross the link once, and the second hit gets its own
+  // staged copy inside HBM once they landed, so each hit's pages go to its own nodes.
   const std::int64_t kv = tiny().kv_bytes_per_token(), ck = tiny().ssm_checkpoint_bytes();
-  const tiered::tiered_state_store_config cfg{.hbm_bytes = 40 * kv + 2 * ck,
+  const tiered::tiered_state_store_config cfg{.hbm_bytes = 100 * kv + 4 * ck,
                                               .host_bytes = 400 * kv,
                                               .kv_bytes_per_token = kv,
                                               .checkpoint_bytes = ck,
-                                              .staging_bytes = 40 * kv + 2 * ck};
+                                              .staging_bytes = 70 * kv + 3 * ck};
   engine_t engine(store_t::tiers_for(cfg), store_t::page_bytes_for(cfg), {.measure_bandwidth = false});
   prefix::prefix_cache<cost_model, prefix::judicious_admission, prefix::lru_scorer, store_t> c(
       tiny(), store_t(cfg, engine), prefix::lru_scorer{});
-  const std::vector<token_id> a(30, 1), other(30, 2);
-  for (const auto* s : {&a, &other}) {  // other demotes a
-    auto m = c.match(*s);
-    REQUIRE(m);
-    REQUIRE(c.commit(*s, 30, &*m));
-    c.store().settle(c.tree(), *s);
+  const bytes_view b{engine, c.store()};
+  const std::vector<token_id> a(30, 1), other(90, 2);
+  const pattern pa(a);
+  {
+    auto m = c.match(a);
+    REQUIRE(c.commit(a, 30, &*m));
+    c.store().settle(c.tree(), a);
+    std::vector<prefix::node_id> path;
+    (void)c.tree().walk(a, path);
+    const auto kvb = b(c.tree().at(path[0]).kv.id);
+    for (std::int64_t t = 0; t < 30; ++t)
+      for (std::int64_t j = 0; j < kv; ++j) kvb[t * kv + j] = pa.kv(t, j);
+    const auto ckb = b(c.tree().at(path[0]).checkpoint.id);
+    for (std::int64_t j = 0; j < ck; ++j) ckb[j] = pa.state(30, j);
+    auto mo = c.match(other);  // demotes a
+    REQUIRE(c.commit(other, 90, &*mo));
+    c.store().settle(c.tree(), other);
   }
+  c.store().drain();
   REQUIRE(c.store().host_entries() == 2);
   std::vector<token_id> q1 = a, q2 = a;
   q1.push_back(5);
@@ -854,20 +800,46 @@ TEST_CASE("tiered_state_store: an entry two hits pin is not staged by either; no
   const auto h2 = c.store().lookup(q2, *m2);  // the same two host entries, pinned twice
   REQUIRE(h1.host_tokens == 30);
   REQUIRE(h2.host_tokens == 30);
-  const auto host_before = c.store().host_used_bytes();
-  const auto load = c.store().load(h1);
-  REQUIRE_FALSE(load);
-  CHECK(load.error() == errc::busy);
-  CHECK(c.store().staged_bytes() == 0);  // nothing moved
-  CHECK(c.store().host_used_bytes() == host_before);
-  CHECK(c.store().outstanding_hits() == 2);  // and both hits are still usable
+  REQUIRE(c.store().load(h1));
+  REQUIRE(c.store().load(h2));  // joins: nothing crosses the link twice
+  CHECK(c.store().counters().joined_loads == 2);
+  CHECK(c.store().counters().staged_bytes == 30 * kv + ck);  // over the link, once
+  CHECK(c.store().staged_bytes() == 2 * (30 * kv + ck));     // each hit's own copy in HBM
+  REQUIRE(c.store().wait_loaded(h2));
+  REQUIRE(c.store().wait_loaded(h1));
+  for (const auto* h : {&h1, &h2}) {
+    REQUIRE(c.store().staged(*h).size() == 2);
+    for (const auto& s : c.store().staged(*h)) {
+      const auto sb = b(s.id);
+      if (s.checkpoint)
+        for (std::int64_t j = 0; j < ck; ++j) REQUIRE(sb[j] == pa.state(30, j));
+      else
+        for (std::int64_t t = s.begin; t < s.end; ++t)
+          for (std::int64_t j = 0; j < kv; ++j) REQUIRE(sb[(t - s.begin) * kv + j] == pa.kv(t, j));
+    }
+  }
   CHECK(c.store().check_invariants(c.tree()).empty());
-  c.store().release_hit(h2);
-  REQUIRE(c.store().load(h1));  // alone now: it stages
-  CHECK(c.store().staged(h1).size() == 2);
-  c.store().release_hit(h1);
-  REQUIRE(c.release(*m1));
+  // q1 finishes first while q2 still reads its own staged copy: q1's pages go to q1's nodes.
+  auto finish = [&](const std::vector<token_id>& q, const prefix::match_result& m, const tiered::tiered_hit& h) {
+    REQUIRE(c.commit(q, static_cast<std::int64_t>(q.size()), &m));
+    c.store().settle(c.tree(), q, h);
+    std::vector<prefix::node_id> path;
+    (void)c.tree().walk(q, path);
+    for (prefix::node_id n : path) {
+      const auto& nd = c.tree().at(n);
+      if (nd.end > 30) continue;
+      const auto kb = b(nd.kv.id);
+      for (std::int64_t t = nd.begin(); t < nd.end; ++t)
+        for (std::int64_t j = 0; j < kv; ++j) REQUIRE(kb[(t - nd.begin()) * kv + j] == pa.kv(t, j));
+    }
+  };
+  finish(q1, *m1, h1);
+  CHECK(c.store().counters().adopted_entries >= 1);  // the KV (a plain commit keeps no checkpoint at 30)
+  CHECK(c.store().staged_bytes() == 30 * kv + ck);    // q2 still holds its copy
+  CHECK(c.store().check_invariants(c.tree()).empty());
+  c.store().release_hit(h2);  // q2 gives up: its staged copy goes
   REQUIRE(c.release(*m2));
+  c.store().drain();
   CHECK(c.store().staged_bytes() == 0);
   CHECK(c.store().check_invariants(c.tree()).empty());
 }

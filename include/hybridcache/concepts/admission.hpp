@@ -20,6 +20,10 @@ struct insertion_view {
   /// The position where inserting the sequence splits an existing edge (the "branch
   /// point" of Marconi's speculative insertion), or 0 when the insert does not split an edge.
   std::int64_t branch_point = 0;
+  /// The position where the input leaves a cached sequence found only below HBM (a lower
+  /// tier's KV reach beyond the tree), or 0: the branch point the tree would have shown had
+  /// that sequence stayed in HBM. Set at plan time by a runtime with a lower-tier store.
+  std::int64_t lower_branch_point = 0;
 };
 
 /// Chooses the positions whose SSM state a committed sequence keeps.

@@ -5,10 +5,13 @@
 // admission also shapes the tree.
 //
 //   judicious_admission        Marconi (paper §4.2): the branch point found by speculative
-//                              insertion (when the sequence splits an existing edge) and the
-//                              state after the last decoded token: at most 2 per sequence.
+//                              insertion (when the sequence splits an existing edge, or leaves
+//                              a sequence cached below HBM) and the state after the last
+//                              decoded token: at most 3 per sequence.
 //   every_block_admission<B>   vLLM+ (fine-grained checkpointing): every multiple of B the
 //                              request computed, plus the sequence end (the partial last block).
+//   last_token_admission       only the state after the last decoded token: what an engine
+//                              without speculative insertion keeps (hcbench's `lru` policy).
 //   no_admission               keep no state: cached tokens are KV only and never reusable on a
 //                              hybrid model (an ablation; application-directed positions still
 //                              apply).
@@ -29,6 +32,9 @@ struct judicious_admission {
   void select(const insertion_view& v, std::vector<std::int64_t>& out) const noexcept {
     // push_back on a vector whose capacity the cache reserved (>= 2) does not allocate.
     if (v.branch_point > 0) out.push_back(v.branch_point);
+    // Judicious across tiers: the branch point a cached sequence below HBM shows.
+    if (v.lower_branch_point > v.reusable_tokens && v.lower_branch_point < v.total_tokens)
+      out.push_back(v.lower_branch_point);
     // A full hit (reusable == total) computed no state: the concept allows only (reusable, total].
     if (v.total_tokens > v.reusable_tokens) out.push_back(v.total_tokens);
   }
@@ -49,6 +55,14 @@ struct every_block_admission {
   }
 };
 static_assert(admission_policy<every_block_admission<32>>);
+
+/// Only the state after the sequence's last token (no branch-point checkpoints).
+struct last_token_admission {
+  void select(const insertion_view& v, std::vector<std::int64_t>& out) const noexcept {
+    if (v.total_tokens > v.reusable_tokens) out.push_back(v.total_tokens);
+  }
+};
+static_assert(admission_policy<last_token_admission>);
 
 /// Keeps no SSM state.
 struct no_admission {

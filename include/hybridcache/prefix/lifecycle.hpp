@@ -41,17 +41,18 @@
 // abort: gives the reservation back and releases the pin.
 //
 // Lower tiers (a `lower_tier_store`: tiered_state_store). begin also asks the store for a
-// hit beyond the HBM match (`lookup`) and loads it into the store's HBM staging room
-// (`load`, through its copy engine); prefill then starts where the loaded prefix ends
-// (plan.prefill_start = loaded_at), reading the loaded KV and the state to resume from in
-// `store().staged(state.host_hit)`; the KV-only tail of the HBM path it also reads is pinned.
-// Many requests may hold host hits at once. finish keeps the loaded state at loaded_at,
-// inserts the sequence, then `settle`s: the staged pages go to the new nodes without a copy,
-// and the committed path is named so that its evicted nodes are demoted, not dropped. A hit
-// that cannot be loaded (staging room full, another request staged or pinned the same entry,
-// a copy failed) is given up and the request goes on from its HBM hit; abort returns the staged
-// entries to the host tier.
-//
+// hit below HBM (`lookup`), lets the caller's `accept` filter decline it (a runtime that
+// would recompute those tokens faster than it loads them), and loads it into the store's
+// HBM staging room (`load`: the copies are submitted and run asynchronously); prefill then
+// starts where the loaded prefix ends (plan.prefill_start = loaded_at). Before prefill reads
+// the loaded KV and the state to resume from (`store().staged(state.host_hit)`), the
+// runtime calls `wait_loaded(ticket)` (per layer, a timed or CUDA engine reports each
+// layer's arrival). Many requests may hold hits at once; two that need the same bytes share
+// one load. finish keeps the loaded state at loaded_at, inserts the sequence, then
+// `settle`s: the staged pages go to the new nodes without a copy, and the committed path is
+// named so that its evicted nodes are demoted, not dropped. A hit that cannot be loaded
+// (declined, staging room full, a copy could not start) is given up and the request goes
+// on from its HBM hit; abort releases the staged entries.
 // Many requests may be in flight; with `Cache` = prefix_cache<..., mutex_lock> every call
 // holds the cache's lock, so threads may begin/finish concurrently. Tickets are generation-
 // checked: a finished or aborted ticket reports stale_handle / double_free.
@@ -65,11 +66,14 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <concepts>
 #include <cstdint>
 #include <deque>
 #include <mutex>
 #include <span>
+#include <thread>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -78,6 +82,7 @@
 #include "hybridcache/core/handle.hpp"
 #include "hybridcache/core/hash.hpp"
 #include "hybridcache/prefix/prefix_cache.hpp"
+#include "hybridcache/prefix/lock_policy.hpp"
 #include "hybridcache/prefix/types.hpp"
 
 namespace hybridcache::prefix {
@@ -116,6 +121,14 @@ struct host_hit_of<Store> {
   using type = decltype(std::declval<Store&>().lookup(std::span<const token_id>{}, std::declval<const match_result&>()));
 };
 }  // namespace detail
+
+/// The default of `request_lifecycle::begin`'s hit filter: every hit below HBM is loaded.
+struct accept_every_hit {
+  template <class Hit>
+  constexpr bool operator()(const Hit&) const noexcept {
+    return true;
+  }
+};
 
 /// A request in flight (generation-checked).
 struct request_ticket {
@@ -196,8 +209,12 @@ class request_lifecycle {
 
   /// Starts a request. Errors (nothing changed but the lookup's tick): empty prompt, a bad
   /// extra position or output_tokens < 0 -> invalid_argument; no room beside the pinned
-  /// paths -> out_of_capacity.
-  [[nodiscard]] expected<request_ticket> begin(std::span<const token_id> prompt, const begin_options& o = {}) {
+  /// paths -> out_of_capacity. With a lower-tier store, `accept(hit)` decides whether a hit
+  /// below HBM is loaded (e.g. only when loading beats recomputing those tokens); it runs
+  /// under the cache's lock and must not call back into the cache.
+  template <class AcceptHit = accept_every_hit>
+  [[nodiscard]] expected<request_ticket> begin(std::span<const token_id> prompt, const begin_options& o = {},
+                                               AcceptHit&& accept = {}) {
     if (prompt.empty() || o.output_tokens < 0) return unexpected(errc::invalid_argument);
     auto m = cache_->match(prompt, o.salt);
     if (!m) return unexpected(m.error());
@@ -232,16 +249,21 @@ class request_lifecycle {
     }
     if constexpr (lower_tier_store<store_type>) {
       if (s.host_hit.host_tokens > 0) {
-        if (cache_->store_.load(s.host_hit)) {
+        if (accept(std::as_const(s.host_hit)) && cache_->store_.load(s.host_hit)) {
           s.loaded_at = s.host_hit.reusable_tokens;
           resume.reusable_tokens = s.loaded_at;
-        } else {  // no staging room, or a copy failed: go on from the HBM hit
+        } else {  // declined, no staging room, or a copy failed: go on from the HBM hit
           release_holds(s);
         }
       }
     }
     pin_kv_tail(s, prompt);
-    if (const errc e = cache_->plan_into(prompt, resume, o.extra_checkpoints, s.plan); e != errc::ok) {
+    // A cached sequence this prompt leaves at kv_reach, found below HBM, is the branch point
+    // the tree would have split at had it stayed in HBM: the admission policy sees it
+    // (insertion_view::lower_branch_point; judicious admission keeps a state there).
+    std::int64_t lower_branch = 0;
+    if constexpr (requires { s.host_hit.kv_reach; }) lower_branch = s.host_hit.kv_reach;
+    if (const errc e = cache_->plan_into(prompt, resume, o.extra_checkpoints, s.plan, lower_branch); e != errc::ok) {
       release_holds(s);
       (void)tickets_.release(h);
       return refuse(e);
@@ -260,6 +282,38 @@ class request_lifecycle {
       return refuse(e);
     }
     return request_ticket{h};
+  }
+
+  /// Blocks until the lower-tier hit loaded at begin has landed in HBM (a no-op without
+  /// one): call it before prefill reads `store().staged(state.host_hit)`. busy when a copy
+  /// failed: the hit is gone, so abort the request and begin it again (the failed entry is
+  /// no longer found). stale_handle / double_free for a ticket not in flight.
+  /// With a real lock (mutex_lock) it does not hold the cache's lock while the copies run:
+  /// it polls the store under the lock and sleeps between polls, so other threads' calls
+  /// go on meanwhile.
+  [[nodiscard]] expected<void> wait_loaded(request_ticket t) {
+    if constexpr (!std::is_same_v<lock_type, no_lock> && requires { cache_->store_.loaded(states_[0].host_hit); }) {
+      for (;;) {
+        {
+          std::lock_guard<lock_type> guard(cache_->lock_);
+          if (const errc e = tickets_.validate(t.handle); e != errc::ok) return unexpected(e);
+          request_state& s = states_[t.handle.index()];
+          if (s.loaded_at == 0) return {};
+          const auto r = cache_->store_.loaded(s.host_hit);
+          if (!r) return unexpected(r.error());
+          if (*r) return {};
+        }
+        std::this_thread::sleep_for(std::chrono::microseconds(20));
+      }
+    } else {
+      std::lock_guard<lock_type> guard(cache_->lock_);
+      if (const errc e = tickets_.validate(t.handle); e != errc::ok) return unexpected(e);
+      if constexpr (requires { cache_->store_.wait_loaded(states_[0].host_hit); }) {
+        request_state& s = states_[t.handle.index()];
+        if (s.loaded_at > 0) return cache_->store_.wait_loaded(s.host_hit);
+      }
+      return {};
+    }
   }
 
   /// The state of a request in flight, or stale_handle / double_free / foreign_handle. The
@@ -598,6 +652,7 @@ class request_lifecycle {
       cache_->store_.release_hit(s.host_hit);
       decltype(s.host_hit) none{};
       if constexpr (requires { none.salt; }) none.salt = s.host_hit.salt;  // settle names in it
+      if constexpr (requires { none.kv_reach; }) none.kv_reach = s.host_hit.kv_reach;  // the branch below stays known
       s.host_hit = none;
     }
     s.loaded_at = 0;

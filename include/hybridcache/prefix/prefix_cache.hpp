@@ -187,6 +187,26 @@ class prefix_cache {
     return r;
   }
 
+  /// What `match` would find, as a pure query: no pin (`pin` is null), no tick, no refresh,
+  /// no counters. For a scheduler that orders requests by their reuse. O(|input|).
+  [[nodiscard]] match_result peek(std::span<const token_id> input, const cache_salt& salt = std::nullopt) {
+    std::lock_guard<Lock> guard(lock_);
+    match_result r;
+    if (input.empty()) return r;
+    salt_ = salt;
+    const walk_result w = walk(input);
+    r.salt = salt;
+    r.input_tokens = static_cast<std::int64_t>(input.size());
+    r.common_prefix = w.common_prefix;
+    r.at = clock_.now();
+    if (const node_id use = deepest_usable(path_, r.input_tokens); use != no_node) {
+      r.node = use;
+      r.reusable_tokens = tree_.at(use).end;
+      r.flops_saved = saturating_flops(r.reusable_tokens);
+    }
+    return r;
+  }
+
   /// Speculative insertion for the prefill of `input` after `m`: the positions where
   /// prefill must save SSM states (admission + `extra` application-directed positions),
   /// each with the chunk boundary at or before it and the roll-forward distance for the
@@ -326,6 +346,14 @@ class prefix_cache {
   [[nodiscard]] const tree_type& tree() const noexcept { return tree_; }
   [[nodiscard]] const Store& store() const noexcept { return store_; }
   [[nodiscard]] Store& store() noexcept { return store_; }
+  /// Runs `f(store())` under the cache's lock: how another thread (an offload thread that
+  /// completes the store's copies and starts its write-backs) reaches the store while
+  /// requests go through the cache. `f` must not call back into the cache.
+  template <class F>
+  decltype(auto) with_store(F&& f) {
+    std::lock_guard<Lock> guard(lock_);
+    return std::forward<F>(f)(store_);
+  }
   [[nodiscard]] const Scorer& scorer() const noexcept { return scorer_; }
   [[nodiscard]] const Model& model() const noexcept { return model_; }
   [[nodiscard]] const cache_counters& counters() const noexcept { return counters_; }
@@ -367,14 +395,16 @@ class prefix_cache {
 
   /// `plan` into `out`, reusing its capacity (the lifecycle plans into a request's state
   /// without allocating in steady state).
+  /// `lower_branch`: insertion_view::lower_branch_point (0: none).
   errc plan_into(std::span<const token_id> input, const match_result& m, std::span<const std::int64_t> extra,
-                 checkpoint_plan& out) {
+                 checkpoint_plan& out, std::int64_t lower_branch = 0) {
     if (input.empty()) return errc::invalid_argument;
     const auto n = static_cast<std::int64_t>(input.size());
     for (std::int64_t p : extra)
       if (p < 1 || p > n) return errc::invalid_argument;
     const walk_result w = walk(input);
-    const insertion_view v = make_view(w, n, n, std::min(m.reusable_tokens, n));
+    insertion_view v = make_view(w, n, n, std::min(m.reusable_tokens, n));
+    if (lower_branch > w.common_prefix && lower_branch < n) v.lower_branch_point = lower_branch;
     select_positions(v, extra);
     out.sites.clear();
     out.prefill_start = v.reusable_tokens;

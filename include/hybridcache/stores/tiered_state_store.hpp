@@ -1,169 +1,133 @@
 // hybridcache/stores/tiered_state_store.hpp
 //
-// `tiered_state_store`: a `prefix::state_store` over a two-tier `tiered_store` (HBM +
-// host), so that `prefix_cache<Model, Admission, Scorer, tiered_state_store<>>` keeps KV
-// extents and SSM checkpoints in HBM and, when its scorer (LRU or FLOP-aware) evicts a node,
-// *demotes* the node's state to the host tier instead of dropping it.
+// `tiered_state_store`: a `prefix::state_store` over an N-tier `tiered_store` (HBM, then
+// host, CXL, ...), so that `prefix_cache<Model, Admission, Scorer, tiered_state_store<...>>`
+// is the library's one multi-tier cache: the prefix cache keeps KV extents and SSM
+// checkpoints in HBM, and what its scorer evicts *demotes* to the tiers below instead of
+// being dropped, from where a later request loads it back.
 //
-// The seam. The prefix cache owns the radix tree and decides what leaves HBM (its own
-// scorer picks the victim); it frees the victim's handles through the store. The store
-// cannot read tokens, so a freed handle is findable later only if it carries a content key.
-// The contract has three calls a runtime makes around each request:
+// The seam. The prefix cache owns the radix tree and decides what leaves HBM; it frees the
+// victim's handles through the store. The store cannot read tokens, so a freed handle is
+// findable later only if it carries a content key: `settle` names the entries of every
+// committed path by the chained hash of their token prefix (core/hash.hpp `content_key`,
+// seeded by the model id and the request's cache salt). A runtime drives it through the
+// request lifecycle (prefix/lifecycle.hpp), which makes these calls:
 //
-//   auto m = cache.match(input);                    // HBM hit (the cache's own rule)
-//   auto h = cache.store().lookup(input, m);        // + lower-tier hit: pins what it uses
-//                                                   // (many hits may be outstanding at once)
-//   ... load h.bytes_to_load host -> HBM, prefill from h.reusable_tokens, decode ...
-//   cache.commit(input ++ output, input.size(), &m);
-//   cache.store().settle(cache.tree(), input ++ output, h);   // names the path, unpins h
+//   begin:  h = lookup(prompt, hbm_match)   // hit below HBM: pins what it reads
+//           load(h)                         // submits the copies into HBM staging (async)
+//   ...     wait_loaded(h)                  // (runtime) before reading `staged(h)`
+//   finish: settle(tree, sequence, h)       // adopts the staged pages, names the path
 //
-// - Content keys. `settle` walks the committed sequence's path in the tree and names each
-//   node's KV extent and checkpoint by a 64-bit chained hash of the tokens [0, end) of the
-//   node (vLLM/SGLang-style block hashing; a false match needs a 2^-64 collision). Keys
-//   survive the tree's own edits: a split keeps the tail's end (its key) and the new head is
-//   on the path, so `settle` names it; a join (merge into child) keeps the child's end.
-// - Demotion. `free_kv` / `free_checkpoint` of a named handle moves its entry HBM -> host
-//   through the copy engine (`prepare_move`, `submit`, `wait`, `complete_move`). With the
-//   default `metadata_only_copies` nothing is copied (a simulator); with a
-//   `host_copy_engine` or `cuda::copy_engine` the bytes move. When the host tier is full,
-//   its own LRU victims are dropped first; what cannot fit, or whose copy fails, is dropped.
-//   Unnamed handles (allocations the cache rolls back) are simply freed.
-// - Lookup (host hit). After the HBM match (KV for [0, m.common_prefix), a checkpoint at
-//   m.reusable_tokens), `lookup` extends the KV with host extents whose key equals the
-//   input's prefix hash at their end and whose start is already covered, then takes the
-//   deepest covered position that has a checkpoint (HBM or host): the joint-min rule over
-//   both tiers. It pins the host entries it uses so that demotions during `commit` cannot
-//   drop them before the runtime has loaded them.
-// - Load (optional, before prefill). `load(hit)` copies the host entries the hit uses into
-//   a staging room of the HBM tier (`staging_bytes`), so prefill reads them from HBM
-//   (`staged()` gives their token spans; KV is token-major inside an entry).
-// - Promotion. A loaded state re-enters the tree the ordinary way: `commit` inserts those
-//   tokens again (new HBM extents). `settle` then hands the staged pages to those extents
-//   without copying (`tiered_store::exchange_pages`), names the path, and erases any host
-//   entry whose key is now held in HBM: a key lives in exactly one tier (checked by
-//   `check_invariants`). Without `load`, the runtime fills the new extents itself.
-// - Bytes. KV of an extent is token-major: token i of an extent is at bytes
-//   [i * kv_bytes_per_token, (i + 1) * kv_bytes_per_token) of its pages, in page order.
-//   Pages divide both a token's KV and a checkpoint, so splits and joins re-partition
-//   page lists (`tiered_store::split` / `join`) and never copy.
+// Entries. An entry is one extent's KV (layer-major: one segment per attention layer) or one
+// checkpoint (SSM + conv state, one segment per recurrent layer) and may have a copy in
+// several tiers (tiered/tiered_store.hpp). Its role: the tree's (an HBM copy the tree
+// holds, perhaps with clean replicas below), staged (loaded for outstanding hits), or free
+// (evicted by the tree, findable by key in the tiers below; its HBM copy may still be
+// draining).
 //
-// A cleaner seam, if the prefix cache ever offers it: a tree hook `on_node_span(handle,
-// begin, end, prefix_hash)` called when a node is created/split/merged would let the store
-// name handles itself, removing `settle`'s walk (see the report in docs/tiered.md).
+// Asynchronous copies, off the request path where they can be. Every copy is submitted to
+// the engine and completed later by `poll()` (a runtime's offload thread, or any store
+// call); nothing waits on a copy except an allocation that needs the HBM pages a
+// write-back still holds, and `wait_loaded`/`settle` for a hit's own loads.
+// - Write policy (`write_policy`): write_back copies an entry down when the tree evicts it
+//   (its HBM pages are freed when the copy lands; an allocation that needs them waits);
+//   write_through copies every named entry down as soon as its request finishes, and
+//   write_through_selective once it has been hit N times; eviction of an entry with a
+//   clean copy below drops the HBM copy without a copy.
+// - `offload()` (the watermark cleaner, CaR's asynchronous offload at 90 %): at or above
+//   the high watermark, clean replicas of the coldest dirty entries are made, down to the
+//   low watermark, so that the evictions to come cost no copy.
+// - A free entry stays readable while its write-back is in flight (a hit reads the HBM
+//   copy); two hits that need the same bytes share one load (the second joins the copy in
+//   flight); pins are taken in the tier that is read (`pin_in`), never by locate-then-pin.
+// - Lower tiers make room by dropping clean copies, moving entries one tier down
+//   (cascades), and dropping from the last tier.
 //
-// Costs (d = nodes on the path, |s| = sequence length, k = pages of an entry):
-//   allocate/free/split/join   O(k + log n) (tiered_store insert/move/split/join), plus the
-//                              demotion copy of a freed named entry; noexcept
-//   load                       O(e (k + log n)) for e entries, plus their copies
-//   lookup                     O(|s|) hashing + O(|s|) hash probes (none while the host tier is
-//                              empty); allocation-free after warm-up
-//   settle                     O(|s| + d (k + log n)) (+ the staged pages exchanged)
-// Thread safety: none beyond the prefix cache's lock (call `lookup`/`settle` under the same
-// serialisation as the cache's `match`/`commit`).
+// Loads are exact: `load` copies, for each lower-tier KV entry, only the tokens the hit
+// reuses that HBM lacks, and one checkpoint (`tiered_hit::bytes_to_load`), each as a new
+// staged entry (`staged`); `settle` hands its pages to the tree's new nodes without a copy
+// (or copies them in HBM when another hit still reads the same staged entry).
+//
+// Costs (d = path nodes, |s| = sequence length, r = page runs of an entry, c = copies in
+// flight, e = entries a hit uses): allocate/free/split/join O(r + log n) plus a poll (O(c))
+// and the copies they submit; lookup O(|s|) hashing + O(|s|) probes (none while nothing
+// is below HBM), allocation-free after warm-up; load O(e (r + log n)); settle O(|s| + d (r
+// + log n)); poll O(c); offload O(k log n) for the k coldest entries it visits.
+// Thread safety: none of its own beyond the table's lock; call it under the prefix cache's
+// lock (`prefix_cache::with_store`), from the request path and from an offload thread.
 #pragma once
 
 #include <algorithm>
-#include <array>
 #include <concepts>
 #include <cstdint>
 #include <memory>
 #include <numeric>
 #include <span>
 #include <string>
+#include <type_traits>
 #include <unordered_map>
 #include <utility>
 #include <vector>
 
+#include "hybridcache/concepts/state_store.hpp"
 #include "hybridcache/core/error.hpp"
 #include "hybridcache/core/expected.hpp"
-#include "hybridcache/concepts/state_store.hpp"
 #include "hybridcache/core/hash.hpp"
-#include "hybridcache/stores/detail/hit_table.hpp"
-#include "hybridcache/stores/tiered_state_types.hpp"
 #include "hybridcache/prefix/radix_tree.hpp"
 #include "hybridcache/prefix/types.hpp"
+#include "hybridcache/stores/detail/hit_table.hpp"
+#include "hybridcache/stores/tiered_state_types.hpp"
 #include "hybridcache/tiered/copy_plan.hpp"
+#include "hybridcache/tiered/sparsify.hpp"
 #include "hybridcache/tiered/tiered_store.hpp"
 
 namespace hybridcache::tiered {
 
 namespace detail {
-/// The body of `tiered_state_store::check_invariants` (stores/detail/tiered_state_invariants.hpp).
 template <class Store, class Tree>
 std::string check_tiered_invariants(const Store& st, const Tree& tree);
 }  // namespace detail
 
-/// A `prefix::state_store` whose frees demote to a host tier. See the file comment for the
-/// contract (`lookup` before prefill, `settle` after `commit`). `Engine` copies the bytes
-/// of every move; its arenas must be laid out from `tiers_for(config)` and
-/// `page_bytes_for(config)` (e.g. `host_copy_engine(tiers_for(c), page_bytes_for(c))`).
-template <demotion_scorer HostScorer = lru_demotion, tier_copy_engine Engine = metadata_only_copies>
+/// A `prefix::state_store` over N tiers. See the file comment. `Engine` copies the bytes
+/// of every move (its arenas laid out from `tiers_for(config)` and `page_bytes_for(config)`);
+/// `Sizer` says how many bytes a demoted KV entry keeps (`keep_size`, or CaR's
+/// sparsification: a simulation model, whose sparsified entries are loaded but never
+/// adopted by the tree).
+template <demotion_scorer HostScorer = lru_demotion, tier_copy_engine Engine = metadata_only_copies,
+          demotion_sizer Sizer = keep_size>
 class tiered_state_store {
  public:
   using kv_extent = tiered_kv_extent;
   using checkpoint_handle = tiered_checkpoint_handle;
+  using engine_type = Engine;
+  using event_type = std::remove_cvref_t<decltype(*std::declval<Engine&>().submit(std::declval<const move_ticket&>()))>;
 
   static constexpr tier_id host_tier{1};
 
   /// A metadata-only store (simulation: nothing is copied).
-  /// @throws invalid_argument for non-positive sizes / link or negative staging;
-  /// capacity_error when one checkpoint does not fit in HBM.
-  explicit tiered_state_store(const tiered_state_store_config& c)
+  /// @throws invalid_argument for a bad configuration; capacity_error when one checkpoint
+  /// does not fit in HBM.
+  explicit tiered_state_store(const tiered_state_store_config& c, Sizer sizer = Sizer{}, HostScorer host = HostScorer{})
     requires std::same_as<Engine, metadata_only_copies>
-      : tiered_state_store(c, no_copies()) {}
+      : tiered_state_store(c, no_copies(), std::move(sizer), std::move(host)) {}
 
-  /// A store whose moves copy bytes through `engine` (which must outlive the store).
-  /// @throws as above.
-  tiered_state_store(const tiered_state_store_config& c, Engine& engine)
-      : kv_per_token_(c.kv_bytes_per_token),
-        checkpoint_(c.checkpoint_bytes),
-        capacity_(c.hbm_bytes),
-        staging_capacity_(c.staging_bytes > 0 ? c.staging_bytes / page_bytes_for(c) * page_bytes_for(c) : 0),
-        store_(std::make_unique<tiered_store<HostScorer>>(tiers_for(c), page_bytes_for(c))),
-        engine_(&engine) {
-    if (checkpoint_ > capacity_)
-      throw capacity_error("tiered_state_store: HBM capacity " + std::to_string(capacity_) +
-                           " B is smaller than one SSM checkpoint (" + std::to_string(checkpoint_) + " B)");
-    // An engine laid out for other tiers or pages would refuse or misplace every copy.
-    if constexpr (requires(const Engine& e) { e.page_bytes(); }) {
-      if (engine.page_bytes() != store_->page_bytes())
-        throw invalid_argument("tiered_state_store: the copy engine's page (" + std::to_string(engine.page_bytes()) +
-                               " B) is not the store's (" + std::to_string(store_->page_bytes()) +
-                               " B): build it from tiers_for(config) and page_bytes_for(config)");
-    }
-    if constexpr (requires(const Engine& e) { e.arena_bytes(hbm_tier); }) {
-      for (std::size_t t = 0; t < store_->tier_count(); ++t) {
-        const tier_id id{static_cast<std::uint8_t>(t)};
-        if (engine.arena_bytes(id) < store_->config(id).capacity_bytes)
-          throw invalid_argument("tiered_state_store: the copy engine's arena of tier " + std::to_string(t) + " (" +
-                                 std::to_string(engine.arena_bytes(id)) + " B) is smaller than the tier (" +
-                                 std::to_string(store_->config(id).capacity_bytes) +
-                                 " B): build it from tiers_for(config) and page_bytes_for(config)");
-      }
-    }
-  }
+  /// A store whose copies go through `engine` (which must outlive the store); `host` orders
+  /// the victims of the tiers below HBM (and the cleaner's walk of HBM).
+  /// @throws as above; invalid_argument when the engine's pages or arenas do not match.
+  tiered_state_store(const tiered_state_store_config& c, Engine& engine, Sizer sizer = Sizer{},
+                     HostScorer host = HostScorer{});
 
-  /// The tiers of a store built from `c`: HBM (budget + staging room) and host.
-  /// @throws invalid_argument as the constructor.
-  [[nodiscard]] static std::vector<tier_config> tiers_for(const tiered_state_store_config& c) {
-    HYBRIDCACHE_EXPECTS(c.hbm_bytes > 0 && c.host_bytes > 0, invalid_argument,
-                        "tiered_state_store: hbm_bytes and host_bytes must be > 0");
-    HYBRIDCACHE_EXPECTS(c.staging_bytes >= 0, invalid_argument, "tiered_state_store: staging_bytes must be >= 0");
-    const std::int64_t page = page_bytes_for(c);
-    return {tier_config{tier_kind::hbm, (c.hbm_bytes / page + c.staging_bytes / page) * page, 0.0, -1},
-            tier_config{tier_kind::host, std::max(c.host_bytes / page, std::int64_t{1}) * page, c.link_gbps, -1}};
-  }
-  /// The page size of a store built from `c`: gcd(KV bytes per token, checkpoint bytes),
-  /// so a token's KV and a checkpoint are whole pages.
-  [[nodiscard]] static std::int64_t page_bytes_for(const tiered_state_store_config& c) {
-    HYBRIDCACHE_EXPECTS(c.kv_bytes_per_token >= 0 && c.checkpoint_bytes >= 0 &&
-                            (c.kv_bytes_per_token > 0 || c.checkpoint_bytes > 0),
-                        invalid_argument, "tiered_state_store: bytes per token / checkpoint must be >= 0, not both 0");
-    return std::gcd(c.kv_bytes_per_token, c.checkpoint_bytes);
-  }
+  /// The tiers of a store built from `c`: HBM (budget + staging room), then the lower tiers.
+  /// @throws invalid_argument for a bad configuration.
+  [[nodiscard]] static std::vector<tier_config> tiers_for(const tiered_state_store_config& c);
+  /// The page size of a store built from `c`: gcd of one token's KV in one attention layer
+  /// and one recurrent layer's state, so both are whole pages in every layer segment.
+  [[nodiscard]] static std::int64_t page_bytes_for(const tiered_state_store_config& c);
 
   tiered_state_store(tiered_state_store&&) noexcept = default;
   tiered_state_store& operator=(tiered_state_store&&) noexcept = default;
+  /// Waits for the copies in flight (their engine must not outlive their tickets).
+  ~tiered_state_store() { drain(); }
 
   // --- prefix::state_store -------------------------------------------------------------
 
@@ -175,244 +139,157 @@ class tiered_state_store {
     return kv_extent{*id, tokens};
   }
   void free_kv(kv_extent&& e) noexcept {
-    if (e.id != no_entry) release_to_host(e.id);
-    e = kv_extent{};
+    const kv_extent h = std::move(e);
+    if (h.id != no_entry) release_from_tree(h.id);
   }
-  /// Detaches the first `head` tokens. The tail keeps its entry (and its key: same end);
-  /// the head is a fresh, unnamed entry (the extent's first pages) that `settle` names.
-  [[nodiscard]] expected<kv_extent> split_kv(kv_extent& whole, std::int64_t head) noexcept {
-    if (head <= 0 || head >= whole.tokens) return unexpected(errc::invalid_argument);
-    if (whole.id == no_entry) {  // zero-byte KV (a model without attention layers)
-      whole.tokens -= head;
-      return kv_extent{no_entry, head};
-    }
-    // Pages divide a token's KV: the head takes the extent's first pages, no copy.
-    try {
-      const entry_id id = make_entry_id(next_id_ + 1);
-      meta_.emplace(id, meta{kind::kv, head, 0, 0, false, place::hbm});  // may throw: nothing changed
-      if (auto r = store_->split(whole.id, id, head * kv_per_token_); !r) {
-        meta_.erase(id);
-        return unexpected(r.error());
-      }
-      next_id_ = to_underlying(id);
-      meta_.at(whole.id).tokens -= head;
-      whole.tokens -= head;
-      return kv_extent{id, head};
-    } catch (...) {
-      return unexpected(errc::out_of_capacity);
-    }
-  }
-  /// `front` becomes front ++ back (its pages, then back's: no copy) and takes back's key
-  /// (the joined span ends where back did).
-  [[nodiscard]] expected<void> join_kv(kv_extent& front, kv_extent&& back) noexcept {
-    if (front.id == no_entry || back.id == no_entry) {  // zero-byte KV: only lengths
-      if (front.id != back.id) return unexpected(errc::invalid_argument);
-      front.tokens += std::exchange(back.tokens, 0);
-      return {};
-    }
-    try {
-      if (auto r = store_->join(front.id, back.id); !r) return unexpected(r.error());
-    } catch (...) {
-      return unexpected(errc::out_of_capacity);
-    }
-    const auto bi = meta_.find(back.id);
-    meta& fm = meta_.at(front.id);
-    fm.tokens += bi->second.tokens;
-    fm.key = bi->second.key;
-    fm.end = bi->second.end;
-    fm.named = bi->second.named;
-    meta_.erase(bi);
-    front.tokens += back.tokens;
-    back = kv_extent{};
-    return {};
-  }
+  /// Detaches the first `n` tokens. The tail keeps its entry (and its key: same end); the
+  /// head is a fresh, unnamed entry (the first n tokens' pages of every layer segment, no
+  /// copy) that `settle` names. A clean replica below splits with it.
+  [[nodiscard]] expected<kv_extent> split_kv(kv_extent& whole, std::int64_t n) noexcept;
+  /// `front` becomes front ++ back (per layer segment: its pages, then back's; no copy) and
+  /// takes back's key (the joined span ends where back did).
+  [[nodiscard]] expected<void> join_kv(kv_extent& front, kv_extent&& back) noexcept;
   [[nodiscard]] expected<checkpoint_handle> allocate_checkpoint() noexcept {
     auto id = allocate(checkpoint_, kind::checkpoint, 0);
     if (!id) return unexpected(id.error());
     return checkpoint_handle{*id};
   }
-  void free_checkpoint(checkpoint_handle&& h) noexcept {
-    if (h.id != no_entry) release_to_host(h.id);
-    h = checkpoint_handle{};
+  void free_checkpoint(checkpoint_handle&& c) noexcept {
+    const checkpoint_handle h = std::move(c);
+    if (h.id != no_entry) release_from_tree(h.id);
   }
-
   [[nodiscard]] std::int64_t kv_bytes(std::int64_t tokens) const noexcept { return tokens * kv_per_token_; }
   [[nodiscard]] std::int64_t checkpoint_bytes() const noexcept { return checkpoint_; }
-  /// HBM bytes in use (the prefix cache's budget).
+  /// HBM bytes the tree holds (the prefix cache's budget).
   [[nodiscard]] std::int64_t used_bytes() const noexcept { return used_; }
   [[nodiscard]] std::int64_t capacity_bytes() const noexcept { return capacity_; }
 
-  // --- lower tier ----------------------------------------------------------------------
+  // --- lower tiers ---------------------------------------------------------------------
 
-  /// The hit of `input` over both tiers, given the cache's HBM match `m` of the same input.
-  /// Pins the host entries it uses (hand the hit to `load`, `settle` or `release_hit`).
-  /// Many hits may be outstanding (a batch of requests in flight), each with its own pins
-  /// and staged entries; an entry pinned by several hits stays until the last lets go.
-  [[nodiscard]] tiered_hit lookup(std::span<const prefix::token_id> input, const prefix::match_result& m) {
-    tiered_hit h;
-    h.hbm_tokens = h.reusable_tokens = m.reusable_tokens;
-    h.salt = m.salt;
-    if (host_kv_.empty() && host_ckpt_.empty()) return h;  // nothing demoted: no hashing
-    const auto n = static_cast<std::int64_t>(input.size());
-    hash_prefixes(input, m.salt);
-    // KV reach: [0, common_prefix) is in HBM; extend with host extents that start inside it.
-    std::int64_t reach = std::min(m.common_prefix, n);
-    chain_.clear();
-    for (std::int64_t p = reach + 1; p <= n; ++p) {
-      const auto it = host_kv_.find(prefix_hash_[static_cast<std::size_t>(p)]);
-      if (it == host_kv_.end()) continue;
-      const meta& e = meta_.at(it->second);
-      if (p - e.tokens > reach) continue;  // starts past what is covered
-      reach = p;
-      chain_.push_back(it->second);
-    }
-    // Deepest covered position with a checkpoint in either tier (joint-min over tiers).
+  /// The hit of `input` below HBM, given the cache's HBM match `m` of the same input: KV
+  /// extents of free entries (any tier) that continue HBM's KV, then the deepest covered
+  /// position with a checkpoint (the joint-min rule over all tiers). Pins what it uses in
+  /// the tier it will be read from (hand the hit to `load`, `settle` or `release_hit`).
+  [[nodiscard]] tiered_hit lookup(std::span<const prefix::token_id> input, const prefix::match_result& m);
+
+  /// What `lookup` would find, without pinning or counting anything: the position a hit
+  /// below HBM would resume at (m.reusable_tokens when none). For a scheduler that sorts
+  /// requests by where their reuse is (CaR's groups). O(|input|).
+  [[nodiscard]] std::int64_t probe(std::span<const prefix::token_id> input, const prefix::match_result& m) {
     entry_id ckpt = no_entry;
-    std::int64_t best = m.reusable_tokens;
-    for (std::int64_t p = std::min(reach, n); p > m.reusable_tokens; --p) {
-      const auto it = host_ckpt_.find(prefix_hash_[static_cast<std::size_t>(p)]);
-      if (it == host_ckpt_.end()) continue;
-      best = p;
-      ckpt = it->second;
-      break;
-    }
-    if (best == m.reusable_tokens) return h;
-    outstanding_hit& slot = acquire_hit();  // may throw: nothing pinned yet
-    h.reusable_tokens = best;
-    h.host_tokens = best - m.reusable_tokens;
-    h.host_checkpoint = true;
-    h.bytes_to_load = checkpoint_;
-    pin(slot, ckpt);
-    std::int64_t covered = std::min(m.common_prefix, n);
-    for (entry_id id : chain_) {
-      const meta& e = meta_.at(id);
-      const std::int64_t end = e.end;
-      if (end - e.tokens >= best) break;  // chain is ordered by end
-      const std::int64_t upto = std::min(end, best);
-      if (upto > covered) h.bytes_to_load += (upto - covered) * kv_per_token_;
-      covered = std::max(covered, upto);
-      h.kv_entries += 1;
-      pin(slot, id);
-    }
-    h.ticket = slot.ticket;
-    ++counters_.host_hits;
-    counters_.host_hit_tokens += h.host_tokens;
-    counters_.loaded_bytes += h.bytes_to_load;
-    return h;
+    return scan(input, m, ckpt);
   }
 
-  /// Copies the host entries `hit` uses into the HBM staging room through the engine, so
-  /// that prefill reads them from HBM (`staged()`: their token spans and entries; the
-  /// entries' pages are in `table()`). `settle` then gives the staged pages to the tree's
-  /// new nodes without copying. Calling it again for the same hit does nothing.
-  /// Errors: stale_handle when `hit` is not outstanding; out_of_capacity when the staging
-  /// room cannot hold the hit's entries, or busy when another outstanding hit has staged or
-  /// also pinned one of them (nothing moved in either case: the hit stays usable, the runtime
-  /// loads on its own or after that hit settles); busy when a copy failed (or the engine
-  /// threw). After a failed copy the hit is released (as by `release_hit`): what was staged
-  /// returns to the host tier, and the runtime goes on with the HBM hit alone.
-  [[nodiscard]] expected<void> load(const tiered_hit& hit) {
-    outstanding_hit* slot = find_hit(hit.ticket);
-    if (slot == nullptr) return unexpected(errc::stale_handle);
-    if (!slot->staged.empty()) return {};
-    std::int64_t need = 0;
-    for (entry_id id : slot->pinned) {
-      // Staged by another hit, or pinned by one too (a pinned entry cannot move, and that
-      // hit reads it where it is): busy, before anything moves.
-      const meta& e = meta_.at(id);
-      if (e.where == place::staged || e.hit_pins > 1) return unexpected(errc::busy);
-      need += bytes_of(e);
-    }
-    if (need > staging_capacity_ - staged_used_) return unexpected(errc::out_of_capacity);
-    slot->staged.reserve(slot->pinned.size());  // may throw: nothing moved yet
-    for (entry_id id : slot->pinned) {
-      meta& e = meta_.at(id);
-      (void)store_->unpin(id);
-      if (!copy_to(id, hbm_tier)) {  // the entry stays in the host tier
-        (void)store_->pin(id);
-        release_pins(*slot);
-        return unexpected(errc::busy);
-      }
-      (void)store_->pin(id);
-      (e.k == kind::kv ? host_kv_ : host_ckpt_).erase(e.key);
-      const std::int64_t b = bytes_of(e);
-      host_used_ -= b;
-      staged_used_ += b;
-      e.where = place::staged;
-      slot->staged.push_back({id, e.end - (e.k == kind::kv ? e.tokens : 0), e.end, e.k == kind::checkpoint});
-      counters_.staged_entries += 1;
-      counters_.staged_bytes += b;
-    }
-    return {};
-  }
+  /// Submits the copies of `hit` into the HBM staging room (`staged(hit)`): for each KV
+  /// entry the tokens it adds, and the checkpoint. Asynchronous: call `wait_loaded` before
+  /// reading them. A copy another hit already started for the same bytes is joined, not
+  /// repeated. Calling it again for the same hit does nothing. Errors (the hit released,
+  /// nothing staged for it): stale_handle when `hit` is not outstanding; out_of_capacity
+  /// when the staging room cannot hold it; busy when a copy could not be submitted.
+  [[nodiscard]] expected<void> load(const tiered_hit& hit);
 
-  /// What `load` brought into HBM for `hit` (empty before `load`, or for a hit not outstanding).
+  /// Blocks until the copies of `hit` landed. busy when one failed: the hit is released
+  /// (the runtime aborts the request and begins it again). stale_handle when not outstanding.
+  [[nodiscard]] expected<void> wait_loaded(const tiered_hit& hit);
+  /// Non-blocking `wait_loaded`: completes the copies that landed (`poll`), then true when
+  /// every copy of `hit` has landed, false while one is still running; errors as
+  /// `wait_loaded`. Lets a runtime that shares the store between threads wait without
+  /// holding the store's lock (request_lifecycle::wait_loaded over a mutex_lock cache).
+  [[nodiscard]] expected<bool> loaded(const tiered_hit& hit);
+
+  /// What `load` staged for `hit` (empty before `load`, or for a hit not outstanding).
   [[nodiscard]] std::span<const staged_entry> staged(const tiered_hit& hit) const noexcept {
     const outstanding_hit* slot = find_hit(hit.ticket);
     return slot == nullptr ? std::span<const staged_entry>{} : std::span<const staged_entry>(slot->staged);
   }
+  /// Calls `f(const staged_entry&, const event_type* copy)` for each staged entry of `hit`:
+  /// `copy` is the engine event of the copy filling it, or nullptr once it has landed
+  /// (a timed engine reads per-layer arrival times from it).
+  template <class F>
+  void for_each_load(const tiered_hit& hit, F&& f) const {
+    const outstanding_hit* slot = find_hit(hit.ticket);
+    if (slot == nullptr) return;
+    for (const staged_entry& s : slot->staged) {
+      entry_id copied = s.id;  // a join not started waits for its source's copy
+      if (const auto m = meta_.find(s.id); m != meta_.end() && m->second.pending_src != no_entry)
+        copied = m->second.pending_src;
+      const event_type* ev = nullptr;
+      for (const auto& c : inflight_)
+        if (c.t.id == copied) ev = &c.ev;
+      f(s, ev);
+    }
+  }
   /// Hits outstanding (looked up, not yet settled or released). O(1).
   [[nodiscard]] std::size_t outstanding_hits() const noexcept { return hits_.outstanding(); }
 
-  /// After `commit(sequence, ...)`: hands staged pages to the tree's nodes that cover the
-  /// same tokens (zero copy), names every node on `sequence`'s path by its content key,
-  /// releases `hit`'s pins, and erases host entries now held again in HBM (promotion).
-  /// Staged entries no tree node covers return to the host tier.
+  /// After the cache inserted `sequence` (finish/commit): hands staged pages to the tree's
+  /// nodes covering the same tokens, names every node on `sequence`'s path by its content
+  /// key, releases `hit`, erases lower-tier entries HBM now holds again, and starts the
+  /// write-through copies the policy asks for.
   template <class Tree>
-  void settle(const Tree& tree, std::span<const prefix::token_id> sequence, const tiered_hit& hit = {}) {
-    hash_prefixes(sequence, hit.salt);
-    const auto w = tree.walk(sequence, path_, tree.namespace_of(hit.salt));
-    if (outstanding_hit* slot = find_hit(hit.ticket); slot != nullptr) {
-      adopt_staged(tree, *slot);
-      release_pins(*slot);
-    }
-    for (prefix::node_id n : path_) {
-      const auto& nd = tree.at(n);
-      const std::uint64_t key = prefix_hash_[static_cast<std::size_t>(nd.end)];
-      name(nd.kv.id, key, nd.end);
-      if (nd.has_checkpoint) name(nd.checkpoint.id, key, nd.end);
-    }
-    // Host KV extents whose whole span HBM now holds (under other node boundaries) are
-    // redundant: promoted. Host checkpoints stay unless HBM has the same one (`name`).
-    if (!host_kv_.empty())
-      for (std::int64_t p = 1; p <= w.common_prefix; ++p)
-        if (const auto it = host_kv_.find(prefix_hash_[static_cast<std::size_t>(p)]); it != host_kv_.end())
-          promote(it);
+  void settle(const Tree& tree, std::span<const prefix::token_id> sequence, const tiered_hit& hit = {});
+
+  /// Releases `hit` without a commit (request abandoned): pins go, what it staged goes
+  /// (once its copies landed).
+  void release_hit(const tiered_hit& hit) noexcept {
+    if (outstanding_hit* slot = find_hit(hit.ticket); slot != nullptr) release_holds(*slot);
+  }
+  /// Releases a prefetch's `hit` but keeps what it loaded in the staging room, for the
+  /// request it was for: that request's `load` claims those entries instead of copying
+  /// again. Unclaimed ones go when the room is needed.
+  void release_hit_keep_loaded(const tiered_hit& hit) noexcept {
+    if (outstanding_hit* slot = find_hit(hit.ticket); slot != nullptr) release_holds(*slot, true);
   }
 
-  /// Host KV entries whose span lies within the first `upto` tokens of `sequence` (0 after
-  /// `settle(tree, sequence)` for upto = the tree's common prefix with it: no KV is held in
-  /// both tiers). Diagnostic, O(|sequence|).
+  // --- asynchronous work ---------------------------------------------------------------
+
+  /// Completes the copies that landed (write-backs free their HBM pages, loads become
+  /// readable). Returns how many. O(copies in flight).
+  std::int64_t poll() noexcept;
+  /// The watermark cleaner: see `tiered_state_store_config::offload`. Returns the bytes
+  /// whose copies it started. Call it off the request path (an offload thread).
+  std::int64_t offload() noexcept;
+  /// Waits for every copy in flight and completes it.
+  void drain() noexcept {
+    while (!inflight_.empty()) finish_copy(0);
+  }
+  /// Copies in flight.
+  [[nodiscard]] std::size_t inflight_copies() const noexcept { return inflight_.size(); }
+
+  // --- introspection -------------------------------------------------------------------
+
+  [[nodiscard]] const tiered_state_counters& counters() const noexcept { return counters_; }
+  [[nodiscard]] const tiered_store<HostScorer>& table() const noexcept { return *store_; }
+  [[nodiscard]] std::int64_t page_bytes() const noexcept { return page_; }
+  [[nodiscard]] std::size_t tier_count() const noexcept { return store_->tier_count(); }
+  /// Bytes (page granular) held in tier `t`, copies in flight included.
+  [[nodiscard]] std::int64_t tier_used_bytes(tier_id t) const { return store_->usage(t).used_bytes; }
+  /// Bytes held in the first tier below HBM.
+  [[nodiscard]] std::int64_t host_used_bytes() const { return tier_used_bytes(host_tier); }
+  /// HBM staging bytes in use (entries `load` brought back, until `settle`).
+  [[nodiscard]] std::int64_t staged_bytes() const noexcept { return staged_used_; }
+  /// HBM bytes of evicted entries whose write-back is still in flight.
+  [[nodiscard]] std::int64_t draining_bytes() const noexcept { return draining_; }
+  /// Free KV entries whose span lies within the first `upto` tokens of `sequence` (0 after
+  /// `settle(tree, sequence)` for upto = the tree's common prefix with it: no KV is held
+  /// both in the tree and below). Diagnostic, O(|sequence|).
   [[nodiscard]] std::int64_t host_kv_within(std::span<const prefix::token_id> sequence, std::int64_t upto,
                                             const prefix::cache_salt& salt = std::nullopt) {
     hash_prefixes(sequence, salt);
     std::int64_t n = 0;
     for (std::int64_t p = 1; p <= std::min<std::int64_t>(upto, static_cast<std::int64_t>(sequence.size())); ++p)
-      n += host_kv_.count(prefix_hash_[static_cast<std::size_t>(p)]) != 0;
+      if (const auto it = kv_keys_.find(prefix_hash_[static_cast<std::size_t>(p)]); it != kv_keys_.end())
+        n += meta_.at(it->second).superseded ? 0 : 1;
     return n;
   }
-
-  /// Drops `hit`'s pins without a commit (request abandoned); staged entries return to the
-  /// host tier.
-  void release_hit(const tiered_hit& hit) {
-    if (outstanding_hit* slot = find_hit(hit.ticket); slot != nullptr) release_pins(*slot);
-  }
-
-  [[nodiscard]] const tiered_state_counters& counters() const noexcept { return counters_; }
-  [[nodiscard]] const tiered_store<HostScorer>& table() const noexcept { return *store_; }
-  /// Host-tier bytes in use (logical, not page rounded).
-  [[nodiscard]] std::int64_t host_used_bytes() const noexcept { return host_used_; }
-  /// HBM staging bytes in use (entries `load` brought back, until `settle`).
-  [[nodiscard]] std::int64_t staged_bytes() const noexcept { return staged_used_; }
-  /// Named entries in the host tier.
+  /// Free (evicted, findable) entries.
   [[nodiscard]] std::int64_t host_entries() const noexcept {
-    return static_cast<std::int64_t>(host_kv_.size() + host_ckpt_.size());
+    return static_cast<std::int64_t>(kv_keys_.size() + ckpt_keys_.size());
   }
+  [[nodiscard]] write_policy writes() const noexcept { return write_; }
 
-  /// Checks that the cache table is consistent, that HBM holds exactly the handles the
-  /// tree holds (`tree` given) plus the staged entries, that every named key lives in one
-  /// tier only and that every demoted entry is accounted for (in host, staged, dropped or
-  /// promoted). Empty string = OK.
+  /// Checks the table, the roles and byte counts, that the tree's handles are exactly the
+  /// tree-role entries, and that each key names at most one free entry. Empty = OK.
   template <class Tree>
   [[nodiscard]] std::string check_invariants(const Tree& tree) const {
     return detail::check_tiered_invariants(*this, tree);
@@ -421,276 +298,146 @@ class tiered_state_store {
  private:
   template <class Store, class Tree>
   friend std::string detail::check_tiered_invariants(const Store& st, const Tree& tree);
-  enum class kind : unsigned char { kv, checkpoint };
-  enum class place : unsigned char { hbm, staged, host };  // staged: in HBM, loaded back, not the tree's
   using outstanding_hit = detail::outstanding_hit;
+  enum class kind : unsigned char { kv, checkpoint };
+  enum class role : unsigned char { tree, staged, free };
+  enum class purpose : unsigned char { write_back, replica, load, cascade };
   struct meta {
     kind k = kind::kv;
+    role r = role::tree;
     std::int64_t tokens = 0;  // kv only
     std::uint64_t key = 0;
-    std::int64_t end = 0;     // token position where the span ends (named entries)
+    std::int64_t end = 0;     // token position where the span ends (named and staged entries)
     bool named = false;
-    place where = place::hbm;
-    std::uint32_t hit_pins = 0;  // outstanding hits that pinned it
-    bool superseded = false;     // a host entry HBM names again while a hit pinned it
+    bool superseded = false;  // a free entry the tree named again, kept while a hit holds it
+    bool replicating = false; // a copy down is in flight
+    bool failed = false;      // staged: its copy failed (kept until its hits let go)
+    std::uint32_t holds = 0;  // hits pinning it (free) or staged for (staged)
+    entry_id pending_src = no_entry;   // staged (a join): the staged entry it is copied from once that lands
+    std::int64_t pending_bytes = 0;    // the room that copy takes (reserved meanwhile)
+    std::int64_t transferred = 0;      // staged: bytes its copy moved over a link
+    bool claimable = false;            // staged, no hit holds it: the next hit on the same bytes takes it
+    /// KV, named: the content keys of the positions inside the span (begin, end), so that a
+    /// request sharing only part of it finds it once it is free (`kv_inside_`).
+    std::vector<std::uint64_t> interior{};
+    std::uint32_t visits = 0; // settles that named it (selective write-through)
+    entry_id src = no_entry;  // staged: the entry it was extracted from, and what (join key)
+    segment_range range{};
+  };
+  struct inflight {
+    move_ticket t;
+    event_type ev;
+    purpose p;
+  };
+  struct extract_key {
+    entry_id src;
+    std::int64_t first, pages;
+    friend bool operator==(const extract_key&, const extract_key&) = default;
+  };
+  struct extract_hash {
+    std::size_t operator()(const extract_key& k) const noexcept {
+      return static_cast<std::size_t>(splitmix64_mix(to_underlying(k.src) ^ splitmix64_mix(
+                                          static_cast<std::uint64_t>(k.first) * 31 + static_cast<std::uint64_t>(k.pages))));
+    }
+  };
+  struct planned_load {
+    detail::pinned_source src;
+    segment_range range;
+    std::int64_t begin, end;
+    entry_id join;
   };
 
   static Engine& no_copies() noexcept {
     static metadata_only_copies none;  // stateless
     return none;
   }
-
-  std::int64_t bytes_of(const meta& e) const noexcept {
+  [[nodiscard]] std::int64_t bytes_of(const meta& e) const noexcept {
     return e.k == kind::kv ? e.tokens * kv_per_token_ : checkpoint_;
   }
-  std::int64_t& bytes_at(place p) noexcept {
-    return p == place::hbm ? used_ : p == place::staged ? staged_used_ : host_used_;
+  [[nodiscard]] std::int32_t segments(kind k) const noexcept { return k == kind::kv ? kv_segments_ : ckpt_segments_; }
+  [[nodiscard]] std::unordered_map<std::uint64_t, entry_id>& keys_of(kind k) noexcept {
+    return k == kind::kv ? kv_keys_ : ckpt_keys_;
+  }
+  [[nodiscard]] bool has_lower() const noexcept { return store_->tier_count() > 1; }
+  [[nodiscard]] std::int64_t free_pages(tier_id t) const {
+    const auto u = store_->usage(t);
+    return (u.capacity_bytes - u.used_bytes) / page_;
   }
 
-  expected<entry_id> allocate(std::int64_t bytes, kind k, std::int64_t tokens) noexcept {
-    if (bytes > capacity_ - used_) return unexpected(errc::out_of_capacity);
-    if (bytes == 0) return no_entry;  // nothing to hold (empty handle)
-    try {
-      const entry_id id = make_entry_id(++next_id_);
-      auto r = store_->insert(id, bytes, hbm_tier);
-      if (!r) return unexpected(r.error());
-      meta_.emplace(id, meta{k, tokens, 0, 0, false, place::hbm});
-      used_ += bytes;
-      return id;
-    } catch (...) {
-      return unexpected(errc::out_of_capacity);
-    }
-  }
-
-  /// Removes an entry (not pinned, not moving) from the table, its byte count and, for a
-  /// host entry, its key index.
-  void forget(entry_id id) noexcept {
-    const auto it = meta_.find(id);
-    if (it == meta_.end()) return;
-    const meta& e = it->second;
-    if (e.where == place::host) {
-      auto& map = e.k == kind::kv ? host_kv_ : host_ckpt_;
-      if (const auto m = map.find(e.key); m != map.end() && m->second == id) map.erase(m);
-    }
-    (void)store_->erase(id);
-    bytes_at(e.where) -= bytes_of(e);
-    meta_.erase(it);
-  }
-
-  /// One move through the engine: prepare, submit, wait, complete. When the host tier is
-  /// full, its LRU victims are dropped until the entry fits, but only if it can fit at all
-  /// (free + evictable pages): an entry larger than the tier, or a tier held by pinned
-  /// entries, must not empty it for nothing. False (entry where it was) when it cannot fit
-  /// or the copy failed.
-  bool copy_to(entry_id id, tier_id dst) noexcept {
-    try {
-      if (dst == host_tier && !store_->would_fit(dst, bytes_of(meta_.at(id)))) return false;
-      while (true) {
-        auto t = store_->prepare_move(id, dst);
-        if (!t) {
-          if (t.error() != errc::out_of_capacity || dst != host_tier) return false;
-          const auto v = store_->victim(host_tier);
-          if (!v) return false;
-          drop(*v);
-          continue;
-        }
-        bool ok = false;
-        try {
-          if (auto ev = engine_->submit(*t); ev) ok = engine_->wait(*ev).has_value();
-        } catch (...) {
-          ok = false;
-        }
-        (void)store_->complete_move(*t, ok);
-        if (!ok) counters_.copy_failures += 1;
-        return ok;
-      }
-    } catch (...) {
-      return false;
-    }
-  }
-
-  /// The cache freed a handle: demote it if it is named, else drop it.
-  void release_to_host(entry_id id) noexcept {
-    const auto it = meta_.find(id);
-    if (it == meta_.end()) return;
-    if (!it->second.named || bytes_of(it->second) == 0) {
-      forget(id);
-      return;
-    }
-    counters_.demoted_entries += 1;
-    counters_.demoted_bytes += bytes_of(it->second);
-    to_host(id);
-  }
-
-  /// Moves a named HBM or staged entry to the host tier and indexes it; drops it when the
-  /// host tier cannot take it (full of pinned entries, copy failed, key already there).
-  void to_host(entry_id id) noexcept {
-    meta& e = meta_.at(id);
-    const std::int64_t b = bytes_of(e);
-    auto& map = e.k == kind::kv ? host_kv_ : host_ckpt_;
-    if (!map.contains(e.key) && copy_to(id, host_tier)) {
-      bytes_at(e.where) -= b;
-      host_used_ += b;
-      e.where = place::host;
-      try {
-        map.emplace(e.key, id);
-        (void)store_->touch(id);  // host LRU: recency of demotion
-        return;
-      } catch (...) {  // no room for the index entry: drop it below
-      }
-    }
-    counters_.dropped_entries += 1;
-    counters_.dropped_bytes += b;
-    forget(id);
-  }
-
-  void drop(entry_id id) {
-    const auto it = meta_.find(id);
-    counters_.dropped_entries += 1;
-    counters_.dropped_bytes += bytes_of(it->second);
-    forget(id);
-  }
-
-  /// Gives an HBM entry its content key; a host entry with the same key is now redundant.
-  void name(entry_id id, std::uint64_t key, std::int64_t end) {
-    if (id == no_entry) return;
-    meta& e = meta_.at(id);
-    e.key = key;
-    e.named = true;
-    auto& map = e.k == kind::kv ? host_kv_ : host_ckpt_;
-    e.end = end;
-    if (const auto it = map.find(key); it != map.end()) promote(it);
-  }
-
-  /// Erases a host entry that HBM now holds again (found through its index iterator).
-  void promote(std::unordered_map<std::uint64_t, entry_id>::iterator it) {
-    const entry_id old = it->second;
-    const auto mit = meta_.find(old);
-    auto& map = mit->second.k == kind::kv ? host_kv_ : host_ckpt_;
-    if (!store_->erase(old)) {  // pinned by an outstanding hit: erased when the last one lets go
-      mit->second.superseded = true;
-      return;
-    }
-    const std::int64_t b = bytes_of(mit->second);
-    map.erase(it);
-    host_used_ -= b;
-    meta_.erase(mit);
-    counters_.promoted_entries += 1;
-    counters_.promoted_bytes += b;
-  }
-
-  /// Gives each staged entry's pages to the path nodes covering the same tokens (the path
-  /// of the committed sequence is in path_), all or nothing: an entry the path covers
-  /// entirely is exchanged and erased (promoted: the tree now holds its bytes); any other
-  /// is left intact and returns to the host tier in release_pins.
+  expected<entry_id> allocate(std::int64_t bytes, kind k, std::int64_t tokens) noexcept;
+  void release_from_tree(entry_id id) noexcept;
+  void settle_free(entry_id id) noexcept;
+  void forget(entry_id id) noexcept;
+  void drop(entry_id id) noexcept;
+  bool submit(move_ticket&& t, purpose p) noexcept;
+  void finish_copy(std::size_t i) noexcept;
+  void after_copy(const inflight& f, bool ok) noexcept;
+  bool wait_for_hbm_pages(std::int64_t pages) noexcept;
+  void quiesce(entry_id id) noexcept;
+  bool make_room(tier_id t, std::int64_t bytes) noexcept;
+  void replicate(entry_id id) noexcept;
+  void name(entry_id id, std::uint64_t key, std::int64_t begin, std::int64_t end);
+  std::int64_t scan(std::span<const prefix::token_id> input, const prefix::match_result& m, entry_id& ckpt);
+  void promote(std::unordered_map<std::uint64_t, entry_id>::iterator it) noexcept;
   template <class Tree>
-  void adopt_staged(const Tree& tree, outstanding_hit& hit) {
-    const std::int64_t page = store_->page_bytes();
-    const std::int64_t per = kv_per_token_ / page;  // pages per token (kv_per_token_ > 0 when KV is staged)
-    for (staged_entry& s : hit.staged) {
-      if (s.checkpoint) {
-        for (prefix::node_id n : path_) {
-          const auto& nd = tree.at(n);
-          if (nd.end != s.end) continue;
-          if (nd.has_checkpoint && nd.checkpoint.id != no_entry &&
-              store_->exchange_pages(nd.checkpoint.id, 0, s.id, 0, checkpoint_ / page))
-            adopted(s);
-          break;
-        }
-        continue;
-      }
-      // The path's extents are contiguous from token 0: covered iff the path reaches s.end.
-      if (path_.empty() || tree.at(path_.back()).end < s.end) continue;
-      bool ok = true, any = false;
-      for (prefix::node_id n : path_) {
-        const auto& nd = tree.at(n);
-        const std::int64_t nb = nd.end - nd.edge();
-        const std::int64_t lo = std::max(nb, s.begin), hi = std::min(nd.end, s.end);
-        if (lo >= hi || !ok) continue;
-        ok = nd.kv.id != no_entry &&
-             store_->exchange_pages(nd.kv.id, (lo - nb) * per, s.id, (lo - s.begin) * per, (hi - lo) * per);
-        any = any || ok;
-      }
-      if (ok) {
-        adopted(s);
-      } else if (any) {  // not expected (same tier, ranges inside both, nothing moving), but
-        (void)store_->unpin(s.id);  // a half-exchanged entry must not go back to the host
-        drop(s.id);
-        s.id = no_entry;
-      }
-    }
+  void adopt_staged(const Tree& tree, outstanding_hit& hit) noexcept;
+  void release_holds(outstanding_hit& hit, bool keep_loaded = false) noexcept;
+  void unhold_staged(entry_id id, bool keep = false) noexcept;
+  void start_join(entry_id id) noexcept;
+  bool drop_one_orphan() noexcept;
+  [[nodiscard]] std::int64_t stored_of(const detail::pinned_source& src) const {
+    const auto row = store_->find(src.id);
+    const tier_copy* c = row ? row->in(src.tier) : nullptr;
+    return c == nullptr ? 0 : c->bytes;
   }
-  void adopted(staged_entry& s) noexcept {
-    (void)store_->unpin(s.id);
-    const std::int64_t b = bytes_of(meta_.at(s.id));
-    forget(s.id);
-    counters_.adopted_entries += 1;
-    counters_.promoted_entries += 1;
-    counters_.promoted_bytes += b;
-    s.id = no_entry;  // release_pins skips it
-  }
-
-  void pin(outstanding_hit& hit, entry_id id) {
-    if (!store_->pin(id)) return;
-    hit.pinned.push_back(id);  // capacity reserved by acquire_hit
-    meta_.at(id).hit_pins += 1;
-  }
-  /// Unpins what `hit` pinned; its staged entries not adopted return to the host tier; the
-  /// slot is free again (its ticket now stale).
-  void release_pins(outstanding_hit& hit) noexcept {
-    for (entry_id id : hit.pinned) {
-      const auto it = meta_.find(id);
-      if (it == meta_.end()) continue;  // adopted by the tree
-      (void)store_->unpin(id);
-      meta& e = it->second;
-      e.hit_pins -= 1;
-      if (e.hit_pins > 0) continue;
-      if (e.where == place::staged) {
-        to_host(id);
-      } else if (e.where == place::host && e.superseded) {  // the deferred promotion
-        auto& map = e.k == kind::kv ? host_kv_ : host_ckpt_;
-        if (const auto h = map.find(e.key); h != map.end() && h->second == id) promote(h);
-      }
-    }
-    hits_.release(hit);
-  }
-
-  /// A free slot for a new hit, its pin list sized for the longest chain a lookup pins.
-  /// @throws bad_alloc, capacity_error with nothing changed.
   outstanding_hit& acquire_hit() { return hits_.acquire(chain_.size() + 1); }
   outstanding_hit* find_hit(std::uint64_t ticket) noexcept { return hits_.find(ticket); }
   const outstanding_hit* find_hit(std::uint64_t ticket) const noexcept { return hits_.find(ticket); }
-
-  /// Content keys: a chain over the tokens, seeded by the cache salt (so two tenants' keys
-  /// for the same tokens differ; the shared namespace keeps the unsalted seed).
-  void hash_prefixes(std::span<const prefix::token_id> s, const prefix::cache_salt& salt = std::nullopt) {
+  /// Content keys of every prefix of `s` (core/hash.hpp), in the model's and salt's seed.
+  void hash_prefixes(std::span<const prefix::token_id> s, const prefix::cache_salt& salt) {
     prefix_hash_.resize(s.size() + 1);
-    std::uint64_t h = 0x9e3779b97f4a7c15ULL;
-    if (salt) h = splitmix64_mix(h ^ splitmix64_mix(*salt ^ 0x5a17ed0c0ffee000ULL));
+    std::uint64_t h = content_key::seed(model_id_, salt);
     prefix_hash_[0] = h;
-    for (std::size_t i = 0; i < s.size(); ++i) {
-      h = splitmix64_mix(h ^ (static_cast<std::uint64_t>(static_cast<std::uint32_t>(s[i])) + 0x632be59bd9b4e019ULL));
-      prefix_hash_[i + 1] = h;
-    }
+    for (std::size_t i = 0; i < s.size(); ++i) prefix_hash_[i + 1] = h = content_key::next(h, s[i]);
   }
 
   std::int64_t kv_per_token_;
   std::int64_t checkpoint_;
   std::int64_t capacity_;
-  std::int64_t staging_capacity_;
-  std::int64_t used_ = 0;
-  std::int64_t host_used_ = 0;
-  std::int64_t staged_used_ = 0;
+  std::int64_t staging_capacity_ = 0;
+  std::int64_t page_;
+  std::int64_t pages_per_layer_token_;  // KV pages of one token in one attention layer
+  std::int32_t kv_segments_, ckpt_segments_;
+  write_policy write_;
+  std::int32_t write_through_hits_;
+  watermarks marks_;
+  std::uint64_t model_id_;
+  std::int64_t used_ = 0;         // the tree's HBM bytes
+  std::int64_t staged_used_ = 0;  // staging room in use
+  std::int64_t draining_ = 0;     // HBM bytes of free entries waiting for their copy down
   std::unique_ptr<tiered_store<HostScorer>> store_;  // heap: the table holds a mutex, the store must move
   Engine* engine_;
+  Sizer sizer_;
   std::unordered_map<entry_id, meta> meta_;
-  std::unordered_map<std::uint64_t, entry_id> host_kv_;   // key -> host KV entry
-  std::unordered_map<std::uint64_t, entry_id> host_ckpt_; // key -> host checkpoint entry
+  std::unordered_map<std::uint64_t, entry_id> kv_keys_;    // key -> free KV entry
+  std::unordered_map<std::uint64_t, entry_id> ckpt_keys_;  // key -> free checkpoint entry
+  std::unordered_map<std::uint64_t, entry_id> kv_inside_;  // key of a position inside a free KV entry -> it
+  std::unordered_map<extract_key, entry_id, extract_hash> extracts_;  // staged entries by what they hold
+  std::vector<inflight> inflight_;
+  std::vector<entry_id> pending_;  // joins waiting for their source's copy to land
   std::vector<std::uint64_t> prefix_hash_;
+  std::int64_t kv_reach_ = 0;  // scan's KV reach (lookup reports it)
   std::vector<prefix::node_id> path_;
-  std::vector<entry_id> chain_;
-  detail::hit_table hits_;     // outstanding hits (their pins and staged entries)
-  std::uint64_t next_id_ = 0;  // the last id allocate/split_kv handed out (0: none yet)
+  struct chain_link {  // scan's chain: a free KV entry and how far the input follows it
+    entry_id id;
+    std::int64_t reach;
+  };
+  std::vector<chain_link> chain_;
+  std::vector<entry_id> candidates_;
+  std::vector<planned_load> plan_;
+  std::vector<std::vector<entry_id>> stuck_;  // per tier: victims make_room could not move
+  detail::hit_table hits_;
+  std::uint64_t next_id_ = 0;
   tiered_state_counters counters_;
 };
 
@@ -698,4 +445,5 @@ static_assert(prefix::state_store<tiered_state_store<>>);
 
 }  // namespace hybridcache::tiered
 
+#include "hybridcache/stores/detail/tiered_state_store_impl.hpp"  // IWYU pragma: keep
 #include "hybridcache/stores/detail/tiered_state_invariants.hpp"  // IWYU pragma: keep

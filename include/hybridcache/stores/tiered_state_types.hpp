@@ -1,29 +1,66 @@
 // hybridcache/stores/tiered_state_types.hpp
 //
 // The plain types a runtime exchanges with `tiered_state_store` (tiered_state_store.hpp):
-// its sizes (`tiered_state_store_config`), what `lookup` found over both tiers
-// (`tiered_hit`), what `load` staged (`staged_entry`) and its counters. Aggregates; kept
-// apart so that code that only configures a store or reads its counters does not compile
-// the store.
+// its configuration (`tiered_state_store_config`, `write_policy`), what `lookup` found
+// below HBM (`tiered_hit`), what `load` staged (`staged_entry`) and its counters.
+// Aggregates; kept apart so that code that only configures a store or reads its counters
+// does not compile the store.
 #pragma once
 
 #include <cstdint>
+#include <string_view>
 #include <utility>
+#include <vector>
 
 #include "hybridcache/concepts/ids.hpp"
+#include "hybridcache/concepts/tier_entry.hpp"
+#include "hybridcache/tiered/offload_engine.hpp"
+#include "hybridcache/tiered/tier.hpp"
 
 namespace hybridcache::tiered {
 
-/// Sizes of a `tiered_state_store`.
+/// When an HBM entry gets a copy in the tier below (SGLang HiCache's three policies).
+enum class write_policy : std::uint8_t {
+  write_back,               ///< only when the prefix cache evicts it (the copy is on the eviction path)
+  write_through,            ///< as soon as its request finishes: eviction then drops a clean copy
+  write_through_selective,  ///< once it has been hit `write_through_hits` times (back up hot data only)
+};
+
+[[nodiscard]] constexpr std::string_view to_string(write_policy w) noexcept {
+  switch (w) {
+    case write_policy::write_back: return "write_back";
+    case write_policy::write_through: return "write_through";
+    case write_policy::write_through_selective: return "write_through_selective";
+  }
+  return "unknown";
+}
+
+/// Configuration of a `tiered_state_store`. Aggregate: use designated initializers; the
+/// layout comes from the cost model (kv_bytes_per_token, attention and recurrent layers).
 struct tiered_state_store_config {
   std::int64_t hbm_bytes = 0;           ///< the prefix cache's byte budget (HBM tier)
-  std::int64_t host_bytes = 0;          ///< host tier (demotion target)
+  std::int64_t host_bytes = 0;          ///< one host tier of this size (when `lower_tiers` is empty)
   std::int64_t kv_bytes_per_token = 0;  ///< cost_model::kv_bytes_per_token()
   std::int64_t checkpoint_bytes = 0;    ///< cost_model::ssm_checkpoint_bytes()
-  double link_gbps = 50.0;              ///< host <-> HBM link (tier_config::link_gbps)
-  /// HBM room for host entries `load` brings back before prefill, beyond the cache's
-  /// budget (`hbm_bytes`). 0: `load` is unavailable (the runtime loads on its own).
+  double link_gbps = 50.0;              ///< that host tier's link to HBM
+  /// HBM room for entries `load` brings back before prefill, beyond the cache's budget
+  /// (`hbm_bytes`). 0: `load` is unavailable (the runtime loads on its own).
   std::int64_t staging_bytes = 0;
+  /// Tiers below HBM, fastest first (host, CXL, ...), each with its size and link. Empty:
+  /// one host tier of `host_bytes` at `link_gbps`.
+  std::vector<tier_config> lower_tiers{};
+  /// Layer segments of an entry (layer-major layout): KV entries have one segment per
+  /// attention layer, checkpoints one per recurrent layer; each must divide its byte size.
+  std::int32_t attention_layers = 1;
+  std::int32_t recurrent_layers = 1;
+  write_policy write = write_policy::write_back;
+  std::int32_t write_through_hits = 2;  ///< write_through_selective: hits before the copy
+  /// `offload()`: at or above `high` of `hbm_bytes` in use by the cache, copy the coldest
+  /// dirty entries down (clean replicas) until the entries that would leave first, down to
+  /// `low`, are clean, so eviction frees HBM without a copy on the request path. high = 1
+  /// turns the cleaner off.
+  watermarks offload{};
+  std::uint64_t model_id = 0;  ///< content-key seed (core/hash.hpp): stores of one model agree
 };
 
 /// KV of a run of tokens: its entry in the tiered store (`no_entry` = empty) and its length.
@@ -42,51 +79,72 @@ struct tiered_kv_extent {
   tiered_kv_extent(const tiered_kv_extent&) = delete;
   tiered_kv_extent& operator=(const tiered_kv_extent&) = delete;
 };
-/// An SSM checkpoint: its entry in the tiered store (`no_entry` = empty). Move-only.
+/// An SSM checkpoint: its entry in the tiered store (`no_entry` for a model without
+/// recurrent layers, whose checkpoints hold 0 bytes) and whether it holds one at all
+/// (`held`: false = the empty handle). Move-only.
 struct tiered_checkpoint_handle {
   entry_id id = no_entry;
+  bool held = false;
   tiered_checkpoint_handle() = default;
-  explicit tiered_checkpoint_handle(entry_id i) noexcept : id(i) {}
-  tiered_checkpoint_handle(tiered_checkpoint_handle&& o) noexcept : id(std::exchange(o.id, no_entry)) {}
+  explicit tiered_checkpoint_handle(entry_id i) noexcept : id(i), held(true) {}
+  tiered_checkpoint_handle(tiered_checkpoint_handle&& o) noexcept
+      : id(std::exchange(o.id, no_entry)), held(std::exchange(o.held, false)) {}
   tiered_checkpoint_handle& operator=(tiered_checkpoint_handle&& o) noexcept {
     id = std::exchange(o.id, no_entry);
+    held = std::exchange(o.held, false);
     return *this;
   }
   tiered_checkpoint_handle(const tiered_checkpoint_handle&) = delete;
   tiered_checkpoint_handle& operator=(const tiered_checkpoint_handle&) = delete;
 };
 
-/// One host entry `load` brought into the HBM staging room: its tokens [begin, end) of the
-/// input, and its entry in `table()` (pages in the HBM arena). `checkpoint`: the recurrent
-/// state at `end` rather than KV.
+/// One entry `load` brought into the HBM staging room: tokens [begin, end) of the input, and
+/// its entry in `table()` (pages in the HBM arena, layer-major: segment l = attention layer
+/// l). `checkpoint`: the recurrent state at `end` (segment r = recurrent layer r).
 struct staged_entry {
   entry_id id = no_entry;
   std::int64_t begin = 0;
   std::int64_t end = 0;
   bool checkpoint = false;
+  std::int64_t loaded_bytes = 0;  ///< bytes this hit brought over a link (0: joined another load)
 };
 
-/// What `lookup` found for one input, over both tiers.
+/// What `lookup` found for one input below HBM.
 struct tiered_hit {
-  std::int64_t reusable_tokens = 0;  ///< prefill starts here (HBM + host hit)
+  std::int64_t reusable_tokens = 0;  ///< prefill starts here (HBM + lower-tier hit)
   std::int64_t hbm_tokens = 0;       ///< of which reusable from HBM alone (= match_result::reusable_tokens)
-  std::int64_t host_tokens = 0;      ///< reusable_tokens - hbm_tokens: needs a load from the host tier
-  std::int64_t bytes_to_load = 0;    ///< host -> HBM bytes the runtime loads (KV of the loaded span + checkpoint)
-  std::int64_t kv_entries = 0;       ///< host KV entries used
-  bool host_checkpoint = false;      ///< the checkpoint comes from the host tier
+  std::int64_t host_tokens = 0;      ///< reusable_tokens - hbm_tokens: loaded from a lower tier
+  /// Bytes the load moves from lower tiers: the KV of the tokens HBM lacks up to
+  /// `reusable_tokens`, plus one checkpoint (less what another request's load in flight
+  /// already brings: see `staged_entry::loaded_bytes`).
+  std::int64_t bytes_to_load = 0;
+  std::int64_t kv_entries = 0;       ///< lower-tier KV entries used
+  bool host_checkpoint = false;      ///< the checkpoint comes from a lower tier
+  /// How far the input's KV is found in any tier (HBM or below). Beyond the resume point it
+  /// marks where the input leaves a cached sequence: the branch point a request should keep
+  /// a checkpoint at (judicious admission's rule, applied to what was demoted; the lifecycle
+  /// does it).
+  std::int64_t kv_reach = 0;
   std::uint64_t ticket = 0;          ///< pins to hand back to `settle` / `release_hit` (0 = nothing pinned)
   prefix::cache_salt salt = std::nullopt;  ///< the match's namespace: `settle` names the path's entries in it
 };
 
 /// Counters of a `tiered_state_store` (bytes are logical: tokens x bytes per token).
 struct tiered_state_counters {
-  std::int64_t demoted_entries = 0, demoted_bytes = 0;      ///< HBM -> host on eviction
-  std::int64_t dropped_entries = 0, dropped_bytes = 0;      ///< named entries lost (host full / host victims)
-  std::int64_t promoted_entries = 0, promoted_bytes = 0;    ///< host entries superseded by an HBM copy
+  std::int64_t demoted_entries = 0, demoted_bytes = 0;      ///< named entries the cache evicted from HBM
+  std::int64_t write_backs = 0, write_back_bytes = 0;       ///< of those, copied down on eviction
+  std::int64_t sparsified_bytes = 0;                        ///< write-back bytes the sizer saved (CaR sparsification)
+  std::int64_t clean_drops = 0;                             ///< of those, dropped from HBM for free (a clean copy below)
+  std::int64_t replicas = 0, replica_bytes = 0;             ///< clean copies made ahead (write-through, offload())
+  std::int64_t cascades = 0, cascade_bytes = 0;             ///< moved between lower tiers to make room
+  std::int64_t dropped_entries = 0, dropped_bytes = 0;      ///< named entries lost (last tier full, copy failed)
+  std::int64_t promoted_entries = 0, promoted_bytes = 0;    ///< lower-tier entries superseded by an HBM copy
   std::int64_t host_hits = 0, host_hit_tokens = 0, loaded_bytes = 0;
-  std::int64_t staged_entries = 0, staged_bytes = 0;  ///< copied host -> HBM by `load`
+  std::int64_t staged_entries = 0, staged_bytes = 0;  ///< copied into HBM staging by `load`
+  std::int64_t joined_loads = 0;  ///< loads that joined another hit's copy (copied in HBM after it) or claimed a prefetch's
   std::int64_t adopted_entries = 0;                   ///< staged entries whose pages the tree took
   std::int64_t copy_failures = 0;                     ///< copies the engine reported failed
+  std::int64_t write_back_waits = 0;                  ///< allocations that waited for a write-back to free HBM
 };
 
 }  // namespace hybridcache::tiered

@@ -1,7 +1,7 @@
 // hybridcache/stores/detail/hit_table.hpp
 //
-// The outstanding lower-tier hits of a `tiered_state_store`: one slot per hit with the host
-// entries it pinned and those `load` staged for it. A ticket is (serial << 16) | slot, so a
+// The outstanding lower-tier hits of a `tiered_state_store`: one slot per hit with the
+// lower-tier entries it pinned and those `load` staged for it. A ticket is (serial << 16) | slot, so a
 // finished hit's ticket is stale (its slot's serial moved on) and lookup by ticket is O(1).
 // Slots are reused; the table grows only with the most hits ever outstanding at once.
 #pragma once
@@ -15,11 +15,22 @@
 
 namespace hybridcache::tiered::detail {
 
+/// A lower-tier entry a hit pinned, and the tier of the copy it pinned.
+struct pinned_source {
+  entry_id id = no_entry;
+  tier_id tier = hbm_tier;
+  /// KV: the input follows the entry's tokens up to this position (its end, or a position
+  /// inside it where the input leaves it): only tokens before it are loaded.
+  std::int64_t reach = 0;
+};
+
 /// One outstanding hit.
 struct outstanding_hit {
-  std::uint64_t ticket = 0;  ///< 0: the slot is free
-  std::vector<entry_id> pinned;
-  std::vector<staged_entry> staged;
+  std::uint64_t ticket = 0;          ///< 0: the slot is free
+  std::vector<pinned_source> pinned; ///< lower-tier entries it reads (until `load` copied them)
+  std::vector<staged_entry> staged;  ///< what `load` staged for it (its holds)
+  std::int64_t covered = 0;          ///< HBM holds KV for [0, covered) of the input
+  std::int64_t best = 0;             ///< the hit resumes at `best` (its checkpoint's position)
 };
 
 /// Slots of outstanding hits. acquire O(1) amortised (allocates only when the table or a
@@ -57,6 +68,7 @@ class hit_table {
   void release(outstanding_hit& hit) noexcept {
     hit.pinned.clear();
     hit.staged.clear();
+    hit.covered = hit.best = 0;
     hit.ticket = 0;
     free_.push_back(static_cast<std::uint32_t>(&hit - slots_.data()));
   }

@@ -17,67 +17,72 @@ namespace hybridcache::tiered::detail {
 
 template <class Store, class Tree>
 std::string check_tiered_invariants(const Store& st, const Tree& tree) {
-    if (auto s = st.store_->check_invariants(); !s.empty()) return "table: " + s;
-    if (st.meta_.size() != st.store_->size()) return "metadata and table disagree on the entry count";
-    std::int64_t hbm = 0, host = 0, staged = 0;
-    std::size_t staged_entries = 0;
-    std::unordered_map<std::uint64_t, int> kv_keys, ck_keys;
-    for (const auto& [id, e] : st.meta_) {
-      const auto where = st.store_->locate(id);
-      if (!where) return "entry " + to_string(id) + " lost from the table";
-      const std::int64_t b = st.bytes_of(e);
-      if ((where->first == hbm_tier) != (e.where != Store::place::host)) return "an entry is not in the tier it claims";
-      if (e.where == Store::place::hbm) {
-        hbm += b;
-      } else if (e.where == Store::place::staged) {
-        staged += b;
-        ++staged_entries;
-      } else {
-        host += b;
-        const auto& map = e.k == Store::kind::kv ? st.host_kv_ : st.host_ckpt_;
-        const auto it = map.find(e.key);
-        if (!e.named || it == map.end() || it->second != id) return "host entry not indexed by its key";
+  using role = typename Store::role;
+  using kind = typename Store::kind;
+  if (auto s = st.store_->check_invariants(); !s.empty()) return "table: " + s;
+  std::int64_t tree_bytes = 0, staged = 0, draining = 0;
+  std::size_t in_table = 0, tree_entries = 0;
+  for (const auto& [id, e] : st.meta_) {
+    const auto row = st.store_->find(id);
+    if (!row) {
+      if (e.r == role::staged && e.failed) continue;  // kept until its hits let go
+      if (e.r == role::staged && e.pending_src != no_entry) {  // a join waiting for its source
+        staged += e.pending_bytes;
+        continue;
       }
-      // A key lives once per tier. Across tiers it may live twice while requests are in
-      // flight: HBM named a state that another request's hit held pinned (or staged) in the
-      // host tier; the host copy holds the same bytes (content keys) and goes when that hit
-      // lets go (`superseded`), or stays as a clean replica when it returns from staging.
-      if (e.named) {
-        auto& keys = e.k == Store::kind::kv ? kv_keys : ck_keys;
-        const int bit = e.where == Store::place::host ? 2 : 1;
-        if ((keys[e.key] & bit) != 0) return "a key is held twice in one tier";
-        keys[e.key] |= bit;
-      }
+      return "entry " + to_string(id) + " lost from the table";
     }
-    if (hbm != st.used_) return "HBM bytes disagree with used_bytes()";
-    if (host != st.host_used_) return "host bytes disagree with host_used_bytes()";
-    if (staged != st.staged_used_ || st.staged_used_ > st.staging_capacity_) return "staged bytes disagree or exceed the staging room";
-    if (st.host_kv_.size() + st.host_ckpt_.size() != static_cast<std::size_t>(st.store_->usage(st.host_tier).entries))
-      return "host index and host tier disagree";
-    // Every tree handle is a live HBM entry, and the tree holds all HBM entries but the staged.
-    std::int64_t tree_bytes = 0;
-    std::size_t tree_entries = 0;
-    for (prefix::node_id n = 1; n < tree.id_bound(); ++n) {
-      if (!tree.live(n)) continue;
-      const auto& nd = tree.at(n);
-      const std::array<entry_id, 2> ids{nd.kv.id, nd.has_checkpoint ? nd.checkpoint.id : no_entry};
-      for (entry_id id : ids) {
-        if (id == no_entry) continue;
-        const auto it = st.meta_.find(id);
-        if (it == st.meta_.end() || it->second.where != Store::place::hbm) return "a tree handle is not in HBM";
-        tree_bytes += st.bytes_of(it->second);
+    ++in_table;
+    const tier_copy* hbm = row->in(hbm_tier);
+    switch (e.r) {
+      case role::tree:
+        if (hbm == nullptr || hbm->state != copy_state::valid) return "a tree entry has no valid HBM copy";
+        if (hbm->bytes != st.bytes_of(e)) return "a tree entry's HBM copy has the wrong size";
+        tree_bytes += st.bytes_of(e);
         ++tree_entries;
+        break;
+      case role::staged:
+        if (hbm == nullptr || row->copies.size() != 1) return "a staged entry is not (only) in HBM";
+        if (e.holds == 0 && !e.claimable && hbm->idle()) return "a staged entry no hit holds";
+        if (e.holds > 1) return "a staged entry held by two hits";
+        staged += hbm->bytes;
+        break;
+      case role::free: {
+        if (!e.named) return "a free entry without a name";
+        const auto& keys = e.k == kind::kv ? st.kv_keys_ : st.ckpt_keys_;
+        const auto it = keys.find(e.key);
+        if (it == keys.end() || it->second != id) return "a free entry not indexed by its key";
+        if (hbm != nullptr) draining += st.bytes_of(e);
+        break;
       }
-      if (nd.kv.tokens != nd.edge()) return "a node's extent length differs from its edge";
     }
-    if (tree_bytes != st.used_ ||
-        static_cast<std::int64_t>(tree_entries + staged_entries) != st.store_->usage(hbm_tier).entries)
-      return "HBM holds entries the tree does not own";
-    const auto& c = st.counters_;
-    if (c.demoted_entries != static_cast<std::int64_t>(st.host_kv_.size() + st.host_ckpt_.size() + staged_entries) +
-                                 c.promoted_entries + c.dropped_entries)
-      return "demoted entries not accounted for (host + staged + promoted + dropped)";
-    return {};
   }
+  if (in_table != st.store_->size()) return "the table holds entries the store does not know";
+  if (tree_bytes != st.used_) return "tree bytes disagree with used_bytes()";
+  if (staged != st.staged_used_ || st.staged_used_ > st.staging_capacity_)
+    return "staged bytes disagree or exceed the staging room";
+  if (draining != st.draining_) return "draining bytes disagree";
+  for (const auto* keys : {&st.kv_keys_, &st.ckpt_keys_})
+    for (const auto& [key, id] : *keys) {
+      const auto it = st.meta_.find(id);
+      if (it == st.meta_.end() || it->second.r != role::free || it->second.key != key) return "a key names no free entry";
+    }
+  // Every tree handle is a tree-role entry, and every tree-role entry is a tree handle.
+  std::size_t handles = 0;
+  for (prefix::node_id n = 1; n < tree.id_bound(); ++n) {
+    if (!tree.live(n)) continue;
+    const auto& nd = tree.at(n);
+    const std::array<entry_id, 2> ids{nd.kv.id, nd.has_checkpoint ? nd.checkpoint.id : no_entry};
+    for (entry_id id : ids) {
+      if (id == no_entry) continue;
+      const auto it = st.meta_.find(id);
+      if (it == st.meta_.end() || it->second.r != role::tree) return "a tree handle is not a tree entry";
+      ++handles;
+    }
+    if (nd.kv.tokens != nd.edge()) return "a node's extent length differs from its edge";
+  }
+  if (handles != tree_entries) return "the store holds tree entries the tree does not";
+  return {};
+}
 
 }  // namespace hybridcache::tiered::detail
