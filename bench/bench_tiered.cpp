@@ -1,22 +1,27 @@
 // Multi-tier cache: cache-table operations, the host copy engine (coalesced vs page-sized
-// copies, the two-phase move), and the tiered replay on the Mooncake conversation trace
-// (counters: token hit rate, modelled TTFT P50/P95, load hidden by pipelining).
+// copies, the two-phase move), and the timed replay of the tiered prefix cache on the
+// Mooncake conversation trace and ShareGPT (counters: token hit rate, modelled TTFT
+// P50/P95 against the single-tier baseline of the same policy, load hidden by pipelining).
 //
-//   build/<dir>/bench/bench_tiered --benchmark_filter=replay --benchmark_counters_tabular=true
+//   build/release/bench/bench_tiered --benchmark_filter=replay --benchmark_counters_tabular=true
 #include <benchmark/benchmark.h>
 
 #include <filesystem>
 #include <random>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <hybridcache/model/prefill_time.hpp>
 #include <hybridcache/model/presets.hpp>
+#include <hybridcache/prefix/admission.hpp>
+#include <hybridcache/prefix/flop_aware_scorer.hpp>
 #include <hybridcache/prefix/lru_scorer.hpp>
 #include <hybridcache/prefix/prefix_cache.hpp>
 #include "hybridcache/stores/counting_store.hpp"
 #include <hybridcache/stores/tiered_state_store.hpp>
 #include <hybridcache/sim/mooncake_trace.hpp>
+#include <hybridcache/sim/sharegpt_trace.hpp>
 #include <hybridcache/sim/synth_v1.hpp>
 #include <hybridcache/tiered/host_copy_engine.hpp>
 #include <hybridcache/sim/tiered_replay.hpp>
@@ -69,8 +74,8 @@ static void bm_host_move(benchmark::State& state) {
   const bool scattered = state.range(1) != 0;
   tiered_store<> s(tiers(4 * bytes, 4 * bytes), page);
   host_copy_engine e(tiers(4 * bytes, 4 * bytes), page, {.measure_bandwidth = false});
-  if (scattered) {  // interleave two entries so each one's pages alternate
-    const auto n_pages = static_cast<std::uint64_t>(2 * bytes / page);
+  if (scattered) {  // fill the tier with one-page entries, free every other: only one-page holes are left
+    const auto n_pages = static_cast<std::uint64_t>(4 * bytes / page);
     for (std::uint64_t n = 0; n < n_pages; ++n) (void)s.insert(make_entry_id(100 + n), page);
     for (std::uint64_t n = 0; n < n_pages; n += 2) (void)s.erase(make_entry_id(100 + n));
   }
@@ -86,11 +91,12 @@ static void bm_host_move(benchmark::State& state) {
 BENCHMARK(bm_host_move)->Args({64 << 10, 0})->Args({64 << 10, 1})->Args({2 << 20, 0})->UseRealTime();
 
 namespace {
+std::filesystem::path shared(const char* rel) { return std::filesystem::path(HYBRIDCACHE_SOURCE_DIR) / "../shared" / rel; }
+
 const std::vector<sim::request>& mooncake() {
   static const std::vector<sim::request> reqs = [] {
     std::vector<sim::request> out;
-    const std::filesystem::path p =
-        std::filesystem::path(HYBRIDCACHE_SOURCE_DIR) / "../shared/data/traces/mooncake/conversation_trace.jsonl";
+    const auto p = shared("data/traces/mooncake/conversation_trace.jsonl");
     if (!std::filesystem::exists(p)) return out;
     sim::mooncake_reader r(p, {.block_size = 512, .synthesize_output_ids = false});
     sim::request q;
@@ -99,65 +105,100 @@ const std::vector<sim::request>& mooncake() {
   }();
   return reqs;
 }
+const std::vector<sim::request>& sharegpt() {
+  static const std::vector<sim::request> reqs = [] {
+    std::vector<sim::request> out;
+    const auto p = shared("data/traces/sharegpt_zh_1k/sharegpt_zh_1K_format.jsonl");
+    if (!std::filesystem::exists(p)) return out;
+    sim::sharegpt_reader r(p);
+    sim::request q;
+    while (r.next(q)) out.push_back(q);
+    return out;
+  }();
+  return reqs;
+}
 
-// One replay setup. The defaults are the headline: jamba_1_5_mini, 4 prefill engines
-// sharing the cache, the trace's own arrival rate and timestamps, FCFS, layer-wise loading
-// with the load/recompute split, prefill time from the cost model, 50 GB/s links.
+enum class policy : std::uint8_t { sglang, marconi, vllm };
+
+// One tiered replay setup. The defaults are hcbench's: auto prefill engines, the trace's
+// own arrivals, FCFS, layer-wise loading, write-back with the 90 %/80 % cleaner, prefill
+// time from the cost model, 50 GB/s links.
 struct replay_setup {
-  const char* tiers = "hbm=128GiB,host=512GiB";
+  const char* trace = "mooncake";
   const char* model = "jamba_1_5_mini";
+  policy pol = policy::sglang;
+  const char* tiers = "hbm=64GiB,host=256GiB";
   scheduler_kind scheduler = scheduler_kind::fcfs;
   prefetch_kind prefetch = prefetch_kind::none;
   sparsify_kind sparsify = sparsify_kind::off;
   demotion_kind demotion = demotion_kind::automatic;
-  std::size_t engines = 4;
-  double arrival_scale = 1.0;
-  bool spread_next = false;  // spread each timestamp's requests up to the next timestamp
+  write_policy write = write_policy::write_back;
+  std::size_t engines = 0;  // auto
   bool layerwise = true;
-  bool split = true;
-  bool flop_time = true;     // prefill time from the cost model (false: the Jamba line)
+  bool recompute = true;
   double link_gbps = 50.0;
-  std::size_t prefetch_depth = 1;
 };
 
+tiered_replay_result run_one(const replay_setup& c, const std::vector<sim::request>& reqs, const cost_model& m,
+                             const tiered_replay_options& o) {
+  const flop_prefill_time prefill(m);
+  switch (c.pol) {
+    case policy::marconi:
+      return run_tiered_replay<prefix::judicious_admission>(reqs, m, o, prefix::flop_aware_scorer(m, {.alpha = 1.0}), prefill);
+    case policy::vllm:
+      if (reqs.front().tokens_per_id > 1)
+        return run_tiered_replay<prefix::every_block_admission<1>>(reqs, m, o, prefix::lru_scorer{}, prefill);
+      return run_tiered_replay<prefix::every_block_admission<32>>(reqs, m, o, prefix::lru_scorer{}, prefill);
+    default:
+      return run_tiered_replay<prefix::judicious_admission>(reqs, m, o, prefix::lru_scorer{}, prefill);
+  }
+}
+
+// Runs the setup and its single-tier baseline (same policy, same engines, HBM alone).
 void replay(benchmark::State& state, const replay_setup& c) {
-  const auto& reqs = mooncake();
+  const auto& reqs = std::string_view(c.trace) == "sharegpt" ? sharegpt() : mooncake();
   if (reqs.empty()) {
-    state.SkipWithError("Mooncake trace not found");
+    state.SkipWithError("trace not found under ../shared");
     return;
   }
   const cost_model m(presets::preset(c.model));
   tiered_replay_options o;
-  o.tiers = parse_tiers(c.tiers, o.page_bytes);
+  o.tiers = parse_tiers(c.tiers, 1);
   o.link_gbps = c.link_gbps;
-  o.demotion = c.demotion;
   o.scheduler = c.scheduler;
   o.prefetch = c.prefetch;
-  o.prefetch_depth = c.prefetch_depth;
   o.sparsify = c.sparsify;
-  o.prefill_engines = c.engines;
-  o.arrival_time_scale = c.arrival_scale;
-  o.spread_to_next_arrival = c.spread_next;
+  o.demotion = c.demotion;
+  o.write = c.write;
   o.layerwise = c.layerwise;
-  o.split_load_recompute = c.split;
-  tiered_replay_result r;
-  const flop_prefill_time flops(m);
-  for (auto _ : state) r = c.flop_time ? run_tiered_replay(reqs, m, o, flops) : run_tiered_replay(reqs, m, o);
+  o.recompute_when_faster = c.recompute;
+  o.prefill_engines = c.engines > 0 ? c.engines : auto_prefill_engines(reqs, o, flop_prefill_time(m));
+  tiered_replay_options single = o;
+  single.tiers.resize(1);
+  single.prefetch = prefetch_kind::none;
+  tiered_replay_result r, b;
+  for (auto _ : state) {
+    r = run_one(c, reqs, m, o);
+    b = run_one(c, reqs, m, single);
+  }
+  state.counters["engines"] = static_cast<double>(r.prefill_engines);
+  state.counters["hit_1"] = b.token_hit_rate();
   state.counters["hit"] = r.token_hit_rate();
-  state.counters["host_hit"] = static_cast<double>(r.host_hit_tokens) / static_cast<double>(r.input_tokens);
-  state.counters["p50_ms"] = r.ttft_p50_ms;
-  state.counters["p95_ms"] = r.ttft_p95_ms;
-  state.counters["mean_ms"] = r.ttft_mean_ms;
-  state.counters["svc_p50_ms"] = r.service_p50_ms;
+  state.counters["p50_1"] = b.ttft_p50_ms;
+  state.counters["p50"] = r.ttft_p50_ms;
+  state.counters["p95"] = r.ttft_p95_ms;
+  state.counters["p50_cut"] = b.ttft_p50_ms > 0 ? 1.0 - r.ttft_p50_ms / b.ttft_p50_ms : 0.0;
+  state.counters["util_1"] = b.utilization;
   state.counters["util"] = r.utilization;
+  state.counters["TFLOP_1"] = b.flops_saved / 1e12;
+  state.counters["TFLOP"] = r.flops_saved / 1e12;
   state.counters["loaded_GB"] = static_cast<double>(r.bytes_loaded) / 1e9;
   state.counters["offl_GB"] = static_cast<double>(r.bytes_offloaded) / 1e9;
-  state.counters["recompute"] = static_cast<double>(r.recompute_instead_of_reload);
-  state.counters["split"] = static_cast<double>(r.split_load_recompute);
-  state.counters["prefetch"] = static_cast<double>(r.prefetches);
-  state.counters["pipe_hidden"] = r.pipeline_hidden_fraction;
+  state.counters["hidden"] = r.pipeline_hidden_fraction;
   state.counters["load_hidden"] = r.load_hidden_fraction;
-  state.counters["recomp_tok"] = static_cast<double>(r.recomputed_hit_tokens) / static_cast<double>(r.input_tokens);
+  state.counters["recompute"] = static_cast<double>(r.recompute_instead_of_reload);
+  state.counters["prefetch"] = static_cast<double>(r.prefetches);
+  state.counters["stall_ms"] = r.stall_ms;
 }
 }  // namespace
 
@@ -168,66 +209,48 @@ void replay(benchmark::State& state, const replay_setup& c) {
 using enum scheduler_kind;
 using enum prefetch_kind;
 using enum sparsify_kind;
-// The headline: HBM 128 GiB alone hits below half the infinite-cache bound (36.64 % of
-// blocks); the same HBM plus a host tier 4x larger. Each variant changes one thing.
-HC_REPLAY(hbm128, .tiers = "hbm=128GiB");
-HC_REPLAY(hbm128_host512);
-HC_REPLAY(hbm128_host512_serial, .layerwise = false);
-HC_REPLAY(hbm128_host512_nosplit, .split = false);
-HC_REPLAY(hbm128_car, .tiers = "hbm=128GiB", .scheduler = car);
-HC_REPLAY(hbm128_host512_car_deadline, .scheduler = car, .prefetch = deadline);
-HC_REPLAY(hbm128_host512_threshold, .prefetch = threshold);
-HC_REPLAY(hbm128_host512_sparsify, .sparsify = profile);
-HC_REPLAY(hbm128_spread, .tiers = "hbm=128GiB", .spread_next = true);
-HC_REPLAY(hbm128_host512_spread, .spread_next = true);
-HC_REPLAY(hbm128_line, .tiers = "hbm=128GiB", .flop_time = false);
-HC_REPLAY(hbm128_host512_line, .flop_time = false);
-HC_REPLAY(hbm10T_infinite, .tiers = "hbm=10TiB");
-// One engine at a quarter of the trace's rate (the previous headline): same load, but each
-// 3-second timestamp bin's burst is served one request at a time.
-HC_REPLAY(one_engine_hbm128, .tiers = "hbm=128GiB", .engines = 1, .arrival_scale = 4.0);
-HC_REPLAY(one_engine_hbm128_host512, .engines = 1, .arrival_scale = 4.0);
 
-// Demotion scorers: FLOP-aware per block vs LRU (with the CaR queue, whose default is CaR's score).
-HC_REPLAY(hbm128_flop, .tiers = "hbm=128GiB", .demotion = demotion_kind::flop_aware);
-HC_REPLAY(hbm128_host512_flop, .demotion = demotion_kind::flop_aware);
-HC_REPLAY(hbm128_host512_car_lru, .scheduler = car, .demotion = demotion_kind::lru);
-HC_REPLAY(hbm128_host512_car_score, .scheduler = car, .demotion = demotion_kind::car_score);
+// The goal table (docs/tiered.md): per trace and model, an HBM at which the single tier
+// reaches under half the infinite-cache bound of the policy, host 4x HBM, defaults.
+// Counters *_1 are the single-tier baseline of the same policy; p50_cut = 1 - p50 / p50_1.
+HC_REPLAY(goal_mooncake_jamba_sglang, .pol = policy::sglang);
+HC_REPLAY(goal_mooncake_jamba_marconi, .pol = policy::marconi);
+HC_REPLAY(goal_mooncake_qwen3_sglang, .model = "qwen3_next_80b_a3b", .pol = policy::sglang,
+          .tiers = "hbm=128GiB,host=512GiB");
+HC_REPLAY(goal_mooncake_qwen3_marconi, .model = "qwen3_next_80b_a3b", .pol = policy::marconi,
+          .tiers = "hbm=128GiB,host=512GiB");
+HC_REPLAY(goal_sharegpt_jamba_sglang, .trace = "sharegpt", .pol = policy::sglang, .tiers = "hbm=1GiB,host=4GiB");
+HC_REPLAY(goal_sharegpt_jamba_marconi, .trace = "sharegpt", .pol = policy::marconi, .tiers = "hbm=1GiB,host=4GiB");
+HC_REPLAY(goal_sharegpt_qwen3_sglang, .trace = "sharegpt", .model = "qwen3_next_80b_a3b", .pol = policy::sglang,
+          .tiers = "hbm=4GiB,host=16GiB");
+HC_REPLAY(goal_sharegpt_qwen3_marconi, .trace = "sharegpt", .model = "qwen3_next_80b_a3b", .pol = policy::marconi,
+          .tiers = "hbm=4GiB,host=16GiB");
+// The infinite-cache bound of each policy (HBM holds the whole trace).
+HC_REPLAY(bound_mooncake_jamba_sglang, .tiers = "hbm=8TiB,host=1TiB");
+HC_REPLAY(bound_mooncake_jamba_vllm, .pol = policy::vllm, .tiers = "hbm=8TiB,host=1TiB");
+HC_REPLAY(vllm_mooncake_jamba, .pol = policy::vllm);
 
-// HBM capacity x prefill engines: args = HBM GiB, host tier as a multiple of HBM (0 = single
-// tier), engines. The goal's condition (single-tier hit below half the bound) picks no
-// capacity, so docs/tiered.md reports the whole curve.
-static void bm_replay_sweep(benchmark::State& s) {
-  static std::string spec;
-  spec = "hbm=" + std::to_string(s.range(0)) + "GiB";
-  if (s.range(1) > 0) spec += ",host=" + std::to_string(s.range(0) * s.range(1)) + "GiB";
-  replay(s, {.tiers = spec.c_str(), .engines = static_cast<std::size_t>(s.range(2))});
+// CaR's mechanisms, each switched on alone against the same tiered baseline, at a load
+// where they can matter: a 5 GB/s link (loading is slow), SGLang+ on Jamba.
+HC_REPLAY(car_base, .link_gbps = 5.0);
+HC_REPLAY(car_serial_load, .layerwise = false, .link_gbps = 5.0);
+HC_REPLAY(car_queue, .scheduler = car, .link_gbps = 5.0);
+HC_REPLAY(car_deadline_prefetch, .prefetch = deadline, .link_gbps = 5.0);
+HC_REPLAY(car_threshold_prefetch, .prefetch = threshold, .link_gbps = 5.0);
+HC_REPLAY(car_sparsify, .sparsify = profile, .link_gbps = 5.0);
+HC_REPLAY(car_flop_demotion, .demotion = demotion_kind::flop_aware, .link_gbps = 5.0);
+HC_REPLAY(car_write_through, .write = write_policy::write_through, .link_gbps = 5.0);
+HC_REPLAY(car_no_recompute, .recompute = false, .link_gbps = 5.0);
+
+// Layer-wise loading across link speeds (GB/s = range(0) / 10), Jamba and a pure
+// Transformer (llama2_7b, 512 KiB of KV per token): the share of load time hidden.
+static void bm_replay_layerwise(benchmark::State& s) {
+  const bool llama = s.range(1) != 0;
+  replay(s, {.model = llama ? "llama2_7b" : "jamba_1_5_mini",
+             .tiers = llama ? "hbm=2TiB,host=8TiB" : "hbm=64GiB,host=256GiB",
+             .link_gbps = static_cast<double>(s.range(0)) / 10.0});
 }
-BENCHMARK(bm_replay_sweep)
-    ->ArgsProduct({{16, 32, 64, 96, 128, 160}, {0, 4}, {4}})
-    ->ArgsProduct({{128}, {0, 4}, {2, 3, 6, 8}})
-    ->Iterations(1)
-    ->Unit(benchmark::kMillisecond);
-
-// Link-bandwidth sweep (GB/s = range(0) / 10): where reloading stops paying, the replay
-// loads less (or nothing) and recomputes the rest, and says how often.
-static void bm_replay_link_sweep(benchmark::State& s) {
-  replay(s, {.link_gbps = static_cast<double>(s.range(0)) / 10.0});
-}
-BENCHMARK(bm_replay_link_sweep)->Arg(500)->Arg(50)->Arg(5)->Arg(1)->Iterations(1)->Unit(benchmark::kMillisecond);
-
-// A pure Transformer with 512 KiB of KV per token (268 MB per block): loads are large, so
-// layer-wise overlap, the split and prefetch matter more. HBM 1.5 TiB hits below half the bound.
-HC_REPLAY(llama2_hbm1536G, .tiers = "hbm=1536GiB", .model = "llama2_7b");
-HC_REPLAY(llama2_hbm1536G_host6T, .tiers = "hbm=1536GiB,host=6TiB", .model = "llama2_7b");
-HC_REPLAY(llama2_hbm1536G_host6T_nosplit, .tiers = "hbm=1536GiB,host=6TiB", .model = "llama2_7b", .split = false);
-HC_REPLAY(llama2_hbm1536G_host6T_serial, .tiers = "hbm=1536GiB,host=6TiB", .model = "llama2_7b", .layerwise = false);
-HC_REPLAY(llama2_hbm1536G_host6T_deadline, .tiers = "hbm=1536GiB,host=6TiB", .model = "llama2_7b", .prefetch = deadline);
-HC_REPLAY(llama2_hbm1536G_host6T_deadline8, .tiers = "hbm=1536GiB,host=6TiB", .model = "llama2_7b",
-          .prefetch = deadline, .prefetch_depth = 8);
-HC_REPLAY(llama2_hbm1536G_host6T_car_deadline, .tiers = "hbm=1536GiB,host=6TiB", .model = "llama2_7b", .scheduler = car,
-          .prefetch = deadline);
-HC_REPLAY(llama2_hbm1536G_car, .tiers = "hbm=1536GiB", .model = "llama2_7b", .scheduler = car);
+BENCHMARK(bm_replay_layerwise)->ArgsProduct({{500, 50, 5}, {0, 1}})->Iterations(1)->Unit(benchmark::kMillisecond);
 
 // The library's own composition on the same trace: Marconi's prefix cache (judicious
 // admission, LRU) over `tiered_state_store`, whose evictions demote to a host tier 4x larger

@@ -1,12 +1,16 @@
-// Tiered replay: options validation, hit accounting, reload vs recompute, pipelining,
-// prefetch, sparsification, determinism; and (when the shared trace is present) a short
-// Mooncake run through the sim helper's reader.
+// The timed multi-tier replay over the library's prefix cache (sim/tiered_replay.hpp):
+// options validation, the policy is the cache's, exact load bytes, write policies,
+// prefetch joins, layer-wise loading, sparsification, engines and saturation, arrivals,
+// determinism; and (when the shared trace is present) a Mooncake run.
 #include <doctest/doctest.h>
 
 #include <filesystem>
 #include <random>
 
 #include "hybridcache/model/presets.hpp"
+#include "hybridcache/prefix/admission.hpp"
+#include "hybridcache/prefix/flop_aware_scorer.hpp"
+#include "hybridcache/prefix/lru_scorer.hpp"
 #include "hybridcache/sim/mooncake_trace.hpp"
 #include "hybridcache/sim/tiered_replay.hpp"
 
@@ -18,17 +22,17 @@ using namespace hybridcache::tiered;
 namespace {
 constexpr std::int64_t B = 512;
 
-sim::request make(double t_s, std::vector<sim::token_id> ids, std::int64_t tokens, std::int64_t out = 100) {
+sim::request make(double t_s, std::vector<sim::token_id> ids, std::int64_t tokens, std::int32_t per_id = B) {
   sim::request r;
   r.arrival_s = t_s;
   r.input = std::move(ids);
   r.input_tokens = tokens;
-  r.output_tokens = out;
-  r.tokens_per_id = static_cast<std::int32_t>(B);
+  r.output_tokens = 100;
+  r.tokens_per_id = per_id;
   return r;
 }
 
-// Multi-turn conversations: each turn extends the previous prompt by a few blocks.
+// Multi-turn conversations of 512-token ids: each turn extends one session's prompt.
 std::vector<sim::request> conversations(int sessions, int turns, std::uint64_t seed, double gap_s = 0.4) {
   std::mt19937_64 rng(seed);
   std::vector<std::vector<sim::token_id>> hist(static_cast<std::size_t>(sessions));
@@ -39,182 +43,244 @@ std::vector<sim::request> conversations(int sessions, int turns, std::uint64_t s
     auto& h = hist[rng() % static_cast<std::size_t>(sessions)];
     const int add = 1 + static_cast<int>(rng() % 4);
     for (int a = 0; a < add; ++a) h.push_back(next_id++);
-    out.push_back(make(t, h, static_cast<std::int64_t>(h.size()) * B - static_cast<std::int64_t>(rng() % 200)));
+    out.push_back(make(t, h, static_cast<std::int64_t>(h.size()) * B));
     t += gap_s;
   }
   return out;
 }
+
+// Token-level chats: a shared system prompt, branching sessions, token ids.
+std::vector<sim::request> chats(int requests, std::uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::vector<sim::token_id> system(300);
+  for (auto& t : system) t = static_cast<sim::token_id>(rng() % 50);
+  std::vector<std::vector<sim::token_id>> sessions;
+  std::vector<sim::request> out;
+  for (int k = 0; k < requests; ++k) {
+    if (sessions.empty() || rng() % 4 == 0) sessions.push_back(system);
+    auto& h = sessions[rng() % sessions.size()];
+    for (int a = 0, n = 50 + static_cast<int>(rng() % 400); a < n; ++a) h.push_back(static_cast<sim::token_id>(rng() % 50));
+    auto q = make(0.2 * k, h, static_cast<std::int64_t>(h.size()), 1);
+    for (int a = 0; a < 40; ++a) q.output.push_back(static_cast<sim::token_id>(rng() % 50));
+    q.output_tokens = 40;
+    h.insert(h.end(), q.output.begin(), q.output.end());
+    out.push_back(q);
+  }
+  return out;
+}
+
+tiered_replay_options tiers(const char* spec, std::size_t engines = 1) {
+  tiered_replay_options o;
+  o.tiers = parse_tiers(spec, 1);
+  o.prefill_engines = engines;
+  return o;
+}
+
+template <class Admission = prefix::judicious_admission, class Scorer = prefix::lru_scorer>
+tiered_replay_result replay(const std::vector<sim::request>& reqs, const cost_model& m, const tiered_replay_options& o,
+                            Scorer scorer = Scorer{}) {
+  return run_tiered_replay<Admission>(reqs, m, o, std::move(scorer), flop_prefill_time(m));
+}
 }  // namespace
 
-TEST_CASE("tiered replay: bad input") {
+TEST_CASE("tiered replay: bad input is a clear error") {
   const cost_model m(presets::jamba_1_5_mini());
-  const auto reqs = conversations(2, 3, 1);
-  tiered_replay_options o;
-  o.tiers = parse_tiers("hbm=1GiB,host=4GiB", o.page_bytes);
+  const auto reqs = conversations(3, 4, 1);
+  auto o = tiers("hbm=1GiB,host=4GiB");
   o.link_gbps = 0.0;
-  CHECK_THROWS_AS((void)run_tiered_replay(reqs, m, o), invalid_argument);
-  o.link_gbps = -1.0;
-  CHECK_THROWS_AS((void)run_tiered_replay(reqs, m, o), invalid_argument);
-  o.link_gbps = 50.0;
-  o.tiers[1].capacity_bytes = 1000;  // smaller than a page
-  CHECK_THROWS_AS((void)run_tiered_replay(reqs, m, o), invalid_argument);
-  o.tiers[1].capacity_bytes = 0;
-  CHECK_THROWS_AS((void)run_tiered_replay(reqs, m, o), invalid_argument);
-  // A request that cannot fit in HBM even with everything evicted.
-  o.tiers = parse_tiers("hbm=64MiB,host=1GiB", o.page_bytes);
-  std::vector<sim::request> big{make(0, {0, 1, 2, 3, 4, 5, 6, 7, 8, 9}, 10 * B)};
-  CHECK_THROWS_AS((void)run_tiered_replay(big, m, o), capacity_error);
+  CHECK_THROWS_AS((void)replay(reqs, m, o), invalid_argument);
+  o = tiers("hbm=1GiB,host=4GiB");
+  o.staging_fraction = 0.0;
+  CHECK_THROWS_AS((void)replay(reqs, m, o), invalid_argument);
+  o.staging_fraction = 1.0;
+  CHECK_THROWS_AS((void)replay(reqs, m, o), invalid_argument);
+  o = tiers("hbm=1GiB,host=4GiB");
+  o.marks = {.high = 0.5, .low = 0.6};
+  CHECK_THROWS_AS((void)replay(reqs, m, o), invalid_argument);
+  o = tiers("hbm=1GiB,host=4GiB");
+  o.arrival_time_scale = 0.0;
+  CHECK_THROWS_AS((void)replay(reqs, m, o), invalid_argument);
+  auto mixed = reqs;
+  mixed[1].tokens_per_id = 16;
+  CHECK_THROWS_AS((void)replay(mixed, m, tiers("hbm=1GiB,host=4GiB")), invalid_argument);
+  CHECK_THROWS_AS((void)replay(reqs, m, tiers("hbm=4MiB,host=4GiB")), capacity_error);  // < one checkpoint
+  tiered_replay_options none;
+  CHECK_THROWS_AS((void)replay(reqs, m, none), invalid_argument);
 }
 
-TEST_CASE("tiered replay: hits move between tiers and are counted where they were found") {
+TEST_CASE("tiered replay: the policy is the prefix cache's (issue #15: --policy was ignored)") {
+  // Before, the tiered replay ran its own flat block table: marconi, sglang+ and a bogus
+  // name gave byte-identical results. Now each policy is a different prefix cache.
+  const cost_model m(presets::marconi_7b());
+  const auto reqs = chats(300, 3);
+  auto o = tiers("hbm=600MB,host=2GB");
+  const auto sglang = replay<prefix::judicious_admission>(reqs, m, o, prefix::lru_scorer{});
+  const auto marconi = replay<prefix::judicious_admission>(reqs, m, o, prefix::flop_aware_scorer(m, {.alpha = 2.0}));
+  const auto lru = replay<prefix::last_token_admission>(reqs, m, o, prefix::lru_scorer{});
+  const auto vllm = replay<prefix::every_block_admission<32>>(reqs, m, o, prefix::lru_scorer{});
+  MESSAGE("flops saved: sglang+ " << sglang.flops_saved << ", marconi " << marconi.flops_saved << ", lru "
+                                  << lru.flops_saved << ", vllm+ " << vllm.flops_saved);
+  CHECK(sglang.flops_saved != marconi.flops_saved);
+  CHECK(sglang.hbm_hit_tokens != lru.hbm_hit_tokens);
+  CHECK(vllm.hbm_hit_tokens != sglang.hbm_hit_tokens);
+  for (const auto* r : {&sglang, &marconi, &lru, &vllm}) CHECK(r->requests == 300);
+}
+
+TEST_CASE("tiered replay: a host hit loads the KV HBM lacks and one checkpoint, exactly (issue #15)") {
+  // A 4-block Jamba conversation demoted to the host, then extended by one block: the load
+  // is 4 x 512 tokens of KV + 1 checkpoint = 42,729,472 B (before: 70.25 MB, a checkpoint
+  // per block).
   const cost_model m(presets::jamba_1_5_mini());
-  const std::int64_t blk = m.kv_bytes(B) + m.ssm_checkpoint_bytes();  // ~16 MB
-  // A: blocks 0-3. Then 8 unrelated requests push A's blocks out of a 6-block HBM into the
-  // host tier. Then C reuses A's prefix: its 4 blocks come from the host.
-  std::vector<sim::request> reqs{make(0, {0, 1, 2, 3}, 4 * B)};
-  for (int k = 0; k < 8; ++k) reqs.push_back(make(1 + k, {100 + k}, B));
-  reqs.push_back(make(20, {0, 1, 2, 3, 50}, 5 * B));
-  tiered_replay_options o;
-  o.page_bytes = 1 << 20;
-  o.tiers = {{.kind = tier_kind::hbm, .capacity_bytes = 6 * ((blk + (1 << 20) - 1) >> 20 << 20)},
-             {.kind = tier_kind::host, .capacity_bytes = std::int64_t{1} << 32}};
-  const auto two = run_tiered_replay(reqs, m, o);
-  CHECK(two.requests == 10);
-  CHECK(two.host_hit_tokens == 4 * B);
-  CHECK(two.hbm_hit_tokens == 0);
-  CHECK(two.bytes_loaded == 4 * blk);
-  CHECK(two.bytes_offloaded >= 4 * blk);
-  CHECK(two.recompute_instead_of_reload == 0);
-  CHECK(two.pipeline_hidden_fraction > 0.5);
-  // Single tier: the prefix was dropped; nothing hits.
-  o.tiers.resize(1);
-  const auto one = run_tiered_replay(reqs, m, o);
-  CHECK(one.host_hit_tokens == 0);
-  CHECK(one.hbm_hit_tokens == 0);
-  CHECK(one.bytes_offloaded == 0);
-  CHECK(one.ttft_mean_ms > two.ttft_mean_ms);
-  // A link so slow that recomputing is faster: recompute instead of reload, counted.
-  o.tiers = {{.kind = tier_kind::hbm, .capacity_bytes = 6 * ((blk + (1 << 20) - 1) >> 20 << 20)},
-             {.kind = tier_kind::host, .capacity_bytes = std::int64_t{1} << 32, .link_gbps = 0.05}};
-  o.link_gbps = std::nullopt;  // keep the tier's own (slow) link
-  const auto slow = run_tiered_replay(reqs, m, o);
-  CHECK(slow.recompute_instead_of_reload == 1);
-  CHECK(slow.host_hit_tokens == 0);
-  CHECK(slow.recomputed_hit_tokens == 4 * B);
-  CHECK(slow.bytes_loaded == 0);
+  const std::int64_t kv_block = m.kv_bytes_per_token() * B, ck = m.ssm_checkpoint_bytes();
+  std::vector<sim::request> reqs{make(0, {1, 2, 3, 4}, 4 * B), make(1, {11, 12, 13, 14}, 4 * B),
+                                 make(2, {21, 22, 23, 24}, 4 * B), make(3, {1, 2, 3, 4, 5}, 5 * B)};
+  auto o = tiers("hbm=160MB,host=1GB");  // with the staging room, the budget holds about two conversations
+  o.keep_per_request = true;
   o.recompute_when_faster = false;
-  const auto forced = run_tiered_replay(reqs, m, o);
-  CHECK(forced.host_hit_tokens == 4 * B);
-  CHECK(forced.ttft_p95_ms >= slow.ttft_p95_ms);
-}
-
-TEST_CASE("tiered replay: two tiers beat one; pipelining, prefetch and sparsification do what they say") {
-  const cost_model m(presets::jamba_1_5_mini());
-  const auto reqs = conversations(40, 12, 9, 0.5);
-  tiered_replay_options o;
-  o.tiers = parse_tiers("hbm=1GiB", o.page_bytes);
-  const auto one = run_tiered_replay(reqs, m, o);
-  o.tiers = parse_tiers("hbm=1GiB,host=4GiB", o.page_bytes);
-  const auto two = run_tiered_replay(reqs, m, o);
-  CHECK(two.token_hit_rate() > one.token_hit_rate());
-  CHECK(two.ttft_p50_ms < one.ttft_p50_ms);
-  CHECK(two.host_hit_tokens > 0);
-  CHECK(one.host_hit_tokens == 0);
-  o.layerwise = false;
-  const auto serial = run_tiered_replay(reqs, m, o);
-  CHECK(serial.pipeline_hidden_fraction < two.pipeline_hidden_fraction);
-  CHECK(serial.ttft_mean_ms >= two.ttft_mean_ms);
-  o.layerwise = true;
-  o.prefetch = prefetch_kind::deadline;
-  const auto dl = run_tiered_replay(reqs, m, o);
-  CHECK(dl.prefetches > 0);
-  // Prefetched loads overlap the previous request, so they hide more than demand loads do
-  // (prefetch is not free overall: it competes for the link and for HBM room).
-  CHECK(dl.load_hidden_fraction >= dl.pipeline_hidden_fraction);
-  CHECK(dl.load_hidden_fraction > 0.8);
-  o.prefetch = prefetch_kind::threshold;
-  const auto th = run_tiered_replay(reqs, m, o);
-  CHECK(th.prefetches > 0);
-  o.prefetch = prefetch_kind::none;
-  o.sparsify = sparsify_kind::profile;
-  const auto sp = run_tiered_replay(reqs, m, o);
-  CHECK(sp.bytes_saved_by_sparsify > 0);
-  CHECK(sp.bytes_offloaded < two.bytes_offloaded);
-  // CaR scheduler: deterministic for a seed.
-  o.sparsify = sparsify_kind::off;
-  o.scheduler = scheduler_kind::car;
-  const auto c1 = run_tiered_replay(reqs, m, o), c2 = run_tiered_replay(reqs, m, o);
-  CHECK(c1.ttft_p50_ms == c2.ttft_p50_ms);
-  CHECK(c1.hbm_hit_tokens == c2.hbm_hit_tokens);
-  CHECK(c1.requests == static_cast<std::int64_t>(reqs.size()));
-  o.demotion = demotion_kind::flop_aware;
-  CHECK(run_tiered_replay(reqs, m, o).requests == static_cast<std::int64_t>(reqs.size()));
-  MESSAGE("synthetic: 1 tier hit " << one.token_hit_rate() << " p50 " << one.ttft_p50_ms << " ms; 2 tiers hit "
-                                   << two.token_hit_rate() << " p50 " << two.ttft_p50_ms << " ms, hidden "
-                                   << two.pipeline_hidden_fraction << " (serial " << serial.pipeline_hidden_fraction
-                                   << ")");
-}
-
-TEST_CASE("tiered replay: token traces are grouped into hashed 512-token blocks") {
-  const cost_model m(presets::jamba_1_5_mini());
-  auto tokens = [](int n, int seed) {
-    std::vector<sim::token_id> v(static_cast<std::size_t>(n));
-    for (int k = 0; k < n; ++k) v[static_cast<std::size_t>(k)] = (k * 7919 + seed) % 50000;
-    return v;
-  };
-  auto a = tokens(1100, 1), b = a;
-  b.resize(1300);
-  for (std::size_t k = 1100; k < 1300; ++k) b[k] = 3;
-  auto c = tokens(1100, 2);  // different from the first token on
-  std::vector<sim::request> reqs;
-  for (auto* v : {&a, &b, &c}) {
-    sim::request r;
-    r.arrival_s = static_cast<double>(reqs.size());
-    r.input = *v;
-    r.input_tokens = static_cast<std::int64_t>(v->size());
-    r.output_tokens = 10;
-    r.tokens_per_id = 1;
-    reqs.push_back(r);
+  const auto r = replay(reqs, m, o);
+  REQUIRE(r.per_request.size() == 4);
+  const auto& last = r.per_request.back();
+  CHECK(last.host_hit_tokens == 4 * B);
+  CHECK(last.hbm_hit_tokens == 0);
+  CHECK(last.bytes_loaded == 4 * kv_block + ck);
+  CHECK(4 * kv_block + ck == 42'729'472);
+  CHECK(r.bytes_loaded == last.bytes_loaded);
+  // On random token-level chats: a load never moves more than the hit's KV and one checkpoint.
+  const cost_model m7(presets::marconi_7b());
+  auto o2 = tiers("hbm=500MB,host=3GB");
+  o2.keep_per_request = true;
+  o2.recompute_when_faster = false;
+  const auto c = replay(chats(400, 5), m7, o2);
+  std::int64_t loads = 0;
+  for (const auto& row : c.per_request) {
+    if (row.bytes_loaded == 0) continue;
+    ++loads;
+    CHECK(row.host_hit_tokens > 0);
+    CHECK(row.bytes_loaded <= row.host_hit_tokens * m7.kv_bytes_per_token() + m7.ssm_checkpoint_bytes());
+    CHECK(row.bytes_loaded >= m7.ssm_checkpoint_bytes());
   }
-  tiered_replay_options o;
-  o.tiers = parse_tiers("hbm=4GiB", o.page_bytes);
-  const auto res = run_tiered_replay(reqs, m, o);
-  // b reuses a's two full blocks (1,024 tokens); a's partial third block (76 tokens) differs
-  // from b's full third block; c shares nothing.
-  CHECK(res.hbm_hit_tokens == 1024);
-  CHECK(res.input_tokens == 3500);
-  o.block_tokens = 100;
-  CHECK(run_tiered_replay(reqs, m, o).hbm_hit_tokens == 1100);  // b reuses all 11 blocks of a
-  o.block_tokens = 0;
-  CHECK_THROWS_AS((void)run_tiered_replay(reqs, m, o), invalid_argument);
+  MESSAGE(loads << " loads checked");
+  CHECK(loads > 10);
 }
 
-TEST_CASE("tiered replay: first 1,500 Mooncake requests through the sim reader" * doctest::test_suite("shared_data")) {
-  const std::filesystem::path path = hybridcache::test::shared_path("data/traces/mooncake/conversation_trace.jsonl");
-  if (!hybridcache::test::shared_available(path)) return;
-  sim::mooncake_reader reader(path, {.block_size = 512, .synthesize_output_ids = false});
-  std::vector<sim::request> reqs;
-  sim::request r;
-  while (reqs.size() < 1500 && reader.next(r)) reqs.push_back(r);
+TEST_CASE("tiered replay: one tier never loads or offloads; a tier below raises reuse") {
   const cost_model m(presets::jamba_1_5_mini());
-  tiered_replay_options o;
-  o.arrival_time_scale = 3.0;
-  o.tiers = parse_tiers("hbm=8GiB", o.page_bytes);
-  const auto one = run_tiered_replay(reqs, m, o);
-  o.tiers = parse_tiers("hbm=8GiB,host=32GiB", o.page_bytes);
-  const auto two = run_tiered_replay(reqs, m, o);
-  CHECK(two.token_hit_rate() >= one.token_hit_rate());
-  CHECK(two.requests == 1500);
-  // The reader's 16-token expansion regrouped into 512-token blocks gives the same replay.
-  sim::mooncake_reader reader16(path, {.block_size = 16, .synthesize_output_ids = false});
-  std::vector<sim::request> reqs16;
-  while (reqs16.size() < 1500 && reader16.next(r)) reqs16.push_back(r);
-  const auto two16 = run_tiered_replay(reqs16, m, o);
-  CHECK(two16.hbm_hit_tokens == two.hbm_hit_tokens);
-  CHECK(two16.host_hit_tokens == two.host_hit_tokens);
-  CHECK(two16.ttft_p50_ms == doctest::Approx(two.ttft_p50_ms));
-  MESSAGE("mooncake[0:1500] jamba: 1 tier hit " << one.token_hit_rate() << " p50 " << one.ttft_p50_ms << " ms; 2 tiers hit "
-                                                << two.token_hit_rate() << " p50 " << two.ttft_p50_ms << " ms");
+  const auto reqs = conversations(12, 8, 7);
+  const auto one = replay(reqs, m, tiers("hbm=400MB"));
+  const auto two = replay(reqs, m, tiers("hbm=400MB,host=4GB"));
+  CHECK(one.bytes_loaded == 0);
+  CHECK(one.bytes_offloaded == 0);
+  CHECK(one.host_hit_tokens == 0);
+  CHECK(two.host_hit_tokens > 0);
+  CHECK(two.token_hit_rate() > one.token_hit_rate());
+  CHECK(two.flops_saved > one.flops_saved);
+  const auto again = replay(reqs, m, tiers("hbm=400MB,host=4GB"));  // deterministic
+  CHECK(again.ttft_p50_ms == two.ttft_p50_ms);
+  CHECK(again.bytes_loaded == two.bytes_loaded);
+  CHECK(again.host_hit_tokens == two.host_hit_tokens);
+}
+
+TEST_CASE("tiered replay: write-through makes evictions free; write-back copies on eviction") {
+  const cost_model m(presets::jamba_1_5_mini());
+  const auto reqs = conversations(12, 8, 3);
+  auto o = tiers("hbm=400MB,host=4GB");
+  o.marks = {.high = 1.0, .low = 0.99};  // no cleaner: only the policy copies
+  const auto back = replay(reqs, m, o);
+  o.write = write_policy::write_through;
+  const auto through = replay(reqs, m, o);
+  CHECK(back.write_backs > 0);
+  CHECK(back.replicas == 0);
+  CHECK(through.replicas > 0);
+  CHECK(through.clean_drops > 0);
+  CHECK(through.write_backs < back.write_backs);
+  o.write = write_policy::write_through_selective;
+  o.write_through_hits = 1;
+  const auto selective = replay(reqs, m, o);
+  CHECK(selective.replicas > 0);
+  CHECK(selective.replicas < through.replicas);
+  MESSAGE("write-back " << back.write_backs << " copies on eviction; write-through " << through.replicas
+                        << " copies ahead, " << through.clean_drops << " free evictions; selective " << selective.replicas);
+  // The cleaner (watermarks) copies ahead under write-back too.
+  o.write = write_policy::write_back;
+  o.marks = {};
+  const auto cleaned = replay(reqs, m, o);
+  CHECK(cleaned.replicas > 0);
+  CHECK(cleaned.clean_drops > 0);
+}
+
+TEST_CASE("tiered replay: a prefetched hit is joined at dispatch, not loaded twice") {
+  const cost_model m(presets::jamba_1_5_mini());
+  const auto reqs = conversations(12, 8, 5, 0.05);  // arrivals faster than one engine serves
+  auto o = tiers("hbm=400MB,host=4GB");
+  o.recompute_when_faster = false;
+  const auto plain = replay(reqs, m, o);
+  o.prefetch = prefetch_kind::threshold;
+  const auto pre = replay(reqs, m, o);
+  CHECK(pre.prefetches > 0);
+  CHECK(pre.joined_loads >= pre.prefetches / 2);
+  CHECK(pre.load_hidden_fraction >= plain.load_hidden_fraction - 0.01);
+  MESSAGE("prefetches " << pre.prefetches << ", joined " << pre.joined_loads << "; hidden " << plain.load_hidden_fraction
+                        << " -> " << pre.load_hidden_fraction);
+}
+
+TEST_CASE("tiered replay: layer-wise loading hides the load when loading beats recomputing") {
+  for (const auto& [name, spec] : {std::pair{"jamba_1_5_mini", "hbm=2GB,host=16GB"},
+                                    std::pair{"llama2_7b", "hbm=48GB,host=400GB"}}) {
+    CAPTURE(std::string(name));
+    const cost_model m(presets::preset(name));
+    const auto reqs = conversations(12, 8, 9);
+    auto o = tiers(spec);
+    o.recompute_when_faster = false;
+    const auto on = replay(reqs, m, o);
+    o.layerwise = false;
+    const auto off = replay(reqs, m, o);
+    MESSAGE(name << ": hidden " << on.pipeline_hidden_fraction << " layer-wise, " << off.pipeline_hidden_fraction
+                 << " after the whole load");
+    CHECK(on.host_hit_tokens > 0);
+    CHECK(on.pipeline_hidden_fraction >= 0.8);
+    CHECK(off.pipeline_hidden_fraction < on.pipeline_hidden_fraction);
+    CHECK(on.ttft_p50_ms <= off.ttft_p50_ms);
+  }
+}
+
+TEST_CASE("tiered replay: sparsification stores fewer bytes below HBM") {
+  const cost_model m(presets::jamba_1_5_mini());
+  const auto reqs = conversations(12, 8, 11);
+  auto o = tiers("hbm=400MB,host=4GB");
+  o.marks = {.high = 1.0, .low = 0.99};
+  const auto full = replay(reqs, m, o);
+  o.sparsify = sparsify_kind::profile;
+  const auto sparse = replay(reqs, m, o);
+  CHECK(full.bytes_saved_by_sparsify == 0);
+  CHECK(sparse.bytes_saved_by_sparsify > 0);
+  CHECK(sparse.bytes_offloaded < full.bytes_offloaded);
+}
+
+TEST_CASE("tiered replay: auto engines keep a cache-less run under 90 % busy; a saturated run says so") {
+  const cost_model m(presets::jamba_1_5_mini());
+  const auto reqs = conversations(12, 8, 13, 0.05);
+  auto o = tiers("hbm=400MB,host=4GB", 1);
+  const auto one = replay(reqs, m, o);
+  CHECK(one.saturated());
+  o.prefill_engines = 0;  // auto
+  const auto engines = auto_prefill_engines(reqs, o, flop_prefill_time(m));
+  CHECK(engines > 1);
+  const auto r = replay(reqs, m, o);
+  CHECK(r.prefill_engines == engines);
+  CHECK_FALSE(r.saturated());
+  CHECK(r.ttft_p50_ms < one.ttft_p50_ms);
+  MESSAGE("1 engine: " << one.utilization << " busy; auto " << engines << ": " << r.utilization);
+}
+
+TEST_CASE("tiered replay: a request larger than HBM is refused and computed, the replay goes on") {
+  const cost_model m(presets::jamba_1_5_mini());
+  std::vector<sim::request> reqs{make(0, {1, 2}, 2 * B), make(1, std::vector<sim::token_id>(40, 7), 40 * B),
+                                 make(2, {1, 2, 3}, 3 * B)};
+  for (int i = 0; i < 40; ++i) reqs[1].input[static_cast<std::size_t>(i)] = 100 + i;
+  const auto r = replay(reqs, m, tiers("hbm=200MB,host=1GB"));
+  CHECK(r.refused == 1);
+  CHECK(r.requests == 3);
+  CHECK(r.hbm_hit_tokens == 2 * B);  // the third reuses the first
 }
 
 TEST_CASE("tiered replay: arrivals spread within their timestamp bin") {
@@ -230,221 +296,41 @@ TEST_CASE("tiered replay: arrivals spread within their timestamp bin") {
   o.arrival_time_scale = 1.0;
   o.spread_to_next_arrival = true;  // up to the next distinct timestamp; the last bin: median gap (3 s)
   CHECK(modelled_arrivals_ms(reqs, o) == std::vector<double>{0, 1000, 2000, 3000, 6000, 9000});
-  const std::vector<double> spread = modelled_arrivals_ms(reqs, o);
-  CHECK(std::is_sorted(spread.begin(), spread.end()));
-}
-
-namespace {
-// Reference: k FCFS servers, no cache (every request unique), service = prefill time of its
-// tokens; a request goes to the server that frees first. Returns the TTFTs.
-std::vector<double> naive_servers(const std::vector<sim::request>& reqs, std::size_t k) {
-  const linear_prefill_time p{};
-  std::vector<double> free_at(k, 0.0), ttft;
-  for (const auto& q : reqs) {
-    auto it = std::min_element(free_at.begin(), free_at.end());
-    const double start = std::max(*it, q.arrival_s * 1000.0);
-    *it = start + p.prefill_ms(q.input_tokens);
-    ttft.push_back(*it - q.arrival_s * 1000.0);
-  }
-  std::sort(ttft.begin(), ttft.end());
-  return ttft;
-}
-}  // namespace
-
-TEST_CASE("tiered replay: several prefill engines equal a naive k-server queue when nothing is shared") {
-  const cost_model m(presets::jamba_1_5_mini());
-  std::mt19937_64 rng(17);
-  for (int round = 0; round < 20; ++round) {
-    std::vector<sim::request> reqs;
-    double t = 0;
-    sim::token_id id = 0;
-    const int n = 30 + static_cast<int>(rng() % 40);
-    for (int k = 0; k < n; ++k) {
-      if (rng() % 3 == 0) t += static_cast<double>(rng() % 1000) / 1000.0;  // bursts of equal timestamps
-      const int blocks = 1 + static_cast<int>(rng() % 6);
-      std::vector<sim::token_id> ids;
-      for (int b = 0; b < blocks; ++b) ids.push_back(id++);
-      reqs.push_back(make(t, ids, blocks * B - static_cast<std::int64_t>(rng() % 300)));
-    }
-    const std::size_t engines = 1 + rng() % 5;
-    tiered_replay_options o;
-    o.tiers = parse_tiers("hbm=64GiB", o.page_bytes);
-    o.prefill_engines = engines;
-    const auto r = run_tiered_replay(reqs, m, o);
-    const auto ref = naive_servers(reqs, engines);
-    CAPTURE(round);
-    CAPTURE(engines);
-    CHECK(r.hbm_hit_tokens == 0);
-    CHECK(r.ttft_p50_ms == doctest::Approx(tiered::detail::percentile_of_sorted(ref, 50)).epsilon(1e-9));
-    CHECK(r.ttft_p95_ms == doctest::Approx(tiered::detail::percentile_of_sorted(ref, 95)).epsilon(1e-9));
-    double mean = 0;
-    for (double x : ref) mean += x;
-    CHECK(r.ttft_mean_ms == doctest::Approx(mean / static_cast<double>(ref.size())).epsilon(1e-9));
-  }
-  tiered_replay_options bad;
-  bad.tiers = parse_tiers("hbm=1GiB", bad.page_bytes);
-  bad.prefill_engines = 0;
-  CHECK_THROWS_AS((void)run_tiered_replay(std::vector<sim::request>{make(0, {1}, B)}, m, bad), invalid_argument);
-}
-
-TEST_CASE("tiered replay: a block another engine is still computing is not a hit") {
-  const cost_model m(presets::jamba_1_5_mini());
-  // A and B arrive together and share their first 4 blocks; C comes after both finished.
-  std::vector<sim::request> reqs{make(0, {0, 1, 2, 3, 10}, 5 * B), make(0, {0, 1, 2, 3, 20}, 5 * B),
-                                 make(60, {0, 1, 2, 3, 30}, 5 * B)};
-  tiered_replay_options o;
-  o.tiers = parse_tiers("hbm=8GiB,host=8GiB", o.page_bytes);
-  const auto one = run_tiered_replay(reqs, m, o);  // one engine: B waits for A, then hits
-  CHECK(one.hbm_hit_tokens == 8 * B);
-  o.prefill_engines = 2;  // B runs beside A: A's blocks are not published yet, B recomputes them
-  const auto two = run_tiered_replay(reqs, m, o);
-  CHECK(two.hbm_hit_tokens == 4 * B);  // only C hits
-  CHECK(two.ttft_mean_ms < one.ttft_mean_ms);
-  const linear_prefill_time p{};
-  CHECK(two.ttft_p95_ms == doctest::Approx(p.prefill_ms(5 * B)).epsilon(1e-9));  // nobody waited
-}
-
-TEST_CASE("tiered replay: a host hit is loaded up to the best block and recomputed after it") {
-  // llama2_7b (KV-heavy: 268 MB per 512-token block) on a 5 GB/s link: loading a block takes
-  // ~54 ms, prefilling it ~25 ms. A fills blocks 0-3; fillers push them to the host tier;
-  // C = A's 4 blocks + 1 new one arrives on an idle engine. Reference: every resume point s
-  // (load blocks [0, s), prefill the rest) through an explicit per-layer timeline.
-  const cost_model m(presets::llama2_7b());
-  const flop_prefill_time prefill(m);
-  const std::int64_t blk = m.kv_bytes(B);
-  std::vector<sim::request> reqs{make(0, {0, 1, 2, 3}, 4 * B)};
-  for (int k = 0; k < 8; ++k) reqs.push_back(make(10 + 10 * k, {100 + k}, B));
-  reqs.push_back(make(200, {0, 1, 2, 3, 50}, 5 * B));
-  tiered_replay_options o;
-  o.page_bytes = 1 << 20;
-  o.per_copy_overhead_us = 0.0;
-  o.link_gbps = 5.0;
-  o.tiers = {{.kind = tier_kind::hbm, .capacity_bytes = 6 * ((blk + (1 << 20) - 1) >> 20 << 20)},
-             {.kind = tier_kind::host, .capacity_bytes = std::int64_t{1} << 34}};
-  auto finish_at = [&](std::int64_t s) {  // C's prefill time when resuming after block s
-    const double load_l = static_cast<double>(s * blk) / 32.0 / 5e6;  // bytes per ms at 5 GB/s
-    const double compute_l = prefill.prefill_ms(s * B, (5 - s) * B) / 32.0;
-    double ready = 0, end = 0;
-    for (int l = 0; l < 32; ++l) {
-      ready += load_l;
-      end = std::max(end, ready) + compute_l;
-    }
-    return end;
-  };
-  double best = finish_at(0);
-  std::int64_t best_s = 0;
-  for (std::int64_t s = 1; s <= 4; ++s)
-    if (finish_at(s) <= best) best = finish_at(s), best_s = s;
-  REQUIRE(best_s > 0);
-  REQUIRE(best_s < 4);  // the split is strictly better than both all-or-nothing choices here
-  REQUIRE(best < std::min(finish_at(0), finish_at(4)));
-  double others = prefill.prefill_ms(4 * B);
-  for (int k = 0; k < 8; ++k) others += prefill.prefill_ms(B);
-  const auto split = run_tiered_replay(reqs, m, o, prefill);
-  CHECK(split.requests == 10);
-  CHECK(split.ttft_mean_ms * 10 - others == doctest::Approx(best).epsilon(1e-9));
-  CHECK(split.host_hit_tokens == best_s * B);
-  CHECK(split.recompute_instead_of_reload == 1);
-  CHECK(split.split_load_recompute == 1);
-  CHECK(split.recomputed_hit_tokens == (4 - best_s) * B);
-  CHECK(split.bytes_loaded == best_s * blk);
-  o.split_load_recompute = false;  // all or nothing
-  const auto whole = run_tiered_replay(reqs, m, o, prefill);
-  CHECK(whole.ttft_mean_ms * 10 - others == doctest::Approx(std::min(finish_at(0), finish_at(4))).epsilon(1e-9));
-  CHECK(whole.split_load_recompute == 0);
-  o.recompute_when_faster = false;  // always reload
-  const auto reload = run_tiered_replay(reqs, m, o, prefill);
-  CHECK(reload.ttft_mean_ms * 10 - others == doctest::Approx(finish_at(4)).epsilon(1e-9));
-  CHECK(reload.host_hit_tokens == 4 * B);
-}
-
-// Regressions found in review: each case is the smallest input that showed the defect.
-namespace {
-tiered_replay_options small_blocks(std::int64_t hbm_mib, std::int64_t host_mib) {
-  tiered_replay_options o;
-  o.page_bytes = 1 << 20;  // a jamba block (17.6 MB) is 17 pages
-  o.tiers = {{.kind = tier_kind::hbm, .capacity_bytes = hbm_mib << 20},
-             {.kind = tier_kind::host, .capacity_bytes = host_mib << 20}};
-  return o;
-}
-}  // namespace
-
-TEST_CASE("tiered replay: room made for a promotion never drops the request's own host blocks") {
-  // A full host tier: promoting block {0} demotes an HBM victim, whose room in the host
-  // must not come from dropping {0} (or {5}) themselves. Request 7 repeats request 6: its
-  // blocks must all be in HBM then, and what counted as loaded must have been loaded.
-  const cost_model m(presets::jamba_1_5_mini());
-  const std::vector<sim::request> reqs{make(0, {0}, B), make(1, {1}, B), make(2, {2}, B),    make(3, {3}, B),
-                                       make(4, {4}, B), make(5, {0, 5}, 2 * B), make(6, {0, 5}, 2 * B)};
-  const auto o = small_blocks(77, 26);
-  const auto six = run_tiered_replay(std::span(reqs).first(6), m, o);
-  const std::int64_t block = m.kv_bytes(B) + m.ssm_checkpoint_bytes();
-  CHECK(six.host_hit_tokens == B);
-  CHECK(six.bytes_loaded == block);  // every host-hit block was really loaded
-  const auto seven = run_tiered_replay(reqs, m, o);
-  CHECK(seven.hbm_hit_tokens - six.hbm_hit_tokens == 2 * B);
-}
-
-TEST_CASE("tiered replay: a prefetch never evicts its own blocks; prefetched tokens are host hits") {
-  const cost_model m(presets::jamba_1_5_mini());
-  const std::vector<sim::request> reqs{make(0, {0, 1}, 2 * B), make(1, {10}, B), make(2, {11}, B), make(3, {12}, B),
-                                       make(4, {13}, B),      make(5, {14}, B), make(5.01, {0, 1, 2}, 3 * B)};
-  auto o = small_blocks(110, 1024);
-  o.prefetch = prefetch_kind::none;
-  const auto none = run_tiered_replay(reqs, m, o);
-  o.prefetch = prefetch_kind::threshold;
-  const auto pf = run_tiered_replay(reqs, m, o);
-  CHECK(none.host_hit_tokens == 2 * B);
-  CHECK(pf.host_hit_tokens == none.host_hit_tokens);
-  CHECK(pf.hbm_hit_tokens == none.hbm_hit_tokens);
-  CHECK(pf.bytes_loaded == none.bytes_loaded);  // two blocks, each loaded once
-  CHECK(pf.bytes_offloaded == none.bytes_offloaded);
-}
-
-TEST_CASE("tiered replay: with several engines a request that fits alone waits for HBM pinned by others") {
-  // HBM holds 4 blocks; two 3-block requests arrive together. On two engines the second
-  // waits for the first to finish (its blocks unpinned) instead of failing as oversized.
-  const cost_model m(presets::jamba_1_5_mini());
-  const std::vector<sim::request> reqs{make(0, {0, 1, 2}, 3 * B), make(0, {10, 11, 12}, 3 * B)};
-  auto o = small_blocks(80, 1024);
-  const auto one = run_tiered_replay(reqs, m, o);
-  o.prefill_engines = 2;
-  tiered_replay_result two;
-  REQUIRE_NOTHROW(two = run_tiered_replay(reqs, m, o));
-  CHECK(two.requests == 2);
-  CHECK(two.ttft_p95_ms == doctest::Approx(one.ttft_p95_ms));  // served one after the other
-  // A request larger than HBM alone is still an error.
-  const std::vector<sim::request> big{make(0, {0, 1, 2, 3, 4}, 5 * B)};
-  CHECK_THROWS_AS((void)run_tiered_replay(big, m, o), capacity_error);
-}
-
-TEST_CASE("tiered replay: a fixed arrival spread never reorders arrivals") {
-  const std::vector<sim::request> reqs{make(0, {1}, B), make(0, {2}, B), make(1, {3}, B)};
-  tiered_replay_options o;
-  o.tiers = parse_tiers("hbm=1GiB", o.page_bytes);
-  o.spread_equal_arrivals_s = 4.0;  // wider than the 1 s to the next timestamp
+  o.spread_to_next_arrival = false;
+  o.spread_equal_arrivals_s = 4.0;  // wider than the 3 s to the next timestamp: clamped
   const auto a = modelled_arrivals_ms(reqs, o);
-  CHECK(a[0] == 0.0);
-  CHECK(a[1] == doctest::Approx(500.0));  // clamped to the next distinct timestamp
-  CHECK(a[2] == doctest::Approx(1000.0));
   CHECK(std::is_sorted(a.begin(), a.end()));
+  CHECK(a[2] == doctest::Approx(2000.0));
 }
 
-TEST_CASE("tiered replay: a partial last block of a block-id trace does not match the full block") {
-  // {0,1} with 600 tokens caches 512 + 88; {0,1,2} with 1536 tokens shares only the first
-  // 512-token block with it, exactly as the same prompts written as token ids.
+TEST_CASE("tiered replay: the CaR queue serves requests with HBM reuse first") {
   const cost_model m(presets::jamba_1_5_mini());
-  tiered_replay_options o;
-  o.tiers = parse_tiers("hbm=1GiB", o.page_bytes);
-  const auto ids = run_tiered_replay(std::vector{make(0, {0, 1}, 600), make(1, {0, 1, 2}, 1536)}, m, o);
-  std::vector<sim::token_id> a(600), b(1536);
-  for (int i = 0; i < 1536; ++i) {
-    b[static_cast<std::size_t>(i)] = i;
-    if (i < 600) a[static_cast<std::size_t>(i)] = i;
-  }
-  auto ta = make(0, a, 600), tb = make(1, b, 1536);
-  ta.tokens_per_id = tb.tokens_per_id = 1;
-  const auto toks = run_tiered_replay(std::vector{ta, tb}, m, o);
-  CHECK(ids.hbm_hit_tokens == B);
-  CHECK(toks.hbm_hit_tokens == B);
+  const auto reqs = conversations(12, 8, 17, 0.02);
+  auto o = tiers("hbm=400MB,host=4GB", 1);
+  const auto fcfs = replay(reqs, m, o);
+  o.scheduler = scheduler_kind::car;
+  const auto car = replay(reqs, m, o);
+  CHECK(car.requests == fcfs.requests);
+  CHECK(car.ttft_p50_ms != fcfs.ttft_p50_ms);
+  MESSAGE("P50 TTFT fcfs " << fcfs.ttft_p50_ms << " ms, car " << car.ttft_p50_ms << " ms");
+}
+
+TEST_CASE("tiered replay: first 1,500 Mooncake requests through the sim reader" * doctest::test_suite("shared_data")) {
+  const std::filesystem::path path = hybridcache::test::shared_path("data/traces/mooncake/conversation_trace.jsonl");
+  if (!hybridcache::test::shared_available(path)) return;
+  sim::mooncake_reader reader(path, {.block_size = 512, .synthesize_output_ids = false});
+  std::vector<sim::request> reqs;
+  sim::request r;
+  while (reqs.size() < 1500 && reader.next(r)) reqs.push_back(r);
+  const cost_model m(presets::jamba_1_5_mini());
+  auto o = tiers("hbm=16GiB", 0);
+  const auto one = replay(reqs, m, o);
+  o = tiers("hbm=16GiB,host=64GiB", 0);
+  const auto two = replay(reqs, m, o);
+  CHECK(two.token_hit_rate() >= one.token_hit_rate());
+  CHECK(two.requests == 1500);
+  CHECK_FALSE(one.saturated());
+  MESSAGE("mooncake[0:1500] jamba, " << two.prefill_engines << " engines: 1 tier hit " << one.token_hit_rate()
+                                     << " p50 " << one.ttft_p50_ms << " ms; 2 tiers hit " << two.token_hit_rate()
+                                     << " p50 " << two.ttft_p50_ms << " ms");
 }

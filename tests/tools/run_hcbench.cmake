@@ -150,7 +150,8 @@ elseif(CASE STREQUAL "tiered")
   endif()
   foreach(key policy requests input_tokens skipped_tokens token_hit_rate hbm_hit_tokens host_hit_tokens
               bytes_loaded bytes_offloaded ttft_p50_ms ttft_p95_ms single_tier_ttft_p50_ms
-              recompute_instead_of_reload pipeline_hidden_fraction)
+              recompute_instead_of_reload pipeline_hidden_fraction utilization single_tier_utilization
+              prefill_engines prefill_engines_auto saturated flops_saved single_tier_flops_saved write_backs)
     string(JSON v ERROR_VARIABLE jerr GET "${out}" ${key})
     if(jerr)
       message(FATAL_ERROR "replay --tiers --json: key '${key}' missing:\n${out}")
@@ -168,8 +169,30 @@ elseif(CASE STREQUAL "tiered")
   expect_error("--prefill-engines" replay --trace ${FIXTURE} --tiers hbm=1GB,host=4GB --prefill-engines 0)
   expect_error("--spread-arrivals" replay --trace ${FIXTURE} --tiers hbm=1GB,host=4GB --spread-arrivals soon)
   expect_error("--prefill-time" replay --trace ${FIXTURE} --tiers hbm=1GB,host=4GB --prefill-time guess)
-  expect_error("--split-load-recompute" replay --trace ${FIXTURE} --tiers hbm=1GB,host=4GB --split-load-recompute maybe)
   expect_error("--prefetch-depth" replay --trace ${FIXTURE} --tiers hbm=1GB,host=4GB --prefetch-depth 0)
+  expect_error("--write-policy: unknown value 'lazy'" replay --trace ${FIXTURE} --tiers hbm=1GB,host=4GB --write-policy lazy)
+  expect_error("--watermarks: expected HIGH,LOW" replay --trace ${FIXTURE} --tiers hbm=1GB,host=4GB --watermarks 0.5,0.9)
+  expect_error("--demotion car: CaR's score" replay --trace ${FIXTURE} --tiers hbm=1GB,host=4GB --demotion car)
+  expect_error("--layerwise: unknown value 'maybe'" replay --trace ${FIXTURE} --tiers hbm=1GB,host=4GB --layerwise maybe)
+  expect_error("--alpha auto with --tiers" replay --trace ${FIXTURE} --tiers hbm=1GB,host=4GB --alpha auto)
+  expect_error("unknown policy 'bogus_policy'" replay --trace ${FIXTURE} --tiers hbm=1GB,host=4GB --policy bogus_policy)
+  expect_error("--concurrency does not apply with --tiers" replay --trace ${FIXTURE} --tiers hbm=1GB,host=4GB --concurrency 2)
+  expect_error("--drive does not apply with --tiers" replay --trace ${FIXTURE} --tiers hbm=1GB,host=4GB --drive lifecycle)
+  # --policy composes with --tiers: the prefix cache of each policy (issue #15: it was ignored).
+  run_hcbench(sg err rc replay --trace ${FIXTURE} --format marconi --model marconi_7b --tiers hbm=2GiB,host=8GiB
+              --policy sglang+ --json)
+  run_hcbench(vl err rc2 replay --trace ${FIXTURE} --format marconi --model marconi_7b --tiers hbm=2GiB,host=8GiB
+              --policy vllm+ --json)
+  if(NOT rc EQUAL 0 OR NOT rc2 EQUAL 0)
+    message(FATAL_ERROR "replay --tiers --policy failed: ${err}")
+  endif()
+  string(JSON p1 GET "${sg}" policy)
+  string(JSON f0 GET "${out}" flops_saved)
+  string(JSON f1 GET "${sg}" flops_saved)
+  string(JSON f2 GET "${vl}" flops_saved)
+  if(NOT p1 STREQUAL "sglang+" OR (f0 STREQUAL f1 AND f1 STREQUAL f2))
+    message(FATAL_ERROR "replay --tiers: the policy changed nothing (${p1}: ${f0} ${f1} ${f2})")
+  endif()
   # Several prefill engines and binned arrivals run and report the engine count.
   run_hcbench(out err rc replay --trace ${FIXTURE} --format marconi --model marconi_7b
               --tiers hbm=2GiB,host=8GiB --prefill-engines 3 --spread-arrivals next --json)

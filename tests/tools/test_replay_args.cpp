@@ -96,9 +96,21 @@ TEST_CASE("--tiers flags: scheduler, prefetch, sparsify, demotion names and the 
   CHECK(cli.prefetch == prefetch_kind::threshold);
   CHECK(cli.sparsify == sparsify_kind::profile);
   CHECK_THROWS_AS((void)make_tiered_replay_options("hbm=8GiB,host=0"), invalid_argument);
-  CHECK_THROWS_AS((void)make_tiered_replay_options("hbm=8GiB,host=1MiB"), invalid_argument);  // < one 2 MiB page
   CHECK_THROWS_AS((void)make_tiered_replay_options("hbm=8GiB", 0.0), invalid_argument);
   CHECK_THROWS_AS((void)make_tiered_replay_options("hbm=8GiB", 50.0, "sjf"), invalid_argument);
+  // The prefix-cache replay's own knobs.
+  CHECK(parse_write_policy("write-through-selective") == write_policy::write_through_selective);
+  CHECK_THROWS_AS((void)parse_write_policy("lazy"), invalid_argument);
+  CHECK_THROWS_AS((void)parse_demotion("car"), invalid_argument);  // CaR's score orders the queue, not victims
+  CHECK(parse_on_off("off", "--layerwise") == false);
+  CHECK_THROWS_AS((void)parse_on_off("yes", "--layerwise"), invalid_argument);
+  const auto w = parse_watermarks("0.95,0.7");
+  CHECK(w.high == 0.95);
+  CHECK(w.low == 0.7);
+  for (const char* bad : {"0.7,0.9", "0.9", "0.9,", "a,b", "1.5,0.2", "0.9,0.8,0.1"}) {
+    CAPTURE(bad);
+    CHECK_THROWS_AS((void)parse_watermarks(bad), invalid_argument);
+  }
 }
 
 // --- issue #18: output conventions -----------------------------------------------------

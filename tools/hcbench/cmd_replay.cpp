@@ -62,10 +62,13 @@ struct replay_cli {
 
 // Options that belong to one mode only; giving one in the other mode is an error.
 const char* const tiered_only[] = {"--link-gbps", "--scheduler", "--prefetch", "--sparsify", "--demotion",
-                                   "--arrival-scale", "--spread-arrivals", "--prefill-engines", "--prefetch-depth",
-                                   "--split-load-recompute", "--prefill-time", "--per-copy-us"};
-const char* const single_only[] = {"--capacity", "--policy", "--alpha", "--concurrency", "--strict-capacity",
-                                   "--reference-quirks", "--per-request", "--lru-ties", "--drive", "--flop-candidates", "--flop-index"};
+                                   "--write-policy", "--write-through-hits", "--watermarks", "--layerwise",
+                                   "--recompute-when-faster", "--staging-fraction", "--arrival-scale",
+                                   "--spread-arrivals", "--prefill-engines", "--prefetch-depth", "--prefill-time",
+                                   "--per-copy-us"};
+// The tiered replay drives the lifecycle with strict capacity on its own engines: these
+// single-tier knobs have no meaning there (--policy, --alpha and the scorer options do).
+const char* const single_only[] = {"--capacity", "--concurrency", "--strict-capacity", "--reference-quirks", "--drive"};
 
 void run(const replay_cli& o, const CLI::App& sub) {
   using namespace hcbench;
@@ -85,7 +88,27 @@ void run(const replay_cli& o, const CLI::App& sub) {
   load.max_turns = o.max_turns;
   if (tiered) {
     const std::int64_t block = o.format == "mooncake" && o.block_size > 0 ? o.block_size : 512;
-    run_tiered_replay_command(o.trace, o.format, o.model, block, load, o.tiered, o.json);
+    hcbench::tiered_policy p;
+    p.name = o.policy;
+    if (sub.count("--alpha") > 0) {
+      p.alpha = parse_alpha(o.alpha);
+      if (!p.alpha)
+        throw hybridcache::invalid_argument(
+            "--alpha auto with --tiers: the online tuner replays commits, not the request lifecycle the tiered "
+            "replay drives; give a number (default 1)");
+    }
+    reject_unless(o.policy == "marconi", sub, "--flop-candidates", "to --policy " + o.policy + " (marconi only)");
+    reject_unless(o.policy == "marconi", sub, "--flop-index", "to --policy " + o.policy + " (marconi only)");
+    if (o.flop_candidates != "paper" && o.flop_candidates != "protect-branches")
+      throw hybridcache::invalid_argument("--flop-candidates: expected paper or protect-branches, got '" +
+                                          o.flop_candidates + "'");
+    if (o.flop_index != "threshold" && o.flop_index != "classes")
+      throw hybridcache::invalid_argument("--flop-index: expected threshold or classes, got '" + o.flop_index + "'");
+    p.flop_candidates = o.flop_candidates;
+    p.flop_index = o.flop_index;
+    p.reference_lru_ties = parse_lru_ties(o.lru_ties);
+    if (o.format != "mooncake" && o.block_size > 0) p.vllm_block = o.block_size;
+    run_tiered_replay_command(o.trace, o.format, o.model, block, load, o.tiered, p, o.per_request, o.json);
     return;
   }
   if (o.capacity.empty()) throw hybridcache::invalid_argument("--capacity is required (or --tiers for a multi-tier replay)");
@@ -221,30 +244,44 @@ const bool registered = hcbench::register_command(
                     "bytes, leaf byte accounting); vllm+: replay on the reference's block tree; both to match "
                     "its rows exactly, for validation only");
        sub.add_option("--per-request", o.per_request,
-                      "write request,input_tokens,skipped_tokens per request (replay order) to this CSV file");
+                      "write request,input_tokens,skipped_tokens per request (replay order) to this CSV file; with "
+                      "--tiers: request,input_tokens,hbm_hit_tokens,host_hit_tokens,bytes_loaded,ttft_ms");
        sub.add_option("--lru-ties", o.lru_ties,
                       "sglang+/vllm+/lru tie-breaking: reference (CPython heapq order, exact reference victims, "
                       "O(n) per eviction round; default) or node-id (O(log n))");
        sub.add_option("--tiers", o.tiered.tiers,
-                      "multi-tier replay: hbm=BYTES,host=BYTES[,cxl@NODE=BYTES]; runs the CaR timeline model and "
-                      "the HBM-only baseline");
+                      "multi-tier replay: hbm=BYTES,host=BYTES[,cxl@NODE=BYTES]; the prefix cache of --policy over "
+                      "these tiers, timed (CaR), against the same policy on HBM alone");
        sub.add_option("--link-gbps", o.tiered.link_gbps, "--tiers: HBM <-> lower tier bandwidth, GB/s (default 50)");
        sub.add_option("--scheduler", o.tiered.scheduler, "--tiers: fcfs | car (default fcfs)");
        sub.add_option("--prefetch", o.tiered.prefetch, "--tiers: none | deadline | threshold (default none)");
        sub.add_option("--sparsify", o.tiered.sparsify, "--tiers: off | profile (default off)");
-       sub.add_option("--demotion", o.tiered.demotion, "--tiers: auto | lru | car | flop (default auto)");
+       sub.add_option("--demotion", o.tiered.demotion,
+                      "--tiers: victim order below HBM: auto | lru | flop (FLOP-aware: saved FLOPs per byte of KV or "
+                      "checkpoint; default auto = lru)");
+       sub.add_option("--write-policy", o.tiered.write_policy,
+                      "--tiers: write-back (copy down when evicted; default) | write-through (copy down when a "
+                      "request finishes) | write-through-selective (after --write-through-hits hits)");
+       sub.add_option("--write-through-hits", o.tiered.write_through_hits,
+                      "--tiers: write-through-selective threshold (default 2)");
+       sub.add_option("--watermarks", o.tiered.watermarks,
+                      "--tiers: HIGH,LOW of HBM use: the cleaner copies the coldest entries down above HIGH until "
+                      "those down to LOW are clean (default 0.9,0.8)");
+       sub.add_option("--layerwise", o.tiered.layerwise, "--tiers: layer-wise pipelined loading on | off (default on)");
+       sub.add_option("--recompute-when-faster", o.tiered.recompute,
+                      "--tiers: decline a lower-tier hit whose load is slower than recomputing it, on | off (default on)");
+       sub.add_option("--staging-fraction", o.tiered.staging_fraction,
+                      "--tiers: share of HBM kept as room for loads (default 0.125; the cache gets the rest)");
        sub.add_option("--arrival-scale", o.tiered.arrival_scale,
                       "--tiers: multiply inter-arrival times (default 1; > 1 unloads the modelled prefill engine)");
        sub.add_option("--spread-arrivals", o.tiered.spread_arrivals,
                       "--tiers: spread requests with equal timestamps over this many seconds, or 'next': up to "
                       "the next distinct timestamp (the trace's sampling bin); default 0 (as recorded)");
        sub.add_option("--prefill-engines", o.tiered.prefill_engines,
-                      "--tiers: prefill engines sharing the cache, each with its own link (default 1)");
+                      "--tiers: prefill engines sharing the cache, each with its own links: N, or auto (default: the "
+                      "fewest that keep a cache-less run under 90 % busy)");
        sub.add_option("--prefetch-depth", o.tiered.prefetch_depth,
                       "--tiers: queued requests (in dispatch order) a prefetch may serve (default 1)");
-       sub.add_option("--split-load-recompute", o.tiered.split,
-                      "--tiers: on (default): a lower-tier hit may be loaded up to a block and recomputed after "
-                      "it, whichever finishes first; off: all-or-nothing reload vs recompute");
        sub.add_option("--prefill-time", o.tiered.prefill_time,
                       "--tiers: flops (the cost model's FLOPs at Jamba-on-4xA100 throughput, prefix-aware; "
                       "default) | line (the measured Jamba-1.5-Mini line for every model)");

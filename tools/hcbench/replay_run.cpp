@@ -233,14 +233,7 @@ namespace {
 namespace hc = hybridcache;
 namespace pc = hybridcache::prefix;
 
-/// The `lru` policy's admission: only the state after the last decoded token (what an engine
-/// without speculative insertion keeps; no branch-point checkpoints).
-struct last_token_admission {
-  void select(const pc::insertion_view& v, std::vector<std::int64_t>& out) const noexcept {
-    if (v.total_tokens > 0) out.push_back(v.total_tokens);
-  }
-};
-static_assert(pc::admission_policy<last_token_admission>);
+using pc::last_token_admission;  // the `lru` policy's admission (prefix/admission.hpp)
 
 /// What both replay adapters report to the engine: the cache's counters, its alpha and its
 /// bytes, and the requests they refused.

@@ -3,26 +3,49 @@
 
 #include <cmath>
 #include <cstdint>
-#include <exception>
 #include <cstdio>
-#include <filesystem>
+#include <exception>
 #include <string>
 #include <vector>
 
-#include <hybridcache/model/cost_model.hpp>
 #include <hybridcache/core/error.hpp>
-#include <hybridcache/model/presets.hpp>
+#include <hybridcache/model/cost_model.hpp>
 #include <hybridcache/model/prefill_time.hpp>
-#include <hybridcache/sim/trace.hpp>
+#include <hybridcache/model/presets.hpp>
+#include <hybridcache/prefix/admission.hpp>
+#include <hybridcache/prefix/flop_aware_scorer.hpp>
+#include <hybridcache/prefix/gdsf_scorer.hpp>
+#include <hybridcache/prefix/lru_scorer.hpp>
 #include <hybridcache/sim/tiered_replay.hpp>
+#include <hybridcache/sim/trace.hpp>
 
+#include "atomic_file.hpp"
 #include "cli_support.hpp"
-#include "replay_run.hpp"
 #include "replay_report.hpp"
 #include "tiered_flags.hpp"
 
 namespace hcbench {
 namespace {
+
+namespace hc = hybridcache;
+namespace pc = hybridcache::prefix;
+namespace tr = hybridcache::tiered;
+
+/// The prefill-time model of --prefill-time, chosen at run time (one instantiation).
+class chosen_prefill_time {
+ public:
+  chosen_prefill_time(const hc::cost_model& m, bool flops) : flop_(m), flops_(flops) {}
+  [[nodiscard]] double prefill_ms(std::int64_t tokens) const { return prefill_ms(0, tokens); }
+  [[nodiscard]] double prefill_ms(std::int64_t prefix, std::int64_t tokens) const {
+    return flops_ ? flop_.prefill_ms(prefix, tokens) : line_.prefill_ms(tokens);
+  }
+
+ private:
+  hc::flop_prefill_time flop_;
+  hc::linear_prefill_time line_;
+  bool flops_;
+};
+static_assert(hc::prefix_aware_prefill_time_model<chosen_prefill_time>);
 
 double parse_spread_seconds(const std::string& s) {
   std::size_t used = 0;
@@ -33,12 +56,11 @@ double parse_spread_seconds(const std::string& s) {
     used = 0;
   }
   if (used != s.size() || !(v >= 0) || !(v <= 1e6))
-    throw hybridcache::invalid_argument("--spread-arrivals: expected a number of seconds in [0, 1e6] or 'next', got '" + s +
-                                        "'");
+    throw hc::invalid_argument("--spread-arrivals: expected a number of seconds in [0, 1e6] or 'next', got '" + s + "'");
   return v;
 }
 
-std::string tier_summary(const hybridcache::tiered::tiered_replay_options& o) {
+std::string tier_summary(const tr::tiered_replay_options& o) {
   std::string s;
   for (const auto& t : o.tiers) {
     if (!s.empty()) s += ",";
@@ -47,59 +69,130 @@ std::string tier_summary(const hybridcache::tiered::tiered_replay_options& o) {
   return s;
 }
 
+/// The tiered replay of one policy (the same compositions as the single-tier replay).
+tr::tiered_replay_result run_policy(const std::vector<hc::sim::request>& reqs, const hc::cost_model& m,
+                                    const tr::tiered_replay_options& o, const tiered_policy& p,
+                                    const chosen_prefill_time& prefill) {
+  const auto lru = [&] {
+    return pc::lru_scorer({.ties = p.reference_lru_ties ? pc::lru_ties::python_heapq : pc::lru_ties::by_node_id});
+  };
+  if (p.name == "marconi") {
+    const auto candidates =
+        p.flop_candidates == "paper" ? pc::flop_candidates::paper : pc::flop_candidates::protect_branches;
+    const auto index = p.flop_index == "classes" ? pc::flop_index::efficiency_classes : pc::flop_index::threshold_walk;
+    return tr::run_tiered_replay<pc::judicious_admission>(
+        reqs, m, o, pc::flop_aware_scorer(m, {.alpha = p.alpha.value_or(1.0), .candidates = candidates, .index = index}),
+        prefill);
+  }
+  if (p.name == "gdsf") return tr::run_tiered_replay<pc::judicious_admission>(reqs, m, o, pc::gdsf_scorer(m), prefill);
+  if (p.name == "sglang+") return tr::run_tiered_replay<pc::judicious_admission>(reqs, m, o, lru(), prefill);
+  if (p.name == "lru") return tr::run_tiered_replay<pc::last_token_admission>(reqs, m, o, lru(), prefill);
+  // vllm+: a checkpoint every `vllm_block` tokens = vllm_block / tokens_per_id ids.
+  const std::int64_t ids = std::max<std::int64_t>(1, p.vllm_block / std::max<std::int32_t>(reqs.front().tokens_per_id, 1));
+  if (ids == 1) return tr::run_tiered_replay<pc::every_block_admission<1>>(reqs, m, o, lru(), prefill);
+  if (ids == 32) return tr::run_tiered_replay<pc::every_block_admission<32>>(reqs, m, o, lru(), prefill);
+  throw hc::invalid_argument("vllm+ with --tiers: a checkpoint block of " + std::to_string(ids) +
+                             " ids is not compiled in (1 or 32 ids: 32-token blocks, or one per Mooncake block)");
+}
+
+void print_row(const char* name, const tr::tiered_replay_result& r) {
+  std::printf("%-12s %9lld %8.2f%% %13lld %13lld %12.1f %12.1f %8.1f%% %6.1f%% %8zu\n", name,
+              static_cast<long long>(r.requests), 100.0 * r.token_hit_rate(), static_cast<long long>(r.hbm_hit_tokens),
+              static_cast<long long>(r.host_hit_tokens), r.ttft_p50_ms, r.ttft_p95_ms, 100.0 * r.pipeline_hidden_fraction,
+              100.0 * r.utilization, r.prefill_engines);
+}
+
 }  // namespace
 
 void run_tiered_replay_command(const std::string& trace, const std::string& format, const std::string& model_name,
                                std::int64_t mooncake_block, const trace_load_options& load, const tiered_cli& t,
-                               bool json) {
-  namespace tiered = hybridcache::tiered;
-  const hybridcache::cost_model model(hybridcache::presets::preset(model_name));
-  if (!(t.link_gbps > 0)) throw hybridcache::invalid_argument("--link-gbps: link bandwidth must be > 0");
-  tiered::tiered_replay_options multi =
-      make_tiered_replay_options(t.tiers, t.link_gbps, t.scheduler, t.prefetch, t.sparsify);
+                               const tiered_policy& policy, const std::string& per_request, bool json) {
+  const hc::cost_model model(hc::presets::preset(model_name));
+  check_policy(policy.name);
+  if (!(t.link_gbps > 0)) throw hc::invalid_argument("--link-gbps: link bandwidth must be > 0");
+  if (policy.name != "marconi" && policy.alpha)
+    throw hc::invalid_argument("--alpha applies to --policy marconi only");
+  tr::tiered_replay_options multi = make_tiered_replay_options(t.tiers, t.link_gbps, t.scheduler, t.prefetch, t.sparsify);
   multi.demotion = parse_demotion(t.demotion);
+  multi.write = parse_write_policy(t.write_policy);
+  if (t.write_through_hits < 1 || t.write_through_hits > 1'000'000)
+    throw hc::invalid_argument("--write-through-hits must be in 1..1000000");
+  multi.write_through_hits = static_cast<std::int32_t>(t.write_through_hits);
+  multi.marks = parse_watermarks(t.watermarks);
+  multi.layerwise = parse_on_off(t.layerwise, "--layerwise");
+  multi.recompute_when_faster = parse_on_off(t.recompute, "--recompute-when-faster");
+  check_finite_range(t.staging_fraction, 0.01, 0.5, "--staging-fraction");
+  multi.staging_fraction = t.staging_fraction;
   // Finite and bounded, so every modelled time (<= 1e10 s of trace times this) stays finite.
   check_finite_range(t.arrival_scale, 1e-6, 1e6, "--arrival-scale");
   check_finite_range(t.per_copy_us, 0, 1e6, "--per-copy-us");
   check_finite_range(t.link_gbps, 1e-6, 1e6, "--link-gbps");
-  if (t.prefill_engines < 1 || t.prefill_engines > 4096)
-    throw hybridcache::invalid_argument("--prefill-engines must be in 1..4096");
   multi.arrival_time_scale = t.arrival_scale;
   if (t.spread_arrivals == "next") multi.spread_to_next_arrival = true;
   else multi.spread_equal_arrivals_s = parse_spread_seconds(t.spread_arrivals);
-  multi.prefill_engines = static_cast<std::size_t>(t.prefill_engines);
+  const bool auto_engines = t.prefill_engines == "auto";
+  if (!auto_engines) {
+    std::size_t used = 0;
+    long long n = 0;
+    try {
+      n = std::stoll(t.prefill_engines, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used != t.prefill_engines.size() || n < 1 || n > 4096)
+      throw hc::invalid_argument("--prefill-engines: expected 1..4096 or auto, got '" + t.prefill_engines + "'");
+    multi.prefill_engines = static_cast<std::size_t>(n);
+  }
   if (t.prefetch_depth < 1 || t.prefetch_depth > 1 << 20)
-    throw hybridcache::invalid_argument("--prefetch-depth must be in 1..1048576");
+    throw hc::invalid_argument("--prefetch-depth must be in 1..1048576");
   multi.prefetch_depth = static_cast<std::size_t>(t.prefetch_depth);
-  if (t.split != "on" && t.split != "off")
-    throw hybridcache::invalid_argument("--split-load-recompute: unknown value '" + t.split + "' (on, off)");
-  multi.split_load_recompute = t.split == "on";
   multi.per_copy_overhead_us = t.per_copy_us;
-  tiered::tiered_replay_options single = multi;
-  single.tiers.resize(1);  // HBM alone: parse_tiers puts it first
-
+  multi.keep_per_request = !per_request.empty();
   if (t.prefill_time != "flops" && t.prefill_time != "line")
-    throw hybridcache::invalid_argument("--prefill-time: unknown value '" + t.prefill_time + "' (flops, line)");
+    throw hc::invalid_argument("--prefill-time: unknown value '" + t.prefill_time + "' (flops, line)");
   trace_load_options with_block = load;
   with_block.block_size = mooncake_block;
   const auto requests = read_requests(trace, format, with_block);
+  if (requests.empty()) throw hc::invalid_argument("replay: the trace holds no requests");
+  const chosen_prefill_time prefill(model, t.prefill_time == "flops");
+  // Both runs on the same engines: the single-tier baseline's load decides the default.
+  if (auto_engines) multi.prefill_engines = tr::auto_prefill_engines(requests, multi, prefill);
+  tr::tiered_replay_options single = multi;
+  single.tiers.resize(1);  // HBM alone: parse_tiers puts it first
+  single.prefetch = tr::prefetch_kind::none;
   const std::string tokenizer = tokenizer_label(format, load);
   const bool tty = progress_enabled();
-  auto replay = [&](const tiered::tiered_replay_options& o) {
-    if (t.prefill_time == "line") return tiered::run_tiered_replay(requests, model, o, hybridcache::linear_prefill_time{});
-    return tiered::run_tiered_replay(requests, model, o, hybridcache::flop_prefill_time(model));
-  };
   if (tty) std::fprintf(stderr, "\r[1/2] multi-tier replay of %zu requests", requests.size());
-  const tiered::tiered_replay_result r = replay(multi);
+  const tr::tiered_replay_result r = run_policy(requests, model, multi, policy, prefill);
   if (tty) std::fprintf(stderr, "\r[2/2] single-tier baseline of %zu requests", requests.size());
-  const tiered::tiered_replay_result b = replay(single);
+  const tr::tiered_replay_result b = run_policy(requests, model, single, policy, prefill);
   if (tty) std::fprintf(stderr, "\r[2/2] done%40s\n", "");
+  for (const auto* x : {&b, &r})
+    if (x->saturated())
+      std::fprintf(stderr,
+                   "hcbench: warning: the %s run is saturated (%.0f %% busy on %zu prefill engines): its TTFT measures "
+                   "the queue; add --prefill-engines or --arrival-scale\n",
+                   x == &b ? "single-tier" : "multi-tier", 100.0 * x->utilization, x->prefill_engines);
   const double cut = b.ttft_p50_ms > 0 ? 1.0 - r.ttft_p50_ms / b.ttft_p50_ms : 0.0;
   const std::int64_t skipped = r.hbm_hit_tokens + r.host_hit_tokens;
-
+  const std::string arrivals = (multi.spread_to_next_arrival ? std::string("spread to the next timestamp")
+                                : multi.spread_equal_arrivals_s > 0
+                                    ? "equal timestamps spread over " + json::number(multi.spread_equal_arrivals_s) + " s"
+                                    : std::string("as recorded")) +
+                               (multi.arrival_time_scale != 1.0 ? ", gaps x" + json::number(multi.arrival_time_scale) : "");
+  if (!per_request.empty()) {
+    std::string csv = "request,input_tokens,hbm_hit_tokens,host_hit_tokens,bytes_loaded,ttft_ms\n";
+    for (std::size_t i = 0; i < r.per_request.size(); ++i) {
+      const auto& x = r.per_request[i];
+      csv += std::to_string(i) + ',' + std::to_string(x.input_tokens) + ',' + std::to_string(x.hbm_hit_tokens) + ',' +
+             std::to_string(x.host_hit_tokens) + ',' + std::to_string(x.bytes_loaded) + ',' + json::number(x.ttft_ms) + '\n';
+    }
+    write_file_atomic(per_request, csv, "--per-request");
+  }
   if (json) {
     json::object o;
-    o.str("policy", "tiered:" + t.demotion).str("tiers", tier_summary(multi)).str("model", model_name);
+    o.str("policy", policy.name).str("tiers", tier_summary(multi)).str("model", model_name);
+    if (policy.name == "marconi") o.num("alpha", policy.alpha.value_or(1.0));
     o.integer("requests", r.requests).integer("input_tokens", r.input_tokens).integer("skipped_tokens", skipped);
     o.num("token_hit_rate", r.token_hit_rate()).integer("hbm_hit_tokens", r.hbm_hit_tokens);
     o.integer("host_hit_tokens", r.host_hit_tokens).integer("recomputed_hit_tokens", r.recomputed_hit_tokens);
@@ -111,8 +204,15 @@ void run_tiered_replay_command(const std::string& trace, const std::string& form
     o.num("single_tier_ttft_p50_ms", b.ttft_p50_ms).num("single_tier_ttft_p95_ms", b.ttft_p95_ms);
     o.num("ttft_p50_reduction", cut).num("service_p50_ms", r.service_p50_ms);
     o.num("single_tier_service_p50_ms", b.service_p50_ms).num("single_tier_utilization", b.utilization);
-    o.integer("prefill_engines", t.prefill_engines).num("arrival_scale", t.arrival_scale);
+    o.integer("prefill_engines", static_cast<std::int64_t>(r.prefill_engines)).num("arrival_scale", t.arrival_scale);
     o.str("prefill_time", t.prefill_time).integer("split_load_recompute", r.split_load_recompute);
+    o.raw("prefill_engines_auto", auto_engines ? "true" : "false").str("arrivals", arrivals);
+    o.raw("saturated", r.saturated() ? "true" : "false").raw("single_tier_saturated", b.saturated() ? "true" : "false");
+    o.num("flops_saved", r.flops_saved).num("single_tier_flops_saved", b.flops_saved);
+    o.str("write_policy", t.write_policy).integer("write_backs", r.write_backs).integer("replicas", r.replicas);
+    o.integer("clean_drops", r.clean_drops).integer("joined_loads", r.joined_loads).integer("copies", r.copies);
+    o.integer("dropped_entries", r.dropped_blocks).num("stall_ms", r.stall_ms).integer("refused", r.refused);
+    o.integer("single_tier_refused", b.refused).str("layerwise", t.layerwise);
     if (tokenizer.empty())
       o.raw("tokenizer", "null");
     else
@@ -122,19 +222,20 @@ void run_tiered_replay_command(const std::string& trace, const std::string& form
     return;
   }
   if (!tokenizer.empty()) std::printf("tokenizer: %s\n", tokenizer.c_str());
-  std::printf("%-12s %10s %10s %14s %14s %12s %12s %10s\n", "tiers", "requests", "hit rate", "hbm hit tok",
-              "host hit tok", "TTFT p50 ms", "TTFT p95 ms", "hidden");
-  std::printf("%-12s %10lld %9.2f%% %14lld %14lld %12.1f %12.1f %9.1f%%\n", "single-tier",
-              static_cast<long long>(b.requests), 100.0 * b.token_hit_rate(), static_cast<long long>(b.hbm_hit_tokens),
-              0LL, b.ttft_p50_ms, b.ttft_p95_ms, 100.0 * b.pipeline_hidden_fraction);
-  std::printf("%-12s %10lld %9.2f%% %14lld %14lld %12.1f %12.1f %9.1f%%\n", "multi-tier",
-              static_cast<long long>(r.requests), 100.0 * r.token_hit_rate(), static_cast<long long>(r.hbm_hit_tokens),
-              static_cast<long long>(r.host_hit_tokens), r.ttft_p50_ms, r.ttft_p95_ms,
-              100.0 * r.pipeline_hidden_fraction);
-  std::printf("\nP50 TTFT %+.1f%% vs single-tier; %lld B loaded, %lld B offloaded; recompute instead of reload in "
-              "%lld requests (%lld tokens)\n",
-              -100.0 * cut, static_cast<long long>(r.bytes_loaded), static_cast<long long>(r.bytes_offloaded),
-              static_cast<long long>(r.recompute_instead_of_reload), static_cast<long long>(r.recomputed_hit_tokens));
+  std::printf("policy %s over %s; %zu prefill engines%s; arrivals %s\n", policy.name.c_str(), tier_summary(multi).c_str(),
+              r.prefill_engines, auto_engines ? " (auto: the fewest that keep a cache-less run under 90 % busy)" : "",
+              arrivals.c_str());
+  std::printf("%-12s %9s %9s %13s %13s %12s %12s %9s %7s %8s\n", "tiers", "requests", "hit rate", "hbm hit tok",
+              "host hit tok", "TTFT p50 ms", "TTFT p95 ms", "hidden", "busy", "engines");
+  print_row("single-tier", b);
+  print_row("multi-tier", r);
+  std::printf("\nP50 TTFT %+.1f%% vs single-tier; FLOPs saved %.3g vs %.3g; %lld B loaded, %lld B offloaded "
+              "(%lld write-backs, %lld clean copies made ahead); recompute instead of reload in %lld requests (%lld "
+              "tokens)\n",
+              -100.0 * cut, r.flops_saved, b.flops_saved, static_cast<long long>(r.bytes_loaded),
+              static_cast<long long>(r.bytes_offloaded), static_cast<long long>(r.write_backs),
+              static_cast<long long>(r.replicas), static_cast<long long>(r.recompute_instead_of_reload),
+              static_cast<long long>(r.recomputed_hit_tokens));
 }
 
 }  // namespace hcbench

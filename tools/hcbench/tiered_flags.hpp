@@ -1,11 +1,13 @@
 // tools/hcbench/tiered_flags.hpp
 //
-// The `--tiers` mode's flag values, parsed: scheduler, prefetch, sparsify and demotion
-// names, and the options built from the CLI's strings. CLI only (the library takes the
-// enums of sim/tiered_replay_options.hpp). Each parser is O(length) and throws
-// `invalid_argument` naming the flag and listing the valid values.
+// The `--tiers` mode's flag values, parsed: scheduler, prefetch, sparsify, demotion and
+// write-policy names, on/off switches, watermarks, and the options built from the CLI's
+// strings. CLI only (the library takes the enums of sim/tiered_replay_options.hpp). Each
+// parser is O(length) and throws `invalid_argument` naming the flag and listing the valid
+// values.
 #pragma once
 
+#include <cmath>
 #include <string>
 #include <string_view>
 
@@ -22,6 +24,7 @@ using hybridcache::tiered::prefetch_kind;
 using hybridcache::tiered::scheduler_kind;
 using hybridcache::tiered::sparsify_kind;
 using hybridcache::tiered::tiered_replay_options;
+using hybridcache::tiered::write_policy;
 
 /// Parses `fcfs` / `car`. @throws invalid_argument listing the valid names.
 [[nodiscard]] inline scheduler_kind parse_scheduler(std::string_view s) {
@@ -42,26 +45,59 @@ using hybridcache::tiered::tiered_replay_options;
   if (s == "profile") return sparsify_kind::profile;
   throw invalid_argument("--sparsify: unknown value '" + std::string(s) + "' (off, profile)");
 }
-/// Parses `auto` / `lru` / `car` / `flop`. @throws invalid_argument.
+/// Parses `auto` / `lru` / `flop`. CaR's score orders the queue (`--scheduler car`), not
+/// the victims of the prefix cache's lower tiers: `car` is refused with that explanation.
+/// @throws invalid_argument.
 [[nodiscard]] inline demotion_kind parse_demotion(std::string_view s) {
-  if (s == "auto") return demotion_kind::automatic;
-  if (s == "lru") return demotion_kind::lru;
-  if (s == "car") return demotion_kind::car_score;
+  if (s == "auto" || s == "lru") return s == "auto" ? demotion_kind::automatic : demotion_kind::lru;
   if (s == "flop") return demotion_kind::flop_aware;
-  throw invalid_argument("--demotion: unknown value '" + std::string(s) + "' (auto, lru, car, flop)");
+  if (s == "car")
+    throw invalid_argument("--demotion car: CaR's score (+1 window, +1 dispatch, -2 done) is not a victim order of the "
+                           "prefix-cache tiers; CaR's queue is --scheduler car (auto, lru, flop)");
+  throw invalid_argument("--demotion: unknown value '" + std::string(s) + "' (auto, lru, flop)");
+}
+/// Parses `write-back` / `write-through` / `write-through-selective`. @throws invalid_argument.
+[[nodiscard]] inline write_policy parse_write_policy(std::string_view s) {
+  if (s == "write-back") return write_policy::write_back;
+  if (s == "write-through") return write_policy::write_through;
+  if (s == "write-through-selective") return write_policy::write_through_selective;
+  throw invalid_argument("--write-policy: unknown value '" + std::string(s) +
+                         "' (write-back, write-through, write-through-selective)");
+}
+/// Parses `on` / `off` for `flag`. @throws invalid_argument.
+[[nodiscard]] inline bool parse_on_off(std::string_view s, std::string_view flag) {
+  if (s == "on") return true;
+  if (s == "off") return false;
+  throw invalid_argument(std::string(flag) + ": unknown value '" + std::string(s) + "' (on, off)");
+}
+/// Parses `HIGH,LOW` watermarks (fractions, 0 <= low < high <= 1). @throws invalid_argument.
+[[nodiscard]] inline hybridcache::tiered::watermarks parse_watermarks(const std::string& s) {
+  const auto comma = s.find(',');
+  hybridcache::tiered::watermarks w;
+  try {
+    std::size_t a = 0, b = 0;
+    if (comma == std::string::npos) throw invalid_argument("");
+    w.high = std::stod(s.substr(0, comma), &a);
+    w.low = std::stod(s.substr(comma + 1), &b);
+    if (a != comma || b != s.size() - comma - 1) throw invalid_argument("");
+    w.validate();
+  } catch (const std::exception&) {
+    throw invalid_argument("--watermarks: expected HIGH,LOW with 0 <= LOW < HIGH <= 1 (e.g. 0.9,0.8), got '" + s + "'");
+  }
+  return w;
 }
 
 /// Builds the options from the CLI's strings in one call (`--tiers hbm=BYTES,host=BYTES
 /// [--link-gbps 50] [--scheduler fcfs|car] [--prefetch none|deadline|threshold]
 /// [--sparsify off|profile]`), every value validated; the other knobs keep their defaults.
-/// @throws invalid_argument naming the option (zero or sub-page tier sizes, bandwidth <= 0,
-///         unknown names).
+/// Tier sizes are checked against the store's page when the replay builds it.
+/// @throws invalid_argument naming the option (zero tier sizes, bandwidth <= 0, unknown names).
 [[nodiscard]] inline tiered_replay_options make_tiered_replay_options(std::string_view tiers, double link_gbps = 50.0,
                                                                       std::string_view scheduler = "fcfs",
                                                                       std::string_view prefetch = "none",
                                                                       std::string_view sparsify = "off") {
   tiered_replay_options o;
-  o.tiers = parse_tiers(tiers, o.page_bytes, link_gbps);
+  o.tiers = parse_tiers(tiers, 1, link_gbps);
   o.link_gbps = link_gbps;
   o.scheduler = parse_scheduler(scheduler);
   o.prefetch = parse_prefetch(prefetch);
