@@ -11,21 +11,13 @@
 #include <algorithm>
 #include <array>
 #include <cstdint>
-#include <filesystem>
-#include <fstream>
+#include <cstring>
 #include <iterator>
-#include <limits>
 #include <string>
 #include <string_view>
-#include <unordered_map>
-#include <utility>
 #include <vector>
 
-#include "hybridcache/core/error.hpp"
-#include "hybridcache/core/hash.hpp"
 #include "hybridcache/sim/data/unicode_ln.hpp"
-#include "hybridcache/sim/json.hpp"
-#include "hybridcache/sim/request.hpp"
 
 namespace hybridcache::sim {
 
@@ -40,13 +32,19 @@ enum class cclass : std::uint8_t { other = 0, letter = 1, number = 2, space = 3 
          cp == 0x2028 || cp == 0x2029 || cp == 0x202F || cp == 0x205F || cp == 0x3000;
 }
 
-[[nodiscard]] inline cclass classify(std::uint32_t cp) noexcept {
+/// The class of an ASCII code point.
+[[nodiscard]] constexpr cclass classify_ascii(std::uint32_t cp) noexcept {
   if (is_white_space(cp)) return cclass::space;
-  if (cp < 0x80) {
-    if ((cp | 0x20) >= 'a' && (cp | 0x20) <= 'z') return cclass::letter;
-    if (cp >= '0' && cp <= '9') return cclass::number;
-    return cclass::other;
-  }
+  if ((cp | 0x20) >= 'a' && (cp | 0x20) <= 'z') return cclass::letter;
+  if (cp >= '0' && cp <= '9') return cclass::number;
+  return cclass::other;
+}
+
+/// The class of `cp` by a binary search of the generated ranges (what `class_table` is
+/// built from).
+[[nodiscard]] inline cclass classify(std::uint32_t cp) noexcept {
+  if (cp < 0x80) return classify_ascii(cp);
+  if (is_white_space(cp)) return cclass::space;
   const auto* first = std::begin(data::unicode_ln_ranges);
   const auto* last = std::end(data::unicode_ln_ranges);
   const auto* it = std::upper_bound(first, last, cp, [](std::uint32_t v, const data::unicode_ln_range& r) { return v < r.first; });
@@ -54,6 +52,49 @@ enum class cclass : std::uint8_t { other = 0, letter = 1, number = 2, space = 3 
   --it;
   return cp <= it->last ? static_cast<cclass>(it->cls) : cclass::other;
 }
+
+/// Every code point's class in two stages: blocks of 256 code points, those of one class
+/// shared. One load per character instead of a binary search; built once (about 0.1 ms,
+/// 80 KiB), thread-safe.
+class class_table {
+ public:
+  static const class_table& get() {
+    static const class_table table;
+    return table;
+  }
+  /// The class of a code point <= U+10FFFF.
+  [[nodiscard]] cclass of(std::uint32_t cp) const noexcept {
+    return static_cast<cclass>(blocks_[(std::size_t{index_[cp >> 8]} << 8) | (cp & 0xFFu)]);
+  }
+
+ private:
+  class_table() {
+    blocks_.assign(4 * 256, 0);  // blocks 0-3: every code point of class 0-3
+    for (std::size_t c = 0; c < 4; ++c) std::fill_n(blocks_.begin() + static_cast<std::ptrdiff_t>(c * 256), 256, static_cast<std::uint8_t>(c));
+    std::array<std::uint8_t, 256> block{};
+    std::size_t r = 0;
+    const auto& ranges = data::unicode_ln_ranges;
+    const std::size_t count = std::size(ranges);
+    for (std::uint32_t b = 0; b < index_.size(); ++b) {
+      const std::uint32_t base = b << 8, top = base + 255;
+      block.fill(static_cast<std::uint8_t>(cclass::other));
+      while (r < count && ranges[r].last < base) ++r;
+      for (std::size_t k = r; k < count && ranges[k].first <= top; ++k)
+        for (std::uint32_t cp = std::max(ranges[k].first, base); cp <= std::min(ranges[k].last, top); ++cp) block[cp - base] = ranges[k].cls;
+      if (base <= 0x3000)  // every White_Space code point is below U+3001
+        for (std::uint32_t cp = base; cp <= top; ++cp)
+          if (is_white_space(cp)) block[cp - base] = static_cast<std::uint8_t>(cclass::space);
+      if (std::all_of(block.begin(), block.end(), [&](std::uint8_t c) { return c == block[0]; })) {
+        index_[b] = block[0];
+        continue;
+      }
+      index_[b] = static_cast<std::uint16_t>(blocks_.size() / 256);
+      blocks_.insert(blocks_.end(), block.begin(), block.end());
+    }
+  }
+  std::array<std::uint16_t, 0x1100> index_{};
+  std::vector<std::uint8_t> blocks_;
+};
 
 /// Decodes the code point at s[i] of valid UTF-8; sets `len`.
 [[nodiscard]] inline std::uint32_t decode_valid(std::string_view s, std::size_t i, std::size_t& len) noexcept {
@@ -130,12 +171,43 @@ inline void append_utf8(std::string& out, std::uint32_t cp) {
   }
 }
 
+/// Writes the bytes that `token`, spelled in GPT-2's byte alphabet (`byte_to_unicode`),
+/// stands for; false when a character of it is not in the alphabet.
+[[nodiscard]] inline bool byte_level_to_bytes(std::string_view token, std::string& out) {
+  static constexpr std::array<std::int16_t, 324> from_unicode = [] {
+    std::array<std::int16_t, 324> inv{};
+    inv.fill(-1);
+    const auto map = byte_to_unicode();
+    for (std::size_t b = 0; b < 256; ++b) inv[map[b]] = static_cast<std::int16_t>(b);
+    return inv;
+  }();
+  out.clear();
+  std::size_t sub = 0;
+  for (std::size_t i = 0; i < token.size();) {
+    std::size_t len = valid_sequence(token, i, sub);
+    if (len == 0) return false;
+    const std::uint32_t cp = decode_valid(token, i, len);
+    if (cp >= from_unicode.size() || from_unicode[cp] < 0) return false;
+    out.push_back(static_cast<char>(from_unicode[cp]));
+    i += len;
+  }
+  return true;
+}
+
 }  // namespace bpe_detail
 
-/// True when `s` is well-formed UTF-8.
+/// True when `s` is well-formed UTF-8. ASCII is checked 8 bytes at a time.
 [[nodiscard]] inline bool is_valid_utf8(std::string_view s) noexcept {
   std::size_t sub = 0;
   for (std::size_t i = 0; i < s.size();) {
+    if (i + 8 <= s.size()) {
+      std::uint64_t word = 0;
+      std::memcpy(&word, s.data() + i, 8);
+      if ((word & 0x8080808080808080ULL) == 0) {
+        i += 8;
+        continue;
+      }
+    }
     const std::size_t n = bpe_detail::valid_sequence(s, i, sub);
     if (n == 0) return false;
     i += n;
@@ -162,14 +234,28 @@ inline void utf8_replace_invalid(std::string_view in, std::string& out) {
 }
 
 /// Calls `emit(piece)` for each piece of valid UTF-8 `text` split by the GPT-2 pattern
-/// (ByteLevel pre-tokenizer with use_regex).
+/// (ByteLevel pre-tokenizer with use_regex). ASCII characters are classified by a 128-entry
+/// table, others by `class_table`.
 template <class Emit>
 void byte_level_split(std::string_view text, Emit&& emit) {
   using bpe_detail::cclass;
+  static constexpr std::array<cclass, 128> ascii = [] {
+    std::array<cclass, 128> t{};
+    for (std::uint32_t c = 0; c < 128; ++c) t[c] = bpe_detail::classify_ascii(c);
+    return t;
+  }();
+  const bpe_detail::class_table& table = bpe_detail::class_table::get();
   const std::size_t n = text.size();
   std::size_t p = 0;
   std::size_t len = 0;
-  auto class_at = [&](std::size_t i, std::size_t& l) { return bpe_detail::classify(bpe_detail::decode_valid(text, i, l)); };
+  auto class_at = [&](std::size_t i, std::size_t& l) {
+    const auto b0 = static_cast<unsigned char>(text[i]);
+    if (b0 < 0x80) {
+      l = 1;
+      return ascii[b0];
+    }
+    return table.of(bpe_detail::decode_valid(text, i, l));
+  };
   auto run_end = [&](std::size_t i, cclass cls) {  // end of the run of `cls` starting at i
     std::size_t l = 0;
     while (i < n && class_at(i, l) == cls) i += l;
@@ -197,14 +283,14 @@ void byte_level_split(std::string_view text, Emit&& emit) {
       std::size_t l2 = 0;
       const cclass next = class_at(p + 1, l2);
       if (next != cclass::space) {
-        const std::size_t e = run_end(p + 1, next);
+        const std::size_t e = run_end(p + 1 + l2, next);
         emit(text.substr(p, e - p));
         p = e;
         continue;
       }
     }
     if (cls != cclass::space) {
-      const std::size_t e = run_end(p, cls);
+      const std::size_t e = run_end(p + len, cls);
       emit(text.substr(p, e - p));
       p = e;
       continue;
