@@ -3,6 +3,7 @@
 // Exactness against the Hugging Face package: hf_exact.py (ctest tokenizer.hf_exact).
 #include <doctest/doctest.h>
 
+#include <random>
 #include <string>
 #include <vector>
 
@@ -57,6 +58,29 @@ TEST_CASE("the GPT-2 split") {
   CHECK(split("end   ") == std::vector<std::string>{"end", "   "});
   CHECK(split("abc123 456!?") == std::vector<std::string>{"abc", "123", " 456", "!?"});
   CHECK(split("\xE4\xBD\xA0\xE5\xA5\xBD\xEF\xBC\x81") == std::vector<std::string>{"\xE4\xBD\xA0\xE5\xA5\xBD", "\xEF\xBC\x81"});
+}
+
+TEST_CASE("the checked split stops at ill-formed UTF-8 and otherwise splits as the plain one") {
+  std::mt19937_64 rng(7);
+  const std::vector<std::string> parts = {"a", " ", "'s", "\n", "1", "!", "\xE4\xBD\xA0", "\xC3\xA9", "\xF0\x9F\x98\x80", "\xE2\x80\x83",
+                                          "\xFF", "\xC0\xAF", "\xED\xA0\x80", "\xE0\x80\x80", "\xF4\x90\x80\x80", "\xE4\xB8", "\x80"};
+  std::size_t ill = 0;
+  for (int t = 0; t < 4000; ++t) {
+    std::string s;
+    for (int k = static_cast<int>(rng() % 12); k >= 0; --k) s += parts[rng() % (t % 2 == 0 ? 10 : parts.size())];
+    std::vector<std::string> checked;
+    const bool ok = byte_level_split<true>(s, [&](std::string_view p) { checked.emplace_back(p); });
+    CHECK(ok == is_valid_utf8(s));
+    if (ok) {
+      CHECK(checked == split(s));
+    } else {
+      ++ill;
+      std::size_t covered = 0;  // what it emitted before stopping is a prefix of the text
+      for (const auto& p : checked) covered += p.size();
+      CHECK(s.compare(0, covered, [&] { std::string c; for (const auto& p : checked) c += p; return c; }()) == 0);
+    }
+  }
+  CHECK(ill > 100);
 }
 
 TEST_CASE("a hand-written tokenizer.json") {

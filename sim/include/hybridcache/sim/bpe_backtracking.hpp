@@ -156,36 +156,42 @@ class bpe_backtracking_encoder {
   /// returns false (and leaves `out` as it was) when no sequence of trie tokens fits: the
   /// caller then merges. `merges` is the table it was built from.
   bool encode(std::string_view piece, const bpe_merge_table& merges, std::vector<token_id>& out) {
-    if (!enabled_ || piece.empty() || piece.size() > std::numeric_limits<std::int32_t>::max() / 2) return false;
-    const auto n = static_cast<std::int32_t>(piece.size());
-    dead_.assign(static_cast<std::size_t>(n / 64) + 1, 0);
-    frames_.clear();
-    candidates_.clear();
-    chosen_.clear();
-    open_frame(piece, 0);
-    while (true) {
-      frame& f = frames_.back();
-      bool advanced = false;
-      while (f.next > f.begin) {
-        const candidate c = candidates_[static_cast<std::size_t>(--f.next)];  // longest first
-        if (is_dead(c.end)) continue;
-        if (!chosen_.empty() && !fits(merges, chosen_.back(), c.token)) continue;
-        chosen_.push_back(c.token);
-        if (c.end == n) {
-          out.insert(out.end(), chosen_.begin(), chosen_.end());
-          return true;
-        }
-        open_frame(piece, c.end);
-        advanced = true;
+    if (!enabled_ || piece.empty() || piece.size() >= std::numeric_limits<std::uint32_t>::max()) return false;
+    // The tokens taken so far are out[base, ...), starting at starts_[...]; they fit
+    // pairwise, so they are the encoding of piece[0, p) (fact 3).
+    const std::size_t base = out.size(), n = piece.size();
+    starts_.clear();
+    clear_dead(n);
+    std::size_t p = 0;
+    std::size_t below = n + 1;  // only candidates shorter than this (after backing off)
+    std::array<bpe_char_trie::match, max_candidates> found;  // written before read
+    while (p < n) {
+      std::size_t count = trie_.prefixes(piece, p, found.data(), max_candidates);
+      if (count > max_candidates) return give_up(out, base);
+      bool taken = false;
+      while (count > 0) {  // longest first
+        const bpe_char_trie::match m = found[--count];
+        if (m.end - p >= below || is_dead(m.end)) continue;
+        if (out.size() > base && !fits(merges, out.back(), m.token)) continue;
+        out.push_back(m.token);
+        starts_.push_back(static_cast<std::uint32_t>(p));
+        p = m.end;
+        taken = true;
         break;
       }
-      if (advanced) continue;
-      dead_[static_cast<std::size_t>(f.pos) / 64] |= std::uint64_t{1} << (f.pos % 64);
-      candidates_.resize(static_cast<std::size_t>(f.begin));
-      frames_.pop_back();
-      if (frames_.empty()) return false;
-      chosen_.pop_back();
+      below = n + 1;
+      if (taken) continue;
+      // Nothing fits from p: p is no boundary of the answer. Back off the last token and
+      // try its shorter alternatives.
+      mark_dead(p);
+      if (out.size() == base) return false;
+      const std::size_t q = starts_.back();
+      starts_.pop_back();
+      out.pop_back();
+      below = p - q;
+      p = q;
     }
+    return true;
   }
 
  private:
@@ -203,29 +209,28 @@ class bpe_backtracking_encoder {
     std::uint64_t right;  // see build_fit_filter
     std::uint64_t left;
   };
-  struct frame {
-    std::int32_t pos;    // byte offset the candidates start at
-    std::int32_t begin;  // candidates_[begin, next) are still to try, shortest first
-    std::int32_t next;
-  };
-  struct candidate {
-    token_id token;
-    std::int32_t end;
-  };
+  // Candidates a position may have (longer lists make `encode` give up, to the merger).
+  static constexpr std::size_t max_candidates = 128;
 
-  [[nodiscard]] bool is_dead(std::int32_t pos) const noexcept {
-    return ((dead_[static_cast<std::size_t>(pos) / 64] >> (pos % 64)) & 1u) != 0;
+  bool give_up(std::vector<token_id>& out, std::size_t base) {
+    out.resize(base);
+    return false;
   }
 
-  // Pushes the frame of the candidate tokens that start at `pos` (shortest first), and
-  // fetches the fit filter of the longest (the one tried first).
-  void open_frame(std::string_view piece, std::int32_t pos) {
-    const auto begin = static_cast<std::int32_t>(candidates_.size());
-    trie_.for_each_prefix(piece, static_cast<std::size_t>(pos), [&](token_id t, std::size_t end) {
-      candidates_.push_back({t, static_cast<std::int32_t>(end)});
-    });
-    if (candidates_.size() > static_cast<std::size_t>(begin)) __builtin_prefetch(&filter_[static_cast<std::size_t>(candidates_.back().token)]);
-    frames_.push_back({pos, begin, static_cast<std::int32_t>(candidates_.size())});
+  // Dead positions: a bitset over the piece, cleared where the last piece dirtied it.
+  void clear_dead(std::size_t n) {
+    const std::size_t words = n / 64 + 1;
+    if (dead_.size() < words) dead_.resize(words, 0);
+    if (dead_dirty_) std::fill(dead_.begin(), dead_.begin() + static_cast<std::ptrdiff_t>(std::min(dead_.size(), dead_words_)), 0);
+    dead_dirty_ = false;
+    dead_words_ = words;
+  }
+  void mark_dead(std::size_t pos) {
+    dead_[pos / 64] |= std::uint64_t{1} << (pos % 64);
+    dead_dirty_ = true;
+  }
+  [[nodiscard]] bool is_dead(std::size_t pos) const noexcept {
+    return dead_dirty_ && ((dead_[pos / 64] >> (pos % 64)) & 1u) != 0;
   }
 
   // One bit of 64 standing for token z in the fit filter.
@@ -327,9 +332,9 @@ class bpe_backtracking_encoder {
   std::vector<std::uint64_t> walked_ = std::vector<std::uint64_t>(std::size_t{1} << 14, ~std::uint64_t{0});
   bpe_char_trie trie_;
   std::vector<std::uint64_t> dead_;
-  std::vector<frame> frames_;
-  std::vector<candidate> candidates_;
-  std::vector<token_id> chosen_;
+  bool dead_dirty_ = false;
+  std::size_t dead_words_ = 0;
+  std::vector<std::uint32_t> starts_;  // where each token taken by `encode` starts
 };
 
 }  // namespace hybridcache::sim

@@ -4,15 +4,16 @@
 // UTF-8 character at a time, so that it can list the tokens starting at a position of the
 // text, shortest first.
 //
-// The walk is a chain of dependent lookups, each a likely cache miss, so the trie is kept
-// small: an edge is one 64-bit word (parent node, code point, child node: 21 bits each) in
-// 64-byte buckets of 8, filled to at most 3/4 (about 11 bytes an edge; a 32k vocabulary's
-// trie of 50k edges takes 0.5 MiB, within a core's L2). A node that spells a token has that
-// token's id as its number, so finding the edge also gives the token; the other nodes are
-// numbered from `id_limit` up. Node numbers and ids must stay below 2^21 - 1 (`fits`).
+// An edge is one 64-bit word: parent node, code point and child node (21 bits each) and a
+// bit saying whether the child has children (so a walk stops at a leaf without a lookup).
+// The root's edges below U+10000 are found by code point in a direct table (one load; CJK
+// text touches its 168 KiB of ideographs); the others in an open-addressing table of such
+// words, at most half full, hashed by one multiplication. A node that spells a token is
+// numbered by that token's id, so finding the edge gives the token; the other nodes are
+// numbered from `id_limit` up. Ids and node numbers must stay below 2^21 - 1 (`fits`).
 //
-// Cost: building O(total token bytes); a lookup hashes once and scans one bucket (rarely
-// the next); `for_each_prefix` does one lookup per character walked.
+// Cost: building O(total token bytes); a walk does one load (the root) or one probe per
+// character, and stops at the first character no token continues with.
 #pragma once
 
 #include <algorithm>
@@ -22,67 +23,92 @@
 #include <utility>
 #include <vector>
 
-#include "hybridcache/core/hash.hpp"
 #include "hybridcache/sim/request.hpp"
 #include "hybridcache/sim/utf8_pretokenize.hpp"
 
 namespace hybridcache::sim {
 
-/// A trie of tokens over code points, compact for cache. See the file comment.
+/// A trie of tokens over code points. See the file comment.
 class bpe_char_trie {
  public:
   /// Node numbers (and token ids) must be below this.
   static constexpr std::uint32_t max_nodes = (std::uint32_t{1} << 21) - 1;
 
-  /// True when `tokens` tokens of `chars` characters in all, with ids below `id_limit`,
-  /// certainly fit.
-  [[nodiscard]] static bool fits(std::size_t id_limit, std::size_t chars) noexcept {
-    return id_limit + chars + 1 < max_nodes;
-  }
+  /// A token found by a walk, and the end of its bytes in the text.
+  struct match {
+    token_id token;
+    std::uint32_t end;
+  };
+
+  /// True when tokens of `chars` characters in all, with ids below `id_limit`, certainly fit.
+  [[nodiscard]] static bool fits(std::size_t id_limit, std::size_t chars) noexcept { return id_limit + chars + 1 < max_nodes; }
 
   /// Builds from (bytes, id) pairs: valid UTF-8, non-empty, distinct, ids below `id_limit`;
-  /// `chars` bounds the characters of all of them (see `fits`).
+  /// `chars` bounds their characters in all (see `fits`).
   void build(std::vector<std::pair<std::string_view, token_id>> tokens, std::size_t id_limit, std::size_t chars) {
-    // Shorter first, so a prefix that is a token is made before any node below it.
+    // Shorter first, so a prefix that is a token is made (numbered by its id) before any
+    // node below it.
     std::sort(tokens.begin(), tokens.end(), [](const auto& a, const auto& b) {
       return a.first.size() != b.first.size() ? a.first.size() < b.first.size() : a.second < b.second;
     });
-    // Twice: sized by `chars`, then again sized by the edges it held (load <= 1/2).
+    // Twice: sized by `chars`, then by the edges it held (at most half full).
     insert_all(tokens, id_limit, chars);
     insert_all(tokens, id_limit, edges_);
   }
 
-  /// Calls `found(token, end)` for every token that `text` (valid UTF-8) holds at `pos`,
-  /// shortest first (`end`: one past its last byte).
-  template <class Found>
-  void for_each_prefix(std::string_view text, std::size_t pos, Found&& found) const {
-    std::uint64_t edge = key(root_, 0) | root_ | inner;  // the root, as if reached by an edge
-    for (std::size_t i = pos; i < text.size();) {
-      if ((edge & inner) == 0) return;  // a leaf: nothing longer
-      std::size_t l = 0;
-      const std::uint32_t cp = bpe_detail::decode_valid(text, i, l);
-      edge = find(static_cast<std::uint32_t>(edge & field), cp);
-      if (edge == empty) return;
-      i += l;
-      const auto node = static_cast<std::uint32_t>(edge & field);
-      if (node < root_) found(static_cast<token_id>(node), i);
+  /// Writes to `out` the tokens that `text` (valid UTF-8) holds at `pos`, shortest first,
+  /// and returns their count; returns `max + 1` (having written `max`) when there are more
+  /// than `max`.
+  std::size_t prefixes(std::string_view text, std::size_t pos, match* out, std::size_t max) const noexcept {
+    const auto* s = reinterpret_cast<const unsigned char*>(text.data());
+    const std::size_t n = text.size();
+    std::size_t count = 0, i = pos, len = 0;
+    std::uint32_t cp = bpe_detail::decode_at(s + i, len);
+    std::uint64_t e = cp < 0x10000 ? bmp_[cp] : find(root_, cp);
+    while (e != empty) {
+      i += len;
+      const auto node = static_cast<std::uint32_t>(e & field);
+      if (node < root_) {
+        if (count == max) return max + 1;
+        out[count++] = {static_cast<token_id>(node), static_cast<std::uint32_t>(i)};
+      }
+      if ((e & inner) == 0 || i >= n) break;
+      cp = bpe_detail::decode_at(s + i, len);
+      e = find(node, cp);
     }
+    return count;
   }
 
  private:
-  static constexpr std::uint32_t none = max_nodes;
   static constexpr std::uint64_t empty = ~std::uint64_t{0};  // parent field all ones: no node
   static constexpr std::uint64_t field = (std::uint64_t{1} << 21) - 1;
   static constexpr std::uint64_t inner = std::uint64_t{1} << 63;  // the child has children
+  static constexpr std::uint64_t key_bits = ~field & ~inner;
 
-  // Bits 21-41: the code point; 42-62: the parent; 0-20: the child; 63: `inner`.
+  // Bits 0-20: the child; 21-41: the code point; 42-62: the parent; 63: `inner`.
   [[nodiscard]] static std::uint64_t key(std::uint32_t parent, std::uint32_t cp) noexcept {
     return ((static_cast<std::uint64_t>(parent) << 21) | cp) << 21;
   }
-  static constexpr std::uint64_t key_bits = ~field & ~inner;
+  [[nodiscard]] std::size_t home(std::uint64_t k) const noexcept {
+    return static_cast<std::size_t>((k * 0x9E3779B97F4A7C15ULL) >> shift_);  // Fibonacci hashing
+  }
+
   // The edge (parent, cp), or `empty`.
   [[nodiscard]] std::uint64_t find(std::uint32_t parent, std::uint32_t cp) const noexcept {
-    return *slot(key(parent, cp));
+    const std::uint64_t k = key(parent, cp);
+    for (std::size_t i = home(k);; i = (i + 1) & mask_) {
+      const std::uint64_t e = slots_[i];
+      if ((e & key_bits) == k || e == empty) return e;
+    }
+  }
+
+  // The word holding the edge (parent, cp), made (empty) when missing.
+  std::uint64_t& slot(std::uint32_t parent, std::uint32_t cp) {
+    if (parent == root_ && cp < 0x10000) return bmp_[cp];
+    const std::uint64_t k = key(parent, cp);
+    std::size_t i = home(k);
+    while (slots_[i] != empty && (slots_[i] & key_bits) != k) i = (i + 1) & mask_;
+    return slots_[i];
   }
 
   void insert_all(const std::vector<std::pair<std::string_view, token_id>>& tokens, std::size_t id_limit, std::size_t edges) {
@@ -93,6 +119,9 @@ class bpe_char_trie {
     while (slots < 2 * edges) slots *= 2;
     slots_.assign(slots, empty);
     mask_ = slots - 1;
+    shift_ = 64;
+    for (std::size_t s = slots; s > 1; s /= 2) --shift_;
+    bmp_.assign(0x10000, empty);
     for (const auto& [bytes, id] : tokens) {
       std::uint32_t node = root_;
       std::uint64_t* into = nullptr;  // the edge into `node` (none into the root)
@@ -101,27 +130,21 @@ class bpe_char_trie {
         const std::uint32_t cp = bpe_detail::decode_valid(bytes, i, l);
         i += l;
         if (into != nullptr) *into |= inner;
-        const std::uint64_t k = key(node, cp);
-        into = const_cast<std::uint64_t*>(slot(k));
-        if (*into == empty) {
-          *into = k | (i == bytes.size() ? static_cast<std::uint32_t>(id) : next_node_++);
+        std::uint64_t& e = slot(node, cp);
+        if (e == empty) {
+          e = key(node, cp) | (i == bytes.size() ? static_cast<std::uint32_t>(id) : next_node_++);
           ++edges_;
         }
-        node = static_cast<std::uint32_t>(*into & field);
+        into = &e;
+        node = static_cast<std::uint32_t>(e & field);
       }
     }
   }
 
-  // The slot holding the edge with key `k`, or the empty slot where it would go.
-  [[nodiscard]] const std::uint64_t* slot(std::uint64_t k) const noexcept {
-    for (std::size_t i = splitmix64_mix(k) & mask_;; i = (i + 1) & mask_) {
-      const std::uint64_t& e = slots_[i];
-      if ((e & key_bits) == k || e == empty) return &e;
-    }
-  }
-
-  std::vector<std::uint64_t> slots_;
+  std::vector<std::uint64_t> bmp_;    // the root's edges below U+10000, by code point
+  std::vector<std::uint64_t> slots_;  // the other edges
   std::size_t mask_ = 0;
+  unsigned shift_ = 64;
   std::uint32_t root_ = 0;
   std::uint32_t next_node_ = 0;
   std::size_t edges_ = 0;

@@ -113,13 +113,17 @@ class bpe_tokenizer {
 
   /// Appends the ids of `text` to `out` (invalid UTF-8 replaced as documented).
   void encode(std::string_view text, std::vector<token_id>& out) {
-    if (!is_valid_utf8(text)) {
-      std::string clean;
-      utf8_replace_invalid(text, clean);
-      encode_valid(clean, out);
-      return;
-    }
+    // The split checks the UTF-8 as it goes; at an ill-formed sequence everything is
+    // redone on the repaired text (what was appended is dropped).
+    const std::size_t start = out.size();
+    ill_formed_ = false;
     encode_valid(text, out);
+    if (!ill_formed_) return;
+    out.resize(start);
+    std::string clean;
+    utf8_replace_invalid(text, clean);
+    ill_formed_ = false;
+    encode_valid(clean, out);
   }
 
   /// The ids of `text`.
@@ -371,12 +375,12 @@ class bpe_tokenizer {
         ++i;
         continue;
       }
-      emit_segment(text.substr(start, i - start), normalized, out);
+      emit_segment(std::string_view(text.data() + start, i - start), normalized, out);
       out.push_back(hit->id);
       i += hit->content.size();
       start = i;
     }
-    emit_segment(text.substr(start), normalized, out);
+    emit_segment(std::string_view(text.data() + start, text.size() - start), normalized, out);
   }
 
   void emit_segment(std::string_view segment, bool normalized_pass, std::vector<token_id>& out) {
@@ -388,7 +392,8 @@ class bpe_tokenizer {
   }
 
   void encode_plain(std::string_view text, std::vector<token_id>& out) {
-    byte_level_split(text, [&](std::string_view piece) { encode_piece(piece, out); });
+    if (ill_formed_) return;  // the text is redone anyway
+    if (!byte_level_split<true>(text, [&](std::string_view piece) { encode_piece(piece, out); })) ill_formed_ = true;
   }
 
   void encode_piece(std::string_view piece, std::vector<token_id>& out) {
@@ -430,6 +435,7 @@ class bpe_tokenizer {
   std::vector<added_token> added_;
   std::array<token_id, 256> byte_ids_{};
   bool ignore_merges_ = false;
+  bool ill_formed_ = false;  // `encode` met ill-formed UTF-8
   std::unordered_map<std::string, token_id, bytes_hash, std::equal_to<>> by_bytes_;  // ignore_merges: raw bytes -> id
   std::vector<cache_entry> cache_;  // short pre-tokens; allocated on first use
   std::array<std::vector<std::uint32_t>, 256> by_first_byte_{};  // indices into added_

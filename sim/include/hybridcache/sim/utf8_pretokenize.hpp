@@ -17,6 +17,7 @@
 #include <string_view>
 #include <vector>
 
+#include "hybridcache/core/config.hpp"
 #include "hybridcache/sim/data/unicode_ln.hpp"
 
 namespace hybridcache::sim {
@@ -63,7 +64,7 @@ class class_table {
     return table;
   }
   /// The class of a code point <= U+10FFFF.
-  [[nodiscard]] cclass of(std::uint32_t cp) const noexcept {
+  [[nodiscard]] HYBRIDCACHE_FORCEINLINE cclass of(std::uint32_t cp) const noexcept {
     return static_cast<cclass>(blocks_[(std::size_t{index_[cp >> 8]} << 8) | (cp & 0xFFu)]);
   }
 
@@ -96,24 +97,59 @@ class class_table {
   std::vector<std::uint8_t> blocks_;
 };
 
-/// Decodes the code point at s[i] of valid UTF-8; sets `len`.
-[[nodiscard]] inline std::uint32_t decode_valid(std::string_view s, std::size_t i, std::size_t& len) noexcept {
-  const auto b0 = static_cast<unsigned char>(s[i]);
+/// Decodes the code point at `p` of valid UTF-8; sets `len`.
+[[nodiscard]] HYBRIDCACHE_FORCEINLINE std::uint32_t decode_at(const unsigned char* p, std::size_t& len) noexcept {
+  const std::uint32_t b0 = p[0];
   if (b0 < 0x80) {
     len = 1;
     return b0;
   }
   if (b0 < 0xE0) {
     len = 2;
-    return ((b0 & 0x1Fu) << 6) | (static_cast<unsigned char>(s[i + 1]) & 0x3Fu);
+    return ((b0 & 0x1Fu) << 6) | (p[1] & 0x3Fu);
   }
   if (b0 < 0xF0) {
     len = 3;
-    return ((b0 & 0x0Fu) << 12) | ((static_cast<unsigned char>(s[i + 1]) & 0x3Fu) << 6) | (static_cast<unsigned char>(s[i + 2]) & 0x3Fu);
+    return ((b0 & 0x0Fu) << 12) | ((p[1] & 0x3Fu) << 6) | (p[2] & 0x3Fu);
   }
   len = 4;
-  return ((b0 & 0x07u) << 18) | ((static_cast<unsigned char>(s[i + 1]) & 0x3Fu) << 12) |
-         ((static_cast<unsigned char>(s[i + 2]) & 0x3Fu) << 6) | (static_cast<unsigned char>(s[i + 3]) & 0x3Fu);
+  return ((b0 & 0x07u) << 18) | ((p[1] & 0x3Fu) << 12) | ((p[2] & 0x3Fu) << 6) | (p[3] & 0x3Fu);
+}
+
+/// Code point returned by `decode_checked` for an ill-formed sequence.
+inline constexpr std::uint32_t ill_formed = 0x110000;
+
+/// Decodes the code point at `p` (`avail` bytes readable) and sets `len`, or returns
+/// `ill_formed` (len = 1) when the bytes there are not a well-formed sequence: continuation
+/// bytes missing, an overlong form, a surrogate or a code point above U+10FFFF (the
+/// constraints of Unicode Table 3-7, checked on the decoded value).
+[[nodiscard]] HYBRIDCACHE_FORCEINLINE std::uint32_t decode_checked(const unsigned char* p, std::size_t avail, std::size_t& len) noexcept {
+  const std::uint32_t b0 = p[0];
+  if (b0 < 0x80) {
+    len = 1;
+    return b0;
+  }
+  if ((b0 & 0xF0u) == 0xE0u && avail >= 3 && (((p[1] & 0xC0u) << 8) | (p[2] & 0xC0u)) == 0x8080u) {
+    const std::uint32_t cp = ((b0 & 0x0Fu) << 12) | ((p[1] & 0x3Fu) << 6) | (p[2] & 0x3Fu);
+    len = 3;
+    return cp >= 0x800 && (cp < 0xD800 || cp > 0xDFFF) ? cp : (len = 1, ill_formed);
+  }
+  if ((b0 & 0xE0u) == 0xC0u && avail >= 2 && (p[1] & 0xC0u) == 0x80u && b0 >= 0xC2) {
+    len = 2;
+    return ((b0 & 0x1Fu) << 6) | (p[1] & 0x3Fu);
+  }
+  if ((b0 & 0xF8u) == 0xF0u && avail >= 4 && (((p[1] & 0xC0u) << 16) | ((p[2] & 0xC0u) << 8) | (p[3] & 0xC0u)) == 0x808080u) {
+    const std::uint32_t cp = ((b0 & 0x07u) << 18) | ((p[1] & 0x3Fu) << 12) | ((p[2] & 0x3Fu) << 6) | (p[3] & 0x3Fu);
+    len = 4;
+    return cp >= 0x10000 && cp <= 0x10FFFF ? cp : (len = 1, ill_formed);
+  }
+  len = 1;
+  return ill_formed;
+}
+
+/// Decodes the code point at s[i] of valid UTF-8; sets `len`.
+[[nodiscard]] HYBRIDCACHE_FORCEINLINE std::uint32_t decode_valid(std::string_view s, std::size_t i, std::size_t& len) noexcept {
+  return decode_at(reinterpret_cast<const unsigned char*>(s.data()) + i, len);
 }
 
 /// Length of the well-formed UTF-8 sequence at s[i] (Unicode Table 3-7), or 0 when the
@@ -196,21 +232,37 @@ inline void append_utf8(std::string& out, std::uint32_t cp) {
 
 }  // namespace bpe_detail
 
-/// True when `s` is well-formed UTF-8. ASCII is checked 8 bytes at a time.
+/// True when `s` is well-formed UTF-8. ASCII runs are checked 8 bytes at a time, two- and
+/// three-byte sequences without a restricted second byte by a masked compare.
 [[nodiscard]] inline bool is_valid_utf8(std::string_view s) noexcept {
-  std::size_t sub = 0;
-  for (std::size_t i = 0; i < s.size();) {
-    if (i + 8 <= s.size()) {
-      std::uint64_t word = 0;
-      std::memcpy(&word, s.data() + i, 8);
-      if ((word & 0x8080808080808080ULL) == 0) {
+  const auto* p = reinterpret_cast<const unsigned char*>(s.data());
+  const std::size_t n = s.size();
+  std::size_t i = 0, sub = 0;
+  while (i < n) {
+    const unsigned b0 = p[i];
+    if (b0 < 0x80) {
+      ++i;
+      while (i + 8 <= n) {
+        std::uint64_t word = 0;
+        std::memcpy(&word, p + i, 8);
+        if ((word & 0x8080808080808080ULL) != 0) break;
         i += 8;
-        continue;
       }
+      continue;
     }
-    const std::size_t n = bpe_detail::valid_sequence(s, i, sub);
-    if (n == 0) return false;
-    i += n;
+    if (b0 >= 0xE1 && b0 != 0xED && b0 <= 0xEF && i + 2 < n) {  // most of CJK
+      if ((p[i + 1] & 0xC0u) != 0x80u || (p[i + 2] & 0xC0u) != 0x80u) return false;
+      i += 3;
+      continue;
+    }
+    if (b0 >= 0xC2 && b0 <= 0xDF && i + 1 < n) {
+      if ((p[i + 1] & 0xC0u) != 0x80u) return false;
+      i += 2;
+      continue;
+    }
+    const std::size_t len = bpe_detail::valid_sequence(s, i, sub);
+    if (len == 0) return false;
+    i += len;
   }
   return true;
 }
@@ -227,7 +279,7 @@ inline void utf8_replace_invalid(std::string_view in, std::string& out) {
       out.append("\xEF\xBF\xBD");
       i += sub;
     } else {
-      out.append(in.substr(i, n));
+      out.append(in.data() + i, n);
       i += n;
     }
   }
@@ -235,78 +287,93 @@ inline void utf8_replace_invalid(std::string_view in, std::string& out) {
 
 /// Calls `emit(piece)` for each piece of valid UTF-8 `text` split by the GPT-2 pattern
 /// (ByteLevel pre-tokenizer with use_regex). ASCII characters are classified by a 128-entry
-/// table, others by `class_table`.
-template <class Emit>
-void byte_level_split(std::string_view text, Emit&& emit) {
-  using bpe_detail::cclass;
-  static constexpr std::array<cclass, 128> ascii = [] {
-    std::array<cclass, 128> t{};
-    for (std::uint32_t c = 0; c < 128; ++c) t[c] = bpe_detail::classify_ascii(c);
-    return t;
-  }();
-  const bpe_detail::class_table& table = bpe_detail::class_table::get();
-  const std::size_t n = text.size();
-  std::size_t p = 0;
+/// table, others by `class_table`. With `Checked`, `text` may be any bytes: the split stops
+/// (emitting nothing more) and returns false at the first piece holding an ill-formed
+/// sequence; else it returns true.
+namespace bpe_detail {
+
+inline constexpr std::array<cclass, 128> ascii_classes = [] {
+  std::array<cclass, 128> t{};
+  for (std::uint32_t c = 0; c < 128; ++c) t[c] = classify_ascii(c);
+  return t;
+}();
+
+// The class and length of the character at s[i] (n bytes in all); with Checked, an
+// ill-formed sequence sets `bad` (and reads as one byte of class other).
+template <bool Checked>
+HYBRIDCACHE_FORCEINLINE cclass class_at(const unsigned char* s, std::size_t n, std::size_t i, const class_table& table, std::size_t& len,
+                                        bool& bad) noexcept {
+  if (s[i] < 0x80) {
+    len = 1;
+    return ascii_classes[s[i]];
+  }
+  if constexpr (Checked) {
+    const std::uint32_t cp = decode_checked(s + i, n - i, len);
+    if (cp == ill_formed) {
+      bad = true;
+      return cclass::other;
+    }
+    return table.of(cp);
+  } else {
+    (void)n;
+    (void)bad;
+    return table.of(decode_at(s + i, len));
+  }
+}
+
+// The end of the run of `cls` starting at s[i].
+template <bool Checked>
+HYBRIDCACHE_FORCEINLINE std::size_t run_end(const unsigned char* s, std::size_t n, std::size_t i, cclass cls, const class_table& table,
+                                            bool& bad) noexcept {
   std::size_t len = 0;
-  auto class_at = [&](std::size_t i, std::size_t& l) {
-    const auto b0 = static_cast<unsigned char>(text[i]);
-    if (b0 < 0x80) {
-      l = 1;
-      return ascii[b0];
-    }
-    return table.of(bpe_detail::decode_valid(text, i, l));
-  };
-  auto run_end = [&](std::size_t i, cclass cls) {  // end of the run of `cls` starting at i
-    std::size_t l = 0;
-    while (i < n && class_at(i, l) == cls) i += l;
-    return i;
-  };
+  while (i < n && class_at<Checked>(s, n, i, table, len, bad) == cls) i += len;
+  return i;
+}
+
+}  // namespace bpe_detail
+
+template <bool Checked = false, class Emit>
+bool byte_level_split(std::string_view text, Emit&& emit) {
+  using bpe_detail::cclass;
+  const bpe_detail::class_table& table = bpe_detail::class_table::get();
+  const auto* s = reinterpret_cast<const unsigned char*>(text.data());
+  const std::size_t n = text.size();
+  bool bad = false;
+  std::size_t p = 0, len = 0;
   while (p < n) {
-    if (text[p] == '\'' && p + 1 < n) {
-      const char c = text[p + 1];
-      if (c == 's' || c == 't' || c == 'm' || c == 'd') {
-        emit(text.substr(p, 2));
-        p += 2;
-        continue;
-      }
-      if (p + 2 < n) {
-        const std::string_view two = text.substr(p + 1, 2);
-        if (two == "re" || two == "ve" || two == "ll") {
-          emit(text.substr(p, 3));
-          p += 3;
-          continue;
-        }
-      }
-    }
-    const cclass cls = class_at(p, len);
-    if (text[p] == ' ' && p + 1 < n) {
+    std::size_t end = 0;
+    if (s[p] == '\'' && p + 1 < n &&
+        (s[p + 1] == 's' || s[p + 1] == 't' || s[p + 1] == 'm' || s[p + 1] == 'd')) {
+      end = p + 2;
+    } else if (s[p] == '\'' && p + 2 < n &&
+               ((s[p + 1] == 'r' && s[p + 2] == 'e') || (s[p + 1] == 'v' && s[p + 2] == 'e') || (s[p + 1] == 'l' && s[p + 2] == 'l'))) {
+      end = p + 3;
+    } else {
+      const cclass cls = bpe_detail::class_at<Checked>(s, n, p, table, len, bad);
       std::size_t l2 = 0;
-      const cclass next = class_at(p + 1, l2);
-      if (next != cclass::space) {
-        const std::size_t e = run_end(p + 1 + l2, next);
-        emit(text.substr(p, e - p));
-        p = e;
-        continue;
+      cclass next = cclass::space;
+      if (s[p] == ' ' && p + 1 < n) next = bpe_detail::class_at<Checked>(s, n, p + 1, table, l2, bad);
+      if (next != cclass::space) {  // " ?X+" with the space
+        end = bpe_detail::run_end<Checked>(s, n, p + 1 + l2, next, table, bad);
+      } else if (cls != cclass::space) {
+        end = bpe_detail::run_end<Checked>(s, n, p + len, cls, table, bad);
+      } else {
+        // Whitespace: \s+(?!\S) takes the run but its last character when a non-space
+        // follows (and the run has at least two characters); otherwise \s+ takes it all.
+        std::size_t e = p, last = p, count = 0, l = 0;
+        while (e < n && bpe_detail::class_at<Checked>(s, n, e, table, l, bad) == cclass::space) {
+          last = e;
+          e += l;
+          ++count;
+        }
+        end = (e < n && count >= 2) ? last : e;
       }
     }
-    if (cls != cclass::space) {
-      const std::size_t e = run_end(p + len, cls);
-      emit(text.substr(p, e - p));
-      p = e;
-      continue;
-    }
-    // Whitespace: \s+(?!\S) takes the run but its last character when a non-space follows
-    // (and the run has at least two characters); otherwise \s+ takes the whole run.
-    std::size_t e = p, last = p, count = 0, l = 0;
-    while (e < n && class_at(e, l) == cclass::space) {
-      last = e;
-      e += l;
-      ++count;
-    }
-    const std::size_t end = (e < n && count >= 2) ? last : e;
-    emit(text.substr(p, end - p));
+    if (Checked && bad) return false;
+    emit(std::string_view(text.data() + p, end - p));
     p = end;
   }
+  return true;
 }
 
 }  // namespace hybridcache::sim
