@@ -124,9 +124,11 @@ BENCHMARK(bpe_load)->Unit(benchmark::kMillisecond);
 void bpe_encode(benchmark::State& state) {
   if (!have_inputs(state, true)) return;
   std::vector<hc::sim::token_id> ids;
+  std::unique_ptr<hc::sim::bpe_tokenizer> tok;
   for (auto _ : state) {
     state.PauseTiming();
-    auto tok = std::make_unique<hc::sim::bpe_tokenizer>(*loaded_tokenizer());
+    tok.reset();  // copied and freed outside the timing
+    tok = std::make_unique<hc::sim::bpe_tokenizer>(*loaded_tokenizer());
     ids.clear();
     state.ResumeTiming();
     for (const auto& m : messages()) tok->encode(m, ids);
@@ -159,9 +161,10 @@ hc::sim::sharegpt_options bpe_options(const hc::sim::bpe_tokenizer& t) {
 void sharegpt_read(benchmark::State& state, bool bpe) {
   if (!have_inputs(state, bpe)) return;
   std::int64_t requests = 0;
+  hc::sim::sharegpt_options o;
   for (auto _ : state) {
     state.PauseTiming();
-    const hc::sim::sharegpt_options o = bpe ? bpe_options(*loaded_tokenizer()) : hc::sim::sharegpt_options{};
+    o = bpe ? bpe_options(*loaded_tokenizer()) : hc::sim::sharegpt_options{};  // copied outside the timing
     state.ResumeTiming();
     hc::sim::sharegpt_reader reader(sharegpt_path, o);
     requests = static_cast<std::int64_t>(hc::sim::replay_trace::read_all(reader).size());
