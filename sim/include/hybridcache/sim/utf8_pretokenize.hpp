@@ -129,10 +129,15 @@ inline constexpr std::uint32_t ill_formed = 0x110000;
     len = 1;
     return b0;
   }
-  if ((b0 & 0xF0u) == 0xE0u && avail >= 3 && (((p[1] & 0xC0u) << 8) | (p[2] & 0xC0u)) == 0x8080u) {
-    const std::uint32_t cp = ((b0 & 0x0Fu) << 12) | ((p[1] & 0x3Fu) << 6) | (p[2] & 0x3Fu);
-    len = 3;
-    return cp >= 0x800 && (cp < 0xD800 || cp > 0xDFFF) ? cp : (len = 1, ill_formed);
+  if (b0 - 0xE0u < 0x10u && avail >= 3) {  // three bytes: most of CJK
+    const std::uint32_t b1 = p[1], b2 = p[2];
+    const std::uint32_t cp = ((b0 & 0x0Fu) << 12) | ((b1 & 0x3Fu) << 6) | (b2 & 0x3Fu);
+    if (((b1 ^ 0x80u) | (b2 ^ 0x80u)) < 0x40u && cp >= 0x800 && cp - 0xD800u >= 0x800u) {
+      len = 3;
+      return cp;
+    }
+    len = 1;
+    return ill_formed;
   }
   if ((b0 & 0xE0u) == 0xC0u && avail >= 2 && (p[1] & 0xC0u) == 0x80u && b0 >= 0xC2) {
     len = 2;
