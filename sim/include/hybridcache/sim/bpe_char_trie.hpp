@@ -51,9 +51,18 @@ class bpe_char_trie {
     std::sort(tokens.begin(), tokens.end(), [](const auto& a, const auto& b) {
       return a.first.size() != b.first.size() ? a.first.size() < b.first.size() : a.second < b.second;
     });
-    // Twice: sized by `chars`, then by the edges it held (at most half full).
+    // Into a table sized by `chars`, then moved into one sized by the edges it holds (at
+    // most half full; an edge word keeps its key and child, so it moves as it is).
     insert_all(tokens, id_limit, chars);
-    insert_all(tokens, id_limit, edges_);
+    std::vector<std::uint64_t> all;
+    all.swap(slots_);
+    size_table(edges_);
+    for (const std::uint64_t e : all) {
+      if (e == empty) continue;
+      std::size_t i = home(e & key_bits);
+      while (slots_[i] != empty) i = (i + 1) & mask_;
+      slots_[i] = e;
+    }
   }
 
   /// Writes to `out` the tokens that `text` (valid UTF-8) holds at `pos`, shortest first,
@@ -115,12 +124,7 @@ class bpe_char_trie {
     root_ = static_cast<std::uint32_t>(id_limit);
     next_node_ = root_ + 1;
     edges_ = 0;
-    std::size_t slots = 16;
-    while (slots < 2 * edges) slots *= 2;
-    slots_.assign(slots, empty);
-    mask_ = slots - 1;
-    shift_ = 64;
-    for (std::size_t s = slots; s > 1; s /= 2) --shift_;
+    size_table(edges);
     bmp_.assign(0x10000, empty);
     for (const auto& [bytes, id] : tokens) {
       std::uint32_t node = root_;
@@ -139,6 +143,15 @@ class bpe_char_trie {
         node = static_cast<std::uint32_t>(e & field);
       }
     }
+  }
+
+  void size_table(std::size_t edges) {
+    std::size_t slots = 16;
+    while (slots < 2 * edges) slots *= 2;
+    slots_.assign(slots, empty);
+    mask_ = slots - 1;
+    shift_ = 64;
+    for (std::size_t s = slots; s > 1; s /= 2) --shift_;
   }
 
   std::vector<std::uint64_t> bmp_;    // the root's edges below U+10000, by code point
