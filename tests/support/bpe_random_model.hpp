@@ -1,6 +1,7 @@
 // tests/support/bpe_random_model.hpp: random byte-level BPE merge lists and the definition
 // of BPE as a naive reference, for the fast encoder's randomized test
-// (tests/tokenizer/test_bpe_fast.cpp) and its differential fuzz target (tests/fuzz/fuzz_bpe.cpp).
+// (tests/tokenizer/test_bpe_fast.cpp) and its differential fuzz target (tests/fuzz/fuzz_bpe.cpp);
+// and the JSON of a tokenizer.json vocabulary's 256 byte tokens (tests/tokenizer/).
 #pragma once
 
 #include <algorithm>
@@ -12,6 +13,7 @@
 #include <vector>
 
 #include <hybridcache/sim/bpe_merges.hpp>
+#include <hybridcache/sim/utf8_pretokenize.hpp>
 
 namespace bpe_test {
 
@@ -124,6 +126,20 @@ inline std::vector<token_id> naive_bpe(const random_model& m, const std::string&
     ids[best] = m.table.find(ids[best], ids[best + 1])->id;
     ids.erase(ids.begin() + static_cast<std::ptrdiff_t>(best) + 1);
   }
+}
+
+// The 256 byte tokens as tokenizer.json "vocab" members, spelled in GPT-2's byte alphabet,
+// id = the byte, each followed by a comma.
+inline std::string byte_vocab_json() {
+  std::string vocab;
+  const auto map = hybridcache::sim::bpe_detail::byte_to_unicode();
+  for (std::size_t b = 0; b < 256; ++b) {
+    std::string c;
+    hybridcache::sim::bpe_detail::append_utf8(c, map[b]);
+    if (c == "\"" || c == "\\") c = "\\" + c;
+    vocab += "\"" + c + "\":" + std::to_string(b) + ",";
+  }
+  return vocab;
 }
 
 }  // namespace bpe_test

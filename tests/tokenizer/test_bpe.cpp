@@ -9,6 +9,8 @@
 
 #include <hybridcache/sim/bpe_tokenizer.hpp>
 
+#include "../support/bpe_random_model.hpp"
+
 using namespace hybridcache::sim;
 
 namespace {
@@ -20,14 +22,7 @@ std::vector<std::string> split(std::string_view s) {
 
 // Vocab: the 256 byte characters (ids = the byte), then merges.
 std::string tiny_json(const std::string& extra_model = "", const std::string& pre = R"({"type":"ByteLevel","add_prefix_space":false,"trim_offsets":true,"use_regex":true})") {
-  std::string vocab;
-  const auto map = bpe_detail::byte_to_unicode();
-  for (int b = 0; b < 256; ++b) {
-    std::string c;
-    bpe_detail::append_utf8(c, map[static_cast<std::size_t>(b)]);
-    if (c == "\"" || c == "\\") c = "\\" + c;
-    vocab += "\"" + c + "\":" + std::to_string(b) + ",";
-  }
+  std::string vocab = bpe_test::byte_vocab_json();
   vocab += "\"ab\":256,\"abc\":257,\"\xC4\xA0" "a\":258,\"bc\":259";
   return R"({"version":"1.0","truncation":null,"padding":null,"added_tokens":[{"id":300,"content":"<|x|>","single_word":false,"lstrip":false,"rstrip":false,"normalized":false,"special":true}],"normalizer":null,"pre_tokenizer":)" +
          pre + R"(,"post_processor":null,"decoder":null,"model":{"type":"BPE","dropout":null,"unk_token":null,"continuing_subword_prefix":null,"end_of_word_suffix":null,"fuse_unk":false,"byte_fallback":false)" +

@@ -72,15 +72,8 @@ TEST_CASE("a merge list that is not well-formed keeps the fast encoder off") {
 }
 
 TEST_CASE("the tokenizer reports whether its merge list allows the fast encoder") {
-  // tests/tokenizer/test_bpe.cpp's tiny tokenizer: well-formed, every byte in the vocab.
-  std::string vocab;
-  const auto map = bpe_detail::byte_to_unicode();
-  for (int b = 0; b < 256; ++b) {
-    std::string ch;
-    bpe_detail::append_utf8(ch, map[static_cast<std::size_t>(b)]);
-    if (ch == "\"" || ch == "\\") ch = "\\" + ch;
-    vocab += "\"" + ch + "\":" + std::to_string(b) + ",";
-  }
+  // Every byte in the vocab; "abc" made once (well-formed), then twice.
+  const std::string vocab = byte_vocab_json();
   const std::string head = R"({"normalizer":null,"pre_tokenizer":{"type":"ByteLevel","add_prefix_space":false,"use_regex":true},"model":{"type":"BPE","vocab":{)";
   auto good = bpe_tokenizer::from_json(head + vocab + R"("ab":256,"abc":257},"merges":["a b","ab c"]}})");
   CHECK(good.fast_encoder());
