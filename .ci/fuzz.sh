@@ -2,7 +2,7 @@
 # Fuzzing stage: builds the libFuzzer harnesses of tests/fuzz with clang
 # (-fsanitize=fuzzer,address,undefined) in a separate build dir, replays every regression
 # input (tests/fuzz/regressions/<target>/), then fuzzes each target for FUZZ_SECONDS
-# (default 8 s each, 10 targets: ~80 s in all) from a copy of its seed corpus
+# (default 8 s each, 11 targets: ~90 s in all) from a copy of its seed corpus
 # (tests/fuzz/corpus/<target>/). Any crash, leak, timeout, out-of-memory or sanitizer report
 # exits non-zero; the crashing input is left in $BUILD/findings/<target>/ to be committed
 # as a regression input.
@@ -13,7 +13,7 @@ cd "$(dirname "$0")/.."
 SECONDS_PER_TARGET="${FUZZ_SECONDS:-8}"
 BUILD="${FUZZ_BUILD:-build/fuzz}"
 JOBS="${FUZZ_JOBS:-2}"
-targets=(marconi mooncake sharegpt azure cachepawl openai swe_agent tau_bench byte_size tiers)
+targets=(marconi mooncake sharegpt azure cachepawl openai swe_agent tau_bench bpe byte_size tiers)
 start=$(date +%s)
 
 cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_COMPILER=clang++ \

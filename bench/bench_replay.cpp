@@ -8,32 +8,24 @@
 #include <benchmark/benchmark.h>
 
 #include <filesystem>
-#include <optional>
-#include <type_traits>
+#include <memory>
 #include <vector>
 
-#include <hybridcache/model/cost_model.hpp>
-#include <hybridcache/model/presets.hpp>
-#include <hybridcache/prefix/admission.hpp>
-#include <hybridcache/stores/counting_store.hpp>
-#include <hybridcache/prefix/flop_aware_scorer.hpp>
-#include <hybridcache/prefix/lru_scorer.hpp>
-#include <hybridcache/compose/alpha_tuner.hpp>
-#include <hybridcache/prefix/prefix_cache.hpp>
-#include <hybridcache/stores/counting_store.hpp>
 #include <hybridcache/sim/mooncake_trace.hpp>
 #include <hybridcache/sim/replay.hpp>
 #include <hybridcache/sim/synth_v1.hpp>
+
+#include "replay_bench.hpp"
 
 namespace {
 
 namespace hc = hybridcache;
 namespace pc = hybridcache::prefix;
-
-const hc::cost_model& model() {
-  static const hc::cost_model m(hc::presets::marconi_7b());
-  return m;
-}
+using replay_bench::run;
+using replay_bench::heapq_lru;
+using replay_bench::node_id_lru;
+using replay_bench::flop_alpha1;
+using replay_bench::flop_alpha0;
 
 const hc::sim::replay_trace& chat_trace() {
   static const hc::sim::replay_trace t = [] {
@@ -59,49 +51,6 @@ const hc::sim::replay_trace* mooncake_trace() {
   }();
   return t.get();
 }
-
-// The engine's calls on top of prefix_cache's `expected` results (as hcbench does).
-template <class Cache>
-struct adapter {
-  Cache& c;
-  pc::match_result match(std::span<const pc::token_id> in) { return *c.match(in); }
-  void commit(std::span<const pc::token_id> s, std::int64_t n, const pc::match_result& m) { (void)c.commit(s, n, &m); }
-  [[nodiscard]] pc::cache_counters counters() const { return c.counters(); }
-  [[nodiscard]] double alpha() const { return c.alpha(); }
-  [[nodiscard]] std::int64_t used_bytes() const { return c.store().used_bytes(); }
-};
-
-template <class Admission, class MakeScorer>
-void run(benchmark::State& state, const hc::sim::replay_trace& trace, std::int64_t capacity, std::int64_t kv_scale,
-         MakeScorer make_scorer, std::optional<pc::tuning_config> tuning = {}) {
-  using cache_type = pc::prefix_cache<hc::cost_model, Admission, decltype(make_scorer()), pc::counting_store>;
-  double hit = 0;
-  for (auto _ : state) {
-    pc::counting_store store(capacity, model().kv_bytes_per_token() * kv_scale, model().ssm_checkpoint_bytes());
-    store.allow_overflow(true);
-    const pc::prefix_cache_config cfg{.admit_oversized = true};
-    auto replay_with = [&](auto& cache) {
-      adapter<std::remove_reference_t<decltype(cache)>> a{cache};
-      hit = hc::sim::replay(a, trace, model()).token_hit_rate;  // read after the loop: not optimised away
-    };
-    if constexpr (pc::alpha_tunable_scorer<decltype(make_scorer())>) {
-      if (tuning) {
-        pc::alpha_tuned_cache<cache_type> cache(model(), std::move(store), make_scorer(), Admission{}, cfg, *tuning);
-        replay_with(cache);
-        continue;
-      }
-    }
-    cache_type cache(model(), std::move(store), make_scorer(), Admission{}, cfg);
-    replay_with(cache);
-  }
-  state.counters["token_hit_pct"] = benchmark::Counter(100.0 * hit);
-  state.counters["requests"] = benchmark::Counter(static_cast<double>(trace.size()));
-}
-
-auto heapq_lru = [] { return pc::lru_scorer({.ties = pc::lru_ties::python_heapq}); };
-auto node_id_lru = [] { return pc::lru_scorer{}; };
-auto flop_alpha1 = [] { return pc::flop_aware_scorer(model(), {.alpha = 1.0}); };
-auto flop_alpha0 = [] { return pc::flop_aware_scorer(model(), {.alpha = 0.0}); };
 
 void chat_sglang_plus(benchmark::State& s) { run<pc::judicious_admission>(s, chat_trace(), 5'000'000'000, 1, heapq_lru); }
 void chat_sglang_plus_node_id_ties(benchmark::State& s) {

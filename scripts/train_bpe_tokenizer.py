@@ -42,21 +42,28 @@ def texts(path):
     return out
 
 
+def train(corpus, vocab_size):
+    """A byte-level BPE Tokenizer trained on the strings `corpus` (also used by
+    tests/tokenizer/hf_exact.py, so the test checks the tokenizers docs/replay.md uses)."""
+    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+                                  special_tokens=["<|im_start|>", "<|im_end|>", "<|endoftext|>"], show_progress=False)
+    tok.train_from_iterator(corpus, trainer)
+    return tok
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("files", nargs="+")
     ap.add_argument("--vocab-size", type=int, default=32000)
     ap.add_argument("--out", required=True)
     a = ap.parse_args()
-    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
     corpus = []
     for p in a.files:
         corpus += texts(p)
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
-    trainer = trainers.BpeTrainer(vocab_size=a.vocab_size, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-                                  special_tokens=["<|im_start|>", "<|im_end|>", "<|endoftext|>"], show_progress=False)
-    tok.train_from_iterator(corpus, trainer)
+    tok = train(corpus, a.vocab_size)
     tok.save(a.out)
     print("%s: vocab %d from %d strings" % (a.out, tok.get_vocab_size(), len(corpus)), file=sys.stderr)
 

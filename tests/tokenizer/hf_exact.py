@@ -10,7 +10,12 @@
    random code points, random bytes = invalid UTF-8) and the package's ids for each.
    Random bytes are given to the package as bytes.decode("utf-8", "replace") and to the C++
    side raw (it replaces invalid sequences the same way).
-4. Runs the C++ checker on each tokenizer, which compares every string's ids.
+4. Runs the C++ checker on each tokenizer, which compares every string's ids; the
+   tokenizer trained on the full byte alphabet must also use the fast encoder
+   (sim/bpe_backtracking.hpp), the one without it exercises the merge fallback.
+5. When the real ShareGPT trace is present (../shared/data/traces/sharegpt_zh_1k), trains the
+   32k tokenizer docs/replay.md uses on it (scripts/train_bpe_tokenizer.py) and compares
+   every message of the file, fast encoder required.
 """
 import argparse
 import os
@@ -155,7 +160,6 @@ def main():
     if not have_tokenizers():
         print("SKIPPED: tokenizers not importable")
         return SKIP
-    import tokenizers
     os.makedirs(a.work_dir, exist_ok=True)
     lines = corpus_lines(a.source_dir)
     rng = random.Random(19)
@@ -170,16 +174,31 @@ def main():
     for name, vocab, full in (("full", 4000, True), ("small", 600, False)):
         path = os.path.join(a.work_dir, "tokenizer_%s.json" % name)
         tok = train(lines, vocab, full, path)
-        cases_path = os.path.join(a.work_dir, "cases_%s.txt" % name)
-        with open(cases_path, "w") as f:
-            for raw in cases:
-                ids = tok.encode(raw.decode("utf-8", "replace")).ids
-                f.write(raw.hex() + "\t" + " ".join(map(str, ids)) + "\n")
-        print("tokenizers %s, tokenizer '%s': vocab %d, %d strings" % (tokenizers.__version__, name, tok.get_vocab_size(), len(cases)))
-        sys.stdout.flush()
-        r = subprocess.run([a.checker, path, cases_path])
-        status = status or r.returncode
+        status = check(a, name, tok, path, cases, ["--fast"] if full else []) or status
+    sharegpt = os.path.join(a.source_dir, "..", "shared", "data", "traces", "sharegpt_zh_1k", "sharegpt_zh_1K_format.jsonl")
+    if os.path.exists(sharegpt):
+        sys.path.insert(0, os.path.join(a.source_dir, "scripts"))
+        import train_bpe_tokenizer
+        messages = train_bpe_tokenizer.texts(sharegpt)
+        tok = train_bpe_tokenizer.train(messages, 32000)
+        path = os.path.join(a.work_dir, "tokenizer_sharegpt32k.json")
+        tok.save(path)
+        status = check(a, "sharegpt32k", tok, path, [m.encode("utf-8") for m in messages], ["--fast"]) or status
+    else:
+        print("(no %s: the ShareGPT check is not run)" % sharegpt)
     return status
+
+
+def check(a, name, tok, path, cases, flags):
+    import tokenizers
+    cases_path = os.path.join(a.work_dir, "cases_%s.txt" % name)
+    with open(cases_path, "w") as f:
+        for raw in cases:
+            ids = tok.encode(raw.decode("utf-8", "replace")).ids
+            f.write(raw.hex() + "\t" + " ".join(map(str, ids)) + "\n")
+    print("tokenizers %s, tokenizer '%s': vocab %d, %d strings" % (tokenizers.__version__, name, tok.get_vocab_size(), len(cases)))
+    sys.stdout.flush()
+    return subprocess.run([a.checker, path, cases_path] + flags).returncode
 
 
 if __name__ == "__main__":

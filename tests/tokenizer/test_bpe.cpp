@@ -3,10 +3,13 @@
 // Exactness against the Hugging Face package: hf_exact.py (ctest tokenizer.hf_exact).
 #include <doctest/doctest.h>
 
+#include <random>
 #include <string>
 #include <vector>
 
 #include <hybridcache/sim/bpe_tokenizer.hpp>
+
+#include "../support/bpe_random_model.hpp"
 
 using namespace hybridcache::sim;
 
@@ -19,14 +22,7 @@ std::vector<std::string> split(std::string_view s) {
 
 // Vocab: the 256 byte characters (ids = the byte), then merges.
 std::string tiny_json(const std::string& extra_model = "", const std::string& pre = R"({"type":"ByteLevel","add_prefix_space":false,"trim_offsets":true,"use_regex":true})") {
-  std::string vocab;
-  const auto map = bpe_detail::byte_to_unicode();
-  for (int b = 0; b < 256; ++b) {
-    std::string c;
-    bpe_detail::append_utf8(c, map[static_cast<std::size_t>(b)]);
-    if (c == "\"" || c == "\\") c = "\\" + c;
-    vocab += "\"" + c + "\":" + std::to_string(b) + ",";
-  }
+  std::string vocab = bpe_test::byte_vocab_json();
   vocab += "\"ab\":256,\"abc\":257,\"\xC4\xA0" "a\":258,\"bc\":259";
   return R"({"version":"1.0","truncation":null,"padding":null,"added_tokens":[{"id":300,"content":"<|x|>","single_word":false,"lstrip":false,"rstrip":false,"normalized":false,"special":true}],"normalizer":null,"pre_tokenizer":)" +
          pre + R"(,"post_processor":null,"decoder":null,"model":{"type":"BPE","dropout":null,"unk_token":null,"continuing_subword_prefix":null,"end_of_word_suffix":null,"fuse_unk":false,"byte_fallback":false)" +
@@ -57,6 +53,29 @@ TEST_CASE("the GPT-2 split") {
   CHECK(split("end   ") == std::vector<std::string>{"end", "   "});
   CHECK(split("abc123 456!?") == std::vector<std::string>{"abc", "123", " 456", "!?"});
   CHECK(split("\xE4\xBD\xA0\xE5\xA5\xBD\xEF\xBC\x81") == std::vector<std::string>{"\xE4\xBD\xA0\xE5\xA5\xBD", "\xEF\xBC\x81"});
+}
+
+TEST_CASE("the checked split stops at ill-formed UTF-8 and otherwise splits as the plain one") {
+  std::mt19937_64 rng(7);
+  const std::vector<std::string> parts = {"a", " ", "'s", "\n", "1", "!", "\xE4\xBD\xA0", "\xC3\xA9", "\xF0\x9F\x98\x80", "\xE2\x80\x83",
+                                          "\xFF", "\xC0\xAF", "\xED\xA0\x80", "\xE0\x80\x80", "\xF4\x90\x80\x80", "\xE4\xB8", "\x80"};
+  std::size_t ill = 0;
+  for (int t = 0; t < 4000; ++t) {
+    std::string s;
+    for (int k = static_cast<int>(rng() % 12); k >= 0; --k) s += parts[rng() % (t % 2 == 0 ? 10 : parts.size())];
+    std::vector<std::string> checked;
+    const bool ok = byte_level_split<true>(s, [&](std::string_view p) { checked.emplace_back(p); });
+    CHECK(ok == is_valid_utf8(s));
+    if (ok) {
+      CHECK(checked == split(s));
+    } else {
+      ++ill;
+      std::size_t covered = 0;  // what it emitted before stopping is a prefix of the text
+      for (const auto& p : checked) covered += p.size();
+      CHECK(s.compare(0, covered, [&] { std::string c; for (const auto& p : checked) c += p; return c; }()) == 0);
+    }
+  }
+  CHECK(ill > 100);
 }
 
 TEST_CASE("a hand-written tokenizer.json") {

@@ -36,18 +36,25 @@
 // `utf8_replace_invalid`); encoding raw bytes here equals encoding their "replace"-decoded
 // string with the package.
 //
-// Cost: loading is O(file size). `encode` merges a pre-token of up to 64 bytes over a linked
-// array of pair ranks with a two-level minimum (O(16) compares and 2 lookups per merge) and a
-// longer one with a heap of
-// candidate merges (O(n log n)), in the package's order either way (lowest rank, then
-// leftmost); pre-tokens of up to 64 bytes seen before come from a cache in flat arenas
-// (cleared when it holds `cache_capacity` entries). Not thread-safe (the cache); use one per
-// thread.
+// Encoding a pre-token: when the merge list is well-formed (every merged token made by one
+// merge, from tokens made earlier: what a trainer writes; `fast_encoder()`), by the fast
+// exact encoder (bpe_backtracking.hpp: the longest token that fits its neighbour, backing
+// off where none fits further on; proved equal to merging, and tested against the merge
+// order and against the package); otherwise, or where that encoder finds no tokens (text
+// needing a token that is part of a character), by merging in the package's order
+// (bpe_merges.hpp). Pre-tokens of up to 8 bytes (words, spaces, punctuation: most of them)
+// are remembered in a small direct-mapped cache.
+//
+// Cost: loading is O(file size + merges x spine depth). `encode` is O(n) for the split and
+// O(n x L) for the fast encoder (L: the longest token in characters), one hash probe per
+// character it walks; merging is O(n log n). Allocation-free once its buffers are warm. Not
+// thread-safe (the buffers and the cache); use one per thread (copies are independent).
 #pragma once
 
 #include <algorithm>
 #include <array>
 #include <cstdint>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -60,9 +67,11 @@
 
 #include "hybridcache/core/error.hpp"
 #include "hybridcache/core/hash.hpp"
+#include "hybridcache/sim/bpe_backtracking.hpp"
+#include "hybridcache/sim/bpe_merges.hpp"
 #include "hybridcache/sim/json.hpp"
-#include "hybridcache/sim/utf8_pretokenize.hpp"
 #include "hybridcache/sim/request.hpp"
+#include "hybridcache/sim/utf8_pretokenize.hpp"
 
 namespace hybridcache::sim {
 
@@ -73,10 +82,11 @@ class bpe_tokenizer {
   static constexpr std::uintmax_t max_file_bytes = std::uintmax_t{1} << 30;
   /// Largest vocabulary, merge list and added-token list accepted.
   static constexpr std::size_t max_entries = std::size_t{1} << 24;
-  /// Pre-tokens remembered before the cache is cleared.
-  static constexpr std::size_t cache_capacity = std::size_t{1} << 16;
-  /// Longer pre-tokens are not cached (long CJK runs rarely repeat).
-  static constexpr std::size_t max_cached_piece = 64;
+  /// Pre-tokens of up to this many bytes are remembered (with up to `cached_ids` ids) in a
+  /// direct-mapped cache of `cache_entries` entries.
+  static constexpr std::size_t max_cached_piece = 8;
+  static constexpr std::size_t cached_ids = 5;
+  static constexpr std::size_t cache_entries = std::size_t{1} << 13;
 
   /// Reads `path`. Throws `invalid_argument` when it cannot be read, is too large, or uses
   /// a component this tokenizer does not implement; `format_error` for malformed JSON.
@@ -103,13 +113,17 @@ class bpe_tokenizer {
 
   /// Appends the ids of `text` to `out` (invalid UTF-8 replaced as documented).
   void encode(std::string_view text, std::vector<token_id>& out) {
-    if (!is_valid_utf8(text)) {
-      std::string clean;
-      utf8_replace_invalid(text, clean);
-      encode_valid(clean, out);
-      return;
-    }
+    // The split checks the UTF-8 as it goes; at an ill-formed sequence everything is
+    // redone on the repaired text (what was appended is dropped).
+    const std::size_t start = out.size();
+    ill_formed_ = false;
     encode_valid(text, out);
+    if (!ill_formed_) return;
+    out.resize(start);
+    std::string clean;
+    utf8_replace_invalid(text, clean);
+    ill_formed_ = false;
+    encode_valid(clean, out);
   }
 
   /// The ids of `text`.
@@ -122,7 +136,11 @@ class bpe_tokenizer {
   /// Entries in the model vocabulary (added tokens not counted unless also in it).
   [[nodiscard]] std::size_t vocab_size() const noexcept { return vocab_.size(); }
   /// Number of merges.
-  [[nodiscard]] std::size_t merge_count() const noexcept { return merge_count_; }
+  [[nodiscard]] std::size_t merge_count() const noexcept { return merges_.size(); }
+  /// True when the merge list is well-formed (every merged token made by one merge, from
+  /// tokens made earlier), so pre-tokens are encoded by the fast exact encoder
+  /// (bpe_backtracking.hpp); false: every pre-token is merged in the package's order.
+  [[nodiscard]] bool fast_encoder() const noexcept { return fast_.enabled(); }
   /// Number of added tokens.
   [[nodiscard]] std::size_t added_token_count() const noexcept { return added_.size(); }
   /// The id of a vocabulary entry or added token (its byte-level spelling), or -1.
@@ -134,52 +152,33 @@ class bpe_tokenizer {
   }
 
  private:
-  struct merge_target {
-    std::int32_t rank;
-    token_id id;
-  };
   struct added_token {
     std::string content;
     token_id id;
     bool normalized;
   };
-  struct symbol {
-    token_id id;
-    std::int32_t prev;
-    std::int32_t next;
-    bool alive;
+  // An entry of the short pre-token cache: the piece's bytes (little-endian, zero-padded)
+  // and length, and its ids. 32 bytes: two to a cache line.
+  struct cache_entry {
+    std::uint64_t bytes = 0;
+    std::uint8_t length = 0;  // 0: empty
+    std::uint8_t id_count = 0;
+    token_id ids[cached_ids] = {};
   };
-  struct merge_slot {
-    std::uint64_t key;  // empty_key: free
-    merge_target target;
-  };
-  static constexpr std::uint64_t empty_key = ~std::uint64_t{0};  // never a pair of ids >= 0
-  // The pre-token cache: open addressing over flat arenas (no allocation per entry).
-  struct cache_slot {
-    std::uint64_t hash;  // 0: free
-    std::uint32_t bytes_at;
-    std::uint32_t ids_at;
-    std::uint16_t byte_count;
-    std::uint16_t id_count;
-  };
-  [[nodiscard]] static std::uint64_t piece_hash(std::string_view s) noexcept {
-    std::uint64_t h = 0xcbf29ce484222325ULL;  // FNV-1a, then a mixer
-    for (char c : s) h = (h ^ static_cast<unsigned char>(c)) * 0x100000001b3ULL;
-    return splitmix64_mix(h) | 1u;
+  // The bytes of a piece of 1-8 bytes as one word, by loads that never cross its end.
+  [[nodiscard]] static std::uint64_t short_bytes(std::string_view s) noexcept {
+    const auto* p = reinterpret_cast<const unsigned char*>(s.data());
+    const std::size_t n = s.size();
+    if (n >= 4) {
+      std::uint32_t lo = 0, hi = 0;
+      std::memcpy(&lo, p, 4);
+      std::memcpy(&hi, p + n - 4, 4);  // overlaps lo where n < 8: the same bytes
+      return lo | (static_cast<std::uint64_t>(hi) << (8 * (n - 4)));
+    }
+    std::uint64_t v = 0;
+    for (std::size_t i = 0; i < n; ++i) v |= static_cast<std::uint64_t>(p[i]) << (8 * i);
+    return v;
   }
-  struct candidate {
-    std::int32_t rank;
-    std::int32_t pos;
-    token_id id;
-    token_id left;
-    token_id right;
-    bool operator>(const candidate& o) const noexcept { return rank != o.rank ? rank > o.rank : pos > o.pos; }
-  };
-
-  [[nodiscard]] static std::uint64_t pair_key(token_id a, token_id b) noexcept {
-    return (static_cast<std::uint64_t>(static_cast<std::uint32_t>(a)) << 32) | static_cast<std::uint32_t>(b);
-  }
-
   [[noreturn]] static void unsupported(const std::string& name, const std::string& what) {
     throw invalid_argument("tokenizer '" + name + "': " + what + " is not implemented (supported: byte-level BPE, see bpe_tokenizer.hpp)");
   }
@@ -255,8 +254,12 @@ class bpe_tokenizer {
     }
     // Longest first, so the first match at a position is the longest.
     std::stable_sort(added_.begin(), added_.end(), [](const added_token& a, const added_token& b) { return a.content.size() > b.content.size(); });
-    for (std::size_t i = 0; i < added_.size(); ++i)
-      by_first_byte_[static_cast<unsigned char>(added_[i].content[0])].push_back(static_cast<std::uint32_t>(i));
+    for (std::size_t i = 0; i < added_.size(); ++i) {
+      const auto first = static_cast<unsigned char>(added_[i].content[0]);
+      by_first_byte_[first].push_back(static_cast<std::uint32_t>(i));
+      std::string& starts = first_bytes_[added_[i].normalized ? 1 : 0];
+      if (starts.find(static_cast<char>(first)) == std::string::npos) starts.push_back(static_cast<char>(first));
+    }
   }
 
   void load_model(json_cursor& cursor, const std::string& name) {
@@ -316,49 +319,32 @@ class bpe_tokenizer {
     }
     if (type != "BPE") unsupported(name, "model type '" + type + "'");
     if (!have_vocab || !have_merges) throw invalid_argument("tokenizer '" + name + "': model needs \"vocab\" and \"merges\"");
-    std::size_t slots = 16;
-    while (slots < 2 * merge_pairs.size()) slots *= 2;
-    merge_table_.assign(slots, merge_slot{empty_key, {0, 0}});
-    merge_mask_ = slots - 1;
+    merges_.reserve(merge_pairs.size());
+    token_id id_limit = 0;
+    for (const auto& [token, id] : vocab_) id_limit = std::max(id_limit, id + 1);
     for (std::size_t r = 0; r < merge_pairs.size(); ++r) {
       const auto& [a, b] = merge_pairs[r];
       const auto ia = vocab_.find(a), ib = vocab_.find(b), iab = vocab_.find(a + b);
       if (ia == vocab_.end() || ib == vocab_.end() || iab == vocab_.end())
         throw invalid_argument("tokenizer '" + name + "': merge " + std::to_string(r) + " ('" + a + "' '" + b + "') uses a token missing from the vocab");
-      const std::uint64_t key = pair_key(ia->second, ib->second);
-      std::size_t i = splitmix64_mix(key) & merge_mask_;
-      while (merge_table_[i].key != empty_key && merge_table_[i].key != key) i = (i + 1) & merge_mask_;
-      if (merge_table_[i].key == empty_key) ++merge_count_;
-      merge_table_[i] = {key, {static_cast<std::int32_t>(r), iab->second}};  // a repeated pair: the last wins, as in the package
+      merges_.add(ia->second, ib->second, static_cast<std::int32_t>(r), iab->second);  // a repeated pair: the last wins, as in the package
     }
-    // Pairs of low ids (a byte-level vocabulary puts its 256 byte tokens and its first merges
-    // there, and most lookups are of those) also go into a dense table: one load, no probe.
-    dense_.assign(std::size_t{dense_ids} * dense_ids, merge_target{no_rank, 0});
-    for (const merge_slot& m : merge_table_) {
-      if (m.key == empty_key) continue;
-      const auto a = static_cast<std::uint32_t>(m.key >> 32), b = static_cast<std::uint32_t>(m.key & 0xffffffffu);
-      if (a < dense_ids && b < dense_ids) dense_[std::size_t{a} * dense_ids + b] = m.target;
-    }
+    merges_.finish();
     const auto map = bpe_detail::byte_to_unicode();
     for (std::size_t b = 0; b < 256; ++b) {
       std::string s;
       bpe_detail::append_utf8(s, map[b]);
-      byte_chars_[b] = s;
       const auto it = vocab_.find(s);
       byte_ids_[b] = it == vocab_.end() ? -1 : it->second;
     }
-  }
-
-  [[nodiscard]] const merge_target* find_merge(token_id a, token_id b) const noexcept {
-    if (static_cast<std::uint32_t>(a) < dense_ids && static_cast<std::uint32_t>(b) < dense_ids) {
-      const merge_target& t = dense_[static_cast<std::size_t>(a) * dense_ids + static_cast<std::size_t>(b)];
-      return t.rank == no_rank ? nullptr : &t;
+    if (ignore_merges_) {
+      std::string bytes;
+      for (const auto& [token, id] : vocab_) {
+        if (!bpe_detail::byte_level_to_bytes(token, bytes)) continue;  // not spelled in the byte alphabet: never a piece
+        by_bytes_.emplace(bytes, id);
+      }
     }
-    const std::uint64_t key = pair_key(a, b);
-    for (std::size_t i = splitmix64_mix(key) & merge_mask_;; i = (i + 1) & merge_mask_) {
-      if (merge_table_[i].key == key) return &merge_table_[i].target;
-      if (merge_table_[i].key == empty_key) return nullptr;
-    }
+    fast_.build(merges_, byte_ids_, static_cast<std::size_t>(id_limit));
   }
 
   void encode_valid(std::string_view text, std::vector<token_id>& out) {
@@ -372,7 +358,11 @@ class bpe_tokenizer {
 
   void split_added(std::string_view text, bool normalized, std::vector<token_id>& out) {
     std::size_t start = 0;
+    const std::string_view starts = first_bytes_[normalized ? 1 : 0];
     for (std::size_t i = 0; i < text.size();) {
+      // Skip to the next byte an added token of this pass starts with.
+      i = starts.size() == 1 ? text.find(starts[0], i) : text.find_first_of(starts, i);
+      if (i == std::string_view::npos) break;
       const added_token* hit = nullptr;
       for (const std::uint32_t k : by_first_byte_[static_cast<unsigned char>(text[i])]) {
         const added_token& a = added_[k];
@@ -385,12 +375,12 @@ class bpe_tokenizer {
         ++i;
         continue;
       }
-      emit_segment(text.substr(start, i - start), normalized, out);
+      emit_segment(std::string_view(text.data() + start, i - start), normalized, out);
       out.push_back(hit->id);
       i += hit->content.size();
       start = i;
     }
-    emit_segment(text.substr(start), normalized, out);
+    emit_segment(std::string_view(text.data() + start, text.size() - start), normalized, out);
   }
 
   void emit_segment(std::string_view segment, bool normalized_pass, std::vector<token_id>& out) {
@@ -402,194 +392,54 @@ class bpe_tokenizer {
   }
 
   void encode_plain(std::string_view text, std::vector<token_id>& out) {
-    byte_level_split(text, [&](std::string_view piece) { encode_piece(piece, out); });
+    if (ill_formed_) return;  // the text is redone anyway
+    if (!byte_level_split<true>(text, [&](std::string_view piece) { encode_piece(piece, out); })) ill_formed_ = true;
   }
 
   void encode_piece(std::string_view piece, std::vector<token_id>& out) {
-    const bool cacheable = piece.size() <= max_cached_piece;
-    std::uint64_t hash = 0;
-    std::size_t slot = 0;
-    if (cacheable) {
-      if (cache_table_.empty()) cache_table_.assign(2 * cache_capacity, cache_slot{0, 0, 0, 0, 0});
-      hash = piece_hash(piece);
-      for (slot = hash & (cache_table_.size() - 1); cache_table_[slot].hash != 0; slot = (slot + 1) & (cache_table_.size() - 1)) {
-        const cache_slot& c = cache_table_[slot];
-        if (c.hash == hash && c.byte_count == piece.size() && std::string_view(cache_bytes_).substr(c.bytes_at, c.byte_count) == piece) {
-          out.insert(out.end(), cache_ids_.begin() + c.ids_at, cache_ids_.begin() + c.ids_at + c.id_count);
-          return;
-        }
-      }
-    }
-    word_.clear();
-    if (ignore_merges_) {
-      std::string spelled;
-      for (char c : piece) spelled += byte_chars_[static_cast<unsigned char>(c)];
-      if (const auto it = vocab_.find(spelled); it != vocab_.end()) word_.push_back(it->second);
-    }
-    if (word_.empty()) merge_word(piece);
-    if (cacheable) {
-      if (cache_entries_ >= cache_capacity) {  // full: start over
-        std::fill(cache_table_.begin(), cache_table_.end(), cache_slot{0, 0, 0, 0, 0});
-        cache_bytes_.clear();
-        cache_ids_.clear();
-        cache_entries_ = 0;
-        for (slot = hash & (cache_table_.size() - 1); cache_table_[slot].hash != 0; slot = (slot + 1) & (cache_table_.size() - 1)) {
-        }
-      }
-      cache_table_[slot] = {hash, static_cast<std::uint32_t>(cache_bytes_.size()), static_cast<std::uint32_t>(cache_ids_.size()),
-                            static_cast<std::uint16_t>(piece.size()), static_cast<std::uint16_t>(word_.size())};
-      cache_bytes_.append(piece);
-      cache_ids_.insert(cache_ids_.end(), word_.begin(), word_.end());
-      ++cache_entries_;
-    }
-    out.insert(out.end(), word_.begin(), word_.end());
-  }
-
-  // Words of up to `small_word` bytes: the same order of merges (lowest rank, then leftmost)
-  // by a scan over an array of pair ranks, cheaper than a heap for short words.
-  static constexpr std::size_t small_word = 64;
-
-  void merge_small_word(std::string_view piece) {
-    // The symbols sit in fixed arrays linked in order; rank[i] is the rank of the pair that
-    // starts at live symbol i (none for the last one and for dead slots). The minimum is
-    // found in two levels, 8 blocks of 8 slots, so a merge costs O(8 + 8) compares and three
-    // block refreshes instead of a scan and a shift of the whole word. Leftmost among equal
-    // ranks: the first block holding the minimum, then its first slot.
-    constexpr std::int32_t none = std::numeric_limits<std::int32_t>::max();
-    constexpr std::size_t block = 8, blocks = small_word / block;
-    std::array<token_id, small_word> ids{};
-    std::array<token_id, small_word> merged{};
-    std::array<std::int32_t, small_word> rank{};
-    std::array<std::uint8_t, small_word> next{}, prev{};
-    std::array<std::int32_t, blocks> block_min{};
-    constexpr std::uint8_t end = 0xff;
-    std::size_t n = 0;
-    for (char c : piece) {
-      const token_id id = byte_ids_[static_cast<unsigned char>(c)];
-      if (id >= 0) ids[n++] = id;  // no unk token: the package drops it
-    }
-    if (n == 0) return;
-    rank.fill(none);
-    for (std::size_t i = 0; i < n; ++i) {
-      next[i] = i + 1 < n ? static_cast<std::uint8_t>(i + 1) : end;
-      prev[i] = i > 0 ? static_cast<std::uint8_t>(i - 1) : end;
-    }
-    auto set_pair = [&](std::size_t i) {
-      if (next[i] == end) {
-        rank[i] = none;
+    cache_entry* entry = nullptr;
+    std::uint64_t bytes = 0;
+    if (piece.size() <= max_cached_piece) {
+      if (cache_.empty()) cache_.resize(cache_entries);
+      bytes = short_bytes(piece);
+      entry = &cache_[splitmix64_mix(bytes ^ (piece.size() << 59)) & (cache_entries - 1)];
+      if (entry->length == piece.size() && entry->bytes == bytes) {
+        out.insert(out.end(), entry->ids, entry->ids + entry->id_count);
         return;
       }
-      const merge_target* m = find_merge(ids[i], ids[next[i]]);
-      rank[i] = m != nullptr ? m->rank : none;
-      merged[i] = m != nullptr ? m->id : 0;
-    };
-    auto refresh = [&](std::size_t b) {
-      std::int32_t lo = none;
-      for (std::size_t i = b * block; i < (b + 1) * block; ++i) lo = std::min(lo, rank[i]);
-      block_min[b] = lo;
-    };
-    for (std::size_t i = 0; i + 1 < n; ++i) set_pair(i);
-    for (std::size_t b = 0; b < blocks; ++b) refresh(b);
-    while (true) {
-      std::size_t best_block = 0;
-      for (std::size_t b = 1; b < blocks; ++b)
-        if (block_min[b] < block_min[best_block]) best_block = b;
-      const std::int32_t lo = block_min[best_block];
-      if (lo == none) break;
-      std::size_t i = best_block * block;
-      while (rank[i] != lo) ++i;
-      const std::size_t j = next[i];
-      ids[i] = merged[i];
-      next[i] = next[j];
-      if (next[j] != end) prev[next[j]] = static_cast<std::uint8_t>(i);
-      rank[j] = none;
-      set_pair(i);
-      refresh(j / block);
-      refresh(i / block);
-      if (prev[i] != end) {
-        set_pair(prev[i]);
-        refresh(prev[i] / block);
-      }
     }
-    for (std::size_t i = 0; i != end; i = next[i]) word_.push_back(ids[i]);
+    const std::size_t start = out.size();
+    if (ignore_merges_) {
+      if (const auto it = by_bytes_.find(piece); it != by_bytes_.end()) out.push_back(it->second);
+    }
+    if (out.size() == start && !fast_.encode(piece, merges_, out)) merger_.merge(piece, byte_ids_, merges_, out);
+    const std::size_t count = out.size() - start;
+    if (entry != nullptr && count <= cached_ids) {
+      entry->bytes = bytes;
+      entry->length = static_cast<std::uint8_t>(piece.size());
+      entry->id_count = static_cast<std::uint8_t>(count);
+      std::copy(out.begin() + static_cast<std::ptrdiff_t>(start), out.end(), entry->ids);
+    }
   }
 
-  void merge_word(std::string_view piece) {
-    if (piece.size() <= small_word) {
-      merge_small_word(piece);
-      return;
-    }
-    symbols_.clear();
-    for (char c : piece) {
-      const token_id id = byte_ids_[static_cast<unsigned char>(c)];
-      if (id < 0) continue;  // no unk token: the package drops it
-      const auto idx = static_cast<std::int32_t>(symbols_.size());
-      symbols_.push_back({id, idx - 1, idx + 1, true});
-    }
-    if (symbols_.empty()) return;
-    symbols_.back().next = -1;
-    // A min-heap on (rank, position) in a reused vector; a candidate is stale when the
-    // pair at its position changed since it was pushed.
-    heap_.clear();
-    const auto later = [](const candidate& a, const candidate& b) { return a > b; };
-    auto candidate_at = [&](std::int32_t pos, candidate& out) {
-      const std::int32_t nx = symbols_[static_cast<std::size_t>(pos)].next;
-      if (nx < 0) return false;
-      const token_id a = symbols_[static_cast<std::size_t>(pos)].id, b = symbols_[static_cast<std::size_t>(nx)].id;
-      const merge_target* m = find_merge(a, b);
-      if (m == nullptr) return false;
-      out = {m->rank, pos, m->id, a, b};
-      return true;
-    };
-    auto push_pair = [&](std::int32_t pos) {
-      candidate c{};
-      if (!candidate_at(pos, c)) return;
-      heap_.push_back(c);
-      std::push_heap(heap_.begin(), heap_.end(), later);
-    };
-    candidate c{};
-    for (std::int32_t i = 0; i + 1 < static_cast<std::int32_t>(symbols_.size()); ++i)
-      if (candidate_at(i, c)) heap_.push_back(c);
-    std::make_heap(heap_.begin(), heap_.end(), later);
-    while (!heap_.empty()) {
-      std::pop_heap(heap_.begin(), heap_.end(), later);
-      const candidate top = heap_.back();
-      heap_.pop_back();
-      symbol& left = symbols_[static_cast<std::size_t>(top.pos)];
-      if (!left.alive || left.next < 0) continue;
-      symbol& right = symbols_[static_cast<std::size_t>(left.next)];
-      if (left.id != top.left || right.id != top.right) continue;  // stale: the pair changed
-      left.id = top.id;
-      right.alive = false;
-      left.next = right.next;
-      if (right.next >= 0) symbols_[static_cast<std::size_t>(right.next)].prev = top.pos;
-      if (left.prev >= 0) push_pair(left.prev);
-      push_pair(top.pos);
-    }
-    for (const symbol& s : symbols_)
-      if (s.alive) word_.push_back(s.id);
-  }
+  // Hashes std::string and std::string_view alike, so lookups by a piece do not allocate.
+  struct bytes_hash {
+    using is_transparent = void;
+    std::size_t operator()(std::string_view s) const noexcept { return std::hash<std::string_view>{}(s); }
+  };
 
   std::unordered_map<std::string, token_id> vocab_;
-  std::vector<merge_slot> merge_table_;
-  std::size_t merge_mask_ = 0;
-  // Merges of two ids below dense_ids, indexed a * dense_ids + b (2 MiB); no_rank: none.
-  static constexpr std::uint32_t dense_ids = 512;
-  static constexpr std::int32_t no_rank = std::numeric_limits<std::int32_t>::max();
-  std::vector<merge_target> dense_;
-  std::size_t merge_count_ = 0;
+  bpe_merge_table merges_;
+  bpe_word_merger merger_;           // the package's merge order: where fast_ does not apply
+  bpe_backtracking_encoder fast_;    // exact, faster
   std::vector<added_token> added_;
   std::array<token_id, 256> byte_ids_{};
-  std::array<std::string, 256> byte_chars_{};
   bool ignore_merges_ = false;
-  std::vector<cache_slot> cache_table_;
-  std::string cache_bytes_;
-  std::vector<token_id> cache_ids_;
-  std::size_t cache_entries_ = 0;
-  std::vector<symbol> symbols_;
-  std::vector<token_id> word_;
-  std::vector<candidate> heap_;
+  bool ill_formed_ = false;  // `encode` met ill-formed UTF-8
+  std::unordered_map<std::string, token_id, bytes_hash, std::equal_to<>> by_bytes_;  // ignore_merges: raw bytes -> id
+  std::vector<cache_entry> cache_;  // short pre-tokens; allocated on first use
   std::array<std::vector<std::uint32_t>, 256> by_first_byte_{};  // indices into added_
+  std::array<std::string, 2> first_bytes_{};  // the bytes added tokens start with: [normalized]
 };
 
 }  // namespace hybridcache::sim

@@ -173,17 +173,16 @@ class cachepawl_reader {
     std::int64_t line = 0;
     if (!elements_.next(text, line)) return false;
     json_cursor c(text, line);
-    bool have_tokens = false;
+    std::uint32_t seen = 0;  // bit 0: "prompt_tokens"
     std::int64_t tokens = 0;
     c.begin_object("");
     std::string_view key;
     while (c.next_member(key)) {
       if (key == "prompt_tokens") {
-        if (have_tokens) c.fail(key, "duplicate key");
+        c.mark_key(seen, 1, key);
         tokens = c.read_int(key);
         if (tokens < 0 || tokens > max_request_tokens)
           c.fail(key, "expected a token count in [0, " + std::to_string(max_request_tokens) + "], got " + std::to_string(tokens));
-        have_tokens = true;
       } else if (key == "conversation_id") {
         (void)c.read_string(key);
       } else if (key == "prompt_chars") {
@@ -193,7 +192,7 @@ class cachepawl_reader {
       }
     }
     c.expect_end();
-    if (!have_tokens) throw format_error(line, "prompt_tokens", "missing required key");
+    if (seen == 0) throw format_error(line, "prompt_tokens", "missing required key");
     r.arrival_s = static_cast<double>(index_++) / options_.requests_per_second;
     if (!(r.arrival_s <= max_arrival_seconds))
       throw format_error(line, "", "arrival time " + format_number(r.arrival_s) + " s exceeds 1e10 s at this request rate");

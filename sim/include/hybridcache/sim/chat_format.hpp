@@ -99,7 +99,7 @@ struct chat_template {
     json_cursor c(text);
     c.begin_object("");
     std::string_view key;
-    std::array<bool, 4> seen{};
+    std::uint32_t seen = 0;
     while (c.next_member(key)) {
       const std::string role(key);
       std::size_t r = 4;
@@ -108,8 +108,7 @@ struct chat_template {
       if (role == "assistant") r = 2;
       if (role == "tool") r = 3;
       if (r == 4) c.fail(role, "unknown role (expected system, user, assistant or tool)");
-      if (seen[r]) c.fail(role, "duplicate key");
-      seen[r] = true;
+      c.mark_key(seen, std::uint32_t{1} << r, role);
       c.begin_object(role);
       std::string_view member;
       while (c.next_member(member)) {
@@ -329,7 +328,7 @@ inline void parse_messages(json_cursor& c, std::string_view doc, const std::stri
     if (index >= chat_limits::max_messages) c.fail(field, "more than 2^20 messages");
     const std::string mf = field + "[" + std::to_string(index) + "]";
     chat_message m;
-    bool have_role = false;
+    std::uint32_t keys = 0;  // bit 0: "role"
     std::string content, calls;
     c.begin_object(mf);
     std::string_view key;
@@ -337,8 +336,7 @@ inline void parse_messages(json_cursor& c, std::string_view doc, const std::stri
       if (key == "role") {
         const std::string_view role = c.read_string(mf + ".role");
         if (!parse_role(role, m.role)) c.fail(mf + ".role", "unknown role '" + std::string(role) + "'");
-        if (have_role) c.fail(mf + ".role", "duplicate key");
-        have_role = true;
+        c.mark_key(keys, 1, [&] { return mf + ".role"; });
       } else if (key == "content") {
         content.clear();
         read_content(c, doc, mf + ".content", content);
@@ -366,7 +364,7 @@ inline void parse_messages(json_cursor& c, std::string_view doc, const std::stri
         c.skip_value(mf + "." + std::string(key));
       }
     }
-    if (!have_role) c.fail(mf + ".role", "missing required key");
+    if (keys == 0) c.fail(mf + ".role", "missing required key");
     m.text = std::move(content);
     if (!calls.empty()) {
       if (!m.text.empty()) m.text.push_back('\n');
@@ -388,14 +386,14 @@ inline void parse_openai_line(std::string_view text, std::int64_t line, chat_con
   json_cursor c(text, line);
   c.begin_object("");
   std::string_view key;
-  bool have_messages = false;
+  enum : std::uint32_t { k_messages = 1, k_timestamp = 2 };
+  std::uint32_t seen = 0;
   while (c.next_member(key)) {
     if (key == "messages") {
-      if (have_messages) c.fail("messages", "duplicate key");
-      have_messages = true;
+      c.mark_key(seen, k_messages, "messages");
       chat_detail::parse_messages(c, text, "messages", out, {.timestamps = true, .swe_agent = false});
     } else if (key == "timestamp") {
-      if (out.timestamp) c.fail("timestamp", "duplicate key");
+      c.mark_key(seen, k_timestamp, "timestamp");
       const double t = c.read_double("timestamp");
       if (!(t >= 0 && t <= chat_limits::max_arrival_seconds)) c.fail("timestamp", "must be in [0, 1e10] seconds");
       out.timestamp = t;
@@ -404,7 +402,7 @@ inline void parse_openai_line(std::string_view text, std::int64_t line, chat_con
     }
   }
   c.expect_end();
-  if (!have_messages) throw format_error(line, "messages", "missing required key");
+  if ((seen & k_messages) == 0) throw format_error(line, "messages", "missing required key");
 }
 
 /// Parses one SWE-agent trajectory document: an object whose "history" is the LLM's
@@ -416,18 +414,17 @@ inline void parse_swe_agent_traj(std::string_view text, chat_conversation& out) 
   json_cursor c(text, 1);
   c.begin_object("");
   std::string_view key;
-  bool have_history = false;
+  std::uint32_t seen = 0;  // bit 0: "history"
   while (c.next_member(key)) {
     if (key == "history") {
-      if (have_history) c.fail("history", "duplicate key");
-      have_history = true;
+      c.mark_key(seen, 1, "history");
       chat_detail::parse_messages(c, text, "history", out, {.timestamps = false, .swe_agent = true});
     } else {
       c.skip_value(key);
     }
   }
   c.expect_end();
-  if (!have_history) throw format_error(1, "history", "missing required key");
+  if (seen == 0) throw format_error(1, "history", "missing required key");
 }
 
 /// Parses one tau-bench task (an element of the results array, starting at `line`):

@@ -75,7 +75,7 @@ class chat_reader {
   bool next(request& r) {
     while (!eof_ && (pending_.empty() || pending_.top().arrival_s > last_start_)) read_conversation();
     if (pending_.empty()) return false;
-    const pending p = pending_.top();
+    const pending_request p = pending_.top();
     pending_.pop();
     auto it = sessions_.find(p.session_id);
     session& s = it->second;
@@ -109,14 +109,6 @@ class chat_reader {
     std::vector<std::size_t> calls;                // message index of each request
     std::int64_t requests_left = 0;
     std::int64_t line = 0;
-  };
-  struct pending {
-    double arrival_s;
-    std::int64_t session_id;
-    std::int64_t turn_id;
-    bool operator>(const pending& o) const noexcept {
-      return std::tie(arrival_s, session_id, turn_id) > std::tie(o.arrival_s, o.session_id, o.turn_id);
-    }
   };
 
   static chat_options validated(chat_options o) {
@@ -262,7 +254,7 @@ class chat_reader {
   double last_start_ = -std::numeric_limits<double>::infinity();
   bool eof_ = false;
   std::unordered_map<std::int64_t, session> sessions_;
-  std::priority_queue<pending, std::vector<pending>, std::greater<>> pending_;
+  pending_requests pending_;
 };
 
 /// openai: one conversation per non-blank line.

@@ -26,10 +26,12 @@
 #include <charconv>
 #include <cstdint>
 #include <cstdio>
+#include <initializer_list>
 #include <limits>
 #include <string>
 #include <string_view>
 #include <system_error>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -255,6 +257,30 @@ class json_cursor {
 
   /// Throws `format_error` at the current position.
   [[noreturn]] void fail(std::string_view field, const std::string& what) const { fail_at(pos_, field, what); }
+
+  /// The duplicate-key rule of every reader: sets bit `key` of `seen` (the keys of the
+  /// object being read), or fails with "duplicate key" at `field` when it is set already.
+  /// `field` is a string, or a callable making one (so a path is built only for the error).
+  template <class Field>
+  void mark_key(std::uint32_t& seen, std::uint32_t key, const Field& field) const {
+    if ((seen & key) != 0) {
+      if constexpr (std::is_invocable_v<const Field&>)
+        fail(field(), "duplicate key");
+      else
+        fail(field, "duplicate key");
+    }
+    seen |= key;
+  }
+
+  /// The required-key rule: throws `format_error(line, names[i], "missing required key")`
+  /// for the first i whose bit 1 << i is not set in `seen`.
+  static void require_keys(std::int64_t line, std::uint32_t seen, std::initializer_list<std::string_view> names) {
+    std::uint32_t bit = 1;
+    for (const std::string_view name : names) {
+      if ((seen & bit) == 0) throw format_error(line, std::string(name), "missing required key");
+      bit <<= 1;
+    }
+  }
 
   /// Byte offset of the cursor in the text.
   [[nodiscard]] std::size_t offset() const noexcept { return pos_; }

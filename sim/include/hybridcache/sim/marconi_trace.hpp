@@ -61,12 +61,9 @@ class marconi_reader {
   void parse(std::string_view text, std::int64_t line, request& r) {
     enum : unsigned { k_session = 1, k_turn = 2, k_ts = 4, k_num_in = 8, k_num_out = 16, k_in = 32, k_out = 64, k_all = 127 };
     json_cursor c(text, line);
-    unsigned seen = 0;
+    std::uint32_t seen = 0;
     std::int64_t num_input = 0, num_output = 0;
-    auto mark = [&](unsigned bit, std::string_view key) {
-      if ((seen & bit) != 0) c.fail(key, "duplicate key");
-      seen |= bit;
-    };
+    auto mark = [&](std::uint32_t bit, std::string_view key) { c.mark_key(seen, bit, key); };
     c.begin_object("");
     std::string_view key;
     while (c.next_member(key)) {
@@ -105,11 +102,8 @@ class marconi_reader {
     if (static_cast<std::int64_t>(r.input.size()) > max_request_tokens || static_cast<std::int64_t>(r.output.size()) > max_request_tokens)
       throw format_error(line, r.input.size() > r.output.size() ? "input_tokens" : "output_tokens",
                          "more than " + std::to_string(max_request_tokens) + " ids");
-    if (seen != k_all) {
-      static constexpr const char* names[] = {"session_id", "turn_id", "ts", "num_input_tokens", "num_output_tokens", "input_tokens", "output_tokens"};
-      for (unsigned i = 0; i < 7; ++i)
-        if ((seen & (1u << i)) == 0) throw format_error(line, names[i], "missing required key");
-    }
+    if (seen != k_all)
+      json_cursor::require_keys(line, seen, {"session_id", "turn_id", "ts", "num_input_tokens", "num_output_tokens", "input_tokens", "output_tokens"});
     if (num_input != static_cast<std::int64_t>(r.input.size()))
       throw format_error(line, "num_input_tokens",
                          std::to_string(num_input) + " does not match the " + std::to_string(r.input.size()) + " ids in input_tokens");

@@ -95,13 +95,10 @@ class mooncake_reader {
   void parse(std::string_view text, std::int64_t line, request& r) {
     enum : unsigned { k_ts = 1, k_in = 2, k_out = 4, k_ids = 8, k_all = 15 };
     json_cursor c(text, line);
-    unsigned seen = 0;
+    std::uint32_t seen = 0;
     double timestamp_ms = 0;
     std::int64_t input_length = 0, output_length = 0;
-    auto mark = [&](unsigned bit, std::string_view key) {
-      if ((seen & bit) != 0) c.fail(key, "duplicate key");
-      seen |= bit;
-    };
+    auto mark = [&](std::uint32_t bit, std::string_view key) { c.mark_key(seen, bit, key); };
     c.begin_object("");
     std::string_view key;
     while (c.next_member(key)) {
@@ -130,11 +127,7 @@ class mooncake_reader {
       }
     }
     c.expect_end();
-    if (seen != k_all) {
-      static constexpr const char* names[] = {"timestamp", "input_length", "output_length", "hash_ids"};
-      for (unsigned i = 0; i < 4; ++i)
-        if ((seen & (1u << i)) == 0) throw format_error(line, names[i], "missing required key");
-    }
+    if (seen != k_all) json_cursor::require_keys(line, seen, {"timestamp", "input_length", "output_length", "hash_ids"});
     const std::int64_t expected_ids = ceil_div(input_length, mooncake_trace_block_tokens);
     if (static_cast<std::int64_t>(hash_ids_.size()) != expected_ids)
       throw format_error(line, "hash_ids",

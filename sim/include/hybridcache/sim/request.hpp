@@ -22,6 +22,9 @@
 
 #include <concepts>
 #include <cstdint>
+#include <functional>
+#include <queue>
+#include <tuple>
 #include <vector>
 
 #include "hybridcache/concepts/ids.hpp"
@@ -67,6 +70,20 @@ struct request {
   /// length-only formats that feed allocator replays.
   [[nodiscard]] bool has_ids() const noexcept { return !input.empty() || input_tokens == 0; }
 };
+
+/// A request of a session read ahead, waiting to be emitted in (arrival, session, turn)
+/// order: how the conversation readers (sharegpt_trace.hpp, chat_trace.hpp) interleave
+/// the sessions in flight.
+struct pending_request {
+  double arrival_s;
+  std::int64_t session_id;
+  std::int64_t turn_id;
+  bool operator>(const pending_request& o) const noexcept {
+    return std::tie(arrival_s, session_id, turn_id) > std::tie(o.arrival_s, o.session_id, o.turn_id);
+  }
+};
+/// Pending requests, earliest (then lowest session, then turn) on top.
+using pending_requests = std::priority_queue<pending_request, std::vector<pending_request>, std::greater<>>;
 
 /// A stream of requests in arrival order. `next(r)` overwrites `r` (reusing its vectors)
 /// and returns true, or returns false at the end. Malformed input throws

@@ -32,13 +32,10 @@
 #include <cmath>
 #include <cstdint>
 #include <filesystem>
-#include <functional>
 #include <memory>
 #include <istream>
-#include <queue>
 #include <string>
 #include <string_view>
-#include <tuple>
 #include <unordered_map>
 #include <vector>
 
@@ -88,7 +85,7 @@ class sharegpt_reader {
     // from an unread conversation (which starts no earlier than next_session_start()).
     while (!eof_ && (pending_.empty() || pending_.top().arrival_s > next_session_start())) read_conversation();
     if (pending_.empty()) return false;
-    const pending p = pending_.top();
+    const pending_request p = pending_.top();
     pending_.pop();
     auto it = sessions_.find(p.session_id);
     conversation& c = it->second;
@@ -123,14 +120,6 @@ class sharegpt_reader {
     std::size_t first_request_message = 0;
     std::int64_t requests_left = 0;
     std::int64_t line = 0;
-  };
-  struct pending {
-    double arrival_s;
-    std::int64_t session_id;
-    std::int64_t turn_id;
-    bool operator>(const pending& o) const noexcept {
-      return std::tie(arrival_s, session_id, turn_id) > std::tie(o.arrival_s, o.session_id, o.turn_id);
-    }
   };
   enum class role { system, human, assistant };
 
@@ -172,7 +161,7 @@ class sharegpt_reader {
     c.line = line;
     std::vector<std::string> human_texts;  // for the think time
     json_cursor cursor(text, line);
-    bool have_conversations = false;
+    std::uint32_t seen = 0;  // the one key taken: "conversations"
     cursor.begin_object("");
     std::string_view key;
     while (cursor.next_member(key)) {
@@ -180,35 +169,33 @@ class sharegpt_reader {
         cursor.skip_value(key);
         continue;
       }
-      if (have_conversations) cursor.fail(key, "duplicate key");
-      have_conversations = true;
+      cursor.mark_key(seen, 1, key);
       cursor.begin_array("conversations");
       std::size_t index = 0;
       bool in_dialogue = false;  // past the leading system messages
       role expected = role::human;
       while (cursor.next_element("conversations")) {
         const std::string field = "conversations[" + std::to_string(index) + "]";
-        bool have_from = false, have_value = false;
+        enum : std::uint32_t { k_from = 1, k_value = 2 };
+        std::uint32_t keys = 0;
         role who = role::human;
         value_.clear();
         cursor.begin_object(field);
         std::string_view member;
         while (cursor.next_member(member)) {
           if (member == "from") {
-            if (have_from) cursor.fail(field + ".from", "duplicate key");
+            cursor.mark_key(keys, k_from, [&] { return field + ".from"; });
             const std::string_view from = cursor.read_string(field + ".from");
             if (!parse_role(from, who)) cursor.fail(field + ".from", "unknown role '" + std::string(from) + "'");
-            have_from = true;
           } else if (member == "value") {
-            if (have_value) cursor.fail(field + ".value", "duplicate key");
+            cursor.mark_key(keys, k_value, [&] { return field + ".value"; });
             value_.assign(cursor.read_string(field + ".value"));
-            have_value = true;
           } else {
             cursor.skip_value(field + "." + std::string(member));
           }
         }
-        if (!have_from) throw format_error(line, field + ".from", "missing required key");
-        if (!have_value) throw format_error(line, field + ".value", "missing required key");
+        if ((keys & k_from) == 0) throw format_error(line, field + ".from", "missing required key");
+        if ((keys & k_value) == 0) throw format_error(line, field + ".value", "missing required key");
         if (who == role::system) {
           if (in_dialogue) throw format_error(line, field + ".from", "a system message after the dialogue started");
           c.first_request_message = index + 1;
@@ -231,7 +218,7 @@ class sharegpt_reader {
       }
     }
     cursor.expect_end();
-    if (!have_conversations) throw format_error(line, "conversations", "missing required key");
+    if (seen == 0) throw format_error(line, "conversations", "missing required key");
 
     // Requests: every answered human turn, until a prompt exceeds the limit.
     const std::size_t messages = c.message_end.size();
@@ -260,7 +247,7 @@ class sharegpt_reader {
   bool eof_ = false;
   std::string value_;
   std::unordered_map<std::int64_t, conversation> sessions_;
-  std::priority_queue<pending, std::vector<pending>, std::greater<>> pending_;
+  pending_requests pending_;
 };
 static_assert(request_source<sharegpt_reader>);
 

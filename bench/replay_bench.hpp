@@ -1,0 +1,84 @@
+// bench/replay_bench.hpp: the replay loop the benchmarks time (bench_replay.cpp,
+// bench_tokenizer.cpp): a fresh prefix_cache over a counting store per iteration, driven
+// through hybridcache::sim::replay with the engine's calls on top of prefix_cache's
+// `expected` results, as hcbench does.
+#pragma once
+
+#include <benchmark/benchmark.h>
+
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <type_traits>
+#include <utility>
+
+#include <hybridcache/compose/alpha_tuner.hpp>
+#include <hybridcache/model/cost_model.hpp>
+#include <hybridcache/model/presets.hpp>
+#include <hybridcache/prefix/admission.hpp>
+#include <hybridcache/prefix/flop_aware_scorer.hpp>
+#include <hybridcache/prefix/lru_scorer.hpp>
+#include <hybridcache/prefix/prefix_cache.hpp>
+#include <hybridcache/sim/replay.hpp>
+#include <hybridcache/stores/counting_store.hpp>
+
+namespace replay_bench {
+
+namespace hc = hybridcache;
+namespace pc = hybridcache::prefix;
+
+/// Marconi's 7B hybrid (the model every replay in docs/replay.md uses by default).
+inline const hc::cost_model& model() {
+  static const hc::cost_model m(hc::presets::marconi_7b());
+  return m;
+}
+
+/// The engine's calls on top of prefix_cache's `expected` results (as hcbench does).
+template <class Cache>
+struct adapter {
+  Cache& c;
+  pc::match_result match(std::span<const pc::token_id> in) { return *c.match(in); }
+  void commit(std::span<const pc::token_id> s, std::int64_t n, const pc::match_result& m) { (void)c.commit(s, n, &m); }
+  [[nodiscard]] pc::cache_counters counters() const { return c.counters(); }
+  [[nodiscard]] double alpha() const { return c.alpha(); }
+  [[nodiscard]] std::int64_t used_bytes() const { return c.store().used_bytes(); }
+};
+
+/// Times one whole replay of `trace` per iteration at `capacity` bytes (`kv_scale` tokens per
+/// id); `tuning` wraps the cache in Marconi's online alpha tuner (--alpha auto). Reports the
+/// token hit rate and the request count as counters.
+template <class Admission, class MakeScorer>
+void run(benchmark::State& state, const hc::sim::replay_trace& trace, std::int64_t capacity, std::int64_t kv_scale,
+         MakeScorer make_scorer, std::optional<pc::tuning_config> tuning = {}) {
+  using cache_type = pc::prefix_cache<hc::cost_model, Admission, decltype(make_scorer()), pc::counting_store>;
+  double hit = 0;
+  for (auto _ : state) {
+    pc::counting_store store(capacity, model().kv_bytes_per_token() * kv_scale, model().ssm_checkpoint_bytes());
+    store.allow_overflow(true);
+    const pc::prefix_cache_config cfg{.admit_oversized = true};
+    auto replay_with = [&](auto& cache) {
+      adapter<std::remove_reference_t<decltype(cache)>> a{cache};
+      hit = hc::sim::replay(a, trace, model()).token_hit_rate;  // read after the loop: not optimised away
+    };
+    if constexpr (pc::alpha_tunable_scorer<decltype(make_scorer())>) {
+      if (tuning) {
+        pc::alpha_tuned_cache<cache_type> cache(model(), std::move(store), make_scorer(), Admission{}, cfg, *tuning);
+        replay_with(cache);
+        continue;
+      }
+    }
+    cache_type cache(model(), std::move(store), make_scorer(), Admission{}, cfg);
+    replay_with(cache);
+  }
+  state.counters["token_hit_pct"] = benchmark::Counter(100.0 * hit);
+  state.counters["requests"] = benchmark::Counter(static_cast<double>(trace.size()));
+}
+
+/// The scorers of the policies hcbench names: sglang+/vllm+ (LRU, CPython heapq ties),
+/// marconi (FLOP-aware; alpha 0 is where --alpha auto starts tuning).
+inline auto heapq_lru = [] { return pc::lru_scorer({.ties = pc::lru_ties::python_heapq}); };
+inline auto node_id_lru = [] { return pc::lru_scorer{}; };
+inline auto flop_alpha1 = [] { return pc::flop_aware_scorer(model(), {.alpha = 1.0}); };
+inline auto flop_alpha0 = [] { return pc::flop_aware_scorer(model(), {.alpha = 0.0}); };
+
+}  // namespace replay_bench

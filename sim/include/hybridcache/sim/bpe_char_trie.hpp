@@ -1,0 +1,166 @@
+// hybridcache/sim/bpe_char_trie.hpp
+//
+// The tokens the fast BPE encoder (bpe_backtracking.hpp) may choose, in a trie walked one
+// UTF-8 character at a time, so that it can list the tokens starting at a position of the
+// text, shortest first.
+//
+// An edge is one 64-bit word: parent node, code point and child node (21 bits each) and a
+// bit saying whether the child has children (so a walk stops at a leaf without a lookup).
+// The root's edges below U+10000 are found by code point in a direct table (one load; CJK
+// text touches its 168 KiB of ideographs); the others in an open-addressing table of such
+// words, at most half full, hashed by one multiplication. A node that spells a token is
+// numbered by that token's id, so finding the edge gives the token; the other nodes are
+// numbered from `id_limit` up. Ids and node numbers must stay below 2^21 - 1 (`fits`).
+//
+// Cost: building O(total token bytes); a walk does one load (the root) or one probe per
+// character, and stops at the first character no token continues with.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <limits>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "hybridcache/sim/request.hpp"
+#include "hybridcache/sim/utf8_pretokenize.hpp"
+
+namespace hybridcache::sim {
+
+/// A trie of tokens over code points. See the file comment.
+class bpe_char_trie {
+ public:
+  /// Node numbers (and token ids) must be below this.
+  static constexpr std::uint32_t max_nodes = (std::uint32_t{1} << 21) - 1;
+
+  /// A token found by a walk, and the end of its bytes in the text.
+  struct match {
+    token_id token;
+    std::uint32_t end;
+  };
+
+  /// True when tokens of `chars` characters in all, with ids below `id_limit`, certainly fit.
+  [[nodiscard]] static bool fits(std::size_t id_limit, std::size_t chars) noexcept { return id_limit + chars + 1 < max_nodes; }
+
+  /// Builds from (bytes, id) pairs: valid UTF-8, non-empty, distinct, ids below `id_limit`;
+  /// `chars` bounds their characters in all (see `fits`).
+  void build(std::vector<std::pair<std::string_view, token_id>> tokens, std::size_t id_limit, std::size_t chars) {
+    // Shorter first, so a prefix that is a token is made (numbered by its id) before any
+    // node below it.
+    std::sort(tokens.begin(), tokens.end(), [](const auto& a, const auto& b) {
+      return a.first.size() != b.first.size() ? a.first.size() < b.first.size() : a.second < b.second;
+    });
+    // Into a table sized by `chars`, then moved into one sized by the edges it holds (at
+    // most half full; an edge word keeps its key and child, so it moves as it is).
+    insert_all(tokens, id_limit, chars);
+    std::vector<std::uint64_t> all;
+    all.swap(slots_);
+    size_table(edges_);
+    for (const std::uint64_t e : all) {
+      if (e == empty) continue;
+      std::size_t i = home(e & key_bits);
+      while (slots_[i] != empty) i = (i + 1) & mask_;
+      slots_[i] = e;
+    }
+  }
+
+  /// Writes to `out` the tokens that `text` (valid UTF-8) holds at `pos`, shortest first,
+  /// and returns their count; returns `max + 1` (having written `max`) when there are more
+  /// than `max`.
+  std::size_t prefixes(std::string_view text, std::size_t pos, match* out, std::size_t max) const noexcept {
+    const auto* s = reinterpret_cast<const unsigned char*>(text.data());
+    const std::size_t n = text.size();
+    std::size_t count = 0, i = pos, len = 0;
+    std::uint32_t cp = bpe_detail::decode_at(s + i, len);
+    std::uint64_t e = cp < 0x10000 ? bmp_[cp] : find(root_, cp);
+    while (e != empty) {
+      i += len;
+      const auto node = static_cast<std::uint32_t>(e & field);
+      if (node < root_) {
+        if (count == max) return max + 1;
+        out[count++] = {static_cast<token_id>(node), static_cast<std::uint32_t>(i)};
+      }
+      if ((e & inner) == 0 || i >= n) break;
+      cp = bpe_detail::decode_at(s + i, len);
+      e = find(node, cp);
+    }
+    return count;
+  }
+
+ private:
+  static constexpr std::uint64_t empty = ~std::uint64_t{0};  // parent field all ones: no node
+  static constexpr std::uint64_t field = (std::uint64_t{1} << 21) - 1;
+  static constexpr std::uint64_t inner = std::uint64_t{1} << 63;  // the child has children
+  static constexpr std::uint64_t key_bits = ~field & ~inner;
+
+  // Bits 0-20: the child; 21-41: the code point; 42-62: the parent; 63: `inner`.
+  [[nodiscard]] static std::uint64_t key(std::uint32_t parent, std::uint32_t cp) noexcept {
+    return ((static_cast<std::uint64_t>(parent) << 21) | cp) << 21;
+  }
+  [[nodiscard]] std::size_t home(std::uint64_t k) const noexcept {
+    return static_cast<std::size_t>((k * 0x9E3779B97F4A7C15ULL) >> shift_);  // Fibonacci hashing
+  }
+
+  // The edge (parent, cp), or `empty`.
+  [[nodiscard]] std::uint64_t find(std::uint32_t parent, std::uint32_t cp) const noexcept {
+    const std::uint64_t k = key(parent, cp);
+    for (std::size_t i = home(k);; i = (i + 1) & mask_) {
+      const std::uint64_t e = slots_[i];
+      if ((e & key_bits) == k || e == empty) return e;
+    }
+  }
+
+  // The word holding the edge (parent, cp), made (empty) when missing.
+  std::uint64_t& slot(std::uint32_t parent, std::uint32_t cp) {
+    if (parent == root_ && cp < 0x10000) return bmp_[cp];
+    const std::uint64_t k = key(parent, cp);
+    std::size_t i = home(k);
+    while (slots_[i] != empty && (slots_[i] & key_bits) != k) i = (i + 1) & mask_;
+    return slots_[i];
+  }
+
+  void insert_all(const std::vector<std::pair<std::string_view, token_id>>& tokens, std::size_t id_limit, std::size_t edges) {
+    root_ = static_cast<std::uint32_t>(id_limit);
+    next_node_ = root_ + 1;
+    edges_ = 0;
+    size_table(edges);
+    bmp_.assign(0x10000, empty);
+    for (const auto& [bytes, id] : tokens) {
+      std::uint32_t node = root_;
+      std::uint64_t* into = nullptr;  // the edge into `node` (none into the root)
+      for (std::size_t i = 0; i < bytes.size();) {
+        std::size_t l = 0;
+        const std::uint32_t cp = bpe_detail::decode_valid(bytes, i, l);
+        i += l;
+        if (into != nullptr) *into |= inner;
+        std::uint64_t& e = slot(node, cp);
+        if (e == empty) {
+          e = key(node, cp) | (i == bytes.size() ? static_cast<std::uint32_t>(id) : next_node_++);
+          ++edges_;
+        }
+        into = &e;
+        node = static_cast<std::uint32_t>(e & field);
+      }
+    }
+  }
+
+  void size_table(std::size_t edges) {
+    std::size_t slots = 16;
+    while (slots < 2 * edges) slots *= 2;
+    slots_.assign(slots, empty);
+    mask_ = slots - 1;
+    shift_ = 64;
+    for (std::size_t s = slots; s > 1; s /= 2) --shift_;
+  }
+
+  std::vector<std::uint64_t> bmp_;    // the root's edges below U+10000, by code point
+  std::vector<std::uint64_t> slots_;  // the other edges
+  std::size_t mask_ = 0;
+  unsigned shift_ = 64;
+  std::uint32_t root_ = 0;
+  std::uint32_t next_node_ = 0;
+  std::size_t edges_ = 0;
+};
+
+}  // namespace hybridcache::sim

@@ -1,0 +1,84 @@
+// The fast BPE encoder (sim/bpe_backtracking.hpp) against the definition of BPE: random
+// merge lists over a few ASCII and multi-byte characters (so merges overlap, tie, cross
+// character boundaries and make part-character tokens), random texts, and a naive reference
+// that merges the lowest-ranked pair, leftmost first, until none is left. The package-order
+// merger (bpe_merges.hpp, the fallback) is checked against the same reference.
+#include <doctest/doctest.h>
+
+#include <array>
+#include <cstdint>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <hybridcache/sim/bpe_backtracking.hpp>
+#include <hybridcache/sim/bpe_merges.hpp>
+#include <hybridcache/sim/bpe_tokenizer.hpp>
+
+#include "../support/bpe_random_model.hpp"
+
+using namespace hybridcache::sim;
+using namespace bpe_test;
+
+TEST_CASE("the fast encoder equals the definition of BPE on random merge lists") {
+  std::mt19937_64 rng(19);
+  std::size_t cases = 0, fast = 0, fell_back = 0;
+  for (int model = 0; model < 60; ++model) {
+    const random_model m = make_model(rng, 10 + model * 3, model % 4 == 3);
+    bpe_backtracking_encoder encoder;
+    encoder.build(m.table, m.byte_ids, m.id_limit());
+    REQUIRE(encoder.enabled());  // make_model writes well-formed lists only
+    bpe_word_merger merger;
+    for (int t = 0; t < 200; ++t) {
+      const std::string text = random_text(rng, model % 3 == 0 ? 80 : 24);
+      const std::vector<token_id> want = naive_bpe(m, text);
+      std::vector<token_id> merged;
+      merger.merge(text, m.byte_ids, m.table, merged);
+      CHECK(merged == want);
+      std::vector<token_id> got = {7};  // appends after what is there
+      ++cases;
+      if (encoder.encode(text, m.table, got)) {
+        ++fast;
+        got.erase(got.begin());
+        CHECK_MESSAGE(got == want, "model ", model, " text '", text, "'");
+      } else {
+        ++fell_back;
+        CHECK(got == std::vector<token_id>{7});  // untouched
+      }
+    }
+  }
+  MESSAGE(cases, " texts: ", fast, " by the fast encoder, ", fell_back, " left to the merger");
+  CHECK(fast > cases * 3 / 4);  // the test exercises the fast encoder, not just its refusal
+  CHECK(fell_back > 0);         // and part-character tokens make it refuse sometimes
+}
+
+TEST_CASE("a merge list that is not well-formed keeps the fast encoder off") {
+  random_model m;
+  const token_id a = m.byte_ids['a'], b = m.byte_ids['b'], c = m.byte_ids['c'];
+  const token_id ab = m.token_for("ab"), bc = m.token_for("bc"), abc = m.token_for("abc");
+  SUBCASE("a token made by two merges") {
+    m.merges = {{a, b, ab}, {b, c, bc}, {ab, c, abc}, {a, bc, abc}};
+  }
+  SUBCASE("an input made by a later merge") {
+    m.merges = {{ab, c, abc}, {a, b, ab}};
+  }
+  m.finish();
+  bpe_backtracking_encoder encoder;
+  encoder.build(m.table, m.byte_ids, m.id_limit());
+  CHECK_FALSE(encoder.enabled());
+  std::vector<token_id> out;
+  CHECK_FALSE(encoder.encode("abc", m.table, out));
+  CHECK(out.empty());
+}
+
+TEST_CASE("the tokenizer reports whether its merge list allows the fast encoder") {
+  // Every byte in the vocab; "abc" made once (well-formed), then twice.
+  const std::string vocab = byte_vocab_json();
+  const std::string head = R"({"normalizer":null,"pre_tokenizer":{"type":"ByteLevel","add_prefix_space":false,"use_regex":true},"model":{"type":"BPE","vocab":{)";
+  auto good = bpe_tokenizer::from_json(head + vocab + R"("ab":256,"abc":257},"merges":["a b","ab c"]}})");
+  CHECK(good.fast_encoder());
+  CHECK(good.encode("abcab abc") == std::vector<token_id>{257, 256, 32, 257});
+  auto twice = bpe_tokenizer::from_json(head + vocab + R"("ab":256,"bc":258,"abc":257},"merges":["a b","b c","ab c","a bc"]}})");
+  CHECK_FALSE(twice.fast_encoder());
+  CHECK(twice.encode("abcab abc") == std::vector<token_id>{257, 256, 32, 257});
+}
