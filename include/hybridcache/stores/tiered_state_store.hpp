@@ -665,11 +665,10 @@ class tiered_state_store {
   /// for the same tokens differ; the shared namespace keeps the unsalted seed).
   void hash_prefixes(std::span<const prefix::token_id> s, const prefix::cache_salt& salt = std::nullopt) {
     prefix_hash_.resize(s.size() + 1);
-    std::uint64_t h = 0x9e3779b97f4a7c15ULL;
-    if (salt) h = splitmix64_mix(h ^ splitmix64_mix(*salt ^ 0x5a17ed0c0ffee000ULL));
+    std::uint64_t h = prefix_hash_seed(salt);  // core/hash.hpp: the storage backends' keys use the same chain
     prefix_hash_[0] = h;
     for (std::size_t i = 0; i < s.size(); ++i) {
-      h = splitmix64_mix(h ^ (static_cast<std::uint64_t>(static_cast<std::uint32_t>(s[i])) + 0x632be59bd9b4e019ULL));
+      h = prefix_hash_step(h, s[i]);
       prefix_hash_[i + 1] = h;
     }
   }

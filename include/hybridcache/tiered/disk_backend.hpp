@@ -1,0 +1,576 @@
+// hybridcache/tiered/disk_backend.hpp
+//
+// `disk_backend<Scorer>`: the local-disk tier, a `storage_backend`
+// (concepts/storage_backend.hpp). One file per value, written with pwrite and read with
+// pread by a pool of worker threads behind a bounded queue (tiered/io_queue.hpp).
+//
+// On disk, under `directory`:
+//   LOCK                      flock'ed by the one backend that owns the directory
+//   v1/<2 hex>/<32 hex>.hcv   one value: the 64-byte header (tiered/storage_format.hpp),
+//                             then the payload; the name is the key's storage name
+//   tmp/                      values being written; renamed into v1/ when complete
+//
+// Why one file per value and not an append-only segment + index (measured,
+// docs/storage.md "Design measurements"): a value is a KV extent or a recurrent checkpoint,
+// 0.1 to tens of MB, so the per-file cost (about 40 us to create + rename, 5 us to open)
+// is a few percent of moving the bytes; in exchange the tier evicts exactly the entry its
+// scorer picks (unlink), with no segment compaction rewriting live data, and a torn or
+// corrupt file costs only itself. Plain threads, not io_uring: the workers keep
+// `io_threads` requests in flight, which is what io_uring would add for sequential MB-sized
+// transfers; the project has no measurement where io_uring would win at this size.
+//
+// Guarantees:
+//   - a value appears only when complete: written to tmp/, then renamed (atomic within a
+//     file system). `sync_writes` adds fdatasync before the rename (survives power loss);
+//     without it a crash can leave a short or zero-filled file, which the checks catch;
+//   - restart: the constructor rebuilds the index from v1/ (header + file size checked for
+//     every file; recency from modification times), removes what is in tmp/ (writes a
+//     crash interrupted) and every file whose header is bad or whose size is not the
+//     header's (`dropped_at_recovery`); a flipped payload byte is caught by the CRC on get;
+//   - get verifies header, key, length and CRC; a value that fails is a miss (`corrupt`),
+//     counted, and its file removed;
+//   - disk full (ENOSPC / EDQUOT on write): the partial file is removed, `no_space` is
+//     counted, the tier's capacity shrinks to the bytes it holds (the file system is smaller
+//     than configured), the scorer's victims are evicted to make room and the write is
+//     retried once; if it still fails the put ends `no_space` with nothing stored;
+//   - capacity counts files (header + payload); a put evicts the scorer's victims first.
+//
+// Costs: put/get O(bytes) I/O plus O(log n) index work; exists answers from the in-memory
+// index at submit (O(keys), no I/O); a get of an absent key answers at once (no I/O);
+// remove O(log n) + one unlink. Recovery O(files). Thread-safe.
+#pragma once
+
+#include <fcntl.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <cstdint>
+#include <cstring>
+#include <filesystem>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <string>
+#include <system_error>
+#include <utility>
+#include <vector>
+
+#include "hybridcache/concepts/demotion.hpp"
+#include "hybridcache/concepts/storage_backend.hpp"
+#include "hybridcache/core/error.hpp"
+#include "hybridcache/tiered/backend_index.hpp"
+#include "hybridcache/tiered/demotion_policy.hpp"
+#include "hybridcache/tiered/io_queue.hpp"
+#include "hybridcache/tiered/storage_format.hpp"
+
+namespace hybridcache::tiered {
+
+/// Configuration of a disk tier. Aggregate: designated initializers.
+struct disk_backend_config {
+  std::string directory;            ///< created when missing; owned by one backend at a time
+  std::int64_t capacity_bytes = 0;  ///< bytes of files (header + payload) the tier may hold
+  int io_threads = 2;               ///< pread/pwrite workers (requests in flight)
+  std::int32_t queue_depth = 64;    ///< operations outstanding at most (submit is busy beyond)
+  std::int64_t io_block_bytes = std::int64_t{1} << 20;  ///< bytes per pread/pwrite call
+  bool sync_writes = false;         ///< fdatasync each value before it becomes visible
+};
+
+template <demotion_scorer Scorer = lru_demotion>
+class disk_backend {
+ public:
+  /// Test hook: called before every pwrite with the file offset and size; a nonzero return
+  /// is taken as that call's errno (e.g. ENOSPC), as if the kernel had returned it.
+  using write_fault_hook = std::function<int(std::int64_t offset, std::int64_t bytes)>;
+
+  /// Opens (or creates) the directory, takes its lock, rebuilds the index from what is
+  /// there, starts the workers.
+  /// @throws invalid_argument for an empty directory name, capacity <= 0, io_threads < 1,
+  /// queue_depth < 1, io_block_bytes < 4096, a directory that cannot be created or is
+  /// locked by another backend (the message names the field or the path).
+  explicit disk_backend(disk_backend_config config, Scorer scorer = Scorer{})
+      : config_(std::move(config)), index_(config_.capacity_bytes, std::move(scorer)) {
+    HYBRIDCACHE_EXPECTS(!config_.directory.empty(), invalid_argument, "disk_backend: field 'directory' is empty");
+    HYBRIDCACHE_EXPECTS(config_.capacity_bytes > 0, invalid_argument,
+                        "disk_backend: field 'capacity_bytes' must be > 0, got " + std::to_string(config_.capacity_bytes));
+    HYBRIDCACHE_EXPECTS(config_.io_block_bytes >= 4096, invalid_argument,
+                        "disk_backend: field 'io_block_bytes' must be >= 4096, got " + std::to_string(config_.io_block_bytes));
+    HYBRIDCACHE_EXPECTS(config_.io_threads >= 1, invalid_argument,
+                        "disk_backend: field 'io_threads' must be >= 1, got " + std::to_string(config_.io_threads));
+    HYBRIDCACHE_EXPECTS(config_.queue_depth >= 1, invalid_argument,
+                        "disk_backend: field 'queue_depth' must be >= 1, got " + std::to_string(config_.queue_depth));
+    open_directory();
+    recover();
+    queue_ = std::make_unique<io_queue<job>>(config_.queue_depth, config_.io_threads,
+                                             [this](job& j, std::size_t) { return run(j); });
+  }
+  ~disk_backend() {
+    if (queue_) queue_->shutdown();  // queued jobs run first: they point into caller buffers
+    if (lock_fd_ >= 0) ::close(lock_fd_);
+  }
+  disk_backend(const disk_backend&) = delete;
+  disk_backend& operator=(const disk_backend&) = delete;
+
+  // --- storage_backend -----------------------------------------------------------------
+
+  /// Stores `payload` under `key` (replacing a value already there). `payload` must stay
+  /// valid until the ticket is waited on. invalid_argument: bad key or meta; busy: queue full.
+  [[nodiscard]] expected<io_ticket> put(const storage_key& key, const value_meta& meta,
+                                        std::span<const std::byte> payload) {
+    if (!valid_key(key) || !valid_meta(key, meta)) return unexpected(errc::invalid_argument);
+    const std::int64_t need = static_cast<std::int64_t>(value_header_bytes + payload.size());
+    {
+      std::lock_guard lock(mu_);
+      if (need > index_.capacity_bytes()) {
+        counters_.put_failures += 1;
+        return complete_now({io_status::too_large, 0, {}});
+      }
+    }
+    return submit(job{job_kind::put, key, meta, payload, {}});
+  }
+
+  /// Reads the value under `key` into `into` (which must stay valid until the ticket is
+  /// waited on). An absent key answers `not_found` at once.
+  [[nodiscard]] expected<io_ticket> get(const storage_key& key, std::span<std::byte> into) {
+    if (!valid_key(key)) return unexpected(errc::invalid_argument);
+    {
+      std::lock_guard lock(mu_);
+      if (!index_.contains(key)) {
+        auto t = complete_now({io_status::not_found, 0, {}});
+        if (t) {
+          counters_.gets += 1;
+          counters_.misses += 1;
+        }
+        return t;
+      }
+    }
+    auto t = submit(job{job_kind::get, key, {}, {}, into});
+    if (t) {
+      std::lock_guard lock(mu_);
+      counters_.gets += 1;
+      index_.touch(key);  // LRU: a read is a use
+    }
+    return t;
+  }
+
+  /// found[i] = 1 when a value is held under keys[i], else 0; answered from the index at
+  /// once (no I/O). invalid_argument when the spans differ in length.
+  [[nodiscard]] expected<io_ticket> exists(std::span<const storage_key> keys, std::span<std::uint8_t> found) {
+    if (keys.size() != found.size()) return unexpected(errc::invalid_argument);
+    std::lock_guard lock(mu_);
+    std::int64_t n = 0;
+    for (std::size_t i = 0; i < keys.size(); ++i) {
+      found[i] = index_.contains(keys[i]) ? 1 : 0;
+      n += found[i];
+    }
+    auto t = complete_now({io_status::ok, n, {}});
+    if (t) {
+      counters_.exists_calls += 1;
+      counters_.exists_keys += static_cast<std::int64_t>(keys.size());
+      counters_.exists_found += n;
+    }
+    return t;
+  }
+
+  /// Removes the value under `key` (its file is unlinked by a worker).
+  [[nodiscard]] expected<io_ticket> remove(const storage_key& key) {
+    if (!valid_key(key)) return unexpected(errc::invalid_argument);
+    {
+      std::lock_guard lock(mu_);
+      if (!index_.contains(key)) return complete_now({io_status::not_found, 0, {}});
+    }
+    return submit(job{job_kind::remove, key, {}, {}, {}});
+  }
+
+  [[nodiscard]] expected<bool> poll(io_ticket t) const { return queue_->poll(t); }
+  [[nodiscard]] expected<io_result> wait(io_ticket t) { return queue_->wait(t); }
+  [[nodiscard]] expected<io_result> wait_for(io_ticket t, std::chrono::nanoseconds timeout) {
+    return queue_->wait_for(t, timeout);
+  }
+
+  [[nodiscard]] backend_counters counters() const {
+    std::lock_guard lock(mu_);
+    return counters_;
+  }
+  /// The tier's capacity: the configured bytes, or fewer after the disk reported full.
+  [[nodiscard]] std::int64_t capacity_bytes() const {
+    std::lock_guard lock(mu_);
+    return index_.capacity_bytes();
+  }
+  /// Bytes of the values held (header + payload), plus those being written.
+  [[nodiscard]] std::int64_t used_bytes() const {
+    std::lock_guard lock(mu_);
+    return index_.used_bytes() + writing_bytes_;
+  }
+
+  // --- beyond the concept ----------------------------------------------------------------
+
+  /// Values held.
+  [[nodiscard]] std::int64_t entries() const {
+    std::lock_guard lock(mu_);
+    return static_cast<std::int64_t>(index_.size());
+  }
+  /// Sets a value's score (read by `car_score_demotion`). No-op for an absent key.
+  void set_score(const storage_key& key, double score) {
+    std::lock_guard lock(mu_);
+    index_.set_score(key, score);
+  }
+  /// The file that holds `key`'s value (whether or not it exists): for tools and tests.
+  [[nodiscard]] std::string path_of(const storage_key& key) const {
+    path_buffer p;
+    return std::string(value_path(name_of(key), p));
+  }
+  [[nodiscard]] const disk_backend_config& config() const noexcept { return config_; }
+  /// Installs (or clears with {}) the write fault hook. Not while puts are in flight.
+  void set_write_fault(write_fault_hook hook) {
+    std::lock_guard lock(mu_);
+    fault_ = std::move(hook);
+  }
+
+ private:
+  enum class job_kind : std::uint8_t { none, put, get, remove };
+  struct job {
+    job_kind kind = job_kind::none;
+    storage_key key{};
+    value_meta meta{};
+    std::span<const std::byte> src{};
+    std::span<std::byte> dst{};
+  };
+  using path_buffer = std::array<char, 4096>;
+
+  expected<io_ticket> submit(job&& j) {
+    auto t = queue_->submit(std::move(j));
+    if (!t) {
+      std::lock_guard lock(mu_);
+      counters_.rejected_busy += 1;
+    }
+    return t;
+  }
+  expected<io_ticket> complete_now(const io_result& r) {
+    auto t = queue_->complete_now(r);
+    if (!t) counters_.rejected_busy += 1;  // callers hold mu_
+    return t;
+  }
+
+  // --- paths ---------------------------------------------------------------------------
+
+  /// "<dir>/v1/<2 hex>/<32 hex>.hcv" into `out` (no allocation).
+  std::string_view value_path(const storage_name& n, path_buffer& out) const noexcept {
+    std::size_t len = 0;
+    auto append = [&](std::string_view s) {
+      const std::size_t k = std::min(s.size(), out.size() - 1 - len);
+      std::memcpy(out.data() + len, s.data(), k);
+      len += k;
+    };
+    append(values_dir_);
+    append(std::string_view(n.data(), 2));
+    append("/");
+    append(std::string_view(n.data(), n.size()));
+    append(".hcv");
+    out[len] = '\0';
+    return {out.data(), len};
+  }
+  std::string_view temp_path(const storage_name& n, std::uint64_t serial, path_buffer& out) const noexcept {
+    std::size_t len = 0;
+    auto append = [&](std::string_view s) {
+      const std::size_t k = std::min(s.size(), out.size() - 1 - len);
+      std::memcpy(out.data() + len, s.data(), k);
+      len += k;
+    };
+    append(temp_dir_);
+    append(std::string_view(n.data(), n.size()));
+    append(".");
+    char digits[24];
+    int d = 0;
+    do {
+      digits[d++] = static_cast<char>('0' + serial % 10);
+      serial /= 10;
+    } while (serial != 0);
+    while (d > 0) append(std::string_view(&digits[--d], 1));
+    append(".tmp");
+    out[len] = '\0';
+    return {out.data(), len};
+  }
+
+  void open_directory() {
+    namespace fs = std::filesystem;
+    std::error_code ec;
+    const fs::path root(config_.directory);
+    fs::create_directories(root / "v1", ec);
+    if (!ec) fs::create_directories(root / "tmp", ec);
+    for (int i = 0; i < 256 && !ec; ++i) {
+      constexpr char digits[] = "0123456789abcdef";
+      const char sub[3] = {digits[i >> 4], digits[i & 15], '\0'};
+      fs::create_directories(root / "v1" / sub, ec);
+    }
+    if (ec)
+      throw invalid_argument("disk_backend: cannot create directory '" + config_.directory + "': " + ec.message());
+    const std::string lock_path = (root / "LOCK").string();
+    lock_fd_ = ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (lock_fd_ < 0)
+      throw invalid_argument("disk_backend: cannot open '" + lock_path + "': " + std::strerror(errno));
+    if (::flock(lock_fd_, LOCK_EX | LOCK_NB) != 0) {
+      ::close(lock_fd_);
+      lock_fd_ = -1;
+      throw invalid_argument("disk_backend: directory '" + config_.directory +
+                             "' is in use by another disk_backend (its LOCK is held)");
+    }
+    values_dir_ = (root / "v1").string() + "/";
+    temp_dir_ = (root / "tmp").string() + "/";
+  }
+
+  /// Rebuilds the index from v1/: every file whose header verifies and whose size is the
+  /// header's; recency in modification-time order. Removes tmp/ and everything else.
+  void recover() {
+    namespace fs = std::filesystem;
+    std::error_code ec;
+    for (const auto& e : fs::directory_iterator(temp_dir_, ec)) {
+      std::error_code rm;
+      fs::remove(e.path(), rm);
+      counters_.dropped_at_recovery += 1;
+    }
+    struct found_value {
+      std::int64_t mtime_ns;
+      storage_key key;
+      value_meta meta;
+      std::int64_t bytes;
+    };
+    std::vector<found_value> found;
+    for (const auto& sub : fs::directory_iterator(values_dir_, ec)) {
+      std::error_code ec2;
+      for (const auto& e : fs::directory_iterator(sub.path(), ec2)) {
+        const std::string p = e.path().string();
+        const int fd = ::open(p.c_str(), O_RDONLY | O_CLOEXEC);
+        struct stat st {};
+        std::array<std::byte, value_header_bytes> h{};
+        bool ok = fd >= 0 && ::fstat(fd, &st) == 0 &&
+                  ::pread(fd, h.data(), h.size(), 0) == static_cast<ssize_t>(h.size());
+        if (fd >= 0) ::close(fd);
+        expected<value_header> hdr = ok ? decode_header(h) : expected<value_header>(unexpected(errc::invalid_argument));
+        ok = ok && hdr.has_value() && st.st_size == static_cast<off_t>(value_header_bytes) + hdr->length &&
+             e.path().filename().string() == std::string(name_of(hdr->key).data(), 32) + ".hcv";
+        if (!ok) {
+          std::error_code rm;
+          fs::remove(e.path(), rm);
+          counters_.dropped_at_recovery += 1;
+          continue;
+        }
+        found.push_back({static_cast<std::int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec, hdr->key,
+                         hdr->meta, static_cast<std::int64_t>(st.st_size)});
+      }
+    }
+    std::sort(found.begin(), found.end(), [](const found_value& a, const found_value& b) { return a.mtime_ns < b.mtime_ns; });
+    for (const found_value& f : found) index_.insert(f.key, f.meta, f.bytes);
+    counters_.recovered = static_cast<std::int64_t>(found.size());
+    path_buffer p;
+    while (index_.used_bytes() > index_.capacity_bytes()) {  // the capacity was lowered since
+      const auto v = index_.pop_victim();
+      ::unlink(value_path(name_of(v->first), p).data());
+      counters_.evictions += 1;
+      counters_.evicted_bytes += v->second.stored_bytes;
+      counters_.recovered -= 1;
+    }
+  }
+
+  // --- the workers ---------------------------------------------------------------------
+
+  io_result run(job& j) {
+    switch (j.kind) {
+      case job_kind::put: return run_put(j);
+      case job_kind::get: return run_get(j);
+      case job_kind::remove: return run_remove(j);
+      case job_kind::none: break;
+    }
+    return {io_status::unavailable, 0, {}};
+  }
+
+  /// Evicts the scorer's victims until `need` more bytes fit, and reserves them. False when
+  /// `need` exceeds the capacity. With nothing left to evict, other puts' reservations may
+  /// overshoot the capacity until they finish.
+  /// A value already under `key` is being replaced: its row goes first (its file is
+  /// replaced by the rename, or removed if the write fails).
+  bool make_room(const storage_key& key, std::int64_t need) {
+    std::unique_lock lock(mu_);
+    if (need > index_.capacity_bytes()) return false;
+    (void)index_.erase(key);
+    path_buffer p;
+    while (index_.used_bytes() + writing_bytes_ + need > index_.capacity_bytes()) {
+      const auto v = index_.pop_victim();
+      if (!v) break;
+      counters_.evictions += 1;
+      counters_.evicted_bytes += v->second.stored_bytes;
+      const std::string_view path = value_path(name_of(v->first), p);
+      lock.unlock();
+      ::unlink(path.data());
+      lock.lock();
+    }
+    writing_bytes_ += need;
+    return true;
+  }
+
+  io_result run_put(job& j) {
+    const std::int64_t need = static_cast<std::int64_t>(value_header_bytes + j.src.size());
+    value_header h{j.key, j.meta, crc32c(j.src), 0, static_cast<std::int64_t>(j.src.size())};
+    std::array<std::byte, value_header_bytes> head{};
+    encode_header(h, head);
+    for (int attempt = 0; attempt < 2; ++attempt) {
+      if (!make_room(j.key, need)) break;
+      const int err = write_value(j.key, head, j.src);
+      std::lock_guard lock(mu_);
+      writing_bytes_ -= need;
+      if (err == 0) {
+        try {
+          index_.insert(j.key, j.meta, need);
+        } catch (...) {  // no memory for the row: the file stays unindexed; remove it
+          path_buffer p;
+          ::unlink(value_path(name_of(j.key), p).data());
+          counters_.put_failures += 1;
+          return {io_status::unavailable, 0, {}};
+        }
+        counters_.puts += 1;
+        counters_.put_bytes += static_cast<std::int64_t>(j.src.size());
+        return {io_status::ok, static_cast<std::int64_t>(j.src.size()), {}};
+      }
+      if (err != ENOSPC && err != EDQUOT) {
+        counters_.put_failures += 1;
+        return {io_status::unavailable, 0, {}};
+      }
+      // The file system is smaller than configured: hold no more than what fits now.
+      counters_.no_space += 1;
+      index_.set_capacity(std::min(index_.capacity_bytes(), index_.used_bytes() + writing_bytes_));
+      if (need > index_.capacity_bytes()) break;
+    }
+    std::lock_guard lock(mu_);
+    counters_.put_failures += 1;
+    return {io_status::no_space, 0, {}};
+  }
+
+  /// Writes header + payload to a temporary file and renames it into place. 0 or an errno;
+  /// on failure nothing is left behind.
+  int write_value(const storage_key& key, std::span<const std::byte, value_header_bytes> head,
+                  std::span<const std::byte> payload) {
+    const storage_name n = name_of(key);
+    path_buffer tmp, dst;
+    const std::uint64_t serial = next_temp_.fetch_add(1, std::memory_order_relaxed);
+    const char* tmp_path = temp_path(n, serial, tmp).data();
+    const int fd = ::open(tmp_path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    if (fd < 0) return errno;
+    int err = write_all(fd, head, 0);
+    for (std::size_t off = 0; err == 0 && off < payload.size(); off += static_cast<std::size_t>(config_.io_block_bytes)) {
+      const std::size_t len = std::min(payload.size() - off, static_cast<std::size_t>(config_.io_block_bytes));
+      err = write_all(fd, payload.subspan(off, len), static_cast<std::int64_t>(value_header_bytes + off));
+    }
+    if (err == 0 && config_.sync_writes && ::fdatasync(fd) != 0) err = errno;
+    if (::close(fd) != 0 && err == 0) err = errno;
+    if (err == 0 && ::rename(tmp_path, value_path(n, dst).data()) != 0) err = errno;
+    if (err != 0) {
+      ::unlink(tmp_path);
+      ::unlink(value_path(n, dst).data());  // a replaced value's old file, no longer indexed
+    }
+    return err;
+  }
+  int write_all(int fd, std::span<const std::byte> bytes, std::int64_t offset) {
+    if (fault_) {
+      const int injected = fault_(offset, static_cast<std::int64_t>(bytes.size()));
+      if (injected != 0) return injected;
+    }
+    std::size_t done = 0;
+    while (done < bytes.size()) {
+      const ssize_t w = ::pwrite(fd, bytes.data() + done, bytes.size() - done, static_cast<off_t>(offset + done));
+      if (w < 0 && errno == EINTR) continue;
+      if (w < 0) return errno;
+      if (w == 0) return ENOSPC;
+      done += static_cast<std::size_t>(w);
+    }
+    return 0;
+  }
+
+  io_result run_get(job& j) {
+    path_buffer p;
+    const int fd = ::open(value_path(name_of(j.key), p).data(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {  // evicted or removed since the submit (or deleted behind our back)
+      std::lock_guard lock(mu_);
+      (void)index_.erase(j.key);
+      counters_.misses += 1;
+      return {io_status::not_found, 0, {}};
+    }
+    const io_result r = read_value(fd, j);
+    ::close(fd);
+    std::lock_guard lock(mu_);
+    if (r.status == io_status::ok) {
+      counters_.hits += 1;
+      counters_.hit_bytes += r.bytes;
+    } else if (r.status == io_status::corrupt) {
+      counters_.corrupt += 1;
+      if (index_.erase(j.key)) ::unlink(p.data());
+    } else if (r.status == io_status::unavailable) {
+      counters_.unavailable += 1;
+    }
+    return r;
+  }
+
+  /// Reads and checks one value; the CRC runs block by block while the block is in cache.
+  io_result read_value(int fd, job& j) {
+    struct stat st {};
+    std::array<std::byte, value_header_bytes> head{};
+    if (::fstat(fd, &st) != 0) return {io_status::unavailable, 0, {}};
+    if (read_all(fd, head, 0) != static_cast<std::int64_t>(head.size())) return {io_status::corrupt, 0, {}};
+    const auto h = decode_header(head);
+    if (!h || h->key != j.key || st.st_size != static_cast<off_t>(value_header_bytes) + h->length)
+      return {io_status::corrupt, 0, {}};
+    if (h->length > static_cast<std::int64_t>(j.dst.size())) return {io_status::too_large, h->length, {}};
+    std::uint32_t crc = 0;
+    for (std::int64_t off = 0; off < h->length; off += config_.io_block_bytes) {
+      const auto block = j.dst.subspan(static_cast<std::size_t>(off),
+                                       static_cast<std::size_t>(std::min(config_.io_block_bytes, h->length - off)));
+      const std::int64_t got = read_all(fd, block, static_cast<std::int64_t>(value_header_bytes) + off);
+      if (got < 0) return {io_status::unavailable, 0, {}};
+      if (got != static_cast<std::int64_t>(block.size())) return {io_status::corrupt, 0, {}};  // truncated meanwhile
+      crc = crc32c(std::span<const std::byte>(block), crc);
+    }
+    if (crc != h->payload_crc) return {io_status::corrupt, 0, {}};
+    return {io_status::ok, h->length, h->meta};
+  }
+  /// Bytes read (short at end of file), or -1 on an I/O error.
+  static std::int64_t read_all(int fd, std::span<std::byte> into, std::int64_t offset) {
+    std::size_t done = 0;
+    while (done < into.size()) {
+      const ssize_t r = ::pread(fd, into.data() + done, into.size() - done, static_cast<off_t>(offset + done));
+      if (r < 0 && errno == EINTR) continue;
+      if (r < 0) return -1;
+      if (r == 0) break;
+      done += static_cast<std::size_t>(r);
+    }
+    return static_cast<std::int64_t>(done);
+  }
+
+  io_result run_remove(job& j) {
+    std::lock_guard lock(mu_);
+    if (!index_.erase(j.key)) return {io_status::not_found, 0, {}};
+    path_buffer p;
+    ::unlink(value_path(name_of(j.key), p).data());
+    counters_.removes += 1;
+    return {io_status::ok, 1, {}};
+  }
+
+  disk_backend_config config_;
+  std::string values_dir_, temp_dir_;
+  int lock_fd_ = -1;
+  mutable std::mutex mu_;
+  backend_index<Scorer> index_;
+  std::int64_t writing_bytes_ = 0;  // reserved by puts in flight
+  backend_counters counters_;
+  write_fault_hook fault_;
+  std::atomic<std::uint64_t> next_temp_{0};
+  std::unique_ptr<io_queue<job>> queue_;  // last: its workers use everything above
+};
+
+static_assert(storage_backend<disk_backend<>>);
+
+}  // namespace hybridcache::tiered
