@@ -26,13 +26,17 @@
 //   - restart: the constructor rebuilds the index from v1/ (header + file size checked for
 //     every file; recency from modification times), removes what is in tmp/ (writes a
 //     crash interrupted) and every file whose header is bad or whose size is not the
-//     header's (`dropped_at_recovery`); a flipped payload byte is caught by the CRC on get;
+//     header's (`dropped_at_recovery`); a flipped payload byte is caught by the CRC on get.
+//     Every write and every hit sets the file's modification time to a strictly increasing
+//     instant, so the LRU order comes back too;
 //   - get verifies header, key, length and CRC; a value that fails is a miss (`corrupt`),
 //     counted, and its file removed;
 //   - disk full (ENOSPC / EDQUOT on write): the partial file is removed, `no_space` is
-//     counted, the tier's capacity shrinks to the bytes it holds (the file system is smaller
-//     than configured), the scorer's victims are evicted to make room and the write is
-//     retried once; if it still fails the put ends `no_space` with nothing stored;
+//     counted, the scorer's victims are evicted until `need` bytes of the tier's own are
+//     freed and the write is retried once; if it still fails the put ends `no_space` with
+//     nothing stored. From then on the tier's capacity is what the file system can hold
+//     (the bytes it holds plus statvfs's free bytes, never more than configured), re-read
+//     before every put, so it grows back when the file system frees up;
 //   - capacity counts files (header + payload); a put evicts the scorer's victims first.
 //
 // Costs: put/get O(bytes) I/O plus O(log n) index work; exists answers from the in-memory
@@ -43,6 +47,7 @@
 #include <fcntl.h>
 #include <sys/file.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -127,9 +132,10 @@ class disk_backend {
     const std::int64_t need = static_cast<std::int64_t>(value_header_bytes + payload.size());
     {
       std::lock_guard lock(mu_);
-      if (need > index_.capacity_bytes()) {
-        counters_.put_failures += 1;
-        return complete_now({io_status::too_large, 0, {}});
+      if (need > config_.capacity_bytes) {
+        auto t = complete_now({io_status::too_large, 0, {}});
+        if (t) counters_.put_failures += 1;
+        return t;
       }
     }
     return submit(job{job_kind::put, key, meta, payload, {}});
@@ -366,6 +372,7 @@ class disk_backend {
       }
     }
     std::sort(found.begin(), found.end(), [](const found_value& a, const found_value& b) { return a.mtime_ns < b.mtime_ns; });
+    if (!found.empty()) last_stamp_ = found.back().mtime_ns;
     for (const found_value& f : found) index_.insert(f.key, f.meta, f.bytes);
     counters_.recovered = static_cast<std::int64_t>(found.size());
     path_buffer p;
@@ -395,9 +402,10 @@ class disk_backend {
   /// overshoot the capacity until they finish.
   /// A value already under `key` is being replaced: its row goes first (its file is
   /// replaced by the rename, or removed if the write fails).
-  bool make_room(const storage_key& key, std::int64_t need) {
+  bool make_room(const storage_key& key, std::int64_t need, bool refit) {
     std::unique_lock lock(mu_);
-    if (need > index_.capacity_bytes()) return false;
+    if (limited_ && refit) fit_capacity_to_disk();
+    if (need > config_.capacity_bytes) return false;
     (void)index_.erase(key);
     path_buffer p;
     while (index_.used_bytes() + writing_bytes_ + need > index_.capacity_bytes()) {
@@ -414,13 +422,24 @@ class disk_backend {
     return true;
   }
 
+  /// Capacity = min(configured, bytes held + bytes being written + the file system's free
+  /// bytes). Called with mu_ held.
+  void fit_capacity_to_disk() {
+    struct statvfs fs {};
+    if (::statvfs(values_dir_.c_str(), &fs) != 0) return;
+    const auto free_bytes = static_cast<std::int64_t>(fs.f_bavail) * static_cast<std::int64_t>(fs.f_frsize);
+    const std::int64_t fits = index_.used_bytes() + writing_bytes_ + free_bytes;
+    index_.set_capacity(std::min(config_.capacity_bytes, fits));
+    limited_ = fits < config_.capacity_bytes;
+  }
+
   io_result run_put(job& j) {
     const std::int64_t need = static_cast<std::int64_t>(value_header_bytes + j.src.size());
     value_header h{j.key, j.meta, crc32c(j.src), 0, static_cast<std::int64_t>(j.src.size())};
     std::array<std::byte, value_header_bytes> head{};
     encode_header(h, head);
     for (int attempt = 0; attempt < 2; ++attempt) {
-      if (!make_room(j.key, need)) break;
+      if (!make_room(j.key, need, attempt == 0)) break;
       const int err = write_value(j.key, head, j.src);
       std::lock_guard lock(mu_);
       writing_bytes_ -= need;
@@ -441,10 +460,12 @@ class disk_backend {
         counters_.put_failures += 1;
         return {io_status::unavailable, 0, {}};
       }
-      // The file system is smaller than configured: hold no more than what fits now.
+      // The file system holds less than configured: from now on hold no more than it can
+      // (re-read before each later put), and for the retry free `need` bytes of our own.
       counters_.no_space += 1;
+      fit_capacity_to_disk();
+      limited_ = true;
       index_.set_capacity(std::min(index_.capacity_bytes(), index_.used_bytes() + writing_bytes_));
-      if (need > index_.capacity_bytes()) break;
     }
     std::lock_guard lock(mu_);
     counters_.put_failures += 1;
@@ -466,6 +487,7 @@ class disk_backend {
       const std::size_t len = std::min(payload.size() - off, static_cast<std::size_t>(config_.io_block_bytes));
       err = write_all(fd, payload.subspan(off, len), static_cast<std::int64_t>(value_header_bytes + off));
     }
+    if (err == 0) stamp(fd);
     if (err == 0 && config_.sync_writes && ::fdatasync(fd) != 0) err = errno;
     if (::close(fd) != 0 && err == 0) err = errno;
     if (err == 0 && ::rename(tmp_path, value_path(n, dst).data()) != 0) err = errno;
@@ -475,6 +497,21 @@ class disk_backend {
     }
     return err;
   }
+  /// Sets the file's modification time to a strictly increasing instant: recovery orders
+  /// values by it, so the LRU order survives a restart (file-system clocks are coarser than
+  /// the rate of puts).
+  void stamp(int fd) {
+    const auto now = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                         std::chrono::system_clock::now().time_since_epoch()).count();
+    std::int64_t t = last_stamp_.load(std::memory_order_relaxed);
+    std::int64_t next = 0;
+    do {
+      next = std::max<std::int64_t>(now, t + 1);
+    } while (!last_stamp_.compare_exchange_weak(t, next, std::memory_order_relaxed));
+    const timespec times[2] = {{0, UTIME_OMIT}, {static_cast<time_t>(next / 1000000000), static_cast<long>(next % 1000000000)}};
+    (void)::futimens(fd, times);
+  }
+
   int write_all(int fd, std::span<const std::byte> bytes, std::int64_t offset) {
     if (fault_) {
       const int injected = fault_(offset, static_cast<std::int64_t>(bytes.size()));
@@ -501,6 +538,7 @@ class disk_backend {
       return {io_status::not_found, 0, {}};
     }
     const io_result r = read_value(fd, j);
+    if (r.status == io_status::ok) stamp(fd);  // recency survives a restart
     ::close(fd);
     std::lock_guard lock(mu_);
     if (r.status == io_status::ok) {
@@ -565,9 +603,11 @@ class disk_backend {
   mutable std::mutex mu_;
   backend_index<Scorer> index_;
   std::int64_t writing_bytes_ = 0;  // reserved by puts in flight
+  bool limited_ = false;            // capacity lowered by a full file system
   backend_counters counters_;
   write_fault_hook fault_;
   std::atomic<std::uint64_t> next_temp_{0};
+  std::atomic<std::int64_t> last_stamp_{0};  // the latest modification time given to a file
   std::unique_ptr<io_queue<job>> queue_;  // last: its workers use everything above
 };
 

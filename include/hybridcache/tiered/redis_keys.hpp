@@ -1,0 +1,114 @@
+// hybridcache/tiered/redis_keys.hpp
+//
+// The parts of the Redis tier that need no client library, so that they compile and are
+// tested in every build (the tier itself, tiered/redis/redis_backend.hpp, needs hiredis):
+//
+//   - key names: a value is stored as chunks `<prefix>{<32 hex>}:<i>`, i = 0 .. n-1; the
+//     braces are a Redis Cluster hash tag, so every chunk of a value hashes to the same slot
+//     and lives on one shard (one pipeline reads or writes a whole value);
+//   - `chunk_count`: how many chunks the 64-byte header plus the payload take;
+//   - `crc16_xmodem` and `cluster_slot`: the key-to-slot function of the Redis Cluster
+//     specification (CRC16, polynomial 0x1021, initial value 0, no reflection, modulo
+//     16384; only the part between the first '{' and the next '}' is hashed when that part
+//     is not empty). Check value of "123456789": 0x31C3. Written from the specification;
+//   - `parse_redirect`: reads the MOVED / ASK errors a cluster node answers for a slot it
+//     does not serve ("MOVED 3999 127.0.0.1:6381").
+//
+// Costs: all O(key length); no allocation except `chunk_key`'s string.
+#pragma once
+
+#include <array>
+#include <charconv>
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "hybridcache/tiered/storage_format.hpp"
+
+namespace hybridcache::tiered {
+
+/// Slots of a Redis Cluster.
+inline constexpr std::uint16_t cluster_slots = 16384;
+
+/// CRC16/XMODEM over `s` (the Redis Cluster key hash).
+[[nodiscard]] constexpr std::uint16_t crc16_xmodem(std::string_view s) noexcept {
+  std::uint16_t crc = 0;
+  for (const char c : s) {
+    crc = static_cast<std::uint16_t>(crc ^ (static_cast<std::uint16_t>(static_cast<unsigned char>(c)) << 8));
+    for (int i = 0; i < 8; ++i)
+      crc = static_cast<std::uint16_t>((crc & 0x8000u) != 0 ? (crc << 1) ^ 0x1021u : crc << 1);
+  }
+  return crc;
+}
+
+/// The cluster slot of `key`, honouring a hash tag.
+[[nodiscard]] constexpr std::uint16_t cluster_slot(std::string_view key) noexcept {
+  if (const std::size_t open = key.find('{'); open != std::string_view::npos) {
+    const std::size_t close = key.find('}', open + 1);
+    if (close != std::string_view::npos && close > open + 1) key = key.substr(open + 1, close - open - 1);
+  }
+  return static_cast<std::uint16_t>(crc16_xmodem(key) % cluster_slots);
+}
+
+/// Chunks of `chunk_bytes` that a value of `payload_bytes` takes with its header.
+[[nodiscard]] constexpr std::int64_t chunk_count(std::int64_t payload_bytes, std::int64_t chunk_bytes) noexcept {
+  const std::int64_t blob = static_cast<std::int64_t>(value_header_bytes) + payload_bytes;
+  return (blob + chunk_bytes - 1) / chunk_bytes;
+}
+
+/// `<prefix>{<name>}:<chunk>`.
+[[nodiscard]] inline std::string chunk_key(std::string_view prefix, const storage_name& name, std::int64_t chunk) {
+  std::string k;
+  k.reserve(prefix.size() + name.size() + 24);
+  k.append(prefix);
+  k.push_back('{');
+  k.append(name.data(), name.size());
+  k.append("}:");
+  k.append(std::to_string(chunk));
+  return k;
+}
+
+/// The slot of every chunk of `name` (they share it: the hash tag).
+[[nodiscard]] constexpr std::uint16_t cluster_slot(const storage_name& name) noexcept {
+  return static_cast<std::uint16_t>(crc16_xmodem(std::string_view(name.data(), name.size())) % cluster_slots);
+}
+
+/// A MOVED or ASK answer: the slot now lives at host:port (MOVED: for good; ASK: for this
+/// one command, to be preceded by ASKING).
+struct cluster_redirect {
+  bool ask = false;
+  std::uint16_t slot = 0;
+  std::string host;
+  int port = 0;
+};
+
+/// Reads "MOVED <slot> <host>:<port>" or "ASK <slot> <host>:<port>"; nullopt for any other
+/// error text.
+[[nodiscard]] inline std::optional<cluster_redirect> parse_redirect(std::string_view error) {
+  cluster_redirect r;
+  if (error.starts_with("MOVED ")) error.remove_prefix(6);
+  else if (error.starts_with("ASK ")) {
+    r.ask = true;
+    error.remove_prefix(4);
+  } else {
+    return std::nullopt;
+  }
+  const std::size_t space = error.find(' ');
+  const std::size_t colon = error.rfind(':');
+  if (space == std::string_view::npos || colon == std::string_view::npos || colon < space) return std::nullopt;
+  unsigned slot = 0;
+  const std::string_view slot_text = error.substr(0, space), port_text = error.substr(colon + 1);
+  if (std::from_chars(slot_text.data(), slot_text.data() + slot_text.size(), slot).ptr != slot_text.data() + slot_text.size() ||
+      slot >= cluster_slots)
+    return std::nullopt;
+  if (std::from_chars(port_text.data(), port_text.data() + port_text.size(), r.port).ptr != port_text.data() + port_text.size() ||
+      r.port <= 0 || r.port > 65535)
+    return std::nullopt;
+  r.slot = static_cast<std::uint16_t>(slot);
+  r.host = std::string(error.substr(space + 1, colon - space - 1));
+  return r;
+}
+
+}  // namespace hybridcache::tiered
