@@ -86,7 +86,7 @@ struct redis_endpoint {
 /// Configuration of a Redis tier. Aggregate: designated initializers.
 struct redis_backend_config {
   /// The server, or for a cluster any of its nodes (the others are found by CLUSTER SLOTS).
-  std::vector<redis_endpoint> endpoints;
+  std::vector<redis_endpoint> endpoints{};
   bool cluster = false;                       ///< Redis Cluster: route by slot, follow MOVED/ASK
   std::string key_prefix = "hc:";             ///< prefix of every key (no braces)
   std::int64_t capacity_bytes = 0;            ///< bytes this node may keep stored (header + payload)
@@ -96,8 +96,8 @@ struct redis_backend_config {
   std::chrono::milliseconds connect_timeout{500};
   std::chrono::milliseconds io_timeout{2000};  ///< per read or write on a connection
   std::chrono::milliseconds retry_after{200};  ///< a failed connection is retried after this
-  std::string username;                        ///< AUTH user (ACL); empty: AUTH with password only
-  std::string password;                        ///< empty: no AUTH
+  std::string username{};                      ///< AUTH user (ACL); empty: AUTH with password only
+  std::string password{};                      ///< empty: no AUTH
   int database = 0;                            ///< SELECT (standalone servers only)
 };
 
