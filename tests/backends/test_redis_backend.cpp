@@ -6,8 +6,6 @@
 // writer (the server's maxmemory never has to evict).
 #include <doctest/doctest.h>
 
-#include <hiredis/hiredis.h>
-
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -21,6 +19,7 @@
 #include "hybridcache/tiered/redis/redis_backend.hpp"
 #include "../conformance/storage_backend_laws.hpp"
 #include "../support/redis_server.hpp"
+#include "raw_redis_client.hpp"
 
 using namespace hybridcache;
 using namespace hybridcache::tiered;
@@ -28,46 +27,6 @@ using namespace hybridcache::tiered;
 namespace {
 
 constexpr std::int64_t mib = std::int64_t{1} << 20;
-
-/// A binary-safe client for the test's own pokes at the server.
-class raw_client {
- public:
-  explicit raw_client(int port) : ctx_(redisConnect("127.0.0.1", port)) { REQUIRE((ctx_ != nullptr && ctx_->err == 0)); }
-  ~raw_client() { redisFree(ctx_); }
-  raw_client(const raw_client&) = delete;
-  raw_client& operator=(const raw_client&) = delete;
-  /// The string value of `key` (nullopt when absent).
-  std::optional<std::string> get(const std::string& key) {
-    auto* r = static_cast<redisReply*>(redisCommand(ctx_, "GET %b", key.data(), key.size()));
-    REQUIRE(r != nullptr);
-    std::optional<std::string> out;
-    if (r->type == REDIS_REPLY_STRING) out = std::string(r->str, r->len);
-    freeReplyObject(r);
-    return out;
-  }
-  void set(const std::string& key, const std::string& value) {
-    auto* r = static_cast<redisReply*>(redisCommand(ctx_, "SET %b %b", key.data(), key.size(), value.data(), value.size()));
-    REQUIRE(r != nullptr);
-    freeReplyObject(r);
-  }
-  long long integer(const std::string& cmd) {
-    auto* r = static_cast<redisReply*>(redisCommand(ctx_, cmd.c_str()));
-    REQUIRE(r != nullptr);
-    const long long v = r->integer;
-    freeReplyObject(r);
-    return v;
-  }
-  std::string text(const std::string& cmd) {
-    auto* r = static_cast<redisReply*>(redisCommand(ctx_, cmd.c_str()));
-    REQUIRE(r != nullptr);
-    std::string s = r->str != nullptr ? std::string(r->str, r->len) : std::string();
-    freeReplyObject(r);
-    return s;
-  }
-
- private:
-  redisContext* ctx_;
-};
 
 redis_backend_config config_for(int port, std::int64_t capacity, std::int32_t depth = 64) {
   return {.endpoints = {{"127.0.0.1", port}},
@@ -89,7 +48,7 @@ test::redis_server& shared_server() {
 /// Flips one payload byte of a value inside Redis (GETRANGE, then SET the chunk back).
 template <class B>
 bool corrupt_in_redis(B& b, int port, const storage_key& k) {
-  raw_client c(port);
+  test::raw_redis_client c(port);
   const std::string key = b.chunk_key_of(k, 1);
   auto chunk = c.get(key);
   std::string used = key;
@@ -203,7 +162,7 @@ TEST_CASE("redis tier: the server killed mid-run turns into misses, never garbag
 TEST_CASE("redis tier: corrupt, truncated and swapped values inside Redis are counted misses") {
   test::redis_server server;
   redis_backend<> b(config_for(server.port(), 64 * mib));
-  raw_client raw(server.port());
+  test::raw_redis_client raw(server.port());
   const auto v = pattern(1, 700000);  // three chunks of 256 KiB
   std::vector<std::byte> into(v.size());
   auto stored = [&](std::uint64_t i) { REQUIRE(wait_put(b, key_n(i), v).status == io_status::ok); };
@@ -277,7 +236,7 @@ TEST_CASE("redis tier: a value written with another chunk size is read by every 
   const io_result r = wait_get(reader, key_n(1), into);
   REQUIRE(r.status == io_status::ok);
   CHECK(into == v);
-  raw_client raw(server.port());
+  test::raw_redis_client raw(server.port());
   CHECK(raw.integer("DBSIZE") == chunk_count(100000, 4096));
   const auto t = reader.remove(key_n(1));  // and removed whole by a node that did not write it
   REQUIRE(t);
@@ -293,7 +252,7 @@ TEST_CASE("redis tier: the writer counts its bytes, so maxmemory never evicts a 
     REQUIRE(wait_put(b, key_n(i), pattern(i, 500000)).status == io_status::ok);
     CHECK(b.used_bytes() <= capacity);
   }
-  raw_client raw(server.port());
+  test::raw_redis_client raw(server.port());
   const std::string stats = raw.text("INFO stats");
   CHECK(stats.find("evicted_keys:0\r\n") != std::string::npos);
   CHECK(b.counters().evictions == 40 - b.entries());

@@ -137,6 +137,7 @@ struct backend_counters {
   std::int64_t rejected_busy = 0;                ///< submissions refused: queue full
   std::int64_t round_trips = 0;                  ///< network round trips (Redis pipelines flushed)
   std::int64_t reconnects = 0;                   ///< connections re-established after a failure
+  std::int64_t redirects = 0;                    ///< commands resent after a cluster MOVED / ASK
   std::int64_t recovered = 0;                    ///< values found again at start-up (disk restart)
   std::int64_t dropped_at_recovery = 0;          ///< torn / unreadable files removed at start-up
 };

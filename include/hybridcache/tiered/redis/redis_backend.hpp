@@ -457,6 +457,8 @@ class redis_backend {
             c->target = node_name(redirect->host, redirect->port);
             c->asking = redirect->ask;
             if (!redirect->ask) redirected = true;
+            std::lock_guard lock(mu_);
+            counters_.redirects += 1;
             continue;  // resent next round
           }
         }
