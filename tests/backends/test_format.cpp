@@ -184,10 +184,11 @@ TEST_CASE("Redis keys: CRC16 check value, hash tags keep a value's chunks on one
   const storage_name n = name_of(storage_key{1, 2, 3, value_kind::kv});
   for (int i = 0; i < 20; ++i) CHECK(cluster_slot(chunk_key("hc:", n, i)) == cluster_slot(n));
   CHECK(chunk_key("hc:", n, 7) == "hc:{" + std::string(n.data(), n.size()) + "}:7");
-  CHECK(chunk_count(0, 4096) == 1);
-  CHECK(chunk_count(4096 - 64, 4096) == 1);
-  CHECK(chunk_count(4096 - 63, 4096) == 2);
-  CHECK(chunk_count(9200000, 1 << 20) == 9);
+  CHECK(chunk_count(0, 4096) == 1);  // the header alone
+  CHECK(chunk_count(1, 4096) == 2);
+  CHECK(chunk_count(4096, 4096) == 2);
+  CHECK(chunk_count(4097, 4096) == 3);
+  CHECK(chunk_count(9200000, 1 << 20) == 10);
 
   const auto moved = parse_redirect("MOVED 3999 127.0.0.1:6381");
   REQUIRE(moved);

@@ -52,10 +52,10 @@ bool corrupt_in_redis(B& b, int port, const storage_key& k) {
   const std::string key = b.chunk_key_of(k, 1);
   auto chunk = c.get(key);
   std::string used = key;
-  if (!chunk) {  // a one-chunk value: flip a byte after the header
+  if (!chunk) {  // no payload: damage the header instead
     used = b.chunk_key_of(k, 0);
     chunk = c.get(used);
-    if (!chunk || chunk->size() <= value_header_bytes) return false;
+    if (!chunk) return false;
   }
   (*chunk)[chunk->size() - 1] = static_cast<char>((*chunk)[chunk->size() - 1] ^ 0x20);
   c.set(used, *chunk);
@@ -163,7 +163,7 @@ TEST_CASE("redis tier: corrupt, truncated and swapped values inside Redis are co
   test::redis_server server;
   redis_backend<> b(config_for(server.port(), 64 * mib));
   test::raw_redis_client raw(server.port());
-  const auto v = pattern(1, 700000);  // three chunks of 256 KiB
+  const auto v = pattern(1, 700000);  // the header, then three payload chunks of <= 256 KiB
   std::vector<std::byte> into(v.size());
   auto stored = [&](std::uint64_t i) { REQUIRE(wait_put(b, key_n(i), v).status == io_status::ok); };
 
@@ -173,7 +173,7 @@ TEST_CASE("redis tier: corrupt, truncated and swapped values inside Redis are co
   CHECK(raw.integer("EXISTS " + b.chunk_key_of(key_n(1), 0)) == 0);  // deleted as corrupt
 
   stored(2);  // the last chunk truncated
-  raw.set(b.chunk_key_of(key_n(2), 2), "short");
+  raw.set(b.chunk_key_of(key_n(2), 3), "short");
   CHECK(wait_get(b, key_n(2), into).status == io_status::corrupt);
 
   stored(3);  // one byte flipped inside a chunk: only the CRC can see it
@@ -188,7 +188,7 @@ TEST_CASE("redis tier: corrupt, truncated and swapped values inside Redis are co
 
   stored(5);  // another key's value copied under this key's name: the header says whose
   stored(6);
-  for (int i = 0; i < 3; ++i) raw.set(b.chunk_key_of(key_n(5), i), *raw.get(b.chunk_key_of(key_n(6), i)));
+  for (int i = 0; i < 4; ++i) raw.set(b.chunk_key_of(key_n(5), i), *raw.get(b.chunk_key_of(key_n(6), i)));
   CHECK(wait_get(b, key_n(5), into).status == io_status::corrupt);
 
   stored(7);  // chunk 0 is not even a header

@@ -113,7 +113,8 @@ class disk_backend {
     open_directory();
     recover();
     queue_ = std::make_unique<io_queue<job>>(config_.queue_depth, config_.io_threads,
-                                             [this](job& j, std::size_t) { return run(j); });
+                                             [this](job& j, std::size_t) { return run(j); },
+                                             /*helpers=*/config_.queue_depth);  // any thread may run a job
   }
   ~disk_backend() {
     if (queue_) queue_->shutdown();  // queued jobs run first: they point into caller buffers

@@ -3,10 +3,11 @@
 // The parts of the Redis tier that need no client library, so that they compile and are
 // tested in every build (the tier itself, tiered/redis/redis_backend.hpp, needs hiredis):
 //
-//   - key names: a value is stored as chunks `<prefix>{<32 hex>}:<i>`, i = 0 .. n-1; the
-//     braces are a Redis Cluster hash tag, so every chunk of a value hashes to the same slot
-//     and lives on one shard (one pipeline reads or writes a whole value);
-//   - `chunk_count`: how many chunks the 64-byte header plus the payload take;
+//   - key names: a value is stored as chunks `<prefix>{<32 hex>}:<i>`, i = 0 .. n-1: chunk 0
+//     is the 64-byte header alone, chunks 1 .. n-1 the payload; the braces are a Redis
+//     Cluster hash tag, so every chunk of a value hashes to the same slot and lives on one
+//     shard (one pipeline reads or writes a whole value);
+//   - `chunk_count`: how many chunks a value takes (the header's, then the payload's);
 //   - `crc16_xmodem` and `cluster_slot`: the key-to-slot function of the Redis Cluster
 //     specification (CRC16, polynomial 0x1021, initial value 0, no reflection, modulo
 //     16384; only the part between the first '{' and the next '}' is hashed when that part
@@ -52,10 +53,10 @@ inline constexpr std::uint16_t cluster_slots = 16384;
   return static_cast<std::uint16_t>(crc16_xmodem(key) % cluster_slots);
 }
 
-/// Chunks of `chunk_bytes` that a value of `payload_bytes` takes with its header.
+/// Chunks a value of `payload_bytes` takes: its header, then the payload in chunks of at
+/// most `chunk_bytes`.
 [[nodiscard]] constexpr std::int64_t chunk_count(std::int64_t payload_bytes, std::int64_t chunk_bytes) noexcept {
-  const std::int64_t blob = static_cast<std::int64_t>(value_header_bytes) + payload_bytes;
-  return (blob + chunk_bytes - 1) / chunk_bytes;
+  return 1 + (payload_bytes + chunk_bytes - 1) / chunk_bytes;
 }
 
 /// `<prefix>{<name>}:<chunk>`.

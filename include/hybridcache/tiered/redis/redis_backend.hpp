@@ -9,20 +9,22 @@
 // `hybridcache::redis`, which exists only when hiredis was found at configure time; the
 // rest of the library never includes this folder.
 //
-// Layout in Redis (tiered/redis_keys.hpp): a value (64-byte header + payload, the format of
-// tiered/storage_format.hpp) is split into chunks of at most `chunk_bytes`, stored under
-// `<key_prefix>{<32 hex>}:<i>`. The braces are a hash tag: every chunk of a value lives on
-// the same shard, so one pipeline on one connection reads or writes a whole value. A put
-// sends chunks n-1 .. 1 first and chunk 0 (the header) last, in one pipeline: a value is
-// visible (EXISTS on chunk 0) only after all its chunks were accepted.
+// Layout in Redis (tiered/redis_keys.hpp): a value is its 64-byte header (the format of
+// tiered/storage_format.hpp) under `<key_prefix>{<32 hex>}:0` and its payload split into
+// chunks of at most `chunk_bytes` under `...:1`, `...:2`, ... The braces are a hash tag:
+// every chunk of a value lives on the same shard, so one pipeline on one connection reads
+// or writes a whole value. A put sends the payload chunks first and the header last, in one
+// pipeline: a value is visible (EXISTS on chunk 0) only after all its chunks were accepted.
 //
 // Behaviour:
 //   - pipelines: a put is one round trip (its evictions' DELs ride along); a get is one
 //     round trip when the buffer's size covers the value (chunks are fetched up to the
 //     buffer's size; a value written with another chunk size costs a second one); an exists
 //     over any number of keys is one round trip (one per shard, all shards in parallel);
-//   - a pool of `connections` connections per server, one per worker thread, each with
-//     connect and I/O timeouts;
+//   - a pool of 2 x `connections` connections per server: one per worker thread, and one
+//     per helper seat (a thread waiting on an operation no worker has started runs it
+//     itself on a pooled connection: tiered/io_queue.hpp), each with connect and I/O
+//     timeouts;
 //   - a server that goes away (connection refused, reset, timed out) turns the operations
 //     that needed it into `unavailable` results, counted, never an exception; the
 //     connection is retried after `retry_after`, so a dead server costs nothing per call in
@@ -112,10 +114,10 @@ class redis_backend {
   explicit redis_backend(redis_backend_config config, Scorer scorer = Scorer{})
       : config_(std::move(config)), index_(config_.capacity_bytes, std::move(scorer)) {
     validate();
-    workers_.resize(static_cast<std::size_t>(config_.connections));
-    for (worker& w : workers_) w.scratch.resize(static_cast<std::size_t>(config_.chunk_bytes));
+    workers_.resize(2 * static_cast<std::size_t>(config_.connections));  // workers, then helper seats
     queue_ = std::make_unique<io_queue<job>>(config_.queue_depth, config_.connections,
-                                             [this](job& j, std::size_t w) { return run(j, workers_[w]); });
+                                             [this](job& j, std::size_t w) { return run(j, workers_[w]); },
+                                             /*helpers=*/config_.connections);
   }
   ~redis_backend() {
     if (queue_) queue_->shutdown();
@@ -244,9 +246,9 @@ class redis_backend {
     bool failed = false;  ///< the connection failed: no reply
     reply_ptr reply;
   };
+  /// The connections of one worker thread or helper seat, by node.
   struct worker {
     std::unordered_map<std::string, connection> conns;
-    std::vector<std::byte> scratch;  ///< chunk 0 of a put (header + first payload bytes)
   };
 
   void validate() const {
@@ -526,19 +528,16 @@ class redis_backend {
     }
     std::deque<std::string> keys;  // owns every key string the commands point to (stable addresses)
     std::vector<command> cmds;
-    for (const auto& [vk, bytes] : victims) append_delete(cmds, keys, vk, chunk_count(bytes - static_cast<std::int64_t>(value_header_bytes), chunk));
+    for (const auto& [vk, bytes] : victims)
+      append_delete(cmds, keys, vk, chunk_count(bytes - static_cast<std::int64_t>(value_header_bytes), chunk));
     const std::size_t first_set = cmds.size();
-    // Chunk 0 = header + first payload bytes, built in the worker's scratch buffer.
+    // Payload chunks straight from the caller's buffer, then the header (chunk 0) last.
     std::array<std::byte, value_header_bytes> head{};
     encode_header({j.key, j.meta, crc32c(j.src), static_cast<std::uint32_t>(chunk), len}, head);
-    std::copy(head.begin(), head.end(), w.scratch.begin());
-    const std::int64_t first = std::min<std::int64_t>(len, chunk - static_cast<std::int64_t>(value_header_bytes));
-    std::copy_n(j.src.begin(), first, w.scratch.begin() + static_cast<std::ptrdiff_t>(value_header_bytes));
     for (std::int64_t i = n - 1; i >= 0; --i) {
       keys.push_back(chunk_key(config_.key_prefix, name, i));
-      const std::byte* data = i == 0 ? w.scratch.data() : j.src.data() + (i * chunk - static_cast<std::int64_t>(value_header_bytes));
-      const std::int64_t size = i == 0 ? static_cast<std::int64_t>(value_header_bytes) + first
-                                       : std::min(chunk, need - i * chunk);
+      const std::byte* data = i == 0 ? head.data() : j.src.data() + (i - 1) * chunk;
+      const std::int64_t size = i == 0 ? static_cast<std::int64_t>(value_header_bytes) : std::min(chunk, len - (i - 1) * chunk);
       cmds.push_back(make_command(slot, {"SET", keys.back(), {reinterpret_cast<const char*>(data), static_cast<std::size_t>(size)}}));
     }
     execute(w, cmds);
@@ -595,7 +594,8 @@ class redis_backend {
   io_result run_get(job& j, worker& w) {
     const storage_name name = name_of(j.key);
     const std::int64_t chunk = config_.chunk_bytes;
-    // Up to 4096 chunks in the first round (what the buffer can take, at this node's chunk size).
+    // Up to 4096 chunks in the first round: what the buffer can take, at this node's chunk
+    // size (one round trip when the value was written with it).
     const std::int64_t guess = std::min<std::int64_t>(chunk_count(static_cast<std::int64_t>(j.dst.size()), chunk), 4096);
     std::deque<std::string> keys;
     std::vector<command> cmds;
@@ -632,10 +632,10 @@ class redis_backend {
       execute(w, del);
       return io_result{io_status::corrupt, 0, {}};
     };
-    if (c0->type != REDIS_REPLY_STRING || c0->len < value_header_bytes) return discard(1);
+    if (c0->type != REDIS_REPLY_STRING || c0->len != value_header_bytes) return discard(1);
     const auto h = decode_header(std::span<const std::byte, value_header_bytes>(
         reinterpret_cast<const std::byte*>(c0->str), value_header_bytes));
-    if (!h || h->key != j.key || h->chunk_bytes < value_header_bytes) return discard(1);
+    if (!h || h->key != j.key || h->chunk_bytes == 0) return discard(1);
     if (h->length > static_cast<std::int64_t>(j.dst.size())) return {io_status::too_large, h->length, {}};
     const std::int64_t hc = h->chunk_bytes;
     const std::int64_t n = chunk_count(h->length, hc);
@@ -643,14 +643,11 @@ class redis_backend {
       if (!fetch(w, name, n, keys, cmds)) return {io_status::unavailable, 0, {}};
       if (cmds[0].reply->type != REDIS_REPLY_STRING) return {io_status::not_found, 0, {}};
     }
-    const std::int64_t blob = static_cast<std::int64_t>(value_header_bytes) + h->length;
-    for (std::int64_t i = 0; i < n; ++i) {
+    for (std::int64_t i = 1; i < n; ++i) {
       const redisReply* c = cmds[static_cast<std::size_t>(i)].reply.get();
-      const std::int64_t size = std::min(hc, blob - i * hc);
+      const std::int64_t size = std::min(hc, h->length - (i - 1) * hc);
       if (c->type != REDIS_REPLY_STRING || static_cast<std::int64_t>(c->len) != size) return discard(n);
-      const std::int64_t skip = i == 0 ? static_cast<std::int64_t>(value_header_bytes) : 0;
-      std::memcpy(j.dst.data() + (i * hc + skip - static_cast<std::int64_t>(value_header_bytes)), c->str + skip,
-                  static_cast<std::size_t>(size - skip));
+      std::memcpy(j.dst.data() + (i - 1) * hc, c->str, static_cast<std::size_t>(size));
     }
     if (crc32c(std::span<const std::byte>(j.dst.data(), static_cast<std::size_t>(h->length))) != h->payload_crc)
       return discard(n);
@@ -698,10 +695,10 @@ class redis_backend {
       (void)index_.erase(j.key);
       return {io_status::not_found, 0, {}};
     }
-    if (c0->type == REDIS_REPLY_STRING && c0->len >= value_header_bytes)
+    if (c0->type == REDIS_REPLY_STRING && c0->len == value_header_bytes)
       if (const auto h = decode_header(std::span<const std::byte, value_header_bytes>(
               reinterpret_cast<const std::byte*>(c0->str), value_header_bytes));
-          h && h->chunk_bytes >= value_header_bytes)
+          h && h->chunk_bytes > 0)
         n = chunk_count(h->length, h->chunk_bytes);
     std::vector<command> del;
     append_delete(del, keys, j.key, n);

@@ -1,0 +1,146 @@
+// The Redis tier on loopback against redis-benchmark, side by side in one run
+// (docs/storage.md has the numbers and the commands). Built only when hiredis was found
+// (target hybridcache::redis); needs redis-server and redis-benchmark on PATH (it starts
+// its own server on a free port).
+//
+//   bm_redis_vs_redis_benchmark/<bytes>  goal: the tier's put and get of one value (one
+//                                 connection, each operation waited for) reach >= 50 % of
+//                                 the throughput redis-benchmark reports for SET and GET of
+//                                 values of the same size (-c 1 -P 1: one connection, no
+//                                 pipelining), run right before on the same server.
+//                                 Counters: tier_put_GBps, rb_set_GBps, put_ratio,
+//                                 tier_get_GBps, rb_get_GBps, get_ratio.
+//   bm_redis_exists/<keys>        one batched exists (one pipelined round trip)
+//   bm_redis_get_small            one get of a 100-byte value: one round trip, for scale
+//
+//   build/release/bench/bench_redis --benchmark_repetitions=5 --benchmark_report_aggregates_only=true
+#include <benchmark/benchmark.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <hybridcache/tiered/redis/redis_backend.hpp>
+
+#include "../tests/support/redis_server.hpp"
+
+using namespace hybridcache;
+using namespace hybridcache::tiered;
+
+namespace {
+
+test::redis_server& server() {
+  static test::redis_server s;
+  return s;
+}
+
+redis_backend_config config() {
+  return {.endpoints = {{"127.0.0.1", server().port()}}, .capacity_bytes = std::int64_t{4} << 30,
+          .chunk_bytes = std::int64_t{1} << 20, .connections = 1, .queue_depth = 64};
+}
+
+std::vector<std::byte> random_bytes(std::size_t n) {
+  std::vector<std::byte> v(n);
+  std::mt19937_64 rng(2);
+  for (auto& b : v) b = static_cast<std::byte>(rng());
+  return v;
+}
+
+/// redis-benchmark's requests per second for SET and GET of `bytes`-byte values.
+std::pair<double, double> redis_benchmark_rps(std::int64_t bytes, int requests) {
+  const std::string cmd = "redis-benchmark -h 127.0.0.1 -p " + std::to_string(server().port()) + " -t set,get -d " +
+                          std::to_string(bytes) + " -n " + std::to_string(requests) + " -c 1 -P 1 -q --csv 2>/dev/null";
+  std::FILE* p = ::popen(cmd.c_str(), "r");
+  double set = 0, get = 0;
+  if (p == nullptr) return {0, 0};
+  char line[512];
+  while (std::fgets(line, sizeof line, p) != nullptr) {
+    double rps = 0;
+    if (std::sscanf(line, "\"SET\",\"%lf\"", &rps) == 1) set = rps;
+    if (std::sscanf(line, "\"GET\",\"%lf\"", &rps) == 1) get = rps;
+  }
+  ::pclose(p);
+  return {set, get};
+}
+
+}  // namespace
+
+static void bm_redis_vs_redis_benchmark(benchmark::State& state) {
+  const std::int64_t bytes = state.range(0);
+  const int requests = bytes >= (std::int64_t{4} << 20) ? 40 : 400;
+  redis_backend<> tier(config());
+  const auto v = random_bytes(static_cast<std::size_t>(bytes));
+  std::vector<std::byte> into(v.size());
+  double put_s = 0, get_s = 0, rb_set = 0, rb_get = 0;
+  std::int64_t ops = 0;
+  for (auto _ : state) {
+    (void)server().command("FLUSHALL");
+    const auto [set_rps, get_rps] = redis_benchmark_rps(bytes, requests);
+    rb_set += set_rps;
+    rb_get += get_rps;
+    (void)server().command("FLUSHALL");
+    for (int i = 0; i < requests; ++i) {
+      const storage_key k{1, static_cast<std::uint64_t>(i), i, value_kind::kv};
+      auto a = std::chrono::steady_clock::now();
+      if (tier.wait(*tier.put(k, {0, {}}, v))->status != io_status::ok) state.SkipWithError("put failed");
+      auto b = std::chrono::steady_clock::now();
+      put_s += std::chrono::duration<double>(b - a).count();
+      a = std::chrono::steady_clock::now();
+      if (tier.wait(*tier.get(k, into))->status != io_status::ok) state.SkipWithError("get failed");
+      b = std::chrono::steady_clock::now();
+      get_s += std::chrono::duration<double>(b - a).count();
+      ++ops;
+    }
+  }
+  const double n = static_cast<double>(state.iterations());
+  const double gb = static_cast<double>(bytes) / 1e9;
+  state.counters["tier_put_GBps"] = gb * static_cast<double>(ops) / put_s;
+  state.counters["tier_get_GBps"] = gb * static_cast<double>(ops) / get_s;
+  state.counters["rb_set_GBps"] = gb * rb_set / n;
+  state.counters["rb_get_GBps"] = gb * rb_get / n;
+  state.counters["put_ratio"] = (gb * static_cast<double>(ops) / put_s) / (gb * rb_set / n);
+  state.counters["get_ratio"] = (gb * static_cast<double>(ops) / get_s) / (gb * rb_get / n);
+}
+BENCHMARK(bm_redis_vs_redis_benchmark)->Arg(64 << 10)->Arg(1 << 20)->Arg(9'200'000)->Iterations(3)->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
+
+static void bm_redis_exists(benchmark::State& state) {
+  redis_backend<> tier(config());
+  (void)server().command("FLUSHALL");
+  std::vector<storage_key> keys;
+  for (std::int64_t i = 0; i < state.range(0); ++i) keys.push_back({3, static_cast<std::uint64_t>(i), i, value_kind::kv});
+  const auto v = random_bytes(100);
+  for (std::size_t i = 0; i < keys.size(); i += 2) (void)tier.wait(*tier.put(keys[i], {0, {}}, v));
+  std::vector<std::uint8_t> found(keys.size());
+  const std::int64_t before = tier.counters().round_trips;
+  for (auto _ : state) benchmark::DoNotOptimize(tier.wait(*tier.exists(keys, found)));
+  state.counters["round_trips_per_call"] =
+      static_cast<double>(tier.counters().round_trips - before) / static_cast<double>(state.iterations());
+  state.SetItemsProcessed(state.iterations() * state.range(0));
+}
+BENCHMARK(bm_redis_exists)->Arg(1)->Arg(1000)->UseRealTime()->Unit(benchmark::kMicrosecond);
+
+static void bm_redis_get_small(benchmark::State& state) {
+  redis_backend<> tier(config());
+  const storage_key k{4, 4, 4, value_kind::kv};
+  const auto v = random_bytes(100);
+  (void)tier.wait(*tier.put(k, {0, {}}, v));
+  std::vector<std::byte> into(100);
+  for (auto _ : state)
+    if (tier.wait(*tier.get(k, into))->status != io_status::ok) state.SkipWithError("get failed");
+}
+BENCHMARK(bm_redis_get_small)->UseRealTime()->Unit(benchmark::kMicrosecond);
+
+int main(int argc, char** argv) {
+  if (!test::redis_tools_available() || std::system("command -v redis-benchmark >/dev/null 2>&1") != 0) {
+    std::printf("bench_redis: redis-server / redis-cli / redis-benchmark not found; nothing measured\n");
+    return 0;
+  }
+  benchmark::Initialize(&argc, argv);
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}
