@@ -38,7 +38,7 @@ test::redis_server& server() {
 }
 
 redis_backend_config config() {
-  return {.endpoints = {{"127.0.0.1", server().port()}}, .capacity_bytes = std::int64_t{4} << 30,
+  return {.server = {.endpoints = {{"127.0.0.1", server().port()}}}, .capacity_bytes = std::int64_t{4} << 30,
           .chunk_bytes = std::int64_t{1} << 20, .connections = 1, .queue_depth = 64};
 }
 

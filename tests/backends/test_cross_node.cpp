@@ -187,7 +187,7 @@ std::int64_t rounds_of(const std::vector<sim::synth_request>& t) {
 [[noreturn]] void node_process(int node, int port, int cmd_fd, int out_fd) {
   int rc = 0;
   {
-    redis_backend<> b({.endpoints = {{"127.0.0.1", port}}, .capacity_bytes = std::int64_t{1} << 30,
+    redis_backend<> b({.server = {.endpoints = {{"127.0.0.1", port}}}, .capacity_bytes = std::int64_t{1} << 30,
                        .chunk_bytes = 64 * 1024, .connections = 2, .queue_depth = 256});
     node_driver<redis_backend<>> driver(b);
     const auto t = trace();
@@ -280,7 +280,7 @@ TEST_CASE("cross-node: node B loads, byte for byte, the prefixes node A computed
                     << " bytes verified");
   }
   // Another tenant's namespace shares nothing.
-  redis_backend<> other({.endpoints = {{"127.0.0.1", server.port()}}, .capacity_bytes = std::int64_t{1} << 30});
+  redis_backend<> other({.server = {.endpoints = {{"127.0.0.1", server.port()}}}, .capacity_bytes = std::int64_t{1} << 30});
   std::vector<storage_key> keys;
   for (const auto& q : t) {
     const auto k = storage_keys_for(model_id(), q.input, make_cache_salt("tenant-2"), value_kind::kv);

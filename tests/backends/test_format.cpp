@@ -1,20 +1,26 @@
 // What every storage backend writes: CRC-32C (three implementations against the bitwise
 // definition and the published check values), the 64-byte value header, content keys and
-// storage names, and the Redis key/slot functions (CRC16 check value, hash tags, redirects).
+// storage names, and the Redis key/slot functions (CRC16 check value, hash tags, redirects)
+// and wire format (resp_writer).
 #include <doctest/doctest.h>
 
+#include <unistd.h>
+
 #include <array>
+#include <cerrno>
+#include <csignal>
 #include <cstddef>
 #include <cstdint>
 #include <random>
 #include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "hybridcache/core/crc32c.hpp"
 #include "hybridcache/core/hash.hpp"
 #include "hybridcache/model/presets.hpp"
-#include "hybridcache/tiered/redis_keys.hpp"
+#include "hybridcache/tiered/redis_protocol.hpp"
 #include "hybridcache/tiered/storage_format.hpp"
 
 using namespace hybridcache;
@@ -209,4 +215,41 @@ TEST_CASE("Redis keys: CRC16 check value, hash tags keep a value's chunks on one
   CHECK_FALSE(parse_redirect("MOVED x h:1"));
   CHECK_FALSE(parse_redirect("MOVED 1 h:0"));
   CHECK_FALSE(parse_redirect("MOVED 1 nocolon"));
+}
+
+TEST_CASE("resp_writer: commands in the Redis protocol, large arguments sent from where they are") {
+  std::string big(70000, 'x');
+  for (std::size_t i = 0; i < big.size(); ++i) big[i] = static_cast<char>('a' + i % 26);
+  resp_writer w;
+  CHECK(w.empty());
+  w.command({"SET", "hc:{k}:1", big});
+  w.command({"GET", "k"});
+  w.command({"ASKING"});
+  const std::string want = "*3\r\n$3\r\nSET\r\n$8\r\nhc:{k}:1\r\n$70000\r\n" + big + "\r\n" +
+                           "*2\r\n$3\r\nGET\r\n$1\r\nk\r\n*1\r\n$6\r\nASKING\r\n";
+  // Through a pipe, read by another thread: writev resumes its partial writes (the pipe
+  // holds 64 KiB at a time).
+  int fds[2];
+  REQUIRE(::pipe(fds) == 0);
+  std::string got;
+  std::thread reader([&] {
+    char buf[4096];
+    for (ssize_t n; (n = ::read(fds[0], buf, sizeof buf)) > 0;) got.append(buf, static_cast<std::size_t>(n));
+  });
+  CHECK(w.send(fds[1]) == 0);
+  ::close(fds[1]);
+  reader.join();
+  ::close(fds[0]);
+  CHECK(got.size() == want.size());
+  CHECK(got == want);
+  w.clear();
+  CHECK(w.empty());
+  // A closed reader: the error comes back (EPIPE; SIGPIPE ignored for this check).
+  REQUIRE(::pipe(fds) == 0);
+  ::close(fds[0]);
+  const auto old = std::signal(SIGPIPE, SIG_IGN);
+  w.command({"PING"});
+  CHECK(w.send(fds[1]) == EPIPE);
+  std::signal(SIGPIPE, old);
+  ::close(fds[1]);
 }

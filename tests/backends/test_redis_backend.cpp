@@ -29,14 +29,14 @@ namespace {
 constexpr std::int64_t mib = std::int64_t{1} << 20;
 
 redis_backend_config config_for(int port, std::int64_t capacity, std::int32_t depth = 64) {
-  return {.endpoints = {{"127.0.0.1", port}},
+  return {.server = {.endpoints = {{"127.0.0.1", port}},
+                     .connect_timeout = std::chrono::milliseconds(300),
+                     .io_timeout = std::chrono::milliseconds(2000),
+                     .retry_after = std::chrono::milliseconds(50)},
           .capacity_bytes = capacity,
           .chunk_bytes = 256 * 1024,
           .connections = 2,
-          .queue_depth = depth,
-          .connect_timeout = std::chrono::milliseconds(300),
-          .io_timeout = std::chrono::milliseconds(2000),
-          .retry_after = std::chrono::milliseconds(50)};
+          .queue_depth = depth};
 }
 
 /// One server for the conformance fixtures of this process, emptied for each fixture.
@@ -277,9 +277,9 @@ TEST_CASE("redis tier: no server at start-up, a wrong password: unavailable, cou
 
   test::redis_server locked({.cluster = false, .maxmemory = {}, .extra = {"--requirepass", "s3cret"}});
   auto good = config_for(locked.port(), 16 * mib);
-  good.password = "s3cret";
+  good.server.password = "s3cret";
   auto bad = good;
-  bad.password = "wrong";
+  bad.server.password = "wrong";
   redis_backend<> with(good), without(bad);
   const auto v = pattern(2, 5000);
   CHECK(wait_put(with, key_n(2), v).status == io_status::ok);
@@ -295,16 +295,16 @@ TEST_CASE("redis tier: bad configuration names the field") {
     edit(c);
     CHECK_THROWS_WITH_AS(redis_backend<>{c}, doctest::Contains(field), invalid_argument);
   };
-  bad([](redis_backend_config& c) { c.endpoints.clear(); }, "endpoints");
-  bad([](redis_backend_config& c) { c.endpoints[0].port = 70000; }, "endpoints");
+  bad([](redis_backend_config& c) { c.server.endpoints.clear(); }, "endpoints");
+  bad([](redis_backend_config& c) { c.server.endpoints[0].port = 70000; }, "endpoints");
   bad([](redis_backend_config& c) { c.capacity_bytes = 0; }, "capacity_bytes");
   bad([](redis_backend_config& c) { c.chunk_bytes = 100; }, "chunk_bytes");
   bad([](redis_backend_config& c) { c.connections = 0; }, "connections");
   bad([](redis_backend_config& c) { c.queue_depth = 0; }, "queue_depth");
-  bad([](redis_backend_config& c) { c.io_timeout = std::chrono::milliseconds(0); }, "io_timeout");
+  bad([](redis_backend_config& c) { c.server.io_timeout = std::chrono::milliseconds(0); }, "io_timeout");
   bad([](redis_backend_config& c) { c.key_prefix = "a{b}"; }, "key_prefix");
   bad([](redis_backend_config& c) {
-    c.cluster = true;
-    c.database = 2;
+    c.server.cluster = true;
+    c.server.database = 2;
   }, "database");
 }

@@ -26,15 +26,15 @@ namespace {
 constexpr std::int64_t mib = std::int64_t{1} << 20;
 
 redis_backend_config cluster_config(test::redis_cluster& c, std::int64_t capacity, std::int32_t depth = 64) {
-  return {.endpoints = {{"127.0.0.1", c.node(1).port()}},  // one seed: the rest comes from CLUSTER SLOTS
-          .cluster = true,
+  return {.server = {.endpoints = {{"127.0.0.1", c.node(1).port()}},  // one seed: the rest from CLUSTER SLOTS
+                     .cluster = true,
+                     .connect_timeout = std::chrono::milliseconds(300),
+                     .io_timeout = std::chrono::milliseconds(2000),
+                     .retry_after = std::chrono::milliseconds(50)},
           .capacity_bytes = capacity,
           .chunk_bytes = 128 * 1024,
           .connections = 2,
-          .queue_depth = depth,
-          .connect_timeout = std::chrono::milliseconds(300),
-          .io_timeout = std::chrono::milliseconds(2000),
-          .retry_after = std::chrono::milliseconds(50)};
+          .queue_depth = depth};
 }
 
 test::redis_cluster& shared_cluster() {

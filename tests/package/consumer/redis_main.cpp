@@ -3,6 +3,6 @@
 #include <hybridcache/tiered/redis/redis_backend.hpp>
 
 int main() {
-  hybridcache::tiered::redis_backend<> tier({.endpoints = {{"127.0.0.1", 6379}}, .capacity_bytes = 1 << 20});
+  hybridcache::tiered::redis_backend<> tier({.server = {.endpoints = {{"127.0.0.1", 6379}}}, .capacity_bytes = 1 << 20});
   return tier.capacity_bytes() == (1 << 20) ? 0 : 1;
 }

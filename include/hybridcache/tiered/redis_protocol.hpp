@@ -1,4 +1,4 @@
-// hybridcache/tiered/redis_keys.hpp
+// hybridcache/tiered/redis_protocol.hpp
 //
 // The parts of the Redis tier that need no client library, so that they compile and are
 // tested in every build (the tier itself, tiered/redis/redis_backend.hpp, needs hiredis):
@@ -13,18 +13,32 @@
 //     16384; only the part between the first '{' and the next '}' is hashed when that part
 //     is not empty). Check value of "123456789": 0x31C3. Written from the specification;
 //   - `parse_redirect`: reads the MOVED / ASK errors a cluster node answers for a slot it
-//     does not serve ("MOVED 3999 127.0.0.1:6381").
+//     does not serve ("MOVED 3999 127.0.0.1:6381");
+//   - `resp_writer`: commands in the Redis protocol (RESP arrays of bulk strings), sent with
+//     writev: framing and small arguments are copied into one buffer, large arguments (a
+//     value's chunks) are sent from where they are, so a put copies its payload nowhere
+//     before the kernel (a client library that formats whole commands copies it twice and,
+//     for MB-sized values, faults fresh pages in for each copy).
 //
-// Costs: all O(key length); no allocation except `chunk_key`'s string.
+// Costs: keys, slots, redirects O(key length), no allocation except `chunk_key`'s string;
+// resp_writer O(arguments) plus the copy of small arguments; `send` one writev per 1,024
+// pieces.
 #pragma once
 
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include <algorithm>
 #include <array>
+#include <cerrno>
 #include <charconv>
 #include <cstddef>
 #include <cstdint>
+#include <initializer_list>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "hybridcache/tiered/storage_format.hpp"
 
@@ -111,5 +125,80 @@ struct cluster_redirect {
   r.host = std::string(error.substr(space + 1, colon - space - 1));
   return r;
 }
+
+/// Commands in the Redis wire protocol, queued for one connection and sent in one go.
+class resp_writer {
+ public:
+  /// Arguments at least this long are sent from the caller's memory, not copied.
+  static constexpr std::size_t copy_limit = 4096;
+
+  /// Queues one command. Large arguments must stay valid until `send` returned.
+  void command(std::initializer_list<std::string_view> args) { command(args.begin(), args.end()); }
+  template <class It>
+  void command(It first, It last) {
+    append_count('*', static_cast<std::size_t>(last - first));
+    for (; first != last; ++first) {
+      const std::string_view a = *first;
+      append_count('$', a.size());
+      if (a.size() >= copy_limit) {
+        pieces_.push_back({a.data(), 0, a.size()});
+      } else {
+        append_text(a);
+      }
+      append_text("\r\n");
+    }
+  }
+  [[nodiscard]] bool empty() const noexcept { return pieces_.empty(); }
+  void clear() noexcept {
+    text_.clear();
+    pieces_.clear();
+  }
+  /// Writes everything queued to `fd` (a blocking socket; partial writes are resumed).
+  /// Returns 0 or the errno of the failed write (EAGAIN: the socket's send timeout).
+  [[nodiscard]] int send(int fd) {
+    std::vector<iovec> iov;
+    iov.reserve(pieces_.size());
+    for (const piece& p : pieces_)
+      iov.push_back({const_cast<char*>(p.external != nullptr ? p.external : text_.data() + p.offset), p.length});
+    std::size_t first = 0;
+    while (first < iov.size()) {
+      const int n = static_cast<int>(std::min<std::size_t>(iov.size() - first, 1024));
+      const ssize_t w = ::writev(fd, iov.data() + first, n);
+      if (w < 0 && errno == EINTR) continue;
+      if (w < 0) return errno;
+      auto done = static_cast<std::size_t>(w);
+      while (first < iov.size() && done >= iov[first].iov_len) done -= iov[first++].iov_len;
+      if (first < iov.size()) {
+        iov[first].iov_base = static_cast<char*>(iov[first].iov_base) + done;
+        iov[first].iov_len -= done;
+      }
+    }
+    return 0;
+  }
+
+ private:
+  struct piece {
+    const char* external;  ///< nullptr: bytes [offset, offset + length) of text_
+    std::size_t offset, length;
+  };
+  void append_text(std::string_view s) {
+    if (!pieces_.empty() && pieces_.back().external == nullptr) {
+      pieces_.back().length += s.size();  // extends the text piece before it
+    } else {
+      pieces_.push_back({nullptr, text_.size(), s.size()});
+    }
+    text_.append(s);
+  }
+  void append_count(char kind, std::size_t n) {
+    char buf[24];
+    buf[0] = kind;
+    const auto end = std::to_chars(buf + 1, buf + sizeof buf - 2, n).ptr;
+    append_text(std::string_view(buf, static_cast<std::size_t>(end - buf)));
+    append_text("\r\n");
+  }
+
+  std::string text_;
+  std::vector<piece> pieces_;
+};
 
 }  // namespace hybridcache::tiered
