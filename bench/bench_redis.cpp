@@ -3,11 +3,16 @@
 // (target hybridcache::redis); needs redis-server and redis-benchmark on PATH (it starts
 // its own server on a free port).
 //
-//   bm_redis_vs_redis_benchmark/<bytes>  goal: the tier's put and get of one value (one
-//                                 connection, each operation waited for) reach >= 50 % of
-//                                 the throughput redis-benchmark reports for SET and GET of
-//                                 values of the same size (-c 1 -P 1: one connection, no
+//   bm_redis_vs_redis_benchmark/<bytes>/<fresh>  goal: the tier's put and get of one value
+//                                 (one connection, each operation waited for) reach >= 50 %
+//                                 of the throughput redis-benchmark reports for SET and GET
+//                                 of values of the same size (-c 1 -P 1: one connection, no
 //                                 pipelining), run right before on the same server.
+//                                 fresh = 0: both write one key over and over (redis-benchmark's
+//                                 default), so the server reuses its memory; fresh = 1: every
+//                                 write is a new key (redis-benchmark -r 100000000), so the
+//                                 server allocates fresh memory for each value (SET only:
+//                                 redis-benchmark's GETs then read random keys it never wrote).
 //                                 Counters: tier_put_GBps, rb_set_GBps, put_ratio,
 //                                 tier_get_GBps, rb_get_GBps, get_ratio.
 //   bm_redis_exists/<keys>        one batched exists (one pipelined round trip)
@@ -50,9 +55,10 @@ std::vector<std::byte> random_bytes(std::size_t n) {
 }
 
 /// redis-benchmark's requests per second for SET and GET of `bytes`-byte values.
-std::pair<double, double> redis_benchmark_rps(std::int64_t bytes, int requests) {
+std::pair<double, double> redis_benchmark_rps(std::int64_t bytes, int requests, bool fresh) {
   const std::string cmd = "redis-benchmark -h 127.0.0.1 -p " + std::to_string(server().port()) + " -t set,get -d " +
-                          std::to_string(bytes) + " -n " + std::to_string(requests) + " -c 1 -P 1 -q --csv 2>/dev/null";
+                          std::to_string(bytes) + " -n " + std::to_string(requests) + " -c 1 -P 1 -q --csv" +
+                          (fresh ? " -r 100000000" : "") + " 2>/dev/null";
   std::FILE* p = ::popen(cmd.c_str(), "r");
   double set = 0, get = 0;
   if (p == nullptr) return {0, 0};
@@ -70,6 +76,7 @@ std::pair<double, double> redis_benchmark_rps(std::int64_t bytes, int requests) 
 
 static void bm_redis_vs_redis_benchmark(benchmark::State& state) {
   const std::int64_t bytes = state.range(0);
+  const bool fresh = state.range(1) != 0;
   const int requests = bytes >= (std::int64_t{4} << 20) ? 40 : 400;
   redis_backend<> tier(config());
   const auto v = random_bytes(static_cast<std::size_t>(bytes));
@@ -78,12 +85,12 @@ static void bm_redis_vs_redis_benchmark(benchmark::State& state) {
   std::int64_t ops = 0;
   for (auto _ : state) {
     (void)server().command("FLUSHALL");
-    const auto [set_rps, get_rps] = redis_benchmark_rps(bytes, requests);
+    const auto [set_rps, get_rps] = redis_benchmark_rps(bytes, requests, fresh);
     rb_set += set_rps;
     rb_get += get_rps;
     (void)server().command("FLUSHALL");
     for (int i = 0; i < requests; ++i) {
-      const storage_key k{1, static_cast<std::uint64_t>(i), i, value_kind::kv};
+      const storage_key k{1, fresh ? static_cast<std::uint64_t>(i) : 0, fresh ? i : 0, value_kind::kv};
       auto a = std::chrono::steady_clock::now();
       if (tier.wait(*tier.put(k, {0, {}}, v))->status != io_status::ok) state.SkipWithError("put failed");
       auto b = std::chrono::steady_clock::now();
@@ -100,11 +107,17 @@ static void bm_redis_vs_redis_benchmark(benchmark::State& state) {
   state.counters["tier_put_GBps"] = gb * static_cast<double>(ops) / put_s;
   state.counters["tier_get_GBps"] = gb * static_cast<double>(ops) / get_s;
   state.counters["rb_set_GBps"] = gb * rb_set / n;
-  state.counters["rb_get_GBps"] = gb * rb_get / n;
   state.counters["put_ratio"] = (gb * static_cast<double>(ops) / put_s) / (gb * rb_set / n);
-  state.counters["get_ratio"] = (gb * static_cast<double>(ops) / get_s) / (gb * rb_get / n);
+  if (!fresh) {  // with -r, redis-benchmark GETs random keys it mostly never wrote (nil replies)
+    state.counters["rb_get_GBps"] = gb * rb_get / n;
+    state.counters["get_ratio"] = (gb * static_cast<double>(ops) / get_s) / (gb * rb_get / n);
+  }
 }
-BENCHMARK(bm_redis_vs_redis_benchmark)->Arg(64 << 10)->Arg(1 << 20)->Arg(9'200'000)->Iterations(3)->UseRealTime()
+BENCHMARK(bm_redis_vs_redis_benchmark)
+    ->ArgsProduct({{64 << 10, 1 << 20, 9'200'000}, {0, 1}})
+    ->ArgNames({"bytes", "fresh"})
+    ->Iterations(3)
+    ->UseRealTime()
     ->Unit(benchmark::kMillisecond);
 
 static void bm_redis_exists(benchmark::State& state) {
