@@ -62,6 +62,11 @@ TEST_CASE("CRC-32C: published check values and the three implementations agree o
     const std::size_t cut = n == 0 ? 0 : rng() % n;  // continuing a running CRC
     CHECK(crc32c(d.subspan(cut), crc32c(d.first(cut))) == want);
     CHECK(crc32c_software(d.subspan(cut), crc32c_software(d.first(cut))) == want);
+    std::vector<std::byte> copy(n + 3, std::byte{0x5a});  // copies exactly n bytes, any alignment
+    CHECK(crc32c_copy(std::span<std::byte>(copy.data() + 1, n), d) == want);
+    CHECK(std::equal(d.begin(), d.end(), copy.begin() + 1));
+    CHECK(copy[0] == std::byte{0x5a});
+    CHECK(copy[n + 1] == std::byte{0x5a});
   }
   const std::string hw = crc32c_hardware() ? "yes" : "no";
   MESSAGE("crc32c uses the crc32 instruction here: " << hw);

@@ -21,6 +21,9 @@
 //                    earlier streams' registers by x^(8n) mod P (the CRC is linear, so
 //                    crc(A ++ B) = crc(A) * x^(8|B|) + crc(B) over the raw register);
 //                    elsewhere the slicing-by-8 code.
+//   crc32c_copy      copies while it checksums: each 8-byte word is loaded once, fed to the
+//                    CRC and stored, so verifying a value costs about what copying it costs
+//                    (the disk tier reads large values from the page cache this way).
 //
 // The instruction path uses compiler builtins (`__builtin_ia32_crc32di`, a per-function
 // `target("sse4.2")` attribute and `__builtin_cpu_supports`), no library and no intrinsic
@@ -135,6 +138,35 @@ __attribute__((target("sse4.2"))) inline std::uint32_t crc32c_raw_sse42(std::uin
   return crc;
 }
 
+/// Copies n bytes from p to dst and returns the raw register advanced over them.
+__attribute__((target("sse4.2"))) inline std::uint32_t crc32c_copy_raw_sse42(std::uint32_t crc, std::byte* dst,
+                                                                              const unsigned char* p,
+                                                                              std::size_t n) noexcept {
+  constexpr std::size_t l = crc32c_stream_bytes;
+  while (n >= 3 * l) {
+    std::uint64_t a = crc, b = 0, c = 0;
+    for (std::size_t i = 0; i < l; i += 8) {
+      std::uint64_t wa, wb, wc;
+      std::memcpy(&wa, p + i, 8);
+      std::memcpy(&wb, p + l + i, 8);
+      std::memcpy(&wc, p + 2 * l + i, 8);
+      a = __builtin_ia32_crc32di(a, wa);
+      b = __builtin_ia32_crc32di(b, wb);
+      c = __builtin_ia32_crc32di(c, wc);
+      std::memcpy(dst + i, &wa, 8);
+      std::memcpy(dst + l + i, &wb, 8);
+      std::memcpy(dst + 2 * l + i, &wc, 8);
+    }
+    const std::uint32_t r = crc32c_multiply(crc32c_stream_shift, static_cast<std::uint32_t>(a)) ^ static_cast<std::uint32_t>(b);
+    crc = crc32c_multiply(crc32c_stream_shift, r) ^ static_cast<std::uint32_t>(c);
+    p += 3 * l;
+    dst += 3 * l;
+    n -= 3 * l;
+  }
+  std::memcpy(dst, p, n);
+  return crc32c_raw_sse42(crc, p, n);
+}
+
 [[nodiscard]] inline bool crc32c_has_sse42() noexcept {
   static const bool has = __builtin_cpu_supports("sse4.2") != 0;
   return has;
@@ -175,6 +207,17 @@ __attribute__((target("sse4.2"))) inline std::uint32_t crc32c_raw_sse42(std::uin
   if (detail::crc32c_has_sse42()) return ~detail::crc32c_raw_sse42(~crc, p, data.size());
 #endif
   return ~detail::crc32c_raw_software(~crc, p, data.size());
+}
+
+/// Copies `src` into `dst` (which must be at least as long) and returns crc32c(src, crc),
+/// reading each byte once when the CPU has the crc32 instruction.
+inline std::uint32_t crc32c_copy(std::span<std::byte> dst, std::span<const std::byte> src, std::uint32_t crc = 0) noexcept {
+  const auto* p = reinterpret_cast<const unsigned char*>(src.data());
+#if defined(HYBRIDCACHE_CRC32C_SSE42)
+  if (detail::crc32c_has_sse42()) return ~detail::crc32c_copy_raw_sse42(~crc, dst.data(), p, src.size());
+#endif
+  if (!src.empty()) std::memcpy(dst.data(), src.data(), src.size());
+  return ~detail::crc32c_raw_software(~crc, p, src.size());
 }
 
 }  // namespace hybridcache

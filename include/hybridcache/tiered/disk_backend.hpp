@@ -10,6 +10,9 @@
 //                             then the payload; the name is the key's storage name
 //   tmp/                      values being written; renamed into v1/ when complete
 //
+// Reads: values of 1 MiB and more are mapped and copied into the caller's buffer with the
+// CRC computed in the same pass (core/crc32c.hpp `crc32c_copy`); smaller ones are pread.
+//
 // Why one file per value and not an append-only segment + index (measured,
 // docs/storage.md "Design measurements"): a value is a KV extent or a recurrent checkpoint,
 // 0.1 to tens of MB, so the per-file cost (about 40 us to create + rename, 5 us to open)
@@ -46,6 +49,7 @@
 
 #include <fcntl.h>
 #include <sys/file.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
@@ -554,7 +558,10 @@ class disk_backend {
     return r;
   }
 
-  /// Reads and checks one value; the CRC runs block by block while the block is in cache.
+  /// Reads and checks one value. Large values are mapped and copied with the CRC computed
+  /// on the way (`crc32c_copy`: each byte read once, ~1.4x faster than pread + CRC from the
+  /// page cache, docs/storage.md); small ones are pread block by block, each block's CRC
+  /// computed while it is in cache.
   io_result read_value(int fd, job& j) {
     struct stat st {};
     std::array<std::byte, value_header_bytes> head{};
@@ -564,6 +571,22 @@ class disk_backend {
     if (!h || h->key != j.key || st.st_size != static_cast<off_t>(value_header_bytes) + h->length)
       return {io_status::corrupt, 0, {}};
     if (h->length > static_cast<std::int64_t>(j.dst.size())) return {io_status::too_large, h->length, {}};
+    if (h->length >= mapped_read_bytes) {
+      // Files are only ever replaced by rename and removed by unlink, never truncated, so
+      // the mapping stays valid while it is read (another process truncating files in the
+      // tier's directory would raise SIGBUS: the directory is the tier's alone, LOCK).
+      const auto total = static_cast<std::size_t>(st.st_size);
+      void* m = ::mmap(nullptr, total, PROT_READ, MAP_SHARED, fd, 0);
+      if (m != MAP_FAILED) {
+        (void)::madvise(m, total, MADV_SEQUENTIAL);
+        const std::span<const std::byte> payload(static_cast<const std::byte*>(m) + value_header_bytes,
+                                                 static_cast<std::size_t>(h->length));
+        const std::uint32_t crc = crc32c_copy(j.dst, payload);
+        ::munmap(m, total);
+        if (crc != h->payload_crc) return {io_status::corrupt, 0, {}};
+        return {io_status::ok, h->length, h->meta};
+      }
+    }
     std::uint32_t crc = 0;
     for (std::int64_t off = 0; off < h->length; off += config_.io_block_bytes) {
       const auto block = j.dst.subspan(static_cast<std::size_t>(off),
@@ -597,6 +620,8 @@ class disk_backend {
     counters_.removes += 1;
     return {io_status::ok, 1, {}};
   }
+
+  static constexpr std::int64_t mapped_read_bytes = std::int64_t{1} << 20;  // mmap + crc32c_copy from here
 
   disk_backend_config config_;
   std::string values_dir_, temp_dir_;
