@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "hybridcache/tiered/disk_backend.hpp"
+#include "../support/storage_ops.hpp"
 #include "../support/temp_dir.hpp"
 
 using namespace hybridcache;
@@ -39,19 +40,8 @@ std::vector<std::byte> value_bytes(const storage_key& k, std::uint64_t version, 
 
 storage_key key_n(std::uint64_t i, value_kind kind = value_kind::kv) { return {42, 1000 + i, static_cast<std::int64_t>(i + 1), kind}; }
 
-template <class B>
-io_result put(B& b, const storage_key& k, const std::vector<std::byte>& v, value_meta m = {}) {
-  if (k.kind == value_kind::checkpoint) m.span_begin = k.tokens;
-  const auto t = b.put(k, m, v);
-  REQUIRE(t);
-  return b.wait(*t).value();
-}
-template <class B>
-io_result get(B& b, const storage_key& k, std::vector<std::byte>& into) {
-  const auto t = b.get(k, into);
-  REQUIRE(t);
-  return b.wait(*t).value();
-}
+using test::storage_ops::get;
+using test::storage_ops::put;
 
 std::size_t files_under(const fs::path& dir) {
   std::size_t n = 0;
@@ -74,7 +64,7 @@ TEST_CASE("disk tier: a restart over the directory brings every value back, olde
     disk_backend<> b(config_for(d, 64 * mib));
     for (std::uint64_t i = 0; i < 12; ++i) {
       values.push_back(value_bytes(key_n(i), 1, 100000 + i * 3));
-      REQUIRE(put(b, key_n(i), values.back(), {static_cast<std::int64_t>(i), {layer_order::layer_major, 7}}).status ==
+      REQUIRE(put(b, key_n(i), {static_cast<std::int64_t>(i), {layer_order::layer_major, 7}}, values.back()).status ==
               io_status::ok);
     }
   }

@@ -19,12 +19,16 @@
 #include "hybridcache/tiered/redis/redis_backend.hpp"
 #include "../conformance/storage_backend_laws.hpp"
 #include "../support/redis_server.hpp"
+#include "../support/storage_ops.hpp"
 #include "raw_redis_client.hpp"
 
 using namespace hybridcache;
 using namespace hybridcache::tiered;
 
 namespace {
+
+using test::storage_ops::get;
+using test::storage_ops::put;
 
 constexpr std::int64_t mib = std::int64_t{1} << 20;
 
@@ -80,19 +84,6 @@ std::vector<std::byte> pattern(std::uint64_t seed, std::size_t n) {
   return v;
 }
 storage_key key_n(std::uint64_t i) { return {77, 5000 + i, static_cast<std::int64_t>(i + 1), value_kind::kv}; }
-
-template <class B>
-io_result wait_put(B& b, const storage_key& k, const std::vector<std::byte>& v) {
-  const auto t = b.put(k, {0, {}}, v);
-  REQUIRE(t);
-  return b.wait(*t).value();
-}
-template <class B>
-io_result wait_get(B& b, const storage_key& k, std::vector<std::byte>& into) {
-  const auto t = b.get(k, into);
-  REQUIRE(t);
-  return b.wait(*t).value();
-}
 
 }  // namespace
 
@@ -151,9 +142,9 @@ TEST_CASE("redis tier: the server killed mid-run turns into misses, never garbag
   CHECK(c.corrupt == 0);
   // After the restart the tier works normally again.
   const auto v = pattern(99, 700000);
-  REQUIRE(wait_put(b, key_n(99), v).status == io_status::ok);
+  REQUIRE(put(b, key_n(99), v).status == io_status::ok);
   std::vector<std::byte> into(v.size());
-  REQUIRE(wait_get(b, key_n(99), into).status == io_status::ok);
+  REQUIRE(get(b, key_n(99), into).status == io_status::ok);
   CHECK(into == v);
   MESSAGE("server killed mid-run: " << c.unavailable << " operations unavailable, " << c.reconnects
                                     << " reconnects, " << ok_gets.load() << " verified hits, 0 wrong");
@@ -165,39 +156,39 @@ TEST_CASE("redis tier: corrupt, truncated and swapped values inside Redis are co
   test::raw_redis_client raw(server.port());
   const auto v = pattern(1, 700000);  // the header, then three payload chunks of <= 256 KiB
   std::vector<std::byte> into(v.size());
-  auto stored = [&](std::uint64_t i) { REQUIRE(wait_put(b, key_n(i), v).status == io_status::ok); };
+  auto stored = [&](std::uint64_t i) { REQUIRE(put(b, key_n(i), v).status == io_status::ok); };
 
   stored(1);  // a middle chunk deleted (maxmemory, a half-finished write): incomplete
   REQUIRE(raw.integer("DEL " + b.chunk_key_of(key_n(1), 1)) == 1);
-  CHECK(wait_get(b, key_n(1), into).status == io_status::corrupt);
+  CHECK(get(b, key_n(1), into).status == io_status::corrupt);
   CHECK(raw.integer("EXISTS " + b.chunk_key_of(key_n(1), 0)) == 0);  // deleted as corrupt
 
   stored(2);  // the last chunk truncated
   raw.set(b.chunk_key_of(key_n(2), 3), "short");
-  CHECK(wait_get(b, key_n(2), into).status == io_status::corrupt);
+  CHECK(get(b, key_n(2), into).status == io_status::corrupt);
 
   stored(3);  // one byte flipped inside a chunk: only the CRC can see it
   REQUIRE(corrupt_in_redis(b, server.port(), key_n(3)));
-  CHECK(wait_get(b, key_n(3), into).status == io_status::corrupt);
+  CHECK(get(b, key_n(3), into).status == io_status::corrupt);
 
   stored(4);  // a damaged header
   auto head = *raw.get(b.chunk_key_of(key_n(4), 0));
   head[30] = static_cast<char>(head[30] ^ 1);
   raw.set(b.chunk_key_of(key_n(4), 0), head);
-  CHECK(wait_get(b, key_n(4), into).status == io_status::corrupt);
+  CHECK(get(b, key_n(4), into).status == io_status::corrupt);
 
   stored(5);  // another key's value copied under this key's name: the header says whose
   stored(6);
   for (int i = 0; i < 4; ++i) raw.set(b.chunk_key_of(key_n(5), i), *raw.get(b.chunk_key_of(key_n(6), i)));
-  CHECK(wait_get(b, key_n(5), into).status == io_status::corrupt);
+  CHECK(get(b, key_n(5), into).status == io_status::corrupt);
 
   stored(7);  // chunk 0 is not even a header
   raw.set(b.chunk_key_of(key_n(7), 0), "hello");
-  CHECK(wait_get(b, key_n(7), into).status == io_status::corrupt);
+  CHECK(get(b, key_n(7), into).status == io_status::corrupt);
 
   CHECK(b.counters().corrupt == 6);
   CHECK(b.counters().hits == 0);
-  REQUIRE(wait_get(b, key_n(6), into).status == io_status::ok);  // the untouched one
+  REQUIRE(get(b, key_n(6), into).status == io_status::ok);  // the untouched one
   CHECK(into == v);
 }
 
@@ -206,7 +197,7 @@ TEST_CASE("redis tier: exists over 1,000 keys is one round trip") {
   redis_backend<> b(config_for(server.port(), 64 * mib));
   std::vector<storage_key> keys;
   for (std::uint64_t i = 0; i < 1000; ++i) keys.push_back(key_n(i));
-  for (std::uint64_t i = 0; i < 1000; i += 3) REQUIRE(wait_put(b, keys[i], pattern(i, 100)).status == io_status::ok);
+  for (std::uint64_t i = 0; i < 1000; i += 3) REQUIRE(put(b, keys[i], pattern(i, 100)).status == io_status::ok);
   const std::int64_t before = b.counters().round_trips;
   std::vector<std::uint8_t> found(keys.size());
   const auto t = b.exists(keys, found);
@@ -218,9 +209,9 @@ TEST_CASE("redis tier: exists over 1,000 keys is one round trip") {
   for (std::size_t i = 0; i < keys.size(); ++i) CHECK(found[i] == (i % 3 == 0 ? 1 : 0));
   // A put is one round trip too (chunks and evictions in one pipeline), a get as well.
   const std::int64_t p0 = b.counters().round_trips;
-  REQUIRE(wait_put(b, key_n(5000), pattern(5, 3 * mib)).status == io_status::ok);
+  REQUIRE(put(b, key_n(5000), pattern(5, 3 * mib)).status == io_status::ok);
   std::vector<std::byte> into(3 * mib);
-  REQUIRE(wait_get(b, key_n(5000), into).status == io_status::ok);
+  REQUIRE(get(b, key_n(5000), into).status == io_status::ok);
   CHECK(b.counters().round_trips - p0 == 2);
 }
 
@@ -231,9 +222,9 @@ TEST_CASE("redis tier: a value written with another chunk size is read by every 
   redis_backend<> writer(small_chunks);
   redis_backend<> reader(config_for(server.port(), 64 * mib));
   const auto v = pattern(3, 100000);
-  REQUIRE(wait_put(writer, key_n(1), v).status == io_status::ok);
+  REQUIRE(put(writer, key_n(1), v).status == io_status::ok);
   std::vector<std::byte> into(v.size());
-  const io_result r = wait_get(reader, key_n(1), into);
+  const io_result r = get(reader, key_n(1), into);
   REQUIRE(r.status == io_status::ok);
   CHECK(into == v);
   test::raw_redis_client raw(server.port());
@@ -249,7 +240,7 @@ TEST_CASE("redis tier: the writer counts its bytes, so maxmemory never evicts a 
   const std::int64_t capacity = 4 * mib;
   redis_backend<> b(config_for(server.port(), capacity));
   for (std::uint64_t i = 0; i < 40; ++i) {  // 20 MB written through a 4 MiB budget
-    REQUIRE(wait_put(b, key_n(i), pattern(i, 500000)).status == io_status::ok);
+    REQUIRE(put(b, key_n(i), pattern(i, 500000)).status == io_status::ok);
     CHECK(b.used_bytes() <= capacity);
   }
   test::raw_redis_client raw(server.port());
@@ -257,8 +248,8 @@ TEST_CASE("redis tier: the writer counts its bytes, so maxmemory never evicts a 
   CHECK(stats.find("evicted_keys:0\r\n") != std::string::npos);
   CHECK(b.counters().evictions == 40 - b.entries());
   std::vector<std::byte> into(500000);
-  CHECK(wait_get(b, key_n(39), into).status == io_status::ok);  // most recent: held
-  CHECK(wait_get(b, key_n(0), into).status == io_status::not_found);  // evicted by the scorer
+  CHECK(get(b, key_n(39), into).status == io_status::ok);  // most recent: held
+  CHECK(get(b, key_n(0), into).status == io_status::not_found);  // evicted by the scorer
   CHECK(raw.integer("DBSIZE") == b.entries() * chunk_count(500000, 256 * 1024));
 }
 
@@ -266,8 +257,8 @@ TEST_CASE("redis tier: no server at start-up, a wrong password: unavailable, cou
   const int port = test::free_loopback_port();
   redis_backend<> b(config_for(port, 16 * mib));
   std::vector<std::byte> into(1000);
-  for (int i = 0; i < 20; ++i) CHECK(wait_get(b, key_n(1), into).status == io_status::unavailable);
-  CHECK(wait_put(b, key_n(1), pattern(1, 1000)).status == io_status::unavailable);
+  for (int i = 0; i < 20; ++i) CHECK(get(b, key_n(1), into).status == io_status::unavailable);
+  CHECK(put(b, key_n(1), pattern(1, 1000)).status == io_status::unavailable);
   std::vector<storage_key> keys{key_n(1), key_n(2)};
   std::vector<std::uint8_t> found(2, 9);
   CHECK(b.wait(*b.exists(keys, found))->status == io_status::unavailable);
@@ -282,10 +273,10 @@ TEST_CASE("redis tier: no server at start-up, a wrong password: unavailable, cou
   bad.server.password = "wrong";
   redis_backend<> with(good), without(bad);
   const auto v = pattern(2, 5000);
-  CHECK(wait_put(with, key_n(2), v).status == io_status::ok);
-  CHECK(wait_get(without, key_n(2), into).status == io_status::unavailable);
+  CHECK(put(with, key_n(2), v).status == io_status::ok);
+  CHECK(get(without, key_n(2), into).status == io_status::unavailable);
   std::vector<std::byte> back(v.size());
-  CHECK(wait_get(with, key_n(2), back).status == io_status::ok);
+  CHECK(get(with, key_n(2), back).status == io_status::ok);
   CHECK(back == v);
 }
 

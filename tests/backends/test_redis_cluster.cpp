@@ -16,12 +16,16 @@
 #include "hybridcache/tiered/redis/redis_backend.hpp"
 #include "../conformance/storage_backend_laws.hpp"
 #include "../support/redis_server.hpp"
+#include "../support/storage_ops.hpp"
 #include "raw_redis_client.hpp"
 
 using namespace hybridcache;
 using namespace hybridcache::tiered;
 
 namespace {
+
+using test::storage_ops::get;
+using test::storage_ops::put;
 
 constexpr std::int64_t mib = std::int64_t{1} << 20;
 
@@ -84,19 +88,6 @@ std::vector<std::byte> pattern(std::uint64_t seed, std::size_t n) {
 storage_key key_n(std::uint64_t i) { return {91, 7000 + i, static_cast<std::int64_t>(i + 1), value_kind::checkpoint}; }
 value_meta meta_of(const storage_key& k) { return {k.tokens, {layer_order::layer_major, 28}}; }
 
-template <class B>
-io_result wait_put(B& b, const storage_key& k, const std::vector<std::byte>& v) {
-  const auto t = b.put(k, meta_of(k), v);
-  REQUIRE(t);
-  return b.wait(*t).value();
-}
-template <class B>
-io_result wait_get(B& b, const storage_key& k, std::vector<std::byte>& into) {
-  const auto t = b.get(k, into);
-  REQUIRE(t);
-  return b.wait(*t).value();
-}
-
 }  // namespace
 
 TEST_CASE_TEMPLATE_INVOKE(storage_backend_conformance, redis_cluster_fixture);
@@ -117,7 +108,7 @@ TEST_CASE("redis cluster: our slot function is the servers', and every shard hol
   std::vector<std::vector<std::byte>> values;
   for (std::uint64_t i = 0; i < 60; ++i) {
     values.push_back(pattern(i, 300000));  // a header and three payload chunks each
-    REQUIRE(wait_put(b, key_n(i), values.back()).status == io_status::ok);
+    REQUIRE(put(b, key_n(i), meta_of(key_n(i)), values.back()).status == io_status::ok);
   }
   long long total = 0;
   for (std::size_t n = 0; n < c.size(); ++n) {
@@ -130,7 +121,7 @@ TEST_CASE("redis cluster: our slot function is the servers', and every shard hol
   CHECK(total == 240);
   std::vector<std::byte> into(300000);
   for (std::uint64_t i = 0; i < 60; ++i) {
-    const io_result r = wait_get(b, key_n(i), into);
+    const io_result r = get(b, key_n(i), into);
     REQUIRE(r.status == io_status::ok);
     CHECK(r.meta == meta_of(key_n(i)));
     CHECK(into == values[i]);
@@ -154,7 +145,7 @@ TEST_CASE("redis cluster: a slot migrated under a live tier (ASK while it moves,
   redis_backend<> b(cluster_config(c, 256 * mib));
   const auto v = pattern(5, 300000);
   const storage_key k = key_n(4242);
-  REQUIRE(wait_put(b, k, v).status == io_status::ok);  // the tier has its slot map now
+  REQUIRE(put(b, k, meta_of(k), v).status == io_status::ok);  // the tier has its slot map now
   const std::uint16_t slot = cluster_slot(name_of(k));
   const int src_port = owner_port(c, b.chunk_key_of(k, 0));
   REQUIRE(src_port > 0);
@@ -171,7 +162,7 @@ TEST_CASE("redis cluster: a slot migrated under a live tier (ASK while it moves,
   REQUIRE(src.args(migrate) == "OK");
   // Mid-migration: the source answers ASK for the keys it no longer has.
   std::vector<std::byte> into(v.size());
-  io_result r = wait_get(b, k, into);
+  io_result r = get(b, k, into);
   REQUIRE(r.status == io_status::ok);
   CHECK(into == v);
   const std::int64_t asked = b.counters().redirects;
@@ -182,14 +173,14 @@ TEST_CASE("redis cluster: a slot migrated under a live tier (ASK while it moves,
     REQUIRE(n.args({"CLUSTER", "SETSLOT", s, "NODE", dst_id}) == "OK");
   }
   std::fill(into.begin(), into.end(), std::byte{0});
-  r = wait_get(b, k, into);
+  r = get(b, k, into);
   REQUIRE(r.status == io_status::ok);
   CHECK(into == v);
   CHECK(b.counters().redirects > asked);
   // With the map refreshed, the next operations go straight to the new owner.
   const std::int64_t settled = b.counters().redirects;
-  REQUIRE(wait_put(b, k, pattern(6, 300000)).status == io_status::ok);
-  REQUIRE(wait_get(b, k, into).status == io_status::ok);
+  REQUIRE(put(b, k, meta_of(k), pattern(6, 300000)).status == io_status::ok);
+  REQUIRE(get(b, k, into).status == io_status::ok);
   CHECK(into == pattern(6, 300000));
   CHECK(b.counters().redirects == settled);
   CHECK(owner_port(c, b.chunk_key_of(k, 0)) == dst_port);
@@ -201,13 +192,13 @@ TEST_CASE("redis cluster: one node killed: its values are unavailable, the other
   std::vector<std::vector<std::byte>> values;
   for (std::uint64_t i = 0; i < 30; ++i) {
     values.push_back(pattern(i + 100, 200000));
-    REQUIRE(wait_put(b, key_n(i), values.back()).status == io_status::ok);
+    REQUIRE(put(b, key_n(i), meta_of(key_n(i)), values.back()).status == io_status::ok);
   }
   c.node(2).kill();
   int ok = 0, unavailable = 0;
   std::vector<std::byte> into(200000);
   for (std::uint64_t i = 0; i < 30; ++i) {
-    const io_result r = wait_get(b, key_n(i), into);
+    const io_result r = get(b, key_n(i), into);
     if (r.status == io_status::ok) {
       CHECK(into == values[i]);
       ++ok;

@@ -58,6 +58,7 @@
 #include <array>
 #include <atomic>
 #include <cerrno>
+#include <charconv>
 #include <chrono>
 #include <cstdint>
 #include <cstring>
@@ -74,6 +75,7 @@
 #include "hybridcache/concepts/demotion.hpp"
 #include "hybridcache/concepts/storage_backend.hpp"
 #include "hybridcache/core/error.hpp"
+#include "hybridcache/tiered/backend_base.hpp"
 #include "hybridcache/tiered/backend_index.hpp"
 #include "hybridcache/tiered/demotion_policy.hpp"
 #include "hybridcache/tiered/io_queue.hpp"
@@ -91,8 +93,20 @@ struct disk_backend_config {
   bool sync_writes = false;         ///< fdatasync each value before it becomes visible
 };
 
+namespace detail {
+/// One queued operation of the disk tier.
+struct disk_job {
+  enum class kind_t : std::uint8_t { none, put, get, remove };
+  kind_t kind = kind_t::none;
+  storage_key key{};
+  value_meta meta{};
+  std::span<const std::byte> src{};
+  std::span<std::byte> dst{};
+};
+}  // namespace detail
+
 template <demotion_scorer Scorer = lru_demotion>
-class disk_backend {
+class disk_backend : public backend_base<detail::disk_job, Scorer> {
  public:
   /// Test hook: called before every pwrite with the file offset and size; a nonzero return
   /// is taken as that call's errno (e.g. ENOSPC), as if the kernel had returned it.
@@ -104,7 +118,7 @@ class disk_backend {
   /// queue_depth < 1, io_block_bytes < 4096, a directory that cannot be created or is
   /// locked by another backend (the message names the field or the path).
   explicit disk_backend(disk_backend_config config, Scorer scorer = Scorer{})
-      : config_(std::move(config)), index_(config_.capacity_bytes, std::move(scorer)) {
+      : base(config.capacity_bytes, std::move(scorer)), config_(std::move(config)) {
     HYBRIDCACHE_EXPECTS(!config_.directory.empty(), invalid_argument, "disk_backend: field 'directory' is empty");
     HYBRIDCACHE_EXPECTS(config_.capacity_bytes > 0, invalid_argument,
                         "disk_backend: field 'capacity_bytes' must be > 0, got " + std::to_string(config_.capacity_bytes));
@@ -116,16 +130,13 @@ class disk_backend {
                         "disk_backend: field 'queue_depth' must be >= 1, got " + std::to_string(config_.queue_depth));
     open_directory();
     recover();
-    queue_ = std::make_unique<io_queue<job>>(config_.queue_depth, config_.io_threads,
-                                             [this](job& j, std::size_t) { return run(j); },
-                                             /*helpers=*/config_.queue_depth);  // any thread may run a job
+    this->start(config_.queue_depth, config_.io_threads, [this](job& j, std::size_t) { return run(j); },
+                /*helpers=*/config_.queue_depth);  // any thread may run a disk job
   }
   ~disk_backend() {
-    if (queue_) queue_->shutdown();  // queued jobs run first: they point into caller buffers
+    this->stop();  // queued jobs run first: they point into caller buffers
     if (lock_fd_ >= 0) ::close(lock_fd_);
   }
-  disk_backend(const disk_backend&) = delete;
-  disk_backend& operator=(const disk_backend&) = delete;
 
   // --- storage_backend -----------------------------------------------------------------
 
@@ -199,39 +210,11 @@ class disk_backend {
     return submit(job{job_kind::remove, key, {}, {}, {}});
   }
 
-  [[nodiscard]] expected<bool> poll(io_ticket t) const { return queue_->poll(t); }
-  [[nodiscard]] expected<io_result> wait(io_ticket t) { return queue_->wait(t); }
-  [[nodiscard]] expected<io_result> wait_for(io_ticket t, std::chrono::nanoseconds timeout) {
-    return queue_->wait_for(t, timeout);
-  }
-
-  [[nodiscard]] backend_counters counters() const {
-    std::lock_guard lock(mu_);
-    return counters_;
-  }
-  /// The tier's capacity: the configured bytes, or fewer after the disk reported full.
-  [[nodiscard]] std::int64_t capacity_bytes() const {
-    std::lock_guard lock(mu_);
-    return index_.capacity_bytes();
-  }
-  /// Bytes of the values held (header + payload), plus those being written.
-  [[nodiscard]] std::int64_t used_bytes() const {
-    std::lock_guard lock(mu_);
-    return index_.used_bytes() + writing_bytes_;
-  }
+  // poll, wait, wait_for, counters, used_bytes, entries, set_score: backend_base.
+  // capacity_bytes() is the configured capacity, or less after the disk reported full.
 
   // --- beyond the concept ----------------------------------------------------------------
 
-  /// Values held.
-  [[nodiscard]] std::int64_t entries() const {
-    std::lock_guard lock(mu_);
-    return static_cast<std::int64_t>(index_.size());
-  }
-  /// Sets a value's score (read by `car_score_demotion`). No-op for an absent key.
-  void set_score(const storage_key& key, double score) {
-    std::lock_guard lock(mu_);
-    index_.set_score(key, score);
-  }
   /// The file that holds `key`'s value (whether or not it exists): for tools and tests.
   [[nodiscard]] std::string path_of(const storage_key& key) const {
     path_buffer p;
@@ -245,68 +228,55 @@ class disk_backend {
   }
 
  private:
-  enum class job_kind : std::uint8_t { none, put, get, remove };
-  struct job {
-    job_kind kind = job_kind::none;
-    storage_key key{};
-    value_meta meta{};
-    std::span<const std::byte> src{};
-    std::span<std::byte> dst{};
-  };
+  using base = backend_base<detail::disk_job, Scorer>;
+  using base::complete_now;
+  using base::counters_;
+  using base::index_;
+  using base::mu_;
+  using base::submit;
+  using base::writing_bytes_;
+  using job = detail::disk_job;
+  using job_kind = detail::disk_job::kind_t;
   using path_buffer = std::array<char, 4096>;
 
-  expected<io_ticket> submit(job&& j) {
-    auto t = queue_->submit(std::move(j));
-    if (!t) {
-      std::lock_guard lock(mu_);
-      counters_.rejected_busy += 1;
+  /// Appends pieces into a path buffer (no allocation; truncates at the buffer's end).
+  struct path_writer {
+    path_buffer& out;
+    std::size_t len = 0;
+    void append(std::string_view s) noexcept {
+      const std::size_t k = std::min(s.size(), out.size() - 1 - len);
+      std::memcpy(out.data() + len, s.data(), k);
+      len += k;
     }
-    return t;
-  }
-  expected<io_ticket> complete_now(const io_result& r) {
-    auto t = queue_->complete_now(r);
-    if (!t) counters_.rejected_busy += 1;  // callers hold mu_
-    return t;
-  }
+    std::string_view done() noexcept {
+      out[len] = '\0';
+      return {out.data(), len};
+    }
+  };
 
   // --- paths ---------------------------------------------------------------------------
 
   /// "<dir>/v1/<2 hex>/<32 hex>.hcv" into `out` (no allocation).
   std::string_view value_path(const storage_name& n, path_buffer& out) const noexcept {
-    std::size_t len = 0;
-    auto append = [&](std::string_view s) {
-      const std::size_t k = std::min(s.size(), out.size() - 1 - len);
-      std::memcpy(out.data() + len, s.data(), k);
-      len += k;
-    };
-    append(values_dir_);
-    append(std::string_view(n.data(), 2));
-    append("/");
-    append(std::string_view(n.data(), n.size()));
-    append(".hcv");
-    out[len] = '\0';
-    return {out.data(), len};
+    path_writer w{out};
+    w.append(values_dir_);
+    w.append(std::string_view(n.data(), 2));
+    w.append("/");
+    w.append(std::string_view(n.data(), n.size()));
+    w.append(".hcv");
+    return w.done();
   }
+  /// "<dir>/tmp/<32 hex>.<serial>.tmp" into `out`.
   std::string_view temp_path(const storage_name& n, std::uint64_t serial, path_buffer& out) const noexcept {
-    std::size_t len = 0;
-    auto append = [&](std::string_view s) {
-      const std::size_t k = std::min(s.size(), out.size() - 1 - len);
-      std::memcpy(out.data() + len, s.data(), k);
-      len += k;
-    };
-    append(temp_dir_);
-    append(std::string_view(n.data(), n.size()));
-    append(".");
+    path_writer w{out};
+    w.append(temp_dir_);
+    w.append(std::string_view(n.data(), n.size()));
+    w.append(".");
     char digits[24];
-    int d = 0;
-    do {
-      digits[d++] = static_cast<char>('0' + serial % 10);
-      serial /= 10;
-    } while (serial != 0);
-    while (d > 0) append(std::string_view(&digits[--d], 1));
-    append(".tmp");
-    out[len] = '\0';
-    return {out.data(), len};
+    const auto end = std::to_chars(digits, digits + sizeof digits, serial).ptr;
+    w.append(std::string_view(digits, static_cast<std::size_t>(end - digits)));
+    w.append(".tmp");
+    return w.done();
   }
 
   void open_directory() {
@@ -626,15 +596,10 @@ class disk_backend {
   disk_backend_config config_;
   std::string values_dir_, temp_dir_;
   int lock_fd_ = -1;
-  mutable std::mutex mu_;
-  backend_index<Scorer> index_;
-  std::int64_t writing_bytes_ = 0;  // reserved by puts in flight
-  bool limited_ = false;            // capacity lowered by a full file system
-  backend_counters counters_;
+  bool limited_ = false;  // capacity lowered by a full file system (guarded by mu_)
   write_fault_hook fault_;
   std::atomic<std::uint64_t> next_temp_{0};
   std::atomic<std::int64_t> last_stamp_{0};  // the latest modification time given to a file
-  std::unique_ptr<io_queue<job>> queue_;  // last: its workers use everything above
 };
 
 static_assert(storage_backend<disk_backend<>>);

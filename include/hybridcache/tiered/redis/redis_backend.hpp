@@ -62,6 +62,7 @@
 #include "hybridcache/concepts/demotion.hpp"
 #include "hybridcache/concepts/storage_backend.hpp"
 #include "hybridcache/core/error.hpp"
+#include "hybridcache/tiered/backend_base.hpp"
 #include "hybridcache/tiered/backend_index.hpp"
 #include "hybridcache/tiered/demotion_policy.hpp"
 #include "hybridcache/tiered/io_queue.hpp"
@@ -82,8 +83,22 @@ struct redis_backend_config {
   std::int32_t queue_depth = 64;              ///< operations outstanding at most (submit is busy beyond)
 };
 
+namespace detail {
+/// One queued operation of the Redis tier.
+struct redis_job {
+  enum class kind_t : std::uint8_t { none, put, get, exists, remove };
+  kind_t kind = kind_t::none;
+  storage_key key{};
+  value_meta meta{};
+  std::span<const std::byte> src{};
+  std::span<std::byte> dst{};
+  std::span<const storage_key> keys{};
+  std::span<std::uint8_t> found{};
+};
+}  // namespace detail
+
 template <demotion_scorer Scorer = lru_demotion>
-class redis_backend {
+class redis_backend : public backend_base<detail::redis_job, Scorer> {
  public:
   /// Validates the configuration and starts the workers. Connects lazily: a server that is
   /// down at start-up is not an error (its operations are `unavailable` until it is up).
@@ -91,18 +106,15 @@ class redis_backend {
   /// chunk_bytes outside [4 KiB, 512 MiB], connections or queue_depth < 1, a timeout <= 0,
   /// braces in key_prefix, a database != 0 with a cluster or < 0.
   explicit redis_backend(redis_backend_config config, Scorer scorer = Scorer{})
-      : config_((validate(config), std::move(config))),
-        index_(config_.capacity_bytes, std::move(scorer)),
+      : base((validate(config), config.capacity_bytes), std::move(scorer)),
+        config_(std::move(config)),
         pool_(config_.server, 2 * static_cast<std::size_t>(config_.connections)) {  // workers, then helper seats
-    queue_ = std::make_unique<io_queue<job>>(config_.queue_depth, config_.connections,
-                                             [this](job& j, std::size_t seat) { return run(j, seat); },
-                                             /*helpers=*/config_.connections);
+    this->start(config_.queue_depth, config_.connections, [this](job& j, std::size_t seat) { return run(j, seat); },
+                /*helpers=*/config_.connections);
   }
   ~redis_backend() {
-    if (queue_) queue_->shutdown();  // queued jobs run first: they point into caller buffers
+    this->stop();  // queued jobs run first: they point into caller buffers
   }
-  redis_backend(const redis_backend&) = delete;
-  redis_backend& operator=(const redis_backend&) = delete;
 
   // --- storage_backend -----------------------------------------------------------------
 
@@ -148,42 +160,19 @@ class redis_backend {
     return submit(job{job_kind::remove, key, {}, {}, {}, {}, {}});
   }
 
-  [[nodiscard]] expected<bool> poll(io_ticket t) const { return queue_->poll(t); }
-  [[nodiscard]] expected<io_result> wait(io_ticket t) { return queue_->wait(t); }
-  [[nodiscard]] expected<io_result> wait_for(io_ticket t, std::chrono::nanoseconds timeout) {
-    return queue_->wait_for(t, timeout);
-  }
-
+  /// The counters, with the connection pool's round trips, reconnects and redirects.
   [[nodiscard]] backend_counters counters() const {
-    std::lock_guard lock(mu_);
-    backend_counters c = counters_;
+    backend_counters c = base::counters();
     c.round_trips = pool_.round_trips();
     c.reconnects = pool_.reconnects();
     c.redirects = pool_.redirects();
     return c;
   }
-  [[nodiscard]] std::int64_t capacity_bytes() const {
-    std::lock_guard lock(mu_);
-    return index_.capacity_bytes();
-  }
-  /// Bytes this node wrote and still counts (header + payload), plus those being written.
-  [[nodiscard]] std::int64_t used_bytes() const {
-    std::lock_guard lock(mu_);
-    return index_.used_bytes() + writing_bytes_;
-  }
+  // poll, wait, wait_for, capacity_bytes, used_bytes (what this node wrote and still
+  // counts), entries, set_score: backend_base.
 
   // --- beyond the concept ----------------------------------------------------------------
 
-  /// Values this node wrote and still counts.
-  [[nodiscard]] std::int64_t entries() const {
-    std::lock_guard lock(mu_);
-    return static_cast<std::int64_t>(index_.size());
-  }
-  /// Sets a value's score (read by `car_score_demotion`). No-op for a key not written here.
-  void set_score(const storage_key& key, double score) {
-    std::lock_guard lock(mu_);
-    index_.set_score(key, score);
-  }
   /// The Redis key of chunk `i` of `key`'s value (for tools and tests).
   [[nodiscard]] std::string chunk_key_of(const storage_key& key, std::int64_t i) const {
     return chunk_key(config_.key_prefix, name_of(key), i);
@@ -191,16 +180,15 @@ class redis_backend {
   [[nodiscard]] const redis_backend_config& config() const noexcept { return config_; }
 
  private:
-  enum class job_kind : std::uint8_t { none, put, get, exists, remove };
-  struct job {
-    job_kind kind = job_kind::none;
-    storage_key key{};
-    value_meta meta{};
-    std::span<const std::byte> src{};
-    std::span<std::byte> dst{};
-    std::span<const storage_key> keys{};
-    std::span<std::uint8_t> found{};
-  };
+  using base = backend_base<detail::redis_job, Scorer>;
+  using base::complete_now;
+  using base::counters_;
+  using base::index_;
+  using base::mu_;
+  using base::submit;
+  using base::writing_bytes_;
+  using job = detail::redis_job;
+  using job_kind = detail::redis_job::kind_t;
 
   static void validate(const redis_backend_config& c) {
     auto fail = [](const std::string& what) { throw invalid_argument("redis_backend: " + what); };
@@ -218,20 +206,6 @@ class redis_backend {
     if (c.connections < 1) fail("field 'connections' must be >= 1, got " + std::to_string(c.connections));
     if (c.queue_depth < 1) fail("field 'queue_depth' must be >= 1, got " + std::to_string(c.queue_depth));
     if (c.key_prefix.find_first_of("{}") != std::string::npos) fail("field 'key_prefix' must not contain braces");
-  }
-
-  expected<io_ticket> submit(job&& j) {
-    auto t = queue_->submit(std::move(j));
-    if (!t) {
-      std::lock_guard lock(mu_);
-      counters_.rejected_busy += 1;
-    }
-    return t;
-  }
-  expected<io_ticket> complete_now(const io_result& r) {  // callers hold mu_
-    auto t = queue_->complete_now(r);
-    if (!t) counters_.rejected_busy += 1;
-    return t;
   }
 
   static redis_command make_command(std::uint16_t slot, std::initializer_list<std::string_view> args) {
@@ -462,12 +436,7 @@ class redis_backend {
   }
 
   redis_backend_config config_;
-  mutable std::mutex mu_;
-  backend_index<Scorer> index_;
-  std::int64_t writing_bytes_ = 0;
-  backend_counters counters_;
   redis_pipeline pool_;
-  std::unique_ptr<io_queue<job>> queue_;  // last: its workers use everything above
 };
 
 static_assert(storage_backend<redis_backend<>>);
