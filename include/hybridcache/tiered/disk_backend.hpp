@@ -375,14 +375,20 @@ class disk_backend : public backend_base<detail::disk_job, Scorer> {
   /// Evicts the scorer's victims until `need` more bytes fit, and reserves them. False when
   /// `need` exceeds the capacity. With nothing left to evict, other puts' reservations may
   /// overshoot the capacity until they finish.
-  /// A value already under `key` is being replaced: its row goes first (its file is
-  /// replaced by the rename, or removed if the write fails).
+  /// A value already under `key` is being replaced: its row and its file go first, so the
+  /// rename never replaces a file (ext4 flushes the new file's data when a rename replaces
+  /// one: auto_da_alloc, 2-3x slower puts of 9.2 MB values here).
   bool make_room(const storage_key& key, std::int64_t need, bool refit) {
     std::unique_lock lock(mu_);
     if (limited_ && refit) fit_capacity_to_disk();
     if (need > config_.capacity_bytes) return false;
-    (void)index_.erase(key);
     path_buffer p;
+    if (index_.erase(key)) {
+      const std::string_view path = value_path(name_of(key), p);
+      lock.unlock();
+      ::unlink(path.data());
+      lock.lock();
+    }
     while (index_.used_bytes() + writing_bytes_ + need > index_.capacity_bytes()) {
       const auto v = index_.pop_victim();
       if (!v) break;
@@ -466,10 +472,7 @@ class disk_backend : public backend_base<detail::disk_job, Scorer> {
     if (err == 0 && config_.sync_writes && ::fdatasync(fd) != 0) err = errno;
     if (::close(fd) != 0 && err == 0) err = errno;
     if (err == 0 && ::rename(tmp_path, value_path(n, dst).data()) != 0) err = errno;
-    if (err != 0) {
-      ::unlink(tmp_path);
-      ::unlink(value_path(n, dst).data());  // a replaced value's old file, no longer indexed
-    }
+    if (err != 0) ::unlink(tmp_path);
     return err;
   }
   /// Sets the file's modification time to a strictly increasing instant: recovery orders
