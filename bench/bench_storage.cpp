@@ -5,7 +5,8 @@
 //                                  disk tier (open, pread in blocks, CRC-32C, header checks)
 //                                  reaches >= 70 % of a dd-style read of the same file
 //                                  (open, read() in 1 MiB blocks into one buffer, close),
-//                                  the two alternating in one loop; `cold` drops the file's
+//                                  the three alternating in one loop, medians of the per-load
+//                                  times; `cold` drops the file's
 //                                  pages first (posix_fadvise DONTNEED), `warm` reads from
 //                                  the page cache. Counters: tier_GBps, dd_GBps, ratio; and
 //                                  load_GBps / ratio_to_load for a plain read() of the whole
@@ -28,6 +29,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -98,6 +100,11 @@ std::int64_t dd_style_read(const std::string& path, std::vector<std::byte>& bloc
   return total;
 }
 
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0.0 : v[v.size() / 2];
+}
+
 /// The least a load that keeps the bytes does: read() the whole file into one buffer of
 /// its size, 1 MiB per call, no checks.
 std::int64_t plain_load(const std::string& path, std::vector<std::byte>& into) {
@@ -125,32 +132,31 @@ static void bm_disk_load_vs_dd(benchmark::State& state) {
   (void)s.tier.wait(*s.tier.put(key, {3, {}}, value));
   const std::string path = s.tier.path_of(key);
   std::vector<std::byte> into(value.size()), block(std::size_t{1} << 20);
-  double tier_s = 0, dd_s = 0, load_s = 0;
+  std::vector<double> tier_s, dd_s, load_s;
+  auto timed = [](std::vector<double>& out, auto&& f) {
+    const auto a = std::chrono::steady_clock::now();
+    f();
+    out.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - a).count());
+  };
   for (auto _ : state) {
     if (cold) drop_page_cache(path);
-    auto a = std::chrono::steady_clock::now();
-    benchmark::DoNotOptimize(dd_style_read(path, block));
-    auto b = std::chrono::steady_clock::now();
-    dd_s += std::chrono::duration<double>(b - a).count();
+    timed(dd_s, [&] { benchmark::DoNotOptimize(dd_style_read(path, block)); });
     if (cold) drop_page_cache(path);
-    a = std::chrono::steady_clock::now();
-    benchmark::DoNotOptimize(plain_load(path, into));
-    b = std::chrono::steady_clock::now();
-    load_s += std::chrono::duration<double>(b - a).count();
+    timed(load_s, [&] { benchmark::DoNotOptimize(plain_load(path, into)); });
     if (cold) drop_page_cache(path);
-    a = std::chrono::steady_clock::now();
-    const io_result r = s.tier.wait(*s.tier.get(key, into)).value();
-    b = std::chrono::steady_clock::now();
-    tier_s += std::chrono::duration<double>(b - a).count();
+    io_result r;
+    timed(tier_s, [&] { r = s.tier.wait(*s.tier.get(key, into)).value(); });
     if (r.status != io_status::ok) state.SkipWithError("get failed");
   }
-  const double n = static_cast<double>(state.iterations());
+  // Medians of the per-load times: on a shared machine a load that lost its CPU for a
+  // scheduling slice says nothing about the code, and it would dominate a mean.
   const double bytes = static_cast<double>(checkpoint_bytes + static_cast<std::int64_t>(value_header_bytes));
-  state.counters["tier_GBps"] = bytes * n / tier_s / 1e9;
-  state.counters["dd_GBps"] = bytes * n / dd_s / 1e9;
-  state.counters["ratio"] = dd_s / tier_s;
-  state.counters["load_GBps"] = bytes * n / load_s / 1e9;
-  state.counters["ratio_to_load"] = load_s / tier_s;
+  const double tier = median(tier_s), dd = median(dd_s), load = median(load_s);
+  state.counters["tier_GBps"] = bytes / tier / 1e9;
+  state.counters["dd_GBps"] = bytes / dd / 1e9;
+  state.counters["ratio"] = dd / tier;
+  state.counters["load_GBps"] = bytes / load / 1e9;
+  state.counters["ratio_to_load"] = load / tier;
 }
 BENCHMARK(bm_disk_load_vs_dd)->Arg(1)->Arg(0)->ArgName("cold")->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime(1.0);
 

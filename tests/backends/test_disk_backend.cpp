@@ -122,6 +122,7 @@ TEST_CASE("disk tier: torn writes, truncated and corrupt files are dropped at re
     f.seekp(40000);
     f.put('\x01');
   }
+  fs::create_directories(d.path() / "v1" / "ab");
   { std::ofstream(d.path() / "v1" / "ab" / "not-a-value.hcv") << "x"; }
   disk_backend<> b(config_for(d, 16 * mib));
   CHECK(b.counters().recovered == 2);

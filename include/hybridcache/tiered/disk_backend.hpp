@@ -7,7 +7,8 @@
 // On disk, under `directory`:
 //   LOCK                      flock'ed by the one backend that owns the directory
 //   v1/<2 hex>/<32 hex>.hcv   one value: the 64-byte header (tiered/storage_format.hpp),
-//                             then the payload; the name is the key's storage name
+//                             then the payload; the name is the key's storage name (the
+//                             256 folders are made as values arrive)
 //   tmp/                      values being written; renamed into v1/ when complete
 //
 // Reads: values of 1 MiB and more are mapped and copied into the caller's buffer with the
@@ -283,13 +284,8 @@ class disk_backend : public backend_base<detail::disk_job, Scorer> {
     namespace fs = std::filesystem;
     std::error_code ec;
     const fs::path root(config_.directory);
-    fs::create_directories(root / "v1", ec);
+    fs::create_directories(root / "v1", ec);  // v1/<2 hex>/ are made by the first put into each
     if (!ec) fs::create_directories(root / "tmp", ec);
-    for (int i = 0; i < 256 && !ec; ++i) {
-      constexpr char digits[] = "0123456789abcdef";
-      const char sub[3] = {digits[i >> 4], digits[i & 15], '\0'};
-      fs::create_directories(root / "v1" / sub, ec);
-    }
     if (ec)
       throw invalid_argument("disk_backend: cannot create directory '" + config_.directory + "': " + ec.message());
     const std::string lock_path = (root / "LOCK").string();
@@ -471,7 +467,17 @@ class disk_backend : public backend_base<detail::disk_job, Scorer> {
     if (err == 0) stamp(fd);
     if (err == 0 && config_.sync_writes && ::fdatasync(fd) != 0) err = errno;
     if (::close(fd) != 0 && err == 0) err = errno;
-    if (err == 0 && ::rename(tmp_path, value_path(n, dst).data()) != 0) err = errno;
+    if (err == 0 && ::rename(tmp_path, value_path(n, dst).data()) != 0) {
+      err = errno;
+      if (err == ENOENT) {  // the first value of its v1/<2 hex>/ folder
+        path_writer w{dst};
+        w.append(values_dir_);
+        w.append(std::string_view(n.data(), 2));
+        const std::string_view folder = w.done();
+        if (::mkdir(folder.data(), 0755) == 0 || errno == EEXIST)
+          err = ::rename(tmp_path, value_path(n, dst).data()) == 0 ? 0 : errno;
+      }
+    }
     if (err != 0) ::unlink(tmp_path);
     return err;
   }
