@@ -15,18 +15,18 @@
 //   - `parse_redirect`: reads the MOVED / ASK errors a cluster node answers for a slot it
 //     does not serve ("MOVED 3999 127.0.0.1:6381");
 //   - `resp_writer`: commands in the Redis protocol (RESP arrays of bulk strings), sent with
-//     writev: framing and small arguments are copied into one buffer, large arguments (a
+//     sendmsg (MSG_NOSIGNAL: a closed connection is an error, never a SIGPIPE): framing and small arguments are copied into one buffer, large arguments (a
 //     value's chunks) are sent from where they are, so a put copies its payload nowhere
 //     before the kernel (a client library that formats whole commands copies it twice and,
 //     for MB-sized values, faults fresh pages in for each copy).
 //
 // Costs: keys, slots, redirects O(key length), no allocation except `chunk_key`'s string;
-// resp_writer O(arguments) plus the copy of small arguments; `send` one writev per 1,024
+// resp_writer O(arguments) plus the copy of small arguments; `send` one sendmsg per 1,024
 // pieces.
 #pragma once
 
+#include <sys/socket.h>
 #include <sys/uio.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <array>
@@ -153,7 +153,8 @@ class resp_writer {
     text_.clear();
     pieces_.clear();
   }
-  /// Writes everything queued to `fd` (a blocking socket; partial writes are resumed).
+  /// Writes everything queued to the socket `fd` (blocking; partial writes are resumed) with
+  /// sendmsg(MSG_NOSIGNAL): a connection the peer closed is EPIPE, never a SIGPIPE.
   /// Returns 0 or the errno of the failed write (EAGAIN: the socket's send timeout).
   [[nodiscard]] int send(int fd) {
     std::vector<iovec> iov;
@@ -162,8 +163,10 @@ class resp_writer {
       iov.push_back({const_cast<char*>(p.external != nullptr ? p.external : text_.data() + p.offset), p.length});
     std::size_t first = 0;
     while (first < iov.size()) {
-      const int n = static_cast<int>(std::min<std::size_t>(iov.size() - first, 1024));
-      const ssize_t w = ::writev(fd, iov.data() + first, n);
+      msghdr msg{};
+      msg.msg_iov = iov.data() + first;
+      msg.msg_iovlen = std::min<std::size_t>(iov.size() - first, 1024);
+      const ssize_t w = ::sendmsg(fd, &msg, MSG_NOSIGNAL);
       if (w < 0 && errno == EINTR) continue;
       if (w < 0) return errno;
       auto done = static_cast<std::size_t>(w);

@@ -19,16 +19,16 @@
 // - Failures: a node that refuses the connection, resets it or times out marks its
 //   commands `failed` (no reply, never an exception); its connection is dropped and retried
 //   no sooner than `retry_after`, so a dead node costs nothing per call in between;
-//   `reconnects` counts connections re-established after a failure. SIGPIPE is blocked in
-//   the calling thread (its own mask), so writing to a closed connection is an error return.
+//   `reconnects` counts connections re-established after a failure. Every command, AUTH and
+//   CLUSTER SLOTS included, is written with sendmsg(MSG_NOSIGNAL) (hiredis only parses
+//   replies), so a closed connection is an error return, never a SIGPIPE, and no thread's
+//   signal mask is touched.
 //
 // Costs: O(commands + bytes) per batch plus one connect per node after a failure; the slot
 // map is a 16,384-entry table behind a mutex (one lookup per command).
 #pragma once
 
 #include <hiredis/hiredis.h>
-#include <pthread.h>
-#include <signal.h>
 #include <sys/time.h>
 
 #include <algorithm>
@@ -37,6 +37,7 @@
 #include <charconv>
 #include <chrono>
 #include <cstdint>
+#include <initializer_list>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -100,7 +101,6 @@ class redis_pipeline {
   /// Runs `cmds` on `seat`'s connections (see the file comment); every command ends with a
   /// reply or `failed`.
   void execute(std::size_t seat_index, std::vector<redis_command>& cmds) {
-    block_sigpipe();
     seat& s = seats_.at(seat_index);
     std::unordered_map<std::string, resp_writer> wire;
     for (int round = 0; round < 4; ++round) {
@@ -137,7 +137,7 @@ class redis_pipeline {
           c->failed = true;
           continue;
         }
-        std::unique_ptr<redisReply, redis_command::reply_deleter> r(static_cast<redisReply*>(raw));
+        reply_ptr r(static_cast<redisReply*>(raw));
         c->asking = false;
         if (r->type == REDIS_REPLY_ERROR && options_.cluster) {
           if (auto redirect = parse_redirect(std::string_view(r->str, r->len)); redirect) {
@@ -173,14 +173,16 @@ class redis_pipeline {
     std::unordered_map<std::string, connection> conns;  // by "host:port"
   };
 
-  static void block_sigpipe() {
-    static thread_local const bool blocked = [] {
-      sigset_t set;
-      sigemptyset(&set);
-      sigaddset(&set, SIGPIPE);
-      return pthread_sigmask(SIG_BLOCK, &set, nullptr) == 0;
-    }();
-    (void)blocked;
+  using reply_ptr = std::unique_ptr<redisReply, redis_command::reply_deleter>;
+
+  /// One command outside a batch (AUTH, SELECT, CLUSTER SLOTS): sent with sendmsg, reply
+  /// parsed by hiredis. nullptr when the connection failed.
+  static reply_ptr call(redisContext* ctx, std::initializer_list<std::string_view> args) {
+    resp_writer w;
+    w.command(args);
+    void* raw = nullptr;
+    if (w.send(ctx->fd) != 0 || redisGetReply(ctx, &raw) != REDIS_OK) return nullptr;
+    return reply_ptr(static_cast<redisReply*>(raw));
   }
   static std::string node_name(const std::string& host, int port) { return host + ":" + std::to_string(port); }
   static std::pair<std::string, int> split_node(const std::string& node) {
@@ -210,19 +212,11 @@ class redis_pipeline {
       (void)redisEnableKeepAlive(ctx);
       ctx->reader->maxbuf = 0;  // keep the read buffer: no fresh pages faulted in per reply
     }
-    auto simple = [&](redisReply* r) {
-      const bool good = r != nullptr && r->type == REDIS_REPLY_STATUS;
-      if (r != nullptr) freeReplyObject(r);
-      return good;
-    };
+    auto simple = [](const reply_ptr& r) { return r && r->type == REDIS_REPLY_STATUS; };
     if (ok && !options_.password.empty())
-      ok = simple(static_cast<redisReply*>(
-          options_.username.empty()
-              ? redisCommand(ctx, "AUTH %b", options_.password.data(), options_.password.size())
-              : redisCommand(ctx, "AUTH %b %b", options_.username.data(), options_.username.size(),
-                             options_.password.data(), options_.password.size())));
-    if (ok && options_.database != 0)
-      ok = simple(static_cast<redisReply*>(redisCommand(ctx, "SELECT %d", options_.database)));
+      ok = simple(options_.username.empty() ? call(ctx, {"AUTH", options_.password})
+                                            : call(ctx, {"AUTH", options_.username, options_.password}));
+    if (ok && options_.database != 0) ok = simple(call(ctx, {"SELECT", std::to_string(options_.database)}));
     if (!ok) {
       if (ctx != nullptr) redisFree(ctx);
       c.retry_at = now + options_.retry_after;
@@ -265,7 +259,7 @@ class redis_pipeline {
     for (const std::string& node : candidates) {
       redisContext* ctx = connect(s, node);
       if (ctx == nullptr) continue;
-      std::unique_ptr<redisReply, redis_command::reply_deleter> r(static_cast<redisReply*>(redisCommand(ctx, "CLUSTER SLOTS")));
+      const reply_ptr r = call(ctx, {"CLUSTER", "SLOTS"});
       if (!r) {
         drop(s, node);
         continue;
