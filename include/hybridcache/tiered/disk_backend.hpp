@@ -1,8 +1,9 @@
 // hybridcache/tiered/disk_backend.hpp
 //
 // `disk_backend<Scorer>`: the local-disk tier, a `storage_backend`
-// (concepts/storage_backend.hpp). One file per value, written with pwrite and read with
-// pread by a pool of worker threads behind a bounded queue (tiered/io_queue.hpp).
+// (concepts/storage_backend.hpp). One file per value, written with pwrite and read by a
+// pool of worker threads behind a bounded queue (tiered/io_queue.hpp; a caller waiting on
+// an operation no worker has started runs it itself).
 //
 // On disk, under `directory`:
 //   LOCK                      flock'ed by the one backend that owns the directory
@@ -15,13 +16,16 @@
 // CRC computed in the same pass (core/crc32c.hpp `crc32c_copy`); smaller ones are pread.
 //
 // Why one file per value and not an append-only segment + index (measured,
-// docs/storage.md "Design measurements"): a value is a KV extent or a recurrent checkpoint,
-// 0.1 to tens of MB, so the per-file cost (about 40 us to create + rename, 5 us to open)
-// is a few percent of moving the bytes; in exchange the tier evicts exactly the entry its
-// scorer picks (unlink), with no segment compaction rewriting live data, and a torn or
-// corrupt file costs only itself. Plain threads, not io_uring: the workers keep
-// `io_threads` requests in flight, which is what io_uring would add for sequential MB-sized
-// transfers; the project has no measurement where io_uring would win at this size.
+// docs/results/storage.md "One file per value, or a segment?"): from 1 MiB up a value
+// costs the same either way (the bytes dominate; the values here are KV extents and
+// checkpoints of MBs), and in exchange the tier evicts exactly the entry its scorer picks
+// (one unlink, no segment compaction rewriting live data), a torn or corrupt file costs
+// only itself, and recovery needs no index file. Below 1 MiB the file system's per-file
+// cost dominates: offload small KV grouped into larger values. Plain threads, not
+// io_uring: a cold 9.2 MB load already reaches dd's bandwidth on the same file system.
+//
+// The directory is the tier's alone (LOCK): deleting a file is a miss; truncating one
+// while the tier maps it would raise SIGBUS (the tier itself only renames and unlinks).
 //
 // Guarantees:
 //   - a value appears only when complete: written to tmp/, then renamed (atomic within a
