@@ -3,10 +3,13 @@
 # nothing that is already there. Debian packages only; nothing is downloaded elsewhere.
 # libclang-rt-14-dev: the sanitizer and libFuzzer runtimes of clang 14 (only recommended by
 # clang, and recommends are not installed here), needed by .ci/fuzz.sh.
+# libhiredis-dev: the client of the opt-in Redis tier (hybridcache::redis); redis-server and
+# redis-tools: the servers and redis-cli its tests start (ctest label backends).
 set -euo pipefail
 need=()
 have_pkg() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok installed"; }
-for p in cmake ninja-build g++ clang doctest-dev libcli11-dev libbenchmark-dev python3 python3-venv zlib1g-dev libclang-rt-14-dev; do
+for p in cmake ninja-build g++ clang doctest-dev libcli11-dev libbenchmark-dev python3 python3-venv zlib1g-dev libclang-rt-14-dev \
+         libhiredis-dev redis-server redis-tools; do
   have_pkg "$p" || need+=("$p")
 done
 if ((${#need[@]})); then

@@ -6,6 +6,10 @@
 # and never a sibling part (prefix, memory, tiered and attention do not know each other:
 # they meet in stores/). A `<part>/cuda/` folder belongs to its part. Nothing under
 # include/ may include the simulation harness (sim/).
+#
+# The opt-in Redis tier: only headers in a `redis/` folder may include hiredis
+# (<hiredis/...>), and only headers in a `redis/` folder may include one of them, so a
+# runtime that does not link hybridcache::redis never reaches hiredis.
 # Usage: cmake -DSOURCE_DIR=<repo> -P check_layout.cmake
 set(rank_core 0)
 set(rank_model 1)
@@ -24,6 +28,17 @@ file(GLOB_RECURSE headers RELATIVE "${SOURCE_DIR}"
 set(violations "")
 set(checked 0)
 foreach(h IN LISTS headers)
+  # The opt-in Redis tier (checked for every header, the umbrella included).
+  file(STRINGS "${SOURCE_DIR}/${h}" hiredis_lines REGEX "^[ \t]*#[ \t]*include[ \t]*[<\"]hiredis/")
+  file(STRINGS "${SOURCE_DIR}/${h}" redis_lines REGEX "^[ \t]*#[ \t]*include[ \t]*[<\"]hybridcache/.*/redis/")
+  if(NOT h MATCHES "/redis/[^/]+$")
+    foreach(line IN LISTS hiredis_lines)
+      list(APPEND violations "${h}: only headers in a redis/ folder may include hiredis (${line})")
+    endforeach()
+    foreach(line IN LISTS redis_lines)
+      list(APPEND violations "${h}: includes the opt-in Redis tier outside a redis/ folder (${line})")
+    endforeach()
+  endif()
   if(NOT h MATCHES "hybridcache/([a-z_]+)/")
     continue()  # the umbrella header hybridcache.hpp may include any runtime part
   endif()

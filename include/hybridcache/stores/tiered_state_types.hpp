@@ -60,7 +60,9 @@ struct tiered_state_store_config {
   /// `low`, are clean, so eviction frees HBM without a copy on the request path. high = 1
   /// turns the cleaner off.
   watermarks offload{};
-  std::uint64_t model_id = 0;  ///< content-key seed (core/hash.hpp): stores of one model agree
+  /// Content-key seed (core/hash.hpp): stores of one model agree. Use
+  /// `model_identity(spec, weights)` (tiered/storage_format.hpp) to share keys with storage backends.
+  std::uint64_t model_id = 0;
 };
 
 /// KV of a run of tokens: its entry in the tiered store (`no_entry` = empty) and its length.
