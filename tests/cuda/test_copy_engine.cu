@@ -6,9 +6,11 @@
 
 #include <cuda_runtime.h>
 
+#include <chrono>
 #include <cstdint>
 #include <cstring>
 #include <random>
+#include <thread>
 #include <vector>
 
 #include <hybridcache/tiered/cuda/copy_engine.cuh>
@@ -128,6 +130,56 @@ TEST_CASE("cuda layer events: compute of layer l waits only for layer l's copy")
   CHECK(h == 0);
   for (int l = 0; l < layers; ++l) CHECK(ring.query(*set, l));
   CHECK(ring.begin().has_value());
+  (void)cudaFree(bad);
+  (void)cudaStreamDestroy(compute);
+}
+
+TEST_CASE("cuda layer events: a wait issued before the loader records the layer waits for that record (issue #15)") {
+  // The compute thread reaches layer l before the loader queued its copy. Before, the stream
+  // wait took the event as it was (unrecorded in this use: complete) and the kernel read
+  // the layer before the copy; now the wait blocks until the record, then orders the kernel.
+  const int layers = 4;
+  const std::int64_t layer_bytes = 2 * page;
+  cuda::copy_engine e(tiers(layers * 2, layers * 2), page, {.measure_bandwidth = false});
+  for (int l = 0; l < layers; ++l) std::memset(e.base(tier_id{1}) + l * layer_bytes, 40 + l, static_cast<std::size_t>(layer_bytes));
+  HYBRIDCACHE_CUDA_TRY(cudaMemset(e.base(hbm_tier), 0, static_cast<std::size_t>(layers * layer_bytes)));
+  cudaStream_t compute;
+  HYBRIDCACHE_CUDA_TRY(cudaStreamCreateWithFlags(&compute, cudaStreamNonBlocking));
+  cuda::cuda_layer_event_ring ring(layers, 2);
+  // Use set 0 once so its events hold a completed record from an earlier use.
+  const auto first = ring.begin();
+  REQUIRE(first.has_value());
+  for (int l = 0; l < layers; ++l) ring.record(*first, l, e.stream(copy_stream::onboard));
+  HYBRIDCACHE_CUDA_TRY(cudaStreamSynchronize(e.stream(copy_stream::onboard)));
+  REQUIRE(ring.begin().has_value());  // set 1, unused
+  const auto set = ring.begin();      // set 0 again: its old records are complete
+  REQUIRE(set.has_value());
+  REQUIRE(*set == *first);
+  CHECK_FALSE(ring.query(*set, 0));  // not recorded in this use
+  int* bad = nullptr;
+  HYBRIDCACHE_CUDA_TRY(cudaMalloc(&bad, sizeof(int)));
+  HYBRIDCACHE_CUDA_TRY(cudaMemset(bad, 0, sizeof(int)));
+  bool submitted = true;
+  std::thread loader([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));  // the compute thread is already waiting
+    for (int l = 0; l < layers; ++l) {
+      submitted = submitted &&
+                  e.submit(tier_id{1}, hbm_tier, {{l * layer_bytes, l * layer_bytes, layer_bytes}}, copy_stream::onboard).has_value();
+      ring.record(*set, l, e.stream(copy_stream::onboard));
+    }
+  });
+  for (int l = 0; l < layers; ++l) {
+    ring.wait(*set, l, compute);
+    check_layer<<<32, 256, 0, compute>>>(reinterpret_cast<const std::uint8_t*>(e.base(hbm_tier)) + l * layer_bytes, layer_bytes,
+                                         static_cast<std::uint8_t>(40 + l), bad);
+    HYBRIDCACHE_CUDA_TRY(cudaGetLastError());
+  }
+  loader.join();
+  CHECK(submitted);
+  HYBRIDCACHE_CUDA_TRY(cudaStreamSynchronize(compute));
+  int h = -1;
+  HYBRIDCACHE_CUDA_TRY(cudaMemcpy(&h, bad, sizeof(int), cudaMemcpyDeviceToHost));
+  CHECK(h == 0);
   (void)cudaFree(bad);
   (void)cudaStreamDestroy(compute);
 }

@@ -45,8 +45,12 @@
 //
 // Loads are exact: `load` copies, for each lower-tier KV entry, only the tokens the hit
 // reuses that HBM lacks, and one checkpoint (`tiered_hit::bytes_to_load`), each as a new
-// staged entry (`staged`); `settle` hands its pages to the tree's new nodes without a copy
-// (or copies them in HBM when another hit still reads the same staged entry).
+// staged entry (`staged`) that belongs to that hit alone; `settle` hands its pages to the
+// nodes this commit created without a copy. A node another request inserted meanwhile
+// keeps its own pages (requests in flight may be reading them) and the staged copy goes.
+// A lookup also finds a demoted entry the input follows only part of the way (by the
+// content keys of the positions inside it) and loads just that part; a sparsified entry
+// is found only whole.
 //
 // Costs (d = path nodes, |s| = sequence length, r = page runs of an entry, c = copies in
 // flight, e = entries a hit uses): allocate/free/split/join O(r + log n) plus a poll (O(c))

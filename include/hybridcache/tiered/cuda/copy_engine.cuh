@@ -28,6 +28,7 @@
 #include <cuda_runtime.h>
 
 #include <array>
+#include <condition_variable>
 #include <cstdint>
 #include <deque>
 #include <map>
@@ -360,6 +361,13 @@ static_assert(tiered::tier_copy_engine<copy_engine>);
 /// as SGLang HiCache): the loader records layer l's event on the onboard stream after
 /// queuing its copy; the compute stream waits for exactly that event before layer l. A set
 /// is reused only after every one of its events has completed (`begin` returns `busy`).
+///
+/// `wait` blocks the calling (host) thread until layer l of the set's current use has been
+/// recorded, then queues the stream wait: a CUDA stream wait on an event not yet recorded
+/// in this use would wait on the previous use's record (long complete) and let the layer
+/// run before its copy was even queued. Thread-safe: the loader records on one thread while
+/// the compute thread waits on another. Costs: record/query O(1); wait O(1) plus the time
+/// until the record.
 class cuda_layer_event_ring {
  public:
   /// @throws invalid_argument for layers/sets <= 0; cuda_error if event creation fails.
@@ -380,6 +388,7 @@ class cuda_layer_event_ring {
 
   /// Claims the next set; `busy` while any event of it (from its last use) is pending.
   [[nodiscard]] expected<std::int32_t> begin() {
+    std::lock_guard lock(mu_);
     const std::int32_t s = next_;
     for (std::int32_t l = 0; l < layers_; ++l) {
       const auto i = index(s, l);
@@ -392,18 +401,30 @@ class cuda_layer_event_ring {
     next_ = (next_ + 1) % sets_;
     return s;
   }
-  /// Records layer `l` of set `s` on `stream` (after that layer's copies were queued).
+  /// Records layer `l` of set `s` on `stream` (after that layer's copies were queued) and
+  /// wakes a `wait` for it.
   void record(std::int32_t s, std::int32_t l, cudaStream_t stream) {
-    HYBRIDCACHE_CUDA_TRY(cudaEventRecord(events_.at(index(s, l)), stream));
-    recorded_[index(s, l)] = 1;
+    {
+      std::lock_guard lock(mu_);
+      HYBRIDCACHE_CUDA_TRY(cudaEventRecord(events_.at(index(s, l)), stream));
+      recorded_[index(s, l)] = 1;
+    }
+    cv_.notify_all();
   }
-  /// `compute` waits for layer `l` of set `s` only. No host synchronization.
+  /// `compute` waits for layer `l` of set `s` only (no host synchronization with the GPU),
+  /// once the loader has recorded it in this use (the host thread blocks until then).
   void wait(std::int32_t s, std::int32_t l, cudaStream_t compute) const {
-    HYBRIDCACHE_CUDA_TRY(cudaStreamWaitEvent(compute, events_.at(index(s, l)), 0));
+    std::unique_lock lock(mu_);
+    const auto i = index(s, l);
+    cv_.wait(lock, [&] { return recorded_[i] != 0; });
+    HYBRIDCACHE_CUDA_TRY(cudaStreamWaitEvent(compute, events_[i], 0));
   }
-  /// True when layer `l` of set `s` has completed.
+  /// True when layer `l` of set `s` was recorded in this use and has completed.
   [[nodiscard]] bool query(std::int32_t s, std::int32_t l) const {
-    const cudaError_t st = cudaEventQuery(events_.at(index(s, l)));
+    std::lock_guard lock(mu_);
+    const auto i = index(s, l);
+    if (!recorded_[i]) return false;  // an event not recorded yet reports complete
+    const cudaError_t st = cudaEventQuery(events_[i]);
     if (st == cudaErrorNotReady) return false;
     throw_on_cuda_error(st, "cudaEventQuery", __FILE__, __LINE__);
     return true;
@@ -421,7 +442,9 @@ class cuda_layer_event_ring {
   }
   std::int32_t layers_, sets_, next_ = 0;
   std::vector<cudaEvent_t> events_;
-  std::vector<std::uint8_t> recorded_;
+  std::vector<std::uint8_t> recorded_;  // guarded by mu_
+  mutable std::mutex mu_;
+  mutable std::condition_variable cv_;
 };
 
 }  // namespace hybridcache::cuda
