@@ -130,7 +130,6 @@ class backend_index {
   }
   [[nodiscard]] demotion_key scorer_key(const storage_key& k, const row& r) const {
     cache_entry view;
-    view.bytes = r.stored_bytes;
     view.score = r.score;
     view.last_access = r.last_access;
     view.info = {r.meta.span_begin, k.tokens, k.kind == value_kind::checkpoint};
