@@ -212,11 +212,18 @@ concurrency_stats run_concurrent(std::uint64_t seed, tiered::write_policy write,
       }
       std::vector<std::int64_t> captured;
       for (const auto& site : s->plan.sites) captured.push_back(site.position);
-      captured.push_back(len);
+      if (len > s->match.reusable_tokens) captured.push_back(len);  // a full hit computed nothing
       std::sort(captured.begin(), captured.end());
       captured.erase(std::unique(captured.begin(), captured.end()), captured.end());
       if (const auto f = requests.finish(*t, seq, captured); !f) {
-        run.fail("finish: " + std::string(to_string(f.error())));
+        std::string what = "finish: " + std::string(to_string(f.error())) + " (len " + std::to_string(len) +
+                           ", reusable " + std::to_string(s->match.reusable_tokens) + ", kv_from " +
+                           std::to_string(s->kv_from) + ", reserved " + std::to_string(s->reserved_tokens) +
+                           ", loaded_at " + std::to_string(s->loaded_at) + ", captured";
+        for (const auto p : captured) what += " " + std::to_string(p);
+        what += ", slots";
+        for (const auto& slot : s->checkpoints) what += " " + std::to_string(slot.position);
+        run.fail(what + ")");
         continue;
       }
       offloader.notify();

@@ -388,6 +388,7 @@ class tiered_state_store {
   void release_holds(outstanding_hit& hit, bool keep_loaded = false) noexcept;
   void unhold_staged(entry_id id, bool keep = false) noexcept;
   void start_join(entry_id id) noexcept;
+  [[nodiscard]] bool joinable(entry_id id) const;
   bool drop_one_orphan() noexcept;
   [[nodiscard]] std::int64_t stored_of(const detail::pinned_source& src) const {
     const auto row = store_->find(src.id);

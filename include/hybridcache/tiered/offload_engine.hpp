@@ -56,7 +56,7 @@ struct offload_stats {
   std::int64_t demoted_entries = 0;
   std::int64_t demoted_bytes = 0;   ///< bytes written to lower tiers
   std::int64_t sparsified_bytes = 0;///< bytes not written thanks to the sizer (sparsification)
-  std::int64_t dropped_entries = 0; ///< dropped from the last tier to make room
+  std::int64_t dropped_entries = 0; ///< entries gone (last copy dropped from the last tier) to make room
   std::int64_t dropped_clean = 0;   ///< HBM copies dropped for free (a valid copy below)
   std::int64_t failed_moves = 0;
 };
@@ -187,7 +187,9 @@ class offload_engine {
       const auto e = store_.find(*v);
       if (!e) continue;
       if (last || e->clean_below(t)) {  // the last tier drops; a clean copy goes for free
-        if (store_.drop_copy(*v, t)) stats_.dropped_entries += last && !e->clean_below(t);
+        // Counted only when the entry went: a demotion whose source was pinned meanwhile
+        // left a copy above, which the snapshot `e` may not show.
+        if (const auto gone = store_.drop_copy(*v, t)) stats_.dropped_entries += *gone ? 1 : 0;
         else stuck.push_back(*v);  // pinned meanwhile
         continue;
       }

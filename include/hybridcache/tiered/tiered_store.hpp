@@ -368,8 +368,10 @@ class tiered_store {
   }
 
   /// Drops the copy in `tier` (an idle one: valid, no pin, no reader; or a writer's);
-  /// the entry goes with its last copy. not_found; busy otherwise.
-  [[nodiscard]] expected<void> drop_copy(entry_id id, tier_id tier) {
+  /// the entry goes with its last copy. Returns whether it went (decided under the lock: a
+  /// snapshot taken before may show one copy while a finished move left another). Errors:
+  /// not_found; busy otherwise.
+  [[nodiscard]] expected<bool> drop_copy(entry_id id, tier_id tier) {
     std::lock_guard lock(mu_);
     const auto it = entries_.find(id);
     if (it == entries_.end()) return unexpected(errc::not_found);
@@ -377,8 +379,9 @@ class tiered_store {
     if (c == nullptr) return unexpected(errc::not_found);
     if (!droppable(*c)) return unexpected(errc::busy);
     remove_copy(it->second, tier);
-    if (it->second.copies.empty()) entries_.erase(it);
-    return {};
+    if (!it->second.copies.empty()) return false;
+    entries_.erase(it);
+    return true;
   }
 
   /// Drops every copy of the entry. not_found; busy unless every copy is droppable.

@@ -161,6 +161,19 @@ expected<void> tiered_state_store<H, E, S>::load(const tiered_hit& hit) {
     const meta& src = meta_.at(p.src.id);
     const bool ckpt = src.k == kind::checkpoint;
     const std::int64_t first = ckpt ? p.end : p.begin;
+    // The earlier steps may have run copies to completion (waiting for HBM pages): the
+    // extract planned as a join may have landed, failed or gone since. A failed or gone
+    // one is no join: its joins were started (and failed) when it failed, so a join
+    // registered now would wait for it forever; this hit loads the bytes itself.
+    if (p.join != no_entry && !joinable(p.join)) {
+      p.join = no_entry;
+      const std::int64_t bytes =
+          p.range.pages < 0 ? stored_of(p.src) : p.range.pages * segments(src.k) * page_;
+      if (bytes > staging_capacity_ - staged_used_) {
+        release_holds(*slot);
+        return unexpected(errc::out_of_capacity);
+      }
+    }
     if (p.join != no_entry && meta_.at(p.join).holds == 0) {  // loaded for no one now: this hit's
       meta& j = meta_.at(p.join);
       j.holds = 1;
@@ -242,6 +255,18 @@ expected<void> tiered_state_store<H, E, S>::load(const tiered_hit& hit) {
   }
   slot->pinned.clear();
   return {};
+}
+
+// Whether a staged extract can still be joined or claimed: known, not failed, and landed
+// in HBM or still loading there (its copy's after_copy then starts the joins).
+template <demotion_scorer H, tier_copy_engine E, demotion_sizer S>
+bool tiered_state_store<H, E, S>::joinable(entry_id id) const {
+  const auto it = meta_.find(id);
+  if (it == meta_.end() || it->second.failed || it->second.pending_src != no_entry) return false;
+  const auto row = store_->find(id);
+  if (!row) return false;
+  const tier_copy* c = row->in(hbm_tier);
+  return c != nullptr && (c->state == copy_state::valid || c->state == copy_state::filling);
 }
 
 // A join whose source landed: its own staged copy, copied inside HBM from the source.

@@ -411,13 +411,15 @@ void tiered_state_store<H, E, S>::after_copy(const inflight& f, bool ok) noexcep
           if (const auto x = extracts_.find({m.src, m.range.first, m.range.pages}); x != extracts_.end() && x->second == f.t.id)
             extracts_.erase(x);
         }
-        // Joins waiting for these bytes: copy them in HBM now (or fail with it).
-        for (std::size_t k = 0; k < pending_.size();) {
-          if (meta_.at(pending_[k]).pending_src != f.t.id) {
-            ++k;
-            continue;
-          }
-          start_join(pending_[k]);  // removes it from pending_
+        // Joins waiting for these bytes: copy them in HBM now (or fail with it). Searched
+        // afresh after each start: starting one may finish other copies whose joins start
+        // and leave `pending_` (a join behind the cursor once moved ahead of it and was
+        // never started: it waited forever, and its source went when its hit let go).
+        for (;;) {
+          const auto j = std::find_if(pending_.begin(), pending_.end(),
+                                      [&](entry_id p) { return meta_.at(p).pending_src == f.t.id; });
+          if (j == pending_.end()) break;
+          start_join(*j);  // removes it from pending_
         }
         const auto again = meta_.find(f.t.id);
         if (again != meta_.end() && again->second.holds == 0) {
