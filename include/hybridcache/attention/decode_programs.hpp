@@ -92,6 +92,7 @@ inline constexpr int decode_rows_in_flight = 4;
 template <class Rule, state_layout Layout, int DK, int DV, class In, class Out>
 struct recurrent_program {
   using state_type = state_ref<Layout, DK, DV>;
+  static constexpr int key_dim = DK;
   step_io<In, Out> io;
   float* intermediate = nullptr;
   int b = 0, hv = 0, h = 0, slot = -1;
@@ -160,6 +161,7 @@ struct recurrent_program {
 template <class Rule, state_layout Layout, int DK, int DV, class In, class Out, class ValueT>
 struct kv_step_program {
   using state_type = state_ref<Layout, DK, DV>;
+  static constexpr int key_dim = DK;
   step_io<In, Out> io;
   kv_buffer_ref<In, ValueT> buf;
   int flush_interval = 16;
@@ -366,6 +368,7 @@ struct kv_step_program {
 template <class Rule, state_layout Layout, int DK, int DV, class In, class ValueT>
 struct kv_commit_program {
   using state_type = state_ref<Layout, DK, DV>;
+  static constexpr int key_dim = DK;
   const std::int32_t* slots = nullptr;
   const std::int32_t* accepted = nullptr;
   int num_k_heads = 0;

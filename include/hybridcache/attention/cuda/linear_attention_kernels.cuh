@@ -156,9 +156,14 @@ struct prefill_host_view {
 
 namespace kernels {
 
-// One line each: the body (kernel_bodies.hpp) with the device context. The chunk kernels
-// declare 2 CTAs per SM (their shared memory allows about that many): without it ptxas
-// stops at ~56 registers and spills.
+/// CTAs per SM the decode kernels declare: 8 (64 registers a thread), 4 past d_k = 128.
+template <class Program>
+inline constexpr int decode_ctas_per_sm = Program::key_dim > 128 ? 4 : 8;
+
+// One line each: the body (kernel_bodies.hpp) with the device context. Each declares the CTAs
+// per SM it is meant to reach (the chunk kernels' shared memory allows about 2, the decode
+// kernels aim at 8 = half the SM's warps, 4 past d_k 128): with maxThreads alone ptxas
+// stopped short of the registers it needed and spilled (.ci/check-ptxas.sh fails on any spill).
 
 template <class Rule, state_layout Layout, int DK, int DV, class In, class Out>
 __global__ void __launch_bounds__(kThreads, 2) chunk_prepare(prefill_io<In, Out> io) {
@@ -171,17 +176,17 @@ __global__ void __launch_bounds__(kThreads, 2) chunk_scan(prefill_io<In, Out> io
 }
 
 template <class Program>
-__global__ void __launch_bounds__(kThreads) recurrent_step(Program p) {
+__global__ void __launch_bounds__(kThreads, decode_ctas_per_sm<Program>) recurrent_step(Program p) {
   kernel_bodies::recurrent_step(cuda_context{}, p);
 }
 
 template <class Program>
-__global__ void __launch_bounds__(kThreads) kv_step(Program p) {
+__global__ void __launch_bounds__(kThreads, decode_ctas_per_sm<Program>) kv_step(Program p) {
   kernel_bodies::kv_step(cuda_context{}, p);
 }
 
 template <class Program>
-__global__ void __launch_bounds__(kThreads) kv_commit(Program p) {
+__global__ void __launch_bounds__(kThreads, decode_ctas_per_sm<Program>) kv_commit(Program p) {
   kernel_bodies::kv_commit(cuda_context{}, p);
 }
 
