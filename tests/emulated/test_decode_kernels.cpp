@@ -241,26 +241,25 @@ void emulate_kv_step(pool_world<L, DK, DV>& w, buffer_world<DK, DV>& bw, const s
 TEST_CASE("emulated kv_step / kv_commit: flush cycles, a KV-only request crossing over, drafts, g = -inf") {
   constexpr int DK = 64, DV = 64, H = 1, HV = 2;
   constexpr auto L = hc::state_layout::v_major;
-  // B = 3, drafts up to 3, KV-only crossover 5; blocks of 2 tokens (buffers span blocks).
+  // B = 3, drafts up to 3, KV-only crossover 4; blocks of 2 tokens (buffers span blocks).
   const hc::kv_buffer_config cfg{.num_slots = 4, .num_blocks = 24, .block_tokens = 2, .flush_interval = 3,
-                                 .max_new_tokens = 3, .kv_only_crossover = 5};
+                                 .max_new_tokens = 3, .kv_only_crossover = 4};
   pool_world<L, DK, DV> w(H, HV, 4, 21);
   buffer_world<DK, DV> bw(cfg, H, HV);
   REQUIRE(bw.table.open(0, false));
   REQUIRE(bw.table.open(2, true));  // KV-only: no state yet (the pool's random bytes must not be read)
-  REQUIRE(bw.table.open(3, false));
   for (auto& x : w.ref[2 * HV]) x = 0.0;
   for (auto& x : w.ref[2 * HV + 1]) x = 0.0;
-  const std::vector<std::int32_t> slots{0, -1, 2, 3};
+  const std::vector<std::int32_t> slots{0, -1, 2};
   const std::size_t per_token = static_cast<std::size_t>(HV) * DV;
   std::uint64_t seed = 500;
 
   auto decode_step = [&](int reset_every) {
-    const auto in = make_step(4, 1, H, HV, DK, DV, ++seed, reset_every);
-    std::vector<float> o(4 * per_token, sentinel);
+    const auto in = make_step(3, 1, H, HV, DK, DV, ++seed, reset_every);
+    std::vector<float> o(3 * per_token, sentinel);
     emulate_kv_step<hc::delta_rule>(w, bw, slots, in, o, true);
     std::vector<double> expect(o.size());
-    for (int b = 0; b < 4; ++b) {
+    for (int b = 0; b < 3; ++b) {
       if (slots[b] < 0) continue;
       auto st = w.heads(slots[b]);
       w.reference(in, b, 0, 1, true, st, expect);
@@ -271,17 +270,19 @@ TEST_CASE("emulated kv_step / kv_commit: flush cycles, a KV-only request crossin
     for (auto s : slots)
       if (s >= 0 && bw.table.advance(s, 1).fold) CHECK(hctest::rel_rms(w.pool_state(s), w.ref_state(s)) <= 2e-3);
   };
-  for (int step = 0; step < 5; ++step) decode_step(step == 1 ? 3 : 0);  // step 1 resets some heads
-  CHECK(bw.table.state_valid(2));  // crossed over at 5 tokens
+  for (int step = 0; step < 4; ++step) decode_step(step == 1 ? 3 : 0);  // step 1 resets some heads
+  CHECK(bw.table.state_valid(2));  // crossed over at 4 tokens
+  CHECK(bw.table.cursor(0) == 1);
 
-  // Verify 3 drafts (outputs only, no state write), then commit accepted prefixes 2 / 3 / 1.
-  const auto in = make_step(4, 3, H, HV, DK, DV, 900, 4);
-  std::vector<float> o(4 * 3 * per_token, sentinel);
+  // Verify 3 drafts (outputs only, no state write), then commit accepted prefixes 2 / 3:
+  // both fill the buffer and fold.
+  const auto in = make_step(3, 3, H, HV, DK, DV, 900, 4);
+  std::vector<float> o(3 * 3 * per_token, sentinel);
   const auto pool_before = w.pool;
   emulate_kv_step<hc::delta_rule>(w, bw, slots, in, o, false);
   CHECK(w.pool == pool_before);
   std::vector<double> expect(o.size());
-  for (int b = 0; b < 4; ++b) {
+  for (int b = 0; b < 3; ++b) {
     if (slots[b] < 0) continue;
     auto st = w.heads(slots[b]);  // a copy: verification changes nothing
     w.reference(in, b, 0, 3, true, st, expect);
@@ -289,21 +290,21 @@ TEST_CASE("emulated kv_step / kv_commit: flush cycles, a KV-only request crossin
   CHECK(hctest::rel_rms(active_part(o, slots, 3 * per_token), active_part(expect, slots, 3 * per_token)) <= 2e-3);
   check_skipped(o, slots, 3 * per_token);
 
-  const std::vector<std::int32_t> accepted{2, 0, 3, 1};
+  const std::vector<std::int32_t> accepted{2, 0, 3};
   bw.table.check_step(slots, 3);
   using commit = hc::kv_commit_program<hc::delta_rule, L, DK, DV, float, float>;
   const commit prog{slots.data(), accepted.data(), H, HV, w.pool.data(), bw.ref(), w.opt,
                     cfg.flush_interval, cfg.kv_only_crossover};
-  hctest::emulate("kv_commit", hc::kv_commit_shape<commit>(4, HV, bw.max_total()),
+  hctest::emulate("kv_commit", hc::kv_commit_shape<commit>(3, HV, bw.max_total()),
                   [&](emu::lane& t) { hc::kernel_bodies::kv_commit(t, prog); });
-  for (int b = 0; b < 4; ++b) {
+  for (int b = 0; b < 3; ++b) {
     if (slots[b] < 0) continue;
     auto st = w.heads(slots[b]);
     std::vector<double> scratch(expect.size());
     w.reference(in, b, 0, accepted[b], true, st, scratch);
     w.set_heads(slots[b], st);
-    if (bw.table.advance(slots[b], accepted[b]).fold)
-      CHECK(hctest::rel_rms(w.pool_state(slots[b]), w.ref_state(slots[b])) <= 2e-3);
+    REQUIRE(bw.table.advance(slots[b], accepted[b]).fold);
+    CHECK(hctest::rel_rms(w.pool_state(slots[b]), w.ref_state(slots[b])) <= 2e-3);
   }
   decode_step(0);  // decode goes on after the commit
 }

@@ -22,7 +22,7 @@ namespace {
 
 template <class Rule, hc::state_layout L, int D, class In>
 void prefill_case(int chunk, double tol, bool resets) {
-  constexpr int H = 2, HV = 4;
+  constexpr int H = 1, HV = 2;
   constexpr std::int64_t n = static_cast<std::int64_t>(D) * D;
   // Sequences of 37 tokens (start 0), 4 (skipped), 29 (starting at absolute 5: a short first chunk).
   auto p0 = hctest::make_problem(40, 37, H, HV, D, D, 1.0, 0.3, true);

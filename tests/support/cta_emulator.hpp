@@ -6,9 +6,9 @@
 // under nvcc, `hctest::emu::lane` here; attention/kernel_context.hpp lists what a context
 // offers). `launch(shape, body)` runs `body(lane)` for every thread of every CTA of the grid:
 //
-//   threads   every lane is its own std::thread; CTAs run `concurrent_ctas` at a time (2 by
-//             default), so data races between lanes or between CTAs are real races that
-//             ThreadSanitizer reports;
+//   threads   every lane is its own std::thread (created once per launch and reused from CTA
+//             to CTA); CTAs run `concurrent_ctas` at a time (2 by default), so data races
+//             between lanes or between CTAs are real races that ThreadSanitizer reports;
 //   barriers  `sync_threads` (every live lane of the CTA) and `sync_warp` (every lane of the
 //             warp) are barriers; warp shuffles and votes are warp barriers that exchange
 //             values, in the hardware's order (`shfl_xor` reads lane ^ mask, `shfl_up` lane -
@@ -27,8 +27,8 @@
 //   grid      the launch is checked as the driver would (blocks in [1, 2^31 - 1], threads in
 //             [1, 1024], shared memory <= the largest opt-in limit, 227 KiB).
 //
-// Cost: one OS thread per lane and a futex wait per lane per barrier, about 100 us per warp
-// collective on a busy 2-core machine: use small shapes.
+// Cost: a futex wait per lane per barrier, 50-100 us per warp collective on a busy 2-core
+// machine (3-4x that under ThreadSanitizer): use small shapes.
 #pragma once
 
 #include <atomic>
@@ -51,6 +51,12 @@
 #include <thread>
 #include <type_traits>
 #include <vector>
+
+#if defined(__linux__)
+#include <linux/futex.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
 
 #if defined(__SANITIZE_ADDRESS__)
 #define HCTEST_EMU_ASAN 1
@@ -168,7 +174,7 @@ class cta {
       bar_gen_.fetch_add(1, std::memory_order_release);
       progress_->fetch_add(1, std::memory_order_relaxed);
       lk.unlock();
-      bar_gen_.notify_all();
+      wake_all(bar_gen_);
       return;
     }
     const std::uint32_t gen = bar_gen_.load(std::memory_order_relaxed);
@@ -206,7 +212,7 @@ class cta {
       W.gen.fetch_add(1, std::memory_order_release);
       progress_->fetch_add(1, std::memory_order_relaxed);
       lk.unlock();
-      W.gen.notify_all();
+      wake_all(W.gen);
     } else {
       ++blocked_;
       check_deadlock(lk);
@@ -296,10 +302,26 @@ class cta {
     return f + ":" + std::to_string(s.line());
   }
 
-  // Blocks until `gen` moves on from `old` (or the CTA failed).
+  // Blocks until `gen` moves on from `old` (or the CTA failed). The happens-before edge is
+  // the release/acquire pair on `gen`; the futex only sleeps (on Linux a bare FUTEX_WAIT:
+  // std::atomic::wait spins first, which with hundreds of lane threads on two cores, and
+  // under ThreadSanitizer, cost about 3x the time).
   void wait(std::atomic<std::uint32_t>& gen, std::uint32_t old) {
-    while (gen.load(std::memory_order_acquire) == old) gen.wait(old, std::memory_order_acquire);
+    while (gen.load(std::memory_order_acquire) == old) {
+#if defined(__linux__)
+      syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(&gen), FUTEX_WAIT_PRIVATE, old, nullptr, nullptr, 0);
+#else
+      gen.wait(old, std::memory_order_acquire);
+#endif
+    }
     if (failed_.load()) throw aborted{};
+  }
+  static void wake_all(std::atomic<std::uint32_t>& gen) {
+#if defined(__linux__)
+    syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(&gen), FUTEX_WAKE_PRIVATE, INT32_MAX, nullptr, nullptr, 0);
+#else
+    gen.notify_all();
+#endif
   }
   void throw_if_failed() const {
     if (failed_.load()) throw aborted{};
@@ -317,10 +339,10 @@ class cta {
     if (!failed_.load()) failure_ = report(why);
     failed_.store(true);
     bar_gen_.fetch_add(1, std::memory_order_release);
-    bar_gen_.notify_all();
+    wake_all(bar_gen_);
     for (std::uint32_t w = 0; w < nwarps_; ++w) {
       warps_[w].gen.fetch_add(1, std::memory_order_release);
-      warps_[w].gen.notify_all();
+      wake_all(warps_[w].gen);
     }
   }
   std::string report(const std::string& why) const {
@@ -451,6 +473,10 @@ class lane {
 
 /// Runs `body(lane&)` on every thread of every CTA of `cfg`. @throws emulation_error with the
 /// first failure (deadlock, divergent barrier, shared memory overflow, an exception in a lane).
+///
+/// The lane threads are created once per launch (concurrent_ctas x threads of them) and run
+/// the CTAs in rounds: creating a thread per lane per CTA dominated the run time under
+/// ThreadSanitizer.
 template <class Body>
 void launch(const launch_config& cfg, Body&& body, const options& opt = {}) {
   std::string why;
@@ -458,60 +484,99 @@ void launch(const launch_config& cfg, Body&& body, const options& opt = {}) {
   std::vector<std::uint64_t> blocks;
   for (std::uint64_t b = 0; b < cfg.blocks; ++b)
     if (!opt.only_blocks || opt.only_blocks(b)) blocks.push_back(b);
-  const std::size_t step = static_cast<std::size_t>(std::max(1, opt.concurrent_ctas));
-  for (std::size_t first = 0; first < blocks.size(); first += step) {
-    const std::size_t n = std::min(step, blocks.size() - first);
-    std::atomic<std::uint64_t> progress{0};
-    std::vector<std::unique_ptr<detail::cta>> ctas;
-    std::vector<std::thread> threads;
-    threads.reserve(n * cfg.threads);
-    for (std::size_t i = 0; i < n; ++i) ctas.push_back(std::make_unique<detail::cta>(blocks[first + i], cfg, progress));
-    for (auto& c : ctas)
-      for (std::uint32_t t = 0; t < cfg.threads; ++t)
-        threads.emplace_back([&body, &cfg, cp = c.get(), t] {
-          lane ctx(*cp, t, cfg.blocks);
-          try {
-            body(ctx);
-          } catch (const detail::aborted&) {
-          } catch (const std::exception& e) {
-            cp->body_threw(t, e.what());
-          } catch (...) {
-            cp->body_threw(t, "unknown exception");
+  if (blocks.empty()) return;
+  const std::size_t slots = std::min<std::size_t>(static_cast<std::size_t>(std::max(1, opt.concurrent_ctas)), blocks.size());
+  std::atomic<std::uint64_t> progress{0};
+
+  // One round: up to `slots` CTAs; worker (slot, t) runs lane t of the round's CTA in `slot`.
+  std::mutex m;
+  std::condition_variable to_workers, to_main;
+  std::vector<std::unique_ptr<detail::cta>> round(slots);
+  std::uint64_t round_id = 0;
+  std::size_t running = 0;
+  bool stop = false;
+  std::vector<std::thread> workers;
+  workers.reserve(slots * cfg.threads);
+  for (std::size_t slot = 0; slot < slots; ++slot)
+    for (std::uint32_t t = 0; t < cfg.threads; ++t)
+      workers.emplace_back([&, slot, t] {
+        std::uint64_t seen = 0;
+        for (;;) {
+          detail::cta* c = nullptr;
+          {
+            std::unique_lock lk(m);
+            to_workers.wait(lk, [&] { return stop || round_id != seen; });
+            if (stop) return;
+            seen = round_id;
+            c = round[slot].get();
           }
-          cp->exit_lane(t);
-        });
-    // Watchdog: a CTA that makes no progress for `hang_timeout` (a lane in an endless loop
-    // outside any barrier) cannot be unwound; report every lane and stop the process.
-    std::mutex stop_m;
-    std::condition_variable stop_cv;
-    bool joined = false;
-    std::thread watchdog([&] {
-      std::uint64_t seen = progress.load();
-      auto last = std::chrono::steady_clock::now();
-      std::unique_lock lk(stop_m);
-      while (!joined) {
-        stop_cv.wait_for(lk, std::chrono::milliseconds(200));
-        const std::uint64_t now = progress.load();
-        if (now != seen) {
-          seen = now;
-          last = std::chrono::steady_clock::now();
-        } else if (std::chrono::steady_clock::now() - last > opt.hang_timeout) {
-          for (auto& c : ctas)
-            if (!c->done()) std::fprintf(stderr, "cta_emulator: no progress\n%s\n", c->describe("hang").c_str());
-          std::abort();
+          if (c != nullptr) {
+            lane ctx(*c, t, cfg.blocks);
+            try {
+              body(ctx);
+            } catch (const detail::aborted&) {
+            } catch (const std::exception& e) {
+              c->body_threw(t, e.what());
+            } catch (...) {
+              c->body_threw(t, "unknown exception");
+            }
+            c->exit_lane(t);
+          }
+          std::lock_guard lk(m);
+          if (--running == 0) to_main.notify_one();
         }
+      });
+  // Watchdog: a CTA that makes no progress for `hang_timeout` (a lane in an endless loop
+  // outside any barrier) cannot be unwound; report every lane and stop the process.
+  std::mutex stop_m;
+  std::condition_variable stop_cv;
+  bool finished = false;
+  std::thread watchdog([&] {
+    std::uint64_t seen = progress.load();
+    auto last = std::chrono::steady_clock::now();
+    std::unique_lock lk(stop_m);
+    while (!finished) {
+      stop_cv.wait_for(lk, std::chrono::milliseconds(200));
+      const std::uint64_t now = progress.load();
+      if (now != seen) {
+        seen = now;
+        last = std::chrono::steady_clock::now();
+      } else if (std::chrono::steady_clock::now() - last > opt.hang_timeout) {
+        std::lock_guard rl(m);
+        for (auto& c : round)
+          if (c && !c->done()) std::fprintf(stderr, "cta_emulator: no progress\n%s\n", c->describe("hang").c_str());
+        std::abort();
       }
-    });
-    for (auto& th : threads) th.join();
-    {
-      std::lock_guard lk(stop_m);
-      joined = true;
     }
-    stop_cv.notify_one();
-    watchdog.join();
-    for (auto& c : ctas)
-      if (std::string f = c->finish(); !f.empty()) throw emulation_error(f);
+  });
+  std::string failure;
+  for (std::size_t first = 0; first < blocks.size() && failure.empty(); first += slots) {
+    {
+      std::lock_guard lk(m);
+      for (std::size_t i = 0; i < slots; ++i)
+        round[i] = first + i < blocks.size() ? std::make_unique<detail::cta>(blocks[first + i], cfg, progress) : nullptr;
+      running = workers.size();
+      ++round_id;
+    }
+    to_workers.notify_all();
+    std::unique_lock lk(m);
+    to_main.wait(lk, [&] { return running == 0; });
+    for (auto& c : round)
+      if (c && failure.empty()) failure = c->finish();
   }
+  {
+    std::lock_guard lk(m);
+    stop = true;
+  }
+  to_workers.notify_all();
+  for (auto& w : workers) w.join();
+  {
+    std::lock_guard lk(stop_m);
+    finished = true;
+  }
+  stop_cv.notify_one();
+  watchdog.join();
+  if (!failure.empty()) throw emulation_error(failure);
 }
 
 }  // namespace hctest::emu
