@@ -11,14 +11,17 @@
 //   verify4-rec   4 drafts verified sequentially with a stored state per draft (SGLang/vLLM);
 //   verify4-kvb   4 drafts verified in one pass from the state at the last flush + buffer;
 //   kvonly@t      KV-only decode at context t (no state) vs kvbuffer.
-// Goals (docs/linear-attention.md): recurrent and kvbuffer eta >= 0.8 at batch >= 64;
-// kvbuffer >= 1.6x recurrent at batch 256; verify4-kvb >= 3x verify4-rec; kvonly faster than
-// kvbuffer below the crossover (171 tokens for this layout).
+//   prefill       chunked prefill (chunk_prepare + chunk_scan), chunk 64, against the roofline
+//                 model's FP32-bound time.
+// It also prints, from the roofline model (bench/roofline.hpp), the time at the device's
+// published peak (H100 SXM 3.35 TB/s, H200 4.8 TB/s, recognised by name) and eta_peak against
+// it. Goals (docs/linear-attention.md): recurrent eta_peak >= 0.8 at batch >= 64 (printed as
+// PASS/FAIL); kvbuffer >= 1.6x recurrent at batch 256; verify4-kvb >= 3x verify4-rec; kvonly
+// faster than kvbuffer below the crossover (171 tokens for this layout).
 //
 // Usage: bench_linear_attention [--batches 1,8,64,256,512] [--reps 7] [--iters 20]
-// Needs a CUDA device; build with the release-cuda preset:
-//   cmake --preset release-cuda && cmake --build build/release-cuda --target bench_linear_attention
-//   ./build/release-cuda/bench/bench_linear_attention
+// Needs a CUDA device. One command builds the device tests and this benchmark and runs both:
+//   bash bench/run-gpu.sh
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -30,8 +33,10 @@
 #include <vector>
 
 #include "hybridcache/attention/cuda/linear_attention_kernels.cuh"
+#include "roofline.hpp"
 
 namespace hc = hybridcache::cuda;
+namespace rb = hybridcache::bench;
 
 namespace {
 
@@ -131,9 +136,21 @@ double copy_bandwidth(const options& o) {
   return 2.0 * static_cast<double>(bytes) / t;  // read + write
 }
 
+// The published peaks of the device, when its name says which one it is.
+const rb::device_peaks* published_peaks(const char* name) {
+  const std::string n = name;
+  if (n.find("H200") != std::string::npos) return &rb::h200;
+  if (n.find("H100") != std::string::npos && n.find("PCIe") == std::string::npos && n.find("NVL") == std::string::npos)
+    return &rb::h100_sxm;
+  return nullptr;
+}
+const rb::device_peaks* peaks = nullptr;
+
 void row(const char* form, int batch, double seconds, double bytes, double bw) {
-  std::printf("%-14s %6d %12.2f %14.0f %10.1f %7.3f\n", form, batch, seconds * 1e6, bytes, bytes / seconds / 1e9,
+  std::printf("%-14s %6d %12.2f %14.0f %10.1f %7.3f", form, batch, seconds * 1e6, bytes, bytes / seconds / 1e9,
               bytes / (seconds * bw));
+  if (peaks != nullptr) std::printf(" %9.3f", bytes / (seconds * peaks->hbm_bytes_per_s));
+  std::printf("\n");
 }
 
 }  // namespace
@@ -149,9 +166,15 @@ int main(int argc, char** argv) try {
   cudaDeviceProp prop{};
   HYBRIDCACHE_CUDA_TRY(cudaGetDeviceProperties(&prop, 0));
   const double bw = copy_bandwidth(o);
-  std::printf("device: %s, %d SMs; measured copy bandwidth %.0f GB/s (read + write)\n", prop.name,
+  peaks = published_peaks(prop.name);
+  std::printf("device: %s, %d SMs; measured copy bandwidth %.0f GB/s (read + write)", prop.name,
               prop.multiProcessorCount, bw / 1e9);
-  std::printf("%-14s %6s %12s %14s %10s %7s\n", "form", "batch", "time_us", "bytes_min", "GB/s", "eta");
+  if (peaks != nullptr) std::printf(" = %.0f %% of the published %.2f TB/s", 100.0 * bw / peaks->hbm_bytes_per_s,
+                                    peaks->hbm_bytes_per_s / 1e12);
+  std::printf("\n%-14s %6s %12s %14s %10s %7s %9s\n", "form", "batch", "time_us", "bytes_min", "GB/s", "eta",
+              peaks != nullptr ? "eta_peak" : "");
+  const rb::layer_shape shape;  // the roofline model of exactly this configuration
+  bool goal_met = true;
   const int max_batch = *std::max_element(o.batches.begin(), o.batches.end());
   const std::size_t tokens = static_cast<std::size_t>(max_batch) * DRAFTS;
   auto q = random_device<bf16>(tokens * H * D, -1, 1, 1), k = random_device<bf16>(tokens * H * D, -1, 1, 2);
@@ -174,7 +197,16 @@ int main(int argc, char** argv) try {
     };
     // Recurrent decode.
     const double t_rec = time_kernel(o, [&] { hc::launch_recurrent_step<hc::delta_rule, V, D, D>(io(1), pool, slots); });
-    row("recurrent", batch, t_rec, batch * (2 * state_bytes + io_bytes), bw);
+    const rb::work w_rec = rb::recurrent_decode(shape, batch);
+    row("recurrent", batch, t_rec, w_rec.bytes, bw);
+    if (peaks != nullptr && batch >= 64) {
+      const double eta = rb::roofline_seconds(w_rec, *peaks) / t_rec;
+      const bool pass = eta >= rb::decode_bandwidth_goal;
+      goal_met = goal_met && pass;
+      std::printf("  recurrent at batch %d: %.1f us at %s peak, measured %.1f us: eta_peak %.3f (goal >= %.2f) %s\n",
+                  batch, rb::roofline_seconds(w_rec, *peaks) * 1e6, peaks->name, t_rec * 1e6, eta,
+                  rb::decode_bandwidth_goal, pass ? "PASS" : "FAIL");
+    }
 
     // KVBuffer decode over a whole flush cycle.
     hc::kv_buffer_table table({.num_slots = batch, .num_blocks = batch * 3, .block_tokens = 8, .flush_interval = B,
@@ -226,6 +258,50 @@ int main(int argc, char** argv) try {
       }
     }
   }
+  // Chunked prefill: one sequence of 8192 tokens and 8 of 2048, chunk 64, no checkpoints.
+  for (auto [seqs, T] : {std::pair{1, 8192}, std::pair{8, 2048}}) {
+    const std::int64_t tokens_p = static_cast<std::int64_t>(seqs) * T;
+    auto pq = random_device<bf16>(tokens_p * H * D, -1, 1, 11), pk = random_device<bf16>(tokens_p * H * D, -1, 1, 12);
+    auto pv = random_device<bf16>(tokens_p * HV * D, -1, 1, 13);
+    auto pg = random_device<float>(tokens_p * HV, -1.0f, -0.01f, 14), pb = random_device<float>(tokens_p * HV, 0.1f, 0.9f, 15);
+    hc::device_array<float> po(tokens_p * HV * D), pw(static_cast<std::size_t>(hc::prefill_workspace_floats(tokens_p, seqs, HV, 64)));
+    std::vector<std::int64_t> cu(seqs + 1), starts(seqs, 0);
+    std::vector<std::int32_t> pslots(seqs);
+    for (int i = 0; i <= seqs; ++i) cu[i] = static_cast<std::int64_t>(i) * T;
+    for (int i = 0; i < seqs; ++i) pslots[i] = i;
+    hc::device_array<std::int64_t> dcu(cu.size()), dst(starts.size());
+    hc::device_array<std::int32_t> dsl(pslots.size());
+    HYBRIDCACHE_CUDA_TRY(cudaMemcpy(dcu.data(), cu.data(), cu.size() * 8, cudaMemcpyHostToDevice));
+    HYBRIDCACHE_CUDA_TRY(cudaMemcpy(dst.data(), starts.data(), starts.size() * 8, cudaMemcpyHostToDevice));
+    HYBRIDCACHE_CUDA_TRY(cudaMemcpy(dsl.data(), pslots.data(), pslots.size() * 4, cudaMemcpyHostToDevice));
+    hc::prefill_io<bf16, float> pio;
+    pio.num_seqs = seqs;
+    pio.num_k_heads = H;
+    pio.num_v_heads = HV;
+    pio.chunk = 64;
+    pio.cu_seqlens = dcu.data();
+    pio.start_positions = dst.data();
+    pio.slots = dsl.data();
+    pio.q = pq.data();
+    pio.k = pk.data();
+    pio.v = pv.data();
+    pio.log_decay = pg.data();
+    pio.beta = pb.data();
+    pio.o = po.data();
+    pio.workspace = pw.data();
+    pio.qk = qk;
+    const hc::prefill_host_view host{cu, starts, pslots, {}, {}};
+    const double t_pre = time_kernel(o, [&] { hc::launch_chunked_prefill<hc::delta_rule, V, D, D>(pio, pool, host); });
+    const rb::work w_pre = rb::chunked_prefill(shape, seqs, T, 64);
+    std::printf("prefill %dx%d: %.1f us, %.1f TFLOP/s", seqs, T, t_pre * 1e6, w_pre.flops / t_pre / 1e12);
+    if (peaks != nullptr)
+      std::printf(", roofline %.1f us at %s (FP32-bound): eta_peak %.3f", rb::roofline_seconds(w_pre, *peaks) * 1e6,
+                  peaks->name, rb::roofline_seconds(w_pre, *peaks) / t_pre);
+    std::printf("\n");
+  }
+  if (peaks != nullptr)
+    std::printf("goal (recurrent decode >= %.0f %% of %s peak HBM bandwidth at batch >= 64): %s\n",
+                rb::decode_bandwidth_goal * 100, peaks->name, goal_met ? "met" : "NOT met");
   return 0;
 } catch (const std::exception& e) {
   std::fprintf(stderr, "bench_linear_attention: %s\n", e.what());

@@ -223,6 +223,8 @@ TEST_CASE("device: chunked prefill with checkpoints matches the host chunkwise f
     HYBRIDCACHE_CUDA_TRY(cudaMemset(d_u.data(), 0, d_u.size() * sizeof(float)));
     io.u_out = d_u.data();
     io.qk = hc::qwen3_next_qk(DK);
+    hc::device_array<float> d_ws(static_cast<std::size_t>(hc::prefill_workspace_floats(tokens, 3, HV, chunk)));
+    io.workspace = d_ws.data();
     hc::launch_chunked_prefill<hc::delta_rule, V, DK, DV>(io, hc::state_pool{ds.data(), 2, HV, DK, DV, V},
                                                           hc::prefill_host_view{cu, starts, slots, ck_off, ck_pos});
     HYBRIDCACHE_CUDA_TRY(cudaDeviceSynchronize());
@@ -244,6 +246,7 @@ TEST_CASE("device: chunked prefill with checkpoints matches the host chunkwise f
     hio.checkpoint_positions = ck_pos.data();
     hio.checkpoint_states = ck.data();
     hio.u_out = u.data();
+    hio.workspace = nullptr;
     hc::chunked_prefill_host<hc::delta_rule, V, DK, DV>(hio);
     auto got_o = download(d_o);
     for (std::int64_t i = cu[1] * HV * DV; i < cu[2] * HV * DV; ++i) got_o[i] = 0.0f;  // skipped sequence

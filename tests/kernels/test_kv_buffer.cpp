@@ -3,6 +3,7 @@
 // the switch to chunkwise, skipped slots, guard regions, and bad input.
 #include <doctest/doctest.h>
 
+#include <cmath>
 #include <cstring>
 #include <limits>
 #include <random>
@@ -284,6 +285,36 @@ TEST_CASE("KVBuffer with B = 1 is bit-identical to recurrent decode") {
   }
 }
 
+TEST_CASE("fold_row and group_dot round as explicit FMAs, the spelling nvcc and g++ share") {
+  // nvcc contracts `alpha * s + k * u` into an FMA of its choice, g++ does not: the shared
+  // functions spell the FMA out (fma(k, u, alpha * s); acc = fma(a, b, acc)) so that every
+  // compiler rounds alike. Random inputs where the unfused spelling differs in some element.
+  std::mt19937_64 rng(5);
+  std::uniform_real_distribution<float> u01(-1.0f, 1.0f);
+  constexpr int N = 64;
+  int differs = 0;
+  for (int rep = 0; rep < 50; ++rep) {
+    float s[N], k[N], q[N];
+    for (int e = 0; e < N; ++e) s[e] = u01(rng), k[e] = u01(rng), q[e] = u01(rng);
+    const float alpha = 0.5f + 0.5f * u01(rng), uu = u01(rng);
+    float folded[N];
+    std::memcpy(folded, s, sizeof s);
+    hc::fold_row(folded, alpha, k, uu);
+    for (int e = 0; e < N; ++e) {
+      const float product = alpha * s[e];
+      const float fused = std::fma(k[e], uu, product);
+      REQUIRE(std::memcmp(&folded[e], &fused, sizeof(float)) == 0);
+      const volatile float kv = k[e] * uu;  // the two-rounding spelling
+      differs += (product + kv) != fused ? 1 : 0;
+    }
+    float acc = 0.0f;
+    for (int e = 0; e < N; ++e) acc = std::fma(s[e], q[e], acc);
+    const float dot = hc::group_dot(s, q, hc::serial_group{});
+    REQUIRE(std::memcmp(&dot, &acc, sizeof(float)) == 0);
+  }
+  CHECK(differs > 0);  // the test can tell the spellings apart
+}
+
 TEST_CASE("speculative verification: n drafts in parallel, commit only the accepted prefix") {
   for (int m : {0, 5, 7}) {
     for (int accept = 0; accept <= 4; ++accept) {
@@ -381,11 +412,21 @@ TEST_CASE("bad input: clear errors before any write") {
 #if !defined(NDEBUG)
   CHECK_THROWS_AS((hc::kv_step_host<hc::delta_rule, V, 64, 64>(io, hx.ref(), 8, 0, true)), hybridcache::invalid_argument);
   CHECK(before == hx.states.all);
+  // A log decay of -inf is a reset (alpha = 0), accepted; NaN and +inf are not.
+  in.k[3] = 0.5f;
+  in.g[0] = std::numeric_limits<float>::quiet_NaN();
+  CHECK_THROWS_AS((hc::recurrent_step_host<hc::delta_rule, V, 64, 64>(hx.io(slots, 1, in))), hybridcache::invalid_argument);
+  in.g[0] = std::numeric_limits<float>::infinity();
+  CHECK_THROWS_AS((hc::recurrent_step_host<hc::delta_rule, V, 64, 64>(hx.io(slots, 1, in))), hybridcache::invalid_argument);
+  CHECK(before == hx.states.all);
 #endif
   io.num_v_heads = 3;  // not a multiple of H... (H = 1 always divides); use H = 2 instead
   io.num_k_heads = 2;
   CHECK_THROWS_AS((hc::recurrent_step_host<hc::delta_rule, V, 64, 64>(io)), hybridcache::invalid_argument);
   CHECK(before == hx.states.all);
+  in.k[3] = 0.5f;
+  in.g[0] = -std::numeric_limits<float>::infinity();
+  CHECK_NOTHROW((hc::recurrent_step_host<hc::delta_rule, V, 64, 64>(hx.io(slots, 1, in))));
 }
 
 TEST_CASE("kv_buffer_table: 20000 random operations against a naive model") {

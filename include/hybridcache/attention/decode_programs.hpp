@@ -31,6 +31,7 @@
 
 #include "hybridcache/core/config.hpp"
 #include "hybridcache/core/error.hpp"
+#include "hybridcache/attention/kernel_context.hpp"
 #include "hybridcache/attention/kv_buffer.hpp"
 #include "hybridcache/attention/linear_attention_common.hpp"
 
@@ -81,12 +82,17 @@ struct step_io {
   }
 };
 
+/// State rows a warp loads before it computes any of them in recurrent decode: 4 rows'
+/// loads in flight per warp (4 x 512 B at d_k = 128, one 128-bit load per lane per row).
+inline constexpr int decode_rows_in_flight = 4;
+
 /// Recurrent decode of n tokens per entry (n = 1: plain decode). With `intermediate` set,
 /// the state after token r goes to `intermediate[((b*n + r)*HV + hv) * d_k*d_v]` and the pool
 /// is left unchanged (speculative verification with per-draft states, the baseline).
 template <class Rule, state_layout Layout, int DK, int DV, class In, class Out>
 struct recurrent_program {
   using state_type = state_ref<Layout, DK, DV>;
+  static constexpr int key_dim = DK;
   step_io<In, Out> io;
   float* intermediate = nullptr;
   int b = 0, hv = 0, h = 0, slot = -1;
@@ -99,9 +105,12 @@ struct recurrent_program {
     return slot >= 0;
   }
 
+  /// Rows row_begin, row_begin + row_step, ..., `decode_rows_in_flight` at a time: their
+  /// loads are issued back to back before the first row's math.
   template <class Group>
   HYBRIDCACHE_HD_INLINE void rows(int row_begin, int row_step, const Group& g) const {
     constexpr int N = slice_len<DK, Group::size>;
+    constexpr int R = decode_rows_in_flight;
     const state_type pool{io.states + (static_cast<std::int64_t>(slot) * io.num_v_heads + hv) * state_type::elements};
     // Plain decode (one token): prepare q and k once, not once per row.
     float k1[N] = {}, q1[N] = {};
@@ -109,40 +118,50 @@ struct recurrent_program {
       load_prepared<DK>(io.template k_at<DK>(b, 0, h), io.qk, false, k1, g);
       load_prepared<DK>(io.template q_at<DK>(b, 0, h), io.qk, true, q1, g);
     }
-    // The next row's state is loaded before this row's math (rows are disjoint), so a warp
-    // keeps a load in flight while it computes.
-    float next[N] = {};
-    if (row_begin < DV) load_state_row(pool, row_begin, next, g);
-    for (int c = row_begin; c < DV; c += row_step) {
-      float s[N];
-      for (int e = 0; e < N; ++e) s[e] = next[e];
-      if (c + row_step < DV) load_state_row(pool, c + row_step, next, g);
-      for (int r = 0; r < io.new_tokens; ++r) {
-        float k[N], q[N];
-        if (io.new_tokens == 1) {
-          for (int e = 0; e < N; ++e) {
-            k[e] = k1[e];
-            q[e] = q1[e];
+    for (int c0 = row_begin; c0 < DV; c0 += R * row_step) {
+      float s[R][N];
+      HYBRIDCACHE_UNROLL
+      for (int i = 0; i < R; ++i)
+        if (c0 + i * row_step < DV) load_state_row(pool, c0 + i * row_step, s[i], g);
+      HYBRIDCACHE_UNROLL
+      for (int i = 0; i < R; ++i) {
+        const int c = c0 + i * row_step;
+        if (c >= DV) break;
+        for (int r = 0; r < io.new_tokens; ++r) {
+          float k[N], q[N];
+          if (io.new_tokens == 1) {
+            for (int e = 0; e < N; ++e) {
+              k[e] = k1[e];
+              q[e] = q1[e];
+            }
+          } else {
+            load_prepared<DK>(io.template k_at<DK>(b, r, h), io.qk, false, k, g);
+            load_prepared<DK>(io.template q_at<DK>(b, r, h), io.qk, true, q, g);
           }
-        } else {
-          load_prepared<DK>(io.template k_at<DK>(b, r, h), io.qk, false, k, g);
-          load_prepared<DK>(io.template q_at<DK>(b, r, h), io.qk, true, q, g);
+          const float o = recurrent_row_step<Rule>(s[i], k, q, to_float(io.v[io.template v_index<DV>(b, r, hv, c)]),
+                                                   io.g_at(b, r, hv), io.beta_at(b, r, hv), g);
+          if (g.rank() == 0) io.o[io.template v_index<DV>(b, r, hv, c)] = from_float<Out>(o);
+          if (intermediate != nullptr)
+            store_state_row(state_type{intermediate + (io.tok(b, r) * io.num_v_heads + hv) * state_type::elements}, c,
+                            s[i], g);
         }
-        const float o = recurrent_row_step<Rule>(s, k, q, to_float(io.v[io.template v_index<DV>(b, r, hv, c)]),
-                                                 io.g_at(b, r, hv), io.beta_at(b, r, hv), g);
-        if (g.rank() == 0) io.o[io.template v_index<DV>(b, r, hv, c)] = from_float<Out>(o);
-        if (intermediate != nullptr)
-          store_state_row(state_type{intermediate + (io.tok(b, r) * io.num_v_heads + hv) * state_type::elements}, c, s, g);
+        if (intermediate == nullptr) store_state_row(pool, c, s[i], g);
       }
-      if (intermediate == nullptr) store_state_row(pool, c, s, g);
     }
   }
 };
 
 /// KVBuffer decode (n = 1, `decode`) or verification of n drafts (`!decode`).
+///
+/// Phases: `positions` (one group: the pool token of every position, the log-decay prefixes
+/// restarting at g = -inf, alphas, betas) with the `dots` items (dot products, norms, the raw
+/// keys staged in the workspace), then `weights` items, then `rows` (value columns; the only
+/// phase that touches the state). The rows phase reads keys, alphas and
+/// pool tokens from the workspace, never through the block table.
 template <class Rule, state_layout Layout, int DK, int DV, class In, class Out, class ValueT>
 struct kv_step_program {
   using state_type = state_ref<Layout, DK, DV>;
+  static constexpr int key_dim = DK;
   step_io<In, Out> io;
   kv_buffer_ref<In, ValueT> buf;
   int flush_interval = 16;
@@ -151,16 +170,24 @@ struct kv_step_program {
 
   int b = 0, hv = 0, h = 0, slot = -1, m = 0, n = 0, total = 0;
   bool valid = false, fold = false;
-  float *cum = nullptr, *kfac = nullptr, *qfac = nullptr, *beta = nullptr, *kk = nullptr, *qk = nullptr;
+  std::int64_t* tok = nullptr;                                          ///< [total] pool token of each position
+  float *cum = nullptr, *seg = nullptr, *alpha = nullptr, *kfac = nullptr;  ///< [total]
+  float *qfac = nullptr, *beta = nullptr;                               ///< [n]
+  float *kk = nullptr, *qk = nullptr;                                   ///< [n][total]
+  In* keys = nullptr;                                                   ///< [total][d_k] raw keys
+  float* row_ws = nullptr;                                              ///< [groups][total + 2n]
 
-  /// Floats of workspace for `total` = m + n tokens and `groups` row groups.
-  HYBRIDCACHE_HD_INLINE static std::int64_t workspace_floats(int total_tokens, int n_new, int groups) {
-    return 2 * static_cast<std::int64_t>(total_tokens) + 2 * n_new + 2 * static_cast<std::int64_t>(n_new) * total_tokens +
-           static_cast<std::int64_t>(groups) * row_scratch_floats(total_tokens, n_new);
+  /// Bytes of workspace for `total_tokens` = m + n positions, `n_new` new tokens, `groups` row groups.
+  HYBRIDCACHE_HD_INLINE static std::size_t workspace_bytes(int total_tokens, int n_new, int groups) {
+    kv_step_program p;
+    p.total = total_tokens;
+    p.n = n_new;
+    workspace_carver w;
+    p.carve(w, groups);
+    return w.offset;
   }
-  HYBRIDCACHE_HD_INLINE static int row_scratch_floats(int total_tokens, int n_new) { return total_tokens + 2 * n_new; }
 
-  /// Binds the entry; false when it is skipped. Then `carve` a workspace of workspace_floats(total, n, groups).
+  /// Binds the entry; false when it is skipped. Then `carve` the workspace.
   HYBRIDCACHE_HD_INLINE bool init(int entry, int value_head) {
     b = entry;
     hv = value_head;
@@ -174,44 +201,55 @@ struct kv_step_program {
     fold = decode && advance_cursor(m, valid, 1, flush_interval, crossover).fold;
     return true;
   }
-  HYBRIDCACHE_HD_INLINE void carve(float* ws) {
-    cum = ws;
-    kfac = cum + total;
-    qfac = kfac + total;
-    beta = qfac + n;
-    kk = beta + n;
-    qk = kk + static_cast<std::int64_t>(n) * total;
+  HYBRIDCACHE_HD_INLINE void carve(workspace_carver& w, int groups) {
+    tok = w.take<std::int64_t>(total);
+    cum = w.take<float>(total);
+    seg = w.take<float>(total);
+    alpha = w.take<float>(total);
+    kfac = w.take<float>(total);
+    qfac = w.take<float>(n);
+    beta = w.take<float>(n);
+    kk = w.take<float>(static_cast<std::int64_t>(n) * total);
+    qk = w.take<float>(static_cast<std::int64_t>(n) * total);
+    keys = w.take<In>(static_cast<std::int64_t>(total) * DK);
+    row_ws = w.take<float>(static_cast<std::int64_t>(groups) * (total + 2 * n));
   }
   HYBRIDCACHE_HD_INLINE float* row_scratch(int group) const {
-    return qk + static_cast<std::int64_t>(n) * total + static_cast<std::int64_t>(group) * row_scratch_floats(total, n);
+    return row_ws + static_cast<std::int64_t>(group) * (total + 2 * n);
   }
 
   HYBRIDCACHE_HD_INLINE const In* key_at(int j) const {
     return j < m ? buf.key(slot, j, h) : io.template k_at<DK>(b, j - m, h);
   }
-  HYBRIDCACHE_HD_INLINE float decay_at(int j) const {
-    if (j >= m) return io.g_at(b, j - m, hv);
-    return buf.log_decay ? *buf.decay(slot, j, hv) : 0.0f;
-  }
 
   HYBRIDCACHE_HD_INLINE int dot_items() const { return n * total + total + n; }
   HYBRIDCACHE_HD_INLINE int weight_items() const { return n * total; }
 
+  /// Run by one group alongside the `dots` items (the same phase): positions over the lanes
+  /// (each lane reads back only what it wrote): one block-table lookup per position, the
+  /// decays (buffered ones from the pool, new ones from the step, appended to the pool),
+  /// their prefixes (restarting at g = -inf), alphas and betas.
+  template <class Group>
+  HYBRIDCACHE_HD_INLINE void positions(const Group& g) const {
+    for (int j = g.rank(); j < total; j += Group::size) tok[j] = buf.token_index(slot, j);
+    auto g_at = [&](int j) {
+      if (j >= m) return io.g_at(b, j - m, hv);
+      return buf.log_decay ? *buf.decay_of(tok[j], hv) : 0.0f;
+    };
+    scan_log_decays(total, g_at, cum, seg, g);
+    for (int j = g.rank(); j < total; j += Group::size) {
+      const float gj = g_at(j);
+      alpha[j] = expf(gj);
+      if (j >= m) {
+        beta[j - m] = io.beta_at(b, j - m, hv);
+        if (buf.log_decay != nullptr) *buf.decay_of(tok[j], hv) = gj;
+      }
+    }
+  }
+
   template <class Group>
   HYBRIDCACHE_HD_INLINE void dots(int item, const Group& g) const {
     constexpr int N = slice_len<DK, Group::size>;
-    if (item == 0 && g.rank() == 0) {
-      float acc = 0.0f;
-      for (int j = 0; j < total; ++j) {
-        const float gj = decay_at(j);
-        acc += gj;
-        cum[j] = acc;
-        if (j >= m) {
-          beta[j - m] = io.beta_at(b, j - m, hv);
-          if (buf.log_decay != nullptr) *buf.decay(slot, j, hv) = gj;
-        }
-      }
-    }
     if (item < n * total) {
       const int r = item / total, j = item % total;
       if (j > m + r) return;
@@ -233,6 +271,7 @@ struct kv_step_program {
       const In* raw = key_at(j);
       const float ss = group_sum_sq<DK>(raw, g);
       if (g.rank() == 0) kfac[j] = prep_factor(ss, io.qk.l2_normalize, 1.0f, io.qk.eps);
+      for (int i = g.rank(); i < DK; i += Group::size) keys[j * DK + i] = raw[i];
       // Append the new token's raw key once per key head (the first of its value heads).
       if (j >= m && hv % (io.num_v_heads / io.num_k_heads) == 0) {
         In* dst = buf.key(slot, j, h);
@@ -248,7 +287,7 @@ struct kv_step_program {
   HYBRIDCACHE_HD_INLINE void weights(int item) const {
     const int r = item / total, j = item % total;
     if (j > m + r) return;
-    const float dec = expf(cum[m + r] - cum[j]);
+    const float dec = decay_between(prefix_at(cum, seg, m + r), cum[j], j);
     qk[r * total + j] = dec * qk[r * total + j] * qfac[r] * kfac[j];
     if (j < m + r) kk[r * total + j] = dec * kk[r * total + j] * kfac[m + r] * kfac[j];
   }
@@ -266,10 +305,10 @@ struct kv_step_program {
       float s[N];
       for (int e = 0; e < N; ++e) s[e] = next[e];
       if (valid && c + row_step < DV) load_state_row(pool, c + row_step, next, g);
-      for (int j = g.rank(); j < m; j += Group::size) u[j] = to_float(buf.value(slot, j, hv)[c]);
+      for (int j = g.rank(); j < m; j += Group::size) u[j] = to_float(buf.value_of(tok[j], hv)[c]);
       for (int r = 0; r < n; ++r) {
         float k[N], q[N];
-        load_slice<DK>(key_at(m + r), kfac[m + r], k, g);
+        load_slice<DK>(keys + (m + r) * DK, kfac[m + r], k, g);
         load_slice<DK>(io.template q_at<DK>(b, r, h), qfac[r], q, g);
         const float a = group_dot(s, k, g);
         const float bq = group_dot(s, q, g);
@@ -286,21 +325,21 @@ struct kv_step_program {
         float uu = v;
         if constexpr (Rule::delta) {
           float part = 0.0f;
-          for (int j = g.rank(); j < m + r; j += Group::size) part += kk[r * total + j] * u[j];
-          const float x = expf(cum[m + r]) * sk[r] + g.sum(part);
+          for (int j = g.rank(); j < m + r; j += Group::size) part = fma_rn(kk[r * total + j], u[j], part);
+          const float x = fma_rn(decay_from_start(prefix_at(cum, seg, m + r)), sk[r], g.sum(part));
           uu = delta_value(v, beta[r], x);
         }
         if (g.rank() == 0) {
           u[m + r] = uu;
-          buf.value(slot, m + r, hv)[c] = from_float<ValueT>(uu);
+          buf.value_of(tok[m + r], hv)[c] = from_float<ValueT>(uu);
         }
         g.sync();
       }
       if (!fold) {
         for (int r = 0; r < n; ++r) {
           float part = 0.0f;
-          for (int j = g.rank(); j <= m + r; j += Group::size) part += qk[r * total + j] * u[j];
-          const float o = expf(cum[m + r]) * sq[r] + g.sum(part);
+          for (int j = g.rank(); j <= m + r; j += Group::size) part = fma_rn(qk[r * total + j], u[j], part);
+          const float o = fma_rn(decay_from_start(prefix_at(cum, seg, m + r)), sq[r], g.sum(part));
           if (g.rank() == 0) io.o[io.template v_index<DV>(b, r, hv, c)] = from_float<Out>(o);
         }
       } else {
@@ -308,8 +347,8 @@ struct kv_step_program {
         // write the state once, and read this token's output from the new state.
         for (int j = 0; j < total; ++j) {
           float k[N];
-          load_slice<DK>(key_at(j), kfac[j], k, g);
-          fold_row(s, expf(decay_at(j)), k, u[j]);
+          load_slice<DK>(keys + j * DK, kfac[j], k, g);
+          fold_row(s, alpha[j], k, u[j]);
         }
         store_state_row(pool, c, s, g);
         float q[N];
@@ -324,10 +363,12 @@ struct kv_step_program {
 
 /// Commit after verification: entry b accepted `accepted[b]` of its drafts. When the
 /// accepted prefix fills the buffer (or reaches the crossover in KV-only mode), the whole
-/// buffer is folded into the state (written once); otherwise nothing is written.
+/// buffer is folded into the state (written once); otherwise nothing is written. `dots` (one
+/// item per buffered token: norm, pool token, alpha, raw key staged), then `rows`.
 template <class Rule, state_layout Layout, int DK, int DV, class In, class ValueT>
 struct kv_commit_program {
   using state_type = state_ref<Layout, DK, DV>;
+  static constexpr int key_dim = DK;
   const std::int32_t* slots = nullptr;
   const std::int32_t* accepted = nullptr;
   int num_k_heads = 0;
@@ -340,9 +381,24 @@ struct kv_commit_program {
 
   int b = 0, hv = 0, h = 0, slot = -1, total = 0;
   bool valid = false;
+  std::int64_t* tok = nullptr;
   float* kfac = nullptr;
+  float* alpha = nullptr;
+  In* keys = nullptr;
 
-  HYBRIDCACHE_HD_INLINE static std::int64_t workspace_floats(int total_tokens) { return total_tokens; }
+  HYBRIDCACHE_HD_INLINE static std::size_t workspace_bytes(int total_tokens) {
+    kv_commit_program p;
+    p.total = total_tokens;
+    workspace_carver w;
+    p.carve(w);
+    return w.offset;
+  }
+  HYBRIDCACHE_HD_INLINE void carve(workspace_carver& w) {
+    tok = w.take<std::int64_t>(total);
+    kfac = w.take<float>(total);
+    alpha = w.take<float>(total);
+    keys = w.take<In>(static_cast<std::int64_t>(total) * DK);
+  }
 
   HYBRIDCACHE_HD_INLINE bool init(int entry, int value_head) {
     b = entry;
@@ -359,26 +415,31 @@ struct kv_commit_program {
 
   template <class Group>
   HYBRIDCACHE_HD_INLINE void dots(int j, const Group& g) const {
-    const float ss = group_sum_sq<DK>(buf.key(slot, j, h), g);
-    if (g.rank() == 0) kfac[j] = prep_factor(ss, qk.l2_normalize, 1.0f, qk.eps);
+    const std::int64_t t = buf.token_index(slot, j);
+    const In* raw = buf.key_of(t, h);
+    const float ss = group_sum_sq<DK>(raw, g);
+    if (g.rank() == 0) {
+      tok[j] = t;
+      kfac[j] = prep_factor(ss, qk.l2_normalize, 1.0f, qk.eps);
+      alpha[j] = expf(buf.log_decay ? *buf.decay_of(t, hv) : 0.0f);
+    }
+    for (int i = g.rank(); i < DK; i += Group::size) keys[j * DK + i] = raw[i];
   }
 
   template <class Group>
   HYBRIDCACHE_HD_INLINE void rows(int row_begin, int row_step, const Group& g) const {
     constexpr int N = slice_len<DK, Group::size>;
     const state_type pool{states + (static_cast<std::int64_t>(slot) * num_v_heads + hv) * state_type::elements};
+    float next[N] = {};
+    if (valid && row_begin < DV) load_state_row(pool, row_begin, next, g);
     for (int c = row_begin; c < DV; c += row_step) {
       float s[N];
-      if (valid) {
-        load_state_row(pool, c, s, g);
-      } else {
-        for (int e = 0; e < N; ++e) s[e] = 0.0f;
-      }
+      for (int e = 0; e < N; ++e) s[e] = next[e];
+      if (valid && c + row_step < DV) load_state_row(pool, c + row_step, next, g);
       for (int j = 0; j < total; ++j) {
         float k[N];
-        load_slice<DK>(buf.key(slot, j, h), kfac[j], k, g);
-        const float dec = buf.log_decay ? *buf.decay(slot, j, hv) : 0.0f;
-        fold_row(s, expf(dec), k, to_float(buf.value(slot, j, hv)[c]));
+        load_slice<DK>(keys + j * DK, kfac[j], k, g);
+        fold_row(s, alpha[j], k, to_float(buf.value_of(tok[j], hv)[c]));
       }
       store_state_row(pool, c, s, g);
     }
@@ -411,6 +472,13 @@ void check_finite_host(const char* what, const T* p, std::int64_t count) {
     HYBRIDCACHE_EXPECTS(is_finite(to_float(p[i])), invalid_argument,
                         std::string(what) + "[" + std::to_string(i) + "] is not finite");
 }
+/// Log decays may be -inf (alpha = 0: the state is reset); NaN and +inf are errors.
+inline void check_log_decay_host(const float* p, std::int64_t count) {
+  if (p == nullptr) return;
+  for (std::int64_t i = 0; i < count; ++i)
+    HYBRIDCACHE_EXPECTS(is_finite(p[i]) || is_reset(p[i]), invalid_argument,
+                        "log_decay[" + std::to_string(i) + "] is NaN or +inf");
+}
 template <int DK, int DV, class In, class Out>
 void check_step_inputs_host(const step_io<In, Out>& io) {
   HYBRIDCACHE_EXPECTS(io.num_k_heads > 0 && io.num_v_heads % io.num_k_heads == 0, invalid_argument,
@@ -422,7 +490,7 @@ void check_step_inputs_host(const step_io<In, Out>& io) {
   check_finite_host("q", io.q, tokens * io.num_k_heads * DK);
   check_finite_host("k", io.k, tokens * io.num_k_heads * DK);
   check_finite_host("v", io.v, tokens * io.num_v_heads * DV);
-  check_finite_host("log_decay", io.log_decay, tokens * io.num_v_heads);
+  check_log_decay_host(io.log_decay, tokens * io.num_v_heads);
   check_finite_host("beta", io.beta, tokens * io.num_v_heads);
   check_finite_host("gate_a", io.gate_a, tokens * io.num_v_heads);
   check_finite_host("gate_b", io.gate_b, tokens * io.num_v_heads);
@@ -463,13 +531,14 @@ void kv_step_host(const step_io<In, Out>& io, const kv_buffer_ref<In, ValueT>& b
                   bool decode) {
   detail::check_step_inputs_host<DK, DV>(io);
   HYBRIDCACHE_EXPECTS(!decode || io.new_tokens == 1, invalid_argument, "kv_step: decode takes one token per entry");
-  std::vector<float> ws;
+  workspace_buffer ws;
   for (int b = 0; b < io.batch; ++b)
     for (int hv = 0; hv < io.num_v_heads; ++hv) {
       kv_step_program<Rule, Layout, DK, DV, In, Out, ValueT> p{io, buf, flush_interval, crossover, decode};
       if (!p.init(b, hv)) continue;
-      ws.assign(static_cast<std::size_t>(p.workspace_floats(p.total, p.n, 1)), 0.0f);
-      p.carve(ws.data());
+      workspace_carver w{ws.get(p.workspace_bytes(p.total, p.n, 1))};
+      p.carve(w, 1);
+      p.positions(serial_group{});
       for (int i = 0; i < p.dot_items(); ++i) p.dots(i, serial_group{});
       for (int i = 0; i < p.weight_items(); ++i) p.weights(i);
       p.rows(0, 1, p.row_scratch(0), serial_group{});
@@ -481,14 +550,14 @@ template <class Rule, state_layout Layout, int DK, int DV, class In, class Value
 void kv_commit_host(const std::int32_t* slots, const std::int32_t* accepted, int batch, int num_k_heads,
                     int num_v_heads, float* states, const kv_buffer_ref<In, ValueT>& buf, const qk_options& qk,
                     int flush_interval, int crossover) {
-  std::vector<float> ws;
+  workspace_buffer ws;
   for (int b = 0; b < batch; ++b)
     for (int hv = 0; hv < num_v_heads; ++hv) {
       kv_commit_program<Rule, Layout, DK, DV, In, ValueT> p{slots, accepted, num_k_heads, num_v_heads, states, buf,
                                                             qk, flush_interval, crossover};
       if (!p.init(b, hv)) continue;
-      ws.assign(static_cast<std::size_t>(p.workspace_floats(p.total)), 0.0f);
-      p.kfac = ws.data();
+      workspace_carver w{ws.get(p.workspace_bytes(p.total))};
+      p.carve(w);
       for (int j = 0; j < p.total; ++j) p.dots(j, serial_group{});
       p.rows(0, 1, serial_group{});
     }

@@ -99,6 +99,12 @@ struct kv_buffer_ref {
     const std::int64_t block = block_table[static_cast<std::int64_t>(slot) * max_blocks + pos / block_tokens];
     return block * block_tokens + pos % block_tokens;
   }
+  /// Key, value and decay of the pool token `tok` (a `token_index`): no block-table lookup.
+  HYBRIDCACHE_HD_INLINE KeyT* key_of(std::int64_t tok, int h) const { return keys + (tok * num_k_heads + h) * key_dim; }
+  HYBRIDCACHE_HD_INLINE ValueT* value_of(std::int64_t tok, int hv) const {
+    return values + (tok * num_v_heads + hv) * value_dim;
+  }
+  HYBRIDCACHE_HD_INLINE float* decay_of(std::int64_t tok, int hv) const { return log_decay + tok * num_v_heads + hv; }
   HYBRIDCACHE_HD_INLINE KeyT* key(int slot, int pos, int h) const {
     return keys + (token_index(slot, pos) * num_k_heads + h) * key_dim;
   }

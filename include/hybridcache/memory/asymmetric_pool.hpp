@@ -20,6 +20,13 @@
 // Costs: allocate/free O(1) without migration and allocation-free; a migration is
 // O(chunks moved) plus O(units moved) when compacting. Not thread-safe: one owner (e.g.
 // the scheduler thread) calls it, as in vLLM and SGLang.
+//
+// Device memory (memory/cuda/): a migration unmaps chunks and a compaction copies units
+// while kernels may still use them. What the backing needs from the caller is said once on
+// its arena (`arena().set_ordering(...)`, remap_order.cuh): the streams whose work may touch
+// units (default: every stream of the device) and the stream copies run on; every unmap
+// then waits for that work and for the copies, and every copy runs after it. allocate(),
+// rebalance() and maintain() may therefore block the host while a migration drains.
 #pragma once
 
 #include <algorithm>
@@ -238,6 +245,9 @@ class asymmetric_pool {
   [[nodiscard]] std::uint32_t chunks() const noexcept { return chunks_; }
   [[nodiscard]] const asymmetric_pool_config& config() const noexcept { return cfg_; }
   [[nodiscard]] const KVStore& kv_store() const noexcept { return kv_; }
+  /// The physical arena: for backing-specific setup such as the GPU-work ordering of a
+  /// device backing (`arena().set_ordering(...)`).
+  [[nodiscard]] arena_type& arena() noexcept { return *arena_; }
   [[nodiscard]] const SSMStore& ssm_store() const noexcept { return ssm_; }
   [[nodiscard]] const chunk_region& region(pool_kind k) const noexcept {
     return k == pool_kind::kv ? kv_.region() : ssm_.region();

@@ -1,21 +1,23 @@
 // hybridcache/attention/cuda/linear_attention_kernels.cuh
 //
 // Kernels and launch wrappers for the batched linear-attention / Gated DeltaNet forms.
-// nvcc only. The kernels are a thin layer over the shared per-head programs
-// (decode_programs.cuh, linear_attention_forms.cuh): one CTA of `kThreads` threads per
-// (batch entry or sequence, value head); warps take per-head items and value rows, lanes
-// split d_k (`warp_group`: shuffle reductions), per-head scalars are staged in dynamic shared
-// memory, phases are separated by __syncthreads.
+// nvcc only. Every `__global__` function here is one line: it calls the body of the same
+// name in kernel_bodies.hpp with `cuda_context`, the execution context over threadIdx,
+// __syncthreads, warp shuffles and dynamic shared memory. The tests run those bodies under
+// the CTA emulator (tests/emulated), so every kernel is executed without a GPU; a kernel
+// added here without an emulated test fails that test's count.
 //
 // Every wrapper validates on the host before launching (throws, nothing launched):
 // supported head dims and state layout against the template, head-count ratio, slot range,
-// draft counts and buffer capacity (through kv_buffer_table::check_step), and, in debug
-// builds (NDEBUG not defined), NaN/Inf in the inputs. Launch failures throw cuda_error.
-// Wrappers are asynchronous on `stream` unless a debug input check synchronises it.
+// draft counts and buffer capacity (through kv_buffer_table::check_step), shared memory
+// against the device's limit, and, in debug builds (NDEBUG not defined), NaN/Inf in the
+// inputs (log decays may be -inf: a reset). Launch failures throw cuda_error. Wrappers are
+// asynchronous on `stream` unless a debug input check synchronises it.
 //
-// Memory access: for V-major pools a warp reads one state row (d_k contiguous floats) per
-// instruction group, so state traffic is fully coalesced; K-major pools are supported for
-// correctness but read rows with stride d_v (use V-major for serving).
+// Memory access: for V-major pools a warp reads a state row (d_k contiguous floats) with
+// one 128-bit load per lane (d_k a multiple of 128) and keeps 4 rows' loads in flight in
+// recurrent decode; K-major pools are supported for correctness but read rows with stride
+// d_v (use V-major for serving).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -28,37 +30,107 @@
 
 #include "hybridcache/core/error.hpp"
 #include "hybridcache/core/cuda/cuda_check.cuh"
+#include "hybridcache/attention/cuda/kv_buffer_device.cuh"
 #include "hybridcache/attention/decode_programs.hpp"
+#include "hybridcache/attention/kernel_bodies.hpp"
+#include "hybridcache/attention/kernel_context.hpp"
 #include "hybridcache/attention/kv_buffer.hpp"
 #include "hybridcache/attention/linear_attention_forms.hpp"
 
 namespace hybridcache::cuda {
 
-/// Threads per CTA of every kernel here (4 warps).
-inline constexpr int kThreads = 128;
-inline constexpr int kWarps = kThreads / 32;
-
-/// A warp as a cooperative group for the row primitives: lanes split d_k, sums by butterfly
-/// shuffles (every lane gets the total). On the host pass it degenerates to one member.
-struct warp_group {
-  static constexpr int size = 32;
-  HYBRIDCACHE_HD_INLINE int rank() const {
+/// The execution context of the kernel bodies on the device (kernel_context.hpp lists the
+/// interface; the host pass of nvcc sees inert stubs).
+struct cuda_context {
+  HYBRIDCACHE_HD_INLINE std::uint32_t thread() const {
 #if defined(__CUDA_ARCH__)
-    return static_cast<int>(threadIdx.x & 31u);
+    return threadIdx.x;
 #else
     return 0;
 #endif
   }
-  HYBRIDCACHE_HD_INLINE float sum(float x) const {
+  HYBRIDCACHE_HD_INLINE std::uint32_t block_threads() const {
 #if defined(__CUDA_ARCH__)
-    HYBRIDCACHE_UNROLL
-    for (int offset = 16; offset > 0; offset >>= 1) x += __shfl_xor_sync(0xFFFFFFFFu, x, offset);
+    return blockDim.x;
+#else
+    return 1;
 #endif
-    return x;
   }
-  HYBRIDCACHE_HD_INLINE void sync() const {
+  HYBRIDCACHE_HD_INLINE std::uint64_t block() const {
+#if defined(__CUDA_ARCH__)
+    return blockIdx.x;
+#else
+    return 0;
+#endif
+  }
+  HYBRIDCACHE_HD_INLINE std::uint64_t grid_blocks() const {
+#if defined(__CUDA_ARCH__)
+    return gridDim.x;
+#else
+    return 1;
+#endif
+  }
+  HYBRIDCACHE_HD_INLINE int lane_id() const { return static_cast<int>(thread() & 31u); }
+  HYBRIDCACHE_HD_INLINE int warp_id() const { return static_cast<int>(thread() >> 5); }
+  HYBRIDCACHE_HD_INLINE void sync_threads() const {
+#if defined(__CUDA_ARCH__)
+    __syncthreads();
+#endif
+  }
+  HYBRIDCACHE_HD_INLINE void sync_warp() const {
 #if defined(__CUDA_ARCH__)
     __syncwarp();
+#endif
+  }
+  template <class T>
+  HYBRIDCACHE_HD_INLINE T shfl_xor(T v, int lane_mask) const {
+#if defined(__CUDA_ARCH__)
+    return __shfl_xor_sync(0xFFFFFFFFu, v, lane_mask);
+#else
+    return (void)lane_mask, v;
+#endif
+  }
+  template <class T>
+  HYBRIDCACHE_HD_INLINE T shfl_up(T v, int delta) const {
+#if defined(__CUDA_ARCH__)
+    return __shfl_up_sync(0xFFFFFFFFu, v, static_cast<unsigned>(delta));
+#else
+    return (void)delta, v;
+#endif
+  }
+  template <class T>
+  HYBRIDCACHE_HD_INLINE T shfl(T v, int src_lane) const {
+#if defined(__CUDA_ARCH__)
+    return __shfl_sync(0xFFFFFFFFu, v, src_lane);
+#else
+    return (void)src_lane, v;
+#endif
+  }
+  HYBRIDCACHE_HD_INLINE std::uint32_t ballot(bool p) const {
+#if defined(__CUDA_ARCH__)
+    return __ballot_sync(0xFFFFFFFFu, p);
+#else
+    return p ? 1u : 0u;
+#endif
+  }
+  HYBRIDCACHE_HD_INLINE bool any(bool p) const { return ballot(p) != 0; }
+  HYBRIDCACHE_HD_INLINE bool all(bool p) const { return ballot(p) == 0xFFFFFFFFu; }
+  template <class T>
+  HYBRIDCACHE_HD_INLINE T* shared() const {
+#if defined(__CUDA_ARCH__)
+    extern __shared__ __align__(16) unsigned char hybridcache_dynamic_smem[];
+    return reinterpret_cast<T*>(hybridcache_dynamic_smem);
+#else
+    return nullptr;
+#endif
+  }
+  HYBRIDCACHE_HD_INLINE std::uint32_t atomic_add(std::uint32_t* p, std::uint32_t v) const {
+#if defined(__CUDA_ARCH__)
+    return atomicAdd(reinterpret_cast<unsigned int*>(p), v);
+#else
+    const std::uint32_t old = *p;
+    *p += v;
+    return old;
 #endif
   }
 };
@@ -73,67 +145,6 @@ struct state_pool {
   state_layout layout = state_layout::v_major;
 };
 
-/// Device mirror of a `kv_buffer_table`'s arrays (block table, cursors, modes), shared by the
-/// buffers of all layers. `upload` copies them when the table changed since the last upload
-/// (asynchronous on `stream`; the table must not change before the copy completes).
-class device_kv_buffer_table {
- public:
-  explicit device_kv_buffer_table(const kv_buffer_table& t)
-      : table_(static_cast<std::size_t>(t.config().num_slots) * t.max_blocks_per_slot()),
-        cursor_(static_cast<std::size_t>(t.config().num_slots)),
-        valid_(static_cast<std::size_t>(t.config().num_slots)) {}
-
-  void upload(const kv_buffer_table& t, cudaStream_t stream = nullptr) {
-    HYBRIDCACHE_EXPECTS(table_.size() == static_cast<std::size_t>(t.config().num_slots) * t.max_blocks_per_slot(),
-                        invalid_argument, "device_kv_buffer_table: uploaded from a table of another shape");
-    if (uploaded_ && version_ == t.version()) return;
-    HYBRIDCACHE_CUDA_TRY(cudaMemcpyAsync(table_.data(), t.block_table_data(), table_.size() * sizeof(std::int32_t),
-                                         cudaMemcpyHostToDevice, stream));
-    HYBRIDCACHE_CUDA_TRY(cudaMemcpyAsync(cursor_.data(), t.cursor_data(), cursor_.size() * sizeof(std::int32_t),
-                                         cudaMemcpyHostToDevice, stream));
-    HYBRIDCACHE_CUDA_TRY(cudaMemcpyAsync(valid_.data(), t.state_valid_data(), valid_.size() * sizeof(std::int32_t),
-                                         cudaMemcpyHostToDevice, stream));
-    uploaded_ = true;
-    version_ = t.version();
-  }
-
-  [[nodiscard]] const std::int32_t* block_table() const noexcept { return table_.data(); }
-  [[nodiscard]] const std::int32_t* cursor() const noexcept { return cursor_.data(); }
-  [[nodiscard]] const std::int32_t* state_valid() const noexcept { return valid_.data(); }
-
- private:
-  device_array<std::int32_t> table_, cursor_, valid_;
-  bool uploaded_ = false;
-  std::uint64_t version_ = 0;
-};
-
-/// One layer's KVBuffer pool in device memory (keys, values, decays for every block).
-template <class KeyT, class ValueT>
-class device_kv_buffer_pool {
- public:
-  device_kv_buffer_pool(const kv_buffer_table& t, int num_k_heads, int num_v_heads, int key_dim, int value_dim)
-      : h_(num_k_heads), hv_(num_v_heads), dk_(key_dim), dv_(value_dim), block_tokens_(t.config().block_tokens),
-        max_blocks_(t.max_blocks_per_slot()),
-        keys_(tokens(t) * static_cast<std::size_t>(num_k_heads) * key_dim),
-        values_(tokens(t) * static_cast<std::size_t>(num_v_heads) * value_dim),
-        decays_(tokens(t) * static_cast<std::size_t>(num_v_heads)) {}
-
-  /// The view the kernels take, over this pool and a mirror of its table.
-  [[nodiscard]] kv_buffer_ref<KeyT, ValueT> ref(const device_kv_buffer_table& t) const noexcept {
-    return {keys_.data(), values_.data(), decays_.data(), t.block_table(), t.cursor(), t.state_valid(),
-            block_tokens_, max_blocks_, h_, hv_, dk_, dv_};
-  }
-
- private:
-  static std::size_t tokens(const kv_buffer_table& t) {
-    return static_cast<std::size_t>(t.config().num_blocks) * static_cast<std::size_t>(t.config().block_tokens);
-  }
-  int h_, hv_, dk_, dv_, block_tokens_, max_blocks_;
-  device_array<KeyT> keys_;
-  device_array<ValueT> values_;
-  device_array<float> decays_;
-};
-
 /// Host copies of a prefill's index arrays, for validation before launch.
 struct prefill_host_view {
   std::span<const std::int64_t> cu_seqlens;
@@ -145,89 +156,55 @@ struct prefill_host_view {
 
 namespace kernels {
 
+/// CTAs per SM the decode kernels declare: 8 (64 registers a thread), 4 past d_k = 128.
+template <class Program>
+inline constexpr int decode_ctas_per_sm = Program::key_dim > 128 ? 4 : 8;
+
+// One line each: the body (kernel_bodies.hpp) with the device context. Each declares the CTAs
+// per SM it is meant to reach (the chunk kernels' shared memory allows about 2, the decode
+// kernels aim at 8 = half the SM's warps, 4 past d_k 128): with maxThreads alone ptxas
+// stopped short of the registers it needed and spilled (.ci/check-ptxas.sh fails on any spill).
+
 template <class Rule, state_layout Layout, int DK, int DV, class In, class Out>
-__global__ void __launch_bounds__(kThreads) chunked_prefill(prefill_io<In, Out> io) {
-  extern __shared__ float workspace[];
-  auto head = prefill_head<Rule, Layout, DK, DV, In, Out>::bind(io, static_cast<int>(blockIdx.y),
-                                                                static_cast<int>(blockIdx.x), workspace);
-  if (!head.active) return;
-  head.copy_start_checkpoints(static_cast<int>(threadIdx.x), kThreads);
-  __syncthreads();
-  auto& p = head.program;
-  const int warp = static_cast<int>(threadIdx.x / 32);
-  for (int t = 0; t < p.in.length; t += p.len) {
-    head.select_chunk(t);
-    for (int i = warp; i < p.items(); i += kWarps) p.dots(i, warp_group{});
-    __syncthreads();
-    for (int i = static_cast<int>(threadIdx.x); i < p.items(); i += kThreads) p.weights(i);
-    __syncthreads();
-    for (int c = static_cast<int>(threadIdx.x); c < p.len; c += kThreads) p.solve(c);
-    __syncthreads();
-    p.rows(warp, kWarps, p.ws.rows + warp * 3 * io.chunk, head.start, head.ck, warp_group{});
-    __syncthreads();
-  }
+__global__ void __launch_bounds__(kThreads, 2) chunk_prepare(prefill_io<In, Out> io) {
+  kernel_bodies::chunk_prepare<cuda_context, Rule, Layout, DK, DV>(cuda_context{}, io);
+}
+
+template <class Rule, state_layout Layout, int DK, int DV, class In, class Out>
+__global__ void __launch_bounds__(kThreads, 2) chunk_scan(prefill_io<In, Out> io) {
+  kernel_bodies::chunk_scan<cuda_context, Rule, Layout, DK, DV>(cuda_context{}, io);
 }
 
 template <class Program>
-__global__ void __launch_bounds__(kThreads) recurrent_step(Program p) {
-  if (!p.init(static_cast<int>(blockIdx.y), static_cast<int>(blockIdx.x))) return;
-  p.rows(static_cast<int>(threadIdx.x / 32), kWarps, warp_group{});
+__global__ void __launch_bounds__(kThreads, decode_ctas_per_sm<Program>) recurrent_step(Program p) {
+  kernel_bodies::recurrent_step(cuda_context{}, p);
 }
 
 template <class Program>
-__global__ void __launch_bounds__(kThreads) kv_step(Program p) {
-  extern __shared__ float workspace[];
-  if (!p.init(static_cast<int>(blockIdx.y), static_cast<int>(blockIdx.x))) return;
-  p.carve(workspace);
-  const int warp = static_cast<int>(threadIdx.x / 32);
-  for (int i = warp; i < p.dot_items(); i += kWarps) p.dots(i, warp_group{});
-  __syncthreads();
-  for (int i = static_cast<int>(threadIdx.x); i < p.weight_items(); i += kThreads) p.weights(i);
-  __syncthreads();
-  p.rows(warp, kWarps, p.row_scratch(warp), warp_group{});
+__global__ void __launch_bounds__(kThreads, decode_ctas_per_sm<Program>) kv_step(Program p) {
+  kernel_bodies::kv_step(cuda_context{}, p);
 }
 
 template <class Program>
-__global__ void __launch_bounds__(kThreads) kv_commit(Program p) {
-  extern __shared__ float workspace[];
-  if (!p.init(static_cast<int>(blockIdx.y), static_cast<int>(blockIdx.x))) return;
-  p.kfac = workspace;
-  const int warp = static_cast<int>(threadIdx.x / 32);
-  for (int j = warp; j < p.total; j += kWarps) p.dots(j, warp_group{});
-  __syncthreads();
-  p.rows(warp, kWarps, warp_group{});
+__global__ void __launch_bounds__(kThreads, decode_ctas_per_sm<Program>) kv_commit(Program p) {
+  kernel_bodies::kv_commit(cuda_context{}, p);
 }
 
 template <class In, class ValueT>
-__global__ void kv_buffer_append(kv_buffer_ref<In, ValueT> buf, int slot, int tokens, const In* k, const float* u,
-                                 const float* g) {
-  const int t = static_cast<int>(blockIdx.y), hv = static_cast<int>(blockIdx.x);
-  if (t >= tokens) return;
-  for (int c = static_cast<int>(threadIdx.x); c < max(buf.key_dim, buf.value_dim); c += static_cast<int>(blockDim.x))
-    append_token_item(buf, slot, t, k + static_cast<std::int64_t>(t) * buf.num_k_heads * buf.key_dim,
-                      u + static_cast<std::int64_t>(t) * buf.num_v_heads * buf.value_dim,
-                      g ? g + static_cast<std::int64_t>(t) * buf.num_v_heads : nullptr, hv, c);
+__global__ void __launch_bounds__(kThreads) kv_buffer_append(kv_buffer_ref<In, ValueT> buf, int slot, int tokens,
+                                                             const In* k, const float* u, const float* g) {
+  kernel_bodies::kv_buffer_append(cuda_context{}, buf, slot, tokens, k, u, g);
 }
 
 template <class T>
-__global__ void count_nonfinite(const T* data, std::int64_t n, unsigned int* count) {
-  unsigned int local = 0;
-  for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < n;
-       i += static_cast<std::int64_t>(gridDim.x) * blockDim.x)
-    local += is_finite(to_float(data[i])) ? 0u : 1u;
-  if (local != 0) atomicAdd(count, local);
+__global__ void count_nonfinite(const T* data, std::int64_t n, bool allow_neg_inf, std::uint32_t* count) {
+  kernel_bodies::count_nonfinite(cuda_context{}, data, n, allow_neg_inf, count);
 }
 
 template <class In>
 __global__ void qwen3_next_gates(const In* a, const In* b, const float* a_log, const float* dt_bias, float* log_decay,
                                  float* beta, std::int64_t tokens, int num_v_heads) {
-  const std::int64_t n = tokens * num_v_heads;
-  for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < n;
-       i += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
-    const int hv = static_cast<int>(i % num_v_heads);
-    log_decay[i] = qwen3_next_log_decay(a_log[hv], to_float(a[i]), dt_bias[hv]);
-    beta[i] = qwen3_next_beta(to_float(b[i]));
-  }
+  kernel_bodies::qwen3_next_gates(cuda_context{}, a, b, a_log, dt_bias, log_decay, beta, tokens, num_v_heads);
 }
 
 }  // namespace kernels
@@ -265,23 +242,49 @@ inline void check_slots(std::span<const std::int32_t> host_slots, int batch, int
   }
 }
 
-/// Debug builds: throws invalid_argument when `data[0..n)` (device) holds a NaN or an Inf.
+/// Debug builds: throws invalid_argument when `data[0..n)` (device) holds a NaN or an Inf
+/// (-inf allowed when `allow_neg_inf`: a log decay that resets the state).
 template <class T>
-void check_finite_device(const char* what, const T* data, std::int64_t n, cudaStream_t stream) {
+void check_finite_device(const char* what, const T* data, std::int64_t n, cudaStream_t stream,
+                         bool allow_neg_inf = false) {
 #if !defined(NDEBUG)
   if (data == nullptr || n == 0) return;
-  device_array<unsigned int> count(1);
-  HYBRIDCACHE_CUDA_TRY(cudaMemsetAsync(count.data(), 0, sizeof(unsigned int), stream));
-  kernels::count_nonfinite<<<static_cast<unsigned>(std::min<std::int64_t>((n + 255) / 256, 1024)), 256, 0, stream>>>(
-      data, n, count.data());
+  device_array<std::uint32_t> count(1);
+  HYBRIDCACHE_CUDA_TRY(cudaMemsetAsync(count.data(), 0, sizeof(std::uint32_t), stream));
+  const kernel_launch_shape shape = elementwise_shape(n, 1024);
+  kernels::count_nonfinite<<<static_cast<unsigned>(shape.blocks), shape.threads, 0, stream>>>(data, n, allow_neg_inf,
+                                                                                               count.data());
   HYBRIDCACHE_CUDA_TRY(cudaGetLastError());
-  unsigned int host = 0;
+  std::uint32_t host = 0;
   HYBRIDCACHE_CUDA_TRY(cudaMemcpyAsync(&host, count.data(), sizeof host, cudaMemcpyDeviceToHost, stream));
   HYBRIDCACHE_CUDA_TRY(cudaStreamSynchronize(stream));
-  HYBRIDCACHE_EXPECTS(host == 0, invalid_argument, std::string(what) + " holds " + std::to_string(host) + " NaN/Inf values");
+  HYBRIDCACHE_EXPECTS(host == 0, invalid_argument,
+                      std::string(what) + " holds " + std::to_string(host) + (allow_neg_inf ? " NaN/+Inf" : " NaN/Inf") +
+                          " values");
 #else
-  (void)what, (void)data, (void)n, (void)stream;
+  (void)what, (void)data, (void)n, (void)stream, (void)allow_neg_inf;
 #endif
+}
+
+/// Launches `kernel` with `shape` on `stream`, after checking the grid and the dynamic shared
+/// memory against the device (and opting in above 48 KiB). @throws invalid_argument, cuda_error.
+template <class Kernel, class... Args>
+void launch(Kernel kernel, const kernel_launch_shape& shape, cudaStream_t stream, const char* what, Args... args) {
+  HYBRIDCACHE_EXPECTS(shape.blocks >= 1 && shape.blocks <= max_grid_blocks, invalid_argument,
+                      std::string(what) + ": grid of " + std::to_string(shape.blocks) + " CTAs outside [1, 2^31 - 1]");
+  if (shape.shared_bytes > 48 * 1024) {
+    int device = 0, limit = 0;
+    HYBRIDCACHE_CUDA_TRY(cudaGetDevice(&device));
+    HYBRIDCACHE_CUDA_TRY(cudaDeviceGetAttribute(&limit, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+    HYBRIDCACHE_EXPECTS(shape.shared_bytes <= static_cast<std::size_t>(limit), invalid_argument,
+                        std::string(what) + " needs " + std::to_string(shape.shared_bytes) +
+                            " B of shared memory per CTA, the device allows " + std::to_string(limit) +
+                            " B (use a smaller chunk or buffer)");
+    HYBRIDCACHE_CUDA_TRY(
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(shape.shared_bytes)));
+  }
+  kernel<<<static_cast<unsigned>(shape.blocks), shape.threads, shape.shared_bytes, stream>>>(args...);
+  HYBRIDCACHE_CUDA_TRY(cudaGetLastError());
 }
 
 template <int DK, int DV, class In, class Out>
@@ -289,14 +292,15 @@ void check_step(const step_io<In, Out>& io, std::span<const std::int32_t> host_s
                 cudaStream_t stream) {
   HYBRIDCACHE_EXPECTS(io.num_k_heads > 0 && io.num_v_heads > 0 && io.num_v_heads % io.num_k_heads == 0,
                       invalid_argument, "num_v_heads must be a positive multiple of num_k_heads");
-  HYBRIDCACHE_EXPECTS(io.batch >= 0 && io.batch <= 65535, invalid_argument, "batch must be in [0, 65535]");
+  HYBRIDCACHE_EXPECTS(io.batch >= 0 && static_cast<std::uint64_t>(io.batch) * io.num_v_heads <= max_grid_blocks,
+                      invalid_argument, "batch x num_v_heads must be at most 2^31 - 1");
   HYBRIDCACHE_EXPECTS(io.new_tokens >= 1, invalid_argument, "new_tokens must be >= 1");
   check_slots(host_slots, io.batch, pool.num_slots);
   const std::int64_t tokens = static_cast<std::int64_t>(io.batch) * io.new_tokens;
   check_finite_device("q", io.q, tokens * io.num_k_heads * DK, stream);
   check_finite_device("k", io.k, tokens * io.num_k_heads * DK, stream);
   check_finite_device("v", io.v, tokens * io.num_v_heads * DV, stream);
-  check_finite_device("log_decay", io.log_decay, tokens * io.num_v_heads, stream);
+  check_finite_device("log_decay", io.log_decay, tokens * io.num_v_heads, stream, true);
   check_finite_device("beta", io.beta, tokens * io.num_v_heads, stream);
   HYBRIDCACHE_EXPECTS(io.gate_a == nullptr || (io.gate_b && io.a_log && io.dt_bias), invalid_argument,
                       "fused gating needs gate_a, gate_b, a_log and dt_bias together");
@@ -312,10 +316,6 @@ void check_buffer(const kv_buffer_ref<KeyT, ValueT>& buf, const kv_buffer_table&
                       invalid_argument, "kv_buffer_ref does not match its kv_buffer_table (block size)");
 }
 
-inline dim3 grid_of(int batch, int num_v_heads) {
-  return dim3(static_cast<unsigned>(num_v_heads), static_cast<unsigned>(std::max(batch, 1)));
-}
-
 }  // namespace detail
 
 /// Recurrent decode (n = 1) or per-draft-state verification (`intermediate` != nullptr:
@@ -327,10 +327,11 @@ void launch_recurrent_step(const step_io<In, Out>& io, const state_pool& pool, s
   detail::check_pool<DK, DV, Layout>(pool, io.num_v_heads);
   detail::check_step<DK, DV>(io, host_slots, pool, stream);
   if (io.batch == 0) return;
-  recurrent_program<Rule, Layout, DK, DV, In, Out> p{io, intermediate};
+  using program = recurrent_program<Rule, Layout, DK, DV, In, Out>;
+  program p{io, intermediate};
   p.io.states = pool.data;
-  kernels::recurrent_step<<<detail::grid_of(io.batch, io.num_v_heads), kThreads, 0, stream>>>(p);
-  HYBRIDCACHE_CUDA_TRY(cudaGetLastError());
+  detail::launch(kernels::recurrent_step<program>, recurrent_step_shape(io.batch, io.num_v_heads), stream,
+                 "recurrent_step", p);
 }
 
 namespace detail {
@@ -344,14 +345,10 @@ void launch_kv_step(const step_io<In, Out>& io, const state_pool& pool, std::spa
   if (io.batch == 0) return;
   using program = kv_step_program<Rule, Layout, DK, DV, In, Out, ValueT>;
   const int max_total = std::max(table.capacity(false), table.capacity(true));
-  const auto bytes = static_cast<std::size_t>(program::workspace_floats(max_total, io.new_tokens, kWarps)) * sizeof(float);
-  if (bytes > 48 * 1024)
-    HYBRIDCACHE_CUDA_TRY(cudaFuncSetAttribute(kernels::kv_step<program>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                              static_cast<int>(bytes)));
   program p{io, buf, table.config().flush_interval, table.config().kv_only_crossover, decode};
   p.io.states = pool.data;
-  kernels::kv_step<<<grid_of(io.batch, io.num_v_heads), kThreads, bytes, stream>>>(p);
-  HYBRIDCACHE_CUDA_TRY(cudaGetLastError());
+  launch(kernels::kv_step<program>, kv_step_shape<program>(io.batch, io.num_v_heads, max_total, io.new_tokens), stream,
+         "kv_step", p);
 }
 }  // namespace detail
 
@@ -397,17 +394,22 @@ void launch_kv_commit(const std::int32_t* slots, const std::int32_t* accepted, s
   if (host_slots.empty()) return;
   using program = kv_commit_program<Rule, Layout, DK, DV, In, ValueT>;
   const int max_total = std::max(table.capacity(false), table.capacity(true));
-  const auto bytes = static_cast<std::size_t>(program::workspace_floats(max_total)) * sizeof(float);
   program p{slots, accepted, num_k_heads, num_v_heads, pool.data, buf, qk, table.config().flush_interval,
             table.config().kv_only_crossover};
-  kernels::kv_commit<<<detail::grid_of(static_cast<int>(host_slots.size()), num_v_heads), kThreads, bytes, stream>>>(p);
-  HYBRIDCACHE_CUDA_TRY(cudaGetLastError());
+  // A 1-D grid of batch x HV CTAs: batches past 65,535 entries launch (gridDim.y would not).
+  detail::launch(kernels::kv_commit<program>,
+                 kv_commit_shape<program>(static_cast<int>(host_slots.size()), num_v_heads, max_total), stream,
+                 "kv_commit", p);
 }
 
 /// Chunked prefill (chunkwise form through the UT transform for the delta rule) of a batch of
 /// packed sequences, writing the state at every requested checkpoint position: at a chunk
-/// boundary directly, inside a chunk by rolling forward from the previous boundary. Chunk
-/// sizes 1..64. `host` mirrors the index arrays for validation.
+/// boundary directly, inside a chunk by rolling forward from the previous boundary. Two
+/// launches: `chunk_prepare` (every chunk of every sequence in parallel, tables into
+/// `io.workspace`, prefill_workspace_floats(...) floats of device memory) and `chunk_scan`
+/// (the sequential state pass, a CTA per sequence, value head and 16 value columns). Chunk
+/// sizes 1..64 (d_k 256 with fp32 inputs needs chunk <= 32 on sm_80: the shared memory is
+/// checked). `host` mirrors the index arrays for validation.
 template <class Rule, state_layout Layout, int DK, int DV, class In, class Out>
 void launch_chunked_prefill(const prefill_io<In, Out>& io, const state_pool& pool, const prefill_host_view& host,
                             cudaStream_t stream = nullptr) {
@@ -443,18 +445,21 @@ void launch_chunked_prefill(const prefill_io<In, Out>& io, const state_pool& poo
   detail::check_finite_device("q", io.q, tokens * io.num_k_heads * DK, stream);
   detail::check_finite_device("k", io.k, tokens * io.num_k_heads * DK, stream);
   detail::check_finite_device("v", io.v, tokens * io.num_v_heads * DV, stream);
-  detail::check_finite_device("log_decay", io.log_decay, tokens * io.num_v_heads, stream);
+  detail::check_finite_device("log_decay", io.log_decay, tokens * io.num_v_heads, stream, true);
   detail::check_finite_device("beta", io.beta, tokens * io.num_v_heads, stream);
   if (io.num_seqs == 0) return;
+  HYBRIDCACHE_EXPECTS(io.workspace != nullptr, invalid_argument,
+                      "chunked prefill: prefill_io::workspace is null (needs prefill_workspace_floats(...) floats)");
   prefill_io<In, Out> p = io;
   p.states = pool.data;
   if (!ckpts) p.checkpoint_offsets = nullptr;
-  const auto bytes = static_cast<std::size_t>(chunk_workspace::floats(io.chunk, kWarps)) * sizeof(float);
-  auto kernel = kernels::chunked_prefill<Rule, Layout, DK, DV, In, Out>;
-  if (bytes > 48 * 1024)
-    HYBRIDCACHE_CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
-  kernel<<<detail::grid_of(io.num_seqs, io.num_v_heads), kThreads, bytes, stream>>>(p);
-  HYBRIDCACHE_CUDA_TRY(cudaGetLastError());
+  // Every chunk of every sequence at once, then the state pass (same stream: ordered).
+  detail::launch(kernels::chunk_prepare<Rule, Layout, DK, DV, In, Out>,
+                 chunk_prepare_shape<Rule, DK, In>(tokens, io.num_seqs, io.num_v_heads, io.chunk), stream,
+                 "chunk_prepare", p);
+  detail::launch(kernels::chunk_scan<Rule, Layout, DK, DV, In, Out>,
+                 chunk_scan_shape<Rule, Layout, DK, DV, In, Out>(io.num_seqs, io.num_v_heads, io.chunk), stream,
+                 "chunk_scan", p);
 }
 
 /// Fills the buffer of a KV-only `slot` (cursor 0) with `tokens` prefilled tokens (device
@@ -469,9 +474,8 @@ void launch_kv_buffer_append(const kv_buffer_ref<In, ValueT>& buf, const kv_buff
                       "kv_buffer_append: " + std::to_string(tokens) + " tokens do not stay below the crossover " +
                           std::to_string(table.config().kv_only_crossover));
   if (tokens == 0) return;
-  kernels::kv_buffer_append<<<dim3(static_cast<unsigned>(buf.num_v_heads), static_cast<unsigned>(tokens)), kThreads, 0,
-                              stream>>>(buf, slot, tokens, k, u, g);
-  HYBRIDCACHE_CUDA_TRY(cudaGetLastError());
+  detail::launch(kernels::kv_buffer_append<In, ValueT>, kv_buffer_append_shape(tokens, buf.num_v_heads), stream,
+                 "kv_buffer_append", buf, slot, tokens, k, u, g);
 }
 
 /// Qwen3-Next gates for `tokens` x `num_v_heads`: log_decay = -exp(A_log) softplus(a + dt_bias),
@@ -482,9 +486,8 @@ void launch_qwen3_next_gates(const In* a, const In* b, const float* a_log, const
   HYBRIDCACHE_EXPECTS(tokens >= 0 && num_v_heads > 0, invalid_argument, "qwen3_next_gates: bad shape");
   const std::int64_t n = tokens * num_v_heads;
   if (n == 0) return;
-  kernels::qwen3_next_gates<<<static_cast<unsigned>(std::min<std::int64_t>((n + 255) / 256, 4096)), 256, 0, stream>>>(
-      a, b, a_log, dt_bias, log_decay, beta, tokens, num_v_heads);
-  HYBRIDCACHE_CUDA_TRY(cudaGetLastError());
+  detail::launch(kernels::qwen3_next_gates<In>, elementwise_shape(n, 4096), stream, "qwen3_next_gates", a, b, a_log,
+                 dt_bias, log_decay, beta, tokens, num_v_heads);
 }
 
 }  // namespace hybridcache::cuda

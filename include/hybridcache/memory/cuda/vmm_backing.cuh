@@ -18,6 +18,14 @@
 // the driver calls. Map/unmap are host driver calls: run rebalancing off the decode
 // critical path (asymmetric_pool::maintain from a scheduler thread).
 //
+// Ordering against GPU work (remap_order.cuh): cuMemUnmap does not wait for kernels or copies
+// that still use a range, so `unmap` first waits (host) for the work queued on the streams
+// the caller named with `arena::set_ordering` (default: the whole device) and for every
+// compaction copy; compaction copies run on the named copy stream (default: the arena's own
+// non-blocking stream) after that work, and the named streams' later work waits for them.
+// The reservation is aligned to the allocation granularity (a power of two; the chunk size
+// need not be one: 6 MiB chunks hold 80 fp32 value heads of 128 x 128).
+//
 // Failed driver calls throw `cuda_error` naming the call and the CUresult name; a failed
 // map leaves nothing mapped (and the pool rolls the whole migration back). Destruction
 // unmaps, frees the VA and releases the handles without throwing.
@@ -29,12 +37,14 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "hybridcache/core/config.hpp"
 #include "hybridcache/core/error.hpp"
 #include "hybridcache/core/cuda/cuda_check.cuh"
 #include "hybridcache/memory/backing.hpp"
+#include "hybridcache/memory/cuda/remap_order.cuh"
 #include "hybridcache/memory/stores.hpp"
 
 namespace hybridcache::cuda {
@@ -166,7 +176,18 @@ struct vmm_backing {
     }
     arena(const arena&) = delete;
     arena& operator=(const arena&) = delete;
-    ~arena() { release_all(); }
+    ~arena() {
+      fence_.drain_nothrow();  // nothing may still use the memory released below
+      release_all();
+    }
+
+    /// Which GPU work remaps (unmaps, compaction copies) are ordered against: the streams
+    /// whose work may touch the pool's units, and the copy stream. Call before other streams
+    /// use the pool (asymmetric_pool::arena()). @throws cuda_error.
+    void set_ordering(remap_ordering o) { fence_.set(std::move(o)); }
+    [[nodiscard]] const remap_ordering& ordering() const noexcept { return fence_.ordering(); }
+    /// The fence the views order their copies and unmaps with.
+    [[nodiscard]] remap_fence& fence() noexcept { return fence_; }
 
     [[nodiscard]] std::uint32_t chunks() const noexcept { return static_cast<std::uint32_t>(handles_.size()); }
     [[nodiscard]] std::uint64_t chunk_bytes() const noexcept { return chunk_bytes_; }
@@ -187,19 +208,25 @@ struct vmm_backing {
     int device_ = 0;
     std::uint64_t granularity_ = 0;
     std::vector<CUmemGenericAllocationHandle> handles_;
+    remap_fence fence_;
   };
 
   class view {
    public:
-    /// Reserves max_slots x chunk_bytes of virtual address space. @throws cuda_error.
+    /// Reserves max_slots x chunk_bytes of virtual address space, aligned to the allocation
+    /// granularity (cuMemAddressReserve takes 0 or a power of two, which a chunk size such as
+    /// 6 MiB is not; granularity alignment is all cuMemMap needs). @throws cuda_error.
     view(arena& a, std::uint32_t max_slots)
         : arena_(&a), bytes_(std::uint64_t{max_slots} * a.chunk_bytes()), mapped_(max_slots, 0) {
-      throw_on_cu_error(detail::vmm_driver::get().address_reserve(&va_, bytes_, a.chunk_bytes(), 0, 0),
+      const std::uint64_t g = a.granularity();
+      const std::uint64_t alignment = g != 0 && (g & (g - 1)) == 0 ? g : 0;
+      throw_on_cu_error(detail::vmm_driver::get().address_reserve(&va_, bytes_, alignment, 0, 0),
                         "cuMemAddressReserve", __FILE__, __LINE__);
     }
     view(const view&) = delete;
     view& operator=(const view&) = delete;
     ~view() {
+      arena_->fence().drain_nothrow();  // no queued work may touch a range once it is unmapped
       for (std::size_t s = 0; s < mapped_.size(); ++s)
         if (mapped_[s]) (void)detail::vmm_driver::get().unmap(va_ + s * arena_->chunk_bytes(), arena_->chunk_bytes());
       if (va_) (void)detail::vmm_driver::get().address_free(va_, bytes_);
@@ -222,8 +249,10 @@ struct vmm_backing {
       }
       mapped_[slot] = 1;
     }
-    /// Unmaps the chunk at `slot` (the physical chunk stays in the arena). @throws cuda_error.
+    /// Unmaps the chunk at `slot` (the physical chunk stays in the arena), after the work
+    /// queued on the ordering's streams and every compaction copy completed. @throws cuda_error.
     void unmap(std::uint32_t slot) {
+      arena_->fence().drain();
       throw_on_cu_error(detail::vmm_driver::get().unmap(va_ + slot * arena_->chunk_bytes(), arena_->chunk_bytes()),
                         "cuMemUnmap", __FILE__, __LINE__);
       mapped_[slot] = 0;
@@ -231,10 +260,9 @@ struct vmm_backing {
     [[nodiscard]] std::byte* slot_base(std::uint32_t slot) const noexcept {
       return reinterpret_cast<std::byte*>(static_cast<std::uintptr_t>(va_ + slot * arena_->chunk_bytes()));
     }
-    /// Device-to-device copy of one unit (compaction); synchronous.
-    void copy(std::byte* dst, const std::byte* src, std::uint64_t n) {
-      HYBRIDCACHE_CUDA_TRY(cudaMemcpy(dst, src, n, cudaMemcpyDeviceToDevice));
-    }
+    /// Device-to-device copy of one unit (compaction) on the ordering's copy stream, after
+    /// the users' queued work; asynchronous (the unmap that follows a compaction waits for it).
+    void copy(std::byte* dst, const std::byte* src, std::uint64_t n) { arena_->fence().copy(dst, src, n); }
     /// First byte of the pool's virtual range.
     [[nodiscard]] std::byte* base() const noexcept { return slot_base(0); }
 

@@ -17,7 +17,9 @@
 //   - step joins: `wait_for(compute)` makes both copy streams wait for the compute stream
 //     (start of a step), `join_into(compute)` makes compute wait for both copy streams;
 //   - per-layer events for layer-wise loading in a small ring (`cuda_layer_event_ring`);
-//   - bandwidth per lower tier and direction measured at start-up with timed copies.
+//   - bandwidth per lower tier and direction measured at start-up with timed copies;
+//   - the caller's current device is left as it was (the engine switches to its device for
+//     its own calls and back).
 //
 // Every failing CUDA call throws `hybridcache::cuda_error` naming the call and the error;
 // `tiered::move_entry` rolls the move back before the exception leaves, so no entry is
@@ -33,6 +35,7 @@
 #include <deque>
 #include <map>
 #include <mutex>
+#include <string>
 #include <vector>
 
 #include "hybridcache/core/error.hpp"
@@ -66,7 +69,7 @@ class copy_engine {
   copy_engine(const std::vector<tiered::tier_config>& tiers, std::int64_t page_bytes, copy_engine_options options = {})
       : page_bytes_(page_bytes), options_(options) {
     tiered::validate_tiers(tiers, page_bytes);
-    HYBRIDCACHE_CUDA_TRY(cudaSetDevice(options_.device));
+    const scoped_device on(options_.device);  // the caller's current device comes back after
     try {
       for (const auto& t : tiers) {
         const std::int64_t pages = t.capacity_bytes / page_bytes;
@@ -265,6 +268,7 @@ class copy_engine {
       spare_.pop_back();
       return e;
     }
+    const scoped_device on(options_.device);  // events belong to the device current at creation
     cudaEvent_t e = nullptr;
     HYBRIDCACHE_CUDA_TRY(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
     return e;
@@ -286,9 +290,9 @@ class copy_engine {
   }
 
   void measure() {
-    cudaEvent_t a = nullptr, b = nullptr;  // timing events (the pooled ones have timing disabled)
-    HYBRIDCACHE_CUDA_TRY(cudaEventCreate(&a));
-    HYBRIDCACHE_CUDA_TRY(cudaEventCreate(&b));
+    // Timing events (the pooled ones have timing disabled), destroyed on every way out.
+    const owned_event start, stop;
+    const cudaEvent_t a = start.get(), b = stop.get();
     for (std::size_t t = 1; t < arenas_.size(); ++t) {
       const std::int64_t n = std::min({options_.probe_bytes, arenas_[0].bytes, arenas_[t].bytes});
       for (std::size_t dir = 0; dir < 2; ++dir) {
@@ -307,8 +311,6 @@ class copy_engine {
         gbps_[t][dir] = best_ms > 0 ? static_cast<double>(n) / (static_cast<double>(best_ms) * 1e6) : 0.0;
       }
     }
-    (void)cudaEventDestroy(a);
-    (void)cudaEventDestroy(b);
   }
 
   void release() noexcept {

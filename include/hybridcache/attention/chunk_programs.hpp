@@ -1,0 +1,557 @@
+// hybridcache/attention/chunk_programs.hpp
+//
+// The chunkwise form (UT transform) as two programs, the way flash-linear-attention's chunk
+// kernels split it:
+//
+//   chunk_prepare_program  the intra-chunk part of ONE chunk, independent of the state: the
+//                          prefixes of its log decays, the q/k normalisation factors,
+//                          A = strictLower(diag(beta)(Gamma ⊙ K K^T)), T = (I + A)^{-1}
+//                          diag(beta), P = (Q K^T) ⊙ Gamma. Every chunk of every sequence is
+//                          prepared at once (one CTA each); results go to `chunk_tables`.
+//   chunk_scan_program     the sequential state pass over the chunks of one sequence, for a
+//                          block of value columns (columns are independent): per chunk
+//                          U = T (V - diag(gamma) K S), O = diag(gamma) Q S + P U, then the
+//                          state is rolled forward token by token with the known U (the
+//                          closed-loop exact fold), writing checkpoints at any position.
+//
+// Both are phase functions over (thread, thread count) or over a cooperative group; the
+// kernels (kernel_bodies.hpp) run them with a CTA and __syncthreads between phases, the host
+// drivers (linear_attention_forms.hpp) with one thread, so the host tests run the kernels'
+// arithmetic. Shared-memory rows have odd word strides (`padded_stride`): a warp whose lanes
+// read one element of 32 rows hits 32 banks; the static_asserts at the end count the banks
+// of every shared access of the triangular mat-vecs (<= 2-way).
+//
+// Costs per chunk of C tokens and d = d_k = d_v: prepare O(C^2 d + C^3); scan O(C d^2 + C^2 d)
+// per head. Decays enter only as exp of differences of prefix sums within a reset-free span,
+// so g = -inf (alpha = 0) resets the state exactly and gates down to -70 per token never
+// divide underflowed products.
+#pragma once
+
+#include <cstdint>
+
+#include "hybridcache/core/config.hpp"
+#include "hybridcache/attention/kernel_context.hpp"
+#include "hybridcache/attention/linear_attention_common.hpp"
+
+namespace hybridcache::cuda {
+
+/// Read-only view of one head's token sequence. Token t's vectors start at `q + t*q_stride`
+/// etc. (strides in elements, so [T][H][D] tensors are viewed without copies).
+template <class In>
+struct head_input {
+  static_assert(is_io_type_v<In>, "head_input: In must be float, half_t or bfloat16_t");
+  const In* q = nullptr;
+  const In* k = nullptr;
+  const In* v = nullptr;
+  std::int64_t q_stride = 0;
+  std::int64_t k_stride = 0;
+  std::int64_t v_stride = 0;
+  const float* log_decay = nullptr;  ///< g_t <= 0 (alpha = exp(g)); -inf resets; nullptr: no decay
+  std::int64_t decay_stride = 0;
+  const float* beta = nullptr;  ///< delta rule write strength; unused by linear_rule
+  std::int64_t beta_stride = 0;
+  int length = 0;
+
+  HYBRIDCACHE_HD_INLINE const In* q_at(int t) const { return q + t * q_stride; }
+  HYBRIDCACHE_HD_INLINE const In* k_at(int t) const { return k + t * k_stride; }
+  HYBRIDCACHE_HD_INLINE float v_at(int t, int c) const { return to_float(v[t * v_stride + c]); }
+  HYBRIDCACHE_HD_INLINE float g_at(int t) const { return log_decay ? log_decay[t * decay_stride] : 0.0f; }
+  HYBRIDCACHE_HD_INLINE float beta_at(int t) const { return beta ? beta[t * beta_stride] : 1.0f; }
+};
+
+/// Where one head's outputs go: o_t[c] at `o + t*stride + c`; optionally the value each token
+/// adds to the state, u_t[c] (delta rule: the corrected delta; linear: v), at
+/// `u + t*u_stride + c` — what a KV-only request buffers after its prefill.
+template <class Out>
+struct head_output {
+  Out* o = nullptr;
+  std::int64_t stride = 0;
+  float* u = nullptr;
+  std::int64_t u_stride = 0;
+};
+
+/// Where one head's checkpoints go: the state after `positions[i]` tokens (absolute
+/// positions, ascending) is written to `states + i*state_stride` in the state's layout.
+struct checkpoint_sink {
+  const std::int64_t* positions = nullptr;
+  int count = 0;
+  float* states = nullptr;
+  std::int64_t state_stride = 0;
+};
+
+/// Tokens of the chunk that starts at token `t` of a sequence of `length` tokens whose token
+/// 0 sits at absolute position `start`: chunks are aligned to absolute multiples of `chunk`,
+/// so the first one is shorter when `start` is not aligned.
+HYBRIDCACHE_HD_INLINE int aligned_chunk_len(std::int64_t start, int t, int length, int chunk) {
+  const std::int64_t abs = start + t;
+  const std::int64_t to_boundary = (abs / chunk + 1) * chunk - abs;
+  const std::int64_t left = length - t;
+  return static_cast<int>(left < to_boundary ? left : to_boundary);
+}
+
+/// Number of (aligned) chunks of a sequence.
+HYBRIDCACHE_HD_INLINE int chunk_count(std::int64_t start, int length, int chunk) {
+  if (length <= 0) return 0;
+  const int first = aligned_chunk_len(start, 0, length, chunk);
+  return 1 + (length - first + chunk - 1) / chunk;
+}
+
+/// First token of chunk `i` of a sequence.
+HYBRIDCACHE_HD_INLINE int chunk_first_token(std::int64_t start, int length, int chunk, int i) {
+  return i == 0 ? 0 : aligned_chunk_len(start, 0, length, chunk) + (i - 1) * chunk;
+}
+
+/// What the prepare phase leaves for the scan, per (chunk, value head): prefixes of the log
+/// decays (cum, seg), the k and q factors, T and P (rows of `stride` floats). One contiguous
+/// block of `floats(C)` floats, the same layout in shared and in global memory.
+struct chunk_tables {
+  float* cum = nullptr;
+  float* seg = nullptr;
+  float* kfac = nullptr;
+  float* qfac = nullptr;
+  float* t = nullptr;
+  float* p = nullptr;
+  int stride = 0;
+
+  HYBRIDCACHE_HD_INLINE static constexpr int stride_for(int c) { return padded_stride(c, 4); }
+  HYBRIDCACHE_HD_INLINE static constexpr std::int64_t floats(int c) {
+    return 4 * static_cast<std::int64_t>(c) + 2 * static_cast<std::int64_t>(c) * stride_for(c);
+  }
+  HYBRIDCACHE_HD_INLINE static chunk_tables at(float* base, int c) {
+    chunk_tables tb;
+    tb.stride = stride_for(c);
+    tb.cum = base;
+    tb.seg = base + c;
+    tb.kfac = base + 2 * c;
+    tb.qfac = base + 3 * c;
+    tb.t = base + 4 * c;
+    tb.p = tb.t + static_cast<std::int64_t>(c) * tb.stride;
+    return tb;
+  }
+};
+
+/// The intra-chunk phases of one chunk [t0, t0 + len) of `in` (capacity C >= len). Phases,
+/// in order, a barrier between them: `stage` (threads) with `decays` (one group), `gram` and
+/// `weights` (a warp per row, lanes over columns), `solve` (a thread per column),
+/// `export_tables` (threads).
+template <class Rule, int DK, class In>
+struct chunk_prepare_program {
+  static constexpr int key_stride = padded_stride(DK, sizeof(In));
+
+  head_input<In> in;
+  qk_options opt;
+  int t0 = 0;
+  int len = 0;
+  int capacity = 0;
+  In* kraw = nullptr;  ///< [C][key_stride] raw keys of the chunk
+  In* qraw = nullptr;  ///< [C][key_stride] raw queries
+  float* beta = nullptr;
+  float* a = nullptr;  ///< [C][stride]: raw K K^T, then A
+  chunk_tables tab{};
+
+  HYBRIDCACHE_HD_INLINE void carve(workspace_carver& w) {
+    kraw = w.take<In>(static_cast<std::int64_t>(capacity) * key_stride);
+    qraw = w.take<In>(static_cast<std::int64_t>(capacity) * key_stride);
+    beta = w.take<float>(capacity);
+    a = w.take<float>(static_cast<std::int64_t>(capacity) * chunk_tables::stride_for(capacity));
+    float* t = w.take<float>(chunk_tables::floats(capacity));
+    if (t != nullptr) tab = chunk_tables::at(t, capacity);
+  }
+  /// Bytes of workspace (shared memory) for chunk capacity `c`.
+  HYBRIDCACHE_HD_INLINE static std::size_t workspace_bytes(int c) {
+    chunk_prepare_program p;
+    p.capacity = c;
+    workspace_carver w;
+    p.carve(w);
+    return w.offset;
+  }
+
+  HYBRIDCACHE_HD_INLINE void stage(int tid, int nthreads) const {
+    for (int x = tid; x < len * DK; x += nthreads) {
+      const int r = x / DK, i = x % DK;
+      kraw[r * key_stride + i] = in.k_at(t0 + r)[i];
+      qraw[r * key_stride + i] = in.q_at(t0 + r)[i];
+    }
+  }
+  template <class Group>
+  HYBRIDCACHE_HD_INLINE void decays(const Group& g) const {
+    scan_log_decays(len, [&](int j) { return in.g_at(t0 + j); }, tab.cum, tab.seg, g);
+    for (int j = g.rank(); j < len; j += Group::size) beta[j] = in.beta_at(t0 + j);
+  }
+  /// Rows r = row0, row0 + row_step, ... (a warp each), lanes over j <= r (lane, lane + lanes,
+  /// ...): raw k_r.k_j (j < r), q_r.k_j (j <= r), and at j = r the norms (the k and q factors).
+  /// k_j rows of 32 lanes sit in 32 banks; k_r and q_r are broadcasts.
+  HYBRIDCACHE_HD_INLINE void gram(int row0, int row_step, int lane, int lanes) const {
+    const int ts = tab.stride;
+    for (int r = row0; r < len; r += row_step) {
+      const In* kr = kraw + r * key_stride;
+      const In* qr = qraw + r * key_stride;
+      for (int j = lane; j <= r; j += lanes) {
+        const In* kj = kraw + j * key_stride;
+        float kk = 0.0f, qk = 0.0f;
+        for (int i = 0; i < DK; ++i) {
+          const float kji = to_float(kj[i]);
+          kk = fma_rn(to_float(kr[i]), kji, kk);
+          qk = fma_rn(to_float(qr[i]), kji, qk);
+        }
+        tab.p[r * ts + j] = qk;
+        if (j < r) {
+          a[r * ts + j] = kk;
+        } else {
+          float qq = 0.0f;
+          for (int i = 0; i < DK; ++i) qq = fma_rn(to_float(qr[i]), to_float(qr[i]), qq);
+          tab.kfac[r] = prep_factor(kk, opt.l2_normalize, 1.0f, opt.eps);
+          tab.qfac[r] = prep_factor(qq, opt.l2_normalize, opt.scale, opt.eps);
+        }
+      }
+    }
+  }
+  /// Same rows and lanes: A = beta_r Gamma_rj k_r.k_j (factors applied), P = Gamma_rj q_r.k_j.
+  HYBRIDCACHE_HD_INLINE void weights(int row0, int row_step, int lane, int lanes) const {
+    const int ts = tab.stride;
+    for (int r = row0; r < len; r += row_step) {
+      const decay_prefix pr = prefix_at(tab.cum, tab.seg, r);
+      for (int j = lane; j <= r; j += lanes) {
+        const float dec = decay_between(pr, tab.cum[j], j);
+        tab.p[r * ts + j] = dec * tab.p[r * ts + j] * tab.qfac[r] * tab.kfac[j];
+        if (j < r) a[r * ts + j] = beta[r] * dec * a[r * ts + j] * tab.kfac[r] * tab.kfac[j];
+      }
+    }
+  }
+  /// Columns c (one per thread) of T: T[r][c] = beta_r [r == c] - sum_{c <= j < r} A[r][j] T[j][c]
+  /// (the j loop is the same for every lane: A[r][j] is a broadcast, T[j][c] consecutive).
+  HYBRIDCACHE_HD_INLINE void solve(int tid, int nthreads) const {
+    if constexpr (Rule::delta) {
+      const int ts = tab.stride;
+      for (int c = tid; c < len; c += nthreads)
+        for (int r = 0; r < len; ++r) {
+          float x = r == c ? beta[r] : 0.0f;
+          for (int j = 0; j < r; ++j)
+            if (j >= c) x = fma_rn(-a[r * ts + j], tab.t[j * ts + c], x);
+          tab.t[r * ts + c] = r < c ? 0.0f : x;
+        }
+    }
+  }
+  HYBRIDCACHE_HD_INLINE void export_tables(float* dst, int tid, int nthreads) const {
+    for (std::int64_t x = tid; x < chunk_tables::floats(capacity); x += nthreads) dst[x] = tab.cum[x];
+  }
+};
+
+/// The state pass of one sequence and value head over its chunks, for value columns
+/// [col_begin, col_end): `load_columns` (groups), then per chunk `select_chunk` + `stage`
+/// (threads) and `columns` (groups), then `store_columns` (groups). The columns' states live
+/// in the workspace between chunks.
+template <class Rule, class State, class In, class Out>
+struct chunk_scan_program {
+  static constexpr int DK = State::key_dim;
+  static constexpr int DV = State::value_dim;
+  static constexpr int key_stride = padded_stride(DK, sizeof(In));
+  /// Value columns per CTA: a CTA per (sequence, value head, 16 columns).
+  static constexpr int block_columns = 16;
+
+  head_input<In> in;
+  head_output<Out> out;
+  State state;
+  checkpoint_sink ck;
+  std::int64_t start = 0;  ///< absolute position of token 0 of `in`
+  int chunk = 0;           ///< C
+  const float* tables = nullptr;  ///< chunk_tables of chunk 0; chunk i at tables + i * table_stride
+  std::int64_t table_stride = 0;
+  int col_begin = 0;
+  int col_end = 0;
+  int t0 = 0;
+  int len = 0;
+
+  In* kraw = nullptr;  ///< [C][key_stride] this chunk's raw keys
+  In* qraw = nullptr;
+  float* alpha = nullptr;  ///< [C] exp(g)
+  chunk_tables tab{};
+  float* cols = nullptr;     ///< [block_columns][DK] the columns' states
+  float* scratch = nullptr;  ///< [groups][4C]
+
+  HYBRIDCACHE_HD_INLINE void carve(workspace_carver& w, int groups) {
+    kraw = w.take<In>(static_cast<std::int64_t>(chunk) * key_stride);
+    qraw = w.take<In>(static_cast<std::int64_t>(chunk) * key_stride);
+    alpha = w.take<float>(chunk);
+    float* t = w.take<float>(chunk_tables::floats(chunk));
+    if (t != nullptr) tab = chunk_tables::at(t, chunk);
+    cols = w.take<float>(static_cast<std::int64_t>(block_columns) * DK);
+    scratch = w.take<float>(4 * static_cast<std::int64_t>(chunk) * groups);
+  }
+  HYBRIDCACHE_HD_INLINE static std::size_t workspace_bytes(int c, int groups) {
+    chunk_scan_program p;
+    p.chunk = c;
+    workspace_carver w;
+    p.carve(w, groups);
+    return w.offset;
+  }
+  HYBRIDCACHE_HD_INLINE float* group_scratch(int group) const { return scratch + 4 * static_cast<std::int64_t>(chunk) * group; }
+
+  /// The columns' initial states into the workspace; checkpoints at the start position.
+  template <class Group>
+  HYBRIDCACHE_HD_INLINE void load_columns(int group, int ngroups, const Group& g) const {
+    constexpr int N = slice_len<DK, Group::size>;
+    for (int c = col_begin + group; c < col_end; c += ngroups) {
+      float s[N];
+      load_state_row(state, c, s, g);
+      for (int i = 0; i < ck.count; ++i)
+        if (ck.positions[i] == start) store_state_row(State{ck.states + i * ck.state_stride}, c, s, g);
+      put_column(c, s, g);
+    }
+  }
+  template <class Group>
+  HYBRIDCACHE_HD_INLINE void store_columns(int group, int ngroups, const Group& g) const {
+    constexpr int N = slice_len<DK, Group::size>;
+    for (int c = col_begin + group; c < col_end; c += ngroups) {
+      float s[N];
+      get_column(c, s, g);
+      store_state_row(state, c, s, g);
+    }
+  }
+
+  HYBRIDCACHE_HD_INLINE void select_chunk(int i) {
+    t0 = chunk_first_token(start, in.length, chunk, i);
+    len = aligned_chunk_len(start, t0, in.length, chunk);
+  }
+  /// Chunk `i`'s tables, raw keys and queries, and alphas into the workspace.
+  HYBRIDCACHE_HD_INLINE void stage(int i, int tid, int nthreads) const {
+    const float* src = tables + i * table_stride;
+    for (std::int64_t x = tid; x < chunk_tables::floats(chunk); x += nthreads) tab.cum[x] = src[x];
+    for (int x = tid; x < len * DK; x += nthreads) {
+      const int r = x / DK, e = x % DK;
+      kraw[r * key_stride + e] = in.k_at(t0 + r)[e];
+      qraw[r * key_stride + e] = in.q_at(t0 + r)[e];
+    }
+    for (int j = tid; j < len; j += nthreads) alpha[j] = expf(in.g_at(t0 + j));
+  }
+
+  /// One chunk for the group's columns (col_begin + group, + ngroups, ...).
+  template <class Group>
+  HYBRIDCACHE_HD_INLINE void columns(int group, int ngroups, float* sc, const Group& g) const {
+    constexpr int N = slice_len<DK, Group::size>;
+    const int ts = tab.stride;
+    float* ks = sc;                 // k_r . s, then w_r = v_r - gamma_r k_r . s
+    float* qs = sc + chunk;         // q_r . s
+    float* u = sc + 2 * chunk;      // the chunk's U column
+    const std::int64_t chunk_start = start + t0;
+    for (int c = col_begin + group; c < col_end; c += ngroups) {
+      const float* col = cols + static_cast<std::int64_t>(c - col_begin) * DK;
+      // k_r . s and q_r . s, lanes over r: a lane walks its own rows (stride key_stride,
+      // 32 rows in 32 banks) while s[i] is a broadcast.
+      for (int r = g.rank(); r < len; r += Group::size) {
+        const In* kr = kraw + r * key_stride;
+        const In* qr = qraw + r * key_stride;
+        float a = 0.0f, b = 0.0f;
+        for (int i = 0; i < DK; ++i) {
+          a = fma_rn(to_float(kr[i]), col[i], a);
+          b = fma_rn(to_float(qr[i]), col[i], b);
+        }
+        const float gamma = decay_from_start(prefix_at(tab.cum, tab.seg, r));
+        ks[r] = Rule::delta ? fma_rn(-gamma, tab.kfac[r] * a, in.v_at(t0 + r, c)) : 0.0f;
+        qs[r] = mul_rn(gamma, tab.qfac[r] * b);
+      }
+      g.sync();
+      // U = T w (delta) or V (linear); then O = diag(gamma) Q S + P U. Lanes over r: T[r][j]
+      // and P[r][j] of 32 rows are in 32 banks, w[j] and u[j] are broadcasts.
+      for (int r = g.rank(); r < len; r += Group::size) {
+        float x = 0.0f;
+        if constexpr (Rule::delta) {
+          for (int j = 0; j <= r; ++j) x = fma_rn(tab.t[r * ts + j], ks[j], x);
+        } else {
+          x = in.v_at(t0 + r, c);
+        }
+        u[r] = x;
+      }
+      g.sync();
+      for (int r = g.rank(); r < len; r += Group::size) {
+        float o = qs[r];
+        for (int j = 0; j <= r; ++j) o = fma_rn(tab.p[r * ts + j], u[j], o);
+        out.o[(t0 + r) * out.stride + c] = from_float<Out>(o);
+        if (out.u != nullptr) out.u[(t0 + r) * out.u_stride + c] = u[r];
+      }
+      // Roll the column through the chunk (lanes over d_k); a checkpoint inside the chunk is
+      // the boundary state rolled forward, the one at its end the next boundary state.
+      float s[N];
+      get_column(c, s, g);
+      int next = 0;
+      while (next < ck.count && ck.positions[next] <= chunk_start) ++next;
+      for (int j = 0; j < len; ++j) {
+        float k[N];
+        load_slice<DK>(kraw + j * key_stride, tab.kfac[j], k, g);
+        fold_row(s, alpha[j], k, u[j]);
+        while (next < ck.count && ck.positions[next] == chunk_start + j + 1) {
+          store_state_row(State{ck.states + next * ck.state_stride}, c, s, g);
+          ++next;
+        }
+      }
+      put_column(c, s, g);
+      g.sync();
+    }
+  }
+
+ private:
+  template <class Group>
+  HYBRIDCACHE_HD_INLINE void put_column(int c, const float (&s)[slice_len<DK, Group::size>], const Group& g) const {
+    float* col = cols + static_cast<std::int64_t>(c - col_begin) * DK;
+    for (int e = 0; e < slice_len<DK, Group::size>; ++e) {
+      const int i = slice_index<DK, Group::size>(g.rank(), e);
+      if (i < DK) col[i] = s[e];
+    }
+  }
+  template <class Group>
+  HYBRIDCACHE_HD_INLINE void get_column(int c, float (&s)[slice_len<DK, Group::size>], const Group& g) const {
+    const float* col = cols + static_cast<std::int64_t>(c - col_begin) * DK;
+    for (int e = 0; e < slice_len<DK, Group::size>; ++e) {
+      const int i = slice_index<DK, Group::size>(g.rank(), e);
+      s[e] = i < DK ? col[i] : 0.0f;
+    }
+  }
+};
+
+/// Inputs of a batched chunked prefill over packed variable-length sequences. Token t of
+/// sequence s is row `cu_seqlens[s] + t` of q, k [tokens][H][d_k], v, o [tokens][HV][d_v],
+/// log_decay, beta [tokens][HV]. The state of `slots[s]` is the initial state and receives the
+/// final state. Checkpoints of sequence s are `checkpoint_positions[checkpoint_offsets[s] ..
+/// checkpoint_offsets[s+1])` (absolute positions, ascending), written to
+/// `checkpoint_states[i][HV][d_k*d_v]`. Chunks are aligned to absolute multiples of `chunk`.
+template <class In, class Out>
+struct prefill_io {
+  int num_seqs = 0;
+  int num_k_heads = 0;
+  int num_v_heads = 0;
+  int chunk = 64;
+  const std::int64_t* cu_seqlens = nullptr;
+  const std::int64_t* start_positions = nullptr;
+  const std::int32_t* slots = nullptr;
+  const In* q = nullptr;
+  const In* k = nullptr;
+  const In* v = nullptr;
+  const float* log_decay = nullptr;
+  const float* beta = nullptr;
+  Out* o = nullptr;
+  float* states = nullptr;
+  const std::int64_t* checkpoint_offsets = nullptr;
+  const std::int64_t* checkpoint_positions = nullptr;
+  float* checkpoint_states = nullptr;
+  float* u_out = nullptr;  ///< optional [tokens][HV][d_v]: u (or v) per token, to fill a KV-only buffer
+  /// The chunk tables the parallel phase leaves for the state pass:
+  /// `prefill_workspace_floats(tokens, num_seqs, num_v_heads, chunk)` floats (device memory
+  /// for the kernels; the host driver allocates its own when null).
+  float* workspace = nullptr;
+  qk_options qk{};
+};
+
+/// First chunk-table slot of sequence `seq` (slots of one sequence are consecutive; a
+/// sequence of n tokens has at most floor(n / C) + 2 chunks, so this never overlaps).
+HYBRIDCACHE_HD_INLINE std::int64_t chunk_slot_base(const std::int64_t* cu_seqlens, int seq, int chunk) {
+  return cu_seqlens[seq] / chunk + 2 * static_cast<std::int64_t>(seq);
+}
+/// Chunk-table slots of a prefill of `tokens` tokens in `num_seqs` sequences.
+HYBRIDCACHE_HD_INLINE std::int64_t prefill_chunk_slots(std::int64_t tokens, int num_seqs, int chunk) {
+  return tokens / chunk + 2 * static_cast<std::int64_t>(num_seqs);
+}
+/// Floats of `prefill_io::workspace`.
+HYBRIDCACHE_HD_INLINE std::int64_t prefill_workspace_floats(std::int64_t tokens, int num_seqs, int num_v_heads,
+                                                            int chunk) {
+  return prefill_chunk_slots(tokens, num_seqs, chunk) * num_v_heads * chunk_tables::floats(chunk);
+}
+
+/// One (sequence, value head) of a batched prefill: its slice of the packed tensors, its
+/// state, checkpoint sink and absolute start. `active` is false for a negative slot.
+template <class State, class In, class Out>
+struct prefill_head {
+  bool active = false;
+  head_input<In> in;
+  head_output<Out> out;
+  State state;
+  checkpoint_sink ck;
+  std::int64_t start = 0;
+
+  HYBRIDCACHE_HD_INLINE static prefill_head bind(const prefill_io<In, Out>& io, int seq, int hv) {
+    constexpr int DK = State::key_dim, DV = State::value_dim;
+    prefill_head p;
+    const int slot = io.slots[seq];
+    if (slot < 0) return p;
+    p.active = true;
+    const int h = key_head_of(hv, io.num_k_heads, io.num_v_heads);
+    const std::int64_t t0 = io.cu_seqlens[seq];
+    const std::int64_t kstride = static_cast<std::int64_t>(io.num_k_heads) * DK;
+    const std::int64_t vstride = static_cast<std::int64_t>(io.num_v_heads) * DV;
+    p.in.q = io.q + t0 * kstride + h * DK;
+    p.in.k = io.k + t0 * kstride + h * DK;
+    p.in.v = io.v + t0 * vstride + hv * DV;
+    p.in.q_stride = p.in.k_stride = kstride;
+    p.in.v_stride = vstride;
+    p.in.log_decay = io.log_decay ? io.log_decay + t0 * io.num_v_heads + hv : nullptr;
+    p.in.decay_stride = io.num_v_heads;
+    p.in.beta = io.beta ? io.beta + t0 * io.num_v_heads + hv : nullptr;
+    p.in.beta_stride = io.num_v_heads;
+    p.in.length = static_cast<int>(io.cu_seqlens[seq + 1] - t0);
+    p.out = head_output<Out>{io.o + t0 * vstride + hv * DV, vstride,
+                             io.u_out ? io.u_out + t0 * vstride + hv * DV : nullptr, vstride};
+    p.state = State{io.states + (static_cast<std::int64_t>(slot) * io.num_v_heads + hv) * State::elements};
+    p.start = io.start_positions[seq];
+    if (io.checkpoint_offsets != nullptr) {
+      const std::int64_t first = io.checkpoint_offsets[seq];
+      p.ck.positions = io.checkpoint_positions + first;
+      p.ck.count = static_cast<int>(io.checkpoint_offsets[seq + 1] - first);
+      p.ck.state_stride = static_cast<std::int64_t>(io.num_v_heads) * State::elements;
+      p.ck.states = io.checkpoint_states + first * p.ck.state_stride + hv * State::elements;
+    }
+    return p;
+  }
+};
+
+namespace detail {
+
+/// Worst bank conflict of the shared accesses of the chunk programs for chunk capacity `c`,
+/// `len` tokens, d_k `dk`, input elements of `eb` bytes, with warps of 32 threads: the
+/// triangular mat-vecs of the scan (T w, P u: lanes over rows r at step j), its k.s / q.s
+/// dots (lanes over rows at step i), the Gram and weight items of the prepare phase (an item
+/// per thread, j fastest, at step i), and the solve (a thread per column c reading T[j][c] at
+/// step j; A[r][j] is the same word for every lane). Steps i run over `i_steps` elements of
+/// d_k (all of them in the exhaustive test; 2 cover both parities of a 16-bit row). The row
+/// strides are the programs' own unless given (`t_stride`, `k_stride` > 0: to show what an
+/// unpadded layout costs).
+constexpr int chunk_bank_ways(int c, int len, int dk, int eb, int i_steps, int t_stride = 0, int k_stride = 0) {
+  const int ts = t_stride > 0 ? t_stride : chunk_tables::stride_for(c);
+  const int ks = k_stride > 0 ? k_stride : padded_stride(dk, eb);
+  int worst = 0;
+  auto keep = [&](int w) { worst = w > worst ? w : worst; };
+  for (int k = 0; k * 32 < len; ++k) {  // scan: lanes over r = 32 k + lane
+    for (int j = 0; j < len; ++j)
+      keep(bank_ways([&](int l) -> std::int64_t {
+        const int r = 32 * k + l;
+        return r < len && j <= r ? std::int64_t{4} * (r * ts + j) : -1;  // T[r][j], P[r][j]
+      }));
+    for (int i = 0; i < i_steps; ++i)
+      keep(bank_ways([&](int l) -> std::int64_t {
+        const int r = 32 * k + l;
+        return r < len ? std::int64_t{eb} * (r * ks + i) : -1;  // kraw[r][i], qraw[r][i]
+      }));
+  }
+  for (int r = 0; r < len; ++r)  // prepare: a warp per row r, lanes over j = 32 k + lane <= r
+    for (int k = 0; 32 * k <= r; ++k) {
+      auto live = [&](int l) { return 32 * k + l <= r; };
+      for (int i = 0; i < i_steps; ++i)
+        keep(bank_ways([&](int l) -> std::int64_t { return live(l) ? std::int64_t{eb} * ((32 * k + l) * ks + i) : -1; }));
+      keep(bank_ways([&](int l) -> std::int64_t { return live(l) ? std::int64_t{4} * (r * ts + 32 * k + l) : -1; }));
+    }
+  for (int c0 = 0; c0 < len; c0 += 32)  // solve: thread c = c0 + lane reads T[j][c] when c <= j
+    for (int j = 0; j < len; ++j)
+      keep(bank_ways([&](int l) -> std::int64_t {
+        const int cc = c0 + l;
+        return cc < len && cc <= j ? std::int64_t{4} * (j * ts + cc) : -1;
+      }));
+  return worst;
+}
+
+}  // namespace detail
+
+// Full chunks of the shipped sizes, fp32 and 16-bit inputs (tests/emulated checks every
+// chunk capacity 1..64, every tail length, every step and more head dims at run time).
+static_assert(detail::chunk_bank_ways(64, 64, 128, 2, 2) <= 2, "chunk programs: shared-memory bank conflicts");
+static_assert(detail::chunk_bank_ways(64, 64, 128, 4, 2) <= 2, "chunk programs: shared-memory bank conflicts");
+static_assert(detail::chunk_bank_ways(16, 16, 64, 4, 2) <= 2, "chunk programs: shared-memory bank conflicts");
+
+}  // namespace hybridcache::cuda
