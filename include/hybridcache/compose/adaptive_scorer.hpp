@@ -77,9 +77,9 @@ struct adaptive_config {
   double switch_margin = 0.02;  ///< the leader must beat the followed score by this fraction
   /// ... and its decayed lead over the followed candidate, summed per request, must exceed
   /// `confidence` standard deviations of those per-request differences (a paired test:
-  /// requests that every shadow serves alike add nothing, so early noise never switches).
-  double confidence = 2.0;
-  std::int64_t min_dwell = 50;  ///< requests between two switches (>= 0)
+  /// requests that every shadow serves alike add nothing, so one lucky hit does not switch).
+  double confidence = 0.5;
+  std::int64_t min_dwell = 0;  ///< requests between two switches (>= 0)
   /// Tokens each id of the request stream stands for (1 for token ids; a block-hash trace's
   /// block size), so that a shadow's hit is scored in the FLOPs of its real tokens.
   std::int64_t tokens_per_id = 1;

@@ -228,8 +228,11 @@ class prefix_cache {
     const auto len = static_cast<std::int64_t>(sequence.size());
     if (const errc e = select_salt(m, salt); e != errc::ok) return unexpected(e);
     std::int64_t reusable = -1;
-    if (const errc e = validate_commit(sequence, input_tokens, m, extra, reusable); e != errc::ok) return unexpected(e);
-    observe(sequence, input_tokens);  // before anything changes (it may throw bad_alloc)
+    const errc checked = validate_commit(sequence, input_tokens, m, extra, reusable);
+    // A well-formed request reaches a stream observer even when this cache cannot fit it
+    // (the shadows of other rules may); before anything changes (it may throw bad_alloc).
+    if (checked == errc::ok || checked == errc::out_of_capacity) observe(sequence, input_tokens);
+    if (checked != errc::ok) return unexpected(checked);
     const std::int64_t floor = computed_from(reusable);
     reserve_indexes(tree_.id_bound() + positions_.size() + 4);  // may throw: nothing changed yet
     // The reference's order (admit_oversized): the match is released before evicting.
@@ -311,6 +314,16 @@ class prefix_cache {
   {
     std::lock_guard<Lock> guard(lock_);
     scorer_.set_alpha(a);
+  }
+
+  /// Follows rule `rule` of a switchable scorer (switching_scorer.hpp) at FLOP weight
+  /// `alpha` from the next eviction on; false (nothing changes) for a rule out of range or
+  /// a bad alpha. O(1).
+  bool switch_rule(std::size_t rule, double alpha)
+    requires requires(Scorer& s) { s.switch_to(rule, alpha); }
+  {
+    std::lock_guard<Lock> guard(lock_);
+    return scorer_.switch_to(rule, alpha);
   }
 
   /// Unpins a match that will not be committed. Releasing twice: `errc::double_free`; a

@@ -41,6 +41,7 @@
 
 #include "hybridcache/concepts/state_store.hpp"
 #include "hybridcache/concepts/utility_scorer.hpp"
+#include "hybridcache/core/error.hpp"
 #include "hybridcache/prefix/flop_aware_scorer.hpp"
 #include "hybridcache/prefix/gdsf_scorer.hpp"
 #include "hybridcache/prefix/lru_scorer.hpp"
