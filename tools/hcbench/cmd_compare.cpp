@@ -75,7 +75,8 @@ void run(const compare_cli& o, const CLI::App& sub) {
   reject_unless(has_marconi, sub, "--alpha", "without marconi in --policies (marconi only)");
   const std::optional<double> alpha = parse_alpha(o.alpha);
   replay_job selector_job;  // the tuner and selector options every marconi job gets
-  apply_selector_options(o.selector, sub, has_marconi && !alpha, false, selector_job);
+  apply_selector_options(o.selector, sub, has_marconi && !alpha, false, selector_job,
+                         has_marconi ? "with a fixed --alpha" : "without marconi in --policies");
   const bool reference_ties = parse_lru_ties(o.lru_ties);
   if (o.block_size < 0) throw hybridcache::invalid_argument("--block-size must be > 0");
   if (o.threads < 0) throw hybridcache::invalid_argument("--threads must be >= 0");

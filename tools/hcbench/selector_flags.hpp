@@ -52,10 +52,10 @@ inline void add_selector_options(CLI::App& sub, selector_cli& o) {
 }
 
 /// Checks the flags against the mode and fills the job's tuner and selector options.
-/// `auto_marconi`: marconi with --alpha auto is among what runs.
+/// `auto_marconi`: marconi with --alpha auto is among what runs; `why` says what is missing
+/// otherwise (replay and compare name their flags differently).
 inline void apply_selector_options(const selector_cli& o, const CLI::App& sub, bool auto_marconi, bool quirks,
-                                   replay_job& job) {
-  const std::string why = "without --policy marconi and --alpha auto";
+                                   replay_job& job, const std::string& why = "without --policy marconi and --alpha auto") {
   for (const char* name : {"--tuner", "--candidates", "--selector-decay", "--switch-margin", "--min-dwell",
                            "--switch-confidence"})
     reject_unless(auto_marconi, sub, name, why);
