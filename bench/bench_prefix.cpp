@@ -18,6 +18,7 @@
 #include <hybridcache/model/presets.hpp>
 #include <hybridcache/prefix/flop_aware_scorer.hpp>
 #include <hybridcache/prefix/gdsf_scorer.hpp>
+#include <hybridcache/prefix/switching_scorer.hpp>
 #include <hybridcache/prefix/lifecycle.hpp>
 #include <hybridcache/prefix/prefix_cache.hpp>
 #include "hybridcache/stores/counting_store.hpp"
@@ -226,10 +227,9 @@ static void bm_evict_adversarial_100k(benchmark::State& state) {
       benchmark::Counter(static_cast<double>(evictions) / static_cast<double>(state.iterations()));
 }
 BENCHMARK(bm_evict_adversarial_100k<lru_scorer>)->Name("bm_evict_adversarial_100k/lru")->Unit(benchmark::kMicrosecond);
-BENCHMARK(bm_evict_adversarial_100k<flop_aware_scorer>)
+BENCHMARK(bm_evict_adversarial_100k<flop_aware_scorer>)  // the default index: the bounded walk
     ->Name("bm_evict_adversarial_100k/flop_aware_a1")
-    ->Unit(benchmark::kMicrosecond)
-    ->Iterations(200);
+    ->Unit(benchmark::kMicrosecond);
 BENCHMARK(bm_evict_adversarial_100k<gdsf_scorer>)->Name("bm_evict_adversarial_100k/gdsf")->Unit(benchmark::kMicrosecond);
 namespace {
 struct flop_classes_scorer : flop_aware_scorer {  // the same scorer, efficiency-class index
@@ -242,6 +242,30 @@ flop_classes_scorer make_scorer<flop_classes_scorer>() {
 }  // namespace
 BENCHMARK(bm_evict_adversarial_100k<flop_classes_scorer>)
     ->Name("bm_evict_adversarial_100k/flop_aware_a1_classes")
+    ->Unit(benchmark::kMicrosecond);
+namespace {
+struct flop_threshold_scorer : flop_aware_scorer {  // the exact walk, unbounded (O(n) here)
+  flop_threshold_scorer() : flop_aware_scorer(::model(), {.alpha = 1.0, .index = flop_index::threshold_walk}) {}
+};
+template <>
+flop_threshold_scorer make_scorer<flop_threshold_scorer>() {
+  return flop_threshold_scorer{};
+}
+struct switching_flop_scorer : lru_flop_gdsf_scorer {  // the adaptive selector's live index, following FLOP-aware a1
+  switching_flop_scorer()
+      : lru_flop_gdsf_scorer(lru_scorer{}, flop_aware_scorer(::model(), {.alpha = 1.0}), gdsf_scorer(::model()), 1) {}
+};
+template <>
+switching_flop_scorer make_scorer<switching_flop_scorer>() {
+  return switching_flop_scorer{};
+}
+}  // namespace
+BENCHMARK(bm_evict_adversarial_100k<flop_threshold_scorer>)
+    ->Name("bm_evict_adversarial_100k/flop_aware_a1_threshold")
+    ->Unit(benchmark::kMicrosecond)
+    ->Iterations(200);
+BENCHMARK(bm_evict_adversarial_100k<switching_flop_scorer>)
+    ->Name("bm_evict_adversarial_100k/switching_flop_a1")
     ->Unit(benchmark::kMicrosecond);
 
 // The request lifecycle at 10k cached nodes: begin (match, plan, reserve) + finish (adopt)

@@ -12,6 +12,7 @@
 #include <string_view>
 #include <vector>
 
+#include <hybridcache/compose/adaptive_scorer.hpp>
 #include <hybridcache/model/prefill_time.hpp>
 #include <hybridcache/model/presets.hpp>
 #include <hybridcache/prefix/admission.hpp>
@@ -118,7 +119,10 @@ const std::vector<sim::request>& sharegpt() {
   return reqs;
 }
 
-enum class policy : std::uint8_t { sglang, marconi, vllm };
+// marconi: the library's Marconi (judicious admission + the adaptive selector over SGLang+'s
+// rule, FLOP-aware alphas and GDSF: what hcbench's --policy marconi runs by default);
+// marconi_a1: the FLOP-aware rule at a fixed alpha 1.
+enum class policy : std::uint8_t { sglang, marconi, marconi_a1, vllm };
 
 // One tiered replay setup. The defaults are hcbench's: auto prefill engines, the trace's
 // own arrivals, FCFS, layer-wise loading, write-back with the 90 %/80 % cleaner, prefill
@@ -143,7 +147,13 @@ tiered_replay_result run_one(const replay_setup& c, const std::vector<sim::reque
                              const tiered_replay_options& o) {
   const flop_prefill_time prefill(m);
   switch (c.pol) {
-    case policy::marconi:
+    case policy::marconi: {
+      prefix::adaptive_config cfg;
+      cfg.tokens_per_id = reqs.front().tokens_per_id;
+      return run_tiered_replay<prefix::judicious_admission>(reqs, m, o, prefix::make_marconi_adaptive_scorer(m, cfg),
+                                                            prefill);
+    }
+    case policy::marconi_a1:
       return run_tiered_replay<prefix::judicious_admission>(reqs, m, o, prefix::flop_aware_scorer(m, {.alpha = 1.0}), prefill);
     case policy::vllm:
       if (reqs.front().tokens_per_id > 1)
@@ -215,6 +225,7 @@ using enum sparsify_kind;
 // Counters *_1 are the single-tier baseline of the same policy; p50_cut = 1 - p50 / p50_1.
 HC_REPLAY(goal_mooncake_jamba_sglang, .pol = policy::sglang);
 HC_REPLAY(goal_mooncake_jamba_marconi, .pol = policy::marconi);
+HC_REPLAY(goal_mooncake_jamba_marconi_a1, .pol = policy::marconi_a1);
 HC_REPLAY(goal_mooncake_qwen3_sglang, .model = "qwen3_next_80b_a3b", .pol = policy::sglang,
           .tiers = "hbm=128GiB,host=512GiB");
 HC_REPLAY(goal_mooncake_qwen3_marconi, .model = "qwen3_next_80b_a3b", .pol = policy::marconi,

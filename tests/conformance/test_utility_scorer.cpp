@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "hybridcache/model/presets.hpp"
+#include "hybridcache/compose/adaptive_scorer.hpp"
 #include "hybridcache/prefix/admission.hpp"
 #include "hybridcache/prefix/flop_aware_scorer.hpp"
 #include "hybridcache/prefix/gdsf_scorer.hpp"
@@ -136,7 +137,32 @@ class checked_scorer {
     return inner_.accounted_bytes(tree, n, act, actual);
   }
 
+  // What the cache asks of some scorers (the fit check, the adaptive selector's shadows).
+  static constexpr bool evicts_inner_nodes = requires { requires Inner::evicts_inner_nodes; };
+  [[nodiscard]] bool takes_inner_nodes() const noexcept
+    requires requires(const Inner& i) { i.takes_inner_nodes(); }
+  {
+    return inner_.takes_inner_nodes();
+  }
+  [[nodiscard]] bool protects_branches() const noexcept
+    requires requires(const Inner& i) { i.protects_branches(); }
+  {
+    return inner_.protects_branches();
+  }
+  template <class Store>
+  void attach_store(const Store& store, const prefix_cache_config& cfg)
+    requires requires(Inner& i) { i.attach_store(store, cfg); }
+  {
+    inner_.attach_store(store, cfg);
+  }
+  void observe_request(std::span<const token_id> seq, std::int64_t n, const cache_salt& salt)
+    requires request_observer<Inner>
+  {
+    inner_.observe_request(seq, n, salt);
+  }
+
   [[nodiscard]] const scorer_report& report() const noexcept { return report_; }
+  [[nodiscard]] const Inner& inner() const noexcept { return inner_; }
 
  private:
   Inner inner_;
@@ -179,6 +205,20 @@ struct reference_fixture {
   using scorer_type = reference_flop_scorer;
   static scorer_type make(const cost_model& m, std::mt19937_64& rng) {
     return reference_flop_scorer(m, {.alpha = static_cast<double>(rng() % 21) / 10.0, .intermediate = Mode});
+  }
+};
+
+struct switching_fixture {  // the three library rules over one index, any of them followed
+  using scorer_type = lru_flop_gdsf_scorer;
+  static scorer_type make(const cost_model& m, std::mt19937_64& rng) {
+    return lru_flop_gdsf_scorer(lru_scorer{}, flop_aware_scorer(m, {.alpha = static_cast<double>(rng() % 21) / 10.0}),
+                                gdsf_scorer(m), static_cast<std::size_t>(rng() % 3));
+  }
+};
+struct adaptive_fixture {  // switching at almost every request (no hysteresis, short memory)
+  using scorer_type = marconi_adaptive_scorer;
+  static scorer_type make(const cost_model& m, std::mt19937_64&) {
+    return make_marconi_adaptive_scorer(m, {.decay = 0.8, .switch_margin = 0.0, .confidence = 0.0});
   }
 };
 
@@ -325,7 +365,11 @@ TEST_CASE_TEMPLATE_INVOKE(utility_scorer_conformance, lru_fixture, lru_heapq_fix
                           flop_fixture<intermediate_eviction::merge>, flop_fixture<intermediate_eviction::tombstone>,
                           gdsf_fixture<intermediate_eviction::merge>, gdsf_fixture<intermediate_eviction::tombstone>,
                           reference_fixture<intermediate_eviction::merge>,
-                          reference_fixture<intermediate_eviction::tombstone>);
+                          reference_fixture<intermediate_eviction::tombstone>, switching_fixture, adaptive_fixture);
+
+static_assert(switchable_scorer<lru_flop_gdsf_scorer, radix_tree<counting_store>>);
+static_assert(request_observer<marconi_adaptive_scorer> && replicable_scorer<lru_scorer> &&
+              replicable_scorer<flop_aware_scorer> && replicable_scorer<gdsf_scorer>);
 
 // --- negative cases ------------------------------------------------------------------------
 
@@ -395,3 +439,26 @@ static_assert(!utility_scorer<throwing_select, tree_t>);
 static_assert(!utility_scorer<mutable_action, tree_t>);
 static_assert(!utility_scorer<victim_is_bool, tree_t>);
 static_assert(!utility_scorer<update_needs_mutable_tree, tree_t>);
+
+// switchable_scorer: the three calls, noexcept, with their result types.
+struct switchable_shape : full_scorer {
+  [[nodiscard]] std::size_t rules() const noexcept { return 2; }
+  [[nodiscard]] std::size_t active_rule() const noexcept { return 0; }
+  bool switch_to(std::size_t, double) noexcept { return true; }
+};
+struct switch_may_throw : full_scorer {
+  [[nodiscard]] std::size_t rules() const noexcept { return 2; }
+  [[nodiscard]] std::size_t active_rule() const noexcept { return 0; }
+  bool switch_to(std::size_t, double) { return true; }
+};
+struct switch_returns_void : full_scorer {
+  [[nodiscard]] std::size_t rules() const noexcept { return 2; }
+  [[nodiscard]] std::size_t active_rule() const noexcept { return 0; }
+  void switch_to(std::size_t, double) noexcept {}
+};
+static_assert(switchable_scorer<switchable_shape, tree_t>);
+static_assert(!switchable_scorer<full_scorer, tree_t>);
+static_assert(!switchable_scorer<switch_may_throw, tree_t>);
+static_assert(!switchable_scorer<switch_returns_void, tree_t>);
+static_assert(!request_observer<full_scorer>);
+static_assert(!replicable_scorer<full_scorer>);

@@ -17,75 +17,13 @@
 #include "hybridcache/prefix/lru_scorer.hpp"
 #include "hybridcache/prefix/prefix_cache.hpp"
 #include "hybridcache/stores/counting_store.hpp"
+#include "../support/naive_scorers.hpp"
 
 using namespace hybridcache;
 using namespace hybridcache::prefix;
+using hybridcache::test::naive_gdsf;
 
 namespace {
-
-/// The naive GDSF: a map of per-node frequency and L, a full scan per victim.
-class naive_gdsf {
- public:
-  static constexpr bool evicts_inner_nodes = true;
-  explicit naive_gdsf(cost_model m, gdsf_config cfg = {}) : model_(std::move(m)), cfg_(cfg) {}
-  [[nodiscard]] double alpha() const noexcept { return 0.0; }
-  [[nodiscard]] bool protects_branches() const noexcept { return cfg_.candidates == flop_candidates::protect_branches; }
-  template <class Tree>
-  void on_match(Tree& tree, std::span<const node_id> path, node_id, time_point now) noexcept {
-    for (auto it = path.rbegin(); it != path.rend(); ++it) {
-      if (!tree.at(*it).has_checkpoint) continue;
-      tree.touch(*it, now);
-      auto& s = seen_[*it];
-      s.freq = s.freq == 0 ? 1 : s.freq + 1;
-      s.base = l_;
-      return;
-    }
-  }
-  template <class Tree>
-  void on_insert_path(Tree&, std::span<const node_id>, time_point) noexcept {}
-  template <class Tree>
-  void on_update(const Tree&, node_id n) noexcept {
-    auto& s = seen_[n];
-    if (s.freq == 0) {
-      s.freq = 1;
-      s.base = l_;
-    }
-  }
-  template <class Tree>
-  void on_erase(const Tree&, node_id n) noexcept {
-    seen_.erase(n);
-  }
-  template <class Tree>
-  [[nodiscard]] node_id select_victim(const Tree& tree, time_point) noexcept {
-    node_id best = no_node;
-    double best_h = 0;
-    tree.preorder([&](node_id n) {
-      if (!prefix::detail::flop_candidate(tree, n, protects_branches())) return;
-      const auto& s = seen_.at(n);
-      const double h = s.base + static_cast<double>(s.freq) * prefix::detail::node_efficiency(model_, tree, n);
-      if (best == no_node || h < best_h || (h == best_h && n < best)) {
-        best = n;
-        best_h = h;
-      }
-    });
-    if (best != no_node) l_ = std::max(l_, best_h);
-    return best;
-  }
-  template <class Tree>
-  [[nodiscard]] evict_action action(const Tree& tree, node_id n) const noexcept {
-    return prefix::detail::flop_action(tree, n, cfg_.intermediate);
-  }
-
- private:
-  struct state {
-    std::uint64_t freq = 0;
-    double base = 0;
-  };
-  cost_model model_;
-  gdsf_config cfg_;
-  std::map<node_id, state> seen_;
-  double l_ = 0;
-};
 
 std::vector<token_id> random_tokens(std::mt19937_64& rng, std::size_t n, int vocab) {
   std::vector<token_id> v(n);

@@ -572,10 +572,14 @@ namespace {
 /// The obviously-right model of `flop_index::efficiency_classes`: score every candidate's
 /// class, take each class's least recently used node (ties: lowest id), and the lowest
 /// exact utility among those heads (ties: DFS order). O(n) per victim.
+/// With `walk_limit` > 0, of `flop_index::bounded_walk`: sort the candidates by last access
+/// and by efficiency, score the k-th of each for k = 0, 1, ... until the threshold (the
+/// k-th pair's score) exceeds the best, and after `walk_limit` pairs add the class heads.
 class naive_class_scorer {
  public:
   static constexpr bool evicts_inner_nodes = true;
-  naive_class_scorer(cost_model m, double alpha) : model_(std::move(m)), alpha_(alpha) {}
+  naive_class_scorer(cost_model m, double alpha, std::int64_t walk_limit = 0)
+      : model_(std::move(m)), alpha_(alpha), walk_limit_(walk_limit) {}
   [[nodiscard]] double alpha() const noexcept { return alpha_; }
   [[nodiscard]] bool protects_branches() const noexcept { return true; }
   template <class Tree>
@@ -618,18 +622,40 @@ class naive_class_scorer {
         head[c] = n;
     }
     const bool single = cand.size() == 1;
+    auto score = [&](double e, double r) {
+      return prefix::detail::utility_no_fma(alpha_, prefix::detail::normalise(e, emin, emax, single),
+                                            prefix::detail::normalise(r, rmin, rmax, single));
+    };
     node_id best = no_node;
     double best_u = 0;
-    for (const auto& [c, n] : head) {
-      const double u = prefix::detail::utility_no_fma(alpha_, prefix::detail::normalise(eff[n], emin, emax, single),
-                                                      prefix::detail::normalise(rec[n], rmin, rmax, single));
+    auto consider = [&](node_id n) {
+      const double u = score(eff[n], rec[n]);
       if (best == no_node || u < best_u || (u == best_u && tree.dfs_before(n, best))) {
         best = n;
         best_u = u;
       }
+    };
+    if (walk_limit_ > 0) {
+      std::vector<node_id> by_time = cand, by_eff = cand;
+      std::sort(by_time.begin(), by_time.end(), [&](node_id a, node_id b) {
+        return std::pair{tree.at(a).last_access, a} < std::pair{tree.at(b).last_access, b};
+      });
+      std::sort(by_eff.begin(), by_eff.end(), [&](node_id a, node_id b) { return std::pair{eff[a], a} < std::pair{eff[b], b}; });
+      for (std::size_t k = 0; k < cand.size(); ++k) {
+        if (static_cast<std::int64_t>(k) == walk_limit_) {
+          ++cuts_;
+          break;  // to the class heads
+        }
+        consider(by_time[k]);
+        consider(by_eff[k]);
+        if (score(eff[by_eff[k]], rec[by_time[k]]) > best_u) return best;
+      }
+      if (static_cast<std::int64_t>(cand.size()) <= walk_limit_) return best;  // walked to the end
     }
+    for (const auto& [c, n] : head) consider(n);
     return best;
   }
+  [[nodiscard]] std::int64_t cuts() const noexcept { return cuts_; }
   template <class Tree>
   [[nodiscard]] evict_action action(const Tree& tree, node_id n) const noexcept {
     return tree.at(n).children == 0 ? evict_action::remove_leaf : evict_action::merge_into_child;
@@ -638,6 +664,8 @@ class naive_class_scorer {
  private:
   cost_model model_;
   double alpha_;
+  std::int64_t walk_limit_;
+  std::int64_t cuts_ = 0;
 };
 }  // namespace
 
@@ -678,4 +706,49 @@ TEST_CASE("randomized: FLOP-aware efficiency classes pick the naive class-head m
     }
   }
   CHECK(compared > 2000);
+}
+
+TEST_CASE("randomized: the bounded walk picks the naive model's victims, exact until its limit, class heads after") {
+  const cost_model m = small_model();
+  const std::int64_t ck = m.ssm_checkpoint_bytes(), kv = m.kv_bytes_per_token();
+  std::int64_t compared = 0, cuts = 0;
+  for (std::uint64_t seed = 1; seed <= 300; ++seed) {
+    CAPTURE(seed);
+    std::mt19937_64 rng(seed * 7919);
+    const double alpha = static_cast<double>(rng() % 21) / 10.0;
+    const std::int64_t limit = 1 + static_cast<std::int64_t>(rng() % 3);  // small: the walk is cut often
+    const std::int64_t cap = 6 * ck + 200 * kv;
+    prefix_cache<cost_model, judicious_admission, flop_aware_scorer> fast(
+        m, counting_store(cap, kv, ck),
+        flop_aware_scorer(m, {.alpha = alpha, .index = flop_index::bounded_walk, .walk_limit = limit}));
+    prefix_cache<cost_model, judicious_admission, naive_class_scorer> naive(m, counting_store(cap, kv, ck),
+                                                                            naive_class_scorer(m, alpha, limit));
+    std::vector<seq_t> seen;
+    for (int op = 0; op < 50; ++op) {
+      const seq_t s = related_seq(rng, seen, 60, 3);
+      const auto in = static_cast<std::int64_t>(1 + rng() % s.size());
+      const seq_t input(s.begin(), s.begin() + in);
+      auto a = fast.match(input);
+      auto b = naive.match(input);
+      REQUIRE(a);
+      REQUIRE(b);
+      REQUIRE(a->reusable_tokens == b->reusable_tokens);
+      auto ca = fast.commit(s, in, &*a);
+      auto cb = naive.commit(s, in, &*b);
+      REQUIRE(ca.has_value() == cb.has_value());
+      if (ca) {
+        REQUIRE(ca->evictions == cb->evictions);
+        REQUIRE(fast.store().used_bytes() == naive.store().used_bytes());
+        compared += ca->evictions;
+      } else {
+        REQUIRE(fast.release(*a));
+        REQUIRE(naive.release(*b));
+      }
+      seen.push_back(s);
+    }
+    REQUIRE(static_cast<std::int64_t>(fast.scorer().walks_cut()) == naive.scorer().cuts());
+    cuts += naive.scorer().cuts();
+  }
+  CHECK(compared > 2000);
+  CHECK(cuts > 500);  // the class-head half of the model is exercised, not only the walk
 }

@@ -32,6 +32,7 @@
 #include "replay_args.hpp"
 #include "replay_report.hpp"
 #include "replay_run.hpp"
+#include "selector_flags.hpp"
 
 namespace {
 
@@ -55,6 +56,7 @@ struct compare_cli {
   std::string out = "hcbench-results";
   bool strict_capacity = false;
   std::string lru_ties = "reference";
+  hcbench::selector_cli selector;
 };
 
 struct loaded_trace {
@@ -72,6 +74,9 @@ void run(const compare_cli& o, const CLI::App& sub) {
   const bool has_marconi = std::find(policies.begin(), policies.end(), "marconi") != policies.end();
   reject_unless(has_marconi, sub, "--alpha", "without marconi in --policies (marconi only)");
   const std::optional<double> alpha = parse_alpha(o.alpha);
+  replay_job selector_job;  // the tuner and selector options every marconi job gets
+  apply_selector_options(o.selector, sub, has_marconi && !alpha, false, selector_job,
+                         has_marconi ? "with a fixed --alpha" : "without marconi in --policies");
   const bool reference_ties = parse_lru_ties(o.lru_ties);
   if (o.block_size < 0) throw hybridcache::invalid_argument("--block-size must be > 0");
   if (o.threads < 0) throw hybridcache::invalid_argument("--threads must be >= 0");
@@ -130,6 +135,8 @@ void run(const compare_cli& o, const CLI::App& sub) {
         j.capacity_bytes = cap;
         j.policy = p;
         j.alpha = alpha;
+        j.tuner = selector_job.tuner;
+        j.selector = selector_job.selector;
         j.strict_capacity = o.strict_capacity || o.concurrency > 1;  // see replay's --concurrency
         j.concurrency = o.concurrency;
         j.reference_lru_ties = reference_ties;
@@ -204,10 +211,11 @@ const bool registered = hcbench::register_command(
        sub.add_option("--trace", o.traces, "trace file (repeatable); none: the embedded synth-v1 workloads");
        sub.add_option("--format", o.formats, "format of each --trace (one for all, or one per trace)");
        sub.add_option("--label", o.labels, "table label of each --trace (default: file stem)");
-       sub.add_option("--policies", o.policies, "comma-separated: marconi,sglang+,vllm+,lru");
+       sub.add_option("--policies", o.policies, "comma-separated: marconi,sglang+,vllm+,lru,gdsf");
        sub.add_option("--capacities", o.capacities, "comma-separated byte capacities (default 1e9,2e9,5e9,1e10)");
        sub.add_option("--model", o.model, "model preset (see `hcbench models`)");
        sub.add_option("--alpha", o.alpha, "marconi's FLOP-efficiency weight: a number, or auto");
+       hcbench::add_selector_options(sub, o.selector);
        sub.add_option("--block-size", o.block_size, "mooncake engine block size / vllm+ checkpoint block");
        sub.add_option("--sessions-per-second", o.sessions_per_second,
                       "sharegpt, openai, swe-agent, tau-bench: conversations started per second");

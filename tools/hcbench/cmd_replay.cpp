@@ -31,6 +31,7 @@
 #include "replay_report.hpp"
 #include "replay_run.hpp"
 #include "replay_tiered.hpp"
+#include "selector_flags.hpp"
 
 namespace {
 
@@ -56,8 +57,9 @@ struct replay_cli {
   bool reference_quirks = false;
   std::string drive = "commit";
   std::string flop_candidates = "protect-branches";
-  std::string flop_index = "threshold";
+  std::string flop_index = "bounded";
   hcbench::tiered_cli tiered;
+  hcbench::selector_cli selector;
 };
 
 // Options that belong to one mode only; giving one in the other mode is an error.
@@ -90,20 +92,23 @@ void run(const replay_cli& o, const CLI::App& sub) {
     const std::int64_t block = o.format == "mooncake" && o.block_size > 0 ? o.block_size : 512;
     hcbench::tiered_policy p;
     p.name = o.policy;
-    if (sub.count("--alpha") > 0) {
-      p.alpha = parse_alpha(o.alpha);
-      if (!p.alpha)
-        throw hybridcache::invalid_argument(
-            "--alpha auto with --tiers: the online tuner replays commits, not the request lifecycle the tiered "
-            "replay drives; give a number (default 1)");
-    }
+    // As in the single-tier replay, marconi's default is --alpha auto: the adaptive selector
+    // (its shadows watch the requests the lifecycle finishes and size themselves like HBM).
+    p.alpha = parse_alpha(o.alpha);
+    hcbench::replay_job selector_job;
+    apply_selector_options(o.selector, sub, o.policy == "marconi" && !p.alpha, false, selector_job);
+    if (selector_job.tuner == hcbench::alpha_tuner::one_shot)
+      throw hybridcache::invalid_argument(
+          "--tuner one-shot with --tiers: Marconi's bootstrap tuning replays commits, not the request lifecycle "
+          "the tiered replay drives (--tuner shadow, the default, runs the adaptive selector)");
+    if (o.policy == "marconi" && !p.alpha) p.selector = selector_job.selector;
     reject_unless(o.policy == "marconi", sub, "--flop-candidates", "to --policy " + o.policy + " (marconi only)");
     reject_unless(o.policy == "marconi", sub, "--flop-index", "to --policy " + o.policy + " (marconi only)");
     if (o.flop_candidates != "paper" && o.flop_candidates != "protect-branches")
       throw hybridcache::invalid_argument("--flop-candidates: expected paper or protect-branches, got '" +
                                           o.flop_candidates + "'");
-    if (o.flop_index != "threshold" && o.flop_index != "classes")
-      throw hybridcache::invalid_argument("--flop-index: expected threshold or classes, got '" + o.flop_index + "'");
+    if (o.flop_index != "bounded" && o.flop_index != "threshold" && o.flop_index != "classes")
+      throw hybridcache::invalid_argument("--flop-index: expected bounded, threshold or classes, got '" + o.flop_index + "'");
     p.flop_candidates = o.flop_candidates;
     p.flop_index = o.flop_index;
     p.reference_lru_ties = parse_lru_ties(o.lru_ties);
@@ -119,6 +124,7 @@ void run(const replay_cli& o, const CLI::App& sub) {
   job.policy = o.policy;
   job.capacity_bytes = parse_capacity(o.capacity);
   job.alpha = parse_alpha(o.alpha);
+  apply_selector_options(o.selector, sub, o.policy == "marconi" && !job.alpha, o.reference_quirks, job);
   if (o.block_size < 0) throw hybridcache::invalid_argument("--block-size must be > 0");
   if (o.concurrency < 1 || o.concurrency > 1'000'000)
     throw hybridcache::invalid_argument("--concurrency: expected 1..1000000, got " + std::to_string(o.concurrency));
@@ -141,8 +147,10 @@ void run(const replay_cli& o, const CLI::App& sub) {
   reject_unless(!o.reference_quirks, sub, "--flop-index", "with --reference-quirks (the reference's own scan)");
   if (o.flop_index == "classes")
     job.flop_index = hybridcache::prefix::flop_index::efficiency_classes;
-  else if (o.flop_index != "threshold")
-    throw hybridcache::invalid_argument("--flop-index: expected threshold or classes, got '" + o.flop_index + "'");
+  else if (o.flop_index == "threshold")
+    job.flop_index = hybridcache::prefix::flop_index::threshold_walk;
+  else if (o.flop_index != "bounded")
+    throw hybridcache::invalid_argument("--flop-index: expected bounded, threshold or classes, got '" + o.flop_index + "'");
   if (o.drive == "lifecycle") {
     job.driver = replay_driver::lifecycle;
     job.strict_capacity = true;  // it reserves before prefill: nothing runs over capacity
@@ -188,6 +196,7 @@ void run(const replay_cli& o, const CLI::App& sub) {
               static_cast<long long>(r.metrics.cache.checkpoints_reused),
               static_cast<long long>(r.metrics.cache.checkpoints_evicted),
               format_bytes(r.metrics.cache.kv_bytes_admitted).c_str(), format_bytes(r.metrics.cache.peak_bytes).c_str());
+  std::printf("%s", selector_summary(r).c_str());
   if (r.metrics.cache.peak_bytes > r.capacity_bytes)
     std::printf("note: the cache peaked at %s, over its %s capacity: a request whose state alone exceeds the free "
                 "space is inserted anyway, as the Marconi reference does (--strict-capacity forbids it)\n",
@@ -203,8 +212,10 @@ const bool registered = hcbench::register_command(
                                             "or directory), tau-bench (results JSON); default marconi");
        sub.add_option("--model", o.model, "model preset (see `hcbench models`); default marconi_7b");
        sub.add_option("--capacity", o.capacity, "cache capacity in bytes: 5e8, 500000000, 5GB, 4GiB (required unless --tiers)");
-       sub.add_option("--policy", o.policy, "marconi | sglang+ | vllm+ | lru; default marconi");
-       sub.add_option("--alpha", o.alpha, "marconi's FLOP-efficiency weight: a number, or auto (tuned online; default)");
+       sub.add_option("--policy", o.policy, "marconi | sglang+ | vllm+ | lru | gdsf; default marconi");
+       sub.add_option("--alpha", o.alpha, "marconi's FLOP-efficiency weight: a number, or auto (chosen online, see "
+                                          "--tuner; default)");
+       hcbench::add_selector_options(sub, o.selector);
        sub.add_option("--block-size", o.block_size,
                       "mooncake: engine block size B dividing 512 (default 512); other formats: vllm+ "
                       "checkpoint block in tokens (default 32)");
@@ -237,8 +248,9 @@ const bool registered = hcbench::register_command(
                       "marconi: which single-child nodes eviction may merge: protect-branches (not a branch "
                       "point while it has a child; default) or paper (every one with a checkpoint, as published)");
        sub.add_option("--flop-index", o.flop_index,
-                      "marconi: threshold (the exact argmin, worst case O(n); default) or classes (efficiency "
-                      "classes, worst case O(log n), may pick a near-optimal victim)");
+                      "marconi: bounded (the exact threshold walk for up to 64 steps, then efficiency classes: "
+                      "O(log n) worst case; default), threshold (always exact, worst case O(n)) or classes "
+                      "(efficiency classes only, may pick a near-optimal victim)");
        sub.add_flag("--reference-quirks", o.reference_quirks,
                     "marconi: reproduce the reference simulator's scoring defects (MLP term, whole-prefix KV "
                     "bytes, leaf byte accounting); vllm+: replay on the reference's block tree; both to match "

@@ -71,10 +71,42 @@ inline std::string json_number(double v) { return json::number(v); }
   kv("capacity_exceeded", m.cache.peak_bytes > r.capacity_bytes ? "true" : "false");
   kv("wall_seconds", json_number(m.wall_seconds));
   kv("cpu_seconds", json_number(m.cpu_seconds));
+  if (!r.tuner.empty()) kv("tuner", json_string(r.tuner));
+  if (r.selector) {  // the adaptive selector's decisions and overhead (--alpha auto, --tuner shadow)
+    const auto& s = *r.selector;
+    kv("selector_shadows", i(static_cast<std::int64_t>(s.shadows)));
+    kv("selector_switches", i(s.switches));
+    kv("selector_followed", json_string(r.selector_followed));
+    kv("selector_shadow_seconds", json_number(s.shadow_seconds));
+    kv("selector_shadow_fraction", json_number(m.wall_seconds > 0 ? s.shadow_seconds / m.wall_seconds : 0.0));
+    kv("selector_shadow_nodes", i(s.shadow_nodes));
+    kv("selector_shadow_tokens", i(s.shadow_tokens));
+    kv("selector_shadow_bytes", i(s.shadow_bytes));
+    std::string list = "[";
+    for (const auto& [name, flops] : r.selector_candidates)
+      list += (list.size() > 1 ? ", " : "") + std::string("{\"candidate\": ") + json_string(name) +
+              ", \"shadow_flops_saved\": " + json_number(flops) + "}";
+    kv("selector_candidates", list + "]");
+  }
   json::object meta;
   meta.provenance();
   const std::string p = meta.text();  // {"command": ..., "version": ..., "date": ...}
   return o + ", " + p.substr(1, p.size() - 2) + "}";
+}
+
+/// One line on what the adaptive selector did and cost ("" without one).
+[[nodiscard]] inline std::string selector_summary(const replay_result& r) {
+  if (!r.selector) return "";
+  const auto& s = *r.selector;
+  char b[512];
+  std::snprintf(b, sizeof b,
+                "selector: %zu shadows, %lld switches, following %s at the end; shadows took %.4f s (%.0f%% of the "
+                "replay's %.4f s) and hold %lld nodes, %lld token ids (~%s)\n",
+                s.shadows, static_cast<long long>(s.switches), r.selector_followed.c_str(), s.shadow_seconds,
+                r.metrics.wall_seconds > 0 ? 100.0 * s.shadow_seconds / r.metrics.wall_seconds : 0.0,
+                r.metrics.wall_seconds, static_cast<long long>(s.shadow_nodes), static_cast<long long>(s.shadow_tokens),
+                format_bytes(s.shadow_bytes).c_str());
+  return b;
 }
 
 /// CSV header matching csv_row().

@@ -5,7 +5,9 @@
 // Policies (all on the counting store, one byte budget for KV and SSM checkpoints, logical
 // clock, as the Marconi reference simulates):
 //   marconi  judicious admission (branch point + last decoded token) + FLOP-aware eviction
-//            (U = alpha·eff' + rec'); --alpha auto tunes alpha online (bootstrap replay)
+//            (U = alpha·eff' + rec'); --alpha auto: the adaptive selector (shadows of SGLang+'s
+//            rule, FLOP-aware alphas and GDSF; compose/adaptive_scorer.hpp), or with
+//            --tuner one-shot Marconi's bootstrap tuning of alpha
 //   sglang+  judicious admission + LRU on leaves, whole path refreshed (the reference's V1)
 //   vllm+    a checkpoint every block (32 tokens) + LRU on leaves (the reference's vLLM+)
 //   lru      no branch-point checkpoints: only the state after each request's last decoded
@@ -47,9 +49,39 @@
 #include <hybridcache/sim/trace.hpp>
 
 #include "cli_support.hpp"
+#include "replay_args.hpp"
 #include "trace_input.hpp"
 
 namespace hcbench {
+
+std::string candidate_name(const hybridcache::prefix::candidate_rule& c) {
+  if (c.rule == 0) return "sglang+";
+  if (c.rule == 2) return "gdsf";
+  return "marconi alpha " + json::number(c.alpha);
+}
+
+std::vector<hybridcache::prefix::candidate_rule> parse_candidates(const std::string& text) {
+  std::vector<hybridcache::prefix::candidate_rule> out;
+  std::size_t from = 0;
+  while (from <= text.size()) {
+    const std::size_t comma = std::min(text.find(',', from), text.size());
+    const std::string item = text.substr(from, comma - from);
+    from = comma + 1;
+    if (item == "sglang+") {
+      out.push_back({0, 0.0});
+    } else if (item == "gdsf") {
+      out.push_back({2, 0.0});
+    } else if (item.rfind("marconi:", 0) == 0) {
+      const std::optional<double> a = parse_alpha(item.substr(8));
+      if (!a) throw hybridcache::invalid_argument("--candidates: 'marconi:auto' is not a candidate; give an alpha");
+      out.push_back({1, *a});
+    } else {
+      throw hybridcache::invalid_argument("--candidates: unknown candidate '" + item +
+                                          "' (known: sglang+, gdsf, marconi:ALPHA)");
+    }
+  }
+  return out;
+}
 
 void check_policy(const std::string& name) {
   for (const auto& p : policy_names())
@@ -387,6 +419,25 @@ hc::sim::run_metrics run_with(const run_context& ctx, Scorer scorer, std::option
   return replay_through(ctx, cache);
 }
 
+/// marconi --alpha auto with the shadow tuner: the library's adaptive Marconi scorer.
+hc::sim::run_metrics run_adaptive(const run_context& ctx, std::optional<pc::adaptive_overhead>& overhead,
+                                  std::string& followed, std::vector<std::pair<std::string, double>>& candidates) {
+  const pc::prefix_cache_config cfg{.admit_oversized = !ctx.job.strict_capacity};
+  using cache_type = pc::prefix_cache<hc::cost_model, pc::judicious_admission, pc::marconi_adaptive_scorer, pc::counting_store>;
+  pc::adaptive_config selector = ctx.job.selector;
+  selector.tokens_per_id = ctx.tokens_per_id;  // Mooncake: one id per block of tokens
+  cache_type cache(ctx.costs, make_store(ctx), pc::make_marconi_adaptive_scorer(ctx.costs, std::move(selector)),
+                   pc::judicious_admission{}, cfg);
+  hc::sim::run_metrics m = ctx.job.driver == replay_driver::lifecycle ? replay_through<lifecycle_adapter>(ctx, cache)
+                                                                       : replay_through(ctx, cache);
+  overhead = cache.scorer().overhead();
+  const auto& sel = cache.scorer();
+  followed = candidate_name(sel.config().candidates[sel.followed()]);
+  for (std::size_t i = 0; i < sel.config().candidates.size(); ++i)
+    candidates.emplace_back(candidate_name(sel.config().candidates[i]), sel.shadow_flops()[i]);
+  return m;
+}
+
 pc::lru_scorer make_lru(const replay_job& job) {
   return pc::lru_scorer({.ties = job.reference_lru_ties ? pc::lru_ties::python_heapq : pc::lru_ties::by_node_id});
 }
@@ -418,8 +469,9 @@ replay_result run_replay(const replay_job& job) {
   if (job.driver == replay_driver::lifecycle) {
     HYBRIDCACHE_EXPECTS(!job.reference_quirks, hc::invalid_argument,
                         "--drive lifecycle cannot be combined with --reference-quirks (the reference commits after decode)");
-    HYBRIDCACHE_EXPECTS(job.policy != "marconi" || job.alpha.has_value(), hc::invalid_argument,
-                        "--drive lifecycle needs a fixed --alpha with --policy marconi (the online tuner wraps commit)");
+    HYBRIDCACHE_EXPECTS(job.policy != "marconi" || job.alpha.has_value() || job.tuner == alpha_tuner::shadow,
+                        hc::invalid_argument,
+                        "--drive lifecycle cannot be combined with --tuner one-shot (the one-shot tuner wraps commit)");
     HYBRIDCACHE_EXPECTS(job.strict_capacity, hc::invalid_argument,
                         "--drive lifecycle reserves before prefill: the capacity is always strict");
   }
@@ -445,7 +497,13 @@ replay_result run_replay(const replay_job& job) {
   const run_context ctx{job, trace, costs, per_id};
 
   hc::sim::run_metrics m;
-  if (job.policy == "marconi") {
+  std::optional<pc::adaptive_overhead> selector;
+  std::string followed;
+  std::vector<std::pair<std::string, double>> candidates;
+  const bool shadow = job.policy == "marconi" && !job.alpha && job.tuner == alpha_tuner::shadow && !job.reference_quirks;
+  if (shadow) {
+    m = run_adaptive(ctx, selector, followed, candidates);
+  } else if (job.policy == "marconi") {
     std::optional<pc::tuning_config> tuning;
     if (!job.alpha.has_value()) tuning = pc::tuning_config{.threads = job.tuning_threads};
     if (job.reference_quirks)
@@ -480,6 +538,10 @@ replay_result run_replay(const replay_job& job) {
   if (job.policy != "marconi") m.cache.alpha = std::numeric_limits<double>::quiet_NaN();  // recency only
   replay_result out{job.trace, job.model.name, job.policy, job.capacity_bytes, std::move(m)};
   out.drive = job.driver == replay_driver::lifecycle ? "lifecycle" : "commit";
+  if (job.policy == "marconi" && !job.alpha) out.tuner = shadow ? "shadow" : "one-shot";
+  out.selector = selector;
+  out.selector_followed = followed;
+  out.selector_candidates = std::move(candidates);
   return out;
 }
 

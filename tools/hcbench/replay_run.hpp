@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include <hybridcache/compose/adaptive_scorer.hpp>
 #include <hybridcache/model/model_spec.hpp>
 #include <hybridcache/prefix/flop_aware_scorer.hpp>
 #include <hybridcache/sim/bpe_tokenizer.hpp>
@@ -43,13 +44,27 @@ enum class replay_driver {
   lifecycle,
 };
 
+/// What `--alpha auto` runs for marconi.
+enum class alpha_tuner {
+  /// the adaptive selector (compose/adaptive_scorer.hpp): metadata-only shadows of every
+  /// candidate rule, the live cache following the leader (the default)
+  shadow,
+  /// Marconi's one-shot bootstrap tuning of alpha (compose/alpha_tuner.hpp), as the
+  /// reference does: for fidelity with its rows
+  one_shot,
+};
+
 struct replay_job {
   const hybridcache::sim::replay_trace* requests = nullptr;  ///< parsed trace (not owned; shared by jobs)
   std::string trace;                        ///< label for tables and JSON
   hybridcache::model_spec model{};          ///< the model preset
   std::int64_t capacity_bytes = 0;
   std::string policy = "marconi";
-  std::optional<double> alpha{};            ///< fixed FLOP weight; nullopt = tune online (marconi only)
+  std::optional<double> alpha{};            ///< fixed FLOP weight; nullopt = auto (marconi only; see tuner)
+  alpha_tuner tuner = alpha_tuner::shadow;  ///< what --alpha auto means
+  /// --alpha auto with the shadow tuner: candidates, decay and hysteresis (empty candidates:
+  /// the library's default set)
+  hybridcache::prefix::adaptive_config selector{};
   std::int64_t vllm_block = 32;             ///< vllm+: tokens per checkpointed block
   std::int64_t concurrency = 1;             ///< requests in flight (matches pinned until they finish)
   bool progress = false;                    ///< progress bar on stderr
@@ -71,8 +86,8 @@ struct replay_job {
   replay_driver driver = replay_driver::commit;
   /// marconi: which single-child nodes eviction may take (flop_aware_scorer.hpp).
   hybridcache::prefix::flop_candidates flop_candidates = hybridcache::prefix::flop_candidates::protect_branches;
-  /// marconi: how the FLOP-aware scorer finds its victim (exact threshold walk, or classes).
-  hybridcache::prefix::flop_index flop_index = hybridcache::prefix::flop_index::threshold_walk;
+  /// marconi: how the FLOP-aware scorer finds its victim (bounded walk, exact walk, or classes).
+  hybridcache::prefix::flop_index flop_index = hybridcache::prefix::flop_index::bounded_walk;
 };
 
 /// A finished replay: the job's labels and its metrics.
@@ -86,7 +101,21 @@ struct replay_result {
   std::string tokenizer{};
   /// How requests drove the cache: "commit" or "lifecycle" (replay_driver).
   std::string drive = "commit";
+  /// marconi --alpha auto: "shadow" or "one-shot"; empty for a fixed alpha or another policy.
+  std::string tuner{};
+  /// The adaptive selector's overhead and decisions (tuner "shadow" only).
+  std::optional<hybridcache::prefix::adaptive_overhead> selector{};
+  /// The candidate the selector followed at the end, as text ("marconi alpha 0.5").
+  std::string selector_followed{};
+  /// Each candidate (as text) and the FLOPs its shadow saved over the whole trace.
+  std::vector<std::pair<std::string, double>> selector_candidates{};
 };
+
+/// A candidate of the library's selector as text: "sglang+", "marconi alpha 0.5", "gdsf".
+[[nodiscard]] std::string candidate_name(const hybridcache::prefix::candidate_rule& c);
+/// Parses a comma-separated candidate list: sglang+, gdsf, marconi:ALPHA (e.g.
+/// "sglang+,marconi:0,marconi:1,gdsf"). @throws hybridcache::invalid_argument.
+[[nodiscard]] std::vector<hybridcache::prefix::candidate_rule> parse_candidates(const std::string& text);
 
 /// Runs `job`. @throws hybridcache::invalid_argument (unknown policy, bad alpha),
 /// hybridcache::capacity_error (capacity below one checkpoint plus one block of KV).

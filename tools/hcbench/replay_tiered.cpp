@@ -76,10 +76,18 @@ tr::tiered_replay_result run_policy(const std::vector<hc::sim::request>& reqs, c
   const auto lru = [&] {
     return pc::lru_scorer({.ties = p.reference_lru_ties ? pc::lru_ties::python_heapq : pc::lru_ties::by_node_id});
   };
+  if (p.name == "marconi" && p.selector) {
+    hc::prefix::adaptive_config cfg = *p.selector;
+    cfg.tokens_per_id = reqs.empty() ? 1 : reqs.front().tokens_per_id;  // Mooncake: one id per block
+    return tr::run_tiered_replay<pc::judicious_admission>(reqs, m, o, pc::make_marconi_adaptive_scorer(m, std::move(cfg)),
+                                                          prefill);
+  }
   if (p.name == "marconi") {
     const auto candidates =
         p.flop_candidates == "paper" ? pc::flop_candidates::paper : pc::flop_candidates::protect_branches;
-    const auto index = p.flop_index == "classes" ? pc::flop_index::efficiency_classes : pc::flop_index::threshold_walk;
+    const auto index = p.flop_index == "classes"     ? pc::flop_index::efficiency_classes
+                       : p.flop_index == "threshold" ? pc::flop_index::threshold_walk
+                                                     : pc::flop_index::bounded_walk;
     return tr::run_tiered_replay<pc::judicious_admission>(
         reqs, m, o, pc::flop_aware_scorer(m, {.alpha = p.alpha.value_or(1.0), .candidates = candidates, .index = index}),
         prefill);

@@ -11,6 +11,8 @@
 #include <optional>
 #include <string>
 
+#include <hybridcache/compose/adaptive_scorer.hpp>
+
 #include "replay_run.hpp"
 
 namespace hcbench {
@@ -40,9 +42,11 @@ struct tiered_cli {
 /// The cache policy of the tiered replay (the same names as the single-tier replay).
 struct tiered_policy {
   std::string name = "marconi";       ///< marconi | sglang+ | vllm+ | lru | gdsf
-  std::optional<double> alpha;        ///< marconi: nullopt = the default
+  std::optional<double> alpha;        ///< marconi: a fixed FLOP weight (nullopt: the selector)
+  /// marconi --alpha auto: the adaptive selector's settings (compose/adaptive_scorer.hpp)
+  std::optional<hybridcache::prefix::adaptive_config> selector;
   std::string flop_candidates = "protect-branches";
-  std::string flop_index = "threshold";
+  std::string flop_index = "bounded";
   bool reference_lru_ties = true;
   std::int64_t vllm_block = 32;       ///< vllm+: checkpoint every this many tokens
 };

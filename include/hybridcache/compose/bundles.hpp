@@ -11,7 +11,13 @@
 //   vllm_cache<Store, Block, Lock>  a checkpoint every `Block` tokens + LRU eviction (vLLM+:
 //                                vLLM's block-granular prefix caching with a state per block;
 //                                32 tokens by default, Marconi's setting)
-//   marconi_tuned_cache<Store, Lock>  marconi_cache with online alpha tuning (alpha_tuner.hpp)
+//   marconi_adaptive_cache<Store, Lock>  judicious admission + the adaptive selector: the
+//                                cache follows whichever of SGLang+'s rule, Marconi's FLOP-aware
+//                                rule (several alphas) and GDSF its metadata-only shadows rank
+//                                first (adaptive_scorer.hpp; build the scorer with
+//                                make_marconi_adaptive_scorer(model)); what `hcbench --alpha auto` runs
+//   marconi_tuned_cache<Store, Lock>  marconi_cache with Marconi's one-shot alpha tuning
+//                                (alpha_tuner.hpp), as the reference does
 //   gdsf_cache<Store, Lock>      judicious admission + GreedyDual-Size-Frequency over FLOPs
 //                                saved per byte (gdsf_scorer.hpp)
 //
@@ -24,6 +30,7 @@
 
 #include <cstdint>
 
+#include "hybridcache/compose/adaptive_scorer.hpp"
 #include "hybridcache/compose/alpha_tuner.hpp"
 #include "hybridcache/model/cost_model.hpp"
 #include "hybridcache/prefix/admission.hpp"
@@ -40,7 +47,11 @@ namespace hybridcache::prefix {
 template <state_store Store = counting_store, lock_policy Lock = no_lock>
 using marconi_cache = prefix_cache<cost_model, judicious_admission, flop_aware_scorer, Store, Lock>;
 
-/// Marconi with alpha tuned online (Marconi §4.3).
+/// Marconi with the adaptive selector over SGLang+'s rule, FLOP-aware alphas and GDSF.
+template <state_store Store = counting_store, lock_policy Lock = no_lock>
+using marconi_adaptive_cache = prefix_cache<cost_model, judicious_admission, marconi_adaptive_scorer, Store, Lock>;
+
+/// Marconi with alpha tuned once online (Marconi §4.3).
 template <state_store Store = counting_store, lock_policy Lock = no_lock>
 using marconi_tuned_cache = alpha_tuned_cache<marconi_cache<Store, Lock>>;
 

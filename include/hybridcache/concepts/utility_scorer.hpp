@@ -1,11 +1,20 @@
 // hybridcache/concepts/utility_scorer.hpp
 //
 // `utility_scorer`: which node eviction takes next and how (`evict_action`). Models:
-// prefix/lru_scorer.hpp, prefix/flop_aware_scorer.hpp (and the reference simulator's
+// prefix/lru_scorer.hpp, prefix/flop_aware_scorer.hpp, prefix/gdsf_scorer.hpp,
+// prefix/switching_scorer.hpp, compose/adaptive_scorer.hpp (and the reference simulator's
 // scorer in the harness, sim/reference/reference_scorer.hpp).
+//
+// Three refinements the adaptive selector (issue #14) is built from:
+// - `replicable_scorer`: makes a fresh, empty scorer with its own options (a shadow's);
+// - `switchable_scorer`: several eviction rules kept over one live index, one of them
+//   followed at a time, switched without rebuilding anything;
+// - `request_observer`: sees every request the cache commits (the shadows' input).
 #pragma once
 
 #include <concepts>
+#include <cstddef>
+#include <cstdint>
 #include <span>
 
 #include "hybridcache/concepts/ids.hpp"
@@ -45,6 +54,36 @@ concept utility_scorer = requires(S& s, const S& cs, Tree& tree, const Tree& ctr
   { s.select_victim(ctree, now) } noexcept -> std::same_as<node_id>;
   { cs.action(ctree, n) } noexcept -> std::same_as<evict_action>;
   { cs.alpha() } noexcept -> std::convertible_to<double>;
+};
+
+/// A scorer that can make a fresh copy of itself: same options, empty index (the
+/// adaptive selector runs one per candidate rule in a metadata-only shadow cache).
+template <class S>
+concept replicable_scorer = requires(const S& cs) {
+  { cs.replica() } -> std::same_as<S>;
+};
+
+/// A scorer holding several eviction rules over one index, following one at a time
+/// (prefix/switching_scorer.hpp):
+/// - `rules()`: how many rules it holds; `active_rule()`: the one eviction follows now;
+/// - `switch_to(rule, alpha)`: follow `rule` from the next eviction on, with FLOP weight
+///   `alpha` where the rule has one; false (nothing changes) for a rule out of range or a
+///   bad alpha. O(1): every rule's index is kept current all the time.
+template <class S, class Tree>
+concept switchable_scorer = utility_scorer<S, Tree> && requires(S& s, const S& cs, std::size_t i, double a) {
+  { cs.rules() } noexcept -> std::same_as<std::size_t>;
+  { cs.active_rule() } noexcept -> std::same_as<std::size_t>;
+  { s.switch_to(i, a) } noexcept -> std::same_as<bool>;
+};
+
+/// A scorer that watches the request stream. The prefix cache calls
+/// `observe_request(sequence, input_tokens, salt)` once per request it inserts (`commit`,
+/// `request_lifecycle::finish`), after the call's argument checks and before it changes
+/// anything (so a throw leaves the cache unchanged), with the sequence (input ++ output),
+/// the input's length and the namespace.
+template <class S>
+concept request_observer = requires(S& s, std::span<const token_id> seq, std::int64_t n, const cache_salt& salt) {
+  s.observe_request(seq, n, salt);
 };
 
 }  // namespace hybridcache::prefix

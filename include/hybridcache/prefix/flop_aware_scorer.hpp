@@ -48,6 +48,12 @@
 // (at most 2,048, a few dozen in practice), whatever the data. It may differ from the exact
 // argmin when a node slightly more recent than its class head has a lower eff within the
 // same 9 % band; docs/prefix-cache.md measures what that costs in FLOPs saved.
+//
+// `flop_index::bounded_walk` (the default) keeps both: the threshold walk runs for at most
+// `walk_limit` steps (64: it ends within 2-4 on every trace measured), so its victim is the
+// exact argmin whenever the walk ends in time; when it does not (anti-correlated recency and
+// efficiency), the victim is the best of the nodes it scored and the class heads.
+// O(walk_limit · log n + C) worst case; `walks_cut()` counts the victims chosen that way.
 #pragma once
 
 #include <algorithm>
@@ -158,6 +164,10 @@ enum class flop_candidates : unsigned char {
 enum class flop_index : unsigned char {
   threshold_walk,      ///< exact argmin; O(k log n), worst case O(n)
   efficiency_classes,  ///< best class head; O(C + log n) worst case, C <= 2,048
+  /// the threshold walk for at most `walk_limit` steps (exact when it ends within them, as
+  /// it does but in adversarial cases), else the best of what it scored and the class
+  /// heads: O(walk_limit · log n + C) worst case. The default.
+  bounded_walk,
 };
 
 /// Configuration of `flop_aware_scorer` (aggregate; designated initializers welcome).
@@ -165,7 +175,8 @@ struct flop_aware_config {
   double alpha = 0.0;  ///< weight of FLOP efficiency against recency (>= 0)
   intermediate_eviction intermediate = intermediate_eviction::merge;
   flop_candidates candidates = flop_candidates::protect_branches;  ///< paper: Marconi as published
-  flop_index index = flop_index::threshold_walk;
+  flop_index index = flop_index::bounded_walk;
+  std::int64_t walk_limit = 64;  ///< bounded_walk: threshold-walk steps (2 nodes each) before the class heads
 };
 
 namespace detail {
@@ -196,7 +207,8 @@ class flop_aware_scorer {
         by_rec_(pool_.get()),
         by_eff_(pool_.get()) {
     set_alpha(cfg.alpha);
-    if (cfg_.index == flop_index::efficiency_classes) {
+    HYBRIDCACHE_EXPECTS(cfg.walk_limit >= 1, invalid_argument, "flop_aware_scorer: walk_limit must be >= 1");
+    if (cfg_.index != flop_index::threshold_walk) {
       classes_.reserve(detail::efficiency_classes);
       for (std::uint32_t i = 0; i < detail::efficiency_classes; ++i) classes_.emplace_back(pool_.get());
       nonempty_.assign(detail::efficiency_classes / 64, 0);
@@ -221,6 +233,10 @@ class flop_aware_scorer {
     return flop_aware_scorer(model_, c);
   }
 
+  /// A fresh scorer (empty index) with the same model and options (the adaptive selector's
+  /// shadows).
+  [[nodiscard]] flop_aware_scorer replica() const { return with_alpha(cfg_.alpha); }
+
   void reserve(std::size_t ids) {
     if (eff_.size() < ids) detail::grow_all(ids, eff_, ts_, in_, class_);
   }
@@ -240,9 +256,8 @@ class flop_aware_scorer {
     if (n == Tree::root()) return;
     erase(n);
     if (!detail::flop_candidate(tree, n, protects_branches())) return;
-    const auto& nd = tree.at(n);
     eff_[n] = detail::node_efficiency(model_, tree, n);
-    ts_[n] = nd.last_access;
+    ts_[n] = tree.last_access(n);
     in_[n] = 1;
     by_rec_.emplace(ts_[n], n);
     by_eff_.emplace(eff_[n], n);
@@ -280,15 +295,26 @@ class flop_aware_scorer {
         best_u = u;
       }
     };
-    if (!classes_.empty()) {  // the least recently used node of every non-empty class
+    auto class_heads = [&]() noexcept {  // the least recently used node of every non-empty class
       for (std::size_t w = 0; w < nonempty_.size(); ++w)
         for (std::uint64_t bits = nonempty_[w]; bits != 0; bits &= bits - 1)
           consider(classes_[w * 64 + static_cast<std::size_t>(std::countr_zero(bits))].begin()->second);
+    };
+    if (cfg_.index == flop_index::efficiency_classes) {
+      class_heads();
       return best;
     }
+    const std::int64_t limit =
+        cfg_.index == flop_index::bounded_walk ? cfg_.walk_limit : std::numeric_limits<std::int64_t>::max();
+    std::int64_t steps = 0;
     auto ir = by_rec_.begin();
     auto ie = by_eff_.begin();
     while (ir != by_rec_.end() && ie != by_eff_.end()) {
+      if (steps++ == limit) {  // adversarial data: bound the walk, finish with the class heads
+        ++walks_cut_;
+        class_heads();
+        return best;
+      }
       const double fr = detail::recency(now, ir->first);
       const double fe = ie->first;
       consider(ir->second);
@@ -314,6 +340,9 @@ class flop_aware_scorer {
   [[nodiscard]] std::size_t candidates() const noexcept { return by_rec_.size(); }
   /// Nodes scored by all select_victim calls so far (measures the threshold walk).
   [[nodiscard]] std::uint64_t nodes_scored() const noexcept { return visits_; }
+  /// bounded_walk: victims chosen after the walk reached its limit (possibly not the exact
+  /// argmin); 0 means every victim so far was the exact one.
+  [[nodiscard]] std::uint64_t walks_cut() const noexcept { return walks_cut_; }
 
  private:
   void erase(node_id n) noexcept {
@@ -340,6 +369,7 @@ class flop_aware_scorer {
   std::vector<std::pmr::set<std::pair<time_point, node_id>>> classes_;  // by last access, per class
   std::vector<std::uint64_t> nonempty_;  // bitmap of non-empty classes
   std::uint64_t visits_ = 0;
+  std::uint64_t walks_cut_ = 0;
 };
 
 static_assert(utility_scorer<flop_aware_scorer, radix_tree<state_store_archetype>>);

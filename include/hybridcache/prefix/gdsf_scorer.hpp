@@ -28,6 +28,7 @@
 // steady state allocates nothing. Not thread-safe (the cache's lock serialises calls).
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -79,6 +80,10 @@ class gdsf_scorer {
   /// Hits counted for `n` (0 for a slot not in use). O(1).
   [[nodiscard]] std::uint64_t frequency(node_id n) const noexcept { return n < freq_.size() ? freq_[n] : 0; }
 
+  /// A fresh scorer (empty index, L = 0) with the same model and options (the adaptive
+  /// selector's shadows).
+  [[nodiscard]] gdsf_scorer replica() const { return gdsf_scorer(model_, cfg_); }
+
   void reserve(std::size_t ids) {
     if (freq_.size() < ids) detail::grow_all(ids, freq_, base_, priority_, in_);
   }
@@ -125,6 +130,15 @@ class gdsf_scorer {
     const auto& [h, n] = *by_priority_.begin();
     inflation_ = std::max(inflation_, h);
     return n;
+  }
+
+  /// Another rule evicted `victim` (the live cache of the adaptive selector follows a
+  /// different scorer): GDSF's clock still advances, to the lowest priority indexed, as if
+  /// it had evicted that node itself; otherwise nodes touched meanwhile would all share one
+  /// stale L and recency would be lost when GDSF leads again. O(1).
+  template <class Tree>
+  void observe_victim(const Tree&, node_id) noexcept {
+    if (!by_priority_.empty()) inflation_ = std::max(inflation_, by_priority_.begin()->first);
   }
 
   template <class Tree>

@@ -377,6 +377,8 @@ class request_lifecycle {
       if (p <= from || p > len || (i > 0 && p <= captured[i - 1])) return unexpected(errc::invalid_argument);
       if (p != len && slot_for(s, p) == nullptr) return unexpected(errc::invalid_argument);
     }
+    cache_->salt_ = s.match.salt;
+    cache_->observe(sequence, s.prompt_tokens);  // before anything changes (may throw bad_alloc)
     finish_result out;
     const errc e = adopt(s, sequence, captured, out);
     if constexpr (requires { cache_->store_.settle(cache_->tree_, sequence, s.host_hit); }) {

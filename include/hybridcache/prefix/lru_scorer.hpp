@@ -143,6 +143,8 @@ class lru_scorer {
     if (cfg_.ties == lru_ties::python_heapq) detail::reserve_geometric(round_, ids);
   }
   [[nodiscard]] const lru_config& config() const noexcept { return cfg_; }
+  /// A fresh scorer (empty index) with the same options (the adaptive selector's shadows).
+  [[nodiscard]] lru_scorer replica() const { return lru_scorer(cfg_); }
 
   template <class Tree>
   void on_match(Tree& tree, std::span<const node_id> path, node_id partial, time_point now) noexcept {
@@ -202,7 +204,7 @@ class lru_scorer {
   /// Heap key: the last-access time (node_heap breaks ties by node id).
   template <class Tree>
   static std::uint64_t key(const Tree& tree, node_id n) noexcept {
-    return tree.at(n).last_access;
+    return tree.last_access(n);
   }
 
   // --- python_heapq mode: CPython's heapq on last-access times ---------------------------
@@ -220,7 +222,7 @@ class lru_scorer {
   /// CPython's `<` on the heap items: last-access times only.
   template <class Tree>
   static auto earlier(const Tree& tree) noexcept {
-    return [&tree](node_id a, node_id b) noexcept { return tree.at(a).last_access < tree.at(b).last_access; };
+    return [&tree](node_id a, node_id b) noexcept { return tree.last_access(a) < tree.last_access(b); };
   }
   template <class Tree>
   node_id heappop(const Tree& tree) noexcept {

@@ -126,6 +126,8 @@ class prefix_cache {
         &store_, [](const void* st, std::int64_t tokens) noexcept { return static_cast<const Store*>(st)->kv_bytes(tokens); },
         store_.checkpoint_bytes());
     reserve_indexes(64);
+    // A scorer that runs shadow caches (compose/adaptive_scorer.hpp) sizes them like the store.
+    if constexpr (requires { scorer_.attach_store(store_, cfg_); }) scorer_.attach_store(store_, cfg_);
   }
 
   prefix_cache(const prefix_cache&) = delete;
@@ -246,7 +248,11 @@ class prefix_cache {
     const auto len = static_cast<std::int64_t>(sequence.size());
     if (const errc e = select_salt(m, salt); e != errc::ok) return unexpected(e);
     std::int64_t reusable = -1;
-    if (const errc e = validate_commit(sequence, input_tokens, m, extra, reusable); e != errc::ok) return unexpected(e);
+    const errc checked = validate_commit(sequence, input_tokens, m, extra, reusable);
+    // A well-formed request reaches a stream observer even when this cache cannot fit it
+    // (the shadows of other rules may); before anything changes (it may throw bad_alloc).
+    if (checked == errc::ok || checked == errc::out_of_capacity) observe(sequence, input_tokens);
+    if (checked != errc::ok) return unexpected(checked);
     const std::int64_t floor = computed_from(reusable);
     reserve_indexes(tree_.id_bound() + positions_.size() + 4);  // may throw: nothing changed yet
     // The reference's order (admit_oversized): the match is released before evicting.
@@ -328,6 +334,16 @@ class prefix_cache {
   {
     std::lock_guard<Lock> guard(lock_);
     scorer_.set_alpha(a);
+  }
+
+  /// Follows rule `rule` of a switchable scorer (switching_scorer.hpp) at FLOP weight
+  /// `alpha` from the next eviction on; false (nothing changes) for a rule out of range or
+  /// a bad alpha. O(1).
+  bool switch_rule(std::size_t rule, double alpha)
+    requires requires(Scorer& s) { s.switch_to(rule, alpha); }
+  {
+    std::lock_guard<Lock> guard(lock_);
+    return scorer_.switch_to(rule, alpha);
   }
 
   /// Unpins a match that will not be committed. Releasing twice: `errc::double_free`; a
@@ -423,6 +439,12 @@ class prefix_cache {
   }  // reserves, adopts and evicts through the internals below
 
   void drop_all_nodes() noexcept { detail::drop_all_nodes(tree_, store_, scorer_); }
+
+  /// Shows a request about to be inserted to a scorer that watches the stream
+  /// (`request_observer`: the adaptive selector's shadows). Nothing of the cache changes.
+  void observe(std::span<const token_id> sequence, std::int64_t input_tokens) {
+    if constexpr (request_observer<Scorer>) scorer_.observe_request(sequence, input_tokens, salt_);
+  }
 
   /// Follows `seq` in the current operation's namespace; the path goes to `path_`.
   walk_result walk(std::span<const token_id> seq) const noexcept {
@@ -577,7 +599,8 @@ class prefix_cache {
   /// the O(n) scan of every node (detail::count_tree_bytes).
   bool fits_after_eviction(std::int64_t bytes, const walk_result* w) {
     if (store_.used_bytes() + bytes <= store_.capacity_bytes()) return true;
-    constexpr bool inner = requires { requires Scorer::evicts_inner_nodes; };
+    bool inner = requires { requires Scorer::evicts_inner_nodes; };
+    if constexpr (requires { scorer_.takes_inner_nodes(); }) inner = scorer_.takes_inner_nodes();  // switching scorers
     const node_id end = w != nullptr && !path_.empty() ? path_.back() : no_node;
     const node_id partial = w != nullptr ? w->partial : no_node;
     pinned_scratch_.clear();
@@ -586,9 +609,11 @@ class prefix_cache {
     bool branches = false;
     if constexpr (requires { scorer_.protects_branches(); }) branches = scorer_.protects_branches();
     const std::int64_t kept =
-        detail::protected_bytes<inner>(tree_, store_, end, partial, pinned_scratch_, protect_, branches);
+        inner ? detail::protected_bytes<true>(tree_, store_, end, partial, pinned_scratch_, protect_, branches)
+              : detail::protected_bytes<false>(tree_, store_, end, partial, pinned_scratch_, protect_, branches);
 #if defined(HYBRIDCACHE_ENABLE_ASSERTIONS)
-    const auto scan = detail::count_tree_bytes<inner>(tree_, store_, end, partial, marked_, branches);
+    const auto scan = inner ? detail::count_tree_bytes<true>(tree_, store_, end, partial, marked_, branches)
+                            : detail::count_tree_bytes<false>(tree_, store_, end, partial, marked_, branches);
     HYBRIDCACHE_ASSERT(scan.total == tree_.bytes());
     HYBRIDCACHE_ASSERT(scan.protected_ == kept);
 #endif

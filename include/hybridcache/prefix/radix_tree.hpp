@@ -403,6 +403,10 @@ class radix_tree {
   [[nodiscard]] kv_extent& kv(node_id n) noexcept { return nodes_[n].kv; }
 
   void touch(node_id n, time_point now) noexcept { nodes_[n].last_access = now; }
+  /// The node's last-access time. Scorers read it through this call, not through `at(n)`,
+  /// so that a composite scorer can hand each of its parts its own times
+  /// (detail::stamp_view). O(1).
+  [[nodiscard]] time_point last_access(node_id n) const noexcept { return nodes_[n].last_access; }
   void pin(node_id n) noexcept { ++nodes_[n].pins; }
   void unpin(node_id n) noexcept {
     HYBRIDCACHE_ASSERT(nodes_[n].pins > 0);

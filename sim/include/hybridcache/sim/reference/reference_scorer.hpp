@@ -98,7 +98,7 @@ class reference_flop_scorer {
     recs_.clear();
     for (node_id n : candidates_) {
       effs_.push_back(efficiency(tree, n));
-      recs_.push_back(detail::recency(now, tree.at(n).last_access));
+      recs_.push_back(detail::recency(now, tree.last_access(n)));
     }
     const bool single = candidates_.size() == 1;
     const auto [emin, emax] = bounds(effs_);

@@ -1,0 +1,343 @@
+// hybridcache/compose/adaptive_scorer.hpp
+//
+// `adaptive_scorer<Admission, Scorers...>`: eviction that follows whichever candidate rule
+// has recently saved the most prefill FLOPs on the live request stream (issue #14). It is a
+// `utility_scorer`: put it in any `prefix_cache` (compose/bundles.hpp names the library's
+// `marconi_adaptive_cache<Store>`) and drive that cache as usual — `commit`, or
+// `request_lifecycle` — nothing else changes for the runtime.
+//
+// How it decides:
+// - Candidates: (rule, alpha) pairs over the parts of a `switching_scorer<Scorers...>`
+//   (the library's set: SGLang+'s leaf LRU with whole-path refresh, Marconi's FLOP-aware
+//   rule at several alphas, GDSF). The live cache keeps every part's index current, so it
+//   switches rule in O(1), without rebuilding anything.
+// - Shadows: one metadata-only `prefix_cache` per candidate (a counting store: token ids
+//   and byte counts, no KV, no states) with the live store's capacity and byte costs, the
+//   live admission policy and a fresh copy of the candidate's scorer. Every request the
+//   live cache inserts (`observe_request`, called by the cache before it changes anything)
+//   is replayed on every shadow: a lookup, then the insert.
+// - Score: per shadow, the FLOPs its own lookups saved, decayed by `decay` per request
+//   (0.995: a half-life of ~140 requests), so the ranking follows a workload that drifts.
+// - Switching: the live cache follows the leader only when the leader's score exceeds the
+//   followed candidate's by `switch_margin` (a fraction) and `min_dwell` requests have
+//   passed since the last switch. Why the hysteresis: a cache's contents are shaped by the
+//   rule that evicted them; right after a switch the live cache holds what the old rule
+//   kept, so it does worse than the new rule's shadow, and switching back and forth on noise
+//   loses to both. The first candidate (the library's: SGLang+'s rule) is followed until
+//   another leads, so the selector starts at the baseline.
+//
+// Costs: each hook is the switching scorer's (the sum of its parts', O(log n) each; a victim
+// costs the followed part's select_victim). `observe_request` replays one request per
+// shadow: K shadows cost about K times a metadata-only replay of the same request (the
+// shadows hold the token ids they cache). `overhead()` reports the time spent in the
+// shadows and an estimate of their memory. The shadows allocate (tree growth); the live
+// cache's hot path does not.
+// Not thread-safe (the live cache's lock serialises every call, shadows included).
+#pragma once
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <tuple>
+#include <utility>
+#include <variant>
+#include <vector>
+
+#include "hybridcache/concepts/admission.hpp"
+#include "hybridcache/concepts/utility_scorer.hpp"
+#include "hybridcache/core/error.hpp"
+#include "hybridcache/model/cost_model.hpp"
+#include "hybridcache/prefix/admission.hpp"
+#include "hybridcache/prefix/flop_aware_scorer.hpp"
+#include "hybridcache/prefix/gdsf_scorer.hpp"
+#include "hybridcache/prefix/lru_scorer.hpp"
+#include "hybridcache/prefix/prefix_cache.hpp"
+#include "hybridcache/prefix/switching_scorer.hpp"
+#include "hybridcache/stores/counting_store.hpp"
+
+namespace hybridcache::prefix {
+
+/// One candidate of the adaptive selector: a part of the switching scorer and, for a part
+/// with a FLOP weight, its alpha.
+struct candidate_rule {
+  std::size_t rule = 0;  ///< index of the part (lru_flop_gdsf: 0 LRU, 1 FLOP-aware, 2 GDSF)
+  double alpha = 0.0;    ///< FLOP weight, for parts with set_alpha (ignored otherwise)
+};
+
+/// Options of `adaptive_scorer` (aggregate; checked by its constructor).
+struct adaptive_config {
+  /// One shadow per entry; the first is followed until another leads. Empty: the library's
+  /// set for `lru_flop_gdsf_scorer` (default_candidates()).
+  std::vector<candidate_rule> candidates{};
+  double decay = 0.995;         ///< per request, in (0, 1]: weight of older requests' FLOPs
+  double switch_margin = 0.02;  ///< the leader must beat the followed score by this fraction
+  /// ... and its decayed lead over the followed candidate, summed per request, must exceed
+  /// `confidence` standard deviations of those per-request differences (a paired test:
+  /// requests that every shadow serves alike add nothing, so one lucky hit does not switch).
+  double confidence = 0.5;
+  std::int64_t min_dwell = 0;  ///< requests between two switches (>= 0)
+  /// Tokens each id of the request stream stands for (1 for token ids; a block-hash trace's
+  /// block size), so that a shadow's hit is scored in the FLOPs of its real tokens.
+  std::int64_t tokens_per_id = 1;
+};
+
+/// What the selector costs and did (`adaptive_scorer::overhead()`).
+struct adaptive_overhead {
+  std::int64_t requests = 0;       ///< requests observed (each replayed on every shadow)
+  std::int64_t switches = 0;       ///< times the live cache changed rule
+  std::size_t followed = 0;        ///< the candidate followed now
+  std::size_t shadows = 0;         ///< shadow caches
+  double shadow_seconds = 0.0;     ///< wall time spent replaying requests on the shadows
+  std::int64_t shadow_nodes = 0;   ///< tree nodes the shadows hold now
+  std::int64_t shadow_tokens = 0;  ///< token ids the shadows hold now
+  /// Estimate of the shadows' memory now: node slots, token ids, child tables and scorer
+  /// indexes (capacities, not the allocator's own overhead).
+  std::int64_t shadow_bytes = 0;
+};
+
+/// The library's candidates over `lru_flop_gdsf_scorer`: SGLang+'s rule first (the
+/// baseline, followed from the start), Marconi's FLOP-aware rule at alpha 0, 0.5, 1, 2, GDSF.
+[[nodiscard]] inline std::vector<candidate_rule> default_candidates() {
+  return {{0, 0.0}, {1, 0.0}, {1, 0.5}, {1, 1.0}, {1, 2.0}, {2, 0.0}};
+}
+
+/// Eviction following the candidate rule whose shadow saved the most FLOPs recently. See
+/// the file comment.
+template <admission_policy Admission, class... Scorers>
+  requires(replicable_scorer<Scorers> && ...)
+class adaptive_scorer {
+  using live_type = switching_scorer<Scorers...>;
+  template <class S>
+  using shadow_cache = prefix_cache<cost_model, Admission, S, counting_store, no_lock>;
+  using shadow_ptr = std::variant<std::unique_ptr<shadow_cache<Scorers>>...>;
+
+ public:
+  /// `parts` are the live rules (their options are the shadows' too); `admission` must be
+  /// the live cache's. @throws invalid_argument for an empty candidate list (after the
+  /// default), a candidate naming no part or with a bad alpha, a decay outside (0, 1], a
+  /// negative margin or dwell.
+  adaptive_scorer(cost_model model, live_type parts, adaptive_config cfg = {}, Admission admission = {})
+      : model_(std::move(model)), live_(std::move(parts)), cfg_(std::move(cfg)), admission_(std::move(admission)) {
+    if (cfg_.candidates.empty()) cfg_.candidates = default_candidates();
+    for (const candidate_rule& c : cfg_.candidates)
+      HYBRIDCACHE_EXPECTS(c.rule < live_.rules() && std::isfinite(c.alpha) && c.alpha >= 0.0, invalid_argument,
+                          "adaptive_scorer: a candidate names no rule of the switching scorer, or has a bad alpha");
+    HYBRIDCACHE_EXPECTS(cfg_.decay > 0.0 && cfg_.decay <= 1.0, invalid_argument,
+                        "adaptive_scorer: decay must be in (0, 1]");
+    HYBRIDCACHE_EXPECTS(cfg_.tokens_per_id >= 1, invalid_argument, "adaptive_scorer: tokens_per_id must be >= 1");
+    HYBRIDCACHE_EXPECTS(cfg_.switch_margin >= 0.0 && std::isfinite(cfg_.switch_margin) && cfg_.min_dwell >= 0 &&
+                            cfg_.confidence >= 0.0 && std::isfinite(cfg_.confidence),
+                        invalid_argument, "adaptive_scorer: switch_margin, confidence and min_dwell must be >= 0");
+    score_.assign(cfg_.candidates.size(), 0.0);
+    total_.assign(cfg_.candidates.size(), 0.0);
+    gained_.assign(cfg_.candidates.size(), 0.0);
+    lead_.assign(cfg_.candidates.size(), 0.0);
+    lead_sq_.assign(cfg_.candidates.size(), 0.0);
+    (void)live_.switch_to(cfg_.candidates[0].rule, cfg_.candidates[0].alpha);
+  }
+  adaptive_scorer(adaptive_scorer&&) noexcept = default;
+  adaptive_scorer& operator=(adaptive_scorer&&) = delete;
+
+  // --- what the cache calls besides the utility_scorer hooks -----------------------------
+
+  /// Builds the shadows with the live store's capacity and byte costs (the cache calls it
+  /// once, from its constructor). A store that allows overflow, or a cache that admits
+  /// oversized states (the reference's simulation), gives shadows that do the same.
+  template <class Store>
+  void attach_store(const Store& store, const prefix_cache_config& cache_cfg) {
+    shadows_.clear();
+    shadows_.reserve(cfg_.candidates.size());
+    for (const candidate_rule& c : cfg_.candidates) {
+      counting_store st(store.capacity_bytes(), store.kv_bytes(1), store.checkpoint_bytes());
+      st.allow_overflow(cache_cfg.admit_oversized);
+      shadows_.push_back(make_shadow(c, std::move(st), cache_cfg));
+    }
+  }
+
+  /// Replays one request (input ++ output, `input_tokens` long input) on every shadow,
+  /// updates the scores and, when the leader clears the hysteresis, switches the live rule.
+  void observe_request(std::span<const token_id> sequence, std::int64_t input_tokens, const cache_salt& salt) {
+    if (shadows_.empty() || sequence.empty()) return;
+    const auto t0 = std::chrono::steady_clock::now();
+    const auto input = sequence.first(static_cast<std::size_t>(std::clamp<std::int64_t>(
+        input_tokens, 1, static_cast<std::int64_t>(sequence.size()))));
+    for (std::size_t i = 0; i < shadows_.size(); ++i) {
+      const std::int64_t reused =
+          std::visit([&](auto& c) { return replay_one(*c, sequence, input, input_tokens, salt); }, shadows_[i]);
+      gained_[i] = hit_flops(reused);
+      score_[i] = score_[i] * cfg_.decay + gained_[i];
+      total_[i] += gained_[i];
+    }
+    for (std::size_t i = 0; i < shadows_.size(); ++i) {  // paired with the followed candidate
+      const double d = (gained_[i] - gained_[followed_]) * 1e-12;  // scaled: squares stay finite
+      lead_[i] = lead_[i] * cfg_.decay + d;
+      lead_sq_[i] = lead_sq_[i] * cfg_.decay * cfg_.decay + d * d;
+    }
+    ++requests_;
+    follow_leader();
+    shadow_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  }
+
+  // --- utility_scorer: the live rule ------------------------------------------------------
+
+  void reserve(std::size_t ids) { live_.reserve(ids); }
+  template <class Tree>
+  void on_match(Tree& tree, std::span<const node_id> path, node_id partial, time_point now) noexcept {
+    live_.on_match(tree, path, partial, now);
+  }
+  template <class Tree>
+  void on_insert_path(Tree& tree, std::span<const node_id> path, time_point now) noexcept {
+    live_.on_insert_path(tree, path, now);
+  }
+  template <class Tree>
+  void on_update(const Tree& tree, node_id n) noexcept {
+    live_.on_update(tree, n);
+  }
+  template <class Tree>
+  void on_erase(const Tree& tree, node_id n) noexcept {
+    live_.on_erase(tree, n);
+  }
+  template <class Tree>
+  [[nodiscard]] node_id select_victim(const Tree& tree, time_point now) noexcept {
+    return live_.select_victim(tree, now);
+  }
+  template <class Tree>
+  [[nodiscard]] evict_action action(const Tree& tree, node_id n) const noexcept {
+    return live_.action(tree, n);
+  }
+  /// The followed candidate's FLOP weight (0 for a rule without one).
+  [[nodiscard]] double alpha() const noexcept { return live_.alpha(); }
+  [[nodiscard]] bool takes_inner_nodes() const noexcept { return live_.takes_inner_nodes(); }
+  [[nodiscard]] bool protects_branches() const noexcept { return live_.protects_branches(); }
+
+  // --- observers --------------------------------------------------------------------------
+
+  [[nodiscard]] const adaptive_config& config() const noexcept { return cfg_; }
+  [[nodiscard]] const live_type& live() const noexcept { return live_; }
+  /// The candidate the live cache follows (an index into config().candidates).
+  [[nodiscard]] std::size_t followed() const noexcept { return followed_; }
+  /// Each candidate's decayed FLOPs-saved score.
+  [[nodiscard]] std::span<const double> scores() const noexcept { return score_; }
+  /// FLOPs each candidate's shadow saved over every request observed (what that rule,
+  /// followed throughout, would have saved: the selector's regret is measured against it).
+  [[nodiscard]] std::span<const double> shadow_flops() const noexcept { return total_; }
+  /// Time and memory the shadows cost, and what the selector did. O(shadow nodes).
+  [[nodiscard]] adaptive_overhead overhead() const {
+    adaptive_overhead o;
+    o.requests = requests_;
+    o.switches = switches_;
+    o.followed = followed_;
+    o.shadows = shadows_.size();
+    o.shadow_seconds = shadow_seconds_;
+    for (const auto& s : shadows_)
+      std::visit(
+          [&](const auto& c) {
+            const auto& tree = c->tree();
+            o.shadow_nodes += static_cast<std::int64_t>(tree.size());
+            const std::int64_t tokens = c->tokens_cached();
+            o.shadow_tokens += tokens;
+            // Node slots (struct + the scorer's per-node arrays, ~64 B), the token ids
+            // themselves, and the child table (16 B per slot at load <= 1/2).
+            o.shadow_bytes += static_cast<std::int64_t>(tree.id_bound()) *
+                                  static_cast<std::int64_t>(sizeof(typename std::remove_cvref_t<decltype(tree)>::node) + 64 + 32) +
+                              tokens * static_cast<std::int64_t>(sizeof(token_id));
+          },
+          s);
+    return o;
+  }
+
+ private:
+  template <std::size_t I = 0>
+  shadow_ptr make_shadow(const candidate_rule& c, counting_store&& st, const prefix_cache_config& cache_cfg) {
+    if constexpr (I < sizeof...(Scorers)) {
+      if (c.rule != I) return make_shadow<I + 1>(c, std::move(st), cache_cfg);
+      using S = std::tuple_element_t<I, std::tuple<Scorers...>>;
+      S scorer = live_.template part<I>().replica();
+      if constexpr (requires { scorer.set_alpha(c.alpha); }) scorer.set_alpha(c.alpha);
+      return shadow_ptr(std::in_place_index<I>, std::make_unique<shadow_cache<S>>(model_, std::move(st), std::move(scorer),
+                                                                                   admission_, cache_cfg));
+    } else {
+      throw invalid_argument("adaptive_scorer: candidate rule out of range");
+    }
+  }
+
+  /// One request on one shadow: the ids its lookup reuses, then its insert (a refused
+  /// insert releases the lookup: the shadow simply does not cache that request).
+  template <class Cache>
+  static std::int64_t replay_one(Cache& c, std::span<const token_id> sequence, std::span<const token_id> input,
+                                 std::int64_t input_tokens, const cache_salt& salt) {
+    auto m = c.match(input, salt);
+    if (!m) return 0;
+    const std::int64_t reused = m->reusable_tokens;
+    auto r = c.commit(sequence, input_tokens, &*m);
+    if (!r) (void)c.release(*m);
+    return reused;
+  }
+
+  /// FLOPs a hit on `ids` ids saves, in real tokens.
+  [[nodiscard]] double hit_flops(std::int64_t ids) const noexcept {
+    if (ids <= 0) return 0.0;
+    try {
+      return model_.hit_flops(ids * cfg_.tokens_per_id);
+    } catch (...) {  // overflow_error only far beyond any sequence a cache holds
+      return 0.0;
+    }
+  }
+
+  void follow_leader() noexcept {
+    std::size_t lead = followed_;
+    for (std::size_t i = 0; i < score_.size(); ++i)
+      if (score_[i] > score_[lead]) lead = i;
+    if (lead == followed_) return;
+    if (requests_ - last_switch_ < cfg_.min_dwell) return;
+    if (!(score_[lead] > score_[followed_] * (1.0 + cfg_.switch_margin))) return;
+    if (!(lead_[lead] > cfg_.confidence * std::sqrt(lead_sq_[lead]))) return;
+    if (!live_.switch_to(cfg_.candidates[lead].rule, cfg_.candidates[lead].alpha)) return;
+    followed_ = lead;
+    last_switch_ = requests_;
+    ++switches_;
+    std::fill(lead_.begin(), lead_.end(), 0.0);  // a new test against the new followed one
+    std::fill(lead_sq_.begin(), lead_sq_.end(), 0.0);
+  }
+
+  cost_model model_;
+  live_type live_;
+  adaptive_config cfg_;
+  Admission admission_;
+  std::vector<shadow_ptr> shadows_;
+  std::vector<double> score_;
+  std::vector<double> total_;
+  std::vector<double> gained_;   // this request's FLOPs per shadow (scratch)
+  std::vector<double> lead_;     // decayed sum of (gain - followed's gain), x 1e-12
+  std::vector<double> lead_sq_;  // decayed sum of its squares
+  std::size_t followed_ = 0;
+  std::int64_t requests_ = 0;
+  std::int64_t last_switch_ = 0;
+  std::int64_t switches_ = 0;
+  double shadow_seconds_ = 0.0;
+};
+
+/// The library's adaptive Marconi scorer: judicious admission's shadows over SGLang+'s LRU,
+/// Marconi's FLOP-aware rule and GDSF.
+using marconi_adaptive_scorer = adaptive_scorer<judicious_admission, lru_scorer, flop_aware_scorer, gdsf_scorer>;
+
+/// `marconi_adaptive_scorer` with the library's parts: LRU (node-id ties), the FLOP-aware
+/// rule with its defaults (branch points protected, the bounded walk: O(log n) per victim
+/// with a constant factor), GDSF; `cfg` as given (default candidates when empty).
+[[nodiscard]] inline marconi_adaptive_scorer make_marconi_adaptive_scorer(const cost_model& model,
+                                                                          adaptive_config cfg = {}) {
+  return marconi_adaptive_scorer(
+      model,
+      lru_flop_gdsf_scorer(lru_scorer{}, flop_aware_scorer(model),
+                           gdsf_scorer(model)),
+      std::move(cfg));
+}
+
+static_assert(utility_scorer<marconi_adaptive_scorer, radix_tree<state_store_archetype>>);
+static_assert(request_observer<marconi_adaptive_scorer>);
+
+}  // namespace hybridcache::prefix

@@ -1,0 +1,277 @@
+// hybridcache/prefix/switching_scorer.hpp
+//
+// `switching_scorer<Scorers...>`: several eviction rules kept over one live tree, one of
+// them followed at a time, switched in O(1) without rebuilding any index. The adaptive
+// selector (compose/adaptive_scorer.hpp) makes the live cache follow whichever rule its
+// shadows rank first; this class is the live half of it, and is usable on its own by a
+// runtime that wants to choose the rule itself (`switch_to`).
+//
+// Every part is a complete `utility_scorer` and sees every call the cache makes, so each
+// part's index is current whichever part is followed. Parts refresh different nodes on a
+// hit (SGLang+'s LRU the whole matched path, Marconi's FLOP-aware rule and GDSF only the
+// deepest node whose checkpoint is used), so each part reads and writes last-access times
+// of its own: the part is handed a `detail::stamp_view` of the tree instead of the tree,
+// whose `touch` and `last_access` go to the part's own table (a node a part never stamped
+// reads the tree's time, which is its creation time; a merge keeps the later time, as
+// radix_tree::merge_into_child does). The tree's own times are left as created.
+//
+// - select_victim / action / alpha / protects_branches: the followed part's answer. The
+//   other parts are told the victim (`observe_victim`, for parts that keep a clock of
+//   their own: GDSF's inflation value).
+// - evicts_inner_nodes: a runtime property here (`takes_inner_nodes()`): the followed part's.
+// - switch_to(rule, alpha): follow part `rule` from the next eviction on; a part with
+//   `set_alpha` takes `alpha` (flop_aware_scorer: any alpha, the indexes do not depend on it).
+//
+// Costs: every hook costs the sum of the parts' costs (each O(log n) for the library's
+// scorers; select_victim only the followed part's) plus O(1) per part for the stamp tables.
+// Memory: the parts' own plus 9 bytes per node id per part. Allocation only in reserve().
+// Not thread-safe (the cache's lock serialises calls).
+#pragma once
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <tuple>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "hybridcache/concepts/state_store.hpp"
+#include "hybridcache/concepts/utility_scorer.hpp"
+#include "hybridcache/core/error.hpp"
+#include "hybridcache/prefix/flop_aware_scorer.hpp"
+#include "hybridcache/prefix/gdsf_scorer.hpp"
+#include "hybridcache/prefix/lru_scorer.hpp"
+#include "hybridcache/prefix/radix_tree.hpp"
+#include "hybridcache/prefix/types.hpp"
+
+namespace hybridcache::prefix {
+
+namespace detail {
+
+/// Last-access times of one part of a composite scorer, kept apart from the tree's.
+class stamp_table {
+ public:
+  void reserve(std::size_t ids) {
+    if (time_.size() < ids) grow_all(ids, time_, set_);
+  }
+  /// The part's time of `n`: its own stamp, else the tree's (the node's creation time).
+  template <class Tree>
+  [[nodiscard]] time_point get(const Tree& tree, node_id n) const noexcept {
+    return n < set_.size() && set_[n] != 0 ? time_[n] : tree.last_access(n);
+  }
+  /// Precondition: reserve() covered n (the cache reserves before it creates nodes).
+  void set(node_id n, time_point t) noexcept {
+    time_[n] = t;
+    set_[n] = 1;
+  }
+  /// `n` is about to be freed. A node with one child is being merged into it: the child
+  /// keeps the later of the two times (radix_tree::merge_into_child's rule).
+  template <class Tree>
+  void forget(const Tree& tree, node_id n) noexcept {
+    const auto& nd = tree.at(n);
+    if (nd.children == 1) set(nd.first_child, std::max(get(tree, nd.first_child), get(tree, n)));
+    if (n < set_.size()) set_[n] = 0;
+  }
+
+ private:
+  std::vector<time_point> time_;
+  std::vector<unsigned char> set_;
+};
+
+/// The tree as one part of a composite scorer sees it: every read goes to the tree, except
+/// last-access times, which `touch` writes to and `last_access` reads from the part's own
+/// table. Holds pointers; cheap to make per call.
+template <class Tree>
+class stamp_view {
+ public:
+  using node = typename Tree::node;
+  stamp_view(const Tree& tree, stamp_table& stamps) noexcept : tree_(&tree), stamps_(&stamps) {}
+
+  [[nodiscard]] static constexpr node_id root() noexcept { return Tree::root(); }
+  [[nodiscard]] const node& at(node_id n) const noexcept { return tree_->at(n); }
+  [[nodiscard]] bool live(node_id n) const noexcept { return tree_->live(n); }
+  [[nodiscard]] std::size_t size() const noexcept { return tree_->size(); }
+  [[nodiscard]] std::size_t id_bound() const noexcept { return tree_->id_bound(); }
+  [[nodiscard]] time_point last_access(node_id n) const noexcept { return stamps_->get(*tree_, n); }
+  void touch(node_id n, time_point now) const noexcept { stamps_->set(n, now); }
+  [[nodiscard]] bool dfs_before(node_id a, node_id b) const noexcept { return tree_->dfs_before(a, b); }
+  [[nodiscard]] std::size_t depth(node_id n) const noexcept { return tree_->depth(n); }
+  template <class F>
+  void preorder(F&& f) const {
+    tree_->preorder(std::forward<F>(f));
+  }
+
+ private:
+  const Tree* tree_;
+  stamp_table* stamps_;
+};
+
+}  // namespace detail
+
+/// Several eviction rules over one live index, one followed at a time. See the file comment.
+template <class... Scorers>
+  requires(sizeof...(Scorers) >= 1)
+class switching_scorer {
+  static constexpr std::size_t parts_count = sizeof...(Scorers);
+
+ public:
+  using parts_type = std::tuple<Scorers...>;
+
+  /// Follows part `initial` (0 by default). @throws invalid_argument for a part out of range.
+  explicit switching_scorer(Scorers... parts, std::size_t initial = 0) : parts_(std::move(parts)...) {
+    HYBRIDCACHE_EXPECTS(initial < parts_count, invalid_argument, "switching_scorer: initial rule out of range");
+    active_ = initial;
+  }
+  switching_scorer(switching_scorer&&) noexcept = default;
+  switching_scorer& operator=(switching_scorer&&) = delete;
+
+  // --- switchable_scorer -----------------------------------------------------------------
+
+  [[nodiscard]] std::size_t rules() const noexcept { return parts_count; }
+  [[nodiscard]] std::size_t active_rule() const noexcept { return active_; }
+  /// Follow part `rule` from the next eviction on, at FLOP weight `alpha` when the part has
+  /// one (ignored otherwise). False, nothing changed, for a rule out of range or an alpha
+  /// that is negative or not finite. O(1).
+  bool switch_to(std::size_t rule, double alpha) noexcept {
+    if (rule >= parts_count || !(std::isfinite(alpha) && alpha >= 0.0)) return false;
+    visit(rule, [&](auto& part, detail::stamp_table&) noexcept {
+      if constexpr (requires { part.set_alpha(alpha); }) part.set_alpha(alpha);  // cannot throw: checked
+    });
+    active_ = rule;
+    return true;
+  }
+  /// Part `I` (its options, counters).
+  template <std::size_t I>
+  [[nodiscard]] const auto& part() const noexcept {
+    return std::get<I>(parts_);
+  }
+  template <std::size_t I>
+  [[nodiscard]] auto& part() noexcept {
+    return std::get<I>(parts_);
+  }
+
+  // --- utility_scorer ---------------------------------------------------------------------
+
+  void reserve(std::size_t ids) {
+    for (auto& s : stamps_) s.reserve(ids);
+    std::apply([&](auto&... p) { (reserve_part(p, ids), ...); }, parts_);
+  }
+
+  template <class Tree>
+  void on_match(Tree& tree, std::span<const node_id> path, node_id partial, time_point now) noexcept {
+    each(tree, [&](auto& part, const auto& view) noexcept { part.on_match(view, path, partial, now); });
+  }
+  template <class Tree>
+  void on_insert_path(Tree& tree, std::span<const node_id> path, time_point now) noexcept {
+    each(tree, [&](auto& part, const auto& view) noexcept { part.on_insert_path(view, path, now); });
+  }
+  template <class Tree>
+  void on_update(const Tree& tree, node_id n) noexcept {
+    each(tree, [&](auto& part, const auto& view) noexcept { part.on_update(view, n); });
+  }
+  template <class Tree>
+  void on_erase(const Tree& tree, node_id n) noexcept {
+    std::size_t i = 0;
+    std::apply(
+        [&](auto&... p) {
+          ((p.on_erase(detail::stamp_view<Tree>(tree, stamps_[i]), n), stamps_[i].forget(tree, n), ++i), ...);
+        },
+        parts_);
+  }
+  template <class Tree>
+  [[nodiscard]] node_id select_victim(const Tree& tree, time_point now) noexcept {
+    node_id v = no_node;
+    visit(active_, [&](auto& part, detail::stamp_table& st) noexcept {
+      v = part.select_victim(detail::stamp_view<Tree>(tree, st), now);
+    });
+    if (v == no_node) return v;
+    std::size_t i = 0;
+    std::apply(
+        [&](auto&... p) {
+          ((i != active_ ? tell_victim(p, detail::stamp_view<Tree>(tree, stamps_[i]), v) : void(), ++i), ...);
+        },
+        parts_);
+    return v;
+  }
+  template <class Tree>
+  [[nodiscard]] evict_action action(const Tree& tree, node_id n) const noexcept {
+    evict_action a = evict_action::remove_leaf;
+    visit(active_, [&](const auto& part, detail::stamp_table& st) noexcept {
+      a = part.action(detail::stamp_view<Tree>(tree, st), n);
+    });
+    return a;
+  }
+  [[nodiscard]] double alpha() const noexcept {
+    double a = 0.0;
+    visit(active_, [&](const auto& part, detail::stamp_table&) noexcept { a = static_cast<double>(part.alpha()); });
+    return a;
+  }
+
+  /// True when the followed part takes single-child nodes (the cache's fit check).
+  [[nodiscard]] bool takes_inner_nodes() const noexcept {
+    bool inner = false;
+    visit(active_, [&](const auto& part, detail::stamp_table&) noexcept {
+      using P = std::remove_cvref_t<decltype(part)>;
+      if constexpr (requires { requires P::evicts_inner_nodes; }) inner = true;
+    });
+    return inner;
+  }
+  /// True when the followed part protects branch points (the cache's fit check).
+  [[nodiscard]] bool protects_branches() const noexcept {
+    bool b = false;
+    visit(active_, [&](const auto& part, detail::stamp_table&) noexcept {
+      if constexpr (requires { part.protects_branches(); }) b = part.protects_branches();
+    });
+    return b;
+  }
+
+ private:
+  template <class P>
+  static void reserve_part(P& p, std::size_t ids) {
+    if constexpr (requires { p.reserve(ids); }) p.reserve(ids);
+  }
+  template <class P, class View>
+  static void tell_victim(P& p, const View& view, node_id v) noexcept {
+    if constexpr (requires { p.observe_victim(view, v); }) p.observe_victim(view, v);
+  }
+  /// Calls f(part, view) for every part, each with its own stamp view.
+  template <class Tree, class F>
+  void each(const Tree& tree, F&& f) noexcept {
+    std::size_t i = 0;
+    std::apply(
+        [&](auto&... p) {
+          ((f(p, detail::stamp_view<Tree>(tree, stamps_[i])), ++i), ...);
+        },
+        parts_);
+  }
+  /// Calls f(part, stamps) for part `rule` (a runtime index into the tuple).
+  template <class F>
+  void visit(std::size_t rule, F&& f) noexcept {
+    visit_in(*this, rule, f);
+  }
+  template <class F>
+  void visit(std::size_t rule, F&& f) const noexcept {
+    visit_in(*this, rule, f);
+  }
+  template <class Self, class F>
+  static void visit_in(Self& self, std::size_t rule, F& f) noexcept {
+    [&]<std::size_t... I>(std::index_sequence<I...>) {
+      ((rule == I ? f(std::get<I>(self.parts_), self.stamps_[I]) : void()), ...);
+    }(std::make_index_sequence<parts_count>{});
+  }
+
+  std::tuple<Scorers...> parts_;
+  mutable std::array<detail::stamp_table, parts_count> stamps_{};  // const calls read through views
+  std::size_t active_ = 0;
+};
+
+/// The library's rule set: SGLang+'s leaf LRU, Marconi's FLOP-aware rule (any alpha), GDSF.
+using lru_flop_gdsf_scorer = switching_scorer<lru_scorer, flop_aware_scorer, gdsf_scorer>;
+
+static_assert(switchable_scorer<lru_flop_gdsf_scorer, radix_tree<state_store_archetype>>);
+
+}  // namespace hybridcache::prefix

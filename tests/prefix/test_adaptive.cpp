@@ -1,0 +1,370 @@
+// The adaptive selector (issue #14 item 3) against obviously-right models:
+//
+// - switching_scorer following one rule throughout answers every request exactly as that
+//   scorer alone (each part's own last-access times behave like the tree's);
+// - switching_scorer switched at random picks the victims of naive O(n) models of the same
+//   rules (naive LRU, the reference FLOP-aware scan, naive GDSF) switched the same way;
+// - adaptive_scorer equals a naive selector built from independent caches: one plain
+//   prefix_cache per candidate fed the same requests gives the shadows' FLOPs, a direct
+//   transcription of the decision rule gives the switches, and a switching cache switched at
+//   those requests gives the live cache's every answer;
+// - it runs under request_lifecycle (the runtime's path), refuses bad options, and on synth
+//   traces follows GDSF where GDSF wins and stays on SGLang+'s rule where nothing beats it.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <random>
+#include <span>
+#include <vector>
+
+#include "hybridcache/compose/adaptive_scorer.hpp"
+#include "hybridcache/compose/bundles.hpp"
+#include "hybridcache/model/presets.hpp"
+#include "hybridcache/prefix/lifecycle.hpp"
+#include "hybridcache/prefix/switching_scorer.hpp"
+#include "hybridcache/sim/reference/reference_scorer.hpp"
+#include "hybridcache/sim/synth_v1.hpp"
+#include "hybridcache/stores/counting_store.hpp"
+#include "../support/naive_scorers.hpp"
+
+using namespace hybridcache;
+using namespace hybridcache::prefix;
+
+namespace {
+
+using seq_t = std::vector<token_id>;
+
+/// A request that shares a random prefix with an earlier one (or none) and goes on with
+/// fresh tokens from a small vocabulary, so requests branch inside edges.
+seq_t branching_seq(std::mt19937_64& rng, const std::vector<seq_t>& seen, std::size_t max_len) {
+  seq_t s;
+  if (!seen.empty() && rng() % 4 != 0) {
+    const seq_t& base = seen[rng() % seen.size()];
+    s.assign(base.begin(), base.begin() + static_cast<std::ptrdiff_t>(1 + rng() % base.size()));
+  }
+  const std::size_t extra = 1 + rng() % max_len;
+  for (std::size_t i = 0; i < extra; ++i) s.push_back(static_cast<token_id>(1 + rng() % 3));
+  return s;
+}
+
+/// Drives two caches with the same request (match, then commit) and requires identical
+/// answers. Returns the evictions of the commit (0 when both refused it).
+template <class A, class B>
+std::int64_t same_request(A& a, B& b, const seq_t& s, std::int64_t in) {
+  const std::span<const token_id> input(s.data(), static_cast<std::size_t>(in));
+  auto ma = a.match(input);
+  auto mb = b.match(input);
+  REQUIRE(ma);
+  REQUIRE(mb);
+  REQUIRE(ma->reusable_tokens == mb->reusable_tokens);
+  auto ca = a.commit(s, in, &*ma);
+  auto cb = b.commit(s, in, &*mb);
+  REQUIRE(ca.has_value() == cb.has_value());
+  if (!ca) {
+    REQUIRE(a.release(*ma));
+    REQUIRE(b.release(*mb));
+    return 0;
+  }
+  REQUIRE(ca->evictions == cb->evictions);
+  REQUIRE(a.store().used_bytes() == b.store().used_bytes());
+  REQUIRE(a.tree().size() == b.tree().size());
+  return ca->evictions;
+}
+
+const cost_model& model() {
+  static const cost_model m(presets::marconi_7b());
+  return m;
+}
+
+lru_flop_gdsf_scorer library_parts(double alpha, std::size_t initial, flop_index index = flop_index::bounded_walk,
+                                   flop_candidates rule = flop_candidates::protect_branches) {
+  return lru_flop_gdsf_scorer(lru_scorer{}, flop_aware_scorer(model(), {.alpha = alpha, .candidates = rule, .index = index}),
+                              gdsf_scorer(model(), {.candidates = rule}), initial);
+}
+
+}  // namespace
+
+TEST_CASE("switching_scorer following one rule throughout equals that scorer alone") {
+  const cost_model& m = model();
+  const std::int64_t kv = m.kv_bytes_per_token(), ck = m.ssm_checkpoint_bytes();
+  std::int64_t evictions[3] = {0, 0, 0};
+  for (std::uint64_t seed = 1; seed <= 90; ++seed) {
+    CAPTURE(seed);
+    std::mt19937_64 rng(seed);
+    const std::size_t rule = seed % 3;
+    const double alpha = static_cast<double>(rng() % 21) / 10.0;
+    const std::int64_t cap = 6 * ck + 250 * kv;
+    // The paper's candidate rule merges single-child nodes often: the merged node's time
+    // must carry over to its child in each part's own table, as the tree does.
+    const flop_candidates cands = seed % 2 == 0 ? flop_candidates::paper : flop_candidates::protect_branches;
+    prefix_cache<cost_model, judicious_admission, lru_flop_gdsf_scorer> both(
+        m, counting_store(cap, kv, ck), library_parts(alpha, rule, flop_index::bounded_walk, cands));
+    std::vector<seq_t> seen;
+    auto run = [&](auto& alone) {
+      for (int op = 0; op < 60; ++op) {
+        const seq_t s = branching_seq(rng, seen, 50);
+        evictions[rule] += same_request(both, alone, s, static_cast<std::int64_t>(1 + rng() % s.size()));
+        seen.push_back(s);
+      }
+    };
+    if (rule == 0) {
+      prefix_cache<cost_model, judicious_admission, lru_scorer> alone(m, counting_store(cap, kv, ck), lru_scorer{});
+      run(alone);
+    } else if (rule == 1) {
+      prefix_cache<cost_model, judicious_admission, flop_aware_scorer> alone(
+          m, counting_store(cap, kv, ck), flop_aware_scorer(m, {.alpha = alpha, .candidates = cands}));
+      run(alone);
+    } else {
+      prefix_cache<cost_model, judicious_admission, gdsf_scorer> alone(m, counting_store(cap, kv, ck),
+                                                                       gdsf_scorer(m, {.candidates = cands}));
+      run(alone);
+    }
+  }
+  for (std::int64_t e : evictions) CHECK(e > 300);
+}
+
+TEST_CASE("switching_scorer switched at random picks the naive models' victims") {
+  const cost_model& m = model();
+  const std::int64_t kv = m.kv_bytes_per_token(), ck = m.ssm_checkpoint_bytes();
+  using naive_parts = switching_scorer<test::naive_lru, reference_flop_scorer, test::naive_gdsf>;
+  std::int64_t evictions = 0, switches = 0;
+  for (std::uint64_t seed = 1; seed <= 80; ++seed) {
+    CAPTURE(seed);
+    std::mt19937_64 rng(seed * 31337);
+    const std::int64_t cap = 6 * ck + 250 * kv;
+    // The exact threshold walk: the reference scan is the exact argmin.
+    prefix_cache<cost_model, judicious_admission, lru_flop_gdsf_scorer> fast(
+        m, counting_store(cap, kv, ck), library_parts(0.0, 0, flop_index::threshold_walk));
+    prefix_cache<cost_model, judicious_admission, naive_parts> naive(
+        m, counting_store(cap, kv, ck),
+        naive_parts(test::naive_lru{}, reference_flop_scorer(m, {}), test::naive_gdsf(m)));
+    std::vector<seq_t> seen;
+    for (int op = 0; op < 80; ++op) {
+      if (rng() % 3 == 0) {
+        const std::size_t rule = rng() % 3;
+        const double alpha = static_cast<double>(rng() % 21) / 10.0;
+        REQUIRE(fast.switch_rule(rule, alpha));
+        REQUIRE(naive.switch_rule(rule, alpha));
+        ++switches;
+      }
+      REQUIRE(fast.scorer().active_rule() == naive.scorer().active_rule());
+      const seq_t s = branching_seq(rng, seen, 50);
+      evictions += same_request(fast, naive, s, static_cast<std::int64_t>(1 + rng() % s.size()));
+      seen.push_back(s);
+    }
+  }
+  CHECK(evictions > 2000);
+  CHECK(switches > 1500);
+}
+
+TEST_CASE("switching_scorer: switch_to refuses a rule out of range or a bad alpha and changes nothing") {
+  lru_flop_gdsf_scorer s = library_parts(0.5, 1);
+  CHECK(s.rules() == 3);
+  CHECK_FALSE(s.switch_to(3, 0.0));
+  CHECK_FALSE(s.switch_to(1, -1.0));
+  CHECK_FALSE(s.switch_to(1, std::nan("")));
+  CHECK(s.active_rule() == 1);
+  CHECK(s.alpha() == 0.5);
+  CHECK(s.switch_to(2, 0.0));
+  CHECK(s.active_rule() == 2);
+  CHECK(s.takes_inner_nodes());
+  CHECK(s.switch_to(0, 0.0));
+  CHECK_FALSE(s.takes_inner_nodes());  // LRU takes leaves only: the cache's fit check follows
+  CHECK_THROWS_AS(library_parts(0.0, 3), invalid_argument);
+}
+
+namespace {
+
+/// The naive selector: one plain cache per candidate, the decision rule written out.
+struct naive_selector {
+  adaptive_config cfg;
+  std::vector<double> score, lead, lead_sq, total;
+  std::size_t followed = 0;
+  std::int64_t requests = 0, last_switch = 0;
+
+  explicit naive_selector(adaptive_config c) : cfg(std::move(c)) {
+    const std::size_t k = cfg.candidates.size();
+    score.assign(k, 0.0);
+    lead.assign(k, 0.0);
+    lead_sq.assign(k, 0.0);
+    total.assign(k, 0.0);
+  }
+  /// Takes this request's FLOPs per candidate; true when the live cache switches now.
+  bool observe(const std::vector<double>& gain) {
+    for (std::size_t i = 0; i < gain.size(); ++i) {
+      score[i] = score[i] * cfg.decay + gain[i];
+      total[i] += gain[i];
+      const double d = (gain[i] - gain[followed]) * 1e-12;
+      lead[i] = lead[i] * cfg.decay + d;
+      lead_sq[i] = lead_sq[i] * cfg.decay * cfg.decay + d * d;
+    }
+    ++requests;
+    std::size_t best = followed;
+    for (std::size_t i = 0; i < score.size(); ++i)
+      if (score[i] > score[best]) best = i;
+    const bool go = best != followed && requests - last_switch >= cfg.min_dwell &&
+                    score[best] > score[followed] * (1.0 + cfg.switch_margin) &&
+                    lead[best] > cfg.confidence * std::sqrt(lead_sq[best]);
+    if (!go) return false;
+    followed = best;
+    last_switch = requests;
+    std::fill(lead.begin(), lead.end(), 0.0);
+    std::fill(lead_sq.begin(), lead_sq.end(), 0.0);
+    return true;
+  }
+};
+
+template <class Scorer>
+using plain_cache = prefix_cache<cost_model, judicious_admission, Scorer, counting_store>;
+
+/// The ids a plain cache reuses for `input`, then its insert (refused: released).
+template <class Cache>
+std::int64_t shadow_step(Cache& c, const seq_t& s, std::int64_t in) {
+  auto mm = c.match(std::span<const token_id>(s.data(), static_cast<std::size_t>(in)));
+  REQUIRE(mm);
+  const std::int64_t reused = mm->reusable_tokens;
+  if (!c.commit(s, in, &*mm)) REQUIRE(c.release(*mm));
+  return reused;
+}
+
+}  // namespace
+
+TEST_CASE("adaptive_scorer equals a naive selector built from independent caches") {
+  const cost_model& m = model();
+  const std::int64_t kv = m.kv_bytes_per_token(), ck = m.ssm_checkpoint_bytes();
+  std::int64_t switches = 0, evictions = 0;
+  for (std::uint64_t seed = 1; seed <= 40; ++seed) {
+    CAPTURE(seed);
+    std::mt19937_64 rng(seed * 1000003);
+    adaptive_config cfg;
+    cfg.candidates = {{0, 0.0}, {1, 0.0}, {1, 1.0}, {1, 2.0}, {2, 0.0}};
+    cfg.decay = seed % 2 == 0 ? 0.9 : 0.97;
+    cfg.switch_margin = static_cast<double>(rng() % 3) / 100.0;
+    cfg.confidence = seed % 3 == 0 ? 0.0 : 0.5;
+    cfg.min_dwell = static_cast<std::int64_t>(rng() % 4);
+    const std::int64_t cap = 5 * ck + 200 * kv;
+    marconi_adaptive_cache<> live(m, counting_store(cap, kv, ck), make_marconi_adaptive_scorer(m, cfg));
+    // The naive model's three parts: the candidates' own caches, the rule, and the live cache.
+    plain_cache<lru_scorer> s0(m, counting_store(cap, kv, ck), lru_scorer{});
+    plain_cache<flop_aware_scorer> s1(m, counting_store(cap, kv, ck), flop_aware_scorer(m, {.alpha = 0.0}));
+    plain_cache<flop_aware_scorer> s2(m, counting_store(cap, kv, ck), flop_aware_scorer(m, {.alpha = 1.0}));
+    plain_cache<flop_aware_scorer> s3(m, counting_store(cap, kv, ck), flop_aware_scorer(m, {.alpha = 2.0}));
+    plain_cache<gdsf_scorer> s4(m, counting_store(cap, kv, ck), gdsf_scorer(m));
+    naive_selector rule(cfg);
+    prefix_cache<cost_model, judicious_admission, lru_flop_gdsf_scorer> follower(m, counting_store(cap, kv, ck),
+                                                                                 library_parts(0.0, 0));
+    std::vector<seq_t> seen;
+    for (int op = 0; op < 120; ++op) {
+      const seq_t s = branching_seq(rng, seen, 60);
+      const auto in = static_cast<std::int64_t>(1 + rng() % s.size());
+      const std::vector<double> gain{
+          static_cast<double>(m.hit_flops(shadow_step(s0, s, in))), static_cast<double>(m.hit_flops(shadow_step(s1, s, in))),
+          static_cast<double>(m.hit_flops(shadow_step(s2, s, in))), static_cast<double>(m.hit_flops(shadow_step(s3, s, in))),
+          static_cast<double>(m.hit_flops(shadow_step(s4, s, in)))};
+      if (rule.observe(gain)) {
+        const candidate_rule& c = cfg.candidates[rule.followed];
+        REQUIRE(follower.switch_rule(c.rule, c.alpha));
+        ++switches;
+      }
+      evictions += same_request(live, follower, s, in);
+      REQUIRE(live.scorer().followed() == rule.followed);
+      seen.push_back(s);
+    }
+    for (std::size_t i = 0; i < rule.score.size(); ++i) {
+      CHECK(live.scorer().scores()[i] == rule.score[i]);
+      CHECK(live.scorer().shadow_flops()[i] == rule.total[i]);
+    }
+    const adaptive_overhead o = live.scorer().overhead();
+    CHECK(o.requests == 120);
+    CHECK(o.shadows == 5);
+    CHECK(o.shadow_nodes > 0);
+    CHECK(o.shadow_bytes > 0);
+    CHECK(o.shadow_seconds > 0.0);
+  }
+  CHECK(switches > 60);
+  CHECK(evictions > 2000);
+}
+
+TEST_CASE("adaptive_scorer under request_lifecycle: every finished request reaches the shadows, capacity holds") {
+  const cost_model& m = model();
+  const std::int64_t kv = m.kv_bytes_per_token(), ck = m.ssm_checkpoint_bytes();
+  const std::int64_t cap = 5 * ck + 200 * kv;
+  marconi_adaptive_cache<> cache(m, counting_store(cap, kv, ck),
+                                 make_marconi_adaptive_scorer(m, {.decay = 0.9, .switch_margin = 0.0, .confidence = 0.0}));
+  request_lifecycle<marconi_adaptive_cache<>> requests(cache);
+  std::mt19937_64 rng(5);
+  std::vector<seq_t> seen;
+  std::int64_t finished = 0;
+  for (int op = 0; op < 150; ++op) {
+    const seq_t s = branching_seq(rng, seen, 60);
+    const auto in = static_cast<std::int64_t>(1 + rng() % s.size());
+    auto t = requests.begin(std::span<const token_id>(s.data(), static_cast<std::size_t>(in)),
+                            {.output_tokens = static_cast<std::int64_t>(s.size()) - in});
+    if (!t) {
+      REQUIRE(t.error() == errc::out_of_capacity);
+      continue;
+    }
+    const auto& st = **requests.state(*t);
+    std::vector<std::int64_t> captured;
+    for (const auto& site : st.plan.sites) captured.push_back(site.position);
+    const auto len = static_cast<std::int64_t>(s.size());
+    if (len > st.match.reusable_tokens && (captured.empty() || captured.back() != len)) captured.push_back(len);
+    auto f = requests.finish(*t, s, captured);
+    REQUIRE(f);
+    ++finished;
+    REQUIRE(cache.store().used_bytes() <= cap);
+    seen.push_back(s);
+  }
+  CHECK(finished > 100);
+  CHECK(cache.scorer().overhead().requests == finished);
+  CHECK(cache.scorer().overhead().switches > 0);
+}
+
+TEST_CASE("adaptive_scorer refuses bad options") {
+  const cost_model& m = model();
+  auto make = [&](adaptive_config c) { return make_marconi_adaptive_scorer(m, std::move(c)); };
+  CHECK_THROWS_AS(make({.candidates = {{3, 0.0}}}), invalid_argument);
+  CHECK_THROWS_AS(make({.candidates = {{1, -0.5}}}), invalid_argument);
+  CHECK_THROWS_AS(make({.decay = 0.0}), invalid_argument);
+  CHECK_THROWS_AS(make({.decay = 1.5}), invalid_argument);
+  CHECK_THROWS_AS(make({.switch_margin = -0.1}), invalid_argument);
+  CHECK_THROWS_AS(make({.confidence = std::nan("")}), invalid_argument);
+  CHECK_THROWS_AS(make({.min_dwell = -1}), invalid_argument);
+  CHECK_THROWS_AS(make({.tokens_per_id = 0}), invalid_argument);
+  const marconi_adaptive_scorer d = make({});
+  CHECK(d.config().candidates.size() == default_candidates().size());
+  CHECK(d.followed() == 0);  // SGLang+'s rule first
+}
+
+TEST_CASE("adaptive_scorer on synth traces: GDSF where it wins, SGLang+'s rule where nothing beats it") {
+  const cost_model& m = model();
+  struct cse {
+    sim::synth_profile profile;
+    std::uint64_t seed;
+    std::int64_t capacity;
+  };
+  auto run = [&](const cse& c, auto&& check) {
+    marconi_adaptive_cache<> cache(m, counting_store(c.capacity, m.kv_bytes_per_token(), m.ssm_checkpoint_bytes()),
+                                   make_marconi_adaptive_scorer(m));
+    for (const auto& r : sim::generate_synth_v1({.profile = c.profile, .seed = c.seed, .sessions = 60, .session_gap_ms = 2000})) {
+      seq_t s = r.input;
+      s.insert(s.end(), r.output.begin(), r.output.end());
+      auto mm = cache.match(r.input);
+      REQUIRE(mm);
+      if (!cache.commit(s, static_cast<std::int64_t>(r.input.size()), &*mm)) REQUIRE(cache.release(*mm));
+    }
+    check(cache.scorer());
+  };
+  // Chat at 1 GB: GDSF's shadow saves the most by far, and the live cache follows it.
+  run({sim::synth_profile::chat, 3, 1'000'000'000}, [](const marconi_adaptive_scorer& sel) {
+    const auto flops = sel.shadow_flops();
+    CHECK(flops[5] > 1.5 * flops[0]);
+    CHECK(sel.config().candidates[sel.followed()].rule == 2);
+  });
+  // Agent at 10 GB: nothing beats SGLang+'s rule, and the live cache never leaves it.
+  run({sim::synth_profile::agent, 3, 10'000'000'000}, [](const marconi_adaptive_scorer& sel) {
+    CHECK(sel.overhead().switches == 0);
+    CHECK(sel.followed() == 0);
+  });
+}

@@ -1,0 +1,84 @@
+// tools/hcbench/selector_flags.hpp
+//
+// What `--alpha auto` means for marconi, shared by `replay` and `compare`:
+//   --tuner shadow|one-shot   the adaptive selector (default) or Marconi's one-shot tuning
+//   --candidates LIST         the selector's candidates: sglang+, gdsf, marconi:ALPHA
+//   --selector-decay X        per-request decay of the shadows' FLOPs scores
+//   --switch-margin X         fraction by which the leader must beat the followed candidate
+//   --min-dwell N             requests between two switches
+//   --switch-confidence Z     the paired test's threshold, in standard deviations
+// Each applies to marconi with --alpha auto only (the selector flags to --tuner shadow only);
+// given elsewhere it is an error. --reference-quirks with --alpha auto runs the reference's
+// own one-shot tuning (an explicit --tuner shadow with it is an error).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include <CLI/CLI.hpp>
+
+#include <hybridcache/compose/adaptive_scorer.hpp>
+#include <hybridcache/core/error.hpp>
+
+#include "cli_support.hpp"
+#include "replay_run.hpp"
+
+namespace hcbench {
+
+/// The flags' values as parsed.
+struct selector_cli {
+  std::string tuner = "shadow";
+  std::string candidates;
+  double decay = hybridcache::prefix::adaptive_config{}.decay;
+  double margin = hybridcache::prefix::adaptive_config{}.switch_margin;
+  std::int64_t dwell = hybridcache::prefix::adaptive_config{}.min_dwell;
+  double confidence = hybridcache::prefix::adaptive_config{}.confidence;
+};
+
+inline void add_selector_options(CLI::App& sub, selector_cli& o) {
+  sub.add_option("--tuner", o.tuner,
+                 "marconi --alpha auto: shadow (the adaptive selector: metadata-only shadows of SGLang+'s rule, "
+                 "FLOP-aware alphas and GDSF, the cache following the leader; default) or one-shot (Marconi's "
+                 "bootstrap tuning of alpha, as the reference)");
+  sub.add_option("--candidates", o.candidates,
+                 "--tuner shadow: comma-separated candidates, the first followed from the start: sglang+, gdsf, "
+                 "marconi:ALPHA (default sglang+,marconi:0,marconi:0.5,marconi:1,marconi:2,gdsf)");
+  sub.add_option("--selector-decay", o.decay, "--tuner shadow: per-request decay of the shadows' FLOPs scores");
+  sub.add_option("--switch-margin", o.margin,
+                 "--tuner shadow: the leader must beat the followed candidate's score by this fraction");
+  sub.add_option("--min-dwell", o.dwell, "--tuner shadow: requests between two switches");
+  sub.add_option("--switch-confidence", o.confidence,
+                 "--tuner shadow: the leader's summed per-request lead must exceed this many standard deviations");
+}
+
+/// Checks the flags against the mode and fills the job's tuner and selector options.
+/// `auto_marconi`: marconi with --alpha auto is among what runs; `why` says what is missing
+/// otherwise (replay and compare name their flags differently).
+inline void apply_selector_options(const selector_cli& o, const CLI::App& sub, bool auto_marconi, bool quirks,
+                                   replay_job& job, const std::string& why = "without --policy marconi and --alpha auto") {
+  for (const char* name : {"--tuner", "--candidates", "--selector-decay", "--switch-margin", "--min-dwell",
+                           "--switch-confidence"})
+    reject_unless(auto_marconi, sub, name, why);
+  const CLI::Option* tuner_opt = sub.get_option_no_throw("--tuner");
+  const bool tuner_given = tuner_opt != nullptr && tuner_opt->count() > 0;
+  if (o.tuner == "one-shot" || (quirks && !tuner_given)) {
+    job.tuner = alpha_tuner::one_shot;
+  } else if (o.tuner == "shadow") {
+    if (quirks) throw hybridcache::invalid_argument("--tuner shadow cannot be combined with --reference-quirks "
+                                                    "(the reference tunes alpha once: --tuner one-shot)");
+    job.tuner = alpha_tuner::shadow;
+  } else {
+    throw hybridcache::invalid_argument("--tuner: expected shadow or one-shot, got '" + o.tuner + "'");
+  }
+  for (const char* name : {"--candidates", "--selector-decay", "--switch-margin", "--min-dwell", "--switch-confidence"})
+    reject_unless(job.tuner == alpha_tuner::shadow, sub, name, "with --tuner one-shot");
+  if (!o.candidates.empty()) job.selector.candidates = parse_candidates(o.candidates);
+  job.selector.decay = check_finite_range(o.decay, 1e-6, 1.0, "--selector-decay");
+  job.selector.switch_margin = check_finite_range(o.margin, 0.0, 1e6, "--switch-margin");
+  if (o.dwell < 0 || o.dwell > 1'000'000'000)
+    throw hybridcache::invalid_argument("--min-dwell: expected 0..1000000000, got " + std::to_string(o.dwell));
+  job.selector.min_dwell = o.dwell;
+  job.selector.confidence = check_finite_range(o.confidence, 0.0, 1e6, "--switch-confidence");
+}
+
+}  // namespace hcbench
