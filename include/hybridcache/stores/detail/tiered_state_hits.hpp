@@ -206,9 +206,10 @@ expected<void> tiered_state_store<H, E, S>::load(const tiered_hit& hit) {
       // for the write-back, read the copy below instead, and let the HBM one go.
       quiesce(p.src.id);
       const auto row = store_->find(p.src.id);
-      const tier_copy* below = nullptr;
-      for (const auto& c : row ? row->copies : std::vector<tier_copy>{})
-        if (c.tier != hbm_tier && c.state == copy_state::valid && below == nullptr) below = &c;
+      const tier_copy* below = nullptr;  // points into `row`, which outlives its use below
+      if (row)
+        for (const auto& c : row->copies)
+          if (c.tier != hbm_tier && c.state == copy_state::valid && below == nullptr) below = &c;
       if (below != nullptr && store_->pin_in(p.src.id, below->tier)) {
         const tier_id from = below->tier;
         (void)store_->unpin_in(p.src.id, hbm_tier);
