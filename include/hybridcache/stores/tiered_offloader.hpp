@@ -18,10 +18,10 @@
 
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <cstdint>
 #include <mutex>
-#include <thread>
+
+#include "hybridcache/tiered/detail/background_pass.hpp"
 
 namespace hybridcache::tiered {
 
@@ -54,37 +54,15 @@ class tiered_offloader {
 
   /// Starts the background thread (idempotent): a pass when notified, or every `poll`.
   void start(std::chrono::microseconds poll = std::chrono::milliseconds(1)) {
-    std::lock_guard lock(mu_);
-    if (thread_.joinable()) return;
-    stop_ = false;
-    thread_ = std::thread([this, poll] {
-      std::unique_lock l(mu_);
-      while (!stop_) {
-        cv_.wait_for(l, poll, [&] { return stop_ || pending_; });
-        if (stop_) break;
-        pending_ = false;
-        l.unlock();
-        run_once();
-        l.lock();
-      }
-    });
+    worker_.start(poll, [this] { run_once(); });
   }
   /// Wakes the thread for a pass (cheap: call after a request finished).
   void notify() {
-    {
-      std::lock_guard lock(mu_);
-      pending_ = true;
-    }
-    cv_.notify_one();
+    worker_.notify();
   }
   /// Stops and joins the thread (idempotent). Copies in flight keep running on the engine.
   void stop() {
-    {
-      std::lock_guard lock(mu_);
-      stop_ = true;
-    }
-    cv_.notify_one();
-    if (thread_.joinable()) thread_.join();
+    worker_.stop();
   }
   [[nodiscard]] offloader_stats stats() const {
     std::lock_guard lock(mu_);
@@ -94,10 +72,8 @@ class tiered_offloader {
  private:
   Cache& cache_;
   mutable std::mutex mu_;
-  std::condition_variable cv_;
-  bool stop_ = false, pending_ = false;
   offloader_stats stats_;
-  std::thread thread_;
+  detail::background_pass worker_;  // last: joined before the members its pass uses go
 };
 
 }  // namespace hybridcache::tiered

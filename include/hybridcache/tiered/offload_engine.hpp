@@ -25,13 +25,12 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <cstdint>
 #include <mutex>
-#include <thread>
 #include <vector>
 
 #include "hybridcache/core/error.hpp"
+#include "hybridcache/tiered/detail/background_pass.hpp"
 #include "hybridcache/tiered/host_copy_engine.hpp"
 #include "hybridcache/tiered/sparsify.hpp"
 #include "hybridcache/tiered/tiered_store.hpp"
@@ -126,39 +125,17 @@ class offload_engine {
   /// Starts the background thread (idempotent). It runs a pass whenever notified or every
   /// `poll`, and only acts above the high watermark.
   void start(std::chrono::microseconds poll = std::chrono::milliseconds(1)) {
-    std::lock_guard lock(mu_);
-    if (thread_.joinable()) return;
-    stop_ = false;
-    thread_ = std::thread([this, poll] {
-      std::unique_lock l(mu_);
-      while (!stop_) {
-        cv_.wait_for(l, poll, [&] { return stop_ || pending_; });
-        if (stop_) break;
-        pending_ = false;
-        l.unlock();
-        run_once();
-        l.lock();
-      }
-    });
+    worker_.start(poll, [this] { run_once(); });
   }
 
   /// Wakes the background thread (cheap; call after inserting into HBM).
   void notify() {
-    {
-      std::lock_guard lock(mu_);
-      pending_ = true;
-    }
-    cv_.notify_one();
+    worker_.notify();
   }
 
   /// Stops and joins the background thread (idempotent).
   void stop() {
-    {
-      std::lock_guard lock(mu_);
-      stop_ = true;
-    }
-    cv_.notify_one();
-    if (thread_.joinable()) thread_.join();
+    worker_.stop();
   }
 
   [[nodiscard]] offload_stats stats() const {
@@ -215,10 +192,7 @@ class offload_engine {
   Sizer sizer_;
   mutable std::mutex pass_mu_;
   offload_stats stats_;
-  std::mutex mu_;
-  std::condition_variable cv_;
-  bool stop_ = false, pending_ = false;
-  std::thread thread_;
+  detail::background_pass worker_;  // last: joined before the members its pass uses go
 };
 
 }  // namespace hybridcache::tiered
