@@ -5,6 +5,7 @@
 #include <doctest/doctest.h>
 
 #include <filesystem>
+#include <numeric>
 #include <random>
 
 #include "hybridcache/model/presets.hpp"
@@ -161,6 +162,38 @@ TEST_CASE("tiered replay: a host hit loads the KV HBM lacks and one checkpoint, 
   }
   MESSAGE(loads << " loads checked");
   CHECK(loads > 10);
+}
+
+TEST_CASE("tiered replay: per-request rows name each request by its trace index, refused ones included") {
+  // Before, the rows were numbered in dispatch order and refused requests had none, so a row
+  // could not be joined with its request under the CaR scheduler or after a refusal.
+  const cost_model m7(presets::marconi_7b());
+  auto reqs = chats(200, 7);
+  // One request far larger than HBM: refused (computed, not cached).
+  std::vector<sim::token_id> huge(400'000);
+  std::iota(huge.begin(), huge.end(), sim::token_id{5'000'000});
+  reqs.insert(reqs.begin() + 50, make(reqs[50].arrival_s, huge, static_cast<std::int64_t>(huge.size()), 1));
+  for (const auto kind : {scheduler_kind::fcfs, scheduler_kind::car}) {
+    auto o = tiers("hbm=500MB,host=3GB");
+    o.keep_per_request = true;
+    o.scheduler = kind;
+    const auto r = replay(reqs, m7, o);
+    REQUIRE(r.per_request.size() == reqs.size());
+    std::vector<int> seen(reqs.size(), 0);
+    std::int64_t refused = 0, out_of_order = 0;
+    for (std::size_t k = 0; k < r.per_request.size(); ++k) {
+      const auto& row = r.per_request[k];
+      REQUIRE(row.request < reqs.size());
+      ++seen[row.request];
+      CHECK(row.input_tokens == reqs[row.request].input_tokens);
+      refused += row.refused ? 1 : 0;
+      out_of_order += row.request != k ? 1 : 0;
+    }
+    CHECK(std::count(seen.begin(), seen.end(), 1) == static_cast<std::ptrdiff_t>(reqs.size()));
+    CHECK(refused == r.refused);
+    CHECK(refused >= 1);
+    if (kind == scheduler_kind::fcfs) CHECK(out_of_order == 0);
+  }
 }
 
 TEST_CASE("tiered replay: one tier never loads or offloads; a tier below raises reuse") {

@@ -171,7 +171,12 @@ elseif(CASE STREQUAL "tiered")
   expect_error("--prefill-engines" replay --trace ${FIXTURE} --tiers hbm=1GB,host=4GB --prefill-engines 0)
   expect_error("--spread-arrivals" replay --trace ${FIXTURE} --tiers hbm=1GB,host=4GB --spread-arrivals soon)
   expect_error("--prefill-time" replay --trace ${FIXTURE} --tiers hbm=1GB,host=4GB --prefill-time guess)
-  expect_error("--prefetch-depth" replay --trace ${FIXTURE} --tiers hbm=1GB,host=4GB --prefetch-depth 0)
+  expect_error("--prefetch-depth" replay --trace ${FIXTURE} --tiers hbm=1GB,host=4GB --prefetch deadline --prefetch-depth 0)
+  expect_error("--prefetch-depth does not apply with --prefetch none" replay --trace ${FIXTURE} --tiers hbm=1GB,host=4GB --prefetch-depth 2)
+  expect_error("--write-through-hits does not apply without --write-policy write-through-selective"
+               replay --trace ${FIXTURE} --tiers hbm=1GB,host=4GB --write-policy write-through --write-through-hits 3)
+  expect_error("--write-through-hits must be in"
+               replay --trace ${FIXTURE} --tiers hbm=1GB,host=4GB --write-policy write-through-selective --write-through-hits 0)
   expect_error("--write-policy: unknown value 'lazy'" replay --trace ${FIXTURE} --tiers hbm=1GB,host=4GB --write-policy lazy)
   expect_error("--watermarks: expected HIGH,LOW" replay --trace ${FIXTURE} --tiers hbm=1GB,host=4GB --watermarks 0.5,0.9)
   expect_error("--demotion car: CaR's score" replay --trace ${FIXTURE} --tiers hbm=1GB,host=4GB --demotion car)

@@ -102,6 +102,10 @@ void run(const replay_cli& o, const CLI::App& sub) {
           "--tuner one-shot with --tiers: Marconi's bootstrap tuning replays commits, not the request lifecycle "
           "the tiered replay drives (--tuner shadow, the default, runs the adaptive selector)");
     if (o.policy == "marconi" && !p.alpha) p.selector = selector_job.selector;
+    // Knobs of one tiered setting only: given without it they would be silently ignored.
+    reject_unless(o.tiered.write_policy == "write-through-selective", sub, "--write-through-hits",
+                  "without --write-policy write-through-selective");
+    reject_unless(o.tiered.prefetch != "none", sub, "--prefetch-depth", "with --prefetch none (the default)");
     reject_unless(o.policy == "marconi", sub, "--flop-candidates", "to --policy " + o.policy + " (marconi only)");
     reject_unless(o.policy == "marconi", sub, "--flop-index", "to --policy " + o.policy + " (marconi only)");
     if (o.flop_candidates != "paper" && o.flop_candidates != "protect-branches")

@@ -189,10 +189,11 @@ void run_tiered_replay_command(const std::string& trace, const std::string& form
                                     : std::string("as recorded")) +
                                (multi.arrival_time_scale != 1.0 ? ", gaps x" + json::number(multi.arrival_time_scale) : "");
   if (!per_request.empty()) {
-    std::string csv = "request,input_tokens,hbm_hit_tokens,host_hit_tokens,bytes_loaded,ttft_ms\n";
-    for (std::size_t i = 0; i < r.per_request.size(); ++i) {
-      const auto& x = r.per_request[i];
-      csv += std::to_string(i) + ',' + std::to_string(x.input_tokens) + ',' + std::to_string(x.hbm_hit_tokens) + ',' +
+    // One row per request in dispatch order; `request` is its index in the trace's request
+    // list (the order of the rows differs from it under --scheduler car), refused ones included.
+    std::string csv = "request,refused,input_tokens,hbm_hit_tokens,host_hit_tokens,bytes_loaded,ttft_ms\n";
+    for (const auto& x : r.per_request) {
+      csv += std::to_string(x.request) + ',' + (x.refused ? '1' : '0') + ',' + std::to_string(x.input_tokens) + ',' + std::to_string(x.hbm_hit_tokens) + ',' +
              std::to_string(x.host_hit_tokens) + ',' + std::to_string(x.bytes_loaded) + ',' + json::number(x.ttft_ms) + '\n';
     }
     write_file_atomic(per_request, csv, "--per-request");

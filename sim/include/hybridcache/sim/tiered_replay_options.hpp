@@ -81,6 +81,8 @@ struct tiered_replay_options {
 
 /// One request's row (with `keep_per_request`).
 struct tiered_request_row {
+  std::size_t request = 0;        ///< index in the replayed request list (trace order)
+  bool refused = false;           ///< too large to cache even alone: computed from scratch
   std::int64_t input_tokens = 0;
   std::int64_t hbm_hit_tokens = 0;
   std::int64_t host_hit_tokens = 0;

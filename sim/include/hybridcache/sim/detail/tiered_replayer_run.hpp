@@ -89,6 +89,7 @@ tiered_replay_result tiered_replayer<Cache, Prefill>::run(std::span<const sim::r
       last_finish = std::max(last_finish, finish);
       ttft.push_back(finish - arrival_ms(i));
       service.push_back(finish - t0);
+      if (o_.keep_per_request) r.per_request.push_back({i, true, q.input_tokens, 0, 0, 0, finish - arrival_ms(i)});
       continue;
     }
     const auto& st = **requests_.state(*ticket);
@@ -132,7 +133,7 @@ tiered_replay_result tiered_replayer<Cache, Prefill>::run(std::span<const sim::r
     r.bytes_loaded += loaded_bytes;
     r.flops_saved += static_cast<double>(m_.prefill_flops(resume_tok));
     if (o_.keep_per_request)
-      r.per_request.push_back({q.input_tokens, hbm_tok, resume_tok - hbm_tok, loaded_bytes, finish - arrival_ms(i)});
+      r.per_request.push_back({i, false, q.input_tokens, hbm_tok, resume_tok - hbm_tok, loaded_bytes, finish - arrival_ms(i)});
     busy += finish - t0;
     last_finish = std::max(last_finish, finish);
     ttft.push_back(finish - arrival_ms(i));
