@@ -99,7 +99,7 @@ const std::vector<sim::request>& mooncake() {
     std::vector<sim::request> out;
     const auto p = shared("data/traces/mooncake/conversation_trace.jsonl");
     if (!std::filesystem::exists(p)) return out;
-    sim::mooncake_reader r(p, {.block_size = 512, .synthesize_output_ids = false});
+    sim::mooncake_reader r(p, {.block_size = 512, .synthesize_output_ids = true});  // as hcbench reads it
     sim::request q;
     while (r.next(q)) out.push_back(q);
     return out;

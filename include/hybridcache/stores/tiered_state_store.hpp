@@ -27,8 +27,11 @@
 //
 // Asynchronous copies, off the request path where they can be. Every copy is submitted to
 // the engine and completed later by `poll()` (a runtime's offload thread, or any store
-// call); nothing waits on a copy except an allocation that needs the HBM pages a
-// write-back still holds, and `wait_loaded`/`settle` for a hit's own loads.
+// call). A store call waits for copies (it runs the engine's `wait`, under the caller's lock)
+// only where it cannot go on without them: an allocation that needs the HBM pages a
+// write-back still holds; making room in a lower tier by moving an entry one tier down
+// (the cascade's copy); a split or join of an entry that has copies in flight (they finish
+// first); `wait_loaded`/`settle` for a hit's own loads; and the destructor (`drain`).
 // - Write policy (`write_policy`): write_back copies an entry down when the tree evicts it
 //   (its HBM pages are freed when the copy lands; an allocation that needs them waits);
 //   write_through copies every named entry down as soon as its request finishes, and

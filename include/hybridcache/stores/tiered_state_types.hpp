@@ -139,7 +139,10 @@ struct tiered_state_counters {
   std::int64_t clean_drops = 0;                             ///< of those, dropped from HBM for free (a clean copy below)
   std::int64_t replicas = 0, replica_bytes = 0;             ///< clean copies made ahead (write-through, offload())
   std::int64_t cascades = 0, cascade_bytes = 0;             ///< moved between lower tiers to make room
-  std::int64_t dropped_entries = 0, dropped_bytes = 0;      ///< named entries lost (last tier full, copy failed)
+  /// Named entries that left the store on their way down: no room below (or the last tier
+  /// full), a failed copy down, or a demotion whose content key a lower tier already holds
+  /// (nothing is lost then: the copy below is found instead).
+  std::int64_t dropped_entries = 0, dropped_bytes = 0;
   std::int64_t promoted_entries = 0, promoted_bytes = 0;    ///< lower-tier entries superseded by an HBM copy
   std::int64_t host_hits = 0, host_hit_tokens = 0, loaded_bytes = 0;
   std::int64_t staged_entries = 0, staged_bytes = 0;  ///< copied into HBM staging by `load`
