@@ -16,9 +16,10 @@
 //   builtin_encode        the same with the built-in approximation (text_tokenizer.hpp)
 //   sharegpt_read/bpe     the whole reader: JSON, tokenizing, requests (what hcbench reads)
 //   sharegpt_read/builtin
-//   replay/<policy>       one replay of the BPE-tokenized trace at 2 GB (marconi: --alpha
-//                         auto with one tuning thread, as `hcbench compare` runs it), the
-//                         trace read once outside the timing
+//   replay/<policy>       one replay of the BPE-tokenized trace at 2 GB, the trace read once
+//                         outside the timing. marconi: --alpha auto, the adaptive selector
+//                         (what hcbench runs by default); marconi_one_shot: the one-shot
+//                         tuner with one tuning thread (--tuner one-shot)
 // Without the file or the tokenizer the benchmarks needing them report an error and skip.
 #include <benchmark/benchmark.h>
 
@@ -187,12 +188,14 @@ void replay(benchmark::State& state, int policy) {
   if (!have_inputs(state, true)) return;
   const std::int64_t capacity = 2'000'000'000;
   switch (policy) {
-    case 0: replay_bench::run<pc::judicious_admission>(state, *bpe_trace(), capacity, 1, replay_bench::flop_alpha0, pc::tuning_config{.threads = 1}); break;
+    case 0: replay_bench::run<pc::judicious_admission>(state, *bpe_trace(), capacity, 1, replay_bench::marconi_selector); break;
+    case 3: replay_bench::run<pc::judicious_admission>(state, *bpe_trace(), capacity, 1, replay_bench::flop_alpha0, pc::tuning_config{.threads = 1}); break;
     case 1: replay_bench::run<pc::judicious_admission>(state, *bpe_trace(), capacity, 1, replay_bench::heapq_lru); break;
     default: replay_bench::run<pc::every_block_admission<32>>(state, *bpe_trace(), capacity, 1, replay_bench::heapq_lru); break;
   }
 }
 BENCHMARK_CAPTURE(replay, marconi, 0)->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(replay, marconi_one_shot, 3)->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(replay, sglang_plus, 1)->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(replay, vllm_plus, 2)->Unit(benchmark::kMillisecond);
 

@@ -12,6 +12,7 @@
 #include <type_traits>
 #include <utility>
 
+#include <hybridcache/compose/adaptive_scorer.hpp>
 #include <hybridcache/compose/alpha_tuner.hpp>
 #include <hybridcache/model/cost_model.hpp>
 #include <hybridcache/model/presets.hpp>
@@ -80,5 +81,7 @@ inline auto heapq_lru = [] { return pc::lru_scorer({.ties = pc::lru_ties::python
 inline auto node_id_lru = [] { return pc::lru_scorer{}; };
 inline auto flop_alpha1 = [] { return pc::flop_aware_scorer(model(), {.alpha = 1.0}); };
 inline auto flop_alpha0 = [] { return pc::flop_aware_scorer(model(), {.alpha = 0.0}); };
+/// What `hcbench --policy marconi` (--alpha auto) runs: the adaptive selector's default candidates.
+inline auto marconi_selector = [] { return pc::make_marconi_adaptive_scorer(model()); };
 
 }  // namespace replay_bench
