@@ -26,7 +26,12 @@
 //   Eviction makes room but never takes a pinned path (this request's match included); a
 //   request that cannot fit beside them is refused before anything is evicted, with the
 //   cache, the store and every pin as they were (the lookup itself still counts: the clock
-//   ticked and the matched path was refreshed, as for any match).
+//   ticked and the matched path was refreshed, as for any match). With a two-sided store
+//   (side_placing_store: an asymmetric pool's KV and SSM sides) the check is per side too:
+//   bytes that fit but pages that cannot be placed on the KV side (or blocks on the SSM
+//   side) are refused before any eviction; a short side may first borrow free chunks from
+//   the other (the pool's rebalancer), then eviction runs until both sides can place their
+//   part and the allocations run with the split held, so none fails after evicting.
 // grow: reserves KV for n more tokens (a new segment), under the same rule.
 // finish: inserts the sequence keeping checkpoints exactly at the captured positions (a
 //   position the runtime did not capture is never kept); the KV of every new token is taken
@@ -273,9 +278,9 @@ class request_lifecycle {
     s.reserved_tokens = s.prompt_tokens + o.output_tokens - s.kv_from;
     const auto sites = static_cast<std::int64_t>(s.plan.sites.size());
     const std::int64_t slots = sites + 1 + (s.loaded_at > 0 ? 1 : 0);
-    const std::int64_t bytes = cache_->store_.kv_bytes(s.reserved_tokens) + slots * cache_->store_.checkpoint_bytes() +
-                               split_room_for(sites) * cache_->store_.kv_bytes(1);
-    if (const errc e = reserve(s, bytes, sites); e != errc::ok) {
+    const side_bytes need{kv_bytes_at(s.kv_from, s.reserved_tokens) + split_room_for(sites) * cache_->store_.kv_bytes(1),
+                          slots * cache_->store_.checkpoint_bytes()};
+    if (const errc e = reserve(s, need, sites); e != errc::ok) {
       release_holds(s);
       s.match.pin = packed_handle{};
       (void)tickets_.release(h);
@@ -333,8 +338,14 @@ class request_lifecycle {
     if (const errc e = tickets_.validate(t.handle); e != errc::ok) return unexpected(e);
     if (tokens <= 0) return unexpected(errc::invalid_argument);
     request_state& s = states_[t.handle.index()];
-    if (!cache_->fits_after_eviction(cache_->store_.kv_bytes(tokens), nullptr)) return unexpected(errc::out_of_capacity);
     const std::int64_t first = s.kv_from + s.reserved_tokens;
+    const side_bytes need{kv_bytes_at(first, tokens), 0};
+    cache_->prepare_placement(need);
+    if (!cache_->fits_after_eviction(need, nullptr)) return unexpected(errc::out_of_capacity);
+    commit_result scratch;
+    bool round = false;
+    cache_->evict_until_placeable(need, round, scratch);
+    const typename Cache::split_hold hold(*cache_, true);
     auto kv = allocate_evicting([&] { return allocate_kv_at(first, tokens); });
     if (!kv) return unexpected(kv.error());
     s.kv.push_back(std::move(*kv));
@@ -482,6 +493,13 @@ class request_lifecycle {
     return h;
   }
 
+  /// Bytes `allocate_kv_at(first, tokens)` takes (0 for no tokens).
+  std::int64_t kv_bytes_at(std::int64_t first, std::int64_t tokens) const noexcept {
+    if (tokens <= 0) return 0;
+    if constexpr (requires { cache_->store_.kv_bytes_at(first, tokens); }) return cache_->store_.kv_bytes_at(first, tokens);
+    else return cache_->store_.kv_bytes(tokens);
+  }
+
   expected<kv_extent> allocate_kv_at(std::int64_t first, std::int64_t tokens) noexcept {
     if constexpr (pages_by_position) return cache_->store_.allocate_kv_at(first, tokens);
     else return cache_->store_.allocate_kv(tokens);
@@ -539,15 +557,24 @@ class request_lifecycle {
     }
   }
 
-  /// Reserves the KV extent and the checkpoint slots of `s` (all or nothing).
-  errc reserve(request_state& s, std::int64_t bytes, std::int64_t sites) {
-    if (!cache_->fits_after_eviction(bytes, nullptr)) return errc::out_of_capacity;
+  /// Reserves the KV extent and the checkpoint slots of `s` (all or nothing). `need` is
+  /// every allocation below, per side. The fit check runs before anything is evicted; with
+  /// a two-sided store (side_placing_store) it also checks each side's placement, the
+  /// evictions go on until each side can place its part, and the allocations run with the
+  /// split held: none can fail after evicting.
+  errc reserve(request_state& s, const side_bytes& need, std::int64_t sites) {
+    cache_->prepare_placement(need);
+    if (!cache_->fits_after_eviction(need, nullptr)) return errc::out_of_capacity;
     // Make the room in one eviction round (the reference's rule), then allocate.
-    const std::int64_t deficit = cache_->store_.used_bytes() + bytes - cache_->store_.capacity_bytes();
+    const std::int64_t deficit = cache_->store_.used_bytes() + need.total() - cache_->store_.capacity_bytes();
+    commit_result scratch;
+    bool round = false;
     if (deficit > 0) {
-      commit_result scratch;
+      round = true;
       cache_->evict_bytes(deficit, scratch);
     }
+    cache_->evict_until_placeable(need, round, scratch);
+    const typename Cache::split_hold hold(*cache_, true);
     if (s.reserved_tokens > 0) {
       const std::int64_t first = s.kv_from;
       auto kv = allocate_evicting([&] { return allocate_kv_at(first, s.reserved_tokens); });

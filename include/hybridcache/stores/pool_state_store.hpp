@@ -209,17 +209,70 @@ class pool_state_store {
     return static_cast<std::int64_t>(pool_->reserved_bytes());
   }
 
+  /// Bytes `allocate_kv_at(first_token, tokens)` takes: whole blocks from the block of
+  /// `first_token` on (one page set more than `kv_bytes(tokens)` when the run straddles a
+  /// block it does not fill).
+  [[nodiscard]] std::int64_t kv_bytes_at(std::int64_t first_token, std::int64_t tokens) const noexcept {
+    return blocks(first_token % tpp_ + tokens) * layers_ * static_cast<std::int64_t>(pool_->stats(pool_kind::kv).unit_bytes);
+  }
+
+  /// True when `need` can be placed with the pool's current split between the KV and SSM
+  /// sides once `freed` has been given back: each side's free units plus its freed units
+  /// cover that side's need (prefix/concepts: side_placing_store). O(1).
+  [[nodiscard]] bool placement_fits(prefix::side_bytes need, prefix::side_bytes freed) const noexcept {
+    return side_fits(pool_kind::kv, need.kv, freed.kv) && side_fits(pool_kind::ssm, need.checkpoint, freed.checkpoint);
+  }
+
+  /// For a side whose free units do not cover `need` now, asks the pool's rebalancer for
+  /// that side's shortfall (free chunks of the other side move over; no live unit moves),
+  /// as a failed allocation would. Nothing else changes. O(chunks moved).
+  void prepare_placement(prefix::side_bytes need) noexcept {
+    if constexpr (requires { pool_->rebalance_on_failure(pool_kind::kv, std::uint64_t{1}); }) {
+      for (const pool_kind k : {pool_kind::kv, pool_kind::ssm}) {
+        const std::uint64_t want = units_for(k, k == pool_kind::kv ? need.kv : need.checkpoint);
+        const std::uint64_t have = pool_->stats(k).free_units;
+        if (want > have) {
+          if constexpr (noexcept(pool_->rebalance_on_failure(k, want - have))) {
+            (void)pool_->rebalance_on_failure(k, want - have);
+          } else {
+            try {
+              (void)pool_->rebalance_on_failure(k, want - have);
+            } catch (...) {  // a failed mapping rolls back; the fit check then refuses
+            }
+          }
+        }
+      }
+    }
+  }
+
+  /// While held, an allocation that finds its side full fails instead of asking the
+  /// rebalancer: the cache holds the split while it allocates a request it has checked
+  /// side by side, so that a migration cannot take the free units the other side was
+  /// counted on. O(1).
+  void hold_split(bool held) noexcept { split_held_ = held; }
+
   [[nodiscard]] const Pool& pool() const noexcept { return *pool_; }
 
  private:
   [[nodiscard]] std::int64_t blocks(std::int64_t tokens) const noexcept { return (tokens + tpp_ - 1) / tpp_; }
 
+  [[nodiscard]] std::uint64_t units_for(pool_kind k, std::int64_t bytes) const noexcept {
+    const std::uint64_t unit = pool_->stats(k).unit_bytes;
+    return bytes <= 0 || unit == 0 ? 0 : (static_cast<std::uint64_t>(bytes) + unit - 1) / unit;
+  }
+  [[nodiscard]] bool side_fits(pool_kind k, std::int64_t need, std::int64_t freed) const noexcept {
+    // Freed bytes are counted down (whole units only), needed bytes up.
+    const std::uint64_t unit = pool_->stats(k).unit_bytes;
+    const std::uint64_t back = freed <= 0 || unit == 0 ? 0 : static_cast<std::uint64_t>(freed) / unit;
+    return units_for(k, need) <= pool_->stats(k).free_units + back;
+  }
+
   expected<void> take(pool_kind k, std::span<packed_handle> out) noexcept {
     if constexpr (noexcept(std::declval<Pool&>().allocate_n(k, out, true))) {
-      return pool_->allocate_n(k, out, true);
+      return pool_->allocate_n(k, out, !split_held_);
     } else {
       try {
-        return pool_->allocate_n(k, out, true);
+        return pool_->allocate_n(k, out, !split_held_);
       } catch (...) {
         return unexpected(errc::out_of_capacity);
       }
@@ -239,9 +292,12 @@ class pool_state_store {
   std::int64_t layers_;
   std::int64_t rec_;
   Copier copy_;
+  bool split_held_ = false;  // hold_split
 };
 
 static_assert(prefix::state_store<pool_state_store<simulated_vmm_pool<threshold_rebalancer>>>);
 static_assert(prefix::state_store<pool_state_store<host_asymmetric_pool<threshold_rebalancer>>>);
+static_assert(prefix::side_placing_store<pool_state_store<simulated_vmm_pool<threshold_rebalancer>>>);
+static_assert(prefix::side_placing_store<pool_state_store<host_asymmetric_pool<no_rebalancer>>>);
 
 }  // namespace hybridcache::memory
