@@ -58,6 +58,16 @@
 // named so that its evicted nodes are demoted, not dropped. A hit that cannot be loaded
 // (declined, staging room full, a copy could not start) is given up and the request goes
 // on from its HBM hit; abort releases the staged entries.
+// A pool store with a host tier (`host_tier_store`: pool_state_store built with a
+// host_tier_config) keeps the pool as HBM: the leaves the cache evicts are demoted to host
+// memory, and begin looks for host entries that continue the HBM match up to a checkpoint
+// (`find_host_hit`, pinned meanwhile). It then reserves as usual, with one more slot for
+// the loaded state, and copies the entries' KV of [kv_from, loaded_at) into the
+// reservation's pages and their checkpoint into that slot before it returns. Prefill
+// starts at plan.prefill_start = loaded_at; block_table names those pages like any
+// others, resume_checkpoint returns the loaded slot, and finish keeps the loaded state at
+// loaded_at and adopts the pages without a copy. The copies are synchronous (the store's
+// copier), so wait_loaded returns at once.
 // Many requests may be in flight; with `Cache` = prefix_cache<..., mutex_lock> every call
 // holds the cache's lock, so threads may begin/finish concurrently. Tickets are generation-
 // checked: a finished or aborted ticket reports stale_handle / double_free.
@@ -113,6 +123,23 @@ concept lower_tier_store = requires(Store& st, std::span<const token_id> in, con
   st.release_hit(st.lookup(in, m));
 };
 
+/// A store whose lower tier is loaded into the request's own reservation (pool_state_store
+/// with a host tier): `find_host_hit` finds (and pins) host entries that continue the HBM
+/// match up to a checkpoint, `load_host_hit` copies their KV into the reserved pages and
+/// their checkpoint into a reserved slot, `release_host_hit` gives the hit up. The store
+/// demotes the leaves the cache evicts (`demote`, called by the eviction).
+template <class Store>
+concept host_tier_store = requires(Store& st, std::span<const token_id> in, const match_result& m,
+                                   typename Store::host_hit& h, const typename Store::kv_extent& e,
+                                   const typename Store::checkpoint_handle& c) {
+  st.find_host_hit(in, m, h);
+  st.load_host_hit(h, e, std::int64_t{0}, std::int64_t{0}, std::int64_t{0}, c);
+  st.release_host_hit(h);
+  { h.host_tokens } -> std::convertible_to<std::int64_t>;
+  { h.reusable_tokens } -> std::convertible_to<std::int64_t>;
+  { h.kv_start } -> std::convertible_to<std::int64_t>;
+};
+
 namespace detail {
 /// What a request keeps of its lower-tier hit (nothing for a one-tier store).
 template <class Store>
@@ -124,6 +151,10 @@ struct host_hit_of {
 template <lower_tier_store Store>
 struct host_hit_of<Store> {
   using type = decltype(std::declval<Store&>().lookup(std::span<const token_id>{}, std::declval<const match_result&>()));
+};
+template <host_tier_store Store>
+struct host_hit_of<Store> {
+  using type = typename Store::host_hit;
 };
 }  // namespace detail
 
@@ -262,7 +293,26 @@ class request_lifecycle {
         }
       }
     }
+    if constexpr (host_tier_store<store_type>) {
+      cache_->store_.find_host_hit(prompt, *m, s.host_hit);  // pins the entries it found
+      if (s.host_hit.host_tokens > 0 && accept(std::as_const(s.host_hit))) {
+        s.loaded_at = s.host_hit.reusable_tokens;
+        resume.reusable_tokens = s.loaded_at;
+      } else {
+        release_holds(s);
+      }
+    }
     pin_kv_tail(s, prompt);
+    if constexpr (host_tier_store<store_type>) {
+      // The host entries must bring every token between the tree's KV and the loaded state;
+      // a chain that starts beyond the tree's KV is given up.
+      if (s.loaded_at > 0 && s.host_hit.kv_start > s.kv_from) {
+        release_holds(s);
+        s.kv_from = m->reusable_tokens;
+        resume.reusable_tokens = m->reusable_tokens;
+        pin_kv_tail(s, prompt);
+      }
+    }
     // A cached sequence this prompt leaves at kv_reach, found below HBM, is the branch point
     // the tree would have split at had it stayed in HBM: the admission policy sees it
     // (insertion_view::lower_branch_point; judicious admission keeps a state there).
@@ -285,6 +335,13 @@ class request_lifecycle {
       s.match.pin = packed_handle{};
       (void)tickets_.release(h);
       return refuse(e);
+    }
+    if constexpr (host_tier_store<store_type>) {
+      if (s.loaded_at > 0) {  // the host entries' KV into the reservation, their state into its slot
+        checkpoint_slot* slot = slot_for(s, s.loaded_at);
+        HYBRIDCACHE_ASSERT(slot != nullptr && !s.kv.empty());
+        cache_->store_.load_host_hit(s.host_hit, s.kv.front(), s.kv_from, s.kv_from, s.loaded_at, slot->handle);
+      }
     }
     return request_ticket{h};
   }
@@ -465,6 +522,13 @@ class request_lifecycle {
     std::lock_guard<lock_type> guard(cache_->lock_);
     if (const errc e = tickets_.validate(t.handle); e != errc::ok) return unexpected(e);
     const request_state& s = states_[t.handle.index()];
+    if constexpr (host_tier_store<store_type>) {
+      if (s.loaded_at > 0) {  // loaded from the host tier into the slot reserved for it
+        for (const auto& c : s.checkpoints)
+          if (c.position == s.loaded_at && holds(c.handle)) return &c.handle;
+        return unexpected(errc::not_found);
+      }
+    }
     if (s.loaded_at > 0) return unexpected(errc::not_found);  // in the staging room: store().staged(host_hit)
     if (s.match.node == no_node || s.match.pin.is_null()) return static_cast<const checkpoint_handle*>(nullptr);
     if (cache_->pins_.validate(s.match.pin) != errc::ok) return unexpected(errc::stale_handle);  // cache cleared
@@ -677,6 +741,7 @@ class request_lifecycle {
   /// lower-tier hit (its staged entries return to the host tier).
   void release_holds(request_state& s) noexcept {
     release_kv_pin(s);
+    if constexpr (host_tier_store<store_type>) cache_->store_.release_host_hit(s.host_hit);
     if constexpr (lower_tier_store<store_type>) {
       cache_->store_.release_hit(s.host_hit);
       decltype(s.host_hit) none{};

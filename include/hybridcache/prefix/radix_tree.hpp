@@ -234,6 +234,11 @@ class radix_tree {
     const auto it = salts_.find(*salt);
     return it == salts_.end() ? absent_namespace : it->second.ns;
   }
+  /// The salt of namespace `ns` (none for the shared namespace 0). O(1).
+  [[nodiscard]] cache_salt salt_of(namespace_id ns) const noexcept {
+    if (ns == 0 || ns >= ns_salt_.size()) return std::nullopt;
+    return ns_salt_[ns];
+  }
   /// Salted namespaces that hold nodes. O(1).
   [[nodiscard]] std::size_t salted_namespaces() const noexcept { return salts_.size(); }
 

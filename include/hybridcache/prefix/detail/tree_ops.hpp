@@ -41,6 +41,10 @@ std::int64_t apply_eviction(Tree& tree, Store& store, Scorer& scorer, const evic
     listener.fn(listener.context, ev);
   }
   std::int64_t freed = 0;
+  // A store with a lower tier copies a leaf it is about to lose there (its KV and its
+  // checkpoint) before the units are freed (pool_state_store's host tier).
+  if constexpr (requires { store.demote(tree, v); })
+    if (act == evict_action::remove_leaf && nd.children == 0) store.demote(tree, v);
   if (nd.has_checkpoint) {
     freed += store.checkpoint_bytes();
     store.free_checkpoint(tree.take_checkpoint(v));
