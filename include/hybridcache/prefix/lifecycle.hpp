@@ -841,31 +841,22 @@ class request_lifecycle {
       if (!c.on_path(seq, c.pin_node_[s.match.pin.index()])) return errc::invalid_argument;
     }
     c.reserve_indexes(c.tree_.id_bound() + captured.size() + 4);
-    commit_result& res = out.commit;
-    res.sequence_tokens = len;
-    c.clock_.tick();
-    const time_point t_match = c.clock_.tick();
-    walk_result w = c.walk(seq);
-    c.scorer_.on_match(c.tree_, std::span<const node_id>(c.path_), w.partial, t_match);
-    c.positions_.assign(captured.begin(), captured.end());
-    if (s.loaded_at > s.match.reusable_tokens && s.loaded_at <= len &&
-        !std::binary_search(c.positions_.begin(), c.positions_.end(), s.loaded_at))
-      c.positions_.insert(std::upper_bound(c.positions_.begin(), c.positions_.end(), s.loaded_at), s.loaded_at);
-    free_split_room(s);  // the splits below may take fresh blocks: the room is theirs
-    reservation_source src{this, &s, s.kv_from, len};
-    if (const errc e = c.allocate_all_from(w, len, src); e != errc::ok) return e;
-    c.reserve_indexes(c.tree_.id_bound() + c.positions_.size() + 4);
-    const time_point now = c.clock_.now();
-    c.scorer_.on_insert_path(c.tree_, std::span<const node_id>(c.path_), now);
-    if (const errc e = c.build(seq, w, len, now, res); e != errc::ok) return e;
+    // The cache's one insert path, with exactly the captured positions (and the loaded
+    // state) and the reservation as the source of every handle.
+    auto place = [&](walk_result& w) -> errc {
+      c.positions_.assign(captured.begin(), captured.end());
+      if (s.loaded_at > s.match.reusable_tokens && s.loaded_at <= len &&
+          !std::binary_search(c.positions_.begin(), c.positions_.end(), s.loaded_at))
+        c.positions_.insert(std::upper_bound(c.positions_.begin(), c.positions_.end(), s.loaded_at), s.loaded_at);
+      free_split_room(s);  // the splits in the build may take fresh blocks: the room is theirs
+      reservation_source src{this, &s, s.kv_from, len};
+      return c.allocate_all_from(w, len, src);
+    };
+    if (const errc e = c.insert_sequence(seq, out.commit, place); e != errc::ok) return e;
     if (!s.match.pin.is_null()) c.unpin(s.match.pin);
     s.match.pin = packed_handle{};
     release_kv_pin(s);
-    out.checkpoints_kept = res.checkpoints_admitted;
-    c.committed_.assign(c.positions_.begin(), c.positions_.end());
-    ++c.counters_.commits;
-    c.counters_.checkpoints_admitted += res.checkpoints_admitted;
-    c.counters_.kv_bytes_admitted += res.kv_bytes_admitted;
+    out.checkpoints_kept = out.commit.checkpoints_admitted;
     return errc::ok;
   }
 

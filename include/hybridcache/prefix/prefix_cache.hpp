@@ -270,61 +270,52 @@ class prefix_cache {
     // re-inserting them into fresh pages would hand the next hit pages nobody filled.
 
     commit_result res;
-    res.sequence_tokens = len;
-    clock_.tick();                           // the reference's insert()
-    const time_point t_match = clock_.tick();  // its inner match_prefix()
-    walk_result w = walk(sequence);
-    scorer_.on_match(tree_, std::span<const node_id>(path_), w.partial, t_match);
-    if (reusable < 0) reusable = reusable_in(path_, input_tokens);
-    select_positions(make_view(w, input_tokens, len, reusable), extra, floor);
-    const std::int64_t need = needed_bytes(w, len);
-    const std::int64_t deficit = store_.used_bytes() + need - store_.capacity_bytes();
-    guard_path(w);
-    bool evict_round = false;
-    if (deficit > 0) {
-      evict_round = true;
-      evict_bytes(deficit, res);
-    }
     // A store with two sides: evict until each side can place its part (validate_commit
     // checked that evicting every evictable node makes it), then allocate with the split
-    // held, so that no allocation below fails after evicting.
+    // held, so that no allocation (nor a split in build) fails after evicting.
     const split_hold hold(*this, !cfg_.admit_oversized);
-    if (side_placing_store<Store> && !cfg_.admit_oversized) {
-      w = walk(sequence);
-      select_positions(make_view(w, input_tokens, len, std::min(reusable, w.common_prefix)), extra, floor);
-      evict_until_placeable(needed_sides(w, len), evict_round, res);
-    }
-    // Allocate every new handle before touching the tree; evict one more victim per failure.
-    while (true) {
-      w = walk(sequence);
-      select_positions(make_view(w, input_tokens, len, std::min(reusable, w.common_prefix)), extra, floor);
-      const errc e = allocate_all(w, len);
-      if (e == errc::ok) break;
-      if (!evict_round) {
+    // The admission's positions, then the room (one eviction round of the deficit, then one
+    // victim per failed allocation), then every new handle from the store.
+    auto place = [&](walk_result& w) -> errc {
+      if (reusable < 0) reusable = reusable_in(path_, input_tokens);
+      select_positions(make_view(w, input_tokens, len, reusable), extra, floor);
+      const std::int64_t need = needed_bytes(w, len);
+      const std::int64_t deficit = store_.used_bytes() + need - store_.capacity_bytes();
+      guard_path(w);
+      bool evict_round = false;
+      if (deficit > 0) {
         evict_round = true;
-        begin_eviction_round();
+        evict_bytes(deficit, res);
       }
-      if (evict_one(res) < 0) return unguard_path(), unexpected(e);
-    }
+      if (side_placing_store<Store> && !cfg_.admit_oversized) {
+        w = walk(sequence);
+        select_positions(make_view(w, input_tokens, len, std::min(reusable, w.common_prefix)), extra, floor);
+        evict_until_placeable(needed_sides(w, len), evict_round, res);
+      }
+      while (true) {
+        w = walk(sequence);
+        select_positions(make_view(w, input_tokens, len, std::min(reusable, w.common_prefix)), extra, floor);
+        const errc e = allocate_all(w, len);
+        if (e == errc::ok) return errc::ok;
+        if (!evict_round) {
+          evict_round = true;
+          begin_eviction_round();
+        }
+        if (evict_one(res) < 0) return e;
+      }
+    };
+    errc e = errc::ok;
     try {
-      reserve_indexes(tree_.id_bound() + positions_.size() + 4);
+      e = insert_sequence(sequence, res, place);
     } catch (...) {
-      free_pending();
       unguard_path();
       throw;
     }
-    const time_point now = clock_.now();
-    scorer_.on_insert_path(tree_, std::span<const node_id>(path_), now);
-    const errc e = build(sequence, w, len, now, res);
     unguard_path();
     if (e != errc::ok) return unexpected(e);
     if (!release_first && m != nullptr && !m->pin.is_null()) unpin(m->pin);
-    committed_.assign(positions_.begin(), positions_.end());  // within capacity reserved below
     res.over_capacity = store_.used_bytes() > store_.capacity_bytes();
     res.alpha = scorer_.alpha();
-    ++counters_.commits;
-    counters_.checkpoints_admitted += res.checkpoints_admitted;
-    counters_.kv_bytes_admitted += res.kv_bytes_admitted;
     return res;
   }
 
@@ -793,6 +784,40 @@ class prefix_cache {
 
   std::int64_t apply(node_id v, evict_action act, commit_result& res) noexcept {
     return detail::apply_eviction(tree_, store_, scorer_, listener_, v, act, res, counters_);
+  }
+
+  /// The one insert of `commit` and `request_lifecycle::finish`: ticks the clock as the
+  /// reference's insert() and its inner match_prefix() do, walks `seq` and tells the scorer,
+  /// then `place(w)` chooses positions_ and takes every new handle into pending_* (commit:
+  /// the admission's positions, evictions and the store; finish: the captured positions and
+  /// the request's reservation; it may walk again and update `w`). Then builds the nodes,
+  /// records the committed positions and counts the commit. Pins and guards are the
+  /// callers'. Errors: what `place` or the build returns (the tree as the build left it:
+  /// a refused split aborts the build with the pending handles freed). O(|seq| + d +
+  /// positions) plus what `place` costs.
+  template <class Place>
+  errc insert_sequence(std::span<const token_id> seq, commit_result& res, Place&& place) {
+    const auto len = static_cast<std::int64_t>(seq.size());
+    res.sequence_tokens = len;
+    clock_.tick();                             // the reference's insert()
+    const time_point t_match = clock_.tick();  // its inner match_prefix()
+    walk_result w = walk(seq);
+    scorer_.on_match(tree_, std::span<const node_id>(path_), w.partial, t_match);
+    if (const errc e = place(w); e != errc::ok) return e;
+    try {
+      reserve_indexes(tree_.id_bound() + positions_.size() + 4);
+    } catch (...) {
+      free_pending();
+      throw;
+    }
+    const time_point now = clock_.now();
+    scorer_.on_insert_path(tree_, std::span<const node_id>(path_), now);
+    if (const errc e = build(seq, w, len, now, res); e != errc::ok) return e;
+    committed_.assign(positions_.begin(), positions_.end());  // within capacity reserved above
+    ++counters_.commits;
+    counters_.checkpoints_admitted += res.checkpoints_admitted;
+    counters_.kv_bytes_admitted += res.kv_bytes_admitted;
+    return errc::ok;
   }
 
   /// Where a commit's new handles come from: the store (`commit`), or the reservation of a
