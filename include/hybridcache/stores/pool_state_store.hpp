@@ -17,10 +17,26 @@
 // refused (errc::busy, both unchanged), which the cache handles by dropping only the
 // checkpoint.
 //
+// Two sides (side_placing_store, concepts/state_store.hpp): KV pages and SSM blocks are
+// placed on two sides of the pool that lend each other only whole free chunks. The cache
+// asks `placement_fits` before it evicts, `prepare_placement` lets a short side borrow free
+// chunks first (the pool's rebalancer), and `hold_split` keeps allocations from migrating
+// while the cache places a request it has checked side by side.
+//
+// Host tier (a host_tier_config with kv_pages > 0; stores/detail/pool_host_tier.hpp): a
+// leaf the cache evicts is demoted (`demote`: its pages and checkpoint copied to host
+// memory through the copier, keyed by its path's content and the tenant's salt);
+// `find_host_hit` finds a chain of demoted entries that continues a prompt's HBM match up
+// to a checkpoint and pins it, `load_host_hit` copies it into a request's reserved pages
+// and a reserved checkpoint slot (request_lifecycle::begin does both: `host_tier_store`).
+// The pool stays the HBM; nothing is staged. Without a host tier these calls do nothing.
+//
 // Costs: allocate/free O(pages), split/join O(pages) plus at most one block copy.
 // Handle lists are std::vector: an extent allocates its list once (the prefix cache keeps
 // extents in tree nodes). With a backing that can throw (CUDA), a failed driver call
 // during an allocation is reported as out_of_capacity, since these calls are noexcept.
+// Host tier: demote O(path + pages + blocks), find_host_hit O(|prompt| + chain entries),
+// load_host_hit O(tokens loaded · layers + blocks); its memory is allocated at construction.
 #pragma once
 
 #include <algorithm>

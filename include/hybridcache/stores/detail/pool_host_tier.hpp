@@ -36,6 +36,7 @@
 #include <span>
 #include <vector>
 
+#include "hybridcache/core/config.hpp"
 #include "hybridcache/core/error.hpp"
 #include "hybridcache/core/hash.hpp"
 
@@ -115,28 +116,29 @@ class pool_host_tier {
   };
 
   /// Makes an entry for `tokens` at [begin, ...) with `pages` page slots and `blocks` block
-  /// slots, evicting unpinned entries as needed; none when it cannot fit. The caller fills
-  /// the slots (`page`, `block`) and then `publish`es it.
+  /// slots, evicting unpinned entries (least recently used first) as needed; an entry with
+  /// the same key is replaced. none, with nothing dropped, when it cannot fit beside the
+  /// pinned entries (or the same key is pinned). The caller fills the slots (`page`,
+  /// `block`) and then `publish`es it.
   std::uint32_t make_entry(std::uint64_t key, std::int64_t begin, std::int64_t offset, std::span<const std::int32_t> tokens,
                            std::size_t pages, std::size_t blocks) noexcept {
     if (!enabled() || pages == 0 || pages > kv_slots() || blocks > ssm_slots()) {
       ++counters_.demotions_dropped;
       return none;
     }
-    if (const std::uint32_t old = find(key); old != none) {  // the same start: the newer copy wins
-      if (entries_[old].pins > 0) {
-        ++counters_.demotions_dropped;
-        return none;
-      }
-      drop(old);
+    const std::uint32_t old = find(key);  // the same start: the newer copy wins
+    // Decided before anything is dropped: what pinned entries hold cannot be freed. (Every
+    // entry holds a page and there is an entry slot per page, so a slot is free when pages are.)
+    if ((old != none && entries_[old].pins > 0) || pages > kv_slots() - pinned_pages_ ||
+        blocks > ssm_slots() - pinned_blocks_) {
+      ++counters_.demotions_dropped;
+      return none;
     }
+    if (old != none) drop(old);
     while (free_pages_.size() < pages || free_blocks_.size() < blocks || free_entries_.empty()) {
       std::uint32_t victim = lru_head_;
       while (victim != none && entries_[victim].pins > 0) victim = entries_[victim].next;
-      if (victim == none) {
-        ++counters_.demotions_dropped;
-        return none;
-      }
+      HYBRIDCACHE_ASSERT(victim != none);  // the room check above
       drop(victim);
       ++counters_.host_evictions;
     }
@@ -186,9 +188,20 @@ class pool_host_tier {
     }
   }
 
-  void pin(std::uint32_t id) noexcept { ++entries_[id].pins; }
+  void pin(std::uint32_t id) noexcept {
+    entry& e = entries_[id];
+    if (e.pins++ == 0) {
+      pinned_pages_ += e.pages.size();
+      pinned_blocks_ += e.blocks.size();
+    }
+  }
   void unpin(std::uint32_t id) noexcept {
-    if (entries_[id].pins > 0) --entries_[id].pins;
+    entry& e = entries_[id];
+    if (e.pins == 0) return;
+    if (--e.pins == 0) {
+      pinned_pages_ -= e.pages.size();
+      pinned_blocks_ -= e.blocks.size();
+    }
   }
   /// Marks an entry used now (moves it to the LRU tail).
   void touch(std::uint32_t id) noexcept {
@@ -262,6 +275,7 @@ class pool_host_tier {
   std::vector<entry> entries_;
   std::vector<slot> index_;
   std::uint32_t lru_head_ = none, lru_tail_ = none;
+  std::size_t pinned_pages_ = 0, pinned_blocks_ = 0;  // held by entries with pins > 0
   host_tier_counters counters_;
 };
 
