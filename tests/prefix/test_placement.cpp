@@ -9,6 +9,8 @@
 #include <cstdint>
 #include <ostream>
 #include <random>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "hybridcache/memory/asymmetric_pool.hpp"
@@ -178,4 +180,100 @@ TEST_CASE("placement: with a rebalancer, a side that is short moves free chunks 
   REQUIRE(t.has_value());
   CHECK(pool.counters().rebalances >= 1);
   CHECK(requests.abort(*t).has_value());
+}
+
+TEST_CASE_TEMPLATE("placement randomized: a refused begin, grow or commit never evicted anything, over pools with and without rebalancing",
+                   Rebalancer, no_rebalancer, threshold_rebalancer) {
+  // Random requests of every size (some more than a side holds, some fitting only after
+  // evicting, some only after a migration) with up to 3 in flight: every refusal must leave
+  // the snapshot as it was, and every request accepted must get all its pages (no failure
+  // after evicting). Refusals and evictions must both happen.
+  using pool_t = simulated_vmm_pool<Rebalancer>;
+  using cache_type = placement_cache<pool_t>;
+  const cost_model m(presets::jamba_1_5_mini());
+  auto make_pool = [&] {
+    if constexpr (std::is_same_v<Rebalancer, no_rebalancer>)
+      return pool_t({.budget_bytes = 64 * placement_setup::chunk_for(m), .kv_page_bytes = kv_page_bytes(m),
+                     .ssm_block_bytes = checkpoint_block_bytes(m), .ssm_fraction = 0.75});
+    else
+      return pool_t({.budget_bytes = 64 * placement_setup::chunk_for(m), .kv_page_bytes = kv_page_bytes(m),
+                     .ssm_block_bytes = checkpoint_block_bytes(m), .ssm_fraction = 0.75},
+                    threshold_rebalancer({.threshold_low = 0.01, .threshold_high = 0.05, .migration_batch_size = 16,
+                                          .min_rebalance_interval_ops = 0, .size_to_demand = true}));
+  };
+  for (std::uint32_t seed : {1u, 2u, 3u}) {
+    pool_t pool = make_pool();
+    cache_type cache(m, pool_state_store<pool_t>(pool, placement_setup::tpp, m.attention_layers(), m.recurrent_layers()),
+                     lru_scorer{});
+    request_lifecycle<cache_type> requests(cache);
+    std::mt19937 rng(seed);
+    std::vector<std::vector<token_id>> done;
+    std::vector<std::pair<request_ticket, std::vector<token_id>>> live;
+    int refused = 0, accepted = 0;
+    for (int step = 0; step < 150; ++step) {
+      const int op = static_cast<int>(rng() % 10);
+      if (op < 5 || live.empty()) {  // begin
+        std::vector<token_id> prompt;
+        if (!done.empty() && rng() % 2 == 0) {
+          const auto& base = done[rng() % done.size()];
+          prompt.assign(base.begin(), base.begin() + static_cast<std::ptrdiff_t>(1 + rng() % base.size()));
+        }
+        const auto more = random_tokens(16 + rng() % (rng() % 4 == 0 ? 2600 : 600), static_cast<std::uint32_t>(rng()));
+        prompt.insert(prompt.end(), more.begin(), more.end());
+        const cache_snapshot before = take_snapshot(cache, pool);
+        auto t = requests.begin(prompt, {.output_tokens = 8});
+        if (!t) {
+          REQUIRE(t.error() == errc::out_of_capacity);
+          REQUIRE(take_snapshot(cache, pool) == before);
+          ++refused;
+        } else {
+          ++accepted;
+          live.emplace_back(*t, std::move(prompt));
+        }
+      } else if (op < 7) {  // grow
+        auto& [t, prompt] = live[rng() % live.size()];
+        const cache_snapshot before = take_snapshot(cache, pool);
+        const auto reserved = (*requests.state(t))->reserved_tokens;
+        const auto g = requests.grow(t, 1 + static_cast<std::int64_t>(rng() % (rng() % 4 == 0 ? 2500 : 200)));
+        if (!g) {
+          REQUIRE(g.error() == errc::out_of_capacity);
+          REQUIRE(take_snapshot(cache, pool) == before);
+          REQUIRE((*requests.state(t))->reserved_tokens == reserved);
+          ++refused;
+        }
+      } else if (op < 9) {  // finish with every planned site captured
+        const std::size_t i = rng() % live.size();
+        auto [t, prompt] = std::move(live[i]);
+        live.erase(live.begin() + static_cast<std::ptrdiff_t>(i));
+        const auto* s = *requests.state(t);
+        auto seq = prompt;
+        const auto out = random_tokens(1 + rng() % 8, static_cast<std::uint32_t>(rng()));
+        seq.insert(seq.end(), out.begin(), out.end());
+        std::vector<std::int64_t> captured;
+        for (const auto& site : s->plan.sites) captured.push_back(site.position);
+        captured.push_back(static_cast<std::int64_t>(seq.size()));
+        std::sort(captured.begin(), captured.end());
+        captured.erase(std::unique(captured.begin(), captured.end()), captured.end());
+        REQUIRE(requests.finish(t, seq, captured));
+        done.push_back(std::move(seq));
+      } else {  // a plain commit of a fresh conversation, sometimes too big for the KV side
+        const auto seq = random_tokens(16 + rng() % (rng() % 3 == 0 ? 2600 : 500), static_cast<std::uint32_t>(rng()));
+        const cache_snapshot before = take_snapshot(cache, pool);
+        const auto r = cache.commit(seq, static_cast<std::int64_t>(seq.size()));
+        if (!r) {
+          REQUIRE(r.error() == errc::out_of_capacity);
+          REQUIRE(take_snapshot(cache, pool) == before);
+          ++refused;
+        } else {
+          done.push_back(seq);
+        }
+      }
+    }
+    for (auto& [t, prompt] : live) CHECK(requests.abort(t));
+    CHECK(refused > 5);
+    CHECK(accepted > 20);
+    CHECK(cache.counters().evictions > 20);
+    MESSAGE("seed " << seed << ": " << accepted << " begun, " << refused << " refused, " << cache.counters().evictions
+                    << " evictions, " << pool.counters().rebalances << " rebalances");
+  }
 }
