@@ -32,7 +32,13 @@
 //            O(log n) FLOP-aware); no allocation in steady state.
 //   plan     O(|s| + d + positions).
 //   commit   O(|s| + d + positions·log) + evictions; allocates only the new edges' token
-//            storage (reused from freed nodes when possible) and index growth.
+//            storage (reused from freed nodes when possible) and index growth. When it
+//            must evict, the fit check over the pinned paths (O(pin slots + nodes on those
+//            paths)) runs first; for a two-sided store (side_placing_store: an asymmetric
+//            pool) the same walk splits the protected bytes into KV and checkpoints and the
+//            store checks each side in O(1), so a request whose bytes fit but whose pages
+//            one side cannot place is refused before any eviction, at no extra cost.
+//            commit and request_lifecycle::finish share one insert (insert_sequence).
 //   evict    per victim: LRU O(log n); FLOP-aware O((k+1) log n), k = nodes the threshold
 //            walk scores (flop_aware_scorer.hpp).
 //   release  O(log n).
