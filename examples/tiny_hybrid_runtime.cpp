@@ -48,15 +48,15 @@
 // (nothing reused) runs exactly the uncached sequence of operations and must be
 // bit-identical. The maximum relative difference measured is printed.
 //
-// The host tier (`--host-tier BYTES`): the pool store gets a host tier of that many bytes
-// (half KV pages, half checkpoint blocks). A leaf the cache evicts is demoted there (its KV
+// The host tier (`--host-tier BYTES`, default 256 KiB; 0 turns it off): the pool store gets
+// a host tier of that many bytes (half KV pages, half checkpoint blocks). A leaf the cache evicts is demoted there (its KV
 // pages and its checkpoint are copied to host memory); a later request whose prompt continues
 // past the pool's match into demoted entries gets them back in begin, copied into its own
 // reserved pages and a reserved checkpoint slot, and its prefill starts after them
 // (plan.prefill_start). The runtime does nothing different: it reads KV through the block
 // table and resumes from resume_checkpoint as for a pool hit. "host loads" counts those
-// requests; the run fails unless it is > 0 and every output is still identical. Without the
-// flag there is no host tier and host loads is 0.
+// requests; the run fails unless it is > 0 and every output is still identical. With
+// `--host-tier 0` there is no host tier and host loads is 0.
 //
 // Output: a detail line, then the summary line, e.g.
 //   identical outputs: 400/400 requests; reused 61.2% of prompt tokens; host loads 37; evictions 512
@@ -556,7 +556,7 @@ struct request {
 struct run_options {
   int threads = 1;
   int requests = kDefaultRequests;
-  long host_tier_bytes = 0;  // 0: no host tier
+  long host_tier_bytes = 256 << 10;  // 0: no host tier
 };
 
 static int run(const run_options& options) {
