@@ -221,8 +221,10 @@ class request_lifecycle {
     /// room at begin (host_hit.host_tokens > 0): prefill starts at plan.prefill_start =
     /// host_hit.reusable_tokens, reading the loaded KV and the state to resume from in
     /// `store().staged(host_hit)`. finish keeps that state and gives the staged pages to the
-    /// new nodes without a copy (`settle`). host_tokens 0: no host hit (or it could not be
-    /// loaded: the request goes on from its HBM hit).
+    /// new nodes without a copy (`settle`). With a pool store's host tier
+    /// (`host_tier_store`) the hit was copied into this request's reservation and the slot
+    /// at loaded_at during begin, and is released by then. host_tokens 0: no host hit (or
+    /// it could not be loaded: the request goes on from its HBM hit).
     typename detail::host_hit_of<store_type>::type host_hit{};
     /// Where the loaded state sits (0: no host hit).
     std::int64_t loaded_at = 0;
