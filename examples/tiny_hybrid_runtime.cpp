@@ -48,13 +48,21 @@
 // (nothing reused) runs exactly the uncached sequence of operations and must be
 // bit-identical. The maximum relative difference measured is printed.
 //
-// Not covered here: the host tier (tiered/). The lifecycle loads host hits for the tiered store
-// (docs/runtime.md), but that store has no block tables, so "host loads" is 0 here.
+// The host tier (`--host-tier BYTES`, default 256 KiB; 0 turns it off): the pool store gets
+// a host tier of that many bytes (half KV pages, half checkpoint blocks). A leaf the cache evicts is demoted there (its KV
+// pages and its checkpoint are copied to host memory); a later request whose prompt continues
+// past the pool's match into demoted entries gets them back in begin, copied into its own
+// reserved pages and a reserved checkpoint slot, and its prefill starts after them
+// (plan.prefill_start). The runtime does nothing different: it reads KV through the block
+// table and resumes from resume_checkpoint as for a pool hit. "host loads" counts those
+// requests; the run fails unless it is > 0 and every output is still identical. With
+// `--host-tier 0` there is no host tier and host loads is 0.
 //
 // Output: a detail line, then the summary line, e.g.
-//   identical outputs: 400/400 requests; reused 61.2% of prompt tokens; host loads 0; evictions 512
-// Exit status 1 unless every request matched (and the cache evicted, the pool rebalanced, and
-// every page went back to the pool at the end).
+//   identical outputs: 400/400 requests; reused 61.2% of prompt tokens; host loads 37; evictions 512
+// ("reused" counts the tokens a request did not compute: its pool hit, or its host hit).
+// Exit status 1 unless every request matched (and the cache evicted, the pool rebalanced,
+// every page went back to the pool at the end, and with a host tier, host loads > 0).
 #include <algorithm>
 #include <array>
 #include <chrono>
@@ -456,7 +464,8 @@ struct runtime {
              std::vector<token_id>& sequence) {
     std::shared_lock computing(memory);
     const auto* s = *requests.state(t);
-    const std::int64_t from = s->match.reusable_tokens, n = static_cast<std::int64_t>(prompt.size());
+    // Prefill starts after the pool hit, or after the host hit begin loaded into the reservation.
+    const std::int64_t from = s->plan.prefill_start, n = static_cast<std::int64_t>(prompt.size());
     if (from >= n) throw hc::invalid_argument("tiny_hybrid_runtime: a whole-prompt hit leaves no token to compute logits from");
     // Resume: the working GDN states start as the checkpoint's blocks (zero on a miss).
     std::array<std::vector<float>, kGdnLayers> states;
@@ -506,7 +515,7 @@ struct runtime {
     }
     // The state after the whole sequence goes into the end slot (the last one).
     s = *requests.state(t);
-    const auto& end_slot = s->checkpoints.back();
+    const auto& end_slot = s->checkpoints[s->plan.sites.size()];  // after the sites (a loaded slot may follow)
     for (int l = 0; l < kGdnLayers; ++l)
       std::memcpy(address(end_slot.handle.blocks[static_cast<std::size_t>(l)]), states[static_cast<std::size_t>(l)].data(),
                   kStateFloats * sizeof(float));
@@ -547,6 +556,7 @@ struct request {
 struct run_options {
   int threads = 1;
   int requests = kDefaultRequests;
+  long host_tier_bytes = 256 << 10;  // 0: no host tier
 };
 
 static int run(const run_options& options) {
@@ -571,9 +581,15 @@ static int run(const run_options& options) {
   double max_rel = 0.0;
   std::int64_t prompt_tokens = 0, reused_tokens = 0, evictions = 0;
   std::uint64_t rebalances = 0, units_moved = 0;
+  hc::memory::host_tier_counters host_counters;
   std::int64_t grows = 0, sites_captured = 0, rolled_forward = 0;
   {
-    cache_t cache(spec, store_t(pool, kTokensPerPage, kAttnLayers, kGdnLayers), hc::prefix::lru_scorer{});
+    // The host tier: half its bytes for KV pages, half for checkpoint blocks.
+    const auto page_bytes = static_cast<long>(pool.stats(hc::memory::pool_kind::kv).unit_bytes);
+    const auto block_bytes = static_cast<long>(pool.stats(hc::memory::pool_kind::ssm).unit_bytes);
+    const hc::memory::host_tier_config host{.kv_pages = options.host_tier_bytes / 2 / page_bytes,
+                                            .checkpoint_blocks = options.host_tier_bytes / 2 / block_bytes};
+    cache_t cache(spec, store_t(pool, kTokensPerPage, kAttnLayers, kGdnLayers, host), hc::prefix::lru_scorer{});
     lifecycle_t requests(cache);
     std::shared_mutex memory;
     runtime rt{m, pool, requests, memory};
@@ -645,7 +661,7 @@ static int run(const run_options& options) {
       std::vector<served_request> results(batch.size());
       for (std::size_t i = 0; i < batch.size(); ++i) {
         const auto* s = *requests.state(batch[i].first);
-        results[i].reused = s->match.reusable_tokens;
+        results[i].reused = s->plan.prefill_start;  // the pool hit, or the host hit loaded at begin
         for (const auto& site : s->plan.sites) {
           ++sites_captured;
           rolled_forward += site.roll_forward > 0 ? 1 : 0;
@@ -714,6 +730,7 @@ static int run(const run_options& options) {
     rebalances = pool.counters().rebalances;
     units_moved = pool.counters().units_moved;
     grows = rt.grows.load();
+    host_counters = cache.store().host_counters();
   }
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   std::printf("details: %d misses, %d requests with bit-identical logits, max relative logit difference %.3g (tolerance %.0e), "
@@ -723,23 +740,46 @@ static int run(const run_options& options) {
               static_cast<long long>(rolled_forward), static_cast<unsigned long long>(rebalances),
               static_cast<unsigned long long>(units_moved),
               static_cast<long long>(grows), retries, static_cast<unsigned long long>(pool.live_handles()), seconds);
-  std::printf("identical outputs: %d/%d requests; reused %.1f%% of prompt tokens; host loads 0; evictions %lld\n", identical,
+  if (options.host_tier_bytes > 0)
+    std::printf("host tier: %ld bytes, %lld leaves demoted (%lld dropped), %lld host entries evicted, %lld tokens and %lld "
+                "checkpoints loaded back\n",
+                options.host_tier_bytes, static_cast<long long>(host_counters.demotions),
+                static_cast<long long>(host_counters.demotions_dropped), static_cast<long long>(host_counters.host_evictions),
+                static_cast<long long>(host_counters.tokens_loaded), static_cast<long long>(host_counters.checkpoints_loaded));
+  std::printf("identical outputs: %d/%d requests; reused %.1f%% of prompt tokens; host loads %lld; evictions %lld\n", identical,
               served, 100.0 * static_cast<double>(reused_tokens) / static_cast<double>(prompt_tokens),
-              static_cast<long long>(evictions));
-  const bool ok = identical == served && served == kRequests && evictions > 0 && rebalances > 0 && pool.live_handles() == 0;
+              static_cast<long long>(host_counters.loads), static_cast<long long>(evictions));
+  const bool host_ok = options.host_tier_bytes == 0 || (host_counters.loads > 0 && host_counters.demotions > 0);
+  const bool ok = identical == served && served == kRequests && evictions > 0 && rebalances > 0 && pool.live_handles() == 0 &&
+                  host_ok;
   return ok ? 0 : 1;
 }
 
 int main(int argc, char** argv) {
   run_options options;
-  for (int i = 1; i < argc; ++i) {  // --threads N (1..16), --requests N (1..100000)
+  for (int i = 1; i < argc; ++i) {  // --threads N (1..16), --requests N (1..100000), --host-tier BYTES (0..1 GiB)
     const std::string arg = argv[i];
+    long host_bytes = 0;
+    long* host_target = arg == "--host-tier" ? &host_bytes : nullptr;
     int* target = arg == "--threads" ? &options.threads : arg == "--requests" ? &options.requests : nullptr;
+    if (host_target != nullptr) {
+      char* end = nullptr;
+      const long v = i + 1 < argc ? std::strtol(argv[i + 1], &end, 10) : -1;
+      if (end == nullptr || *end != '\0' || end == argv[i + 1] || v < 0 || v > (1L << 30)) {
+        std::fprintf(stderr, "tiny_hybrid_runtime: --host-tier takes a byte count in 0..1073741824 (got '%s')\n",
+                     i + 1 < argc ? argv[i + 1] : "");
+        return 2;
+      }
+      options.host_tier_bytes = v;
+      ++i;
+      continue;
+    }
     const int hi = arg == "--threads" ? 16 : 100000;
     char* end = nullptr;
     const long v = (target != nullptr && i + 1 < argc) ? std::strtol(argv[i + 1], &end, 10) : 0;
     if (target == nullptr || end == nullptr || *end != '\0' || end == argv[i + 1] || v < 1 || v > hi) {
-      std::fprintf(stderr, "tiny_hybrid_runtime: usage: [--threads 1..16] [--requests 1..100000] (bad argument '%s')\n",
+      std::fprintf(stderr,
+                   "tiny_hybrid_runtime: usage: [--threads 1..16] [--requests 1..100000] [--host-tier BYTES] (bad argument '%s')\n",
                    argv[i]);
       return 2;
     }

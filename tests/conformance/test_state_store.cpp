@@ -334,6 +334,56 @@ TEST_CASE_TEMPLATE_DEFINE("state_store conformance", F, state_store_conformance)
 TEST_CASE_TEMPLATE_INVOKE(state_store_conformance, counting_fixture, pool_fixture<memory::no_rebalancer>,
                           pool_fixture<memory::threshold_rebalancer>, tiered_fixture);
 
+// --- side_placing_store: a store with two sides (KV units, checkpoint units) -------------
+// The per-side fit check must agree with what the store can really allocate: `need` fits
+// exactly when each side's units can be taken, `freed` counts whole units given back, and
+// `kv_bytes_at` is what `allocate_kv_at` takes. With the split held, a full side fails
+// instead of borrowing; preparing a placement moves no live unit.
+
+TEST_CASE_TEMPLATE_DEFINE("side_placing_store conformance", F, side_placing_store_conformance) {
+  static_assert(prefix::side_placing_store<typename F::store_type>);
+  F f;
+  auto& s = f.store;
+  const std::int64_t page_set = s.kv_bytes(1), ckpt = s.checkpoint_bytes();
+  SUBCASE("kv_bytes_at is what allocate_kv_at takes") {
+    for (std::int64_t first : {0, 1, 3, 4, 7}) {
+      for (std::int64_t n : {1, 2, 3, 4, 5, 9}) {
+        const auto used = s.used_bytes();
+        auto e = s.allocate_kv_at(first, n);
+        REQUIRE(e);
+        CHECK(s.used_bytes() - used == s.kv_bytes_at(first, n));
+        s.free_kv(std::move(*e));
+      }
+    }
+  }
+  SUBCASE("placement_fits agrees with what each side can allocate, with the split held") {
+    s.hold_split(true);
+    std::vector<typename F::store_type::kv_extent> kv;
+    while (s.placement_fits(prefix::side_bytes{page_set, 0}, prefix::side_bytes{})) {
+      auto e = s.allocate_kv(1);
+      REQUIRE(e);  // what the check promised is there
+      kv.push_back(std::move(*e));
+    }
+    CHECK_FALSE(s.allocate_kv(1));  // and nothing more: the KV side is full
+    const auto unit = static_cast<std::int64_t>(f.pool.stats(memory::pool_kind::kv).unit_bytes);
+    const std::int64_t missing = page_set - static_cast<std::int64_t>(f.pool.stats(memory::pool_kind::kv).free_units) * unit;
+    REQUIRE(missing > 0);
+    CHECK(s.placement_fits(prefix::side_bytes{page_set, 0}, prefix::side_bytes{missing, 0}));  // once that is freed
+    CHECK_FALSE(s.placement_fits(prefix::side_bytes{page_set, 0}, prefix::side_bytes{missing - 1, 0}));  // whole units only
+    CHECK(s.placement_fits(prefix::side_bytes{0, ckpt}, prefix::side_bytes{}));  // the other side is free
+    const auto live = f.pool.live_handles();
+    s.prepare_placement(prefix::side_bytes{2 * page_set, 0});  // may borrow free chunks, never moves a live unit
+    CHECK(f.pool.live_handles() == live);
+    s.hold_split(false);
+    for (auto& e : kv) s.free_kv(std::move(e));
+    CHECK(s.used_bytes() == 0);
+  }
+}
+
+TEST_CASE_TEMPLATE_INVOKE(side_placing_store_conformance, pool_fixture<memory::no_rebalancer>,
+                          pool_fixture<memory::threshold_rebalancer>);
+static_assert(!prefix::side_placing_store<prefix::counting_store>, "one side: the byte check is all there is");
+
 // --- negative cases: one missing or wrong call and the type is not a state_store ---------
 
 namespace {

@@ -56,6 +56,36 @@ concept state_store =
       { cs.capacity_bytes() } noexcept -> std::same_as<std::int64_t>;
     };
 
+/// A request's bytes on each side of a store whose KV and checkpoints live in two pools that
+/// cannot lend each other free units on demand (an asymmetric pool: KV pages and SSM blocks).
+struct side_bytes {
+  std::int64_t kv = 0;          ///< KV extents (whole pages, as the store lays them out)
+  std::int64_t checkpoint = 0;  ///< checkpoints
+  [[nodiscard]] constexpr std::int64_t total() const noexcept { return kv + checkpoint; }
+};
+
+/// A `state_store` that can tell whether a request fits on each side, not only in bytes:
+/// a byte count that fits may still not be placeable (the KV side full while the SSM side
+/// is free). The cache uses it to refuse such a request before evicting anything
+/// (prefix_cache::fits_after_eviction), then evicts until the request can be placed and
+/// allocates with the side split held still, so that no allocation can fail after evicting.
+/// - `placement_fits(need, freed)`: true when `need` can be placed with the current split
+///   once `freed` (per side) has been given back. O(1).
+/// - `prepare_placement(need)`: lets the store move free capacity between the sides for a
+///   side that is short now (a pool's rebalancer), before any eviction; it moves no live
+///   unit and no handle. O(chunks moved).
+/// - `hold_split(bool)`: while held, allocations never move capacity between the sides (a
+///   migration there could take free units the other side was counted on). O(1).
+/// - `kv_bytes_at(first, n)`: the bytes `allocate_kv_at(first, n)` takes (a run that starts
+///   inside a block takes one more page set than `kv_bytes(n)`).
+template <class S>
+concept side_placing_store = state_store<S> && requires(S& s, const S& cs, side_bytes b, std::int64_t n, bool on) {
+  { cs.placement_fits(b, b) } noexcept -> std::same_as<bool>;
+  { s.prepare_placement(b) } noexcept -> std::same_as<void>;
+  { s.hold_split(on) } noexcept -> std::same_as<void>;
+  { cs.kv_bytes_at(n, n) } noexcept -> std::same_as<std::int64_t>;
+};
+
 /// The least a `state_store` may be: every call present with the required signature, no
 /// behaviour. Policies that are written against `radix_tree<Store>` (the scorers) check
 /// themselves against `radix_tree<state_store_archetype>` right under their definition, so

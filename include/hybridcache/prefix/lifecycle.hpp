@@ -26,7 +26,12 @@
 //   Eviction makes room but never takes a pinned path (this request's match included); a
 //   request that cannot fit beside them is refused before anything is evicted, with the
 //   cache, the store and every pin as they were (the lookup itself still counts: the clock
-//   ticked and the matched path was refreshed, as for any match).
+//   ticked and the matched path was refreshed, as for any match). With a two-sided store
+//   (side_placing_store: an asymmetric pool's KV and SSM sides) the check is per side too:
+//   bytes that fit but pages that cannot be placed on the KV side (or blocks on the SSM
+//   side) are refused before any eviction; a short side may first borrow free chunks from
+//   the other (the pool's rebalancer), then eviction runs until both sides can place their
+//   part and the allocations run with the split held, so none fails after evicting.
 // grow: reserves KV for n more tokens (a new segment), under the same rule.
 // finish: inserts the sequence keeping checkpoints exactly at the captured positions (a
 //   position the runtime did not capture is never kept); the KV of every new token is taken
@@ -53,6 +58,16 @@
 // named so that its evicted nodes are demoted, not dropped. A hit that cannot be loaded
 // (declined, staging room full, a copy could not start) is given up and the request goes
 // on from its HBM hit; abort releases the staged entries.
+// A pool store with a host tier (`host_tier_store`: pool_state_store built with a
+// host_tier_config) keeps the pool as HBM: the leaves the cache evicts are demoted to host
+// memory, and begin looks for host entries that continue the HBM match up to a checkpoint
+// (`find_host_hit`, pinned meanwhile). It then reserves as usual, with one more slot for
+// the loaded state, and copies the entries' KV of [kv_from, loaded_at) into the
+// reservation's pages and their checkpoint into that slot before it returns. Prefill
+// starts at plan.prefill_start = loaded_at; block_table names those pages like any
+// others, resume_checkpoint returns the loaded slot, and finish keeps the loaded state at
+// loaded_at and adopts the pages without a copy. The copies are synchronous (the store's
+// copier), so wait_loaded returns at once.
 // Many requests may be in flight; with `Cache` = prefix_cache<..., mutex_lock> every call
 // holds the cache's lock, so threads may begin/finish concurrently. Tickets are generation-
 // checked: a finished or aborted ticket reports stale_handle / double_free.
@@ -108,6 +123,23 @@ concept lower_tier_store = requires(Store& st, std::span<const token_id> in, con
   st.release_hit(st.lookup(in, m));
 };
 
+/// A store whose lower tier is loaded into the request's own reservation (pool_state_store
+/// with a host tier): `find_host_hit` finds (and pins) host entries that continue the HBM
+/// match up to a checkpoint, `load_host_hit` copies their KV into the reserved pages and
+/// their checkpoint into a reserved slot, `release_host_hit` gives the hit up. The store
+/// demotes the leaves the cache evicts (`demote`, called by the eviction).
+template <class Store>
+concept host_tier_store = requires(Store& st, std::span<const token_id> in, const match_result& m,
+                                   typename Store::host_hit& h, const typename Store::kv_extent& e,
+                                   const typename Store::checkpoint_handle& c) {
+  st.find_host_hit(in, m, h);
+  st.load_host_hit(h, e, std::int64_t{0}, std::int64_t{0}, std::int64_t{0}, c);
+  st.release_host_hit(h);
+  { h.host_tokens } -> std::convertible_to<std::int64_t>;
+  { h.reusable_tokens } -> std::convertible_to<std::int64_t>;
+  { h.kv_start } -> std::convertible_to<std::int64_t>;
+};
+
 namespace detail {
 /// What a request keeps of its lower-tier hit (nothing for a one-tier store).
 template <class Store>
@@ -119,6 +151,10 @@ struct host_hit_of {
 template <lower_tier_store Store>
 struct host_hit_of<Store> {
   using type = decltype(std::declval<Store&>().lookup(std::span<const token_id>{}, std::declval<const match_result&>()));
+};
+template <host_tier_store Store>
+struct host_hit_of<Store> {
+  using type = typename Store::host_hit;
 };
 }  // namespace detail
 
@@ -185,8 +221,10 @@ class request_lifecycle {
     /// room at begin (host_hit.host_tokens > 0): prefill starts at plan.prefill_start =
     /// host_hit.reusable_tokens, reading the loaded KV and the state to resume from in
     /// `store().staged(host_hit)`. finish keeps that state and gives the staged pages to the
-    /// new nodes without a copy (`settle`). host_tokens 0: no host hit (or it could not be
-    /// loaded: the request goes on from its HBM hit).
+    /// new nodes without a copy (`settle`). With a pool store's host tier
+    /// (`host_tier_store`) the hit was copied into this request's reservation and the slot
+    /// at loaded_at during begin, and is released by then. host_tokens 0: no host hit (or
+    /// it could not be loaded: the request goes on from its HBM hit).
     typename detail::host_hit_of<store_type>::type host_hit{};
     /// Where the loaded state sits (0: no host hit).
     std::int64_t loaded_at = 0;
@@ -257,7 +295,26 @@ class request_lifecycle {
         }
       }
     }
+    if constexpr (host_tier_store<store_type>) {
+      cache_->store_.find_host_hit(prompt, *m, s.host_hit);  // pins the entries it found
+      if (s.host_hit.host_tokens > 0 && accept(std::as_const(s.host_hit))) {
+        s.loaded_at = s.host_hit.reusable_tokens;
+        resume.reusable_tokens = s.loaded_at;
+      } else {
+        release_holds(s);
+      }
+    }
     pin_kv_tail(s, prompt);
+    if constexpr (host_tier_store<store_type>) {
+      // The host entries must bring every token between the tree's KV and the loaded state;
+      // a chain that starts beyond the tree's KV is given up.
+      if (s.loaded_at > 0 && s.host_hit.kv_start > s.kv_from) {
+        release_holds(s);
+        s.kv_from = m->reusable_tokens;
+        resume.reusable_tokens = m->reusable_tokens;
+        pin_kv_tail(s, prompt);
+      }
+    }
     // A cached sequence this prompt leaves at kv_reach, found below HBM, is the branch point
     // the tree would have split at had it stayed in HBM: the admission policy sees it
     // (insertion_view::lower_branch_point; judicious admission keeps a state there).
@@ -273,13 +330,20 @@ class request_lifecycle {
     s.reserved_tokens = s.prompt_tokens + o.output_tokens - s.kv_from;
     const auto sites = static_cast<std::int64_t>(s.plan.sites.size());
     const std::int64_t slots = sites + 1 + (s.loaded_at > 0 ? 1 : 0);
-    const std::int64_t bytes = cache_->store_.kv_bytes(s.reserved_tokens) + slots * cache_->store_.checkpoint_bytes() +
-                               split_room_for(sites) * cache_->store_.kv_bytes(1);
-    if (const errc e = reserve(s, bytes, sites); e != errc::ok) {
+    const side_bytes need{kv_bytes_at(s.kv_from, s.reserved_tokens) + split_room_for(sites) * cache_->store_.kv_bytes(1),
+                          slots * cache_->store_.checkpoint_bytes()};
+    if (const errc e = reserve(s, need, sites); e != errc::ok) {
       release_holds(s);
       s.match.pin = packed_handle{};
       (void)tickets_.release(h);
       return refuse(e);
+    }
+    if constexpr (host_tier_store<store_type>) {
+      if (s.loaded_at > 0) {  // the host entries' KV into the reservation, their state into its slot
+        checkpoint_slot* slot = slot_for(s, s.loaded_at);
+        HYBRIDCACHE_ASSERT(slot != nullptr && !s.kv.empty());
+        cache_->store_.load_host_hit(s.host_hit, s.kv.front(), s.kv_from, s.kv_from, s.loaded_at, slot->handle);
+      }
     }
     return request_ticket{h};
   }
@@ -333,8 +397,14 @@ class request_lifecycle {
     if (const errc e = tickets_.validate(t.handle); e != errc::ok) return unexpected(e);
     if (tokens <= 0) return unexpected(errc::invalid_argument);
     request_state& s = states_[t.handle.index()];
-    if (!cache_->fits_after_eviction(cache_->store_.kv_bytes(tokens), nullptr)) return unexpected(errc::out_of_capacity);
     const std::int64_t first = s.kv_from + s.reserved_tokens;
+    const side_bytes need{kv_bytes_at(first, tokens), 0};
+    cache_->prepare_placement(need);
+    if (!cache_->fits_after_eviction(need, nullptr)) return unexpected(errc::out_of_capacity);
+    commit_result scratch;
+    bool round = false;
+    cache_->evict_until_placeable(need, round, scratch);
+    const typename Cache::split_hold hold(*cache_, true);
     auto kv = allocate_evicting([&] { return allocate_kv_at(first, tokens); });
     if (!kv) return unexpected(kv.error());
     s.kv.push_back(std::move(*kv));
@@ -454,6 +524,13 @@ class request_lifecycle {
     std::lock_guard<lock_type> guard(cache_->lock_);
     if (const errc e = tickets_.validate(t.handle); e != errc::ok) return unexpected(e);
     const request_state& s = states_[t.handle.index()];
+    if constexpr (host_tier_store<store_type>) {
+      if (s.loaded_at > 0) {  // loaded from the host tier into the slot reserved for it
+        for (const auto& c : s.checkpoints)
+          if (c.position == s.loaded_at && holds(c.handle)) return &c.handle;
+        return unexpected(errc::not_found);
+      }
+    }
     if (s.loaded_at > 0) return unexpected(errc::not_found);  // in the staging room: store().staged(host_hit)
     if (s.match.node == no_node || s.match.pin.is_null()) return static_cast<const checkpoint_handle*>(nullptr);
     if (cache_->pins_.validate(s.match.pin) != errc::ok) return unexpected(errc::stale_handle);  // cache cleared
@@ -480,6 +557,13 @@ class request_lifecycle {
     std::uint64_t h = 0x6a09e667f3bcc908ull;
     for (token_id t : s) h = splitmix64_mix(h ^ static_cast<std::uint32_t>(t));
     return h;
+  }
+
+  /// Bytes `allocate_kv_at(first, tokens)` takes (0 for no tokens).
+  std::int64_t kv_bytes_at(std::int64_t first, std::int64_t tokens) const noexcept {
+    if (tokens <= 0) return 0;
+    if constexpr (requires { cache_->store_.kv_bytes_at(first, tokens); }) return cache_->store_.kv_bytes_at(first, tokens);
+    else return cache_->store_.kv_bytes(tokens);
   }
 
   expected<kv_extent> allocate_kv_at(std::int64_t first, std::int64_t tokens) noexcept {
@@ -539,15 +623,24 @@ class request_lifecycle {
     }
   }
 
-  /// Reserves the KV extent and the checkpoint slots of `s` (all or nothing).
-  errc reserve(request_state& s, std::int64_t bytes, std::int64_t sites) {
-    if (!cache_->fits_after_eviction(bytes, nullptr)) return errc::out_of_capacity;
+  /// Reserves the KV extent and the checkpoint slots of `s` (all or nothing). `need` is
+  /// every allocation below, per side. The fit check runs before anything is evicted; with
+  /// a two-sided store (side_placing_store) it also checks each side's placement, the
+  /// evictions go on until each side can place its part, and the allocations run with the
+  /// split held: none can fail after evicting.
+  errc reserve(request_state& s, const side_bytes& need, std::int64_t sites) {
+    cache_->prepare_placement(need);
+    if (!cache_->fits_after_eviction(need, nullptr)) return errc::out_of_capacity;
     // Make the room in one eviction round (the reference's rule), then allocate.
-    const std::int64_t deficit = cache_->store_.used_bytes() + bytes - cache_->store_.capacity_bytes();
+    const std::int64_t deficit = cache_->store_.used_bytes() + need.total() - cache_->store_.capacity_bytes();
+    commit_result scratch;
+    bool round = false;
     if (deficit > 0) {
-      commit_result scratch;
+      round = true;
       cache_->evict_bytes(deficit, scratch);
     }
+    cache_->evict_until_placeable(need, round, scratch);
+    const typename Cache::split_hold hold(*cache_, true);
     if (s.reserved_tokens > 0) {
       const std::int64_t first = s.kv_from;
       auto kv = allocate_evicting([&] { return allocate_kv_at(first, s.reserved_tokens); });
@@ -650,6 +743,7 @@ class request_lifecycle {
   /// lower-tier hit (its staged entries return to the host tier).
   void release_holds(request_state& s) noexcept {
     release_kv_pin(s);
+    if constexpr (host_tier_store<store_type>) cache_->store_.release_host_hit(s.host_hit);
     if constexpr (lower_tier_store<store_type>) {
       cache_->store_.release_hit(s.host_hit);
       decltype(s.host_hit) none{};
@@ -749,31 +843,22 @@ class request_lifecycle {
       if (!c.on_path(seq, c.pin_node_[s.match.pin.index()])) return errc::invalid_argument;
     }
     c.reserve_indexes(c.tree_.id_bound() + captured.size() + 4);
-    commit_result& res = out.commit;
-    res.sequence_tokens = len;
-    c.clock_.tick();
-    const time_point t_match = c.clock_.tick();
-    walk_result w = c.walk(seq);
-    c.scorer_.on_match(c.tree_, std::span<const node_id>(c.path_), w.partial, t_match);
-    c.positions_.assign(captured.begin(), captured.end());
-    if (s.loaded_at > s.match.reusable_tokens && s.loaded_at <= len &&
-        !std::binary_search(c.positions_.begin(), c.positions_.end(), s.loaded_at))
-      c.positions_.insert(std::upper_bound(c.positions_.begin(), c.positions_.end(), s.loaded_at), s.loaded_at);
-    free_split_room(s);  // the splits below may take fresh blocks: the room is theirs
-    reservation_source src{this, &s, s.kv_from, len};
-    if (const errc e = c.allocate_all_from(w, len, src); e != errc::ok) return e;
-    c.reserve_indexes(c.tree_.id_bound() + c.positions_.size() + 4);
-    const time_point now = c.clock_.now();
-    c.scorer_.on_insert_path(c.tree_, std::span<const node_id>(c.path_), now);
-    if (const errc e = c.build(seq, w, len, now, res); e != errc::ok) return e;
+    // The cache's one insert path, with exactly the captured positions (and the loaded
+    // state) and the reservation as the source of every handle.
+    auto place = [&](walk_result& w) -> errc {
+      c.positions_.assign(captured.begin(), captured.end());
+      if (s.loaded_at > s.match.reusable_tokens && s.loaded_at <= len &&
+          !std::binary_search(c.positions_.begin(), c.positions_.end(), s.loaded_at))
+        c.positions_.insert(std::upper_bound(c.positions_.begin(), c.positions_.end(), s.loaded_at), s.loaded_at);
+      free_split_room(s);  // the splits in the build may take fresh blocks: the room is theirs
+      reservation_source src{this, &s, s.kv_from, len};
+      return c.allocate_all_from(w, len, src);
+    };
+    if (const errc e = c.insert_sequence(seq, out.commit, place); e != errc::ok) return e;
     if (!s.match.pin.is_null()) c.unpin(s.match.pin);
     s.match.pin = packed_handle{};
     release_kv_pin(s);
-    out.checkpoints_kept = res.checkpoints_admitted;
-    c.committed_.assign(c.positions_.begin(), c.positions_.end());
-    ++c.counters_.commits;
-    c.counters_.checkpoints_admitted += res.checkpoints_admitted;
-    c.counters_.kv_bytes_admitted += res.kv_bytes_admitted;
+    out.checkpoints_kept = out.commit.checkpoints_admitted;
     return errc::ok;
   }
 

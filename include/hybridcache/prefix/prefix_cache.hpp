@@ -32,7 +32,13 @@
 //            O(log n) FLOP-aware); no allocation in steady state.
 //   plan     O(|s| + d + positions).
 //   commit   O(|s| + d + positions·log) + evictions; allocates only the new edges' token
-//            storage (reused from freed nodes when possible) and index growth.
+//            storage (reused from freed nodes when possible) and index growth. When it
+//            must evict, the fit check over the pinned paths (O(pin slots + nodes on those
+//            paths)) runs first; for a two-sided store (side_placing_store: an asymmetric
+//            pool) the same walk splits the protected bytes into KV and checkpoints and the
+//            store checks each side in O(1), so a request whose bytes fit but whose pages
+//            one side cannot place is refused before any eviction, at no extra cost.
+//            commit and request_lifecycle::finish share one insert (insert_sequence).
 //   evict    per victim: LRU O(log n); FLOP-aware O((k+1) log n), k = nodes the threshold
 //            walk scores (flop_aware_scorer.hpp).
 //   release  O(log n).
@@ -238,8 +244,14 @@ class prefix_cache {
   /// `committed_checkpoints()` says which positions were kept); `m` not a live pin -> stale_handle /
   /// double_free / foreign_handle; `sequence` does not extend `m`'s reused prefix ->
   /// invalid_argument; new state larger than the whole capacity (unless admit_oversized) ->
-  /// out_of_capacity. If the store refuses an allocation even after every evictable node is
-  /// gone -> out_of_capacity with the tree as the evictions left it and nothing inserted.
+  /// out_of_capacity; new state that cannot fit beside the pinned paths even with every
+  /// evictable node gone -> out_of_capacity before anything is evicted. With a two-sided
+  /// store (side_placing_store) that check is per side: KV that the KV side cannot place is
+  /// refused up front even when the bytes fit (a side short now may first borrow free chunks
+  /// from the other), eviction then runs until both sides can place their part, and the
+  /// allocations run with the split held. If a one-sided store still refuses an allocation
+  /// after every evictable node is gone -> out_of_capacity with the tree as the evictions
+  /// left it and nothing inserted.
   [[nodiscard]] expected<commit_result> commit(std::span<const token_id> sequence, std::int64_t input_tokens,
                                                const match_result* m = nullptr,
                                                std::span<const std::int64_t> extra = {},
@@ -248,7 +260,7 @@ class prefix_cache {
     const auto len = static_cast<std::int64_t>(sequence.size());
     if (const errc e = select_salt(m, salt); e != errc::ok) return unexpected(e);
     std::int64_t reusable = -1;
-    const errc checked = validate_commit(sequence, input_tokens, m, extra, reusable);
+    const errc checked = validate_commit(sequence, input_tokens, m, extra, reusable, placement_step::prepare);
     // A well-formed request reaches a stream observer even when this cache cannot fit it
     // (the shadows of other rules may); before anything changes (it may throw bad_alloc).
     if (checked == errc::ok || checked == errc::out_of_capacity) observe(sequence, input_tokens);
@@ -264,52 +276,52 @@ class prefix_cache {
     // re-inserting them into fresh pages would hand the next hit pages nobody filled.
 
     commit_result res;
-    res.sequence_tokens = len;
-    clock_.tick();                           // the reference's insert()
-    const time_point t_match = clock_.tick();  // its inner match_prefix()
-    walk_result w = walk(sequence);
-    scorer_.on_match(tree_, std::span<const node_id>(path_), w.partial, t_match);
-    if (reusable < 0) reusable = reusable_in(path_, input_tokens);
-    select_positions(make_view(w, input_tokens, len, reusable), extra, floor);
-    const std::int64_t need = needed_bytes(w, len);
-    const std::int64_t deficit = store_.used_bytes() + need - store_.capacity_bytes();
-    guard_path(w);
-    bool evict_round = false;
-    if (deficit > 0) {
-      evict_round = true;
-      evict_bytes(deficit, res);
-    }
-    // Allocate every new handle before touching the tree; evict one more victim per failure.
-    while (true) {
-      w = walk(sequence);
-      select_positions(make_view(w, input_tokens, len, std::min(reusable, w.common_prefix)), extra, floor);
-      const errc e = allocate_all(w, len);
-      if (e == errc::ok) break;
-      if (!evict_round) {
+    // A store with two sides: evict until each side can place its part (validate_commit
+    // checked that evicting every evictable node makes it), then allocate with the split
+    // held, so that no allocation (nor a split in build) fails after evicting.
+    const split_hold hold(*this, !cfg_.admit_oversized);
+    // The admission's positions, then the room (one eviction round of the deficit, then one
+    // victim per failed allocation), then every new handle from the store.
+    auto place = [&](walk_result& w) -> errc {
+      if (reusable < 0) reusable = reusable_in(path_, input_tokens);
+      select_positions(make_view(w, input_tokens, len, reusable), extra, floor);
+      const std::int64_t need = needed_bytes(w, len);
+      const std::int64_t deficit = store_.used_bytes() + need - store_.capacity_bytes();
+      guard_path(w);
+      bool evict_round = false;
+      if (deficit > 0) {
         evict_round = true;
-        begin_eviction_round();
+        evict_bytes(deficit, res);
       }
-      if (evict_one(res) < 0) return unguard_path(), unexpected(e);
-    }
+      if (side_placing_store<Store> && !cfg_.admit_oversized) {
+        w = walk(sequence);
+        select_positions(make_view(w, input_tokens, len, std::min(reusable, w.common_prefix)), extra, floor);
+        evict_until_placeable(needed_sides(w, len), evict_round, res);
+      }
+      while (true) {
+        w = walk(sequence);
+        select_positions(make_view(w, input_tokens, len, std::min(reusable, w.common_prefix)), extra, floor);
+        const errc e = allocate_all(w, len);
+        if (e == errc::ok) return errc::ok;
+        if (!evict_round) {
+          evict_round = true;
+          begin_eviction_round();
+        }
+        if (evict_one(res) < 0) return e;
+      }
+    };
+    errc e = errc::ok;
     try {
-      reserve_indexes(tree_.id_bound() + positions_.size() + 4);
+      e = insert_sequence(sequence, res, place);
     } catch (...) {
-      free_pending();
       unguard_path();
       throw;
     }
-    const time_point now = clock_.now();
-    scorer_.on_insert_path(tree_, std::span<const node_id>(path_), now);
-    const errc e = build(sequence, w, len, now, res);
     unguard_path();
     if (e != errc::ok) return unexpected(e);
     if (!release_first && m != nullptr && !m->pin.is_null()) unpin(m->pin);
-    committed_.assign(positions_.begin(), positions_.end());  // within capacity reserved below
     res.over_capacity = store_.used_bytes() > store_.capacity_bytes();
     res.alpha = scorer_.alpha();
-    ++counters_.commits;
-    counters_.checkpoints_admitted += res.checkpoints_admitted;
-    counters_.kv_bytes_admitted += res.kv_bytes_admitted;
     return res;
   }
 
@@ -324,7 +336,7 @@ class prefix_cache {
     std::lock_guard<Lock> guard(lock_);
     if (const errc e = select_salt(m, salt); e != errc::ok) return e;
     std::int64_t reusable = -1;
-    return validate_commit(sequence, input_tokens, m, extra, reusable);
+    return validate_commit(sequence, input_tokens, m, extra, reusable, placement_step::check_only);
   }
 
   /// Sets the scorer's FLOP-efficiency weight (scorers with `set_alpha` only; the next
@@ -554,10 +566,44 @@ class prefix_cache {
     if (first_evict_at_ < 0) first_evict_at_ = counters_.matches;
   }
 
-  /// Argument, pin and oversize checks of `commit` (nothing changes but scratch buffers).
+  /// Bytes per side of the new KV and new checkpoints the current positions_ need, as a
+  /// store with two sides takes them: each new segment's extent at its absolute position,
+  /// and one page set per split a page may be copied in (an upper bound: a split at a block
+  /// boundary copies nothing). Only for side_placing_store.
+  side_bytes needed_sides(const walk_result& w, std::int64_t len) const noexcept {
+    side_bytes out;
+    if constexpr (side_placing_store<Store>) {
+      const std::int64_t cp = w.common_prefix;
+      std::int64_t splits = w.partial != no_node ? 1 : 0, ckpts = 0, prev = cp;
+      for (std::int64_t p : positions_) {
+        if (p <= cp) {
+          if (!has_checkpoint_at(p)) {
+            ++ckpts;
+            if (node_ending_at(p) == no_node) ++splits;
+          }
+          continue;
+        }
+        ++ckpts;
+        out.kv += store_.kv_bytes_at(prev, p - prev);
+        prev = p;
+      }
+      if (prev < len) out.kv += store_.kv_bytes_at(prev, len - prev);
+      out.kv += splits * store_.kv_bytes(1);
+      out.checkpoint = ckpts * store_.checkpoint_bytes();
+    } else {
+      out.kv = needed_bytes(w, len);  // one side: only the total counts
+    }
+    return out;
+  }
+
+  /// Whether a fit check may let the store move free capacity between its sides first.
+  enum class placement_step : std::uint8_t { check_only, prepare };
+
+  /// Argument, pin and oversize checks of `commit` (nothing changes but scratch buffers,
+  /// and, with placement_step::prepare, free chunks the store moves between its sides).
   /// Sets `reusable` to the matched prefix `m` reuses, or -1 without a pinned match.
   errc validate_commit(std::span<const token_id> sequence, std::int64_t input_tokens, const match_result* m,
-                       std::span<const std::int64_t> extra, std::int64_t& reusable) {
+                       std::span<const std::int64_t> extra, std::int64_t& reusable, placement_step step) {
     const auto len = static_cast<std::int64_t>(sequence.size());
     if (len == 0 || input_tokens < 0 || input_tokens > len) return errc::invalid_argument;
     for (std::int64_t p : extra)
@@ -585,9 +631,60 @@ class prefix_cache {
     // Refused up front, before anything is evicted, when the new state cannot fit beside
     // what eviction may never take: every pinned node's root path (matches in flight) and
     // the path this commit extends.
-    if (!fits_after_eviction(need0, &w0)) return errc::out_of_capacity;
+    if constexpr (side_placing_store<Store>) {
+      const side_bytes sides = needed_sides(w0, len);
+      if (step == placement_step::prepare) prepare_placement(sides);
+      if (!fits_after_eviction(sides, &w0)) return errc::out_of_capacity;
+    } else {
+      (void)step;
+      if (!fits_after_eviction(side_bytes{need0, 0}, &w0)) return errc::out_of_capacity;
+    }
     return errc::ok;
   }
+
+  /// Lets a store with two sides move free capacity to a side that cannot place its part of
+  /// `need` now (its rebalancer decides), before anything is evicted. No-op otherwise.
+  void prepare_placement(const side_bytes& need) noexcept {
+    if constexpr (side_placing_store<Store>) {
+      if (!store_.placement_fits(need, side_bytes{})) store_.prepare_placement(need);
+    } else {
+      (void)need;
+    }
+  }
+
+  /// Evicts (in the current round, or a new one) until a store with two sides can place
+  /// `need` now. No-op for other stores, whose allocations fail only for lack of bytes.
+  void evict_until_placeable(const side_bytes& need, bool& round, commit_result& res) noexcept {
+    if constexpr (side_placing_store<Store>) {
+      while (!store_.placement_fits(need, side_bytes{})) {
+        if (!round) {
+          round = true;
+          begin_eviction_round();
+        }
+        if (evict_one(res) < 0) return;
+      }
+    } else {
+      (void)need;
+      (void)round;
+      (void)res;
+    }
+  }
+
+  /// Holds a two-sided store's split between its sides for a scope (store.hold_split).
+  struct split_hold {
+    prefix_cache* cache;
+    bool held;
+    split_hold(prefix_cache& c, bool hold) noexcept : cache(&c), held(hold) {
+      if constexpr (side_placing_store<Store>)
+        if (held) cache->store_.hold_split(true);
+    }
+    split_hold(const split_hold&) = delete;
+    split_hold& operator=(const split_hold&) = delete;
+    ~split_hold() {
+      if constexpr (side_placing_store<Store>)
+        if (held) cache->store_.hold_split(false);
+    }
+  };
 
   /// True when `bytes` more fit in the store once eviction has freed everything it may:
   /// not the root paths of pinned nodes, nor the commit's own path when `w` is given (the
@@ -597,8 +694,20 @@ class prefix_cache {
   /// (detail::protected_bytes): O(pin slots + nodes on the pinned paths), run only when
   /// eviction is needed; allocation-free after warm-up. Assertion builds check it against
   /// the O(n) scan of every node (detail::count_tree_bytes).
-  bool fits_after_eviction(std::int64_t bytes, const walk_result* w) {
-    if (store_.used_bytes() + bytes <= store_.capacity_bytes()) return true;
+  ///
+  /// A store with two sides (side_placing_store: KV pages and SSM blocks in an asymmetric
+  /// pool) must also place each side's part: the tree's bytes are split into KV and
+  /// checkpoints the same way (radix_tree::checkpoint_bytes, protected_bytes'
+  /// checkpoint part), and the store checks that each side's free units plus what eviction
+  /// frees there cover its need, with the current split. The freed bytes are the tree's
+  /// measure (whole pages per edge), never more than what the store gets back, so a
+  /// request this passes can always be placed once every evictable node is gone; one it
+  /// refuses may have fit after a migration the rebalancer would not promise. Same cost.
+  bool fits_after_eviction(const side_bytes& need, const walk_result* w) {
+    const std::int64_t bytes = need.total();
+    bool fits_now = store_.used_bytes() + bytes <= store_.capacity_bytes();
+    if constexpr (side_placing_store<Store>) fits_now = fits_now && store_.placement_fits(need, side_bytes{});
+    if (fits_now) return true;
     bool inner = requires { requires Scorer::evicts_inner_nodes; };
     if constexpr (requires { scorer_.takes_inner_nodes(); }) inner = scorer_.takes_inner_nodes();  // switching scorers
     const node_id end = w != nullptr && !path_.empty() ? path_.back() : no_node;
@@ -608,16 +717,25 @@ class prefix_cache {
       if (pins_.is_live(i)) pinned_scratch_.push_back(pin_node_[i]);  // capacity: grow_pins
     bool branches = false;
     if constexpr (requires { scorer_.protects_branches(); }) branches = scorer_.protects_branches();
+    std::int64_t kept_checkpoints = 0;
     const std::int64_t kept =
-        inner ? detail::protected_bytes<true>(tree_, store_, end, partial, pinned_scratch_, protect_, branches)
-              : detail::protected_bytes<false>(tree_, store_, end, partial, pinned_scratch_, protect_, branches);
+        inner ? detail::protected_bytes<true>(tree_, store_, end, partial, pinned_scratch_, protect_, branches,
+                                              &kept_checkpoints)
+              : detail::protected_bytes<false>(tree_, store_, end, partial, pinned_scratch_, protect_, branches,
+                                               &kept_checkpoints);
 #if defined(HYBRIDCACHE_ENABLE_ASSERTIONS)
     const auto scan = inner ? detail::count_tree_bytes<true>(tree_, store_, end, partial, marked_, branches)
                             : detail::count_tree_bytes<false>(tree_, store_, end, partial, marked_, branches);
     HYBRIDCACHE_ASSERT(scan.total == tree_.bytes());
     HYBRIDCACHE_ASSERT(scan.protected_ == kept);
 #endif
-    return bytes <= store_.capacity_bytes() - (store_.used_bytes() - (tree_.bytes() - kept));
+    if (bytes > store_.capacity_bytes() - (store_.used_bytes() - (tree_.bytes() - kept))) return false;
+    if constexpr (side_placing_store<Store>) {
+      const std::int64_t freeable_checkpoints = tree_.checkpoint_bytes() - kept_checkpoints;
+      const std::int64_t freeable_kv = (tree_.bytes() - kept) - freeable_checkpoints;
+      return store_.placement_fits(need, side_bytes{freeable_kv, freeable_checkpoints});
+    }
+    return true;
   }
 
   /// Pins the deepest node of the commit's walk and the edge it entered in part, so that
@@ -672,6 +790,40 @@ class prefix_cache {
 
   std::int64_t apply(node_id v, evict_action act, commit_result& res) noexcept {
     return detail::apply_eviction(tree_, store_, scorer_, listener_, v, act, res, counters_);
+  }
+
+  /// The one insert of `commit` and `request_lifecycle::finish`: ticks the clock as the
+  /// reference's insert() and its inner match_prefix() do, walks `seq` and tells the scorer,
+  /// then `place(w)` chooses positions_ and takes every new handle into pending_* (commit:
+  /// the admission's positions, evictions and the store; finish: the captured positions and
+  /// the request's reservation; it may walk again and update `w`). Then builds the nodes,
+  /// records the committed positions and counts the commit. Pins and guards are the
+  /// callers'. Errors: what `place` or the build returns (the tree as the build left it:
+  /// a refused split aborts the build with the pending handles freed). O(|seq| + d +
+  /// positions) plus what `place` costs.
+  template <class Place>
+  errc insert_sequence(std::span<const token_id> seq, commit_result& res, Place&& place) {
+    const auto len = static_cast<std::int64_t>(seq.size());
+    res.sequence_tokens = len;
+    clock_.tick();                             // the reference's insert()
+    const time_point t_match = clock_.tick();  // its inner match_prefix()
+    walk_result w = walk(seq);
+    scorer_.on_match(tree_, std::span<const node_id>(path_), w.partial, t_match);
+    if (const errc e = place(w); e != errc::ok) return e;
+    try {
+      reserve_indexes(tree_.id_bound() + positions_.size() + 4);
+    } catch (...) {
+      free_pending();
+      throw;
+    }
+    const time_point now = clock_.now();
+    scorer_.on_insert_path(tree_, std::span<const node_id>(path_), now);
+    if (const errc e = build(seq, w, len, now, res); e != errc::ok) return e;
+    committed_.assign(positions_.begin(), positions_.end());  // within capacity reserved above
+    ++counters_.commits;
+    counters_.checkpoints_admitted += res.checkpoints_admitted;
+    counters_.kv_bytes_admitted += res.kv_bytes_admitted;
+    return errc::ok;
   }
 
   /// Where a commit's new handles come from: the store (`commit`), or the reservation of a

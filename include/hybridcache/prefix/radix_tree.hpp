@@ -234,6 +234,11 @@ class radix_tree {
     const auto it = salts_.find(*salt);
     return it == salts_.end() ? absent_namespace : it->second.ns;
   }
+  /// The salt of namespace `ns` (none for the shared namespace 0). O(1).
+  [[nodiscard]] cache_salt salt_of(namespace_id ns) const noexcept {
+    if (ns == 0 || ns >= ns_salt_.size()) return std::nullopt;
+    return ns_salt_[ns];
+  }
   /// Salted namespaces that hold nodes. O(1).
   [[nodiscard]] std::size_t salted_namespaces() const noexcept { return salts_.size(); }
 
@@ -248,6 +253,8 @@ class radix_tree {
   /// The sum over live nodes of their edge's KV bytes and, if held, one checkpoint's bytes,
   /// under the measure set above (0 without one). Kept exactly by every edit. O(1).
   [[nodiscard]] std::int64_t bytes() const noexcept { return bytes_; }
+  /// The checkpoints' share of `bytes()`. O(1).
+  [[nodiscard]] std::int64_t checkpoint_bytes() const noexcept { return checkpoint_bytes_; }
 
   /// Follows `seq` from the root, in namespace `ns`. `path` receives the fully matched
   /// nodes (root excluded), in order. O(|common prefix| + |path|); no allocation once `path`
@@ -390,12 +397,18 @@ class radix_tree {
   }
 
   void set_checkpoint(node_id n, checkpoint_handle&& h) noexcept {
-    if (!nodes_[n].has_checkpoint) bytes_ += measure_.checkpoint;
+    if (!nodes_[n].has_checkpoint) {
+      bytes_ += measure_.checkpoint;
+      checkpoint_bytes_ += measure_.checkpoint;
+    }
     nodes_[n].checkpoint = std::move(h);
     nodes_[n].has_checkpoint = true;
   }
   [[nodiscard]] checkpoint_handle take_checkpoint(node_id n) noexcept {
-    if (nodes_[n].has_checkpoint) bytes_ -= measure_.checkpoint;
+    if (nodes_[n].has_checkpoint) {
+      bytes_ -= measure_.checkpoint;
+      checkpoint_bytes_ -= measure_.checkpoint;
+    }
     nodes_[n].has_checkpoint = false;
     return std::move(nodes_[n].checkpoint);
   }
@@ -607,6 +620,7 @@ class radix_tree {
     std::int64_t checkpoint = 0;
   } measure_;
   std::int64_t bytes_ = 0;
+  std::int64_t checkpoint_bytes_ = 0;  // of bytes_
   std::size_t live_ = 1;
   std::uint64_t order_counter_ = 0;
 };

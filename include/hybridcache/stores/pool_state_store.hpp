@@ -17,10 +17,26 @@
 // refused (errc::busy, both unchanged), which the cache handles by dropping only the
 // checkpoint.
 //
+// Two sides (side_placing_store, concepts/state_store.hpp): KV pages and SSM blocks are
+// placed on two sides of the pool that lend each other only whole free chunks. The cache
+// asks `placement_fits` before it evicts, `prepare_placement` lets a short side borrow free
+// chunks first (the pool's rebalancer), and `hold_split` keeps allocations from migrating
+// while the cache places a request it has checked side by side.
+//
+// Host tier (a host_tier_config with kv_pages > 0; stores/detail/pool_host_tier.hpp): a
+// leaf the cache evicts is demoted (`demote`: its pages and checkpoint copied to host
+// memory through the copier, keyed by its path's content and the tenant's salt);
+// `find_host_hit` finds a chain of demoted entries that continues a prompt's HBM match up
+// to a checkpoint and pins it, `load_host_hit` copies it into a request's reserved pages
+// and a reserved checkpoint slot (request_lifecycle::begin does both: `host_tier_store`).
+// The pool stays the HBM; nothing is staged. Without a host tier these calls do nothing.
+//
 // Costs: allocate/free O(pages), split/join O(pages) plus at most one block copy.
 // Handle lists are std::vector: an extent allocates its list once (the prefix cache keeps
 // extents in tree nodes). With a backing that can throw (CUDA), a failed driver call
 // during an allocation is reported as out_of_capacity, since these calls are noexcept.
+// Host tier: demote O(path + pages + blocks), find_host_hit O(|prompt| + chain entries),
+// load_host_hit O(tokens loaded · layers + blocks); its memory is allocated at construction.
 #pragma once
 
 #include <algorithm>
@@ -37,6 +53,9 @@
 #include "hybridcache/memory/asymmetric_pool.hpp"
 #include "hybridcache/memory/pool.hpp"
 #include "hybridcache/concepts/state_store.hpp"
+#include "hybridcache/core/hash.hpp"
+#include "hybridcache/prefix/types.hpp"
+#include "hybridcache/stores/detail/pool_host_tier.hpp"
 
 namespace hybridcache::memory {
 
@@ -69,10 +88,19 @@ class pool_state_store {
   /// @throws invalid_argument on non-positive counts.
   pool_state_store(Pool& pool, std::int64_t tokens_per_page, std::int64_t attention_layers,
                    std::int64_t recurrent_layers, Copier copier = {})
+      : pool_state_store(pool, tokens_per_page, attention_layers, recurrent_layers, host_tier_config{}, copier) {}
+
+  /// The same with a host tier (`host`: its size; see "Host tier" in the file comment).
+  /// @throws invalid_argument on non-positive counts or a negative host size; bad_alloc.
+  pool_state_store(Pool& pool, std::int64_t tokens_per_page, std::int64_t attention_layers,
+                   std::int64_t recurrent_layers, const host_tier_config& host, Copier copier = {})
       : pool_(&pool), tpp_(tokens_per_page), layers_(attention_layers), rec_(recurrent_layers), copy_(copier) {
     HYBRIDCACHE_EXPECTS(tokens_per_page > 0, invalid_argument, "pool_state_store: tokens_per_page must be > 0");
     HYBRIDCACHE_EXPECTS(attention_layers > 0, invalid_argument, "pool_state_store: attention_layers must be > 0");
     HYBRIDCACHE_EXPECTS(recurrent_layers > 0, invalid_argument, "pool_state_store: recurrent_layers must be > 0");
+    HYBRIDCACHE_EXPECTS(host.kv_pages == 0 || host.checkpoint_blocks >= recurrent_layers, invalid_argument,
+                        "pool_state_store: a host tier needs room for at least one checkpoint");
+    host_ = detail::pool_host_tier(host, pool.stats(pool_kind::kv).unit_bytes, pool.stats(pool_kind::ssm).unit_bytes);
   }
 
   [[nodiscard]] expected<kv_extent> allocate_kv(std::int64_t tokens) noexcept {
@@ -209,17 +237,220 @@ class pool_state_store {
     return static_cast<std::int64_t>(pool_->reserved_bytes());
   }
 
+  /// Bytes `allocate_kv_at(first_token, tokens)` takes: whole blocks from the block of
+  /// `first_token` on (one page set more than `kv_bytes(tokens)` when the run straddles a
+  /// block it does not fill).
+  [[nodiscard]] std::int64_t kv_bytes_at(std::int64_t first_token, std::int64_t tokens) const noexcept {
+    return blocks(first_token % tpp_ + tokens) * layers_ * static_cast<std::int64_t>(pool_->stats(pool_kind::kv).unit_bytes);
+  }
+
+  /// True when `need` can be placed with the pool's current split between the KV and SSM
+  /// sides once `freed` has been given back: each side's free units plus its freed units
+  /// cover that side's need (prefix/concepts: side_placing_store). O(1).
+  [[nodiscard]] bool placement_fits(prefix::side_bytes need, prefix::side_bytes freed) const noexcept {
+    return side_fits(pool_kind::kv, need.kv, freed.kv) && side_fits(pool_kind::ssm, need.checkpoint, freed.checkpoint);
+  }
+
+  /// For a side whose free units do not cover `need` now, asks the pool's rebalancer for
+  /// that side's shortfall (free chunks of the other side move over; no live unit moves),
+  /// as a failed allocation would. Nothing else changes. O(chunks moved).
+  void prepare_placement(prefix::side_bytes need) noexcept {
+    if constexpr (requires { pool_->rebalance_on_failure(pool_kind::kv, std::uint64_t{1}); }) {
+      for (const pool_kind k : {pool_kind::kv, pool_kind::ssm}) {
+        const std::uint64_t want = units_for(k, k == pool_kind::kv ? need.kv : need.checkpoint);
+        const std::uint64_t have = pool_->stats(k).free_units;
+        if (want > have) {
+          if constexpr (noexcept(pool_->rebalance_on_failure(k, want - have))) {
+            (void)pool_->rebalance_on_failure(k, want - have);
+          } else {
+            try {
+              (void)pool_->rebalance_on_failure(k, want - have);
+            } catch (...) {  // a failed mapping rolls back; the fit check then refuses
+            }
+          }
+        }
+      }
+    }
+  }
+
+  /// While held, an allocation that finds its side full fails instead of asking the
+  /// rebalancer: the cache holds the split while it allocates a request it has checked
+  /// side by side, so that a migration cannot take the free units the other side was
+  /// counted on. O(1).
+  void hold_split(bool held) noexcept { split_held_ = held; }
+
+  // --- host tier (enabled by a host_tier_config with kv_pages > 0) ------------------------
+
+  /// The lower tier's hit type (request_lifecycle keeps one per request).
+  using host_hit = pool_host_hit;
+
+  /// Copies leaf `v` of `tree` (about to be evicted: its KV and its checkpoint, if any) into
+  /// the host tier, keyed by the content of its path (salt-seeded). Called by the prefix
+  /// cache's eviction before the units are freed. Dropped when the host tier is off or the
+  /// leaf does not fit beside pinned entries. O(path + pages + blocks).
+  template <class Tree>
+  void demote(const Tree& tree, prefix::node_id v) noexcept {
+    if (!host_.enabled()) return;
+    const auto& nd = tree.at(v);
+    if (nd.tokens.empty() || nd.kv.pages.empty()) return;
+    // The content key of the path through the leaf's first token, hashed from the root.
+    host_path_.clear();
+    try {  // grows with the deepest path once
+      for (prefix::node_id n = nd.parent; n != Tree::root(); n = tree.at(n).parent) host_path_.push_back(n);
+    } catch (...) {
+      return;  // no memory for the walk: the leaf is dropped, not demoted
+    }
+    std::uint64_t h = content_key::seed(0, tree.salt_of(nd.ns));
+    for (auto it = host_path_.rbegin(); it != host_path_.rend(); ++it)
+      for (const auto t : tree.at(*it).tokens) h = content_key::next(h, t);
+    const std::uint64_t key = content_key::next(h, nd.tokens.front());
+    const std::size_t blocks = nd.has_checkpoint ? nd.checkpoint.blocks.size() : 0;
+    const std::uint32_t id =
+        host_.make_entry(key, nd.begin(), nd.kv.offset, std::span<const prefix::token_id>(nd.tokens), nd.kv.pages.size(), blocks);
+    if (id == detail::pool_host_tier::none) return;
+    const auto& e = host_.at(id);
+    const std::size_t page_bytes = pool_->stats(pool_kind::kv).unit_bytes, block_bytes = pool_->stats(pool_kind::ssm).unit_bytes;
+    for (std::size_t i = 0; i < e.pages.size(); ++i)
+      if (auto src = pool_->resolve(nd.kv.pages[i]); src && *src != nullptr) copy_(host_.page(e.pages[i]), *src, page_bytes);
+    for (std::size_t i = 0; i < e.blocks.size(); ++i)
+      if (auto src = pool_->resolve(nd.checkpoint.blocks[i]); src && *src != nullptr)
+        copy_(host_.block(e.blocks[i]), *src, block_bytes);
+    host_.publish(id);
+  }
+
+  /// The longest chain of host entries that continues `prompt`'s HBM match `m` (in m's
+  /// namespace) and ends in a checkpoint after m.reusable_tokens and before |prompt| (a
+  /// request computes at least its last prompt token). Its entries are pinned until
+  /// `load_host_hit` or `release_host_hit`. `out.host_tokens` 0: none. The chain may start
+  /// anywhere up to m.common_prefix (the tree holds the KV before it). O(|prompt| + Σ chain
+  /// lengths) hash probes and token compares.
+  void find_host_hit(std::span<const prefix::token_id> prompt, const prefix::match_result& m, pool_host_hit& out) noexcept {
+    release_host_hit(out);
+    if (!host_.enabled()) return;
+    const auto n = static_cast<std::int64_t>(prompt.size());
+    const std::int64_t reach = std::min<std::int64_t>(m.common_prefix, n - 1);
+    std::uint64_t h = content_key::seed(0, m.salt);
+    std::int64_t best = m.reusable_tokens, best_start = 0, best_len = 0;
+    for (std::int64_t s = 0; s <= reach; ++s) {
+      const std::uint64_t through = content_key::next(h, prompt[static_cast<std::size_t>(s)]);
+      if (host_.find(through) != detail::pool_host_tier::none) {
+        // Follow the chain from s, remembering its deepest usable checkpoint.
+        std::int64_t cur = s, len = 0;
+        std::uint64_t hc = h;
+        while (cur < n) {
+          const std::uint32_t id = host_.find(content_key::next(hc, prompt[static_cast<std::size_t>(cur)]));
+          if (id == detail::pool_host_tier::none) break;
+          const auto& e = host_.at(id);
+          if (e.begin != cur || e.end() > n ||
+              !std::equal(e.tokens.begin(), e.tokens.end(), prompt.begin() + static_cast<std::ptrdiff_t>(cur)))
+            break;
+          for (const auto t : e.tokens) hc = content_key::next(hc, t);
+          cur = e.end();
+          ++len;
+          if (!e.blocks.empty() && cur > best && cur < n) {
+            best = cur;
+            best_start = s;
+            best_len = len;
+          }
+        }
+      }
+      h = through;
+    }
+    if (best_len == 0) return;
+    // Walk the winning chain again, pinning its entries.
+    h = content_key::seed(0, m.salt);
+    for (std::int64_t s = 0; s < best_start; ++s) h = content_key::next(h, prompt[static_cast<std::size_t>(s)]);
+    std::int64_t cur = best_start;
+    try {
+      out.entries.reserve(static_cast<std::size_t>(best_len));
+    } catch (...) {
+      return;  // no hit: the request goes on from its HBM match
+    }
+    for (std::int64_t i = 0; i < best_len; ++i) {
+      const std::uint32_t id = host_.find(content_key::next(h, prompt[static_cast<std::size_t>(cur)]));
+      const auto& e = host_.at(id);
+      for (const auto t : e.tokens) h = content_key::next(h, t);
+      cur = e.end();
+      host_.pin(id);
+      out.entries.push_back(id);
+    }
+    out.kv_start = best_start;
+    out.reusable_tokens = best;
+    out.host_tokens = best - m.reusable_tokens;
+  }
+
+  /// Copies the KV of positions [from, to) of `hit` into `dst` (an extent laid out at
+  /// absolute positions whose tokens start at `dst_first`; [from, to) must lie in the chain
+  /// and in dst's blocks) and the chain's checkpoint into `slot`, then releases the hit.
+  /// O((to - from) · layers + blocks).
+  void load_host_hit(pool_host_hit& hit, const kv_extent& dst, std::int64_t dst_first, std::int64_t from,
+                     std::int64_t to, const checkpoint_handle& slot) noexcept {
+    if (hit.entries.empty()) return;
+    const auto L = static_cast<std::size_t>(layers_);
+    const std::uint64_t per_token = pool_->stats(pool_kind::kv).unit_bytes / static_cast<std::uint64_t>(tpp_);
+    for (const std::uint32_t id : hit.entries) {
+      const auto& e = host_.at(id);
+      for (std::int64_t p = std::max(from, e.begin); p < std::min(to, e.end());) {
+        const std::int64_t stop = std::min({to, e.end(), (p / tpp_ + 1) * tpp_});  // to the end of p's block
+        const auto sb = static_cast<std::size_t>((e.offset + p - e.begin) / tpp_);
+        const auto db = static_cast<std::size_t>((dst.offset + p - dst_first) / tpp_);
+        for (std::size_t l = 0; l < L; ++l) {
+          auto d = pool_->resolve(dst.pages[db * L + l]);
+          if (!d || *d == nullptr) continue;
+          const std::uint64_t at = static_cast<std::uint64_t>(p % tpp_) * per_token;
+          copy_(*d + at, host_.page(e.pages[sb * L + l]) + at, static_cast<std::size_t>((stop - p) * static_cast<std::int64_t>(per_token)));
+        }
+        p = stop;
+      }
+      host_.touch(id);
+    }
+    const auto& last = host_.at(hit.entries.back());
+    const std::size_t block_bytes = pool_->stats(pool_kind::ssm).unit_bytes;
+    for (std::size_t i = 0; i < last.blocks.size() && i < slot.blocks.size(); ++i)
+      if (auto d = pool_->resolve(slot.blocks[i]); d && *d != nullptr) copy_(*d, host_.block(last.blocks[i]), block_bytes);
+    auto& c = host_.counters_mut();
+    ++c.loads;
+    c.tokens_loaded += std::max<std::int64_t>(0, to - from);
+    ++c.checkpoints_loaded;
+    release_host_hit(hit);
+  }
+
+  /// Gives a hit up: unpins its entries. O(entries).
+  void release_host_hit(pool_host_hit& hit) noexcept {
+    for (const std::uint32_t id : hit.entries) host_.unpin(id);
+    hit.entries.clear();
+    hit.host_tokens = 0;
+    hit.reusable_tokens = 0;
+    hit.kv_start = 0;
+  }
+
+  /// What the host tier did.
+  [[nodiscard]] const host_tier_counters& host_counters() const noexcept { return host_.counters(); }
+  /// Entries in the host tier.
+  [[nodiscard]] std::int64_t host_entries() const noexcept { return host_.live_entries(); }
+
   [[nodiscard]] const Pool& pool() const noexcept { return *pool_; }
 
  private:
   [[nodiscard]] std::int64_t blocks(std::int64_t tokens) const noexcept { return (tokens + tpp_ - 1) / tpp_; }
 
+  [[nodiscard]] std::uint64_t units_for(pool_kind k, std::int64_t bytes) const noexcept {
+    const std::uint64_t unit = pool_->stats(k).unit_bytes;
+    return bytes <= 0 || unit == 0 ? 0 : (static_cast<std::uint64_t>(bytes) + unit - 1) / unit;
+  }
+  [[nodiscard]] bool side_fits(pool_kind k, std::int64_t need, std::int64_t freed) const noexcept {
+    // Freed bytes are counted down (whole units only), needed bytes up.
+    const std::uint64_t unit = pool_->stats(k).unit_bytes;
+    const std::uint64_t back = freed <= 0 || unit == 0 ? 0 : static_cast<std::uint64_t>(freed) / unit;
+    return units_for(k, need) <= pool_->stats(k).free_units + back;
+  }
+
   expected<void> take(pool_kind k, std::span<packed_handle> out) noexcept {
     if constexpr (noexcept(std::declval<Pool&>().allocate_n(k, out, true))) {
-      return pool_->allocate_n(k, out, true);
+      return pool_->allocate_n(k, out, !split_held_);
     } else {
       try {
-        return pool_->allocate_n(k, out, true);
+        return pool_->allocate_n(k, out, !split_held_);
       } catch (...) {
         return unexpected(errc::out_of_capacity);
       }
@@ -239,9 +470,14 @@ class pool_state_store {
   std::int64_t layers_;
   std::int64_t rec_;
   Copier copy_;
+  bool split_held_ = false;  // hold_split
+  detail::pool_host_tier host_;
+  std::vector<prefix::node_id> host_path_;  // demote's root-ward walk
 };
 
 static_assert(prefix::state_store<pool_state_store<simulated_vmm_pool<threshold_rebalancer>>>);
 static_assert(prefix::state_store<pool_state_store<host_asymmetric_pool<threshold_rebalancer>>>);
+static_assert(prefix::side_placing_store<pool_state_store<simulated_vmm_pool<threshold_rebalancer>>>);
+static_assert(prefix::side_placing_store<pool_state_store<host_asymmetric_pool<no_rebalancer>>>);
 
 }  // namespace hybridcache::memory

@@ -41,6 +41,10 @@ std::int64_t apply_eviction(Tree& tree, Store& store, Scorer& scorer, const evic
     listener.fn(listener.context, ev);
   }
   std::int64_t freed = 0;
+  // A store with a lower tier copies a leaf it is about to lose there (its KV and its
+  // checkpoint) before the units are freed (pool_state_store's host tier).
+  if constexpr (requires { store.demote(tree, v); })
+    if (act == evict_action::remove_leaf && nd.children == 0) store.demote(tree, v);
   if (nd.has_checkpoint) {
     freed += store.checkpoint_bytes();
     store.free_checkpoint(tree.take_checkpoint(v));
@@ -191,10 +195,12 @@ struct protect_scratch {
 /// `count_tree_bytes(...).protected_`, visiting only the protected paths: the root paths of
 /// the nodes in `pinned` (no_node entries are skipped) and of the two guarded nodes. Each
 /// node is marked once, so the cost is O(|pinned| + nodes on those paths), not O(n); the
-/// scratch grows only with the tree (amortised, geometric).
+/// scratch grows only with the tree (amortised, geometric). `checkpoint_part`, when given,
+/// receives the checkpoints' share of the result (the rest is KV).
 template <bool InnerNodes, class Tree, class Store, class Pinned>
 std::int64_t protected_bytes(const Tree& tree, const Store& store, node_id guarded_end, node_id guarded_partial,
-                             const Pinned& pinned, protect_scratch& s, bool protect_branches = false) {
+                             const Pinned& pinned, protect_scratch& s, bool protect_branches = false,
+                             std::int64_t* checkpoint_part = nullptr) {
   if (s.mark.size() < tree.id_bound()) {
     reserve_geometric(s.mark, tree.id_bound());
     reserve_geometric(s.children, tree.id_bound());
@@ -227,16 +233,17 @@ std::int64_t protected_bytes(const Tree& tree, const Store& store, node_id guard
   mark(guarded_end);
   mark(guarded_partial);
   for (const node_id n : pinned) mark(n);
-  std::int64_t out = 0;
+  std::int64_t out = 0, checkpoints = 0;
   for (const node_id n : s.marked) {
     const auto& nd = tree.at(n);
     out += store.kv_bytes(nd.edge());
     if (!nd.has_checkpoint) continue;
     const bool keeps = !InnerNodes || nd.pins > 0 || n == guarded_end || n == guarded_partial || s.children[n] >= 2 ||
                        (protect_branches && nd.branched);
-    if (keeps) out += store.checkpoint_bytes();
+    if (keeps) checkpoints += store.checkpoint_bytes();
   }
-  return out;
+  if (checkpoint_part != nullptr) *checkpoint_part = checkpoints;
+  return out + checkpoints;
 }
 
 }  // namespace hybridcache::prefix::detail

@@ -1,0 +1,225 @@
+// Issue #13, "what to build" 5: the pool store's host tier in the request lifecycle. The
+// cache's evicted leaves are demoted to host memory; a later begin whose prompt continues
+// into them loads their KV into the request's reserved pages and their checkpoint into a
+// reserved slot. A runtime that writes a signature into every token's KV slot (position,
+// token, layer) and every captured state (the content of the prefix it follows) must read
+// back, through the block table and resume_checkpoint, exactly the bytes an earlier request
+// wrote, whether they stayed in the pool or came back from the host tier.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <random>
+#include <span>
+#include <vector>
+
+#include "hybridcache/core/hash.hpp"
+#include "hybridcache/memory/asymmetric_pool.hpp"
+#include "hybridcache/memory/units.hpp"
+#include "hybridcache/prefix/lifecycle.hpp"
+#include "hybridcache/prefix/lru_scorer.hpp"
+#include "hybridcache/prefix/prefix_cache.hpp"
+#include "hybridcache/stores/pool_state_store.hpp"
+
+using namespace hybridcache;
+using namespace hybridcache::prefix;
+using namespace hybridcache::memory;
+
+namespace {
+
+/// A small hybrid model (the tiny runtime's shapes): KV pages of 4 KiB, state blocks of 8 KiB.
+model_spec small_spec() {
+  model_spec s;
+  s.name = "host_tier_test";
+  s.source = "tests/prefix/test_host_tier.cpp";
+  s.layers = layer_pattern("RA", 2);
+  s.d_model = 64;
+  s.attention_heads = 2;
+  s.kv_heads = 1;
+  s.head_dim = 32;
+  s.recurrent = recurrent_family::gated_deltanet;
+  s.gdn_key_heads = 2;
+  s.gdn_value_heads = 2;
+  s.gdn_key_dim = 32;
+  s.gdn_value_dim = 32;
+  s.kv_dtype_bytes = 4;
+  s.state_dtype_bytes = 4;
+  s.activation_dtype_bytes = 4;
+  s.scan_chunk = 16;
+  return s;
+}
+
+std::vector<token_id> random_tokens(std::size_t n, std::uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::vector<token_id> v(n);
+  for (auto& t : v) t = static_cast<token_id>(rng() % 50000);
+  return v;
+}
+
+std::uint64_t kv_sig(std::int64_t pos, token_id t, std::int64_t layer) {
+  return splitmix64_mix((static_cast<std::uint64_t>(pos) << 32) ^ static_cast<std::uint32_t>(t) ^
+                        (static_cast<std::uint64_t>(layer) << 56));
+}
+/// The state after `prefix`, in recurrent layer `layer`: a hash of its content.
+std::uint64_t state_sig(std::span<const token_id> prefix, std::int64_t layer) {
+  std::uint64_t h = 0x243f6a8885a308d3ull ^ static_cast<std::uint64_t>(layer);
+  for (token_id t : prefix) h = splitmix64_mix(h ^ static_cast<std::uint32_t>(t));
+  return h;
+}
+
+}  // namespace
+
+TEST_CASE_TEMPLATE("host tier: evicted leaves come back into the reservation byte for byte, through block tables and the resumed state",
+                   Salted, std::false_type, std::true_type) {
+  const cost_model m(small_spec());
+  using pool_t = host_asymmetric_pool<threshold_rebalancer>;
+  using store_t = pool_state_store<pool_t>;
+  using cache_type = prefix_cache<cost_model, judicious_admission, lru_scorer, store_t>;
+  constexpr std::int64_t tpp = 16;
+  pool_t pool({.budget_bytes = std::uint64_t{1} << 20, .kv_page_bytes = kv_page_bytes(m, tpp),
+               .ssm_block_bytes = checkpoint_block_bytes(m), .granularity_bytes = 32 << 10},
+              threshold_rebalancer({.threshold_low = 0.02, .threshold_high = 0.10, .migration_batch_size = 8,
+                                    .min_rebalance_interval_ops = 0, .size_to_demand = true}));
+  const std::int64_t layers = m.attention_layers(), rec = m.recurrent_layers();
+  const std::uint64_t slot_bytes = kv_page_bytes(m, tpp) / tpp;
+  std::int64_t finished = 0, host_loads = 0, loaded_tokens_read = 0, resumed = 0, cross_salt = 0;
+  {
+    cache_type c(m, store_t(pool, tpp, layers, rec, host_tier_config{.kv_pages = 256, .checkpoint_blocks = 64}),
+                 lru_scorer{});
+    request_lifecycle<cache_type> requests(c);
+    std::mt19937 rng(Salted::value ? 17 : 11);
+    std::vector<std::vector<token_id>> done;
+    std::vector<cache_salt> done_salt;
+    std::vector<packed_handle> table;
+    for (int step = 0; step < 300; ++step) {
+      std::vector<token_id> prompt;
+      cache_salt salt = std::nullopt;
+      if (Salted::value) salt = static_cast<std::uint64_t>(rng() % 2);
+      if (!done.empty() && rng() % 4 != 0) {
+        const std::size_t k = rng() % std::min<std::size_t>(done.size(), 12);
+        const auto& base = done[done.size() - 1 - k];  // mostly recent conversations, some old
+        // A tenant sometimes sends another tenant's conversation: it must never hit its entries.
+        if (Salted::value && rng() % 3 == 0) salt = done_salt[done.size() - 1 - k];
+        prompt.assign(base.begin(), base.begin() + static_cast<std::ptrdiff_t>(1 + rng() % base.size()));
+      }
+      const auto suffix = random_tokens(10 + rng() % 60, static_cast<std::uint32_t>(rng()));
+      prompt.insert(prompt.end(), suffix.begin(), suffix.end());
+      auto t = requests.begin(prompt, {.output_tokens = 8, .salt = salt});
+      if (!t) {
+        REQUIRE(t.error() == errc::out_of_capacity);
+        continue;
+      }
+      const auto* s = *requests.state(*t);
+      const std::int64_t from = s->plan.prefill_start;
+      if (s->loaded_at > 0) {
+        ++host_loads;
+        CHECK(from == s->loaded_at);
+        CHECK(s->kv_from <= s->loaded_at);
+      }
+      auto seq = prompt;
+      const auto out = random_tokens(1 + rng() % 8, static_cast<std::uint32_t>(rng()));
+      seq.insert(seq.end(), out.begin(), out.end());
+      const auto len = static_cast<std::int64_t>(seq.size());
+      // Every token before prefill_start reads back its signature through the block table:
+      // the pool's own pages before kv_from, the host tier's copies from there to loaded_at.
+      for (std::int64_t l = 0; l < layers; ++l) {
+        REQUIRE(requests.block_table(*t, l, table));
+        REQUIRE(static_cast<std::int64_t>(table.size()) * tpp >= len);
+        auto at = [&](std::int64_t p) {
+          return *pool.resolve(table[static_cast<std::size_t>(p / tpp)]) + static_cast<std::uint64_t>(p % tpp) * slot_bytes;
+        };
+        for (std::int64_t p = 0; p < from; ++p) {
+          std::uint64_t v = 0;
+          std::memcpy(&v, at(p), sizeof v);
+          REQUIRE_MESSAGE(v == kv_sig(p, seq[static_cast<std::size_t>(p)], l),
+                          "step " << step << " position " << p << " layer " << l << " (kv_from " << s->kv_from
+                                  << ", loaded_at " << s->loaded_at << ")");
+          if (p >= s->kv_from) ++loaded_tokens_read;
+        }
+        for (std::int64_t p = std::max(from, s->kv_from); p < len; ++p) {  // the runtime writes its tokens
+          const std::uint64_t v = kv_sig(p, seq[static_cast<std::size_t>(p)], l);
+          std::memcpy(at(p), &v, sizeof v);
+        }
+      }
+      // The state prefill resumes from is the state after prompt[0, from).
+      if (from > 0) {
+        const auto* resume = *requests.resume_checkpoint(*t);
+        REQUIRE(resume != nullptr);
+        for (std::int64_t r = 0; r < rec; ++r) {
+          std::uint64_t v = 0;
+          std::memcpy(&v, *pool.resolve(resume->blocks[static_cast<std::size_t>(r)]), sizeof v);
+          REQUIRE(v == state_sig(std::span<const token_id>(seq).first(static_cast<std::size_t>(from)), r));
+        }
+        ++resumed;
+      }
+      // Capture every planned site and the end, as prefill and decode would.
+      std::vector<std::int64_t> captured;
+      for (std::size_t i = 0; i <= s->plan.sites.size(); ++i) {
+        const auto& slot = s->checkpoints[i];
+        const std::int64_t p = i < s->plan.sites.size() ? slot.position : len;
+        for (std::int64_t r = 0; r < rec; ++r) {
+          const std::uint64_t v = state_sig(std::span<const token_id>(seq).first(static_cast<std::size_t>(p)), r);
+          std::memcpy(*pool.resolve(slot.handle.blocks[static_cast<std::size_t>(r)]), &v, sizeof v);
+        }
+        captured.push_back(p);
+      }
+      std::sort(captured.begin(), captured.end());
+      captured.erase(std::unique(captured.begin(), captured.end()), captured.end());
+      const auto f = requests.finish(*t, seq, captured);
+      REQUIRE_MESSAGE(f, "finish: " << hybridcache::to_string(f.error()) << " at step " << step);
+      ++finished;
+      done.push_back(seq);
+      done_salt.push_back(salt);
+      // Every cached node holds its own tokens' signatures and, if it has one, its state.
+      for (std::size_t d = 0; d < done.size(); ++d) {
+        const auto& sq = done[d];
+        std::vector<node_id> path;
+        (void)c.tree().walk(sq, path, c.tree().namespace_of(done_salt[d]));
+        for (node_id n : path) {
+          const auto& nd = c.tree().at(n);
+          for (std::int64_t i = 0; i < nd.edge(); ++i) {
+            const std::int64_t p = nd.begin() + i, at = nd.kv.offset + i;
+            for (std::int64_t l = 0; l < layers; ++l) {
+              std::uint64_t v = 0;
+              const auto h = nd.kv.pages[static_cast<std::size_t>((at / tpp) * layers + l)];
+              std::memcpy(&v, *pool.resolve(h) + static_cast<std::uint64_t>(at % tpp) * slot_bytes, sizeof v);
+              REQUIRE(v == kv_sig(p, sq[static_cast<std::size_t>(p)], l));
+            }
+          }
+          if (nd.has_checkpoint)
+            for (std::int64_t r = 0; r < rec; ++r) {
+              std::uint64_t v = 0;
+              std::memcpy(&v, *pool.resolve(nd.checkpoint.blocks[static_cast<std::size_t>(r)]), sizeof v);
+              REQUIRE(v == state_sig(std::span<const token_id>(sq).first(static_cast<std::size_t>(nd.end)), r));
+            }
+        }
+      }
+      // Across tenants: a request never reuses more than its own tenant has committed.
+      if (Salted::value) {
+        std::int64_t own = 0;
+        for (std::size_t d = 0; d + 1 < done.size(); ++d) {
+          if (done_salt[d] != salt) continue;
+          const auto& sq = done[d];
+          std::int64_t k = 0;
+          while (k < static_cast<std::int64_t>(std::min(sq.size(), prompt.size())) &&
+                 sq[static_cast<std::size_t>(k)] == prompt[static_cast<std::size_t>(k)])
+            ++k;
+          own = std::max(own, k);
+        }
+        cross_salt += from > own ? 1 : 0;
+      }
+    }
+    const auto& hc = c.store().host_counters();
+    CHECK(c.counters().evictions > 50);
+    CHECK(hc.demotions > 50);
+    CHECK(hc.loads == host_loads);
+    CHECK(host_loads > 10);
+    CHECK(loaded_tokens_read > 100);
+    CHECK(cross_salt == 0);
+    MESSAGE(finished << " requests, " << c.counters().evictions << " evictions, " << hc.demotions << " demotions ("
+                     << hc.demotions_dropped << " dropped, " << hc.host_evictions << " host evictions), " << host_loads
+                     << " host loads, " << hc.tokens_loaded << " tokens loaded, " << resumed << " resumed states checked");
+  }
+  CHECK(pool.live_handles() == 0);
+}
