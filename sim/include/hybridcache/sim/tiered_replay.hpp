@@ -120,7 +120,8 @@ inline tiered_state_store_config replay_store_config(const cost_model& m, const 
   c.hbm_bytes = hbm - c.staging_bytes;
   for (std::size_t t = 1; t < o.tiers.size(); ++t) {
     tier_config x = o.tiers[t];
-    if (o.link_gbps) x.link_gbps = *o.link_gbps;
+    // --link-gbps is the memory tiers' link; a storage tier or a tier's own :gbps= keeps its own.
+    if (o.link_gbps && !is_storage(x.kind) && !x.link_gbps_given) x.link_gbps = *o.link_gbps;
     c.lower_tiers.push_back(x);
   }
   c.kv_bytes_per_token = m.kv_bytes_per_token() * per_id;

@@ -39,8 +39,9 @@ enum class demotion_kind : std::uint8_t { automatic, lru, flop_aware };
 struct tiered_replay_options {
   /// Tiers, HBM first (`parse_tiers`). One tier = the single-tier baseline.
   std::vector<tier_config> tiers;
-  /// Link bandwidth (GB/s) between HBM and every lower tier (`--link-gbps`); nullopt keeps
-  /// each tier's own `tier_config::link_gbps` (e.g. a slower CXL tier). Must be > 0.
+  /// Link bandwidth (GB/s) between HBM and every host/CXL tier (`--link-gbps`) whose spec
+  /// gave no `:gbps=`; disk and redis tiers always keep their own (given, measured or
+  /// defaulted). nullopt keeps every tier's own `tier_config::link_gbps`. Must be > 0.
   std::optional<double> link_gbps = 50.0;
   scheduler_kind scheduler = scheduler_kind::fcfs;
   prefetch_kind prefetch = prefetch_kind::none;
