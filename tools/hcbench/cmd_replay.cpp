@@ -4,7 +4,9 @@
 //                  [--tokenizer tokenizer.json] [--chat-template FILE] --model PRESET
 //                  --capacity BYTES --policy marconi|sglang+|vllm+|lru [--alpha X|auto]
 //                  [--block-size N] [--concurrency N] [--json]
-//   hcbench replay ... --tiers hbm=BYTES,host=BYTES [--link-gbps 50] [--scheduler fcfs|car]
+//   hcbench replay ... --tiers hbm=BYTES,host=BYTES[,disk@DIR=BYTES][,redis@HOST:PORT=BYTES]
+//                  (each lower tier may add :gbps=G:lat_us=L; disk/redis links not given are
+//                  measured at start-up) [--link-gbps 50] [--scheduler fcfs|car]
 //                  [--prefetch none|deadline|threshold] [--sparsify off|profile]
 //                  (multi-tier timeline replay vs the HBM-only baseline; see replay_tiered.hpp)
 //
@@ -262,9 +264,12 @@ const bool registered = hcbench::register_command(
                       "sglang+/vllm+/lru tie-breaking: reference (CPython heapq order, exact reference victims, "
                       "O(n) per eviction round; default) or node-id (O(log n))");
        sub.add_option("--tiers", o.tiered.tiers,
-                      "multi-tier replay: hbm=BYTES,host=BYTES[,cxl@NODE=BYTES]; the prefix cache of --policy over "
+                      "multi-tier replay: hbm=BYTES,host=BYTES[,cxl@NODE=BYTES][,disk@DIR=BYTES]"
+                      "[,redis@HOST:PORT=BYTES], fastest first; a lower tier may add :gbps=G:lat_us=L (a disk or "
+                      "redis tier's link not given is measured at start-up); the prefix cache of --policy over "
                       "these tiers, timed (CaR), against the same policy on HBM alone");
-       sub.add_option("--link-gbps", o.tiered.link_gbps, "--tiers: HBM <-> lower tier bandwidth, GB/s (default 50)");
+       sub.add_option("--link-gbps", o.tiered.link_gbps,
+                      "--tiers: HBM <-> host/cxl tier bandwidth, GB/s, unless the tier gives :gbps= (default 50)");
        sub.add_option("--scheduler", o.tiered.scheduler, "--tiers: fcfs | car (default fcfs)");
        sub.add_option("--prefetch", o.tiered.prefetch, "--tiers: none | deadline | threshold (default none)");
        sub.add_option("--sparsify", o.tiered.sparsify, "--tiers: off | profile (default off)");

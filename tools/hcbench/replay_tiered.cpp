@@ -22,6 +22,7 @@
 #include "atomic_file.hpp"
 #include "cli_support.hpp"
 #include "replay_report.hpp"
+#include "tier_links.hpp"
 #include "tiered_flags.hpp"
 
 namespace hcbench {
@@ -58,15 +59,6 @@ double parse_spread_seconds(const std::string& s) {
   if (used != s.size() || !(v >= 0) || !(v <= 1e6))
     throw hc::invalid_argument("--spread-arrivals: expected a number of seconds in [0, 1e6] or 'next', got '" + s + "'");
   return v;
-}
-
-std::string tier_summary(const tr::tiered_replay_options& o) {
-  std::string s;
-  for (const auto& t : o.tiers) {
-    if (!s.empty()) s += ",";
-    s += std::string(to_string(t.kind)) + "=" + std::to_string(t.capacity_bytes);
-  }
-  return s;
 }
 
 /// The tiered replay of one policy (the same compositions as the single-tier replay).
@@ -163,6 +155,8 @@ void run_tiered_replay_command(const std::string& trace, const std::string& form
   const auto requests = read_requests(trace, format, with_block);
   if (requests.empty()) throw hc::invalid_argument("replay: the trace holds no requests");
   const chosen_prefill_time prefill(model, t.prefill_time == "flops");
+  // Disk and redis tiers without :gbps= / :lat_us= are measured now (a failed probe is an error).
+  const std::vector<tier_link_row> links = measure_tier_links(multi.tiers, multi.link_gbps.has_value());
   // Both runs on the same engines: the single-tier baseline's load decides the default.
   if (auto_engines) multi.prefill_engines = tr::auto_prefill_engines(requests, multi, prefill);
   tr::tiered_replay_options single = multi;
@@ -199,7 +193,8 @@ void run_tiered_replay_command(const std::string& trace, const std::string& form
   }
   if (json) {
     json::object o;
-    o.str("policy", policy.name).str("tiers", tier_summary(multi)).str("model", model_name);
+    o.str("policy", policy.name).str("tiers", tier_spec_summary(multi.tiers)).str("model", model_name);
+    o.raw("tier_links", tier_links_json(links));
     if (policy.name == "marconi") o.num("alpha", policy.alpha.value_or(1.0));
     o.integer("requests", r.requests).integer("input_tokens", r.input_tokens).integer("skipped_tokens", skipped);
     o.num("token_hit_rate", r.token_hit_rate()).integer("hbm_hit_tokens", r.hbm_hit_tokens);
@@ -230,7 +225,9 @@ void run_tiered_replay_command(const std::string& trace, const std::string& form
     return;
   }
   if (!tokenizer.empty()) std::printf("tokenizer: %s\n", tokenizer.c_str());
-  std::printf("policy %s over %s; %zu prefill engines%s; arrivals %s\n", policy.name.c_str(), tier_summary(multi).c_str(),
+  print_tier_links(links);
+  std::printf("policy %s over %s; %zu prefill engines%s; arrivals %s\n", policy.name.c_str(),
+              tier_spec_summary(multi.tiers).c_str(),
               r.prefill_engines, auto_engines ? " (auto: the fewest that keep a cache-less run under 90 % busy)" : "",
               arrivals.c_str());
   std::printf("%-12s %9s %9s %13s %13s %12s %12s %9s %7s %8s\n", "tiers", "requests", "hit rate", "hbm hit tok",
