@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "hybridcache/tiered/redis/redis_backend.hpp"
+#include "hybridcache/tiered/redis/redis_probe.hpp"
 #include "../conformance/storage_backend_laws.hpp"
 #include "../support/redis_server.hpp"
 #include "../support/storage_ops.hpp"
@@ -298,4 +299,25 @@ TEST_CASE("redis tier: bad configuration names the field") {
     c.server.cluster = true;
     c.server.database = 2;
   }, "database");
+}
+
+// The Redis probe of the tier spec (tiered/redis/redis_probe.hpp): what `hcbench replay
+// --tiers ...,redis@HOST:PORT=SIZE` measures at start-up when the spec gives no :gbps= /
+// :lat_us=. An unreachable server is an error, never a default.
+TEST_CASE("redis tier: the start-up probe measures round trip and GB/s, cleans up, and fails on a dead server") {
+  test::redis_server server;
+  const std::string ep = "127.0.0.1:" + std::to_string(server.port());
+  const auto r = probe_redis(ep, {.pings = 5, .rounds = 2, .value_bytes = 1 << 20});
+  CHECK(r.round_trip_us > 0.0);
+  CHECK(r.set_gbps > 0.0);
+  CHECK(r.get_gbps > 0.0);
+  CHECK(r.value_bytes == 1 << 20);
+  test::raw_redis_client raw(server.port());
+  CHECK(raw.integer("DBSIZE") == 0);  // the probe key is deleted
+  CHECK_THROWS_AS((void)probe_redis("127.0.0.1", {}), invalid_argument);
+  CHECK_THROWS_AS((void)probe_redis(ep, {.pings = 0}), invalid_argument);
+  server.stop();
+  const std::string expected = "redis probe of " + ep + ": cannot connect";
+  CHECK_THROWS_WITH_AS((void)probe_redis(ep, {.timeout = std::chrono::milliseconds(300)}),
+                       doctest::Contains(expected.c_str()), error);
 }
