@@ -106,6 +106,7 @@ struct tiered_replay_result {
   std::int64_t joined_loads = 0;           ///< loads that joined a copy in flight (a prefetch's, another request's)
   std::int64_t copies = 0;                 ///< modelled copy calls
   std::int64_t write_backs = 0;            ///< entries copied down when the cache evicted them
+  std::int64_t cascades = 0;               ///< entries moved between lower tiers to make room (host -> disk -> redis)
   std::int64_t replicas = 0;               ///< clean copies made ahead (cleaner, write-through)
   std::int64_t clean_drops = 0;            ///< evictions that dropped a clean HBM copy: no copy
   std::int64_t write_back_waits = 0;       ///< allocations that waited for a write-back
