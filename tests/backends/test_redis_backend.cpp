@@ -18,9 +18,16 @@
 
 #include "hybridcache/tiered/redis/redis_backend.hpp"
 #include "hybridcache/tiered/redis/redis_probe.hpp"
+#include "hybridcache/prefix/admission.hpp"
+#include "hybridcache/prefix/lru_scorer.hpp"
+#include "hybridcache/sim/tiered_replay_real_bytes.hpp"
+#include "hybridcache/tiered/disk_backend.hpp"
 #include "../conformance/storage_backend_laws.hpp"
 #include "../support/redis_server.hpp"
 #include "../support/storage_ops.hpp"
+#include "../support/temp_dir.hpp"
+#include "../support/tiny_hybrid_model.hpp"
+#include "../tiered/real_bytes_support.hpp"
 #include "raw_redis_client.hpp"
 
 using namespace hybridcache;
@@ -320,4 +327,31 @@ TEST_CASE("redis tier: the start-up probe measures round trip and GB/s, cleans u
   const std::string expected = "redis probe of " + ep + ": cannot connect";
   CHECK_THROWS_WITH_AS((void)probe_redis(ep, {.timeout = std::chrono::milliseconds(300)}),
                        doctest::Contains(expected.c_str()), error);
+}
+
+// The timed replay's real-bytes mode over hbm, host, disk and a Redis tier
+// (sim/tiered_replay_real_bytes.hpp; the disk-only case is tests/tiered/test_real_bytes.cpp):
+// the real run's hits and loaded bytes are the modelled run's, and entries reach Redis.
+TEST_CASE("redis tier: a real-bytes replay over hbm, host, disk and redis has the modelled run's hits") {
+  test::redis_server server;
+  const cost_model m(test::tiny_hybrid_spec());
+  const auto reqs = test::real_bytes::sessions(12, 8, 7);
+  const test::temp_dir dir("hc_real_bytes_redis");
+  const auto o = test::real_bytes::options("hbm=1MB,host=300KB,disk@" + dir.str() + "=300KB:gbps=2:lat_us=100,redis@127.0.0.1:" +
+                                           std::to_string(server.port()) + "=64MB:gbps=1:lat_us=200");
+  const auto modelled = run_tiered_replay<prefix::judicious_admission>(reqs, m, o, prefix::lru_scorer{},
+                                                                        flop_prefill_time(m));
+  REQUIRE(modelled.cascades > 0);
+  disk_backend<> disk({.directory = dir.str() + "/values", .capacity_bytes = std::int64_t{64} << 20});
+  redis_backend<> redis(config_for(server.port(), std::int64_t{256} << 20));
+  const auto real = run_tiered_replay_real_bytes<prefix::judicious_admission>(
+      reqs, m, o, {sim::storage_io_of(disk), sim::storage_io_of(redis)}, prefix::lru_scorer{}, flop_prefill_time(m));
+  CHECK(real.hbm_hit_tokens == modelled.hbm_hit_tokens);
+  CHECK(real.host_hit_tokens == modelled.host_hit_tokens);
+  CHECK(real.bytes_loaded == modelled.bytes_loaded);
+  CHECK(real.real.failed_copies == 0);
+  CHECK(real.copy_failures == 0);
+  CHECK(real.real.verified_copies > 0);
+  CHECK(redis.counters().puts > 0);  // entries cascaded down to Redis
+  CHECK(redis.counters().hits > 0);  // and were read back from it
 }
