@@ -6,16 +6,18 @@
 // the modelled run) that also moves real bytes for every copy it is handed:
 //
 //   - memory tiers (hbm, host, cxl: by the tier order, always the first tiers) are the
-//     arenas of a `host_copy_engine` (tier 0 stands in for HBM); a copy between two of
-//     them is that engine's submit + wait;
+//     arenas of a `host_copy_engine` (tier 0 stands in for HBM), copied page by page;
 //   - a storage tier (disk, redis) is a `storage_backend` (tiered/disk_backend.hpp,
 //     tiered/redis/redis_backend.hpp) behind `storage_tier_io`: one value per entry copy,
 //     put when a copy lands there, got when one is read from there.
 //
-// Keys: a value is keyed by the store's entry id (`storage_key{model, entry id, 1, kv}`),
-// not by the content key: a move ticket names entries, and the tiered state store never
-// reuses an id (a counter), so one key names one entry's bytes for the whole run. (Sharing
-// between nodes, which needs content keys, is the backends' own test: test_cross_node.)
+// Keys: a value is keyed by the id of the entry whose copy put it (`storage_key{model, entry
+// id, 1, kv}`), not by the content key: a move ticket names entries, and the tiered state
+// store never reuses an id (a counter), so one key names one copy's bytes for the whole run.
+// A read finds its bytes by page (the storage tier's page space, as the store addresses it),
+// since the store may split an entry into two ids over the same pages without a copy.
+// (Sharing between nodes, which needs content keys, is the backends' own test:
+// test_cross_node.)
 //
 // Bytes and checks: when an entry's HBM copy is first read (it was computed there), the
 // engine writes a pattern derived from the entry id into its pages (the prefill kernel's
@@ -26,7 +28,8 @@
 // backend that answers not_found / corrupt / unavailable, fails the copy (`wait` returns
 // an error, as an injected fault does) and is counted. A copy of part of an entry (an
 // extract of some layers' pages: `partial_copies`) is checked by the backend's own CRC
-// only, and records the CRC of the bytes it produced for the new entry.
+// only, and records the CRC of the bytes it produced for the new entry. Whatever lands in HBM
+// is read back and compared with the bytes read from the source.
 //
 // Time: the real copy runs inside `submit`, so it has finished when the modelled copy
 // lands; `real_bytes_stats` reports the wall time spent in real copies and how much of it
@@ -152,9 +155,16 @@ class real_bytes_copy_engine : public timed_copy_engine {
     std::uint32_t crc = 0;
     std::int64_t bytes = 0;
   };
-  struct stored_value {
-    std::vector<std::uint32_t> pages;  // the copy's pages in the store's page space, logical order
-    std::int64_t bytes = 0;
+  // Where a page of a storage tier's page space is: the value (by the entry id it was put
+  // under) and its index in that value. Pages, not entry ids, address the bytes because the
+  // store may split an entry (new ids over the same pages) without a copy.
+  struct page_home {
+    std::uint64_t value = 0;
+    std::uint32_t index = 0;
+  };
+  struct storage_state {
+    std::unordered_map<std::uint32_t, page_home> pages;
+    std::unordered_map<std::uint64_t, std::int64_t> value_bytes;  // by entry id put under
   };
 
   [[nodiscard]] bool is_memory(tiered::tier_id t) const noexcept { return t.value < memory_tiers_; }
@@ -207,29 +217,35 @@ class real_bytes_copy_engine : public timed_copy_engine {
       gather(t.src, src_pages, n, buf_.data());
       return true;
     }
-    auto& held = stored_[t.src.value - memory_tiers_];
-    const auto it = held.find(to_underlying(t.src_id));
-    if (it == held.end()) return false;  // never written there: a miss
-    value_.resize(static_cast<std::size_t>(it->second.bytes));
-    const auto tk = storage_[t.src.value - memory_tiers_].get(key_of(t.src_id), value_);
-    if (!tk) return false;
-    const auto r = storage_[t.src.value - memory_tiers_].wait(*tk);
-    stats_.storage_gets += 1;
-    if (!r || r->status != tiered::io_status::ok || r->bytes != it->second.bytes) {
-      stats_.storage_misses += 1;
-      return false;
-    }
-    if (options_.read_hook) options_.read_hook(value_);
-    // The ticket's source pages, located in the stored value by page number.
-    std::unordered_map<std::uint32_t, std::size_t> where;
-    for (std::size_t k = 0; k < it->second.pages.size(); ++k) where.emplace(it->second.pages[k], k);
+    auto& st = stored_[t.src.value - memory_tiers_];
+    auto& io = storage_[t.src.value - memory_tiers_];
+    std::uint64_t loaded = 0;
+    bool have = false;
     for (std::size_t k = 0; k < src_pages.size() && static_cast<std::int64_t>(k) * page_ < n; ++k) {
-      const auto w = where.find(src_pages[k]);
-      if (w == where.end()) return false;
-      const std::int64_t from = static_cast<std::int64_t>(w->second) * page_;
-      const std::int64_t len = std::min({page_, n - static_cast<std::int64_t>(k) * page_, it->second.bytes - from});
-      if (len <= 0) return false;
-      std::memcpy(buf_.data() + static_cast<std::int64_t>(k) * page_, value_.data() + from, static_cast<std::size_t>(len));
+      const auto home = st.pages.find(src_pages[k]);
+      if (home == st.pages.end()) return false;  // never written there: a miss
+      if (!have || home->second.value != loaded) {
+        const auto len = st.value_bytes.find(home->second.value);
+        if (len == st.value_bytes.end()) return false;
+        value_.resize(static_cast<std::size_t>(len->second));
+        const tiered::entry_id vid = tiered::make_entry_id(home->second.value);
+        const auto tk = io.get(key_of(vid), value_);
+        stats_.storage_gets += 1;
+        const auto r = tk ? io.wait(*tk) : expected<tiered::io_result>(unexpected(tk.error()));
+        if (!r || r->status != tiered::io_status::ok || r->bytes != len->second) {
+          stats_.storage_misses += 1;
+          return false;
+        }
+        if (options_.read_hook) options_.read_hook(value_);
+        loaded = home->second.value;
+        have = true;
+      }
+      const std::int64_t from = static_cast<std::int64_t>(home->second.index) * page_;
+      const std::int64_t bytes = std::min({page_, n - static_cast<std::int64_t>(k) * page_,
+                                           static_cast<std::int64_t>(value_.size()) - from});
+      if (bytes <= 0) return false;
+      std::memcpy(buf_.data() + static_cast<std::int64_t>(k) * page_, value_.data() + from,
+                  static_cast<std::size_t>(bytes));
     }
     return true;
   }
@@ -239,6 +255,7 @@ class real_bytes_copy_engine : public timed_copy_engine {
   // entry (a staged copy or an extract has its own id) and of a source seen first.
   bool verify(const tiered::move_ticket& t, std::int64_t n) {
     const std::uint32_t crc = crc32c(std::span<const std::byte>(buf_.data(), static_cast<std::size_t>(n)));
+    read_crc_ = crc;
     const auto src = sums_.find(to_underlying(t.src_id));
     if (src != sums_.end() && src->second.bytes == n) {
       if (src->second.crc != crc) return false;
@@ -249,11 +266,9 @@ class real_bytes_copy_engine : public timed_copy_engine {
     if (t.id != t.src_id || src == sums_.end()) sums_[to_underlying(t.id)] = {crc, n};
     return true;
   }
-  // Whether buf_[0, n) are entry `id`'s recorded bytes (what landed in HBM).
-  bool landed_ok(tiered::entry_id id, std::int64_t n) const {
-    const auto it = sums_.find(to_underlying(id));
-    return it != sums_.end() && it->second.bytes == n &&
-           it->second.crc == crc32c(std::span<const std::byte>(buf_.data(), static_cast<std::size_t>(n)));
+  // Whether buf_[0, n) (what landed in HBM, read back) are the bytes read from the source.
+  bool landed_ok(std::int64_t n) const {
+    return read_crc_ == crc32c(std::span<const std::byte>(buf_.data(), static_cast<std::size_t>(n)));
   }
 
   bool copy(const tiered::move_ticket& t) {
@@ -267,16 +282,13 @@ class real_bytes_copy_engine : public timed_copy_engine {
     }
     const auto dst_pages = pages_of(t.dst_pages);
     if (is_memory(t.dst)) {
-      if (is_memory(t.src)) {
-        // Between two arenas: the host copy engine's own path (its page plan and streams).
-        auto ev = memory_->submit(t);
-        if (!ev || !memory_->wait(*ev)) return false;
-      } else {
-        scatter(t.dst, dst_pages, n, buf_.data());
-      }
+      // The bytes read (and checked) above, into the destination arena's pages. (Not the host
+      // engine's own submit: its per-page hazard sets cost more than the copy on small pages,
+      // and the copy here is synchronous, so there is no hazard to track.)
+      scatter(t.dst, dst_pages, n, buf_.data());
       if (t.dst.value == 0) {  // what a request will read: check what landed
         gather(t.dst, dst_pages, n, buf_.data());
-        if (!landed_ok(t.id, n)) {
+        if (!landed_ok(n)) {
           stats_.verify_failures += 1;
           return false;
         }
@@ -293,7 +305,10 @@ class real_bytes_copy_engine : public timed_copy_engine {
       stats_.storage_put_failures += 1;
       return false;
     }
-    stored_[t.dst.value - memory_tiers_][to_underlying(t.id)] = {dst_pages, n};
+    auto& st = stored_[t.dst.value - memory_tiers_];
+    st.value_bytes[to_underlying(t.id)] = n;
+    for (std::size_t k = 0; k < dst_pages.size(); ++k)
+      st.pages[dst_pages[k]] = {to_underlying(t.id), static_cast<std::uint32_t>(k)};
     stats_.bytes += n;
     return true;
   }
@@ -304,7 +319,8 @@ class real_bytes_copy_engine : public timed_copy_engine {
   std::size_t memory_tiers_ = 0;
   std::unique_ptr<tiered::host_copy_engine> memory_;
   std::vector<storage_tier_io> storage_;
-  std::vector<std::unordered_map<std::uint64_t, stored_value>> stored_;  // per storage tier, by entry id
+  std::vector<storage_state> stored_;                                     // per storage tier
+  std::uint32_t read_crc_ = 0;                                            // CRC of the last source read
   std::unordered_map<std::uint64_t, entry_sum> sums_;                     // by entry id
   std::vector<bool> failed_;                                              // by event index
   std::vector<std::byte> buf_, value_;
