@@ -70,6 +70,7 @@ struct storage_tier_io {
       put;
   std::function<expected<tiered::io_ticket>(const tiered::storage_key&, std::span<std::byte>)> get;
   std::function<expected<tiered::io_result>(tiered::io_ticket)> wait;
+  std::function<expected<tiered::io_ticket>(const tiered::storage_key&)> remove;
 };
 
 /// The calls of `backend` (which must outlive them).
@@ -79,7 +80,8 @@ template <class Backend>
             return backend.put(k, m, b);
           },
           [&backend](const tiered::storage_key& k, std::span<std::byte> into) { return backend.get(k, into); },
-          [&backend](tiered::io_ticket t) { return backend.wait(t); }};
+          [&backend](tiered::io_ticket t) { return backend.wait(t); },
+          [&backend](const tiered::storage_key& k) { return backend.remove(k); }};
 }
 
 /// Options of the real-bytes engine. Aggregate with defaults.
@@ -109,8 +111,8 @@ class real_bytes_copy_engine : public timed_copy_engine {
                         "real_bytes_copy_engine: " + std::to_string(tiers.size() - memory) +
                             " storage tiers need as many storage_tier_io, got " + std::to_string(storage.size()));
     for (const auto& s : storage)
-      HYBRIDCACHE_EXPECTS(s.put && s.get && s.wait, invalid_argument,
-                          "real_bytes_copy_engine: a storage_tier_io lacks put, get or wait");
+      HYBRIDCACHE_EXPECTS(s.put && s.get && s.wait && s.remove, invalid_argument,
+                          "real_bytes_copy_engine: a storage_tier_io lacks put, get, wait or remove");
     memory_tiers_ = memory;
     memory_ = std::make_unique<tiered::host_copy_engine>(
         std::vector<tiered::tier_config>(tiers.begin(), tiers.begin() + static_cast<std::ptrdiff_t>(memory)),
@@ -162,9 +164,14 @@ class real_bytes_copy_engine : public timed_copy_engine {
     std::uint64_t value = 0;
     std::uint32_t index = 0;
   };
+  struct stored_value {
+    std::int64_t bytes = 0;
+    std::vector<std::uint32_t> pages;  // the pages it was put over
+    std::int64_t live = 0;             // of those, still mapped to it
+  };
   struct storage_state {
     std::unordered_map<std::uint32_t, page_home> pages;
-    std::unordered_map<std::uint64_t, std::int64_t> value_bytes;  // by entry id put under
+    std::unordered_map<std::uint64_t, stored_value> values;  // by entry id put under
   };
 
   [[nodiscard]] bool is_memory(tiered::tier_id t) const noexcept { return t.value < memory_tiers_; }
@@ -225,14 +232,15 @@ class real_bytes_copy_engine : public timed_copy_engine {
       const auto home = st.pages.find(src_pages[k]);
       if (home == st.pages.end()) return false;  // never written there: a miss
       if (!have || home->second.value != loaded) {
-        const auto len = st.value_bytes.find(home->second.value);
-        if (len == st.value_bytes.end()) return false;
-        value_.resize(static_cast<std::size_t>(len->second));
+        const auto v = st.values.find(home->second.value);
+        if (v == st.values.end()) return false;
+        const std::int64_t len = v->second.bytes;
+        value_.resize(static_cast<std::size_t>(len));
         const tiered::entry_id vid = tiered::make_entry_id(home->second.value);
         const auto tk = io.get(key_of(vid), value_);
         stats_.storage_gets += 1;
         const auto r = tk ? io.wait(*tk) : expected<tiered::io_result>(unexpected(tk.error()));
-        if (!r || r->status != tiered::io_status::ok || r->bytes != len->second) {
+        if (!r || r->status != tiered::io_status::ok || r->bytes != len) {
           stats_.storage_misses += 1;
           return false;
         }
@@ -271,6 +279,35 @@ class real_bytes_copy_engine : public timed_copy_engine {
     return read_crc_ == crc32c(std::span<const std::byte>(buf_.data(), static_cast<std::size_t>(n)));
   }
 
+  // Maps `pages` of storage tier `tier` to the value just put under `id`. A value none of
+  // whose pages is mapped to it any more is dead (the store dropped that copy and reused its
+  // pages; the engine is not told of drops): it is removed from the backend, so the backend
+  // holds at most the tier's pages' worth of values and never evicts a live one.
+  void remember(std::size_t tier, std::uint64_t id, const std::vector<std::uint32_t>& pages, std::int64_t n) {
+    auto& st = stored_[tier];
+    const auto release = [&](std::uint64_t v, std::uint32_t page) {
+      const auto it = st.values.find(v);
+      if (it == st.values.end()) return;
+      st.pages.erase(page);
+      if (--it->second.live > 0) return;
+      if (v != id) {
+        if (const auto tk = storage_[tier].remove(key_of(tiered::make_entry_id(v)))) (void)storage_[tier].wait(*tk);
+        stats_.storage_removes += 1;
+      }
+      st.values.erase(it);
+    };
+    if (const auto old = st.values.find(id); old != st.values.end()) {  // put again under this id
+      const auto prev = old->second.pages;
+      for (const auto p : prev)
+        if (const auto h = st.pages.find(p); h != st.pages.end() && h->second.value == id) release(id, p);
+    }
+    for (const auto p : pages)
+      if (const auto h = st.pages.find(p); h != st.pages.end()) release(h->second.value, p);
+    stored_value& v = st.values[id];
+    v = {n, pages, static_cast<std::int64_t>(pages.size())};
+    for (std::size_t k = 0; k < pages.size(); ++k) st.pages[pages[k]] = {id, static_cast<std::uint32_t>(k)};
+  }
+
   bool copy(const tiered::move_ticket& t) {
     const std::int64_t n = std::min(t.src_bytes, t.dst_bytes);
     if (n <= 0) return false;
@@ -305,10 +342,7 @@ class real_bytes_copy_engine : public timed_copy_engine {
       stats_.storage_put_failures += 1;
       return false;
     }
-    auto& st = stored_[t.dst.value - memory_tiers_];
-    st.value_bytes[to_underlying(t.id)] = n;
-    for (std::size_t k = 0; k < dst_pages.size(); ++k)
-      st.pages[dst_pages[k]] = {to_underlying(t.id), static_cast<std::uint32_t>(k)};
+    remember(t.dst.value - memory_tiers_, to_underlying(t.id), dst_pages, n);
     stats_.bytes += n;
     return true;
   }

@@ -87,6 +87,7 @@ struct real_bytes_stats {
   std::int64_t bytes = 0;                 ///< bytes written to their destination
   std::int64_t produced_entries = 0;      ///< entries whose computed bytes were written in HBM
   std::int64_t storage_puts = 0, storage_gets = 0;
+  std::int64_t storage_removes = 0;       ///< dead values (their copy dropped, its pages reused) removed
   std::int64_t storage_put_failures = 0;  ///< puts a backend refused (full, unreachable)
   std::int64_t storage_misses = 0;        ///< gets that found no valid value (evicted, corrupt, unreachable)
   std::int64_t verified_copies = 0;       ///< copies of a whole entry whose bytes were checked against its CRC
