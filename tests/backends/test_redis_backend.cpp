@@ -17,9 +17,17 @@
 #include <vector>
 
 #include "hybridcache/tiered/redis/redis_backend.hpp"
+#include "hybridcache/tiered/redis/redis_probe.hpp"
+#include "hybridcache/prefix/admission.hpp"
+#include "hybridcache/prefix/lru_scorer.hpp"
+#include "hybridcache/sim/tiered_replay_real_bytes.hpp"
+#include "hybridcache/tiered/disk_backend.hpp"
 #include "../conformance/storage_backend_laws.hpp"
 #include "../support/redis_server.hpp"
 #include "../support/storage_ops.hpp"
+#include "../support/temp_dir.hpp"
+#include "../support/tiny_hybrid_model.hpp"
+#include "../tiered/real_bytes_support.hpp"
 #include "raw_redis_client.hpp"
 
 using namespace hybridcache;
@@ -298,4 +306,52 @@ TEST_CASE("redis tier: bad configuration names the field") {
     c.server.cluster = true;
     c.server.database = 2;
   }, "database");
+}
+
+// The Redis probe of the tier spec (tiered/redis/redis_probe.hpp): what `hcbench replay
+// --tiers ...,redis@HOST:PORT=SIZE` measures at start-up when the spec gives no :gbps= /
+// :lat_us=. An unreachable server is an error, never a default.
+TEST_CASE("redis tier: the start-up probe measures round trip and GB/s, cleans up, and fails on a dead server") {
+  test::redis_server server;
+  const std::string ep = "127.0.0.1:" + std::to_string(server.port());
+  const auto r = probe_redis(ep, {.pings = 5, .rounds = 2, .value_bytes = 1 << 20});
+  CHECK(r.round_trip_us > 0.0);
+  CHECK(r.set_gbps > 0.0);
+  CHECK(r.get_gbps > 0.0);
+  CHECK(r.value_bytes == 1 << 20);
+  test::raw_redis_client raw(server.port());
+  CHECK(raw.integer("DBSIZE") == 0);  // the probe key is deleted
+  CHECK_THROWS_AS((void)probe_redis("127.0.0.1", {}), invalid_argument);
+  CHECK_THROWS_AS((void)probe_redis(ep, {.pings = 0}), invalid_argument);
+  server.stop();
+  const std::string expected = "redis probe of " + ep + ": cannot connect";
+  CHECK_THROWS_WITH_AS((void)probe_redis(ep, {.timeout = std::chrono::milliseconds(300)}),
+                       doctest::Contains(expected.c_str()), error);
+}
+
+// The timed replay's real-bytes mode over hbm, host, disk and a Redis tier
+// (sim/tiered_replay_real_bytes.hpp; the disk-only case is tests/tiered/test_real_bytes.cpp):
+// the real run's hits and loaded bytes are the modelled run's, and entries reach Redis.
+TEST_CASE("redis tier: a real-bytes replay over hbm, host, disk and redis has the modelled run's hits") {
+  test::redis_server server;
+  const cost_model m(test::tiny_hybrid_spec());
+  const auto reqs = test::real_bytes::sessions(12, 8, 7);
+  const test::temp_dir dir("hc_real_bytes_redis");
+  const auto o = test::real_bytes::options("hbm=1MB,host=300KB,disk@" + dir.str() + "=300KB:gbps=2:lat_us=100,redis@127.0.0.1:" +
+                                           std::to_string(server.port()) + "=64MB:gbps=1:lat_us=200");
+  const auto modelled = run_tiered_replay<prefix::judicious_admission>(reqs, m, o, prefix::lru_scorer{},
+                                                                        flop_prefill_time(m));
+  REQUIRE(modelled.cascades > 0);
+  disk_backend<> disk({.directory = dir.str() + "/values", .capacity_bytes = std::int64_t{64} << 20});
+  redis_backend<> redis(config_for(server.port(), std::int64_t{256} << 20));
+  const auto real = run_tiered_replay_real_bytes<prefix::judicious_admission>(
+      reqs, m, o, {sim::storage_io_of(disk), sim::storage_io_of(redis)}, prefix::lru_scorer{}, flop_prefill_time(m));
+  CHECK(real.hbm_hit_tokens == modelled.hbm_hit_tokens);
+  CHECK(real.host_hit_tokens == modelled.host_hit_tokens);
+  CHECK(real.bytes_loaded == modelled.bytes_loaded);
+  CHECK(real.real.failed_copies == 0);
+  CHECK(real.copy_failures == 0);
+  CHECK(real.real.verified_copies > 0);
+  CHECK(redis.counters().puts > 0);  // entries cascaded down to Redis
+  CHECK(redis.counters().hits > 0);  // and were read back from it
 }

@@ -10,7 +10,8 @@
 //   - an engine that can fail (fault injection) reports the failure from `wait`, and the
 //     entry stays where it was with its bytes (`complete_move(ticket, false)`).
 //
-// A new engine is covered by adding a fixture (traits has_bytes / can_fail, `base(tier)`
+// Engines: metadata_only_copies, host_copy_engine, and the timed replay's real-bytes engine
+// (sim/real_bytes_copy_engine.hpp). A new engine is covered by adding a fixture (traits has_bytes / can_fail, `base(tier)`
 // for byte access, `fail_copies(bool)`) and naming it in TEST_CASE_TEMPLATE_INVOKE.
 //
 // The CUDA engine (tiered/cuda/copy_engine.cuh) models the same concept, but its HBM arena
@@ -28,6 +29,7 @@
 #include <utility>
 #include <vector>
 
+#include "hybridcache/sim/real_bytes_copy_engine.hpp"
 #include "hybridcache/tiered/copy_plan.hpp"
 #include "hybridcache/tiered/host_copy_engine.hpp"
 #include "hybridcache/tiered/tiered_store.hpp"
@@ -61,6 +63,20 @@ struct host_fixture {
   void fail_copies(bool on) {
     if (on) engine.set_fault_hook([](const copy_span&) { return true; });
     else engine.set_fault_hook({});
+  }
+};
+
+// The timed replay's real-bytes engine (sim/real_bytes_copy_engine.hpp) over memory tiers
+// only (its storage tiers are checked against the backends in tests/tiered/test_real_bytes.cpp):
+// the bytes the test writes at insert are the entries' (write_computed_bytes = false).
+struct real_bytes_fixture {
+  static constexpr bool has_bytes = true;
+  static constexpr bool can_fail = true;
+  sim::real_bytes_copy_engine engine{three_tiers(), page, {}, {}, 42, {.write_computed_bytes = false}};
+  std::byte* base(tier_id t) { return engine.base(t); }
+  void fail_copies(bool on) {
+    if (on) engine.set_fault([](const move_ticket&) { return true; });
+    else engine.set_fault({});
   }
 };
 
@@ -230,7 +246,7 @@ TEST_CASE_TEMPLATE_DEFINE("tier_copy_engine conformance", F, tier_copy_engine_co
   }
 }
 
-TEST_CASE_TEMPLATE_INVOKE(tier_copy_engine_conformance, metadata_fixture, host_fixture);
+TEST_CASE_TEMPLATE_INVOKE(tier_copy_engine_conformance, metadata_fixture, host_fixture, real_bytes_fixture);
 
 // --- negative cases ------------------------------------------------------------------------
 

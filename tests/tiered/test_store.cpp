@@ -54,7 +54,7 @@ TEST_CASE("parse_tiers rejects bad input with clear errors") {
   CHECK(msg([] { (void)parse_tiers("hbm=1GiB,host=1GiB", 4096, 0.0); }).find("bandwidth") != std::string::npos);
   CHECK(msg([] { (void)parse_tiers("host=1GiB", 4096); }).find("first tier must be hbm") != std::string::npos);
   CHECK(msg([] { (void)parse_tiers("hbm=1GiB,hbm=1GiB", 4096); }).find("only the first") != std::string::npos);
-  CHECK(msg([] { (void)parse_tiers("hbm=1GiB,disk=1GiB", 4096); }).find("unknown tier kind") != std::string::npos);
+  CHECK(msg([] { (void)parse_tiers("hbm=1GiB,tape=1GiB", 4096); }).find("unknown tier kind") != std::string::npos);
   CHECK(msg([] { (void)parse_tiers("hbm=1XB", 4096); }).find("unknown unit") != std::string::npos);
   CHECK(msg([] { (void)parse_tiers("hbm=GiB", 4096); }).find("not a size") != std::string::npos);
   CHECK(msg([] { (void)parse_tiers("", 4096); }).find("kind=SIZE") != std::string::npos);

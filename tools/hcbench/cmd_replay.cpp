@@ -4,7 +4,9 @@
 //                  [--tokenizer tokenizer.json] [--chat-template FILE] --model PRESET
 //                  --capacity BYTES --policy marconi|sglang+|vllm+|lru [--alpha X|auto]
 //                  [--block-size N] [--concurrency N] [--json]
-//   hcbench replay ... --tiers hbm=BYTES,host=BYTES [--link-gbps 50] [--scheduler fcfs|car]
+//   hcbench replay ... --tiers hbm=BYTES,host=BYTES[,disk@DIR=BYTES][,redis@HOST:PORT=BYTES]
+//                  (each lower tier may add :gbps=G:lat_us=L; disk/redis links not given are
+//                  measured at start-up) [--link-gbps 50] [--scheduler fcfs|car] [--real-bytes]
 //                  [--prefetch none|deadline|threshold] [--sparsify off|profile]
 //                  (multi-tier timeline replay vs the HBM-only baseline; see replay_tiered.hpp)
 //
@@ -67,7 +69,7 @@ const char* const tiered_only[] = {"--link-gbps", "--scheduler", "--prefetch", "
                                    "--write-policy", "--write-through-hits", "--watermarks", "--layerwise",
                                    "--recompute-when-faster", "--staging-fraction", "--arrival-scale",
                                    "--spread-arrivals", "--prefill-engines", "--prefetch-depth", "--prefill-time",
-                                   "--per-copy-us"};
+                                   "--per-copy-us", "--real-bytes"};
 // The tiered replay drives the lifecycle with strict capacity on its own engines: these
 // single-tier knobs have no meaning there (--policy, --alpha and the scorer options do).
 const char* const single_only[] = {"--capacity", "--concurrency", "--strict-capacity", "--reference-quirks", "--drive"};
@@ -266,9 +268,12 @@ const bool registered = hcbench::register_command(
                       "sglang+/vllm+/lru tie-breaking: reference (CPython heapq order, exact reference victims, "
                       "O(n) per eviction round; default) or node-id (O(log n))");
        sub.add_option("--tiers", o.tiered.tiers,
-                      "multi-tier replay: hbm=BYTES,host=BYTES[,cxl@NODE=BYTES]; the prefix cache of --policy over "
+                      "multi-tier replay: hbm=BYTES,host=BYTES[,cxl@NODE=BYTES][,disk@DIR=BYTES]"
+                      "[,redis@HOST:PORT=BYTES], fastest first; a lower tier may add :gbps=G:lat_us=L (a disk or "
+                      "redis tier's link not given is measured at start-up); the prefix cache of --policy over "
                       "these tiers, timed (CaR), against the same policy on HBM alone");
-       sub.add_option("--link-gbps", o.tiered.link_gbps, "--tiers: HBM <-> lower tier bandwidth, GB/s (default 50)");
+       sub.add_option("--link-gbps", o.tiered.link_gbps,
+                      "--tiers: HBM <-> host/cxl tier bandwidth, GB/s, unless the tier gives :gbps= (default 50)");
        sub.add_option("--scheduler", o.tiered.scheduler, "--tiers: fcfs | car (default fcfs)");
        sub.add_option("--prefetch", o.tiered.prefetch, "--tiers: none | deadline | threshold (default none)");
        sub.add_option("--sparsify", o.tiered.sparsify, "--tiers: off | profile (default off)");
@@ -302,6 +307,10 @@ const bool registered = hcbench::register_command(
                       "--tiers: flops (the cost model's FLOPs at Jamba-on-4xA100 throughput, prefix-aware; "
                       "default) | line (the measured Jamba-1.5-Mini line for every model)");
        sub.add_option("--per-copy-us", o.tiered.per_copy_us, "--tiers: fixed cost of one copy call, us (default 6)");
+       sub.add_flag("--real-bytes", o.tiered.real_bytes,
+                    "--tiers: also run the multi-tier replay moving real bytes (memory tiers as host arenas of their "
+                    "full size, disk/redis through their backends, every load checked) and fail unless its hits "
+                    "equal the modelled run's (validation; slow; scale the tiers to fit this machine)");
        sub.callback([&sub] { run(o, sub); });
      }});
 

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <exception>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -17,11 +18,14 @@
 #include <hybridcache/prefix/gdsf_scorer.hpp>
 #include <hybridcache/prefix/lru_scorer.hpp>
 #include <hybridcache/sim/tiered_replay.hpp>
+#include <hybridcache/sim/tiered_replay_real_bytes.hpp>
 #include <hybridcache/sim/trace.hpp>
 
 #include "atomic_file.hpp"
 #include "cli_support.hpp"
 #include "replay_report.hpp"
+#include "real_bytes_backends.hpp"
+#include "tier_links.hpp"
 #include "tiered_flags.hpp"
 
 namespace hcbench {
@@ -60,27 +64,29 @@ double parse_spread_seconds(const std::string& s) {
   return v;
 }
 
-std::string tier_summary(const tr::tiered_replay_options& o) {
-  std::string s;
-  for (const auto& t : o.tiers) {
-    if (!s.empty()) s += ",";
-    s += std::string(to_string(t.kind)) + "=" + std::to_string(t.capacity_bytes);
-  }
-  return s;
+/// The tiered replay of one policy (the same compositions as the single-tier replay).
+/// The modelled replay, or (storage != nullptr) the real-bytes one over those backends.
+template <class Admission, class Scorer>
+tr::tiered_replay_result run_one(const std::vector<hc::sim::request>& reqs, const hc::cost_model& m,
+                                 const tr::tiered_replay_options& o, Scorer scorer, const chosen_prefill_time& prefill,
+                                 std::vector<hc::sim::storage_tier_io>* storage) {
+  if (storage != nullptr)
+    return tr::run_tiered_replay_real_bytes<Admission>(reqs, m, o, std::move(*storage), std::move(scorer), prefill);
+  return tr::run_tiered_replay<Admission>(reqs, m, o, std::move(scorer), prefill);
 }
 
-/// The tiered replay of one policy (the same compositions as the single-tier replay).
 tr::tiered_replay_result run_policy(const std::vector<hc::sim::request>& reqs, const hc::cost_model& m,
                                     const tr::tiered_replay_options& o, const tiered_policy& p,
-                                    const chosen_prefill_time& prefill) {
+                                    const chosen_prefill_time& prefill,
+                                    std::vector<hc::sim::storage_tier_io>* storage = nullptr) {
   const auto lru = [&] {
     return pc::lru_scorer({.ties = p.reference_lru_ties ? pc::lru_ties::python_heapq : pc::lru_ties::by_node_id});
   };
   if (p.name == "marconi" && p.selector) {
     hc::prefix::adaptive_config cfg = *p.selector;
     cfg.tokens_per_id = reqs.empty() ? 1 : reqs.front().tokens_per_id;  // Mooncake: one id per block
-    return tr::run_tiered_replay<pc::judicious_admission>(reqs, m, o, pc::make_marconi_adaptive_scorer(m, std::move(cfg)),
-                                                          prefill);
+    return run_one<pc::judicious_admission>(reqs, m, o, pc::make_marconi_adaptive_scorer(m, std::move(cfg)), prefill,
+                                            storage);
   }
   if (p.name == "marconi") {
     const auto candidates =
@@ -88,17 +94,17 @@ tr::tiered_replay_result run_policy(const std::vector<hc::sim::request>& reqs, c
     const auto index = p.flop_index == "classes"     ? pc::flop_index::efficiency_classes
                        : p.flop_index == "threshold" ? pc::flop_index::threshold_walk
                                                      : pc::flop_index::bounded_walk;
-    return tr::run_tiered_replay<pc::judicious_admission>(
+    return run_one<pc::judicious_admission>(
         reqs, m, o, pc::flop_aware_scorer(m, {.alpha = p.alpha.value_or(1.0), .candidates = candidates, .index = index}),
-        prefill);
+        prefill, storage);
   }
-  if (p.name == "gdsf") return tr::run_tiered_replay<pc::judicious_admission>(reqs, m, o, pc::gdsf_scorer(m), prefill);
-  if (p.name == "sglang+") return tr::run_tiered_replay<pc::judicious_admission>(reqs, m, o, lru(), prefill);
-  if (p.name == "lru") return tr::run_tiered_replay<pc::last_token_admission>(reqs, m, o, lru(), prefill);
+  if (p.name == "gdsf") return run_one<pc::judicious_admission>(reqs, m, o, pc::gdsf_scorer(m), prefill, storage);
+  if (p.name == "sglang+") return run_one<pc::judicious_admission>(reqs, m, o, lru(), prefill, storage);
+  if (p.name == "lru") return run_one<pc::last_token_admission>(reqs, m, o, lru(), prefill, storage);
   // vllm+: a checkpoint every `vllm_block` tokens = vllm_block / tokens_per_id ids.
   const std::int64_t ids = std::max<std::int64_t>(1, p.vllm_block / std::max<std::int32_t>(reqs.front().tokens_per_id, 1));
-  if (ids == 1) return tr::run_tiered_replay<pc::every_block_admission<1>>(reqs, m, o, lru(), prefill);
-  if (ids == 32) return tr::run_tiered_replay<pc::every_block_admission<32>>(reqs, m, o, lru(), prefill);
+  if (ids == 1) return run_one<pc::every_block_admission<1>>(reqs, m, o, lru(), prefill, storage);
+  if (ids == 32) return run_one<pc::every_block_admission<32>>(reqs, m, o, lru(), prefill, storage);
   throw hc::invalid_argument("vllm+ with --tiers: a checkpoint block of " + std::to_string(ids) +
                              " ids is not compiled in (1 or 32 ids: 32-token blocks, or one per Mooncake block)");
 }
@@ -163,6 +169,8 @@ void run_tiered_replay_command(const std::string& trace, const std::string& form
   const auto requests = read_requests(trace, format, with_block);
   if (requests.empty()) throw hc::invalid_argument("replay: the trace holds no requests");
   const chosen_prefill_time prefill(model, t.prefill_time == "flops");
+  // Disk and redis tiers without :gbps= / :lat_us= are measured now (a failed probe is an error).
+  const std::vector<tier_link_row> links = measure_tier_links(multi.tiers, multi.link_gbps.has_value());
   // Both runs on the same engines: the single-tier baseline's load decides the default.
   if (auto_engines) multi.prefill_engines = tr::auto_prefill_engines(requests, multi, prefill);
   tr::tiered_replay_options single = multi;
@@ -174,7 +182,17 @@ void run_tiered_replay_command(const std::string& trace, const std::string& form
   const tr::tiered_replay_result r = run_policy(requests, model, multi, policy, prefill);
   if (tty) std::fprintf(stderr, "\r[2/2] single-tier baseline of %zu requests", requests.size());
   const tr::tiered_replay_result b = run_policy(requests, model, single, policy, prefill);
+  std::optional<tr::tiered_replay_result> real;
+  if (t.real_bytes) {
+    if (multi.tiers.size() < 2) throw hc::invalid_argument("--real-bytes needs a tier below hbm");
+    const real_bytes_backends backends(multi.tiers);
+    auto io = backends.io();
+    if (tty) std::fprintf(stderr, "\r[3/3] multi-tier replay with real bytes of %zu requests", requests.size());
+    real = run_policy(requests, model, multi, policy, prefill, &io);
+  }
   if (tty) std::fprintf(stderr, "\r[2/2] done%40s\n", "");
+  const bool agrees = !real || (real->hbm_hit_tokens == r.hbm_hit_tokens && real->host_hit_tokens == r.host_hit_tokens &&
+                                real->bytes_loaded == r.bytes_loaded && real->real.failed_copies == 0);
   for (const auto* x : {&b, &r})
     if (x->saturated())
       std::fprintf(stderr,
@@ -200,7 +218,8 @@ void run_tiered_replay_command(const std::string& trace, const std::string& form
   }
   if (json) {
     json::object o;
-    o.str("policy", policy.name).str("tiers", tier_summary(multi)).str("model", model_name);
+    o.str("policy", policy.name).str("tiers", tier_spec_summary(multi.tiers)).str("model", model_name);
+    o.raw("tier_links", tier_links_json(links));
     if (policy.name == "marconi") o.num("alpha", policy.alpha.value_or(1.0));
     o.integer("requests", r.requests).integer("input_tokens", r.input_tokens).integer("skipped_tokens", skipped);
     o.num("token_hit_rate", r.token_hit_rate()).integer("hbm_hit_tokens", r.hbm_hit_tokens);
@@ -222,22 +241,40 @@ void run_tiered_replay_command(const std::string& trace, const std::string& form
     o.integer("clean_drops", r.clean_drops).integer("joined_loads", r.joined_loads).integer("copies", r.copies);
     o.integer("dropped_entries", r.dropped_blocks).num("stall_ms", r.stall_ms).integer("refused", r.refused);
     o.integer("single_tier_refused", b.refused).str("layerwise", t.layerwise);
+    o.integer("cascades", r.cascades).integer("copy_failures", r.copy_failures);
+    if (real) {
+      const auto& x = real->real;
+      json::object v;
+      v.raw("agrees", agrees ? "true" : "false").integer("hbm_hit_tokens", real->hbm_hit_tokens);
+      v.integer("host_hit_tokens", real->host_hit_tokens).integer("bytes_loaded", real->bytes_loaded);
+      v.integer("copies", x.copies).integer("bytes", x.bytes).integer("verified_copies", x.verified_copies);
+      v.integer("partial_copies", x.partial_copies).integer("storage_puts", x.storage_puts);
+      v.integer("storage_gets", x.storage_gets).integer("storage_misses", x.storage_misses);
+      v.integer("storage_put_failures", x.storage_put_failures).integer("verify_failures", x.verify_failures);
+      v.integer("failed_copies", x.failed_copies).num("real_copy_wall_ms", x.real_copy_wall_ms);
+      v.num("modelled_copy_ms", x.modelled_copy_ms).num("late_ms", x.late_ms);
+      o.raw("real_bytes", v.text());
+    }
     if (tokenizer.empty())
       o.raw("tokenizer", "null");
     else
       o.str("tokenizer", tokenizer);
     o.provenance();
     std::printf("%s\n", o.text().c_str());
+    if (!agrees) throw hc::error("--real-bytes: the run with real bytes disagrees with the modelled run (see real_bytes)");
     return;
   }
   if (!tokenizer.empty()) std::printf("tokenizer: %s\n", tokenizer.c_str());
-  std::printf("policy %s over %s; %zu prefill engines%s; arrivals %s\n", policy.name.c_str(), tier_summary(multi).c_str(),
+  print_tier_links(links);
+  std::printf("policy %s over %s; %zu prefill engines%s; arrivals %s\n", policy.name.c_str(),
+              tier_spec_summary(multi.tiers).c_str(),
               r.prefill_engines, auto_engines ? " (auto: the fewest that keep a cache-less run under 90 % busy)" : "",
               arrivals.c_str());
   std::printf("%-12s %9s %9s %13s %13s %12s %12s %9s %7s %8s\n", "tiers", "requests", "hit rate", "hbm hit tok",
               "host hit tok", "TTFT p50 ms", "TTFT p95 ms", "hidden", "busy", "engines");
   print_row("single-tier", b);
   print_row("multi-tier", r);
+  if (real) print_row("real bytes", *real);
   std::printf("\nP50 TTFT %+.1f%% vs single-tier; FLOPs saved %.3g vs %.3g; %lld B loaded, %lld B offloaded "
               "(%lld write-backs, %lld clean copies made ahead); recompute instead of reload in %lld requests (%lld "
               "tokens)\n",
@@ -245,6 +282,19 @@ void run_tiered_replay_command(const std::string& trace, const std::string& form
               static_cast<long long>(r.bytes_offloaded), static_cast<long long>(r.write_backs),
               static_cast<long long>(r.replicas), static_cast<long long>(r.recompute_instead_of_reload),
               static_cast<long long>(r.recomputed_hit_tokens));
+  if (real) {
+    const auto& x = real->real;
+    std::printf("real bytes: %s the modelled run; %lld copies (%lld B), %lld whole-entry copies checked by CRC, %lld "
+                "partial; storage %lld puts / %lld gets, %lld misses, %lld put failures, %lld wrong bytes; %lld failed "
+                "copies; %.1f ms of real copies against %.1f ms modelled (%.1f ms later than the model)\n",
+                agrees ? "agrees with" : "DISAGREES with", static_cast<long long>(x.copies),
+                static_cast<long long>(x.bytes), static_cast<long long>(x.verified_copies),
+                static_cast<long long>(x.partial_copies), static_cast<long long>(x.storage_puts),
+                static_cast<long long>(x.storage_gets), static_cast<long long>(x.storage_misses),
+                static_cast<long long>(x.storage_put_failures), static_cast<long long>(x.verify_failures),
+                static_cast<long long>(x.failed_copies), x.real_copy_wall_ms, x.modelled_copy_ms, x.late_ms);
+    if (!agrees) throw hc::error("--real-bytes: the run with real bytes disagrees with the modelled run");
+  }
 }
 
 }  // namespace hcbench

@@ -4,7 +4,11 @@
 // twice over the same requests, both through the library's prefix cache with the policy
 // of --policy (and --alpha, --flop-candidates, --flop-index, --lru-ties): over every tier
 // given, and over the HBM tier alone (the single-tier baseline of the same policy), so one
-// command shows what the slower tiers buy.
+// command shows what the slower tiers buy. With --real-bytes the multi-tier run is repeated
+// with a copy engine that moves real bytes (sim/tiered_replay_real_bytes.hpp): memory tiers
+// as host arenas, disk tiers through `disk_backend` (values under DIR/hcbench-real-PID,
+// removed after), redis tiers through `redis_backend` (keys `hcbench-real-PID:...`); the
+// command fails unless its hits and loaded bytes equal the modelled run's.
 #pragma once
 
 #include <cstdint>
@@ -19,7 +23,7 @@ namespace hcbench {
 
 /// The tiered replay's CLI knobs (strings are validated by the parsers of tiered_flags.hpp).
 struct tiered_cli {
-  std::string tiers;                  ///< "hbm=BYTES,host=BYTES[,cxl@NODE=BYTES]"; empty = off
+  std::string tiers;                  ///< "hbm=BYTES,host=BYTES[,cxl@NODE=BYTES][,disk@DIR=BYTES][,redis@HOST:PORT=BYTES]"; empty = off
   double link_gbps = 50.0;            ///< --link-gbps
   std::string scheduler = "fcfs";     ///< --scheduler fcfs|car
   std::string prefetch = "none";      ///< --prefetch none|deadline|threshold
@@ -37,6 +41,7 @@ struct tiered_cli {
   std::int64_t prefetch_depth = 1;    ///< --prefetch-depth
   std::string prefill_time = "flops"; ///< --prefill-time flops (cost model) | line (Jamba 4xA100 fit)
   double per_copy_us = 6.0;           ///< --per-copy-us
+  bool real_bytes = false;            ///< --real-bytes: validate the multi-tier run with real bytes
 };
 
 /// The cache policy of the tiered replay (the same names as the single-tier replay).

@@ -85,10 +85,14 @@ std::vector<tier_config> tiered_state_store<H, E, S>::tiers_for(const tiered_sta
                       "tiered_state_store: give host_bytes or lower_tiers, not both");
   const std::int64_t page = page_bytes_for(c);
   std::vector<tier_config> out;
-  out.push_back(tier_config{tier_kind::hbm, (c.hbm_bytes / page + c.staging_bytes / page) * page, 0.0, -1});
+  out.push_back(tier_config{.kind = tier_kind::hbm,
+                            .capacity_bytes = (c.hbm_bytes / page + c.staging_bytes / page) * page,
+                            .link_gbps = 0.0});
   if (c.lower_tiers.empty()) {
     if (c.host_bytes > 0)  // else HBM only: what the cache evicts is dropped (the single-tier baseline)
-      out.push_back(tier_config{tier_kind::host, std::max(c.host_bytes / page, std::int64_t{1}) * page, c.link_gbps, -1});
+      out.push_back(tier_config{.kind = tier_kind::host,
+                                .capacity_bytes = std::max(c.host_bytes / page, std::int64_t{1}) * page,
+                                .link_gbps = c.link_gbps});
   } else {
     for (tier_config t : c.lower_tiers) {
       if (t.capacity_bytes > 0) t.capacity_bytes = std::max(t.capacity_bytes / page, std::int64_t{1}) * page;

@@ -40,6 +40,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <span>
 #include <vector>
@@ -120,7 +121,8 @@ inline tiered_state_store_config replay_store_config(const cost_model& m, const 
   c.hbm_bytes = hbm - c.staging_bytes;
   for (std::size_t t = 1; t < o.tiers.size(); ++t) {
     tier_config x = o.tiers[t];
-    if (o.link_gbps) x.link_gbps = *o.link_gbps;
+    // --link-gbps is the memory tiers' link; a storage tier or a tier's own :gbps= keeps its own.
+    if (o.link_gbps && !is_storage(x.kind) && !x.link_gbps_given) x.link_gbps = *o.link_gbps;
     c.lower_tiers.push_back(x);
   }
   c.kv_bytes_per_token = m.kv_bytes_per_token() * per_id;
@@ -133,11 +135,14 @@ inline tiered_state_store_config replay_store_config(const cost_model& m, const 
   return c;
 }
 
-template <class Admission, class Scorer, prefill_time_model Prefill>
+// One replay over an engine of type `Engine` (a timed_copy_engine, or one derived from it
+// that also moves bytes) made by `make_engine(tiers, page, timed options)` (a unique_ptr).
+template <class Engine, class Admission, class Scorer, prefill_time_model Prefill, class MakeEngine>
 tiered_replay_result replay_with(std::span<const sim::request> requests, const cost_model& model,
                                  const tiered_replay_options& o, Scorer scorer, Admission admission,
-                                 const Prefill& prefill, std::int32_t per_id, std::size_t engines) {
-  using store_t = tiered_state_store<replay_demotion, sim::timed_copy_engine, replay_sizer>;
+                                 const Prefill& prefill, std::int32_t per_id, std::size_t engines,
+                                 MakeEngine&& make_engine) {
+  using store_t = tiered_state_store<replay_demotion, Engine, replay_sizer>;
   using cache_t = prefix::prefix_cache<cost_model, Admission, Scorer, store_t>;
   std::int64_t largest = 0;
   for (const auto& q : requests)
@@ -148,14 +153,44 @@ tiered_replay_result replay_with(std::span<const sim::request> requests, const c
     sparsify.emplace(model,
                      o.profile.sparsity.empty() ? sparsity_profile::car_linear(model.attention_layers()) : o.profile,
                      o.sparsify_opts);
-  sim::timed_copy_engine engine(store_t::tiers_for(cfg), store_t::page_bytes_for(cfg),
-                                {.links = engines, .per_copy_us = o.per_copy_overhead_us});
+  std::unique_ptr<Engine> engine = make_engine(store_t::tiers_for(cfg), store_t::page_bytes_for(cfg),
+                                               sim::timed_copy_options{.links = engines, .per_copy_us = o.per_copy_overhead_us});
   cache_t cache(model,
-                store_t(cfg, engine, replay_sizer(std::move(sparsify), per_id),
+                store_t(cfg, *engine, replay_sizer(std::move(sparsify), per_id),
                         replay_demotion(model, o.demotion, per_id)),
                 std::move(scorer), std::move(admission));
-  tiered_replayer<cache_t, Prefill> rp(cache, engine, model, prefill, o, engines, per_id);
-  return rp.run(requests);
+  tiered_replayer<cache_t, Prefill> rp(cache, *engine, model, prefill, o, engines, per_id);
+  tiered_replay_result r = rp.run(requests);
+  if constexpr (requires { engine->real_stats(); }) r.real = engine->real_stats();
+  return r;
+}
+
+template <class Admission, class Scorer, prefill_time_model Prefill>
+tiered_replay_result replay_with(std::span<const sim::request> requests, const cost_model& model,
+                                 const tiered_replay_options& o, Scorer scorer, Admission admission,
+                                 const Prefill& prefill, std::int32_t per_id, std::size_t engines) {
+  return replay_with<sim::timed_copy_engine>(
+      requests, model, o, std::move(scorer), std::move(admission), prefill, per_id, engines,
+      [](std::vector<tier_config> t, std::int64_t page, sim::timed_copy_options to) {
+        return std::make_unique<sim::timed_copy_engine>(std::move(t), page, to);
+      });
+}
+
+// The checks every public entry point makes; returns the prefill engines to use.
+template <prefill_time_model Prefill>
+std::size_t checked_engines(std::span<const sim::request> requests, const tiered_replay_options& options,
+                            const Prefill& prefill) {
+  HYBRIDCACHE_EXPECTS(options.per_copy_overhead_us >= 0, invalid_argument, "tiered replay: per_copy_overhead_us must be >= 0");
+  HYBRIDCACHE_EXPECTS(options.arrival_time_scale > 0, invalid_argument, "tiered replay: arrival_time_scale must be > 0");
+  HYBRIDCACHE_EXPECTS(options.prefetch_depth >= 1, invalid_argument, "tiered replay: prefetch_depth must be >= 1");
+  HYBRIDCACHE_EXPECTS(options.spread_equal_arrivals_s >= 0, invalid_argument,
+                      "tiered replay: spread_equal_arrivals_s must be >= 0");
+  options.marks.validate();
+  const std::int32_t per_id = requests.empty() ? 1 : requests.front().tokens_per_id;
+  for (const auto& q : requests)
+    HYBRIDCACHE_EXPECTS(q.tokens_per_id == per_id && per_id >= 1, invalid_argument,
+                        "tiered replay: requests of one trace must share tokens_per_id (>= 1)");
+  return options.prefill_engines > 0 ? options.prefill_engines : auto_prefill_engines(requests, options, prefill);
 }
 
 }  // namespace detail
@@ -171,18 +206,8 @@ template <class Admission, class Scorer, prefill_time_model Prefill = linear_pre
 [[nodiscard]] tiered_replay_result run_tiered_replay(std::span<const sim::request> requests, const cost_model& model,
                                                      const tiered_replay_options& options, Scorer scorer,
                                                      const Prefill& prefill = {}, Admission admission = {}) {
-  HYBRIDCACHE_EXPECTS(options.per_copy_overhead_us >= 0, invalid_argument, "tiered replay: per_copy_overhead_us must be >= 0");
-  HYBRIDCACHE_EXPECTS(options.arrival_time_scale > 0, invalid_argument, "tiered replay: arrival_time_scale must be > 0");
-  HYBRIDCACHE_EXPECTS(options.prefetch_depth >= 1, invalid_argument, "tiered replay: prefetch_depth must be >= 1");
-  HYBRIDCACHE_EXPECTS(options.spread_equal_arrivals_s >= 0, invalid_argument,
-                      "tiered replay: spread_equal_arrivals_s must be >= 0");
-  options.marks.validate();
+  const std::size_t engines = detail::checked_engines(requests, options, prefill);
   const std::int32_t per_id = requests.empty() ? 1 : requests.front().tokens_per_id;
-  for (const auto& q : requests)
-    HYBRIDCACHE_EXPECTS(q.tokens_per_id == per_id && per_id >= 1, invalid_argument,
-                        "tiered replay: requests of one trace must share tokens_per_id (>= 1)");
-  const std::size_t engines =
-      options.prefill_engines > 0 ? options.prefill_engines : auto_prefill_engines(requests, options, prefill);
   return detail::replay_with(requests, model, options, std::move(scorer), std::move(admission), prefill, per_id,
                              engines);
 }

@@ -39,8 +39,9 @@ enum class demotion_kind : std::uint8_t { automatic, lru, flop_aware };
 struct tiered_replay_options {
   /// Tiers, HBM first (`parse_tiers`). One tier = the single-tier baseline.
   std::vector<tier_config> tiers;
-  /// Link bandwidth (GB/s) between HBM and every lower tier (`--link-gbps`); nullopt keeps
-  /// each tier's own `tier_config::link_gbps` (e.g. a slower CXL tier). Must be > 0.
+  /// Link bandwidth (GB/s) between HBM and every host/CXL tier (`--link-gbps`) whose spec
+  /// gave no `:gbps=`; disk and redis tiers always keep their own (given, measured or
+  /// defaulted). nullopt keeps every tier's own `tier_config::link_gbps`. Must be > 0.
   std::optional<double> link_gbps = 50.0;
   scheduler_kind scheduler = scheduler_kind::fcfs;
   prefetch_kind prefetch = prefetch_kind::none;
@@ -79,6 +80,25 @@ struct tiered_replay_options {
   bool keep_per_request = false;
 };
 
+/// What the real-bytes validation mode moved and checked (sim/real_bytes_copy_engine.hpp).
+/// All zero in a modelled run.
+struct real_bytes_stats {
+  std::int64_t copies = 0;                ///< copies whose bytes were moved
+  std::int64_t bytes = 0;                 ///< bytes written to their destination
+  std::int64_t produced_entries = 0;      ///< entries whose computed bytes were written in HBM
+  std::int64_t storage_puts = 0, storage_gets = 0;
+  std::int64_t storage_removes = 0;       ///< dead values (their copy dropped, its pages reused) removed
+  std::int64_t storage_put_failures = 0;  ///< puts a backend refused (full, unreachable)
+  std::int64_t storage_misses = 0;        ///< gets that found no valid value (evicted, corrupt, unreachable)
+  std::int64_t verified_copies = 0;       ///< copies of a whole entry whose bytes were checked against its CRC
+  std::int64_t partial_copies = 0;        ///< copies of part of an entry (checked by the backend's CRC only)
+  std::int64_t verify_failures = 0;       ///< copies whose bytes were not the entry's
+  std::int64_t failed_copies = 0;         ///< copies that failed for any of the above (each a miss)
+  double real_copy_wall_ms = 0.0;         ///< wall time spent moving real bytes
+  double modelled_copy_ms = 0.0;          ///< Σ modelled duration of the same copies
+  double late_ms = 0.0;                   ///< Σ max(0, real − modelled) per copy: what a model-paced run would wait
+};
+
 /// One request's row (with `keep_per_request`).
 struct tiered_request_row {
   std::size_t request = 0;        ///< index in the replayed request list (trace order)
@@ -107,6 +127,8 @@ struct tiered_replay_result {
   std::int64_t joined_loads = 0;           ///< loads that joined a copy in flight (a prefetch's, another request's)
   std::int64_t copies = 0;                 ///< modelled copy calls
   std::int64_t write_backs = 0;            ///< entries copied down when the cache evicted them
+  std::int64_t cascades = 0;               ///< entries moved between lower tiers to make room (host -> disk -> redis)
+  std::int64_t copy_failures = 0;          ///< copies the engine reported failed (the store drops that copy)
   std::int64_t replicas = 0;               ///< clean copies made ahead (cleaner, write-through)
   std::int64_t clean_drops = 0;            ///< evictions that dropped a clean HBM copy: no copy
   std::int64_t write_back_waits = 0;       ///< allocations that waited for a write-back
@@ -125,6 +147,7 @@ struct tiered_replay_result {
   double arrival_time_scale = 1.0;
   std::size_t prefill_engines = 1;
   std::vector<tiered_request_row> per_request;
+  real_bytes_stats real{};                 ///< the real-bytes mode's copies (zero when modelled)
 
   /// (hbm_hit_tokens + host_hit_tokens) / input_tokens.
   [[nodiscard]] double token_hit_rate() const noexcept {

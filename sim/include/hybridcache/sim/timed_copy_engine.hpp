@@ -5,17 +5,22 @@
 // poll, wait, join) and reads when each copy lands, while no byte moves.
 //
 // Links. Each prefill engine has one link to every tier below HBM (PCIe to host memory, a
-// CXL link, ...), full duplex: copies towards HBM (onboard) and away from it (offload)
-// queue separately, each in FIFO order. A copy between two lower tiers takes the slower
-// tier's link (offload side). A copy inside HBM (handing staged bytes to a request) takes
-// the engine's device queue at `hbm_copy_gbps`. The replay picks the link with `use_link`
-// before the calls of a request (its engine), or the least busy one for background copies.
+// CXL link, the path to a disk, the network to a Redis server), full duplex: copies towards
+// HBM (onboard) and away from it (offload) queue separately, each in FIFO order. A copy
+// between two lower tiers (a cascade: host -> disk -> redis) queues on the slower tier's
+// link (the higher index; offload side). A copy inside HBM (handing staged bytes to a
+// request) takes the engine's device queue at `hbm_copy_gbps`. The replay picks the link
+// with `use_link` before the calls of a request (its engine), or the least busy one for
+// background copies.
 //
-// Time of a copy: start = max(now, the queue's free time); it takes bytes / bandwidth plus
-// `per_copy_us` for every coalesced run of pages in every layer segment (the copy calls a
-// real engine makes: anchors/multitier.md, 5-7 us each). `query` says whether it landed
-// by `now`; `wait` returns at once but records that the caller waited until it landed
-// (`waited_until`), which the replay reads as a stall.
+// Time of a copy between tiers a and b: start = max(now, the queue's free time); it takes
+//   bytes / min(link_gbps of a, link_gbps of b)      (HBM's own side is not the bottleneck)
+//   + latency_us of a + latency_us of b              (one request to each storage end: a
+//                                                     copy is one object put/get; HBM 0)
+//   + per_copy_us x the coalesced runs of pages in every layer segment
+// (the copy calls a real engine makes: anchors/multitier.md, 5-7 us each). `query` says
+// whether it landed by `now`; `wait` returns at once but records that the caller waited
+// until it landed (`waited_until`), which the replay reads as a stall.
 //
 // Costs: submit O(runs x segments); query/wait O(1). Records one entry per copy.
 #pragma once
@@ -101,6 +106,22 @@ class timed_copy_engine {
   }
   [[nodiscard]] double link_gbps(tiered::tier_id t) const { return tiers_.at(t.value).link_gbps; }
   [[nodiscard]] double per_copy_ms() const noexcept { return o_.per_copy_us / 1000.0; }
+  /// Fixed time of one request to tier `t` (its `latency_us`), ms; 0 for HBM.
+  [[nodiscard]] double latency_ms(tiered::tier_id t) const {
+    return t.value == 0 ? 0.0 : tiers_.at(t.value).latency_us / 1000.0;
+  }
+  /// Bandwidth of a copy between two tiers, GB/s: the slower of their links (HBM's side is
+  /// not the bottleneck).
+  [[nodiscard]] double copy_gbps(tiered::tier_id a, tiered::tier_id b) const {
+    if (a.value == 0) return tiers_.at(b.value).link_gbps;
+    if (b.value == 0) return tiers_.at(a.value).link_gbps;
+    return std::min(tiers_.at(a.value).link_gbps, tiers_.at(b.value).link_gbps);
+  }
+  /// Modelled time of copying `bytes` from tier `from` to HBM in one object (no queue, no
+  /// per-call overhead), ms: what a reload-or-recompute decision needs.
+  [[nodiscard]] double onboard_ms(tiered::tier_id from, double bytes) const {
+    return bytes / (copy_gbps(from, tiered::tier_id{0}) * 1e6) + latency_ms(from);
+  }
 
   /// Fails the copies for which `f(ticket)` returns true (tests).
   void set_fault(std::function<bool(const tiered::move_ticket&)> f) { fault_ = std::move(f); }
@@ -114,11 +135,12 @@ class timed_copy_engine {
     std::int64_t calls = 0;
     for (std::int32_t s = 0; s < std::max(t.segments, 1); ++s)
       calls += static_cast<std::int64_t>(tiered::plan_segment_copies(t, page_, s).size());
-    const double gbps = lower == 0 ? o_.hbm_copy_gbps : tiers_[lower].link_gbps;
+    const double gbps = lower == 0 ? o_.hbm_copy_gbps : copy_gbps(t.src, t.dst);
     double& free_at = queues_[link_ * tiers_.size() + lower][onboard || lower == 0 ? 0 : 1];
     job j;
     j.start_ms = std::max(now_, free_at);
-    j.done_ms = j.start_ms + static_cast<double>(bytes) / (gbps * 1e6) + per_copy_ms() * static_cast<double>(calls);
+    j.done_ms = j.start_ms + static_cast<double>(bytes) / (gbps * 1e6) + latency_ms(t.src) + latency_ms(t.dst) +
+                per_copy_ms() * static_cast<double>(calls);
     j.bytes = bytes;
     j.segments = std::max(t.segments, 1);
     j.onboard = onboard;

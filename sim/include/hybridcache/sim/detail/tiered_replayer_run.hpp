@@ -171,6 +171,8 @@ tiered_replay_result tiered_replayer<Cache, Prefill>::run(std::span<const sim::r
   r.dropped_blocks = c.dropped_entries;
   r.joined_loads = c.joined_loads;
   r.write_backs = c.write_backs;
+  r.cascades = c.cascades;
+  r.copy_failures = c.copy_failures;
   r.replicas = c.replicas;
   r.clean_drops = c.clean_drops;
   r.write_back_waits = c.write_back_waits;
