@@ -172,6 +172,61 @@ TEST_CASE("tiered_state_store: a host tier too small for any entry drops everyth
   CHECK(two.counters.dropped_entries == two.counters.demoted_entries);
 }
 
+// An engine whose host -> CXL copies (cascades) always fail; it counts them.
+struct failing_cascades {
+  struct event {
+    bool fail = false;
+  };
+  std::int64_t cascade_attempts = 0;
+  [[nodiscard]] expected<event> submit(const tiered::move_ticket& t) noexcept {
+    const bool cascade = t.src == tiered::tier_id{1} && t.dst == tiered::tier_id{2};
+    cascade_attempts += cascade ? 1 : 0;
+    return event{cascade};
+  }
+  [[nodiscard]] bool query(event) const noexcept { return true; }
+  [[nodiscard]] expected<void> wait(event e) noexcept {
+    if (e.fail) return unexpected(errc::busy);
+    return {};
+  }
+};
+static_assert(tiered::tier_copy_engine<failing_cascades>);
+
+TEST_CASE("tiered_state_store: a cascade copy that always fails is tried once per attempt to make room, not retried") {
+  // Before: make_room picked the same victim again after its failed move and retried it up
+  // to 2^20 times per call (a helper's real-bytes run spent 17 million copies on one entry).
+  const std::int64_t kv = model().kv_bytes_per_token(), ck = model().ssm_checkpoint_bytes();
+  const std::int64_t hbm = 1000 * kv + 3 * ck;
+  using store_t = tiered::tiered_state_store<tiered::lru_demotion, failing_cascades>;
+  const tiered::tiered_state_store_config cfg{
+      .hbm_bytes = hbm,
+      .kv_bytes_per_token = kv,
+      .checkpoint_bytes = ck,
+      .lower_tiers = {{.kind = tiered::tier_kind::host, .capacity_bytes = hbm},
+                      {.kind = tiered::tier_kind::cxl, .capacity_bytes = 16 * hbm}}};
+  failing_cascades engine;
+  prefix::prefix_cache<cost_model, prefix::judicious_admission, prefix::lru_scorer, store_t> c(
+      model(), store_t(cfg, engine), prefix::lru_scorer{});
+  for (int k = 0; k < 8; ++k) {  // eight 1,000-token conversations: each evicts the one before
+    std::vector<token_id> seq(1000);
+    for (int i = 0; i < 1000; ++i) seq[static_cast<std::size_t>(i)] = 1'000'000 * (k + 1) + i;
+    const std::span<const token_id> in(seq.data(), 900);
+    auto m = c.match(in);
+    REQUIRE(m);
+    const auto h = c.store().lookup(in, *m);
+    REQUIRE(c.commit(seq, 900, &*m));
+    c.store().settle(c.tree(), seq, h);
+    const std::string bad = c.store().check_invariants(c.tree());
+    REQUIRE_MESSAGE(bad.empty(), bad);
+  }
+  const auto& k = c.store().counters();
+  MESSAGE("cascade attempts " << engine.cascade_attempts << ", demoted " << k.demoted_entries << ", dropped "
+                              << k.dropped_entries << ", copy failures " << k.copy_failures);
+  CHECK(engine.cascade_attempts > 0);                      // the host tier filled and tried to cascade
+  CHECK(k.copy_failures == engine.cascade_attempts);       // every failed cascade is counted
+  CHECK(engine.cascade_attempts <= 4 * k.demoted_entries);  // a few per demotion, not millions
+  CHECK(k.dropped_entries > 0);                            // what found no room below is dropped
+}
+
 TEST_CASE("tiered_state_store: evicted conversation comes back from the host tier and is promoted") {
   // HBM holds one 1,000-token sequence with its checkpoints, not two.
   const std::int64_t kv = model().kv_bytes_per_token(), ck = model().ssm_checkpoint_bytes();

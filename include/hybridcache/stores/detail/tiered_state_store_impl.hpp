@@ -515,6 +515,9 @@ bool tiered_state_store<H, E, S>::make_room(tier_id t, std::int64_t bytes) noexc
         continue;
       }
       finish_copy(inflight_.size() - 1);  // its pages in t are freed when it lands
+      // A failed move leaves the entry in t: skip it for the rest of this call, or the next
+      // victim() picks it again and a copy that always fails is retried without end.
+      if (const auto after = store_->find(*v); after && after->in(t) != nullptr) stuck.push_back(*v);
     }
   } catch (...) {
   }
