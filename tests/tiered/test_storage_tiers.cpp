@@ -214,3 +214,28 @@ TEST_CASE("tiered replay: entries cascade hbm -> host -> disk -> redis; with the
   // Loads from the slow tiers cost more than the same bytes from host would.
   CHECK(four.bytes_loaded > host.bytes_loaded);
 }
+
+TEST_CASE("tiered replay: reload-or-recompute prices a hit at the tier it is read from, not at the host link") {
+  // Before: every lower-tier hit was priced at tier 1's link, so a hit on a disk tier at
+  // 0.05 GB/s was loaded exactly as often as one at 500 GB/s.
+  const cost_model m(presets::jamba_1_5_mini());
+  const auto reqs = sessions(12, 8, 7);
+  auto run = [&](const char* spec) {
+    tiered_replay_options o;
+    o.tiers = parse_tiers(spec, 1);
+    o.prefill_engines = 1;
+    o.recompute_when_faster = true;
+    return run_tiered_replay<prefix::judicious_admission>(reqs, m, o, prefix::lru_scorer{}, flop_prefill_time(m));
+  };
+  const auto fast = run("hbm=1GB,host=400MB,disk@/unused=64GB:gbps=500:lat_us=0");
+  const auto slow = run("hbm=1GB,host=400MB,disk@/unused=64GB:gbps=0.05:lat_us=0");
+  const auto high_latency = run("hbm=1GB,host=400MB,disk@/unused=64GB:gbps=500:lat_us=2000000");
+  MESSAGE("recomputed instead of reloading: fast disk " << fast.recompute_instead_of_reload << ", slow disk "
+                                                         << slow.recompute_instead_of_reload << ", 2 s latency "
+                                                         << high_latency.recompute_instead_of_reload);
+  CHECK(fast.cascades > 0);  // entries do reach the disk tier
+  CHECK(slow.recompute_instead_of_reload > fast.recompute_instead_of_reload);
+  CHECK(high_latency.recompute_instead_of_reload > fast.recompute_instead_of_reload);
+  // What is declined is recomputed: the slow disk's run loads fewer bytes.
+  CHECK(slow.bytes_loaded < fast.bytes_loaded);
+}

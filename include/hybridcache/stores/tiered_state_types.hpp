@@ -122,6 +122,10 @@ struct tiered_hit {
   std::int64_t bytes_to_load = 0;
   std::int64_t kv_entries = 0;       ///< lower-tier KV entries used
   bool host_checkpoint = false;      ///< the checkpoint comes from a lower tier
+  /// The slowest (deepest) tier the load reads a byte from; 0 (HBM) when nothing is loaded
+  /// from below. A runtime deciding between loading and recomputing prices the load with
+  /// this tier's link (the other sources are faster).
+  tier_id source_tier{0};
   /// How far the input's KV is found in any tier (HBM or below). Beyond the resume point it
   /// marks where the input leaves a cached sequence: the branch point a request should keep
   /// a checkpoint at (judicious admission's rule, applied to what was demoted; the lifecycle

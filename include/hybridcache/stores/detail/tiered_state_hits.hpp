@@ -87,7 +87,10 @@ tiered_hit tiered_state_store<H, E, S>::lookup(std::span<const prefix::token_id>
       hits_.release(slot);
       return h;
     }
-    if (cp->tier != hbm_tier) h.bytes_to_load += stored(ckpt, cp->tier);
+    if (cp->tier != hbm_tier) {
+      h.bytes_to_load += stored(ckpt, cp->tier);
+      h.source_tier = std::max(h.source_tier, cp->tier);
+    }
   }
   std::int64_t covered = slot.covered;
   for (const chain_link& link : chain_) {
@@ -101,6 +104,7 @@ tiered_hit tiered_state_store<H, E, S>::lookup(std::span<const prefix::token_id>
       const std::int64_t kept = stored(id, src->tier);
       const bool sparsified = kept < bytes_of(e);  // loaded whole (its tokens cannot be sliced)
       h.bytes_to_load += sparsified ? kept : (upto - covered) * kv_per_token_;
+      h.source_tier = std::max(h.source_tier, src->tier);
     }
     covered = std::max(covered, upto);
     h.kv_entries += 1;

@@ -124,14 +124,17 @@ class tiered_replayer {
   bool worth_loading(const sim::request& q, const Hit& h, double t0, std::size_t e) {
     if (!o_.recompute_when_faster) return true;
     const std::int64_t hbm = tokens_of(q, h.hbm_tokens), host = tokens_of(q, h.reusable_tokens);
-    const tier_id below{1};
+    // Priced at the slowest tier the hit reads from (a disk or Redis hit is not a host hit).
+    const tier_id below = h.source_tier.value > 0 ? h.source_tier : tier_id{1};
     const double start = std::max(t0, engine_.onboard_free_at(e, below));
     const double ckpt = static_cast<double>(h.host_checkpoint ? cache_.store().checkpoint_bytes() : 0);
     const double kv = std::max(0.0, static_cast<double>(h.bytes_to_load) - ckpt);
     const double calls = static_cast<double>(h.kv_entries * std::max<std::int64_t>(m_.attention_layers(), 1) +
                                              std::max<std::int64_t>(m_.recurrent_layers(), 1));
-    const double done = start + static_cast<double>(h.bytes_to_load) / (engine_.link_gbps(below) * 1e6) +
-                        engine_.per_copy_ms() * calls;
+    // One request to the tier per entry copied (its latency), as the timed engine books it.
+    const double jobs = static_cast<double>(h.kv_entries + (h.host_checkpoint ? 1 : 0));
+    const double done = start + static_cast<double>(h.bytes_to_load) / (engine_.copy_gbps(below, tier_id{0}) * 1e6) +
+                        engine_.latency_ms(below) * jobs + engine_.per_copy_ms() * calls;
     layer_arrivals(start, done, kv, ckpt);
     compute_layers(host, std::max<std::int64_t>(1, q.input_tokens - host));
     const double with_load = pipeline(t0);
