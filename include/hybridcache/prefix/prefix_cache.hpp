@@ -159,41 +159,7 @@ class prefix_cache {
   /// the shared one; a request never sees another namespace's nodes); pins its checkpoint
   /// node (call `release` or pass the result to `commit`). Ticks the clock once; the scorer
   /// refreshes per its rule. Empty input: `errc::invalid_argument`, nothing changes.
-  [[nodiscard]] expected<match_result> match(std::span<const token_id> input, const cache_salt& salt = std::nullopt) {
-    std::lock_guard<Lock> guard(lock_);
-    if (input.empty()) return unexpected(errc::invalid_argument);
-    if (pins_.free_count() == 0) grow_pins();  // before any change (may throw bad_alloc)
-    salt_ = salt;
-    const time_point now = clock_.tick();
-    const walk_result w = walk(input);
-    match_result r;
-    r.salt = salt;
-    r.input_tokens = static_cast<std::int64_t>(input.size());
-    r.common_prefix = w.common_prefix;
-    r.at = now;
-    const node_id use = deepest_usable(path_, r.input_tokens);
-    scorer_.on_match(tree_, std::span<const node_id>(path_), w.partial, now);
-    if (use != no_node) {
-      r.node = use;
-      r.reusable_tokens = tree_.at(use).end;
-      r.flops_saved = saturating_flops(r.reusable_tokens);
-      const packed_handle h = *pins_.acquire();
-      pin_node_[h.index()] = use;
-      r.pin = h;
-      tree_.pin(use);
-      scorer_.on_update(tree_, use);
-    }
-    ++counters_.matches;
-    counters_.tokens_matched += r.input_tokens;
-    if (r.hit()) {
-      ++counters_.hits;
-      counters_.tokens_skipped += r.reusable_tokens;
-      counters_.flops_saved = sat_add(counters_.flops_saved, r.flops_saved);
-      ++counters_.checkpoints_reused;
-    }
-    last_match_ = r;
-    return r;
-  }
+  [[nodiscard]] expected<match_result> match(std::span<const token_id> input, const cache_salt& salt = std::nullopt);
 
   /// What `match` would find, as a pure query: no pin (`pin` is null), no tick, no refresh,
   /// no counters. For a scheduler that orders requests by their reuse. O(|input|).
@@ -255,75 +221,7 @@ class prefix_cache {
   [[nodiscard]] expected<commit_result> commit(std::span<const token_id> sequence, std::int64_t input_tokens,
                                                const match_result* m = nullptr,
                                                std::span<const std::int64_t> extra = {},
-                                               const cache_salt& salt = std::nullopt) {
-    std::lock_guard<Lock> guard(lock_);
-    const auto len = static_cast<std::int64_t>(sequence.size());
-    if (const errc e = select_salt(m, salt); e != errc::ok) return unexpected(e);
-    std::int64_t reusable = -1;
-    const errc checked = validate_commit(sequence, input_tokens, m, extra, reusable, placement_step::prepare);
-    // A well-formed request reaches a stream observer even when this cache cannot fit it
-    // (the shadows of other rules may); before anything changes (it may throw bad_alloc).
-    if (checked == errc::ok || checked == errc::out_of_capacity) observe(sequence, input_tokens);
-    if (checked != errc::ok) return unexpected(checked);
-    const std::int64_t floor = computed_from(reusable);
-    reserve_indexes(tree_.id_bound() + positions_.size() + 4);  // may throw: nothing changed yet
-    // The reference's order (admit_oversized): the match is released before evicting.
-    const bool release_first = cfg_.admit_oversized && m != nullptr && !m->pin.is_null();
-    if (release_first) unpin(m->pin);
-    // Otherwise the match's pin is held until the insert succeeded: on any failure the caller still
-    // holds it (and releases it once). The tokens this commit extends are protected from
-    // its own evictions (`guard_path`): their KV is an earlier request's bytes, and
-    // re-inserting them into fresh pages would hand the next hit pages nobody filled.
-
-    commit_result res;
-    // A store with two sides: evict until each side can place its part (validate_commit
-    // checked that evicting every evictable node makes it), then allocate with the split
-    // held, so that no allocation (nor a split in build) fails after evicting.
-    const split_hold hold(*this, !cfg_.admit_oversized);
-    // The admission's positions, then the room (one eviction round of the deficit, then one
-    // victim per failed allocation), then every new handle from the store.
-    auto place = [&](walk_result& w) -> errc {
-      if (reusable < 0) reusable = reusable_in(path_, input_tokens);
-      select_positions(make_view(w, input_tokens, len, reusable), extra, floor);
-      const std::int64_t need = needed_bytes(w, len);
-      const std::int64_t deficit = store_.used_bytes() + need - store_.capacity_bytes();
-      guard_path(w);
-      bool evict_round = false;
-      if (deficit > 0) {
-        evict_round = true;
-        evict_bytes(deficit, res);
-      }
-      if (side_placing_store<Store> && !cfg_.admit_oversized) {
-        w = walk(sequence);
-        select_positions(make_view(w, input_tokens, len, std::min(reusable, w.common_prefix)), extra, floor);
-        evict_until_placeable(needed_sides(w, len), evict_round, res);
-      }
-      while (true) {
-        w = walk(sequence);
-        select_positions(make_view(w, input_tokens, len, std::min(reusable, w.common_prefix)), extra, floor);
-        const errc e = allocate_all(w, len);
-        if (e == errc::ok) return errc::ok;
-        if (!evict_round) {
-          evict_round = true;
-          begin_eviction_round();
-        }
-        if (evict_one(res) < 0) return e;
-      }
-    };
-    errc e = errc::ok;
-    try {
-      e = insert_sequence(sequence, res, place);
-    } catch (...) {
-      unguard_path();
-      throw;
-    }
-    unguard_path();
-    if (e != errc::ok) return unexpected(e);
-    if (!release_first && m != nullptr && !m->pin.is_null()) unpin(m->pin);
-    res.over_capacity = store_.used_bytes() > store_.capacity_bytes();
-    res.alpha = scorer_.alpha();
-    return res;
-  }
+                                               const cache_salt& salt = std::nullopt);
 
   /// The argument and size checks of `commit`, without changing the tree, the store or any
   /// pin: `errc::ok` when `commit` with the same arguments would get past them (it may
@@ -425,30 +323,7 @@ class prefix_cache {
   /// without allocating in steady state).
   /// `lower_branch`: insertion_view::lower_branch_point (0: none).
   errc plan_into(std::span<const token_id> input, const match_result& m, std::span<const std::int64_t> extra,
-                 checkpoint_plan& out, std::int64_t lower_branch = 0) {
-    if (input.empty()) return errc::invalid_argument;
-    const auto n = static_cast<std::int64_t>(input.size());
-    for (std::int64_t p : extra)
-      if (p < 1 || p > n) return errc::invalid_argument;
-    const walk_result w = walk(input);
-    insertion_view v = make_view(w, n, n, std::min(m.reusable_tokens, n));
-    if (lower_branch > w.common_prefix && lower_branch < n) v.lower_branch_point = lower_branch;
-    select_positions(v, extra);
-    out.sites.clear();
-    out.prefill_start = v.reusable_tokens;
-    out.chunk = static_cast<std::int64_t>(model_.spec().scan_chunk);
-    const std::int64_t c = out.chunk > 0 ? out.chunk : 1;
-    for (std::int64_t p : positions_) {
-      if (p <= v.reusable_tokens) continue;
-      if (p <= w.common_prefix && has_checkpoint_at(p)) continue;  // already cached
-      checkpoint_site s;
-      s.position = p;
-      s.chunk_boundary = std::max(v.reusable_tokens, (p / c) * c);
-      s.roll_forward = p - s.chunk_boundary;
-      out.sites.push_back(s);
-    }
-    return errc::ok;
-  }  // reserves, adopts and evicts through the internals below
+                 checkpoint_plan& out, std::int64_t lower_branch = 0);
 
   void drop_all_nodes() noexcept { detail::drop_all_nodes(tree_, store_, scorer_); }
 
@@ -570,31 +445,7 @@ class prefix_cache {
   /// store with two sides takes them: each new segment's extent at its absolute position,
   /// and one page set per split a page may be copied in (an upper bound: a split at a block
   /// boundary copies nothing). Only for side_placing_store.
-  side_bytes needed_sides(const walk_result& w, std::int64_t len) const noexcept {
-    side_bytes out;
-    if constexpr (side_placing_store<Store>) {
-      const std::int64_t cp = w.common_prefix;
-      std::int64_t splits = w.partial != no_node ? 1 : 0, ckpts = 0, prev = cp;
-      for (std::int64_t p : positions_) {
-        if (p <= cp) {
-          if (!has_checkpoint_at(p)) {
-            ++ckpts;
-            if (node_ending_at(p) == no_node) ++splits;
-          }
-          continue;
-        }
-        ++ckpts;
-        out.kv += store_.kv_bytes_at(prev, p - prev);
-        prev = p;
-      }
-      if (prev < len) out.kv += store_.kv_bytes_at(prev, len - prev);
-      out.kv += splits * store_.kv_bytes(1);
-      out.checkpoint = ckpts * store_.checkpoint_bytes();
-    } else {
-      out.kv = needed_bytes(w, len);  // one side: only the total counts
-    }
-    return out;
-  }
+  side_bytes needed_sides(const walk_result& w, std::int64_t len) const noexcept;
 
   /// Whether a fit check may let the store move free capacity between its sides first.
   enum class placement_step : std::uint8_t { check_only, prepare };
@@ -603,44 +454,7 @@ class prefix_cache {
   /// and, with placement_step::prepare, free chunks the store moves between its sides).
   /// Sets `reusable` to the matched prefix `m` reuses, or -1 without a pinned match.
   errc validate_commit(std::span<const token_id> sequence, std::int64_t input_tokens, const match_result* m,
-                       std::span<const std::int64_t> extra, std::int64_t& reusable, placement_step step) {
-    const auto len = static_cast<std::int64_t>(sequence.size());
-    if (len == 0 || input_tokens < 0 || input_tokens > len) return errc::invalid_argument;
-    for (std::int64_t p : extra)
-      if (p < 1 || p > len) return errc::invalid_argument;
-    reusable = -1;
-    if (m != nullptr && !m->pin.is_null()) {
-      const errc e = pins_.validate(m->pin);
-      if (e != errc::ok) return e;
-      const node_id pinned = pin_node_[m->pin.index()];
-      if (m->reusable_tokens > len || !on_path(sequence, pinned)) return errc::invalid_argument;
-      reusable = m->reusable_tokens;
-    }
-    // Oversized check before anything changes: the new state alone must fit.
-    const walk_result w0 = walk(sequence);
-    const std::int64_t r0 = reusable >= 0 ? reusable : reusable_in(path_, input_tokens);
-    // An explicit position inside the reused prefix names a state this request never
-    // computed (unless the tree already holds it): refused, not silently dropped.
-    const std::int64_t floor = computed_from(reusable);
-    for (std::int64_t p : extra)
-      if (p <= floor && !has_checkpoint_at(p)) return errc::invalid_argument;
-    select_positions(make_view(w0, input_tokens, len, r0), extra, floor);
-    const std::int64_t need0 = needed_bytes(w0, len);
-    if (cfg_.admit_oversized) return errc::ok;
-    if (need0 > store_.capacity_bytes()) return errc::out_of_capacity;
-    // Refused up front, before anything is evicted, when the new state cannot fit beside
-    // what eviction may never take: every pinned node's root path (matches in flight) and
-    // the path this commit extends.
-    if constexpr (side_placing_store<Store>) {
-      const side_bytes sides = needed_sides(w0, len);
-      if (step == placement_step::prepare) prepare_placement(sides);
-      if (!fits_after_eviction(sides, &w0)) return errc::out_of_capacity;
-    } else {
-      (void)step;
-      if (!fits_after_eviction(side_bytes{need0, 0}, &w0)) return errc::out_of_capacity;
-    }
-    return errc::ok;
-  }
+                       std::span<const std::int64_t> extra, std::int64_t& reusable, placement_step step);
 
   /// Lets a store with two sides move free capacity to a side that cannot place its part of
   /// `need` now (its rebalancer decides), before anything is evicted. No-op otherwise.
@@ -654,21 +468,7 @@ class prefix_cache {
 
   /// Evicts (in the current round, or a new one) until a store with two sides can place
   /// `need` now. No-op for other stores, whose allocations fail only for lack of bytes.
-  void evict_until_placeable(const side_bytes& need, bool& round, commit_result& res) noexcept {
-    if constexpr (side_placing_store<Store>) {
-      while (!store_.placement_fits(need, side_bytes{})) {
-        if (!round) {
-          round = true;
-          begin_eviction_round();
-        }
-        if (evict_one(res) < 0) return;
-      }
-    } else {
-      (void)need;
-      (void)round;
-      (void)res;
-    }
-  }
+  void evict_until_placeable(const side_bytes& need, bool& round, commit_result& res) noexcept;
 
   /// Holds a two-sided store's split between its sides for a scope (store.hold_split).
   struct split_hold {
@@ -703,40 +503,7 @@ class prefix_cache {
   /// measure (whole pages per edge), never more than what the store gets back, so a
   /// request this passes can always be placed once every evictable node is gone; one it
   /// refuses may have fit after a migration the rebalancer would not promise. Same cost.
-  bool fits_after_eviction(const side_bytes& need, const walk_result* w) {
-    const std::int64_t bytes = need.total();
-    bool fits_now = store_.used_bytes() + bytes <= store_.capacity_bytes();
-    if constexpr (side_placing_store<Store>) fits_now = fits_now && store_.placement_fits(need, side_bytes{});
-    if (fits_now) return true;
-    bool inner = requires { requires Scorer::evicts_inner_nodes; };
-    if constexpr (requires { scorer_.takes_inner_nodes(); }) inner = scorer_.takes_inner_nodes();  // switching scorers
-    const node_id end = w != nullptr && !path_.empty() ? path_.back() : no_node;
-    const node_id partial = w != nullptr ? w->partial : no_node;
-    pinned_scratch_.clear();
-    for (std::uint32_t i = 0; i < pin_node_.size(); ++i)
-      if (pins_.is_live(i)) pinned_scratch_.push_back(pin_node_[i]);  // capacity: grow_pins
-    bool branches = false;
-    if constexpr (requires { scorer_.protects_branches(); }) branches = scorer_.protects_branches();
-    std::int64_t kept_checkpoints = 0;
-    const std::int64_t kept =
-        inner ? detail::protected_bytes<true>(tree_, store_, end, partial, pinned_scratch_, protect_, branches,
-                                              &kept_checkpoints)
-              : detail::protected_bytes<false>(tree_, store_, end, partial, pinned_scratch_, protect_, branches,
-                                               &kept_checkpoints);
-#if defined(HYBRIDCACHE_ENABLE_ASSERTIONS)
-    const auto scan = inner ? detail::count_tree_bytes<true>(tree_, store_, end, partial, marked_, branches)
-                            : detail::count_tree_bytes<false>(tree_, store_, end, partial, marked_, branches);
-    HYBRIDCACHE_ASSERT(scan.total == tree_.bytes());
-    HYBRIDCACHE_ASSERT(scan.protected_ == kept);
-#endif
-    if (bytes > store_.capacity_bytes() - (store_.used_bytes() - (tree_.bytes() - kept))) return false;
-    if constexpr (side_placing_store<Store>) {
-      const std::int64_t freeable_checkpoints = tree_.checkpoint_bytes() - kept_checkpoints;
-      const std::int64_t freeable_kv = (tree_.bytes() - kept) - freeable_checkpoints;
-      return store_.placement_fits(need, side_bytes{freeable_kv, freeable_checkpoints});
-    }
-    return true;
-  }
+  bool fits_after_eviction(const side_bytes& need, const walk_result* w);
 
   /// Pins the deepest node of the commit's walk and the edge it entered in part, so that
   /// the commit's own evictions cannot take the tokens it extends. O(1).
@@ -772,21 +539,7 @@ class prefix_cache {
 
   /// Evicts the scorer's next victim. Returns the bytes accounted (>= 0), or -1 when there
   /// is no victim. (Returns 0 for a victim that freed nothing, so callers make progress.)
-  std::int64_t evict_one(commit_result& res) noexcept {
-    const time_point now = clock_.now();
-    const node_id v = scorer_.select_victim(tree_, now);
-    if (v == no_node) return -1;
-    const evict_action act = scorer_.action(tree_, v);
-    const std::int64_t actual = apply(v, act, res);
-    std::int64_t accounted = actual;
-    if constexpr (requires { scorer_.accounted_bytes(tree_, v, act, actual); })
-      accounted = scorer_.accounted_bytes(tree_, v, act, actual);
-    ++res.evictions;
-    res.bytes_evicted += actual;
-    ++counters_.evictions;
-    counters_.bytes_evicted += actual;
-    return accounted;
-  }
+  std::int64_t evict_one(commit_result& res) noexcept;
 
   std::int64_t apply(node_id v, evict_action act, commit_result& res) noexcept {
     return detail::apply_eviction(tree_, store_, scorer_, listener_, v, act, res, counters_);
@@ -802,29 +555,7 @@ class prefix_cache {
   /// a refused split aborts the build with the pending handles freed). O(|seq| + d +
   /// positions) plus what `place` costs.
   template <class Place>
-  errc insert_sequence(std::span<const token_id> seq, commit_result& res, Place&& place) {
-    const auto len = static_cast<std::int64_t>(seq.size());
-    res.sequence_tokens = len;
-    clock_.tick();                             // the reference's insert()
-    const time_point t_match = clock_.tick();  // its inner match_prefix()
-    walk_result w = walk(seq);
-    scorer_.on_match(tree_, std::span<const node_id>(path_), w.partial, t_match);
-    if (const errc e = place(w); e != errc::ok) return e;
-    try {
-      reserve_indexes(tree_.id_bound() + positions_.size() + 4);
-    } catch (...) {
-      free_pending();
-      throw;
-    }
-    const time_point now = clock_.now();
-    scorer_.on_insert_path(tree_, std::span<const node_id>(path_), now);
-    if (const errc e = build(seq, w, len, now, res); e != errc::ok) return e;
-    committed_.assign(positions_.begin(), positions_.end());  // within capacity reserved above
-    ++counters_.commits;
-    counters_.checkpoints_admitted += res.checkpoints_admitted;
-    counters_.kv_bytes_admitted += res.kv_bytes_admitted;
-    return errc::ok;
-  }
+  errc insert_sequence(std::span<const token_id> seq, commit_result& res, Place&& place);
 
   /// Where a commit's new handles come from: the store (`commit`), or the reservation of a
   /// request in flight (`request_lifecycle::finish`, which hands over what the runtime wrote).
@@ -865,53 +596,7 @@ class prefix_cache {
   }
 
   /// Mutates the tree with the handles in pending_* (allocate_all succeeded for `w`).
-  errc build(std::span<const token_id> seq, walk_result w, std::int64_t len, time_point now, commit_result& res) {
-    std::size_t ck = 0, kvi = 0;
-    const std::int64_t cp = w.common_prefix;
-    // 1. Checkpoints at or before the common prefix (splitting edges where needed).
-    for (std::int64_t p : positions_) {
-      if (p > cp) break;
-      node_id at = node_ending_at(p);
-      if (at != no_node && tree_.at(at).has_checkpoint) continue;
-      if (at == no_node) {
-        at = split_at(seq, p, now);
-        if (at == no_node) return abort_build(ck, kvi);
-        w = walk(seq);
-      }
-      tree_.set_checkpoint(at, std::move(pending_ckpt_[ck++]));
-      res.checkpoints_admitted += 1;
-      res.checkpoint_bytes_admitted += store_.checkpoint_bytes();
-      scorer_.on_update(tree_, at);
-    }
-    if (cp == len) return finish_build(ck, kvi);
-    // 2. The attach point: a node ending exactly at cp (split the partial edge if needed).
-    node_id parent = cp == 0 ? tree_type::root() : node_ending_at(cp);
-    if (parent == no_node) {
-      parent = split_at(seq, cp, now);
-      if (parent == no_node) return abort_build(ck, kvi);
-    }
-    // 3. The new chain.
-    auto it = std::upper_bound(positions_.begin(), positions_.end(), cp);
-    std::int64_t prev = cp;
-    while (prev < len) {
-      const std::int64_t end = it != positions_.end() ? *it : len;
-      const node_id prev_parent = parent;
-      parent = tree_.add_leaf(parent, seq.subspan(static_cast<std::size_t>(prev), static_cast<std::size_t>(end - prev)),
-                              std::move(pending_kv_[kvi++]), now, salt_);
-      res.new_tokens += end - prev;
-      res.kv_bytes_admitted += store_.kv_bytes(end - prev);
-      if (it != positions_.end()) {
-        tree_.set_checkpoint(parent, std::move(pending_ckpt_[ck++]));
-        res.checkpoints_admitted += 1;
-        res.checkpoint_bytes_admitted += store_.checkpoint_bytes();
-        ++it;
-      }
-      scorer_.on_update(tree_, prev_parent);
-      scorer_.on_update(tree_, parent);
-      prev = end;
-    }
-    return finish_build(ck, kvi);
-  }
+  errc build(std::span<const token_id> seq, walk_result w, std::int64_t len, time_point now, commit_result& res);
 
   errc finish_build(std::size_t ck, std::size_t kvi) noexcept {
     HYBRIDCACHE_ASSERT(ck == pending_ckpt_.size() && kvi == pending_kv_.size());
@@ -938,21 +623,7 @@ class prefix_cache {
 
   /// Splits the edge of `seq`'s path that strictly contains position p; returns the new
   /// head node (ending at p), or no_node when the store could not split the KV.
-  node_id split_at(std::span<const token_id> seq, std::int64_t p, time_point now) {
-    const walk_result w = walk(seq.first(static_cast<std::size_t>(p)));
-    HYBRIDCACHE_ASSERT(w.partial != no_node);
-    const node_id n = w.partial;
-    const std::int64_t head = p - tree_.at(n).begin();
-    auto head_kv = store_.split_kv(tree_.kv(n), head);
-    if (!head_kv) return no_node;
-    const node_id parent = tree_.at(n).parent;
-    const node_id h = tree_.split(n, head, std::move(*head_kv), now);
-    scorer_.on_update(tree_, h);
-    scorer_.on_update(tree_, n);
-    scorer_.on_update(tree_, parent);
-    walk(seq);
-    return h;
-  }
+  node_id split_at(std::span<const token_id> seq, std::int64_t p, time_point now);
 
   void unpin(packed_handle h) noexcept {
     const node_id n = pin_node_[h.index()];
@@ -1003,3 +674,6 @@ class prefix_cache {
 };
 
 }  // namespace hybridcache::prefix
+
+#include "hybridcache/prefix/detail/prefix_cache_commit.hpp"  // IWYU pragma: keep
+#include "hybridcache/prefix/detail/prefix_cache_insert.hpp"  // IWYU pragma: keep
