@@ -21,18 +21,14 @@
 #include "hybridcache/stores/counting_store.hpp"
 #include "hybridcache/stores/pool_state_store.hpp"
 #include "../support/origin_store.hpp"
+#include "../support/random_tokens.hpp"
 
 using namespace hybridcache;
 using namespace hybridcache::prefix;
 
 namespace {
 
-std::vector<token_id> random_tokens(std::size_t n, std::uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::vector<token_id> v(n);
-  for (auto& t : v) t = static_cast<token_id>(rng() % 50000);
-  return v;
-}
+using hybridcache::test::random_tokens;
 
 std::vector<token_id> concat(std::vector<token_id> a, const std::vector<token_id>& b) {
   a.insert(a.end(), b.begin(), b.end());

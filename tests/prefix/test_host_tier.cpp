@@ -21,6 +21,7 @@
 #include "hybridcache/prefix/lru_scorer.hpp"
 #include "hybridcache/prefix/prefix_cache.hpp"
 #include "hybridcache/stores/pool_state_store.hpp"
+#include "../support/random_tokens.hpp"
 
 using namespace hybridcache;
 using namespace hybridcache::prefix;
@@ -50,12 +51,7 @@ model_spec small_spec() {
   return s;
 }
 
-std::vector<token_id> random_tokens(std::size_t n, std::uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::vector<token_id> v(n);
-  for (auto& t : v) t = static_cast<token_id>(rng() % 50000);
-  return v;
-}
+using hybridcache::test::random_tokens;
 
 std::uint64_t kv_sig(std::int64_t pos, token_id t, std::int64_t layer) {
   return splitmix64_mix((static_cast<std::uint64_t>(pos) << 32) ^ static_cast<std::uint32_t>(t) ^

@@ -20,6 +20,7 @@
 #include "hybridcache/prefix/lru_scorer.hpp"
 #include "hybridcache/prefix/prefix_cache.hpp"
 #include "hybridcache/stores/pool_state_store.hpp"
+#include "../support/random_tokens.hpp"
 
 using namespace hybridcache;
 using namespace hybridcache::prefix;
@@ -27,12 +28,7 @@ using namespace hybridcache::memory;
 
 namespace {
 
-std::vector<token_id> random_tokens(std::size_t n, std::uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::vector<token_id> v(n);
-  for (auto& t : v) t = static_cast<token_id>(rng() % 50000);
-  return v;
-}
+using hybridcache::test::random_tokens;
 
 template <class Pool>
 using placement_cache = prefix_cache<cost_model, judicious_admission, lru_scorer, pool_state_store<Pool>>;

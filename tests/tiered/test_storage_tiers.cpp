@@ -16,6 +16,7 @@
 #include "hybridcache/sim/timed_copy_engine.hpp"
 #include "hybridcache/tiered/tier.hpp"
 #include "hybridcache/tiered/tiered_store.hpp"
+#include "real_bytes_support.hpp"
 
 using namespace hybridcache;
 using namespace hybridcache::tiered;
@@ -167,25 +168,7 @@ TEST_CASE("timed copy engine: a copy takes bytes over the slower link plus both 
 
 namespace {
 
-// Multi-turn conversations of 512-token ids: each turn extends one session's prompt.
-std::vector<sim::request> sessions(int count, int turns, std::uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::vector<std::vector<sim::token_id>> hist(static_cast<std::size_t>(count));
-  sim::token_id next_id = 0;
-  std::vector<sim::request> out;
-  for (int k = 0; k < count * turns; ++k) {
-    auto& h = hist[rng() % static_cast<std::size_t>(count)];
-    for (int a = 0, n = 1 + static_cast<int>(rng() % 4); a < n; ++a) h.push_back(next_id++);
-    sim::request r;
-    r.arrival_s = 0.4 * k;
-    r.input = h;
-    r.input_tokens = static_cast<std::int64_t>(h.size()) * 512;
-    r.output_tokens = 100;
-    r.tokens_per_id = 512;
-    out.push_back(std::move(r));
-  }
-  return out;
-}
+using test::real_bytes::sessions;
 
 tiered_replay_result replay_over(const std::vector<sim::request>& reqs, const cost_model& m, const char* spec) {
   tiered_replay_options o;
