@@ -13,6 +13,9 @@
 #include <vector>
 
 #include <cstring>
+#include <functional>
+#include <mutex>
+#include <utility>
 
 #include "hybridcache/core/hash.hpp"
 #include "hybridcache/memory/asymmetric_pool.hpp"
@@ -567,4 +570,84 @@ TEST_CASE("lifecycle: after the cache is cleared, a request's cached path is rep
     REQUIRE(requests.abort(*tb));  // the reservation still goes back
   }
   CHECK(pool.live_handles() == 0);
+}
+
+namespace {
+// A lock policy that runs an action just before its N-th acquisition from now, on the
+// calling thread (the action's own calls take the lock without firing again): it puts
+// another request's work exactly between two critical sections of one call.
+struct interleave {
+  static inline std::function<void()> action;
+  static inline int countdown = 0;
+  static inline bool running = false;
+};
+class interleaving_lock {
+ public:
+  void lock() {
+    if (!interleave::running && interleave::countdown > 0 && --interleave::countdown == 0 && interleave::action) {
+      interleave::running = true;
+      auto act = std::exchange(interleave::action, nullptr);
+      act();
+      interleave::running = false;
+    }
+    m_.lock();
+  }
+  void unlock() { m_.unlock(); }
+
+ private:
+  std::mutex m_;
+};
+static_assert(lock_policy<interleaving_lock>);
+}  // namespace
+
+TEST_CASE("lifecycle: begin matches, looks below and pins the KV-only tail in one critical section (regression)") {
+  // Found by tiered.concurrency (1 run in ~50): begin matched under one lock and pinned the
+  // KV-only tail under another, from the match's common prefix. An eviction in between left
+  // kv_from beyond the KV the tree still held: the tokens between were neither pinned nor
+  // reserved from, and finish refused the request (invalid_argument) or, with a lower tier,
+  // a node adopted pages nobody wrote.
+  using locked_t = prefix_cache<cost_model, judicious_admission, lru_scorer, test::origin_store, interleaving_lock>;
+  const cost_model m(presets::marconi_7b());
+  locked_t c(m, test::origin_store(2'000 * kv + 10 * ck, kv, ck), lru_scorer{});
+  request_lifecycle<locked_t> requests(c);
+  const auto base = tokens(250, 21), y = tokens(280, 22), z = tokens(150, 23);
+  auto serve = [&](const std::vector<token_id>& seq, std::vector<std::int64_t> captured) {
+    auto t = requests.begin(seq, {});
+    REQUIRE(t);
+    REQUIRE(requests.finish(*t, seq, captured));
+  };
+  // X = [0, 200) with a state at 200; W = [200, 250) KV only (the branch point, no state);
+  // Y = [250, 530) and Z = [250, 400), each with a state at its end.
+  const std::vector<token_id> x(base.begin(), base.begin() + 200);
+  serve(x, {200});
+  const auto by = cat(base, y), bz = cat(base, z);
+  serve(by, {530});
+  serve(bz, {400});
+  // A request in flight continues Z: Z stays (pinned), so W stays a branch point.
+  auto tz = requests.begin(cat(bz, tokens(10, 24)), {});
+  REQUIRE(tz);
+  REQUIRE((*requests.state(*tz))->match.reusable_tokens == 400);
+  // Q follows Y 50 tokens past W: it reuses X's state (200) and reads KV up to 300.
+  const auto q = cat(cat(base, std::vector<token_id>(y.begin(), y.begin() + 50)), tokens(40, 25));
+  // Another request that needs Y's room, run between begin's two critical sections when
+  // there were two (after the fix: before the next call, when Q's pin keeps Y).
+  interleave::countdown = 2;
+  interleave::action = [&] {
+    const std::int64_t free_kv = (c.store().capacity_bytes() - c.store().used_bytes()) / kv;
+    auto t = requests.begin(tokens(10, 26), {.output_tokens = free_kv + 20});
+    if (t) REQUIRE(requests.abort(*t));
+  };
+  auto tq = requests.begin(q, {.output_tokens = 5});
+  REQUIRE(tq);
+  const auto* s = *requests.state(*tq);
+  CHECK(s->match.reusable_tokens == 200);
+  CHECK(interleave::action == nullptr);  // the other request ran
+  const auto seq = cat(q, tokens(5, 27));
+  auto f = requests.finish(*tq, seq, std::vector<std::int64_t>{static_cast<std::int64_t>(seq.size())});
+  CHECK_MESSAGE(f, (f ? "" : to_string(f.error())));  // was invalid_argument: the tree's KV ended at 250, kv_from 300
+  REQUIRE(requests.abort(*tz));
+  interleave::countdown = 0;
+  CHECK(c.store().used_bytes() == tree_bytes(c));
+  // Every token of Q's path is in the tree, each once.
+  CHECK(origins(c, seq).size() == seq.size());
 }

@@ -44,6 +44,8 @@ struct read_span {
   std::vector<std::uint32_t> pages;
   std::int64_t begin = 0, end = 0;
   bool checkpoint = false;
+  const char* source = "";  // for the failure message: a staged entry or a path node
+  std::int64_t id = -1;
 };
 
 /// The HBM pages of an entry (called under the cache's lock).
@@ -67,6 +69,15 @@ struct shared_run {
     }
   }
 };
+
+/// A request's state, for a failure message.
+template <class State>
+std::string describe(const State& s) {
+  return "common prefix " + std::to_string(s.match.common_prefix) + ", reusable " +
+         std::to_string(s.match.reusable_tokens) + ", kv_from " + std::to_string(s.kv_from) + ", reserved " +
+         std::to_string(s.reserved_tokens) + ", loaded_at " + std::to_string(s.loaded_at) + ", prefill from " +
+         std::to_string(s.plan.prefill_start) + (s.kv_pin.is_null() ? "" : ", KV-only tail pinned");
+}
 
 struct concurrency_stats {
   std::int64_t finished = 0, host_hits = 0, failed_loads = 0, copy_failures = 0, write_backs = 0, replicas = 0,
@@ -157,14 +168,14 @@ concurrency_stats run_concurrent(std::uint64_t seed, tiered::write_policy write,
         for (const auto& slot : s->checkpoints)
           state_slots.emplace_back(slot.position == 0 ? len : slot.position, hbm_pages(st, slot.handle.id));
         for (const auto& x : st.staged(s->host_hit))
-          reads.push_back({hbm_pages(st, x.id), x.begin, x.end, x.checkpoint});
+          reads.push_back({hbm_pages(st, x.id), x.begin, x.end, x.checkpoint, "staged entry", static_cast<std::int64_t>(x.id)});
         const auto& tree = c.tree();
         const std::int64_t hbm_reach = s->match.reusable_tokens;
         for (prefix::node_id n = s->match.node; n != prefix::no_node && n != cache_t::tree_type::root();
              n = tree.at(n).parent) {
           const auto& nd = tree.at(n);
           if (nd.kv.id != tiered::no_entry && nd.begin() < hbm_reach)
-            reads.push_back({hbm_pages(st, nd.kv.id), nd.begin(), std::min(nd.end, hbm_reach), false});
+            reads.push_back({hbm_pages(st, nd.kv.id), nd.begin(), std::min(nd.end, hbm_reach), false, "path node", static_cast<std::int64_t>(n)});
         }
         if (s->loaded_at == 0 && s->match.node != prefix::no_node && hbm_reach > 0) {
           const auto& nd = tree.at(s->match.node);
@@ -190,7 +201,9 @@ concurrency_stats run_concurrent(std::uint64_t seed, tiered::write_policy write,
         for (std::int64_t tok = r.begin; tok < r.end; ++tok)
           for (std::int64_t j = 0; j < kv; ++j)
             if (byte_at(r.pages, (tok - r.begin) * kv + j) != p.kv(tok, j)) {
-              run.fail("KV of token " + std::to_string(tok) + " read by a request is another token's");
+              run.fail("KV of token " + std::to_string(tok) + " read by a request is another token's (" + r.source + " " +
+                       std::to_string(r.id) + " [" + std::to_string(r.begin) + ", " + std::to_string(r.end) + "); " +
+                       describe(*s) + ")");
               tok = r.end;
               break;
             }
@@ -215,14 +228,12 @@ concurrency_stats run_concurrent(std::uint64_t seed, tiered::write_policy write,
       if (len > s->match.reusable_tokens) captured.push_back(len);  // a full hit computed nothing
       std::sort(captured.begin(), captured.end());
       captured.erase(std::unique(captured.begin(), captured.end()), captured.end());
+      std::string before = describe(*s) + ", slots";  // finish gives the reservation back, even when it fails
+      for (const auto& slot : s->checkpoints) before += " " + std::to_string(slot.position);
       if (const auto f = requests.finish(*t, seq, captured); !f) {
-        std::string what = "finish: " + std::string(to_string(f.error())) + " (len " + std::to_string(len) +
-                           ", reusable " + std::to_string(s->match.reusable_tokens) + ", kv_from " +
-                           std::to_string(s->kv_from) + ", reserved " + std::to_string(s->reserved_tokens) +
-                           ", loaded_at " + std::to_string(s->loaded_at) + ", captured";
+        std::string what = "finish: " + std::string(to_string(f.error())) + " (len " + std::to_string(len) + ", " +
+                           before + ", captured";
         for (const auto p : captured) what += " " + std::to_string(p);
-        what += ", slots";
-        for (const auto& slot : s->checkpoints) what += " " + std::to_string(slot.position);
         run.fail(what + ")");
         continue;
       }

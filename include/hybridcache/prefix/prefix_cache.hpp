@@ -319,6 +319,11 @@ class prefix_cache {
   template <class>
   friend class request_lifecycle;
 
+  /// `match`'s body, under the lock the caller holds: the lifecycle's `begin` matches, looks
+  /// below HBM and pins the KV-only tail in one critical section, so that no other thread's
+  /// eviction or insert runs between the match and the calls that use its `common_prefix`.
+  expected<match_result> match_locked(std::span<const token_id> input, const cache_salt& salt);
+
   /// `plan` into `out`, reusing its capacity (the lifecycle plans into a request's state
   /// without allocating in steady state).
   /// `lower_branch`: insertion_view::lower_branch_point (0: none).

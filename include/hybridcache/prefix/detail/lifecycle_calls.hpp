@@ -21,10 +21,13 @@ template <class AcceptHit>
 expected<request_ticket>
 request_lifecycle<Cache>::begin(std::span<const token_id> prompt, const begin_options& o, AcceptHit&& accept) {
   if (prompt.empty() || o.output_tokens < 0) return unexpected(errc::invalid_argument);
-  auto m = cache_->match(prompt, o.salt);
-  if (!m) return unexpected(m.error());
+  // One critical section from the match to the reservation: the lookup below HBM and the
+  // KV-only tail's pin use the match's common prefix, which another thread's eviction or
+  // insert would make stale (tokens neither pinned, loaded nor computed: a node adopting
+  // pages nobody wrote, or a finish refused because the tree's KV ends before kv_from).
   std::lock_guard<lock_type> guard(cache_->lock_);
-  cache_->salt_ = o.salt;  // another thread's call may have run since the match
+  auto m = cache_->match_locked(prompt, o.salt);
+  if (!m) return unexpected(m.error());
   auto refuse = [&](errc e) {
     if (!m->pin.is_null()) cache_->unpin(m->pin);
     return unexpected(e);

@@ -20,6 +20,14 @@ template <prefix_cost_model Model, admission_policy Admission, class Scorer, sta
 expected<match_result>
 prefix_cache<Model, Admission, Scorer, Store, Lock>::match(std::span<const token_id> input, const cache_salt& salt) {
   std::lock_guard<Lock> guard(lock_);
+  return match_locked(input, salt);
+}
+
+template <prefix_cost_model Model, admission_policy Admission, class Scorer, state_store Store, lock_policy Lock>
+  requires utility_scorer<Scorer, radix_tree<Store>>
+expected<match_result>
+prefix_cache<Model, Admission, Scorer, Store, Lock>::match_locked(std::span<const token_id> input,
+    const cache_salt& salt) {
   if (input.empty()) return unexpected(errc::invalid_argument);
   if (pins_.free_count() == 0) grow_pins();  // before any change (may throw bad_alloc)
   salt_ = salt;
