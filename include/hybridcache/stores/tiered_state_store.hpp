@@ -186,6 +186,10 @@ class tiered_state_store {
     entry_id ckpt = no_entry;
     return scan(input, m, ckpt);
   }
+  /// `probe`, and where the bytes would come from: the tier `lookup` would read each entry
+  /// from (its fastest valid copy) and the slowest of those (`tiered_hit::source_tier`), so a
+  /// prefetcher prices the load with the right link. O(|input| + entries).
+  [[nodiscard]] tiered_probe probe_hit(std::span<const prefix::token_id> input, const prefix::match_result& m);
 
   /// Submits the copies of `hit` into the HBM staging room (`staged(hit)`): for each KV
   /// entry the tokens it adds, and the checkpoint. Asynchronous: call `wait_loaded` before

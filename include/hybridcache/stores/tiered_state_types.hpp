@@ -135,6 +135,15 @@ struct tiered_hit {
   prefix::cache_salt salt = std::nullopt;  ///< the match's namespace: `settle` names the path's entries in it
 };
 
+/// What a hit below HBM would bring, from `tiered_state_store::probe_hit` (nothing pinned,
+/// nothing counted): for a scheduler or a prefetcher that prices a load before making it.
+struct tiered_probe {
+  std::int64_t resume_tokens = 0;  ///< where the hit would resume (the HBM match's reusable tokens: no hit)
+  tier_id source_tier{0};          ///< the slowest tier it would read from (0: nothing below HBM)
+  std::int64_t kv_entries = 0;     ///< lower-tier KV entries it would read
+  bool checkpoint = false;         ///< its checkpoint comes from a lower tier
+};
+
 /// Counters of a `tiered_state_store` (bytes are logical: tokens x bytes per token).
 struct tiered_state_counters {
   std::int64_t demoted_entries = 0, demoted_bytes = 0;      ///< named entries the cache evicted from HBM

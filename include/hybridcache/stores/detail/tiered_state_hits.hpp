@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <vector>
 
@@ -50,6 +51,40 @@ std::int64_t tiered_state_store<H, E, S>::scan(std::span<const prefix::token_id>
     return p;
   }
   return m.reusable_tokens;
+}
+
+template <demotion_scorer H, tier_copy_engine E, demotion_sizer S>
+tiered_probe tiered_state_store<H, E, S>::probe_hit(std::span<const prefix::token_id> input,
+                                                    const prefix::match_result& m) {
+  tiered_probe out;
+  entry_id ckpt = no_entry;
+  out.resume_tokens = scan(input, m, ckpt);
+  if (out.resume_tokens == m.reusable_tokens) return out;
+  // The tier `lookup` would pin: the fastest valid copy (none: lookup skips the entry).
+  auto read_tier = [&](entry_id id) -> std::optional<tier_id> {
+    if (const auto row = store_->find(id))
+      for (const auto& c : row->copies)
+        if (c.state == copy_state::valid) return c.tier;
+    return std::nullopt;
+  };
+  if (ckpt != no_entry) {
+    const auto t = read_tier(ckpt);
+    if (!t) return {.resume_tokens = m.reusable_tokens};  // lookup finds no hit
+    out.checkpoint = *t != hbm_tier;
+    out.source_tier = std::max(out.source_tier, *t);
+  }
+  std::int64_t covered = std::min<std::int64_t>(m.common_prefix, static_cast<std::int64_t>(input.size()));
+  for (const chain_link& link : chain_) {  // as lookup walks it
+    const meta& e = meta_.at(link.id);
+    if (e.end - e.tokens >= out.resume_tokens) break;
+    const std::int64_t upto = std::min(link.reach, out.resume_tokens);
+    const auto t = read_tier(link.id);
+    if (!t) continue;
+    if (*t != hbm_tier && upto > covered) out.source_tier = std::max(out.source_tier, *t);
+    covered = std::max(covered, upto);
+    out.kv_entries += 1;
+  }
+  return out;
 }
 
 template <demotion_scorer H, tier_copy_engine E, demotion_sizer S>

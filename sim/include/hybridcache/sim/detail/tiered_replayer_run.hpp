@@ -208,7 +208,8 @@ void tiered_replayer<Cache, Prefill>::maybe_prefetch(std::span<const sim::reques
     const std::size_t c = next[k];
     const sim::request& q = reqs[c];
     const auto m = cache_.peek(q.input);
-    const std::int64_t resume = cache_.store().probe(q.input, m);
+    const tiered_probe below = cache_.store().probe_hit(q.input, m);
+    const std::int64_t resume = below.resume_tokens;
     const std::int64_t lower = tokens_of(q, resume) - tokens_of(q, m.reusable_tokens);
     const double service = prefill_ms_after(prefill_, tokens_of(q, resume), q.input_tokens - tokens_of(q, resume));
     if (lower > 0 && !prefetched_.count(c)) {
@@ -220,15 +221,22 @@ void tiered_replayer<Cache, Prefill>::maybe_prefetch(std::span<const sim::reques
         }
       } else {
         // CaR's rule with the predicted remaining service before this request's dispatch in
-        // place of TPOT·len_i − (t − timer_i); the transfer time at the link's bandwidth.
+        // place of TPOT·len_i − (t − timer_i); the transfer time at the bandwidth of the
+        // slowest tier the hit reads from (a disk or Redis hit is not a host hit), plus that
+        // tier's latency per entry, as the timed engine books it (folded into the bytes:
+        // the rule takes one size and one bandwidth).
+        const tier_id from = below.source_tier.value > 0 ? below.source_tier : tier_id{1};
+        const double bandwidth = engine_.copy_gbps(from, tier_id{0}) * 1e6;  // bytes per ms
+        const double jobs = static_cast<double>(below.kv_entries + (below.checkpoint ? 1 : 0));
         const double bytes = static_cast<double>(cache_.store().kv_bytes(resume - m.common_prefix)) +
-                             static_cast<double>(cache_.store().checkpoint_bytes());
+                             static_cast<double>(cache_.store().checkpoint_bytes()) +
+                             engine_.latency_ms(from) * jobs * bandwidth;
         const running_request run[] = {{.timer_ms = now, .predicted_tokens = dispatch_at - now}};
         const prefetch_context ctx{.now_ms = now,
                                    .tpot_ms = 1.0,
                                    .running = run,
                                    .bytes = bytes,
-                                   .bandwidth_bytes_per_ms = engine_.link_gbps(tier_id{1}) * 1e6,
+                                   .bandwidth_bytes_per_ms = bandwidth,
                                    .lower_hit_tokens = lower};
         start = deadline_prefetch::fire_time(ctx);
         if (start > (k == 0 ? std::numeric_limits<double>::infinity() : gpu_free)) break;  // decided at the next dispatch
