@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <random>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -194,4 +195,49 @@ TEST_CASE("line_reader: lines across buffer refills, CRLF, no final newline, lon
   line_reader none(empty);
   CHECK_FALSE(none.next(line));
   CHECK_THROWS_AS(line_reader(std::filesystem::path("/nonexistent/trace.jsonl")), invalid_argument);
+}
+
+TEST_CASE("json: whitespace runs of every length between tokens (the 8-byte space skip)") {
+  // The same document with random whitespace between its tokens: runs of 0-20 spaces (the
+  // skip reads 8 bytes at a time, so every length and alignment is met), mixed with tabs,
+  // newlines and carriage returns, parses to the same values.
+  std::mt19937_64 rng(1908);
+  const std::vector<std::string> tokens = {"{", "\"a\"", ":", "[", "1", ",", "\"x y\"", ",", "{", "\"b\"", ":", "true", "}", ",",
+                                           "-2.5", ",", "null", "]", ",", "\"c\"", ":", "\"  \"", "}"};
+  const json_value compact = parse_json([&] {
+    std::string s;
+    for (const auto& t : tokens) s += t;
+    return s;
+  }());
+  for (int round = 0; round < 400; ++round) {
+    std::string s;
+    for (const auto& t : tokens) {
+      const int run = static_cast<int>(rng() % 21);
+      for (int k = 0; k < run; ++k) {
+        const auto r = rng() % 16;
+        s += r == 0 ? '\n' : r == 1 ? '\t' : r == 2 ? '\r' : ' ';
+      }
+      s += t;
+    }
+    s.append(rng() % 12, ' ');
+    CAPTURE(s);
+    const json_value v = parse_json(s);
+    REQUIRE(v.as_object().size() == 2);
+    const auto& a = v.find("a")->as_array();
+    REQUIRE(a.size() == 5);
+    CHECK(a[0].as_int() == compact.find("a")->as_array()[0].as_int());
+    CHECK(a[1].as_string() == "x y");
+    CHECK(a[2].find("b")->as_bool());
+    CHECK(a[3].as_double() == -2.5);
+    CHECK(a[4].is_null());
+    CHECK(v.find("c")->as_string() == "  ");
+  }
+  // The column of an error after a long run of spaces is exact.
+  for (std::size_t spaces = 0; spaces < 20; ++spaces) {
+    const std::string bad = "[1," + std::string(spaces, ' ') + "x]";
+    CAPTURE(bad);
+    CHECK(std::string(error_of(bad).what()).find("column " + std::to_string(4 + spaces)) != std::string::npos);
+  }
+  // Only spaces (and nothing else) is still "no value".
+  (void)error_of(std::string(17, ' '));
 }

@@ -57,10 +57,16 @@ class bpe_char_trie {
     std::sort(tokens.begin(), tokens.end(), [](const auto& a, const auto& b) {
       return a.first.size() != b.first.size() ? a.first.size() < b.first.size() : a.second < b.second;
     });
-    // Into a table sized by `chars`, then moved into one sized by the edges it holds (at
-    // most half full; an edge word keeps its key and child, so it moves as it is).
+    // Into a table sized by the code points of all tokens (a bound on the edges; `chars`
+    // counts bytes, three times too many for CJK), then moved into one sized by the edges
+    // it holds (at most half full; an edge word keeps its key and child, so it moves as it
+    // is, to the home of the prefix hash recorded for it).
+    std::size_t code_points = 0;
+    for (const auto& [bytes, id] : tokens)
+      for (const char c : bytes) code_points += (static_cast<unsigned char>(c) & 0xC0u) != 0x80u ? 1 : 0;
     std::vector<std::pair<std::uint64_t, std::size_t>> placed;  // (prefix hash, slot) of each table edge
-    insert_all(tokens, id_limit, chars, placed);
+    placed.reserve(code_points);
+    insert_all(tokens, id_limit, std::min(chars, code_points), placed);
     std::vector<std::uint64_t> all;
     all.swap(slots_);
     size_table(placed.size());
@@ -73,8 +79,10 @@ class bpe_char_trie {
 
   /// Writes to `out` the tokens that `text` (valid UTF-8) holds at `pos`, shortest first,
   /// and returns their count; returns `max + 1` (having written `max`) when there are more
-  /// than `max`.
-  std::size_t prefixes(std::string_view text, std::size_t pos, match* out, std::size_t max) const noexcept {
+  /// than `max`. `found(token)` is called as each is found, before the walk goes on (the
+  /// encoder prefetches what it will read about the token, so that load overlaps the walk).
+  template <class Found>
+  std::size_t prefixes(std::string_view text, std::size_t pos, match* out, std::size_t max, Found&& found) const noexcept {
     const auto* s = reinterpret_cast<const unsigned char*>(text.data());
     const std::size_t n = text.size();
     std::size_t count = 0, i = pos, len = 0;
@@ -87,6 +95,7 @@ class bpe_char_trie {
       if (node < root_) {
         if (count == max) return max + 1;
         out[count++] = {static_cast<token_id>(node), static_cast<std::uint32_t>(i)};
+        found(static_cast<token_id>(node));
       }
       if ((e & inner) == 0 || i >= n) break;
       cp = bpe_detail::decode_at(s + i, len);

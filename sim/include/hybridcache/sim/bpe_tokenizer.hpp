@@ -59,6 +59,7 @@
 #include <fstream>
 #include <iterator>
 #include <limits>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -98,11 +99,11 @@ class bpe_tokenizer {
     if (size > max_file_bytes) throw invalid_argument("tokenizer '" + path.string() + "': larger than 1 GiB");
     std::ifstream in(path, std::ios::binary);
     if (!in) throw invalid_argument("tokenizer '" + path.string() + "': cannot open");
-    std::string text(static_cast<std::size_t>(size), '\0');
-    in.read(text.data(), static_cast<std::streamsize>(size));
+    // Not a std::string: that would zero the bytes before reading over them.
+    const auto text = std::make_unique_for_overwrite<char[]>(static_cast<std::size_t>(size));
+    in.read(text.get(), static_cast<std::streamsize>(size));
     if (static_cast<std::uintmax_t>(in.gcount()) != size) throw invalid_argument("tokenizer '" + path.string() + "': short read");
-    bpe_tokenizer t = from_json(text, path.string());
-    return t;
+    return from_json(std::string_view(text.get(), static_cast<std::size_t>(size)), path.string());
   }
 
   /// Parses the text of a tokenizer.json; `name` labels errors.
