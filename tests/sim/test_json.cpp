@@ -241,3 +241,34 @@ TEST_CASE("json: whitespace runs of every length between tokens (the 8-byte spac
   // Only spaces (and nothing else) is still "no value".
   (void)error_of(std::string(17, ' '));
 }
+
+TEST_CASE("json: strings of every length with escapes and control bytes anywhere (the 8-byte scan)") {
+  // The scan for the end of a string reads 8 bytes at a time: quotes, backslashes and
+  // control bytes at every offset, in strings of 0-40 bytes with multi-byte characters.
+  std::mt19937_64 rng(1909);
+  const std::vector<std::pair<std::string, std::string>> pieces = {
+      {"a", "a"}, {"\xc3\xa9", "\xc3\xa9"}, {"\\\"", "\""}, {"\\\\", "\\"}, {"\\n", "\n"}, {"\\u00e9", "\xc3\xa9"}, {"~", "~"}, {" ", " "}};
+  for (int round = 0; round < 2000; ++round) {
+    std::string literal = "[\"", expected;
+    std::vector<std::size_t> boundaries = {literal.size()};  // between pieces, never inside an escape
+    const auto n = rng() % 30;
+    for (std::size_t k = 0; k < n; ++k) {
+      // Mostly plain bytes, so escapes land at every offset of a word.
+      const auto& p = pieces[rng() % 4 == 0 ? rng() % pieces.size() : (rng() % 2 == 0 ? 0 : 6)];
+      literal += p.first;
+      expected += p.second;
+      boundaries.push_back(literal.size());
+    }
+    literal += "\"]";
+    CAPTURE(literal);
+    CHECK(parse_json(literal).as_array()[0].as_string() == expected);
+    // A raw control byte anywhere in it is an error at its column.
+    const std::size_t at = boundaries[rng() % boundaries.size()];
+    std::string bad = literal;
+    bad.insert(at, 1, static_cast<char>(rng() % 0x20));
+    CAPTURE(bad);
+    const std::string what = error_of(bad).what();
+    CHECK(what.find("raw control character") != std::string::npos);
+    CHECK(what.find("column " + std::to_string(at + 1)) != std::string::npos);
+  }
+}

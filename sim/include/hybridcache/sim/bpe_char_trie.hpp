@@ -53,10 +53,19 @@ class bpe_char_trie {
   /// `chars` bounds their characters in all (see `fits`).
   void build(std::vector<std::pair<std::string_view, token_id>> tokens, std::size_t id_limit, std::size_t chars) {
     // Shorter first, so a prefix that is a token is made (numbered by its id) before any
-    // node below it.
-    std::sort(tokens.begin(), tokens.end(), [](const auto& a, const auto& b) {
-      return a.first.size() != b.first.size() ? a.first.size() < b.first.size() : a.second < b.second;
-    });
+    // node below it: a stable counting sort by length (tokens of one length are never
+    // prefixes of each other, so their order only fixes how inner nodes are numbered).
+    {
+      std::vector<std::size_t> at;
+      for (const auto& t : tokens) {
+        if (at.size() <= t.first.size() + 1) at.resize(t.first.size() + 2, 0);
+        ++at[t.first.size() + 1];
+      }
+      for (std::size_t l = 1; l < at.size(); ++l) at[l] += at[l - 1];
+      std::vector<std::pair<std::string_view, token_id>> sorted(tokens.size());
+      for (const auto& t : tokens) sorted[at[t.first.size()]++] = t;
+      tokens.swap(sorted);
+    }
     // Into a table sized by the code points of all tokens (a bound on the edges; `chars`
     // counts bytes, three times too many for CJK), then moved into one sized by the edges
     // it holds (at most half full; an edge word keeps its key and child, so it moves as it
