@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <random>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -194,4 +195,80 @@ TEST_CASE("line_reader: lines across buffer refills, CRLF, no final newline, lon
   line_reader none(empty);
   CHECK_FALSE(none.next(line));
   CHECK_THROWS_AS(line_reader(std::filesystem::path("/nonexistent/trace.jsonl")), invalid_argument);
+}
+
+TEST_CASE("json: whitespace runs of every length between tokens (the 8-byte space skip)") {
+  // The same document with random whitespace between its tokens: runs of 0-20 spaces (the
+  // skip reads 8 bytes at a time, so every length and alignment is met), mixed with tabs,
+  // newlines and carriage returns, parses to the same values.
+  std::mt19937_64 rng(1908);
+  const std::vector<std::string> tokens = {"{", "\"a\"", ":", "[", "1", ",", "\"x y\"", ",", "{", "\"b\"", ":", "true", "}", ",",
+                                           "-2.5", ",", "null", "]", ",", "\"c\"", ":", "\"  \"", "}"};
+  const json_value compact = parse_json([&] {
+    std::string s;
+    for (const auto& t : tokens) s += t;
+    return s;
+  }());
+  for (int round = 0; round < 400; ++round) {
+    std::string s;
+    for (const auto& t : tokens) {
+      const int run = static_cast<int>(rng() % 21);
+      for (int k = 0; k < run; ++k) {
+        const auto r = rng() % 16;
+        s += r == 0 ? '\n' : r == 1 ? '\t' : r == 2 ? '\r' : ' ';
+      }
+      s += t;
+    }
+    s.append(rng() % 12, ' ');
+    CAPTURE(s);
+    const json_value v = parse_json(s);
+    REQUIRE(v.as_object().size() == 2);
+    const auto& a = v.find("a")->as_array();
+    REQUIRE(a.size() == 5);
+    CHECK(a[0].as_int() == compact.find("a")->as_array()[0].as_int());
+    CHECK(a[1].as_string() == "x y");
+    CHECK(a[2].find("b")->as_bool());
+    CHECK(a[3].as_double() == -2.5);
+    CHECK(a[4].is_null());
+    CHECK(v.find("c")->as_string() == "  ");
+  }
+  // The column of an error after a long run of spaces is exact.
+  for (std::size_t spaces = 0; spaces < 20; ++spaces) {
+    const std::string bad = "[1," + std::string(spaces, ' ') + "x]";
+    CAPTURE(bad);
+    CHECK(std::string(error_of(bad).what()).find("column " + std::to_string(4 + spaces)) != std::string::npos);
+  }
+  // Only spaces (and nothing else) is still "no value".
+  (void)error_of(std::string(17, ' '));
+}
+
+TEST_CASE("json: strings of every length with escapes and control bytes anywhere (the 8-byte scan)") {
+  // The scan for the end of a string reads 8 bytes at a time: quotes, backslashes and
+  // control bytes at every offset, in strings of 0-40 bytes with multi-byte characters.
+  std::mt19937_64 rng(1909);
+  const std::vector<std::pair<std::string, std::string>> pieces = {
+      {"a", "a"}, {"\xc3\xa9", "\xc3\xa9"}, {"\\\"", "\""}, {"\\\\", "\\"}, {"\\n", "\n"}, {"\\u00e9", "\xc3\xa9"}, {"~", "~"}, {" ", " "}};
+  for (int round = 0; round < 2000; ++round) {
+    std::string literal = "[\"", expected;
+    std::vector<std::size_t> boundaries = {literal.size()};  // between pieces, never inside an escape
+    const auto n = rng() % 30;
+    for (std::size_t k = 0; k < n; ++k) {
+      // Mostly plain bytes, so escapes land at every offset of a word.
+      const auto& p = pieces[rng() % 4 == 0 ? rng() % pieces.size() : (rng() % 2 == 0 ? 0 : 6)];
+      literal += p.first;
+      expected += p.second;
+      boundaries.push_back(literal.size());
+    }
+    literal += "\"]";
+    CAPTURE(literal);
+    CHECK(parse_json(literal).as_array()[0].as_string() == expected);
+    // A raw control byte anywhere in it is an error at its column.
+    const std::size_t at = boundaries[rng() % boundaries.size()];
+    std::string bad = literal;
+    bad.insert(at, 1, static_cast<char>(rng() % 0x20));
+    CAPTURE(bad);
+    const std::string what = error_of(bad).what();
+    CHECK(what.find("raw control character") != std::string::npos);
+    CHECK(what.find("column " + std::to_string(at + 1)) != std::string::npos);
+  }
 }

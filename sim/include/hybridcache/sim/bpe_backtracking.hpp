@@ -166,7 +166,8 @@ class bpe_backtracking_encoder {
     std::size_t below = n + 1;  // only candidates shorter than this (after backing off)
     std::array<bpe_char_trie::match, max_candidates> found;  // written before read
     while (p < n) {
-      std::size_t count = trie_.prefixes(piece, p, found.data(), max_candidates);
+      std::size_t count = trie_.prefixes(piece, p, found.data(), max_candidates,
+                                         [this](token_id t) { __builtin_prefetch(&filter_[static_cast<std::size_t>(t)]); });
       if (count > max_candidates) return give_up(out, base);
       bool taken = false;
       while (count > 0) {  // longest first

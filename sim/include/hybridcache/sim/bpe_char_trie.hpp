@@ -8,7 +8,13 @@
 // bit saying whether the child has children (so a walk stops at a leaf without a lookup).
 // The root's edges below U+10000 are found by code point in a direct table (one load; CJK
 // text touches its 168 KiB of ideographs); the others in an open-addressing table of such
-// words, at most half full, hashed by one multiplication. A node that spells a token is
+// words, at most half full. An edge's home slot is a hash of the code points spelling its
+// child (the text from the walk's start), not of its parent's number: so where a walk
+// probes next depends on the text alone, and the processor loads the slots of the next
+// characters while the current one is still coming from memory (the table is larger than
+// the caches; a walk whose next slot waited for the previous load spent a third of the
+// encoder's time stalled). The probe still compares the exact (parent, code point) key, so
+// a hash collision costs a probe, never a wrong answer. A node that spells a token is
 // numbered by that token's id, so finding the edge gives the token; the other nodes are
 // numbered from `id_limit` up. Ids and node numbers must stay below 2^21 - 1 (`fits`).
 //
@@ -47,43 +53,63 @@ class bpe_char_trie {
   /// `chars` bounds their characters in all (see `fits`).
   void build(std::vector<std::pair<std::string_view, token_id>> tokens, std::size_t id_limit, std::size_t chars) {
     // Shorter first, so a prefix that is a token is made (numbered by its id) before any
-    // node below it.
-    std::sort(tokens.begin(), tokens.end(), [](const auto& a, const auto& b) {
-      return a.first.size() != b.first.size() ? a.first.size() < b.first.size() : a.second < b.second;
-    });
-    // Into a table sized by `chars`, then moved into one sized by the edges it holds (at
-    // most half full; an edge word keeps its key and child, so it moves as it is).
-    insert_all(tokens, id_limit, chars);
+    // node below it: a stable counting sort by length (tokens of one length are never
+    // prefixes of each other, so their order only fixes how inner nodes are numbered).
+    {
+      std::vector<std::size_t> at;
+      for (const auto& t : tokens) {
+        if (at.size() <= t.first.size() + 1) at.resize(t.first.size() + 2, 0);
+        ++at[t.first.size() + 1];
+      }
+      for (std::size_t l = 1; l < at.size(); ++l) at[l] += at[l - 1];
+      std::vector<std::pair<std::string_view, token_id>> sorted(tokens.size());
+      for (const auto& t : tokens) sorted[at[t.first.size()]++] = t;
+      tokens.swap(sorted);
+    }
+    // Into a table sized by the code points of all tokens (a bound on the edges; `chars`
+    // counts bytes, three times too many for CJK), then moved into one sized by the edges
+    // it holds (at most half full; an edge word keeps its key and child, so it moves as it
+    // is, to the home of the prefix hash recorded for it).
+    std::size_t code_points = 0;
+    for (const auto& [bytes, id] : tokens)
+      for (const char c : bytes) code_points += (static_cast<unsigned char>(c) & 0xC0u) != 0x80u ? 1 : 0;
+    std::vector<std::pair<std::uint64_t, std::size_t>> placed;  // (prefix hash, slot) of each table edge
+    placed.reserve(code_points);
+    insert_all(tokens, id_limit, std::min(chars, code_points), placed);
     std::vector<std::uint64_t> all;
     all.swap(slots_);
-    size_table(edges_);
-    for (const std::uint64_t e : all) {
-      if (e == empty) continue;
-      std::size_t i = home(e & key_bits);
+    size_table(placed.size());
+    for (const auto& [h, at] : placed) {
+      std::size_t i = home(h);
       while (slots_[i] != empty) i = (i + 1) & mask_;
-      slots_[i] = e;
+      slots_[i] = all[at];
     }
   }
 
   /// Writes to `out` the tokens that `text` (valid UTF-8) holds at `pos`, shortest first,
   /// and returns their count; returns `max + 1` (having written `max`) when there are more
-  /// than `max`.
-  std::size_t prefixes(std::string_view text, std::size_t pos, match* out, std::size_t max) const noexcept {
+  /// than `max`. `found(token)` is called as each is found, before the walk goes on (the
+  /// encoder prefetches what it will read about the token, so that load overlaps the walk).
+  template <class Found>
+  std::size_t prefixes(std::string_view text, std::size_t pos, match* out, std::size_t max, Found&& found) const noexcept {
     const auto* s = reinterpret_cast<const unsigned char*>(text.data());
     const std::size_t n = text.size();
     std::size_t count = 0, i = pos, len = 0;
     std::uint32_t cp = bpe_detail::decode_at(s + i, len);
-    std::uint64_t e = cp < 0x10000 ? bmp_[cp] : find(root_, cp);
+    std::uint64_t h = extend(seed, cp);
+    std::uint64_t e = cp < 0x10000 ? bmp_[cp] : find(root_, cp, h);
     while (e != empty) {
       i += len;
       const auto node = static_cast<std::uint32_t>(e & field);
       if (node < root_) {
         if (count == max) return max + 1;
         out[count++] = {static_cast<token_id>(node), static_cast<std::uint32_t>(i)};
+        found(static_cast<token_id>(node));
       }
       if ((e & inner) == 0 || i >= n) break;
       cp = bpe_detail::decode_at(s + i, len);
-      e = find(node, cp);
+      h = extend(h, cp);
+      e = find(node, cp, h);
     }
     return count;
   }
@@ -98,46 +124,53 @@ class bpe_char_trie {
   [[nodiscard]] static std::uint64_t key(std::uint32_t parent, std::uint32_t cp) noexcept {
     return ((static_cast<std::uint64_t>(parent) << 21) | cp) << 21;
   }
-  [[nodiscard]] std::size_t home(std::uint64_t k) const noexcept {
-    return static_cast<std::size_t>((k * 0x9E3779B97F4A7C15ULL) >> shift_);  // Fibonacci hashing
+  // The hash of a walk's code points so far (`seed` before the first), extended by `cp`.
+  static constexpr std::uint64_t seed = 0x243F6A8885A308D3ULL;
+  [[nodiscard]] static std::uint64_t extend(std::uint64_t h, std::uint32_t cp) noexcept {
+    return (((h << 23) | (h >> 41)) ^ cp) * 0x9E3779B97F4A7C15ULL;
   }
+  [[nodiscard]] std::size_t home(std::uint64_t h) const noexcept { return static_cast<std::size_t>(h >> shift_); }
 
-  // The edge (parent, cp), or `empty`.
-  [[nodiscard]] std::uint64_t find(std::uint32_t parent, std::uint32_t cp) const noexcept {
+  // The edge (parent, cp) whose child is spelled by code points hashing to `h`, or `empty`.
+  [[nodiscard]] std::uint64_t find(std::uint32_t parent, std::uint32_t cp, std::uint64_t h) const noexcept {
     const std::uint64_t k = key(parent, cp);
-    for (std::size_t i = home(k);; i = (i + 1) & mask_) {
+    for (std::size_t i = home(h);; i = (i + 1) & mask_) {
       const std::uint64_t e = slots_[i];
       if ((e & key_bits) == k || e == empty) return e;
     }
   }
 
-  // The word holding the edge (parent, cp), made (empty) when missing.
-  std::uint64_t& slot(std::uint32_t parent, std::uint32_t cp) {
-    if (parent == root_ && cp < 0x10000) return bmp_[cp];
+  // The index in slots_ of the word holding the edge (parent, cp) (hash `h`), made
+  // (empty) when missing; SIZE_MAX for a root edge below U+10000 (in bmp_).
+  std::size_t slot(std::uint32_t parent, std::uint32_t cp, std::uint64_t h) {
+    if (parent == root_ && cp < 0x10000) return std::numeric_limits<std::size_t>::max();
     const std::uint64_t k = key(parent, cp);
-    std::size_t i = home(k);
+    std::size_t i = home(h);
     while (slots_[i] != empty && (slots_[i] & key_bits) != k) i = (i + 1) & mask_;
-    return slots_[i];
+    return i;
   }
 
-  void insert_all(const std::vector<std::pair<std::string_view, token_id>>& tokens, std::size_t id_limit, std::size_t edges) {
+  void insert_all(const std::vector<std::pair<std::string_view, token_id>>& tokens, std::size_t id_limit, std::size_t edges,
+                  std::vector<std::pair<std::uint64_t, std::size_t>>& placed) {
     root_ = static_cast<std::uint32_t>(id_limit);
     next_node_ = root_ + 1;
-    edges_ = 0;
     size_table(edges);
     bmp_.assign(0x10000, empty);
     for (const auto& [bytes, id] : tokens) {
       std::uint32_t node = root_;
+      std::uint64_t h = seed;
       std::uint64_t* into = nullptr;  // the edge into `node` (none into the root)
       for (std::size_t i = 0; i < bytes.size();) {
         std::size_t l = 0;
         const std::uint32_t cp = bpe_detail::decode_valid(bytes, i, l);
         i += l;
+        h = extend(h, cp);
         if (into != nullptr) *into |= inner;
-        std::uint64_t& e = slot(node, cp);
+        const std::size_t at = slot(node, cp, h);
+        std::uint64_t& e = at == std::numeric_limits<std::size_t>::max() ? bmp_[cp] : slots_[at];
         if (e == empty) {
           e = key(node, cp) | (i == bytes.size() ? static_cast<std::uint32_t>(id) : next_node_++);
-          ++edges_;
+          if (at != std::numeric_limits<std::size_t>::max()) placed.emplace_back(h, at);
         }
         into = &e;
         node = static_cast<std::uint32_t>(e & field);
@@ -160,7 +193,6 @@ class bpe_char_trie {
   unsigned shift_ = 64;
   std::uint32_t root_ = 0;
   std::uint32_t next_node_ = 0;
-  std::size_t edges_ = 0;
 };
 
 }  // namespace hybridcache::sim

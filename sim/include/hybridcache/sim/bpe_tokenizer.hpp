@@ -59,6 +59,7 @@
 #include <fstream>
 #include <iterator>
 #include <limits>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -69,6 +70,7 @@
 #include "hybridcache/core/hash.hpp"
 #include "hybridcache/sim/bpe_backtracking.hpp"
 #include "hybridcache/sim/bpe_merges.hpp"
+#include "hybridcache/sim/bpe_vocab.hpp"
 #include "hybridcache/sim/json.hpp"
 #include "hybridcache/sim/request.hpp"
 #include "hybridcache/sim/utf8_pretokenize.hpp"
@@ -97,11 +99,11 @@ class bpe_tokenizer {
     if (size > max_file_bytes) throw invalid_argument("tokenizer '" + path.string() + "': larger than 1 GiB");
     std::ifstream in(path, std::ios::binary);
     if (!in) throw invalid_argument("tokenizer '" + path.string() + "': cannot open");
-    std::string text(static_cast<std::size_t>(size), '\0');
-    in.read(text.data(), static_cast<std::streamsize>(size));
+    // Not a std::string: that would zero the bytes before reading over them.
+    const auto text = std::make_unique_for_overwrite<char[]>(static_cast<std::size_t>(size));
+    in.read(text.get(), static_cast<std::streamsize>(size));
     if (static_cast<std::uintmax_t>(in.gcount()) != size) throw invalid_argument("tokenizer '" + path.string() + "': short read");
-    bpe_tokenizer t = from_json(text, path.string());
-    return t;
+    return from_json(std::string_view(text.get(), static_cast<std::size_t>(size)), path.string());
   }
 
   /// Parses the text of a tokenizer.json; `name` labels errors.
@@ -147,8 +149,7 @@ class bpe_tokenizer {
   [[nodiscard]] token_id token_to_id(std::string_view token) const {
     for (const auto& a : added_)
       if (a.content == token) return a.id;
-    auto it = vocab_.find(std::string(token));
-    return it == vocab_.end() ? -1 : it->second;
+    return vocab_.find(token);
   }
 
  private:
@@ -266,7 +267,13 @@ class bpe_tokenizer {
     cursor.begin_object("model");
     std::string_view key;
     bool have_vocab = false, have_merges = false;
-    std::vector<std::pair<std::string, std::string>> merge_pairs;
+    // The merges' spellings, each "a" then "b" back to back in one arena (so a + b is a
+    // view too), with where b starts and ends: no string per merge.
+    std::string merge_bytes;
+    struct merge_spelling {
+      std::uint32_t at, split, end;
+    };
+    std::vector<merge_spelling> merge_pairs;
     std::string type;
     while (cursor.next_member(key)) {
       const std::string k(key);
@@ -274,12 +281,13 @@ class bpe_tokenizer {
         have_vocab = true;
         cursor.begin_object("model.vocab");
         std::string_view token;
+        std::string token_scratch;
         while (cursor.next_member(token)) {
-          std::string t(token);
+          token_scratch.assign(token);  // the view may not outlive the next read
           const std::int64_t id = cursor.read_int("model.vocab");
           if (id < 0 || id > 0x7FFFFFFF) cursor.fail("model.vocab", "id outside [0, 2^31)");
           if (vocab_.size() >= max_entries) cursor.fail("model.vocab", "more than 2^24 entries");
-          vocab_[std::move(t)] = static_cast<token_id>(id);
+          vocab_.assign(token_scratch, static_cast<token_id>(id));
         }
       } else if (k == "merges") {
         have_merges = true;
@@ -291,16 +299,19 @@ class bpe_tokenizer {
             const std::size_t sp = m.find(' ');
             if (sp == std::string_view::npos || m.find(' ', sp + 1) != std::string_view::npos)
               cursor.fail("model.merges", "a merge must be two tokens separated by one space");
-            merge_pairs.emplace_back(std::string(m.substr(0, sp)), std::string(m.substr(sp + 1)));
+            const auto at = static_cast<std::uint32_t>(merge_bytes.size());
+            merge_bytes.append(m.substr(0, sp)).append(m.substr(sp + 1));
+            merge_pairs.push_back({at, static_cast<std::uint32_t>(at + sp), static_cast<std::uint32_t>(merge_bytes.size())});
           } else {
             cursor.begin_array("model.merges");
-            std::string a, b;
+            const auto at = static_cast<std::uint32_t>(merge_bytes.size());
             if (!cursor.next_element("model.merges")) cursor.fail("model.merges", "a merge pair needs two tokens");
-            a = std::string(cursor.read_string("model.merges"));
+            merge_bytes.append(cursor.read_string("model.merges"));
+            const auto split = static_cast<std::uint32_t>(merge_bytes.size());
             if (!cursor.next_element("model.merges")) cursor.fail("model.merges", "a merge pair needs two tokens");
-            b = std::string(cursor.read_string("model.merges"));
+            merge_bytes.append(cursor.read_string("model.merges"));
             if (cursor.next_element("model.merges")) cursor.fail("model.merges", "a merge pair has exactly two tokens");
-            merge_pairs.emplace_back(std::move(a), std::move(b));
+            merge_pairs.push_back({at, split, static_cast<std::uint32_t>(merge_bytes.size())});
           }
         }
       } else {
@@ -321,28 +332,29 @@ class bpe_tokenizer {
     if (!have_vocab || !have_merges) throw invalid_argument("tokenizer '" + name + "': model needs \"vocab\" and \"merges\"");
     merges_.reserve(merge_pairs.size());
     token_id id_limit = 0;
-    for (const auto& [token, id] : vocab_) id_limit = std::max(id_limit, id + 1);
+    vocab_.for_each([&](std::string_view, token_id id) { id_limit = std::max(id_limit, id + 1); });
     for (std::size_t r = 0; r < merge_pairs.size(); ++r) {
-      const auto& [a, b] = merge_pairs[r];
-      const auto ia = vocab_.find(a), ib = vocab_.find(b), iab = vocab_.find(a + b);
-      if (ia == vocab_.end() || ib == vocab_.end() || iab == vocab_.end())
-        throw invalid_argument("tokenizer '" + name + "': merge " + std::to_string(r) + " ('" + a + "' '" + b + "') uses a token missing from the vocab");
-      merges_.add(ia->second, ib->second, static_cast<std::int32_t>(r), iab->second);  // a repeated pair: the last wins, as in the package
+      const merge_spelling& m = merge_pairs[r];
+      const std::string_view a(merge_bytes.data() + m.at, m.split - m.at), b(merge_bytes.data() + m.split, m.end - m.split);
+      const token_id ia = vocab_.find(a), ib = vocab_.find(b), iab = vocab_.find(std::string_view(merge_bytes.data() + m.at, m.end - m.at));
+      if (ia < 0 || ib < 0 || iab < 0)
+        throw invalid_argument("tokenizer '" + name + "': merge " + std::to_string(r) + " ('" + std::string(a) + "' '" + std::string(b) +
+                               "') uses a token missing from the vocab");
+      merges_.add(ia, ib, static_cast<std::int32_t>(r), iab);  // a repeated pair: the last wins, as in the package
     }
     merges_.finish();
     const auto map = bpe_detail::byte_to_unicode();
     for (std::size_t b = 0; b < 256; ++b) {
       std::string s;
       bpe_detail::append_utf8(s, map[b]);
-      const auto it = vocab_.find(s);
-      byte_ids_[b] = it == vocab_.end() ? -1 : it->second;
+      byte_ids_[b] = vocab_.find(s);
     }
     if (ignore_merges_) {
       std::string bytes;
-      for (const auto& [token, id] : vocab_) {
-        if (!bpe_detail::byte_level_to_bytes(token, bytes)) continue;  // not spelled in the byte alphabet: never a piece
+      vocab_.for_each([&](std::string_view token, token_id id) {
+        if (!bpe_detail::byte_level_to_bytes(token, bytes)) return;  // not spelled in the byte alphabet: never a piece
         by_bytes_.emplace(bytes, id);
-      }
+      });
     }
     fast_.build(merges_, byte_ids_, static_cast<std::size_t>(id_limit));
   }
@@ -428,7 +440,7 @@ class bpe_tokenizer {
     std::size_t operator()(std::string_view s) const noexcept { return std::hash<std::string_view>{}(s); }
   };
 
-  std::unordered_map<std::string, token_id> vocab_;
+  bpe_vocab vocab_;
   bpe_merge_table merges_;
   bpe_word_merger merger_;           // the package's merge order: where fast_ does not apply
   bpe_backtracking_encoder fast_;    // exact, faster
