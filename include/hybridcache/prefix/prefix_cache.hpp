@@ -346,17 +346,15 @@ class prefix_cache {
     if (m.active) m = walk_memo{true, true, seq.data(), seq.size(), ns, tree_.edits(), r};
     return r;
   }
-  struct walk_memo {
-    bool active = false;  // a commit is in progress: its sequence does not change
-    bool valid = false;
+  struct walk_memo {  // the last walk within a commit (its tokens cannot change during it)
+    bool active = false, valid = false;
     const token_id* data = nullptr;
     std::size_t size = 0;
     namespace_id ns = 0;
     std::uint64_t edits = 0;
     walk_result result{};
   };
-  /// Enables walk reuse for one commit (the caller's tokens cannot change during it).
-  struct walk_memo_scope {
+  struct walk_memo_scope {  // enables walk reuse for one commit
     walk_memo& m;
     explicit walk_memo_scope(walk_memo& memo) noexcept : m(memo) { m = walk_memo{true}; }
     ~walk_memo_scope() { m = walk_memo{}; }
