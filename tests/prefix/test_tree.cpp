@@ -752,3 +752,35 @@ TEST_CASE("randomized: the bounded walk picks the naive model's victims, exact u
   CHECK(compared > 2000);
   CHECK(cuts > 500);  // the class-head half of the model is exercised, not only the walk
 }
+
+// prefix_cache reuses a walk within one commit when radix_tree::edits() has not moved, so
+// every edit that can change a walk must count, and what a walk ignores need not.
+TEST_CASE("radix_tree::edits: add_leaf, split, remove_leaf and merge count; touch, pins, checkpoints do not") {
+  using kv = counting_store::kv_extent;
+  radix_tree<counting_store> t;
+  std::vector<node_id> path;
+  const seq_t a{7, 3, 11, 5, 2, 9}, b{7, 3, 11, 4};
+  std::uint64_t e = t.edits();
+  const node_id na = t.add_leaf(radix_tree<counting_store>::root(), a, kv{6}, 1);
+  REQUIRE(t.edits() == ++e);
+  t.touch(na, 2);
+  t.pin(na);
+  t.unpin(na);
+  t.set_checkpoint(na, counting_store::checkpoint_handle{true});
+  (void)t.take_checkpoint(na);
+  CHECK(t.edits() == e);
+  CHECK(t.walk(b, path).common_prefix == 3);
+  const node_id h = t.split(na, 3, kv{3}, 3);
+  REQUIRE(t.edits() == ++e);
+  const node_id nb = t.add_leaf(h, seq_t{4}, kv{1}, 4);
+  REQUIRE(t.edits() == ++e);
+  CHECK(t.walk(b, path).common_prefix == 4);
+  CHECK(path == std::vector<node_id>{h, nb});
+  (void)t.remove_leaf(nb);
+  REQUIRE(t.edits() == ++e);
+  CHECK(t.walk(b, path).common_prefix == 3);
+  CHECK(t.merge_into_child(h, kv{6}) == na);
+  REQUIRE(t.edits() == ++e);
+  CHECK(t.walk(a, path).common_prefix == 6);
+  CHECK(path == std::vector<node_id>{na});
+}

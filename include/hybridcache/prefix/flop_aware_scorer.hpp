@@ -238,7 +238,7 @@ class flop_aware_scorer {
   [[nodiscard]] flop_aware_scorer replica() const { return with_alpha(cfg_.alpha); }
 
   void reserve(std::size_t ids) {
-    if (eff_.size() < ids) detail::grow_all(ids, eff_, ts_, in_, class_);
+    if (eff_.size() < ids) detail::grow_all(ids, eff_, ts_, in_, class_, key_);
   }
 
   template <class Tree>
@@ -251,13 +251,48 @@ class flop_aware_scorer {
   template <class Tree>
   void on_insert_path(Tree&, std::span<const node_id>, time_point) noexcept {}
 
+  /// Re-indexes `n`. Most calls change nothing (a pin, an unpin, a parent that stays a
+  /// branch): a candidate whose keys (last access, eff, bit for bit) are the indexed ones
+  /// is left alone, and a changed key moves its index node instead of freeing and
+  /// allocating one; eff is recomputed only when the slot's extent or checkpoint changed.
+  /// The indexes hold the same entries either way.
   template <class Tree>
   void on_update(const Tree& tree, node_id n) noexcept {
     if (n == Tree::root()) return;
-    erase(n);
-    if (!detail::flop_candidate(tree, n, protects_branches())) return;
-    eff_[n] = detail::node_efficiency(model_, tree, n);
-    ts_[n] = tree.last_access(n);
+    if (!detail::flop_candidate(tree, n, protects_branches())) {
+      erase(n);
+      return;
+    }
+    const auto& nd = tree.at(n);
+    const extent_key k{nd.end, nd.edge(), nd.has_checkpoint};
+    const bool indexed = n < in_.size() && in_[n];
+    // eff is a function of the key alone, so the last value computed in this slot (for
+    // this node or an earlier one) still holds when the key is the same.
+    const double eff = key_[n] == k ? eff_[n] : detail::node_efficiency(model_, tree, n);
+    const time_point ts = tree.last_access(n);
+    key_[n] = k;
+    if (indexed) {
+      const bool same_eff = std::bit_cast<std::uint64_t>(eff) == std::bit_cast<std::uint64_t>(eff_[n]);
+      if (same_eff && ts == ts_[n]) return;
+      if (ts != ts_[n]) rekey(by_rec_, {ts_[n], n}, {ts, n});
+      if (!same_eff) rekey(by_eff_, {eff_[n], n}, {eff, n});
+      if (!classes_.empty()) {
+        const std::uint32_t c = detail::efficiency_class(eff);
+        if (c != class_[n] || ts != ts_[n]) {
+          auto node = classes_[class_[n]].extract({ts_[n], n});
+          if (classes_[class_[n]].empty()) nonempty_[class_[n] / 64] &= ~(std::uint64_t{1} << (class_[n] % 64));
+          node.value() = {ts, n};
+          classes_[c].insert(std::move(node));
+          nonempty_[c / 64] |= std::uint64_t{1} << (c % 64);
+          class_[n] = c;
+        }
+      }
+      eff_[n] = eff;
+      ts_[n] = ts;
+      return;
+    }
+    eff_[n] = eff;
+    ts_[n] = ts;
     in_[n] = 1;
     by_rec_.emplace(ts_[n], n);
     by_eff_.emplace(eff_[n], n);
@@ -345,6 +380,22 @@ class flop_aware_scorer {
   [[nodiscard]] std::uint64_t walks_cut() const noexcept { return walks_cut_; }
 
  private:
+  /// What a node's efficiency depends on: its end, edge length and checkpoint.
+  struct extent_key {
+    std::int64_t end = -1;
+    std::int64_t edge = 0;
+    bool checkpoint = false;
+    friend bool operator==(const extent_key&, const extent_key&) = default;
+  };
+  /// Moves the entry `from` of `index` to key `to` (its node is reused: no allocation).
+  template <class Index>
+  static void rekey(Index& index, const typename Index::value_type& from,
+                    const typename Index::value_type& to) noexcept {
+    auto node = index.extract(from);
+    node.value() = to;
+    index.insert(std::move(node));
+  }
+
   void erase(node_id n) noexcept {
     if (n >= in_.size() || !in_[n]) return;
     by_rec_.erase({ts_[n], n});
@@ -366,6 +417,7 @@ class flop_aware_scorer {
   std::vector<time_point> ts_;
   std::vector<unsigned char> in_;
   std::vector<std::uint32_t> class_;  // efficiency class of each indexed node (classes mode)
+  std::vector<extent_key> key_;       // what eff_[n] was last computed from (end -1: never)
   std::vector<std::pmr::set<std::pair<time_point, node_id>>> classes_;  // by last access, per class
   std::vector<std::uint64_t> nonempty_;  // bitmap of non-empty classes
   std::uint64_t visits_ = 0;

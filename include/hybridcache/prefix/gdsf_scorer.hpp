@@ -29,6 +29,7 @@
 #pragma once
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -104,16 +105,29 @@ class gdsf_scorer {
   template <class Tree>
   void on_insert_path(Tree&, std::span<const node_id>, time_point) noexcept {}
 
+  /// Re-indexes `n`: an unchanged priority (bit for bit) leaves the index alone, a changed
+  /// one moves its index node (no allocation); the index holds the same entries either way.
   template <class Tree>
   void on_update(const Tree& tree, node_id n) noexcept {
     if (n == Tree::root() || n >= freq_.size()) return;
-    erase(n);
     if (freq_[n] == 0) {  // a node the scorer has not seen: it appears now
       freq_[n] = 1;
       base_[n] = inflation_;
     }
-    if (!detail::flop_candidate(tree, n, protects_branches())) return;
-    priority_[n] = base_[n] + static_cast<double>(freq_[n]) * detail::node_efficiency(model_, tree, n);
+    if (!detail::flop_candidate(tree, n, protects_branches())) {
+      erase(n);
+      return;
+    }
+    const double p = base_[n] + static_cast<double>(freq_[n]) * detail::node_efficiency(model_, tree, n);
+    if (in_[n]) {
+      if (std::bit_cast<std::uint64_t>(p) == std::bit_cast<std::uint64_t>(priority_[n])) return;
+      auto node = by_priority_.extract({priority_[n], n});
+      node.value() = {p, n};
+      by_priority_.insert(std::move(node));
+      priority_[n] = p;
+      return;
+    }
+    priority_[n] = p;
     in_[n] = 1;
     by_priority_.emplace(priority_[n], n);
   }

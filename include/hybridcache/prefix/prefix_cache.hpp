@@ -338,10 +338,34 @@ class prefix_cache {
     if constexpr (request_observer<Scorer>) scorer_.observe_request(sequence, input_tokens, salt_);
   }
 
-  /// Follows `seq` in the current operation's namespace; the path goes to `path_`.
+  /// Follows `seq` in the current operation's namespace; the path goes to `path_`. Within
+  /// one commit (`walk_memo_scope`) a walk of the same tokens (same span, unchanged
+  /// namespace) with no tree edit since (`radix_tree::edits`) is the last one: its result
+  /// is returned and path_ still holds its path. A commit walks its sequence 3-4 times.
   walk_result walk(std::span<const token_id> seq) const noexcept {
-    return tree_.walk(seq, path_, tree_.namespace_of(salt_));
+    const namespace_id ns = tree_.namespace_of(salt_);
+    walk_memo& m = walk_memo_;
+    if (m.active && m.valid && m.data == seq.data() && m.size == seq.size() && m.ns == ns && m.edits == tree_.edits())
+      return m.result;
+    const walk_result r = tree_.walk(seq, path_, ns);
+    if (m.active) m = walk_memo{true, true, seq.data(), seq.size(), ns, tree_.edits(), r};
+    return r;
   }
+  struct walk_memo {  // the last walk within a commit (its tokens cannot change during it)
+    bool active = false, valid = false;
+    const token_id* data = nullptr;
+    std::size_t size = 0;
+    namespace_id ns = 0;
+    std::uint64_t edits = 0;
+    walk_result result{};
+  };
+  struct walk_memo_scope {  // enables walk reuse for one commit
+    walk_memo& m;
+    explicit walk_memo_scope(walk_memo& memo) noexcept : m(memo) { m = walk_memo{true}; }
+    ~walk_memo_scope() { m = walk_memo{}; }
+    walk_memo_scope(const walk_memo_scope&) = delete;
+    walk_memo_scope& operator=(const walk_memo_scope&) = delete;
+  };
 
   /// The namespace of a commit: `m`'s, or `salt` without `m`.
   errc select_salt(const match_result* m, const cache_salt& salt) noexcept {
@@ -663,6 +687,7 @@ class prefix_cache {
   generation_table pins_;
   std::vector<node_id> pin_node_;
   mutable std::vector<node_id> path_;
+  mutable walk_memo walk_memo_;  // walk(): reuse within one commit
   cache_salt salt_;  // the namespace of the operation in progress (set under the lock)
   std::vector<std::int64_t> positions_;
   std::vector<typename Store::kv_extent> pending_kv_;

@@ -255,6 +255,10 @@ class radix_tree {
   [[nodiscard]] std::int64_t bytes() const noexcept { return bytes_; }
   /// The checkpoints' share of `bytes()`. O(1).
   [[nodiscard]] std::int64_t checkpoint_bytes() const noexcept { return checkpoint_bytes_; }
+  /// Counts the edits that can change what `walk` returns (add_leaf, split, remove_leaf,
+  /// merge_into_child): equal counts mean equal walks of the same tokens, so a caller may
+  /// reuse a walk it made (prefix_cache does, within one commit). O(1).
+  [[nodiscard]] std::uint64_t edits() const noexcept { return edits_; }
 
   /// Follows `seq` from the root, in namespace `ns`. `path` receives the fully matched
   /// nodes (root excluded), in order. O(|common prefix| + |path|); no allocation once `path`
@@ -292,6 +296,7 @@ class radix_tree {
   /// none); deeper, into its parent's. O(e). @throws std::bad_alloc only (nothing changed).
   node_id add_leaf(node_id parent, std::span<const token_id> tokens, kv_extent&& kv, time_point now,
                    const cache_salt& salt = std::nullopt) {
+    ++edits_;
     HYBRIDCACHE_ASSERT(!tokens.empty());
     namespace_id ns = nodes_[parent].ns;
     bool created = false;
@@ -330,6 +335,7 @@ class radix_tree {
   /// `head` tokens and `head_kv`, replaces `n` among its parent's children (same position)
   /// and gets `n` as its only child. `n` keeps its checkpoint, time and the tail. O(e).
   node_id split(node_id n, std::int64_t head, kv_extent&& head_kv, time_point now) {
+    ++edits_;
     HYBRIDCACHE_ASSERT(head > 0 && head < nodes_[n].edge());
     // Reserve before mutating so that a bad_alloc leaves the tree intact.
     map_.reserve_extra(1);
@@ -360,6 +366,7 @@ class radix_tree {
   /// Removes leaf `n` (no children, not the root) and returns its KV extent; its
   /// checkpoint must have been taken first. O(1).
   kv_extent remove_leaf(node_id n) noexcept {
+    ++edits_;
     node& nn = nodes_[n];
     HYBRIDCACHE_ASSERT(n != root() && nn.children == 0 && !nn.has_checkpoint);
     map_.erase(child_key(nn.parent, nn.ns, nn.tokens[0]));
@@ -376,6 +383,7 @@ class radix_tree {
   /// max(n, child); the child takes n's place among n's parent's children. `n`'s
   /// checkpoint must have been taken first. Returns the child. O(e_n + e_child).
   node_id merge_into_child(node_id n, kv_extent&& joined) {
+    ++edits_;
     node& nn = nodes_[n];
     HYBRIDCACHE_ASSERT(n != root() && nn.children == 1 && !nn.has_checkpoint);
     const node_id c = nn.first_child;
@@ -623,6 +631,7 @@ class radix_tree {
   std::int64_t checkpoint_bytes_ = 0;  // of bytes_
   std::size_t live_ = 1;
   std::uint64_t order_counter_ = 0;
+  std::uint64_t edits_ = 0;  // edits()
 };
 
 }  // namespace hybridcache::prefix

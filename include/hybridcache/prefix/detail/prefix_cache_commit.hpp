@@ -68,6 +68,7 @@ expected<commit_result>
 prefix_cache<Model, Admission, Scorer, Store, Lock>::commit(std::span<const token_id> sequence,
     std::int64_t input_tokens, const match_result* m, std::span<const std::int64_t> extra, const cache_salt& salt) {
   std::lock_guard<Lock> guard(lock_);
+  const walk_memo_scope memo(walk_memo_);
   const auto len = static_cast<std::int64_t>(sequence.size());
   if (const errc e = select_salt(m, salt); e != errc::ok) return unexpected(e);
   std::int64_t reusable = -1;
