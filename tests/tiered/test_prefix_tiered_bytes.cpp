@@ -10,6 +10,7 @@
 // over random branching conversations; a failed copy drops or keeps entries, never corrupts.
 #include <doctest/doctest.h>
 
+#include <atomic>
 #include <cstring>
 #include <map>
 #include <random>
@@ -44,8 +45,9 @@ run_stats random_run(std::uint64_t seed, std::int64_t hbm, std::int64_t host, in
                                               .checkpoint_bytes = ck,
                                               .staging_bytes = hbm};
   engine_t engine(store_t::tiers_for(cfg), store_t::page_bytes_for(cfg), {.measure_bandwidth = false});
-  std::int64_t spans = 0;
-  if (fail_every > 0) engine.set_fault_hook([&](const tiered::copy_span&) { return ++spans % fail_every == 0; });
+  std::atomic<std::int64_t> spans{0};  // the engine's workers run the hook concurrently
+  if (fail_every > 0)
+    engine.set_fault_hook([&](const tiered::copy_span&) { return (spans.fetch_add(1) + 1) % fail_every == 0; });
   Scorer scorer = [] {
     if constexpr (std::is_same_v<Scorer, prefix::flop_aware_scorer>)
       return prefix::flop_aware_scorer(tiny(), {.alpha = 1.0});

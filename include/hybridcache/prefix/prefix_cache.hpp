@@ -351,21 +351,8 @@ class prefix_cache {
     if (m.active) m = walk_memo{true, true, seq.data(), seq.size(), ns, tree_.edits(), r};
     return r;
   }
-  struct walk_memo {  // the last walk within a commit (its tokens cannot change during it)
-    bool active = false, valid = false;
-    const token_id* data = nullptr;
-    std::size_t size = 0;
-    namespace_id ns = 0;
-    std::uint64_t edits = 0;
-    walk_result result{};
-  };
-  struct walk_memo_scope {  // enables walk reuse for one commit
-    walk_memo& m;
-    explicit walk_memo_scope(walk_memo& memo) noexcept : m(memo) { m = walk_memo{true}; }
-    ~walk_memo_scope() { m = walk_memo{}; }
-    walk_memo_scope(const walk_memo_scope&) = delete;
-    walk_memo_scope& operator=(const walk_memo_scope&) = delete;
-  };
+  using walk_memo = detail::walk_memo;
+  using walk_memo_scope = detail::walk_memo_scope;
 
   /// The namespace of a commit: `m`'s, or `salt` without `m`.
   errc select_salt(const match_result* m, const cache_salt& salt) noexcept {

@@ -2,7 +2,7 @@
 //
 // Steps of `prefix_cache` that act on its tree, store and scorer together and need nothing
 // else of the cache: applying one eviction, emptying the tree, and the byte bound of the
-// commit contract. Kept apart so that prefix_cache.hpp stays readable; internal (the
+// commit contract, and the memo of a commit's walks. Kept apart so that prefix_cache.hpp stays readable; internal (the
 // cache's lock is held by the caller).
 //
 // Costs: apply_eviction O(edge) + the scorer's re-index (O(log n)); drop_all_nodes O(n);
@@ -12,6 +12,7 @@
 #pragma once
 
 #include <algorithm>
+#include <cstddef>
 #include <cstdint>
 #include <utility>
 #include <vector>
@@ -19,9 +20,31 @@
 #include "hybridcache/concepts/ids.hpp"
 #include "hybridcache/concepts/utility_scorer.hpp"
 #include "hybridcache/core/expected.hpp"
+#include "hybridcache/prefix/radix_tree.hpp"
 #include "hybridcache/prefix/types.hpp"
 
 namespace hybridcache::prefix::detail {
+
+/// The last walk within one commit (prefix_cache::walk): a commit walks its sequence 3-4
+/// times, and its tokens cannot change during it, so a walk of the same span in the same
+/// namespace with no tree edit since (`radix_tree::edits`) is this one.
+struct walk_memo {
+  bool active = false, valid = false;
+  const token_id* data = nullptr;
+  std::size_t size = 0;
+  namespace_id ns = 0;
+  std::uint64_t edits = 0;
+  walk_result result{};
+};
+
+/// Enables walk reuse for one commit (and forgets the memo when it ends).
+struct walk_memo_scope {
+  walk_memo& m;
+  explicit walk_memo_scope(walk_memo& memo) noexcept : m(memo) { m = walk_memo{true}; }
+  ~walk_memo_scope() { m = walk_memo{}; }
+  walk_memo_scope(const walk_memo_scope&) = delete;
+  walk_memo_scope& operator=(const walk_memo_scope&) = delete;
+};
 
 /// Evicts victim `v` by `act`: tells the listener first, frees its checkpoint, then removes
 /// the leaf, merges it into its only child, or (otherwise, or when the join fails) keeps
