@@ -142,6 +142,10 @@ TEST_CASE("deadline prefetch: CaR's formula, pinned arithmetic") {
   CHECK(deadline_prefetch::transfer_ms(c) == doctest::Approx(50.0));
   CHECK_FALSE(deadline_prefetch{}.should_fetch(c));
   CHECK(deadline_prefetch::fire_time(c) == doctest::Approx(150.0));  // 200 - 50
+  c.latency_ms = 30.0;  // a slow source's fixed time adds to the transfer: fire 30 ms earlier
+  CHECK(deadline_prefetch::transfer_ms(c) == doctest::Approx(80.0));
+  CHECK(deadline_prefetch::fire_time(c) == doctest::Approx(120.0));
+  c.latency_ms = 0.0;
   c.now_ms = 150.0;
   CHECK(deadline_prefetch{}.should_fetch(c));
   c.now_ms = 149.9;

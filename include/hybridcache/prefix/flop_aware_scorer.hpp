@@ -152,6 +152,15 @@ template <class Tree>
          (nd.children == 0 || (nd.children == 1 && nd.has_checkpoint && !(protect_branches && nd.branched)));
 }
 
+/// Moves the entry `from` of an ordered index (a set) to key `to` in place of erasing and
+/// inserting: its node is reused, so re-keying never allocates. `from` must be present.
+template <class Index>
+void rekey(Index& index, const typename Index::value_type& from, const typename Index::value_type& to) noexcept {
+  auto node = index.extract(from);
+  node.value() = to;
+  index.insert(std::move(node));
+}
+
 }  // namespace detail
 
 /// Which single-child nodes FLOP-aware eviction may take (see the file comment).
@@ -274,8 +283,8 @@ class flop_aware_scorer {
     if (indexed) {
       const bool same_eff = std::bit_cast<std::uint64_t>(eff) == std::bit_cast<std::uint64_t>(eff_[n]);
       if (same_eff && ts == ts_[n]) return;
-      if (ts != ts_[n]) rekey(by_rec_, {ts_[n], n}, {ts, n});
-      if (!same_eff) rekey(by_eff_, {eff_[n], n}, {eff, n});
+      if (ts != ts_[n]) detail::rekey(by_rec_, {ts_[n], n}, {ts, n});
+      if (!same_eff) detail::rekey(by_eff_, {eff_[n], n}, {eff, n});
       if (!classes_.empty()) {
         const std::uint32_t c = detail::efficiency_class(eff);
         if (c != class_[n] || ts != ts_[n]) {
@@ -387,14 +396,6 @@ class flop_aware_scorer {
     bool checkpoint = false;
     friend bool operator==(const extent_key&, const extent_key&) = default;
   };
-  /// Moves the entry `from` of `index` to key `to` (its node is reused: no allocation).
-  template <class Index>
-  static void rekey(Index& index, const typename Index::value_type& from,
-                    const typename Index::value_type& to) noexcept {
-    auto node = index.extract(from);
-    node.value() = to;
-    index.insert(std::move(node));
-  }
 
   void erase(node_id n) noexcept {
     if (n >= in_.size() || !in_[n]) return;

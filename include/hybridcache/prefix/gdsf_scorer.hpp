@@ -121,9 +121,7 @@ class gdsf_scorer {
     const double p = base_[n] + static_cast<double>(freq_[n]) * detail::node_efficiency(model_, tree, n);
     if (in_[n]) {
       if (std::bit_cast<std::uint64_t>(p) == std::bit_cast<std::uint64_t>(priority_[n])) return;
-      auto node = by_priority_.extract({priority_[n], n});
-      node.value() = {p, n};
-      by_priority_.insert(std::move(node));
+      detail::rekey(by_priority_, {priority_[n], n}, {p, n});
       priority_[n] = p;
       return;
     }

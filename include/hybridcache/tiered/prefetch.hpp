@@ -64,6 +64,9 @@ struct prefetch_context {
   std::span<const running_request> running{};   ///< requests on the GPU now
   double bytes = 0.0;                            ///< SIZE: bytes to fetch
   double bandwidth_bytes_per_ms = 0.0;           ///< measured link bandwidth
+  /// Fixed time of the fetch beyond its bytes: the source tier's latency per request it
+  /// makes (a disk or a remote store; 0 for host memory).
+  double latency_ms = 0.0;
   std::int64_t lower_hit_tokens = 0;             ///< tokens the fetch would bring in
 };
 
@@ -81,9 +84,10 @@ struct deadline_prefetch {
     for (const auto& r : c.running) m = std::min(m, c.tpot_ms * r.predicted_tokens - (c.now_ms - r.timer_ms));
     return m;
   }
-  /// SIZE / bandwidth.
+  /// SIZE / bandwidth (+ the source's latency).
   [[nodiscard]] static double transfer_ms(const prefetch_context& c) noexcept {
-    return c.bandwidth_bytes_per_ms > 0 ? c.bytes / c.bandwidth_bytes_per_ms : std::numeric_limits<double>::infinity();
+    return c.bandwidth_bytes_per_ms > 0 ? c.bytes / c.bandwidth_bytes_per_ms + c.latency_ms
+                                        : std::numeric_limits<double>::infinity();
   }
   [[nodiscard]] bool should_fetch(const prefetch_context& c) const noexcept {
     if (c.running.empty()) return true;  // GPU idle: fetch now

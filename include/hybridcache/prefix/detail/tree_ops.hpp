@@ -1,9 +1,9 @@
 // hybridcache/prefix/detail/tree_ops.hpp
 //
 // Steps of `prefix_cache` that act on its tree, store and scorer together and need nothing
-// else of the cache: applying one eviction, emptying the tree, and the byte bound of the
-// commit contract, and the memo of a commit's walks. Kept apart so that prefix_cache.hpp stays readable; internal (the
-// cache's lock is held by the caller).
+// else of the cache: applying one eviction, emptying the tree, the byte bound of the commit
+// contract, and the memo of a commit's walks. Kept apart so that prefix_cache.hpp stays
+// readable; internal (the cache's lock is held by the caller).
 //
 // Costs: apply_eviction O(edge) + the scorer's re-index (O(log n)); drop_all_nodes O(n);
 // count_tree_bytes O(n) (the reference model of protected_bytes, checked against it in

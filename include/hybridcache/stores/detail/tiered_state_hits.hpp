@@ -53,6 +53,25 @@ std::int64_t tiered_state_store<H, E, S>::scan(std::span<const prefix::token_id>
   return m.reusable_tokens;
 }
 
+// The KV entries of scan's chain that a hit resuming at `best` reads, in chain order, as
+// lookup pins them and probe_hit prices them: `read_from(id, reach)` is the tier the entry
+// is read from (nullopt: no valid copy, skipped); `use(id, tier, covered, upto)` sees each
+// entry read, with the tokens covered before it and how far the input follows it.
+template <demotion_scorer H, tier_copy_engine E, demotion_sizer S>
+template <class ReadFrom, class Use>
+void tiered_state_store<H, E, S>::for_each_chain_source(std::int64_t best, std::int64_t covered, ReadFrom&& read_from,
+                                                         Use&& use) {
+  for (const chain_link& link : chain_) {
+    const meta& e = meta_.at(link.id);
+    if (e.end - e.tokens >= best) break;  // the chain is ordered by reach
+    const std::int64_t upto = std::min(link.reach, best);
+    const std::optional<tier_id> t = read_from(link.id, link.reach);
+    if (!t) continue;
+    use(link.id, *t, covered, upto);
+    covered = std::max(covered, upto);
+  }
+}
+
 template <demotion_scorer H, tier_copy_engine E, demotion_sizer S>
 tiered_probe tiered_state_store<H, E, S>::probe_hit(std::span<const prefix::token_id> input,
                                                     const prefix::match_result& m) {
@@ -60,30 +79,24 @@ tiered_probe tiered_state_store<H, E, S>::probe_hit(std::span<const prefix::toke
   entry_id ckpt = no_entry;
   out.resume_tokens = scan(input, m, ckpt);
   if (out.resume_tokens == m.reusable_tokens) return out;
-  // The tier `lookup` would pin: the fastest valid copy (none: lookup skips the entry).
-  auto read_tier = [&](entry_id id) -> std::optional<tier_id> {
-    if (const auto row = store_->find(id))
-      for (const auto& c : row->copies)
-        if (c.state == copy_state::valid) return c.tier;
-    return std::nullopt;
+  // The tier `lookup` would pin: the home copy (the fastest valid one), if it is valid.
+  auto read_from = [&](entry_id id, std::int64_t) -> std::optional<tier_id> {
+    const auto at = store_->locate(id);
+    if (!at || at->second != copy_state::valid) return std::nullopt;
+    return at->first;
   };
   if (ckpt != no_entry) {
-    const auto t = read_tier(ckpt);
+    const auto t = read_from(ckpt, out.resume_tokens);
     if (!t) return {.resume_tokens = m.reusable_tokens};  // lookup finds no hit
     out.checkpoint = *t != hbm_tier;
     out.source_tier = std::max(out.source_tier, *t);
   }
-  std::int64_t covered = std::min<std::int64_t>(m.common_prefix, static_cast<std::int64_t>(input.size()));
-  for (const chain_link& link : chain_) {  // as lookup walks it
-    const meta& e = meta_.at(link.id);
-    if (e.end - e.tokens >= out.resume_tokens) break;
-    const std::int64_t upto = std::min(link.reach, out.resume_tokens);
-    const auto t = read_tier(link.id);
-    if (!t) continue;
-    if (*t != hbm_tier && upto > covered) out.source_tier = std::max(out.source_tier, *t);
-    covered = std::max(covered, upto);
-    out.kv_entries += 1;
-  }
+  const std::int64_t covered = std::min<std::int64_t>(m.common_prefix, static_cast<std::int64_t>(input.size()));
+  for_each_chain_source(out.resume_tokens, covered, read_from,
+                        [&](entry_id, tier_id t, std::int64_t before, std::int64_t upto) {
+                          if (t != hbm_tier && upto > before) out.source_tier = std::max(out.source_tier, t);
+                          out.kv_entries += 1;
+                        });
   return out;
 }
 
@@ -127,23 +140,21 @@ tiered_hit tiered_state_store<H, E, S>::lookup(std::span<const prefix::token_id>
       h.source_tier = std::max(h.source_tier, cp->tier);
     }
   }
-  std::int64_t covered = slot.covered;
-  for (const chain_link& link : chain_) {
-    const entry_id id = link.id;
-    const meta& e = meta_.at(id);
-    if (e.end - e.tokens >= best) break;  // the chain is ordered by reach
-    const std::int64_t upto = std::min(link.reach, best);
-    const detail::pinned_source* src = pin(id, link.reach);
-    if (src == nullptr) continue;
-    if (src->tier != hbm_tier && upto > covered) {
-      const std::int64_t kept = stored(id, src->tier);
-      const bool sparsified = kept < bytes_of(e);  // loaded whole (its tokens cannot be sliced)
-      h.bytes_to_load += sparsified ? kept : (upto - covered) * kv_per_token_;
-      h.source_tier = std::max(h.source_tier, src->tier);
-    }
-    covered = std::max(covered, upto);
-    h.kv_entries += 1;
-  }
+  auto pin_tier = [&](entry_id id, std::int64_t reach) -> std::optional<tier_id> {
+    const detail::pinned_source* src = pin(id, reach);
+    return src == nullptr ? std::nullopt : std::optional<tier_id>(src->tier);
+  };
+  for_each_chain_source(best, slot.covered, pin_tier,
+                        [&](entry_id id, tier_id t, std::int64_t covered, std::int64_t upto) {
+                          if (t != hbm_tier && upto > covered) {
+                            const std::int64_t kept = stored(id, t);
+                            // a sparsified copy is loaded whole (its tokens cannot be sliced)
+                            const bool sparsified = kept < bytes_of(meta_.at(id));
+                            h.bytes_to_load += sparsified ? kept : (upto - covered) * kv_per_token_;
+                            h.source_tier = std::max(h.source_tier, t);
+                          }
+                          h.kv_entries += 1;
+                        });
   h.reusable_tokens = best;
   h.host_tokens = best - m.reusable_tokens;
   h.host_checkpoint = ckpt != no_entry;

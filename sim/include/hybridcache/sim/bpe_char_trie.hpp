@@ -29,6 +29,7 @@
 #include <utility>
 #include <vector>
 
+#include "hybridcache/core/hash.hpp"
 #include "hybridcache/sim/request.hpp"
 #include "hybridcache/sim/utf8_pretokenize.hpp"
 
@@ -127,7 +128,7 @@ class bpe_char_trie {
   // The hash of a walk's code points so far (`seed` before the first), extended by `cp`.
   static constexpr std::uint64_t seed = 0x243F6A8885A308D3ULL;
   [[nodiscard]] static std::uint64_t extend(std::uint64_t h, std::uint32_t cp) noexcept {
-    return (((h << 23) | (h >> 41)) ^ cp) * 0x9E3779B97F4A7C15ULL;
+    return (((h << 23) | (h >> 41)) ^ cp) * splitmix64_gamma;
   }
   [[nodiscard]] std::size_t home(std::uint64_t h) const noexcept { return static_cast<std::size_t>(h >> shift_); }
 

@@ -21,6 +21,7 @@
 #include <string_view>
 #include <vector>
 
+#include "hybridcache/core/hash.hpp"
 #include "hybridcache/sim/request.hpp"
 
 namespace hybridcache::sim {
@@ -81,7 +82,7 @@ class bpe_vocab {
   // Multiply-xor over 8-byte words, the tail zero-padded, the length mixed in; the low bits
   // index the table, so the result is finished with a xor-shift of the high half.
   [[nodiscard]] static std::uint64_t hash(std::string_view s) noexcept {
-    constexpr std::uint64_t k = 0x9E3779B97F4A7C15ULL;
+    constexpr std::uint64_t k = splitmix64_gamma;  // odd: multiplying by it is a bijection
     std::uint64_t h = s.size() * k;
     std::size_t i = 0;
     for (; i + 8 <= s.size(); i += 8) {

@@ -118,20 +118,24 @@ class tiered_replayer {
     return t;
   }
 
+  // The tier a lower-tier hit is priced at: the slowest it reads from (a disk or Redis hit
+  // is not a host hit); tier 1 when the hit names none.
+  static tier_id priced_tier(tier_id source) noexcept { return source.value > 0 ? source : tier_id{1}; }
+
   // The hit filter of `begin`: load the hit only if the pipelined load finishes no later
   // than recomputing those tokens (the link's queue and bandwidth, the per-copy overhead).
   template <class Hit>
   bool worth_loading(const sim::request& q, const Hit& h, double t0, std::size_t e) {
     if (!o_.recompute_when_faster) return true;
     const std::int64_t hbm = tokens_of(q, h.hbm_tokens), host = tokens_of(q, h.reusable_tokens);
-    // Priced at the slowest tier the hit reads from (a disk or Redis hit is not a host hit).
-    const tier_id below = h.source_tier.value > 0 ? h.source_tier : tier_id{1};
+    const tier_id below = priced_tier(h.source_tier);
     const double start = std::max(t0, engine_.onboard_free_at(e, below));
     const double ckpt = static_cast<double>(h.host_checkpoint ? cache_.store().checkpoint_bytes() : 0);
     const double kv = std::max(0.0, static_cast<double>(h.bytes_to_load) - ckpt);
     const double calls = static_cast<double>(h.kv_entries * std::max<std::int64_t>(m_.attention_layers(), 1) +
                                              std::max<std::int64_t>(m_.recurrent_layers(), 1));
-    // One request to the tier per entry copied (its latency), as the timed engine books it.
+    // The bytes over the link, one request to the tier (its latency) per entry copied, as the
+    // timed engine books them.
     const double jobs = static_cast<double>(h.kv_entries + (h.host_checkpoint ? 1 : 0));
     const double done = start + static_cast<double>(h.bytes_to_load) / (engine_.copy_gbps(below, tier_id{0}) * 1e6) +
                         engine_.latency_ms(below) * jobs + engine_.per_copy_ms() * calls;

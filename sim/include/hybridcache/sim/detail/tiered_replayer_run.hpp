@@ -221,22 +221,19 @@ void tiered_replayer<Cache, Prefill>::maybe_prefetch(std::span<const sim::reques
         }
       } else {
         // CaR's rule with the predicted remaining service before this request's dispatch in
-        // place of TPOT·len_i − (t − timer_i); the transfer time at the bandwidth of the
-        // slowest tier the hit reads from (a disk or Redis hit is not a host hit), plus that
-        // tier's latency per entry, as the timed engine books it (folded into the bytes:
-        // the rule takes one size and one bandwidth).
-        const tier_id from = below.source_tier.value > 0 ? below.source_tier : tier_id{1};
-        const double bandwidth = engine_.copy_gbps(from, tier_id{0}) * 1e6;  // bytes per ms
-        const double jobs = static_cast<double>(below.kv_entries + (below.checkpoint ? 1 : 0));
+        // place of TPOT·len_i − (t − timer_i); the transfer from the tier the hit is priced
+        // at (as worth_loading): its link, and its latency once per entry read.
+        const tier_id from = priced_tier(below.source_tier);
         const double bytes = static_cast<double>(cache_.store().kv_bytes(resume - m.common_prefix)) +
-                             static_cast<double>(cache_.store().checkpoint_bytes()) +
-                             engine_.latency_ms(from) * jobs * bandwidth;
+                             static_cast<double>(cache_.store().checkpoint_bytes());
+        const double jobs = static_cast<double>(below.kv_entries + (below.checkpoint ? 1 : 0));
         const running_request run[] = {{.timer_ms = now, .predicted_tokens = dispatch_at - now}};
         const prefetch_context ctx{.now_ms = now,
                                    .tpot_ms = 1.0,
                                    .running = run,
                                    .bytes = bytes,
-                                   .bandwidth_bytes_per_ms = bandwidth,
+                                   .bandwidth_bytes_per_ms = engine_.copy_gbps(from, tier_id{0}) * 1e6,
+                                   .latency_ms = engine_.latency_ms(from) * jobs,
                                    .lower_hit_tokens = lower};
         start = deadline_prefetch::fire_time(ctx);
         if (start > (k == 0 ? std::numeric_limits<double>::infinity() : gpu_free)) break;  // decided at the next dispatch
