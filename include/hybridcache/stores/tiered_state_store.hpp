@@ -390,7 +390,7 @@ class tiered_state_store {
   void name(entry_id id, std::uint64_t key, std::int64_t begin, std::int64_t end);
   std::int64_t scan(std::span<const prefix::token_id> input, const prefix::match_result& m, entry_id& ckpt);
   template <class ReadFrom, class Use>
-  void for_each_chain_source(std::int64_t best, std::int64_t covered, ReadFrom&& read_from, Use&& use);
+  bool for_each_chain_source(std::int64_t best, std::int64_t covered, ReadFrom&& read_from, Use&& use);
   void promote(std::unordered_map<std::uint64_t, entry_id>::iterator it) noexcept;
   template <class Tree>
   void adopt_staged(const Tree& tree, outstanding_hit& hit) noexcept;

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <optional>
 #include <span>
+#include <utility>
 #include <vector>
 
 #include "hybridcache/stores/detail/tiered_state_store_impl.hpp"
@@ -55,21 +56,28 @@ std::int64_t tiered_state_store<H, E, S>::scan(std::span<const prefix::token_id>
 
 // The KV entries of scan's chain that a hit resuming at `best` reads, in chain order, as
 // lookup pins them and probe_hit prices them: `read_from(id, reach)` is the tier the entry
-// is read from (nullopt: no valid copy, skipped); `use(id, tier, covered, upto)` sees each
-// entry read, with the tokens covered before it and how far the input follows it.
+// is read from (nullopt: no valid copy); `use(id, tier, covered, upto)` sees each entry
+// read, with the tokens covered before it and how far the input follows it. An entry that
+// adds no token before `best` (the ones before it reach there already) is not read at all:
+// pinned, it would keep an HBM copy that is clean below from going, and `load` would then
+// wait for pages nothing frees. False when an entry the hit needs has no valid copy: the
+// tokens it covers would be a hole in the hit (the caller gives the hit up).
 template <demotion_scorer H, tier_copy_engine E, demotion_sizer S>
 template <class ReadFrom, class Use>
-void tiered_state_store<H, E, S>::for_each_chain_source(std::int64_t best, std::int64_t covered, ReadFrom&& read_from,
+bool tiered_state_store<H, E, S>::for_each_chain_source(std::int64_t best, std::int64_t covered, ReadFrom&& read_from,
                                                          Use&& use) {
   for (const chain_link& link : chain_) {
+    if (covered >= best) break;
     const meta& e = meta_.at(link.id);
     if (e.end - e.tokens >= best) break;  // the chain is ordered by reach
     const std::int64_t upto = std::min(link.reach, best);
+    if (upto <= covered) continue;
     const std::optional<tier_id> t = read_from(link.id, link.reach);
-    if (!t) continue;
+    if (!t) return false;
     use(link.id, *t, covered, upto);
-    covered = std::max(covered, upto);
+    covered = upto;
   }
+  return true;
 }
 
 template <demotion_scorer H, tier_copy_engine E, demotion_sizer S>
@@ -92,11 +100,12 @@ tiered_probe tiered_state_store<H, E, S>::probe_hit(std::span<const prefix::toke
     out.source_tier = std::max(out.source_tier, *t);
   }
   const std::int64_t covered = std::min<std::int64_t>(m.common_prefix, static_cast<std::int64_t>(input.size()));
-  for_each_chain_source(out.resume_tokens, covered, read_from,
-                        [&](entry_id, tier_id t, std::int64_t before, std::int64_t upto) {
-                          if (t != hbm_tier && upto > before) out.source_tier = std::max(out.source_tier, t);
-                          out.kv_entries += 1;
-                        });
+  const bool whole = for_each_chain_source(out.resume_tokens, covered, read_from,
+                                           [&](entry_id, tier_id t, std::int64_t, std::int64_t) {
+                                             if (t != hbm_tier) out.source_tier = std::max(out.source_tier, t);
+                                             out.kv_entries += 1;
+                                           });
+  if (!whole) return {.resume_tokens = m.reusable_tokens};  // lookup finds no hit
   return out;
 }
 
@@ -144,9 +153,9 @@ tiered_hit tiered_state_store<H, E, S>::lookup(std::span<const prefix::token_id>
     const detail::pinned_source* src = pin(id, reach);
     return src == nullptr ? std::nullopt : std::optional<tier_id>(src->tier);
   };
-  for_each_chain_source(best, slot.covered, pin_tier,
-                        [&](entry_id id, tier_id t, std::int64_t covered, std::int64_t upto) {
-                          if (t != hbm_tier && upto > covered) {
+  const bool whole = for_each_chain_source(best, slot.covered, pin_tier,
+                                           [&](entry_id id, tier_id t, std::int64_t covered, std::int64_t upto) {
+                          if (t != hbm_tier) {
                             const std::int64_t kept = stored(id, t);
                             // a sparsified copy is loaded whole (its tokens cannot be sliced)
                             const bool sparsified = kept < bytes_of(meta_.at(id));
@@ -155,6 +164,13 @@ tiered_hit tiered_state_store<H, E, S>::lookup(std::span<const prefix::token_id>
                           }
                           h.kv_entries += 1;
                         });
+  if (!whole) {  // a hole in the hit: give it up, pins and all (nothing was counted yet)
+    h.bytes_to_load = 0;
+    h.source_tier = hbm_tier;
+    h.kv_entries = 0;
+    release_holds(slot);
+    return h;
+  }
   h.reusable_tokens = best;
   h.host_tokens = best - m.reusable_tokens;
   h.host_checkpoint = ckpt != no_entry;
@@ -202,6 +218,21 @@ expected<void> tiered_state_store<H, E, S>::load(const tiered_hit& hit) {
   while (need > staging_capacity_ - staged_used_ && drop_one_orphan()) {
   }
   if (need > staging_capacity_ - staged_used_) return unexpected(errc::out_of_capacity);  // nothing changed
+  // A source whose bytes are on their way (its copy reads it: the table counts that reader;
+  // or a join reads another staged entry) is no longer the hit's to pin. Letting it go at
+  // once matters when it is a free entry whose HBM copy is clean below: that copy can go
+  // as soon as the read lands, which is what a later step's wait for HBM pages waits for.
+  auto let_go = [&](const detail::pinned_source& src) noexcept {
+    for (detail::pinned_source& pin : slot->pinned) {
+      if (pin.id != src.id || pin.tier != src.tier) continue;
+      (void)store_->unpin_in(pin.id, pin.tier);
+      meta& e = meta_.at(pin.id);
+      if (e.holds > 0) e.holds -= 1;
+      const entry_id id = std::exchange(pin.id, no_entry);  // release_holds skips it
+      settle_free(id);
+      return;
+    }
+  };
   slot->staged.reserve(plan_.size());  // may throw: nothing moved yet
   meta_.reserve(meta_.size() + plan_.size());
   extracts_.reserve(extracts_.size() + plan_.size());
@@ -230,6 +261,7 @@ expected<void> tiered_state_store<H, E, S>::load(const tiered_hit& hit) {
       j.claimable = false;
       slot->staged.push_back({p.join, first, p.end, ckpt, j.transferred});
       counters_.joined_loads += 1;
+      let_go(p.src);
       continue;
     }
     const entry_id id = make_entry_id(++next_id_);
@@ -248,6 +280,7 @@ expected<void> tiered_state_store<H, E, S>::load(const tiered_hit& hit) {
       slot->staged.push_back({id, first, p.end, ckpt, 0});
       counters_.joined_loads += 1;
       if (const auto row = store_->find(p.join); row && row->valid_in_gpu()) start_join(id);
+      let_go(p.src);
       continue;
     }
     const std::int64_t pages = p.range.pages < 0 ? store_->pages_for(stored_of(p.src)) : p.range.pages * segments(src.k);
@@ -297,13 +330,11 @@ expected<void> tiered_state_store<H, E, S>::load(const tiered_hit& hit) {
     }
     counters_.staged_entries += 1;
     counters_.staged_bytes += bytes;
+    let_go(p.src);
   }
-  // The copies read their sources (the table counts them); the hit no longer pins them.
-  for (const detail::pinned_source& src : slot->pinned) {
-    (void)store_->unpin_in(src.id, src.tier);
-    meta_.at(src.id).holds -= 1;
-    settle_free(src.id);
-  }
+  // Sources the plan did not read (none, with lookup's chain) go the same way.
+  for (const detail::pinned_source& src : slot->pinned)
+    if (src.id != no_entry) let_go(src);
   slot->pinned.clear();
   return {};
 }

@@ -436,17 +436,27 @@ void tiered_state_store<H, E, S>::after_copy(const inflight& f, bool ok) noexcep
   }
 }
 
+// HBM beyond the cache's budget and the staging room holds only free entries whose HBM copy
+// has not gone yet (draining_): each goes once its copy down lands and nothing reads it. So
+// the copies worth waiting for are those copies down, and the copies that read a free
+// entry's HBM copy (a load whose source is one: when it lands the source may go). Pins of
+// outstanding hits are not waited for: the hit that holds one lets it go when it loads.
+// O(copies in flight) per copy waited for.
 template <demotion_scorer H, tier_copy_engine E, demotion_sizer S>
 bool tiered_state_store<H, E, S>::wait_for_hbm_pages(std::int64_t pages) noexcept {
   poll();
   while (free_pages(hbm_tier) < pages) {
-    // The oldest copy down of a free entry: its HBM pages are freed when it lands.
-    std::size_t pick = inflight_.size();
+    // The oldest such copy; copies down first (they free the most, and surely).
+    std::size_t pick = inflight_.size(), reader = inflight_.size();
     for (std::size_t i = 0; i < inflight_.size() && pick == inflight_.size(); ++i) {
       const auto& c = inflight_[i];
-      if (c.p != purpose::write_back && c.p != purpose::replica) continue;
-      if (const auto m = meta_.find(c.t.id); m != meta_.end() && m->second.r == role::free) pick = i;
+      if (c.p == purpose::write_back || c.p == purpose::replica) {
+        if (const auto m = meta_.find(c.t.id); m != meta_.end() && m->second.r == role::free) pick = i;
+      } else if (c.p == purpose::load && reader == inflight_.size() && c.t.src == hbm_tier) {
+        if (const auto m = meta_.find(c.t.src_id); m != meta_.end() && m->second.r == role::free) reader = i;
+      }
     }
+    if (pick == inflight_.size()) pick = reader;
     if (pick == inflight_.size()) return false;
     counters_.write_back_waits += 1;
     finish_copy(pick);
