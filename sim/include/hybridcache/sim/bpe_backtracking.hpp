@@ -93,7 +93,7 @@ class bpe_backtracking_encoder {
       if (c < 2) ++c;
     });
     if (!ok) return;
-    std::sort(list.begin(), list.end(), [](const merge& x, const merge& y) { return x.rank < y.rank; });
+    sort_by_rank(list);
     // Creation ranks in rank order; a merge whose input is never made can never apply.
     for (const merge& m : list) {
       token_info& made = info_[static_cast<std::size_t>(m.made)];
@@ -168,7 +168,7 @@ class bpe_backtracking_encoder {
     while (p < n) {
       std::size_t count = trie_.prefixes(piece, p, found.data(), max_candidates,
                                          [this](token_id t) { __builtin_prefetch(&filter_[static_cast<std::size_t>(t)]); });
-      if (count > max_candidates) return give_up(out, base);
+      if (count > max_candidates || count == 0) return give_up(out, base);
       bool taken = false;
       while (count > 0) {  // longest first
         const bpe_char_trie::match m = found[--count];
@@ -216,6 +216,24 @@ class bpe_backtracking_encoder {
   bool give_up(std::vector<token_id>& out, std::size_t base) {
     out.resize(base);
     return false;
+  }
+
+  // Sorts merges by rank. Ranks are distinct (one per pair) and below the merge list's
+  // length, so each goes straight to its place (O(n), no comparisons), gaps squeezed out.
+  template <class Merge>
+  static void sort_by_rank(std::vector<Merge>& list) {
+    std::int32_t top = -1;
+    for (const Merge& m : list) {
+      if (m.rank < 0) return std::sort(list.begin(), list.end(), [](const Merge& x, const Merge& y) { return x.rank < y.rank; });
+      top = std::max(top, m.rank);
+    }
+    if (static_cast<std::size_t>(top) >= 4 * list.size() + 64)  // sparse ranks: sort
+      return std::sort(list.begin(), list.end(), [](const Merge& x, const Merge& y) { return x.rank < y.rank; });
+    std::vector<Merge> placed(static_cast<std::size_t>(top) + 1, Merge{-1, 0, 0, 0});
+    for (const Merge& m : list) placed[static_cast<std::size_t>(m.rank)] = m;
+    std::size_t k = 0;
+    for (const Merge& m : placed)
+      if (m.rank >= 0) list[k++] = m;
   }
 
   // Dead positions: a bitset over the piece, cleared where the last piece dirtied it.
@@ -266,22 +284,26 @@ class bpe_backtracking_encoder {
       const auto k = static_cast<std::size_t>(std::lower_bound(first, last, consumed) - first);
       return k == 0 ? std::uint64_t{0} : prefix[begin[static_cast<std::size_t>(x)] + k - 1];
     };
+    // Over the spines, in rank order (a token's parts come before it), without walking
+    // them: below(t) ORs what t's right spine contributes under t, as its right part b
+    // (consumed by t's merge) and b's own below(b); above, for the left spine, ORs t's
+    // left part a where a merge takes a as a right input no later than t's merge, and a's.
     filter_.assign(id_limit, fit_filter{0, 0});
+    for (const Merge& m : live_merges) {
+      const auto t = static_cast<std::size_t>(m.made);
+      if (info_[t].create != m.rank) continue;
+      const auto a = static_cast<std::size_t>(m.a), b = static_cast<std::size_t>(m.b);
+      filter_[t].right = partners_before(m.b, m.rank) | filter_[b].right;
+      filter_[t].left = (info_[a].min_as_right <= m.rank ? filter_bit(m.a) : 0) | filter_[a].left;
+    }
     for (std::size_t t = 0; t < id_limit; ++t) {
-      if (self_[t] == 0) continue;
       fit_filter& f = filter_[t];
-      std::int32_t consumed = none;
-      for (auto x = static_cast<token_id>(t);; x = info_[static_cast<std::size_t>(x)].right) {
-        f.right |= partners_before(x, consumed);
-        if (info_[static_cast<std::size_t>(x)].create < 0) break;
-        consumed = info_[static_cast<std::size_t>(x)].create;
+      if (self_[t] == 0) {
+        f = fit_filter{0, 0};
+        continue;
       }
-      consumed = none;
-      for (auto y = static_cast<token_id>(t);; y = info_[static_cast<std::size_t>(y)].left) {
-        if (info_[static_cast<std::size_t>(y)].min_as_right <= consumed) f.left |= filter_bit(y);
-        if (info_[static_cast<std::size_t>(y)].create < 0) break;
-        consumed = info_[static_cast<std::size_t>(y)].create;
-      }
+      f.right |= partners_before(static_cast<token_id>(t), none);
+      f.left |= filter_bit(static_cast<token_id>(t));  // min_as_right <= none always holds
     }
   }
 
