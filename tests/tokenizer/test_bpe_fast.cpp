@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <random>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <hybridcache/sim/bpe_backtracking.hpp>
@@ -50,6 +51,44 @@ TEST_CASE("the fast encoder equals the definition of BPE on random merge lists")
   MESSAGE(cases, " texts: ", fast, " by the fast encoder, ", fell_back, " left to the merger");
   CHECK(fast > cases * 3 / 4);  // the test exercises the fast encoder, not just its refusal
   CHECK(fell_back > 0);         // and part-character tokens make it refuse sometimes
+}
+
+TEST_CASE("the fast encoder with a merger for characters outside its trie equals the definition of BPE") {
+  // Models whose characters are partly not tokens (`wild`: their bytes merge with their
+  // neighbours' instead), so texts hold characters no trie token starts with: those are
+  // merged alone and kept only where they fit, else the whole text goes back.
+  std::mt19937_64 rng(1919);
+  std::size_t cases = 0, mixed = 0, fell_back = 0;
+  for (int model = 0; model < 80; ++model) {
+    const random_model m = make_model(rng, 4 + model * 2, model % 4 != 0);
+    bpe_backtracking_encoder encoder;
+    encoder.build(m.table, m.byte_ids, m.id_limit());
+    REQUIRE(encoder.enabled());
+    bpe_word_merger merger;
+    for (int t = 0; t < 200; ++t) {
+      const std::string text = random_text(rng, model % 3 == 0 ? 60 : 16);
+      const std::vector<token_id> want = naive_bpe(m, text);
+      std::vector<token_id> got = {7};  // appends after what is there
+      std::size_t merged_chars = 0;
+      const bool fast = encoder.encode(text, m.table, got, [&](std::string_view c, std::vector<token_id>& ids) {
+        ++merged_chars;
+        CHECK(!c.empty());
+        merger.merge(c, m.byte_ids, m.table, ids);
+      });
+      ++cases;
+      if (fast) {
+        mixed += merged_chars > 0 ? 1 : 0;
+        got.erase(got.begin());
+        CHECK_MESSAGE(got == want, "model ", model, " text '", text, "'");
+      } else {
+        ++fell_back;
+        CHECK(got == std::vector<token_id>{7});  // untouched
+      }
+    }
+  }
+  MESSAGE(cases, " texts: ", mixed, " encoded with characters merged alone, ", fell_back, " left to the merger");
+  CHECK(mixed > cases / 10);  // the path is exercised ...
+  CHECK(fell_back > 0);       // ... and so is the refusal where merged characters do not fit
 }
 
 TEST_CASE("a merge list that is not well-formed keeps the fast encoder off") {

@@ -28,8 +28,11 @@
 // Candidates come from a trie of the tokens that encode to themselves and are whole UTF-8
 // characters, walked one code point per step. A token that is part of a character is not in
 // it, so text whose encoding needs one (a character outside the vocabulary) finds no fitting
-// sequence: `encode` returns false and the caller merges instead. The answer is exact either
-// way.
+// sequence: `encode` returns false and the caller merges instead. Given the caller's merger,
+// a character that no trie token starts with is merged alone instead, and its ids kept
+// where they fit the tokens on both sides (by fact 3 the result is then the encoding: every
+// token encodes to itself and every neighbouring pair fits; where they do not fit, the
+// piece goes back to the caller). The answer is exact either way.
 //
 // Cost: building O(merges x spine depth + vocabulary bytes); `encode` is O(n x L) for a
 // pre-token of n bytes and tokens of at most L characters (each position's candidates are
@@ -44,9 +47,11 @@
 #include <limits>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
+#include "hybridcache/core/config.hpp"
 #include "hybridcache/core/hash.hpp"
 #include "hybridcache/sim/bpe_char_trie.hpp"
 #include "hybridcache/sim/bpe_merges.hpp"
@@ -154,12 +159,18 @@ class bpe_backtracking_encoder {
 
   /// Appends the ids of `piece` (valid UTF-8, non-empty) to `out` and returns true, or
   /// returns false (and leaves `out` as it was) when no sequence of trie tokens fits: the
-  /// caller then merges. `merges` is the table it was built from.
-  bool encode(std::string_view piece, const bpe_merge_table& merges, std::vector<token_id>& out) {
+  /// caller then merges. `merges` is the table it was built from. `merge_char(c, out)`,
+  /// when given, appends the ids of one character `c` by merging (the caller's merger): a
+  /// character no trie token starts with (one outside the vocabulary) is then merged alone
+  /// and kept where its ids fit their neighbours, instead of the whole piece going back.
+  template <class MergeChar = std::nullptr_t>
+  bool encode(std::string_view piece, const bpe_merge_table& merges, std::vector<token_id>& out, MergeChar&& merge_char = nullptr) {
     if (!enabled_ || piece.empty() || piece.size() >= std::numeric_limits<std::uint32_t>::max()) return false;
     // The tokens taken so far are out[base, ...), starting at starts_[...]; they fit
-    // pairwise, so they are the encoding of piece[0, p) (fact 3).
+    // pairwise, so they are the encoding of piece[0, p) (fact 3). Those below `floor`
+    // were merged and are never backed off.
     const std::size_t base = out.size(), n = piece.size();
+    std::size_t floor = base;
     starts_.clear();
     clear_dead(n);
     std::size_t p = 0;
@@ -168,7 +179,23 @@ class bpe_backtracking_encoder {
     while (p < n) {
       std::size_t count = trie_.prefixes(piece, p, found.data(), max_candidates,
                                          [this](token_id t) { __builtin_prefetch(&filter_[static_cast<std::size_t>(t)]); });
-      if (count > max_candidates || count == 0) return give_up(out, base);
+      if (count > max_candidates) return give_up(out, base);
+      if (count == 0) {
+        // No token starts here. Without a merger, the piece goes back to the caller.
+        // With one: the character's ids merged alone are the answer's there when they
+        // fit the tokens before and after (all of them then encode to themselves and fit
+        // pairwise: fact 3); where they do not, the piece goes back too.
+        if constexpr (std::is_same_v<std::decay_t<MergeChar>, std::nullptr_t>) {
+          return give_up(out, base);
+        } else {
+          const std::size_t len = merge_unknown(piece, p, merges, out, base, merge_char);
+          if (len == 0) return give_up(out, base);
+          floor = out.size();
+          p += len;
+          below = n + 1;
+          continue;
+        }
+      }
       bool taken = false;
       while (count > 0) {  // longest first
         const bpe_char_trie::match m = found[--count];
@@ -185,7 +212,7 @@ class bpe_backtracking_encoder {
       // Nothing fits from p: p is no boundary of the answer. Back off the last token and
       // try its shorter alternatives.
       mark_dead(p);
-      if (out.size() == base) return false;
+      if (out.size() == floor) return give_up(out, base);
       const std::size_t q = starts_.back();
       starts_.pop_back();
       out.pop_back();
@@ -234,6 +261,21 @@ class bpe_backtracking_encoder {
     std::size_t k = 0;
     for (const Merge& m : placed)
       if (m.rank >= 0) list[k++] = m;
+  }
+
+  // Appends the ids of the character at piece[p] merged alone and returns its length, or
+  // returns 0 when they do not fit the token before (out[base, ...) holds the piece's).
+  // Out of line: rare, and the main loop stays small.
+  template <class MergeChar>
+  [[gnu::noinline]] std::size_t merge_unknown(std::string_view piece, std::size_t p, const bpe_merge_table& merges, std::vector<token_id>& out,
+                                              std::size_t base, MergeChar& merge_char) {
+    std::size_t len = 0;
+    (void)bpe_detail::decode_at(reinterpret_cast<const unsigned char*>(piece.data()) + p, len);
+    const std::size_t at = out.size();
+    merge_char(piece.substr(p, len), out);
+    if (out.size() == at || (at > base && !fits(merges, out[at - 1], out[at]))) return 0;
+    starts_.resize(out.size() - base, static_cast<std::uint32_t>(p));  // parallel to out; never popped
+    return len;
   }
 
   // Dead positions: a bitset over the piece, cleared where the last piece dirtied it.
@@ -308,7 +350,7 @@ class bpe_backtracking_encoder {
   }
 
   // True when a and b fit: the filter first, then the answers of recent walks, then a walk.
-  [[nodiscard]] bool fits(const bpe_merge_table& merges, token_id a, token_id b) noexcept {
+  [[nodiscard]] HYBRIDCACHE_FORCEINLINE bool fits(const bpe_merge_table& merges, token_id a, token_id b) noexcept {
     if ((filter_[static_cast<std::size_t>(a)].right & filter_[static_cast<std::size_t>(b)].left) == 0) return true;
     const std::uint64_t pair = (static_cast<std::uint64_t>(a) << 24) | static_cast<std::uint64_t>(b);  // ids < 2^24
     std::uint64_t& memo = walked_[splitmix64_mix(pair) & (walked_.size() - 1)];

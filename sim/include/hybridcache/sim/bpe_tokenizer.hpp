@@ -424,7 +424,9 @@ class bpe_tokenizer {
     if (ignore_merges_) {
       if (const auto it = by_bytes_.find(piece); it != by_bytes_.end()) out.push_back(it->second);
     }
-    if (out.size() == start && !fast_.encode(piece, merges_, out)) merger_.merge(piece, byte_ids_, merges_, out);
+    if (out.size() == start &&
+        !fast_.encode(piece, merges_, out, [this](std::string_view c, std::vector<token_id>& ids) { merger_.merge(c, byte_ids_, merges_, ids); }))
+      merger_.merge(piece, byte_ids_, merges_, out);
     const std::size_t count = out.size() - start;
     if (entry != nullptr && count <= cached_ids) {
       entry->bytes = bytes;
