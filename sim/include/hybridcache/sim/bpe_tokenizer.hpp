@@ -333,10 +333,12 @@ class bpe_tokenizer {
     merges_.reserve(merge_pairs.size());
     token_id id_limit = 0;
     vocab_.for_each([&](std::string_view, token_id id) { id_limit = std::max(id_limit, id + 1); });
+    std::size_t next_made = 0;  // the vocab entry after the last merge's result
     for (std::size_t r = 0; r < merge_pairs.size(); ++r) {
       const merge_spelling& m = merge_pairs[r];
       const std::string_view a(merge_bytes.data() + m.at, m.split - m.at), b(merge_bytes.data() + m.split, m.end - m.split);
-      const token_id ia = vocab_.find(a), ib = vocab_.find(b), iab = vocab_.find(std::string_view(merge_bytes.data() + m.at, m.end - m.at));
+      const token_id ia = vocab_.find(a), ib = vocab_.find(b);
+      const token_id iab = vocab_.find_from(std::string_view(merge_bytes.data() + m.at, m.end - m.at), next_made);
       if (ia < 0 || ib < 0 || iab < 0)
         throw invalid_argument("tokenizer '" + name + "': merge " + std::to_string(r) + " ('" + std::string(a) + "' '" + std::string(b) +
                                "') uses a token missing from the vocab");
