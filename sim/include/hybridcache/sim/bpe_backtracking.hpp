@@ -233,9 +233,9 @@ class bpe_backtracking_encoder {
     std::int32_t min_as_left;   // lowest rank of a merge taking it as the left input
     std::int32_t min_as_right;  // ... as the right input
   };
-  struct fit_filter {
-    std::uint64_t right;  // see build_fit_filter
-    std::uint64_t left;
+  struct alignas(32) fit_filter {  // see build_fit_filter; two to a cache line
+    std::uint64_t right, left;
+    std::uint64_t right2, left2;
   };
   // Candidates a position may have (longer lists make `encode` give up, to the merger).
   static constexpr std::size_t max_candidates = 128;
@@ -298,60 +298,96 @@ class bpe_backtracking_encoder {
   [[nodiscard]] static std::uint64_t filter_bit(token_id z) noexcept {
     return std::uint64_t{1} << ((static_cast<std::uint64_t>(static_cast<std::uint32_t>(z)) * 0x9E3779B97F4A7C15ULL) >> 58);
   }
+  // ... and in the second pair of filters (another multiplier: independent of the first).
+  [[nodiscard]] static std::uint64_t filter_bit2(token_id z) noexcept {
+    return std::uint64_t{1} << ((static_cast<std::uint64_t>(static_cast<std::uint32_t>(z)) * 0xD1B54A32D192ED03ULL) >> 58);
+  }
 
-  // The fit filter of every token that encodes to itself: right_[a] holds the bits of
-  // every z some merge (x, z) may join a's right spine node x with before x is consumed;
-  // left_[b] the bits of b's left spine nodes y some merge (w, y) may take before y is
-  // consumed. A merge across a and b needs a common bit, so when right_[a] & left_[b] is 0
-  // they fit without a walk.
+  // The fit filter of every token that encodes to itself, two conditions a merge (x, y)
+  // across a and b must meet (x on a's right spine, alive at its rank; y on b's left
+  // spine, likewise), each a test of one common bit:
+  //   right & left:   right[a] holds the bits of every z some merge (x, z) may join a's
+  //                   right spine node x with before x is consumed; left[b] the bits of
+  //                   b's left spine nodes y some merge (w, y) may take before y is
+  //                   consumed (y = z for the merge across).
+  //   right2 & left2: right2[a] holds the bits (another hash) of a's right spine nodes x
+  //                   some merge may take as the left input before x is consumed;
+  //                   left2[b] the bits of every w some merge (w, y) may join b's left
+  //                   spine node y with before y is consumed (w = x for the merge across).
+  // When either is 0 they fit without a walk. Either alone lets through pairs whose bits
+  // only collide (a byte's partners are many: right[a] is often dense); both together
+  // keep out most of those.
   template <class Merge>
   void build_fit_filter(const std::vector<Merge>& live_merges, std::size_t id_limit) {
-    // Each token's merges as the left input, by rank, with prefix ORs of the partners' bits.
-    std::vector<std::uint32_t> begin(id_limit + 1, 0);
-    for (const Merge& m : live_merges)
-      if (info_[static_cast<std::size_t>(m.made)].create == m.rank) ++begin[static_cast<std::size_t>(m.a) + 1];
-    for (std::size_t i = 0; i < id_limit; ++i) begin[i + 1] += begin[i];
-    std::vector<std::int32_t> ranks(begin[id_limit]);
-    std::vector<std::uint64_t> prefix(begin[id_limit]);
-    std::vector<std::uint32_t> fill(begin.begin(), begin.end() - 1);
-    for (const Merge& m : live_merges) {  // rank order, so each list is sorted
-      if (info_[static_cast<std::size_t>(m.made)].create != m.rank) continue;
-      const std::uint32_t k = fill[static_cast<std::size_t>(m.a)]++;
-      ranks[k] = m.rank;
-      prefix[k] = (k > begin[static_cast<std::size_t>(m.a)] ? prefix[k - 1] : 0) | filter_bit(m.b);
-    }
-    auto partners_before = [&](token_id x, std::int32_t consumed) {  // bits of z with merge (x, z) ranked < consumed
-      const auto* first = ranks.data() + begin[static_cast<std::size_t>(x)];
-      const auto* last = ranks.data() + begin[static_cast<std::size_t>(x) + 1];
-      const auto k = static_cast<std::size_t>(std::lower_bound(first, last, consumed) - first);
-      return k == 0 ? std::uint64_t{0} : prefix[begin[static_cast<std::size_t>(x)] + k - 1];
+    auto live = [&](const Merge& m) { return info_[static_cast<std::size_t>(m.made)].create == m.rank; };
+    // Each token's merges as the left input (partners' bits) and as the right input
+    // (partners' second bits), by rank, with prefix ORs.
+    struct by_rank {
+      std::vector<std::uint32_t> begin;
+      std::vector<std::int32_t> ranks;
+      std::vector<std::uint64_t> prefix;
+      // The OR of the bits of merges ranked below `limit` (`inclusive`: up to it).
+      [[nodiscard]] std::uint64_t upto(token_id x, std::int32_t limit, bool inclusive) const {
+        const auto* first = ranks.data() + begin[static_cast<std::size_t>(x)];
+        const auto* last = ranks.data() + begin[static_cast<std::size_t>(x) + 1];
+        const auto* it = inclusive ? std::upper_bound(first, last, limit) : std::lower_bound(first, last, limit);
+        return it == first ? std::uint64_t{0} : prefix[begin[static_cast<std::size_t>(x)] + static_cast<std::size_t>(it - first) - 1];
+      }
     };
+    auto make = [&](auto key, auto bits) {
+      by_rank r;
+      r.begin.assign(id_limit + 1, 0);
+      for (const Merge& m : live_merges)
+        if (live(m)) ++r.begin[static_cast<std::size_t>(key(m)) + 1];
+      for (std::size_t i = 0; i < id_limit; ++i) r.begin[i + 1] += r.begin[i];
+      r.ranks.resize(r.begin[id_limit]);
+      r.prefix.resize(r.begin[id_limit]);
+      std::vector<std::uint32_t> fill(r.begin.begin(), r.begin.end() - 1);
+      for (const Merge& m : live_merges) {  // rank order, so each list is sorted
+        if (!live(m)) continue;
+        const auto x = static_cast<std::size_t>(key(m));
+        const std::uint32_t k = fill[x]++;
+        r.ranks[k] = m.rank;
+        r.prefix[k] = (k > r.begin[x] ? r.prefix[k - 1] : 0) | bits(m);
+      }
+      return r;
+    };
+    const by_rank as_left = make([](const Merge& m) { return m.a; }, [](const Merge& m) { return filter_bit(m.b); });
+    const by_rank as_right = make([](const Merge& m) { return m.b; }, [](const Merge& m) { return filter_bit2(m.a); });
     // Over the spines, in rank order (a token's parts come before it), without walking
-    // them: below(t) ORs what t's right spine contributes under t, as its right part b
-    // (consumed by t's merge) and b's own below(b); above, for the left spine, ORs t's
-    // left part a where a merge takes a as a right input no later than t's merge, and a's.
-    filter_.assign(id_limit, fit_filter{0, 0});
+    // them: each token's filter ORs its part's (the right part b for the right spine, the
+    // left part a for the left one), with that part consumed at the token's rank, and
+    // what that part contributes itself; the token's own share is added at the end.
+    filter_.assign(id_limit, fit_filter{0, 0, 0, 0});
     for (const Merge& m : live_merges) {
+      if (!live(m)) continue;
       const auto t = static_cast<std::size_t>(m.made);
-      if (info_[t].create != m.rank) continue;
       const auto a = static_cast<std::size_t>(m.a), b = static_cast<std::size_t>(m.b);
-      filter_[t].right = partners_before(m.b, m.rank) | filter_[b].right;
-      filter_[t].left = (info_[a].min_as_right <= m.rank ? filter_bit(m.a) : 0) | filter_[a].left;
+      fit_filter& f = filter_[t];
+      f.right = as_left.upto(m.b, m.rank, false) | filter_[b].right;
+      f.left = (info_[a].min_as_right <= m.rank ? filter_bit(m.a) : 0) | filter_[a].left;
+      f.right2 = (info_[b].min_as_left < m.rank ? filter_bit2(m.b) : 0) | filter_[b].right2;
+      f.left2 = as_right.upto(m.a, m.rank, true) | filter_[a].left2;
     }
     for (std::size_t t = 0; t < id_limit; ++t) {
       fit_filter& f = filter_[t];
       if (self_[t] == 0) {
-        f = fit_filter{0, 0};
+        f = fit_filter{0, 0, 0, 0};
         continue;
       }
-      f.right |= partners_before(static_cast<token_id>(t), none);
-      f.left |= filter_bit(static_cast<token_id>(t));  // min_as_right <= none always holds
+      const auto id = static_cast<token_id>(t);
+      f.right |= as_left.upto(id, none, false);
+      f.left |= filter_bit(id);  // min_as_right <= none always holds
+      f.right2 |= info_[t].min_as_left < none ? filter_bit2(id) : 0;
+      f.left2 |= as_right.upto(id, none, true);
     }
   }
 
   // True when a and b fit: the filter first, then the answers of recent walks, then a walk.
   [[nodiscard]] HYBRIDCACHE_FORCEINLINE bool fits(const bpe_merge_table& merges, token_id a, token_id b) noexcept {
-    if ((filter_[static_cast<std::size_t>(a)].right & filter_[static_cast<std::size_t>(b)].left) == 0) return true;
+    const fit_filter& fa = filter_[static_cast<std::size_t>(a)];
+    const fit_filter& fb = filter_[static_cast<std::size_t>(b)];
+    if ((fa.right & fb.left) == 0 || (fa.right2 & fb.left2) == 0) return true;
     const std::uint64_t pair = (static_cast<std::uint64_t>(a) << 24) | static_cast<std::uint64_t>(b);  // ids < 2^24
     std::uint64_t& memo = walked_[splitmix64_mix(pair) & (walked_.size() - 1)];
     if ((memo & pair_bits) == pair) return (memo & fit_bit) != 0;
