@@ -91,6 +91,53 @@ TEST_CASE("the fast encoder with a merger for characters outside its trie equals
   CHECK(fell_back > 0);       // ... and so is the refusal where merged characters do not fit
 }
 
+namespace {
+// A random model as a tokenizer.json (vocab spelled in GPT-2's byte alphabet, merges as pairs).
+std::string model_json(const random_model& m) {
+  const auto map = bpe_detail::byte_to_unicode();
+  auto spell = [&](const std::string& bytes) {
+    std::string out = "\"";
+    for (const char c : bytes) {
+      std::string u;
+      bpe_detail::append_utf8(u, map[static_cast<unsigned char>(c)]);
+      out += u == "\"" || u == "\\" ? "\\" + u : u;
+    }
+    return out + "\"";
+  };
+  std::string vocab, merges;
+  for (std::size_t i = 0; i < m.bytes_of.size(); ++i) vocab += (i ? "," : "") + spell(m.bytes_of[i]) + ":" + std::to_string(1000 + i);
+  for (std::size_t r = 0; r < m.merges.size(); ++r)
+    merges += std::string(r ? "," : "") + "[" + spell(m.bytes(m.merges[r].a)) + "," + spell(m.bytes(m.merges[r].b)) + "]";
+  return R"({"normalizer":null,"pre_tokenizer":{"type":"ByteLevel","add_prefix_space":false,"use_regex":true},"model":{"type":"BPE","vocab":{)" +
+         vocab + R"(},"merges":[)" + merges + "]}}";
+}
+}  // namespace
+
+TEST_CASE("the tokenizer equals the definition of BPE per pre-token, characters outside the trie cached") {
+  // Through bpe_tokenizer: the split, the short-piece cache (which also holds the ids of
+  // characters merged alone for the fast encoder), the fast encoder and the merger. Each
+  // text is encoded twice, the second time from the cache where pieces and characters repeat.
+  std::mt19937_64 rng(2019);
+  std::size_t texts = 0;
+  for (int model = 0; model < 24; ++model) {
+    const random_model m = make_model(rng, 6 + model * 3, model % 3 != 0);
+    auto tokenizer = bpe_tokenizer::from_json(model_json(m));
+    REQUIRE(tokenizer.fast_encoder());
+    for (int t = 0; t < 150; ++t) {
+      const std::string text = random_text(rng, 40);
+      std::vector<token_id> want;
+      byte_level_split(text, [&](std::string_view piece) {
+        const std::vector<token_id> ids = naive_bpe(m, std::string(piece));
+        want.insert(want.end(), ids.begin(), ids.end());
+      });
+      CHECK_MESSAGE(tokenizer.encode(text) == want, "model ", model, " text '", text, "'");
+      CHECK(tokenizer.encode(text) == want);
+      ++texts;
+    }
+  }
+  CHECK(texts == 24 * 150);
+}
+
 TEST_CASE("a merge list that is not well-formed keeps the fast encoder off") {
   random_model m;
   const token_id a = m.byte_ids['a'], b = m.byte_ids['b'], c = m.byte_ids['c'];

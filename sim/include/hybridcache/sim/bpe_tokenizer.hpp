@@ -414,28 +414,54 @@ class bpe_tokenizer {
     cache_entry* entry = nullptr;
     std::uint64_t bytes = 0;
     if (piece.size() <= max_cached_piece) {
-      if (cache_.empty()) cache_.resize(cache_entries);
-      bytes = short_bytes(piece);
-      entry = &cache_[splitmix64_mix(bytes ^ (piece.size() << 59)) & (cache_entries - 1)];
-      if (entry->length == piece.size() && entry->bytes == bytes) {
-        out.insert(out.end(), entry->ids, entry->ids + entry->id_count);
-        return;
-      }
+      entry = &cache_slot(piece, bytes);
+      if (cached(*entry, piece, bytes, out)) return;
     }
     const std::size_t start = out.size();
     if (ignore_merges_) {
       if (const auto it = by_bytes_.find(piece); it != by_bytes_.end()) out.push_back(it->second);
     }
-    if (out.size() == start &&
-        !fast_.encode(piece, merges_, out, [this](std::string_view c, std::vector<token_id>& ids) { merger_.merge(c, byte_ids_, merges_, ids); }))
+    if (out.size() == start && !fast_.encode(piece, merges_, out, [this](std::string_view c, std::vector<token_id>& ids) { merge_char(c, ids); }))
       merger_.merge(piece, byte_ids_, merges_, out);
-    const std::size_t count = out.size() - start;
-    if (entry != nullptr && count <= cached_ids) {
-      entry->bytes = bytes;
-      entry->length = static_cast<std::uint8_t>(piece.size());
-      entry->id_count = static_cast<std::uint8_t>(count);
-      std::copy(out.begin() + static_cast<std::ptrdiff_t>(start), out.end(), entry->ids);
+    if (entry != nullptr) cache(*entry, piece, bytes, out, start);
+  }
+
+  // The ids of one character merged alone, for the fast encoder (a character outside its
+  // trie), through the short-piece cache: they are that piece's ids, unless merges are
+  // ignored (then a piece may be one vocabulary entry, not its merge).
+  void merge_char(std::string_view c, std::vector<token_id>& out) {
+    if (ignore_merges_ || c.size() > max_cached_piece) {
+      merger_.merge(c, byte_ids_, merges_, out);
+      return;
     }
+    std::uint64_t bytes = 0;
+    cache_entry& entry = cache_slot(c, bytes);
+    if (cached(entry, c, bytes, out)) return;
+    const std::size_t start = out.size();
+    merger_.merge(c, byte_ids_, merges_, out);
+    cache(entry, c, bytes, out, start);
+  }
+
+  // The cache entry a piece of up to `max_cached_piece` bytes maps to; `bytes` gets its key.
+  cache_entry& cache_slot(std::string_view piece, std::uint64_t& bytes) {
+    if (cache_.empty()) cache_.resize(cache_entries);
+    bytes = short_bytes(piece);
+    return cache_[splitmix64_mix(bytes ^ (piece.size() << 59)) & (cache_entries - 1)];
+  }
+  // Appends the ids `entry` holds for `piece` and returns true, or returns false.
+  static bool cached(const cache_entry& entry, std::string_view piece, std::uint64_t bytes, std::vector<token_id>& out) {
+    if (entry.length != piece.size() || entry.bytes != bytes) return false;
+    out.insert(out.end(), entry.ids, entry.ids + entry.id_count);
+    return true;
+  }
+  // Remembers out[start, ...) as the ids of `piece`, when they are few enough.
+  static void cache(cache_entry& entry, std::string_view piece, std::uint64_t bytes, const std::vector<token_id>& out, std::size_t start) {
+    const std::size_t count = out.size() - start;
+    if (count > cached_ids) return;
+    entry.bytes = bytes;
+    entry.length = static_cast<std::uint8_t>(piece.size());
+    entry.id_count = static_cast<std::uint8_t>(count);
+    std::copy(out.begin() + static_cast<std::ptrdiff_t>(start), out.end(), entry.ids);
   }
 
   // Hashes std::string and std::string_view alike, so lookups by a piece do not allocate.
