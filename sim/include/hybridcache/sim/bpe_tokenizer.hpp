@@ -41,9 +41,11 @@
 // exact encoder (bpe_backtracking.hpp: the longest token that fits its neighbour, backing
 // off where none fits further on; proved equal to merging, and tested against the merge
 // order and against the package); otherwise, or where that encoder finds no tokens (text
-// needing a token that is part of a character), by merging in the package's order
-// (bpe_merges.hpp). Pre-tokens of up to 8 bytes (words, spaces, punctuation: most of them)
-// are remembered in a small direct-mapped cache.
+// needing a token that is part of a character, whose neighbours it cannot keep), by merging
+// in the package's order (bpe_merges.hpp). A character no whole-character token starts
+// with is merged alone and kept where its ids fit its neighbours' (bpe_backtracking.hpp).
+// Pre-tokens of up to 8 bytes (words, spaces, punctuation: most of them) and characters
+// merged alone are remembered in a small direct-mapped cache.
 //
 // Cost: loading is O(file size + merges x spine depth). `encode` is O(n) for the split and
 // O(n x L) for the fast encoder (L: the longest token in characters), one hash probe per
