@@ -3,8 +3,11 @@
 // Exactness against the Hugging Face package: hf_exact.py (ctest tokenizer.hf_exact).
 #include <doctest/doctest.h>
 
+#include <cstdint>
 #include <random>
 #include <string>
+#include <string_view>
+#include <utility>
 #include <vector>
 
 #include <hybridcache/sim/bpe_tokenizer.hpp>
@@ -14,6 +17,46 @@
 using namespace hybridcache::sim;
 
 namespace {
+// The GPT-2 pattern read off its alternatives one code point at a time, classes by binary
+// search (bpe_detail::classify): the reference for the split's table and fast paths.
+std::vector<std::string> naive_split(const std::string& s) {
+  std::vector<std::uint32_t> cps;
+  std::vector<std::size_t> at;
+  for (std::size_t i = 0; i < s.size();) {
+    std::size_t len = 0;
+    cps.push_back(bpe_detail::decode_at(reinterpret_cast<const unsigned char*>(s.data()) + i, len));
+    at.push_back(i);
+    i += len;
+  }
+  at.push_back(s.size());
+  const std::size_t n = cps.size();
+  auto cls = [&](std::size_t k) { return bpe_detail::classify(cps[k]); };
+  auto run = [&](std::size_t k, bpe_detail::cclass c) {
+    while (k < n && cls(k) == c) ++k;
+    return k;
+  };
+  std::vector<std::string> out;
+  for (std::size_t p = 0; p < n;) {
+    std::size_t e = p;
+    const auto is = [&](std::size_t k, char c) { return k < n && cps[k] == static_cast<std::uint32_t>(c); };
+    if (is(p, '\'') && (is(p + 1, 's') || is(p + 1, 't') || is(p + 1, 'm') || is(p + 1, 'd'))) {
+      e = p + 2;
+    } else if (is(p, '\'') && ((is(p + 1, 'r') && is(p + 2, 'e')) || (is(p + 1, 'v') && is(p + 2, 'e')) || (is(p + 1, 'l') && is(p + 2, 'l')))) {
+      e = p + 3;
+    } else if (cls(p) != bpe_detail::cclass::space) {
+      e = run(p, cls(p));
+    } else if (is(p, ' ') && p + 1 < n && cls(p + 1) != bpe_detail::cclass::space) {
+      e = run(p + 1, cls(p + 1));
+    } else {
+      e = run(p, bpe_detail::cclass::space);
+      if (e < n && e - p >= 2) --e;  // \s+(?!\S) leaves the last space to the next piece
+    }
+    out.push_back(s.substr(at[p], at[e] - at[p]));
+    p = e;
+  }
+  return out;
+}
+
 std::vector<std::string> split(std::string_view s) {
   std::vector<std::string> out;
   byte_level_split(s, [&](std::string_view p) { out.emplace_back(p); });
@@ -53,6 +96,57 @@ TEST_CASE("the GPT-2 split") {
   CHECK(split("end   ") == std::vector<std::string>{"end", "   "});
   CHECK(split("abc123 456!?") == std::vector<std::string>{"abc", "123", " 456", "!?"});
   CHECK(split("\xE4\xBD\xA0\xE5\xA5\xBD\xEF\xBC\x81") == std::vector<std::string>{"\xE4\xBD\xA0\xE5\xA5\xBD", "\xEF\xBC\x81"});
+}
+
+TEST_CASE("the split equals the pattern read naively, three-byte fast path included") {
+  // The fast path's claim: a lead byte marked single-class leads only code points of that class.
+  const auto& table = bpe_detail::class_table::get();
+  std::size_t single = 0;
+  for (std::uint32_t lead = 0xE0; lead <= 0xEF; ++lead) {
+    const std::uint8_t c = table.lead3(static_cast<unsigned char>(lead));
+    if (c == bpe_detail::class_table::mixed) continue;
+    ++single;
+    for (std::uint32_t cp = (lead & 0x0Fu) << 12; cp < ((lead & 0x0Fu) + 1) << 12; ++cp)
+      REQUIRE(static_cast<std::uint8_t>(bpe_detail::classify(cp)) == c);
+  }
+  CHECK(single >= 7);  // U+5000-U+9FFF, U+B000-U+CFFF at least
+  CHECK(table.lead3(0xE0) == bpe_detail::class_table::mixed);
+  CHECK(table.lead3(0xED) == bpe_detail::class_table::mixed);
+  // Random texts of letters, digits, spaces, punctuation and three-byte characters from
+  // single-class and mixed ranges, with ill-formed sequences among them half the time.
+  std::mt19937_64 rng(1919);
+  const std::vector<std::pair<std::uint32_t, std::uint32_t>> ranges = {
+      {0x4E00, 0x9FFF}, {0xAC00, 0xD7A3}, {0x4DB0, 0x4E10}, {0x3000, 0x30FF}, {0x0800, 0x0FFF}, {0xE000, 0xE0FF}, {0xFF00, 0xFFEF}, {0x2000, 0x2070}};
+  const std::vector<std::string> ascii = {"a", "Z", " ", "  ", "\n", "\t", "7", "!", ",", "'s", "'ll"};
+  const std::vector<std::string> ill = {"\xE5\xA5", "\xE5" "a", "\xE5\xA5" "b", "\xED\xA0\x80", "\xE0\x80\x80", "\xE5\xC0\x80", "\xBF", "\xE9\xBF"};
+  std::size_t valid = 0, invalid = 0;
+  for (int t = 0; t < 6000; ++t) {
+    std::string s;
+    for (int k = static_cast<int>(rng() % 24); k >= 0; --k) {
+      const auto pick = rng() % 10;
+      if (pick < 5) {
+        const auto& [lo, hi] = ranges[rng() % ranges.size()];
+        bpe_detail::append_utf8(s, lo + static_cast<std::uint32_t>(rng() % (hi - lo + 1)));
+      } else if (pick < 9 || t % 2 == 0) {
+        s += ascii[rng() % ascii.size()];
+      } else {
+        s += ill[rng() % ill.size()];
+      }
+    }
+    std::vector<std::string> checked;
+    const bool ok = byte_level_split<true>(s, [&](std::string_view p) { checked.emplace_back(p); });
+    REQUIRE(ok == is_valid_utf8(s));
+    if (!ok) {
+      ++invalid;
+      continue;
+    }
+    ++valid;
+    const std::vector<std::string> want = naive_split(s);
+    CHECK(checked == want);
+    CHECK(split(s) == want);
+  }
+  CHECK(valid > 2000);
+  CHECK(invalid > 1000);
 }
 
 TEST_CASE("the checked split stops at ill-formed UTF-8 and otherwise splits as the plain one") {

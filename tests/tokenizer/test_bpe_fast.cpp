@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <random>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <hybridcache/sim/bpe_backtracking.hpp>
@@ -50,6 +51,91 @@ TEST_CASE("the fast encoder equals the definition of BPE on random merge lists")
   MESSAGE(cases, " texts: ", fast, " by the fast encoder, ", fell_back, " left to the merger");
   CHECK(fast > cases * 3 / 4);  // the test exercises the fast encoder, not just its refusal
   CHECK(fell_back > 0);         // and part-character tokens make it refuse sometimes
+}
+
+TEST_CASE("the fast encoder with a merger for characters outside its trie equals the definition of BPE") {
+  // Models whose characters are partly not tokens (`wild`: their bytes merge with their
+  // neighbours' instead), so texts hold characters no trie token starts with: those are
+  // merged alone and kept only where they fit, else the whole text goes back.
+  std::mt19937_64 rng(1919);
+  std::size_t cases = 0, mixed = 0, fell_back = 0;
+  for (int model = 0; model < 80; ++model) {
+    const random_model m = make_model(rng, 4 + model * 2, model % 4 != 0);
+    bpe_backtracking_encoder encoder;
+    encoder.build(m.table, m.byte_ids, m.id_limit());
+    REQUIRE(encoder.enabled());
+    bpe_word_merger merger;
+    for (int t = 0; t < 200; ++t) {
+      const std::string text = random_text(rng, model % 3 == 0 ? 60 : 16);
+      const std::vector<token_id> want = naive_bpe(m, text);
+      std::vector<token_id> got = {7};  // appends after what is there
+      std::size_t merged_chars = 0;
+      const bool fast = encoder.encode(text, m.table, got, [&](std::string_view c, std::vector<token_id>& ids) {
+        ++merged_chars;
+        CHECK(!c.empty());
+        merger.merge(c, m.byte_ids, m.table, ids);
+      });
+      ++cases;
+      if (fast) {
+        mixed += merged_chars > 0 ? 1 : 0;
+        got.erase(got.begin());
+        CHECK_MESSAGE(got == want, "model ", model, " text '", text, "'");
+      } else {
+        ++fell_back;
+        CHECK(got == std::vector<token_id>{7});  // untouched
+      }
+    }
+  }
+  MESSAGE(cases, " texts: ", mixed, " encoded with characters merged alone, ", fell_back, " left to the merger");
+  CHECK(mixed > cases / 10);  // the path is exercised ...
+  CHECK(fell_back > 0);       // ... and so is the refusal where merged characters do not fit
+}
+
+namespace {
+// A random model as a tokenizer.json (vocab spelled in GPT-2's byte alphabet, merges as pairs).
+std::string model_json(const random_model& m) {
+  const auto map = bpe_detail::byte_to_unicode();
+  auto spell = [&](const std::string& bytes) {
+    std::string out = "\"";
+    for (const char c : bytes) {
+      std::string u;
+      bpe_detail::append_utf8(u, map[static_cast<unsigned char>(c)]);
+      out += u == "\"" || u == "\\" ? "\\" + u : u;
+    }
+    return out + "\"";
+  };
+  std::string vocab, merges;
+  for (std::size_t i = 0; i < m.bytes_of.size(); ++i) vocab += (i ? "," : "") + spell(m.bytes_of[i]) + ":" + std::to_string(1000 + i);
+  for (std::size_t r = 0; r < m.merges.size(); ++r)
+    merges += std::string(r ? "," : "") + "[" + spell(m.bytes(m.merges[r].a)) + "," + spell(m.bytes(m.merges[r].b)) + "]";
+  return R"({"normalizer":null,"pre_tokenizer":{"type":"ByteLevel","add_prefix_space":false,"use_regex":true},"model":{"type":"BPE","vocab":{)" +
+         vocab + R"(},"merges":[)" + merges + "]}}";
+}
+}  // namespace
+
+TEST_CASE("the tokenizer equals the definition of BPE per pre-token, characters outside the trie cached") {
+  // Through bpe_tokenizer: the split, the short-piece cache (which also holds the ids of
+  // characters merged alone for the fast encoder), the fast encoder and the merger. Each
+  // text is encoded twice, the second time from the cache where pieces and characters repeat.
+  std::mt19937_64 rng(2019);
+  std::size_t texts = 0;
+  for (int model = 0; model < 24; ++model) {
+    const random_model m = make_model(rng, 6 + model * 3, model % 3 != 0);
+    auto tokenizer = bpe_tokenizer::from_json(model_json(m));
+    REQUIRE(tokenizer.fast_encoder());
+    for (int t = 0; t < 150; ++t) {
+      const std::string text = random_text(rng, 40);
+      std::vector<token_id> want;
+      byte_level_split(text, [&](std::string_view piece) {
+        const std::vector<token_id> ids = naive_bpe(m, std::string(piece));
+        want.insert(want.end(), ids.begin(), ids.end());
+      });
+      CHECK_MESSAGE(tokenizer.encode(text) == want, "model ", model, " text '", text, "'");
+      CHECK(tokenizer.encode(text) == want);
+      ++texts;
+    }
+  }
+  CHECK(texts == 24 * 150);
 }
 
 TEST_CASE("a merge list that is not well-formed keeps the fast encoder off") {

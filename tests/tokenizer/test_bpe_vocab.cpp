@@ -1,7 +1,8 @@
 // The BPE vocabulary table (sim/bpe_vocab.hpp) against std::unordered_map on random
 // spellings: lengths 0-40 (every tail of the 8-byte hash), bytes including NUL and non-ASCII,
 // repeated spellings re-assigned (the last id wins, first place kept), growth through many
-// doublings, absent spellings, and first-insertion order.
+// doublings, absent spellings, first-insertion order, and find_from with right, wrong and
+// outside hints.
 #include <doctest/doctest.h>
 
 #include <cstdint>
@@ -57,8 +58,27 @@ TEST_CASE("bpe_vocab equals a std::unordered_map on random spellings") {
       ++at;
     });
     CHECK(at == order.size());
+    // find_from: the same ids whatever entry it tries first, and `next` then names the
+    // entry after the one found, so spellings looked up in first-insertion order hit.
+    std::size_t next = 0, adjacent = 0;
+    for (std::size_t k = 0; k < order.size(); ++k) {
+      const std::size_t before = next;
+      CHECK(vocab.find_from(order[k], next) == reference.at(order[k]));
+      CHECK(next == k + 1);
+      adjacent += before == k ? 1 : 0;
+      if (rng() % 5 == 0) next = rng() % (order.size() + 3);  // a wrong or outside hint
+    }
+    CHECK(adjacent > order.size() / 2);
+    for (int k = 0; k < 500; ++k) {
+      const std::string s = random_spelling();
+      const auto it = reference.find(s);
+      std::size_t hint = rng() % (order.size() + 3);
+      CHECK(vocab.find_from(s, hint) == (it == reference.end() ? -1 : it->second));
+    }
   }
   const bpe_vocab empty;
+  std::size_t hint = 0;
+  CHECK(empty.find_from("a", hint) == -1);
   CHECK(empty.find("") == -1);
   CHECK(empty.find("a") == -1);
   CHECK(empty.size() == 0);

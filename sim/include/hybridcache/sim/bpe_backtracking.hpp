@@ -28,8 +28,11 @@
 // Candidates come from a trie of the tokens that encode to themselves and are whole UTF-8
 // characters, walked one code point per step. A token that is part of a character is not in
 // it, so text whose encoding needs one (a character outside the vocabulary) finds no fitting
-// sequence: `encode` returns false and the caller merges instead. The answer is exact either
-// way.
+// sequence: `encode` returns false and the caller merges instead. Given the caller's merger,
+// a character that no trie token starts with is merged alone instead, and its ids kept
+// where they fit the tokens on both sides (by fact 3 the result is then the encoding: every
+// token encodes to itself and every neighbouring pair fits; where they do not fit, the
+// piece goes back to the caller). The answer is exact either way.
 //
 // Cost: building O(merges x spine depth + vocabulary bytes); `encode` is O(n x L) for a
 // pre-token of n bytes and tokens of at most L characters (each position's candidates are
@@ -44,9 +47,11 @@
 #include <limits>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
+#include "hybridcache/core/config.hpp"
 #include "hybridcache/core/hash.hpp"
 #include "hybridcache/sim/bpe_char_trie.hpp"
 #include "hybridcache/sim/bpe_merges.hpp"
@@ -93,7 +98,7 @@ class bpe_backtracking_encoder {
       if (c < 2) ++c;
     });
     if (!ok) return;
-    std::sort(list.begin(), list.end(), [](const merge& x, const merge& y) { return x.rank < y.rank; });
+    sort_by_rank(list);
     // Creation ranks in rank order; a merge whose input is never made can never apply.
     for (const merge& m : list) {
       token_info& made = info_[static_cast<std::size_t>(m.made)];
@@ -154,12 +159,18 @@ class bpe_backtracking_encoder {
 
   /// Appends the ids of `piece` (valid UTF-8, non-empty) to `out` and returns true, or
   /// returns false (and leaves `out` as it was) when no sequence of trie tokens fits: the
-  /// caller then merges. `merges` is the table it was built from.
-  bool encode(std::string_view piece, const bpe_merge_table& merges, std::vector<token_id>& out) {
+  /// caller then merges. `merges` is the table it was built from. `merge_char(c, out)`,
+  /// when given, appends the ids of one character `c` by merging (the caller's merger): a
+  /// character no trie token starts with (one outside the vocabulary) is then merged alone
+  /// and kept where its ids fit their neighbours, instead of the whole piece going back.
+  template <class MergeChar = std::nullptr_t>
+  bool encode(std::string_view piece, const bpe_merge_table& merges, std::vector<token_id>& out, MergeChar&& merge_char = nullptr) {
     if (!enabled_ || piece.empty() || piece.size() >= std::numeric_limits<std::uint32_t>::max()) return false;
     // The tokens taken so far are out[base, ...), starting at starts_[...]; they fit
-    // pairwise, so they are the encoding of piece[0, p) (fact 3).
+    // pairwise, so they are the encoding of piece[0, p) (fact 3). Those below `floor`
+    // were merged and are never backed off.
     const std::size_t base = out.size(), n = piece.size();
+    std::size_t floor = base;
     starts_.clear();
     clear_dead(n);
     std::size_t p = 0;
@@ -169,6 +180,22 @@ class bpe_backtracking_encoder {
       std::size_t count = trie_.prefixes(piece, p, found.data(), max_candidates,
                                          [this](token_id t) { __builtin_prefetch(&filter_[static_cast<std::size_t>(t)]); });
       if (count > max_candidates) return give_up(out, base);
+      if (count == 0) {
+        // No token starts here. Without a merger, the piece goes back to the caller.
+        // With one: the character's ids merged alone are the answer's there when they
+        // fit the tokens before and after (all of them then encode to themselves and fit
+        // pairwise: fact 3); where they do not, the piece goes back too.
+        if constexpr (std::is_same_v<std::decay_t<MergeChar>, std::nullptr_t>) {
+          return give_up(out, base);
+        } else {
+          const std::size_t len = merge_unknown(piece, p, merges, out, base, merge_char);
+          if (len == 0) return give_up(out, base);
+          floor = out.size();
+          p += len;
+          below = n + 1;
+          continue;
+        }
+      }
       bool taken = false;
       while (count > 0) {  // longest first
         const bpe_char_trie::match m = found[--count];
@@ -185,7 +212,7 @@ class bpe_backtracking_encoder {
       // Nothing fits from p: p is no boundary of the answer. Back off the last token and
       // try its shorter alternatives.
       mark_dead(p);
-      if (out.size() == base) return false;
+      if (out.size() == floor) return give_up(out, base);
       const std::size_t q = starts_.back();
       starts_.pop_back();
       out.pop_back();
@@ -206,9 +233,9 @@ class bpe_backtracking_encoder {
     std::int32_t min_as_left;   // lowest rank of a merge taking it as the left input
     std::int32_t min_as_right;  // ... as the right input
   };
-  struct fit_filter {
-    std::uint64_t right;  // see build_fit_filter
-    std::uint64_t left;
+  struct alignas(32) fit_filter {  // see build_fit_filter; two to a cache line
+    std::uint64_t right, left;
+    std::uint64_t right2, left2;
   };
   // Candidates a position may have (longer lists make `encode` give up, to the merger).
   static constexpr std::size_t max_candidates = 128;
@@ -216,6 +243,39 @@ class bpe_backtracking_encoder {
   bool give_up(std::vector<token_id>& out, std::size_t base) {
     out.resize(base);
     return false;
+  }
+
+  // Sorts merges by rank. Ranks are distinct (one per pair) and below the merge list's
+  // length, so each goes straight to its place (O(n), no comparisons), gaps squeezed out.
+  template <class Merge>
+  static void sort_by_rank(std::vector<Merge>& list) {
+    std::int32_t top = -1;
+    for (const Merge& m : list) {
+      if (m.rank < 0) return std::sort(list.begin(), list.end(), [](const Merge& x, const Merge& y) { return x.rank < y.rank; });
+      top = std::max(top, m.rank);
+    }
+    if (static_cast<std::size_t>(top) >= 4 * list.size() + 64)  // sparse ranks: sort
+      return std::sort(list.begin(), list.end(), [](const Merge& x, const Merge& y) { return x.rank < y.rank; });
+    std::vector<Merge> placed(static_cast<std::size_t>(top) + 1, Merge{-1, 0, 0, 0});
+    for (const Merge& m : list) placed[static_cast<std::size_t>(m.rank)] = m;
+    std::size_t k = 0;
+    for (const Merge& m : placed)
+      if (m.rank >= 0) list[k++] = m;
+  }
+
+  // Appends the ids of the character at piece[p] merged alone and returns its length, or
+  // returns 0 when they do not fit the token before (out[base, ...) holds the piece's).
+  // Out of line: rare, and the main loop stays small.
+  template <class MergeChar>
+  [[gnu::noinline]] std::size_t merge_unknown(std::string_view piece, std::size_t p, const bpe_merge_table& merges, std::vector<token_id>& out,
+                                              std::size_t base, MergeChar& merge_char) {
+    std::size_t len = 0;
+    (void)bpe_detail::decode_at(reinterpret_cast<const unsigned char*>(piece.data()) + p, len);
+    const std::size_t at = out.size();
+    merge_char(piece.substr(p, len), out);
+    if (out.size() == at || (at > base && !fits(merges, out[at - 1], out[at]))) return 0;
+    starts_.resize(out.size() - base, static_cast<std::uint32_t>(p));  // parallel to out; never popped
+    return len;
   }
 
   // Dead positions: a bitset over the piece, cleared where the last piece dirtied it.
@@ -238,56 +298,96 @@ class bpe_backtracking_encoder {
   [[nodiscard]] static std::uint64_t filter_bit(token_id z) noexcept {
     return std::uint64_t{1} << ((static_cast<std::uint64_t>(static_cast<std::uint32_t>(z)) * 0x9E3779B97F4A7C15ULL) >> 58);
   }
+  // ... and in the second pair of filters (another multiplier: independent of the first).
+  [[nodiscard]] static std::uint64_t filter_bit2(token_id z) noexcept {
+    return std::uint64_t{1} << ((static_cast<std::uint64_t>(static_cast<std::uint32_t>(z)) * 0xD1B54A32D192ED03ULL) >> 58);
+  }
 
-  // The fit filter of every token that encodes to itself: right_[a] holds the bits of
-  // every z some merge (x, z) may join a's right spine node x with before x is consumed;
-  // left_[b] the bits of b's left spine nodes y some merge (w, y) may take before y is
-  // consumed. A merge across a and b needs a common bit, so when right_[a] & left_[b] is 0
-  // they fit without a walk.
+  // The fit filter of every token that encodes to itself, two conditions a merge (x, y)
+  // across a and b must meet (x on a's right spine, alive at its rank; y on b's left
+  // spine, likewise), each a test of one common bit:
+  //   right & left:   right[a] holds the bits of every z some merge (x, z) may join a's
+  //                   right spine node x with before x is consumed; left[b] the bits of
+  //                   b's left spine nodes y some merge (w, y) may take before y is
+  //                   consumed (y = z for the merge across).
+  //   right2 & left2: right2[a] holds the bits (another hash) of a's right spine nodes x
+  //                   some merge may take as the left input before x is consumed;
+  //                   left2[b] the bits of every w some merge (w, y) may join b's left
+  //                   spine node y with before y is consumed (w = x for the merge across).
+  // When either is 0 they fit without a walk. Either alone lets through pairs whose bits
+  // only collide (a byte's partners are many: right[a] is often dense); both together
+  // keep out most of those.
   template <class Merge>
   void build_fit_filter(const std::vector<Merge>& live_merges, std::size_t id_limit) {
-    // Each token's merges as the left input, by rank, with prefix ORs of the partners' bits.
-    std::vector<std::uint32_t> begin(id_limit + 1, 0);
-    for (const Merge& m : live_merges)
-      if (info_[static_cast<std::size_t>(m.made)].create == m.rank) ++begin[static_cast<std::size_t>(m.a) + 1];
-    for (std::size_t i = 0; i < id_limit; ++i) begin[i + 1] += begin[i];
-    std::vector<std::int32_t> ranks(begin[id_limit]);
-    std::vector<std::uint64_t> prefix(begin[id_limit]);
-    std::vector<std::uint32_t> fill(begin.begin(), begin.end() - 1);
-    for (const Merge& m : live_merges) {  // rank order, so each list is sorted
-      if (info_[static_cast<std::size_t>(m.made)].create != m.rank) continue;
-      const std::uint32_t k = fill[static_cast<std::size_t>(m.a)]++;
-      ranks[k] = m.rank;
-      prefix[k] = (k > begin[static_cast<std::size_t>(m.a)] ? prefix[k - 1] : 0) | filter_bit(m.b);
-    }
-    auto partners_before = [&](token_id x, std::int32_t consumed) {  // bits of z with merge (x, z) ranked < consumed
-      const auto* first = ranks.data() + begin[static_cast<std::size_t>(x)];
-      const auto* last = ranks.data() + begin[static_cast<std::size_t>(x) + 1];
-      const auto k = static_cast<std::size_t>(std::lower_bound(first, last, consumed) - first);
-      return k == 0 ? std::uint64_t{0} : prefix[begin[static_cast<std::size_t>(x)] + k - 1];
+    auto live = [&](const Merge& m) { return info_[static_cast<std::size_t>(m.made)].create == m.rank; };
+    // Each token's merges as the left input (partners' bits) and as the right input
+    // (partners' second bits), by rank, with prefix ORs.
+    struct by_rank {
+      std::vector<std::uint32_t> begin;
+      std::vector<std::int32_t> ranks;
+      std::vector<std::uint64_t> prefix;
+      // The OR of the bits of merges ranked below `limit` (`inclusive`: up to it).
+      [[nodiscard]] std::uint64_t upto(token_id x, std::int32_t limit, bool inclusive) const {
+        const auto* first = ranks.data() + begin[static_cast<std::size_t>(x)];
+        const auto* last = ranks.data() + begin[static_cast<std::size_t>(x) + 1];
+        const auto* it = inclusive ? std::upper_bound(first, last, limit) : std::lower_bound(first, last, limit);
+        return it == first ? std::uint64_t{0} : prefix[begin[static_cast<std::size_t>(x)] + static_cast<std::size_t>(it - first) - 1];
+      }
     };
-    filter_.assign(id_limit, fit_filter{0, 0});
-    for (std::size_t t = 0; t < id_limit; ++t) {
-      if (self_[t] == 0) continue;
+    auto make = [&](auto key, auto bits) {
+      by_rank r;
+      r.begin.assign(id_limit + 1, 0);
+      for (const Merge& m : live_merges)
+        if (live(m)) ++r.begin[static_cast<std::size_t>(key(m)) + 1];
+      for (std::size_t i = 0; i < id_limit; ++i) r.begin[i + 1] += r.begin[i];
+      r.ranks.resize(r.begin[id_limit]);
+      r.prefix.resize(r.begin[id_limit]);
+      std::vector<std::uint32_t> fill(r.begin.begin(), r.begin.end() - 1);
+      for (const Merge& m : live_merges) {  // rank order, so each list is sorted
+        if (!live(m)) continue;
+        const auto x = static_cast<std::size_t>(key(m));
+        const std::uint32_t k = fill[x]++;
+        r.ranks[k] = m.rank;
+        r.prefix[k] = (k > r.begin[x] ? r.prefix[k - 1] : 0) | bits(m);
+      }
+      return r;
+    };
+    const by_rank as_left = make([](const Merge& m) { return m.a; }, [](const Merge& m) { return filter_bit(m.b); });
+    const by_rank as_right = make([](const Merge& m) { return m.b; }, [](const Merge& m) { return filter_bit2(m.a); });
+    // Over the spines, in rank order (a token's parts come before it), without walking
+    // them: each token's filter ORs its part's (the right part b for the right spine, the
+    // left part a for the left one), with that part consumed at the token's rank, and
+    // what that part contributes itself; the token's own share is added at the end.
+    filter_.assign(id_limit, fit_filter{0, 0, 0, 0});
+    for (const Merge& m : live_merges) {
+      if (!live(m)) continue;
+      const auto t = static_cast<std::size_t>(m.made);
+      const auto a = static_cast<std::size_t>(m.a), b = static_cast<std::size_t>(m.b);
       fit_filter& f = filter_[t];
-      std::int32_t consumed = none;
-      for (auto x = static_cast<token_id>(t);; x = info_[static_cast<std::size_t>(x)].right) {
-        f.right |= partners_before(x, consumed);
-        if (info_[static_cast<std::size_t>(x)].create < 0) break;
-        consumed = info_[static_cast<std::size_t>(x)].create;
+      f.right = as_left.upto(m.b, m.rank, false) | filter_[b].right;
+      f.left = (info_[a].min_as_right <= m.rank ? filter_bit(m.a) : 0) | filter_[a].left;
+      f.right2 = (info_[b].min_as_left < m.rank ? filter_bit2(m.b) : 0) | filter_[b].right2;
+      f.left2 = as_right.upto(m.a, m.rank, true) | filter_[a].left2;
+    }
+    for (std::size_t t = 0; t < id_limit; ++t) {
+      fit_filter& f = filter_[t];
+      if (self_[t] == 0) {
+        f = fit_filter{0, 0, 0, 0};
+        continue;
       }
-      consumed = none;
-      for (auto y = static_cast<token_id>(t);; y = info_[static_cast<std::size_t>(y)].left) {
-        if (info_[static_cast<std::size_t>(y)].min_as_right <= consumed) f.left |= filter_bit(y);
-        if (info_[static_cast<std::size_t>(y)].create < 0) break;
-        consumed = info_[static_cast<std::size_t>(y)].create;
-      }
+      const auto id = static_cast<token_id>(t);
+      f.right |= as_left.upto(id, none, false);
+      f.left |= filter_bit(id);  // min_as_right <= none always holds
+      f.right2 |= info_[t].min_as_left < none ? filter_bit2(id) : 0;
+      f.left2 |= as_right.upto(id, none, true);
     }
   }
 
   // True when a and b fit: the filter first, then the answers of recent walks, then a walk.
-  [[nodiscard]] bool fits(const bpe_merge_table& merges, token_id a, token_id b) noexcept {
-    if ((filter_[static_cast<std::size_t>(a)].right & filter_[static_cast<std::size_t>(b)].left) == 0) return true;
+  [[nodiscard]] HYBRIDCACHE_FORCEINLINE bool fits(const bpe_merge_table& merges, token_id a, token_id b) noexcept {
+    const fit_filter& fa = filter_[static_cast<std::size_t>(a)];
+    const fit_filter& fb = filter_[static_cast<std::size_t>(b)];
+    if ((fa.right & fb.left) == 0 || (fa.right2 & fb.left2) == 0) return true;
     const std::uint64_t pair = (static_cast<std::uint64_t>(a) << 24) | static_cast<std::uint64_t>(b);  // ids < 2^24
     std::uint64_t& memo = walked_[splitmix64_mix(pair) & (walked_.size() - 1)];
     if ((memo & pair_bits) == pair) return (memo & fit_bit) != 0;

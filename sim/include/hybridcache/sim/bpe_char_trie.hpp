@@ -67,16 +67,21 @@ class bpe_char_trie {
       for (const auto& t : tokens) sorted[at[t.first.size()]++] = t;
       tokens.swap(sorted);
     }
-    // Into a table sized by the code points of all tokens (a bound on the edges; `chars`
-    // counts bytes, three times too many for CJK), then moved into one sized by the edges
-    // it holds (at most half full; an edge word keeps its key and child, so it moves as it
-    // is, to the home of the prefix hash recorded for it).
+    // Into a table sized for half the code points of all tokens (edges are fewer: tokens
+    // share prefixes), doubled and redone in the rare case that it fills over half, up to
+    // the bound (every code point an edge; `chars` counts bytes, three times too many for
+    // CJK). Then, if the table is larger than the edges need, they move into one sized by
+    // their count (at most half full; an edge word keeps its key and child, so it moves as
+    // it is, to the home of the prefix hash recorded for it).
     std::size_t code_points = 0;
     for (const auto& [bytes, id] : tokens)
       for (const char c : bytes) code_points += (static_cast<unsigned char>(c) & 0xC0u) != 0x80u ? 1 : 0;
+    const std::size_t bound = std::min(chars, code_points);
     std::vector<std::pair<std::uint64_t, std::size_t>> placed;  // (prefix hash, slot) of each table edge
-    placed.reserve(code_points);
-    insert_all(tokens, id_limit, std::min(chars, code_points), placed);
+    placed.reserve(bound);
+    for (std::size_t edges = std::max<std::size_t>(bound / 2, 1);; edges = std::min(edges * 2, bound))
+      if (insert_all(tokens, id_limit, edges, edges == bound, placed)) break;
+    if (slots_for(placed.size()) == slots_.size()) return;
     std::vector<std::uint64_t> all;
     all.swap(slots_);
     size_table(placed.size());
@@ -151,8 +156,11 @@ class bpe_char_trie {
     return i;
   }
 
-  void insert_all(const std::vector<std::pair<std::string_view, token_id>>& tokens, std::size_t id_limit, std::size_t edges,
+  // Inserts every token into a table sized for `edges` edges; returns false (to be redone
+  // larger) when they need more, unless `last` (the size is a bound: they fit).
+  bool insert_all(const std::vector<std::pair<std::string_view, token_id>>& tokens, std::size_t id_limit, std::size_t edges, bool last,
                   std::vector<std::pair<std::uint64_t, std::size_t>>& placed) {
+    placed.clear();
     root_ = static_cast<std::uint32_t>(id_limit);
     next_node_ = root_ + 1;
     size_table(edges);
@@ -171,17 +179,25 @@ class bpe_char_trie {
         std::uint64_t& e = at == std::numeric_limits<std::size_t>::max() ? bmp_[cp] : slots_[at];
         if (e == empty) {
           e = key(node, cp) | (i == bytes.size() ? static_cast<std::uint32_t>(id) : next_node_++);
-          if (at != std::numeric_limits<std::size_t>::max()) placed.emplace_back(h, at);
+          if (at != std::numeric_limits<std::size_t>::max()) {
+            placed.emplace_back(h, at);
+            if (!last && 2 * placed.size() > slots_.size()) return false;
+          }
         }
         into = &e;
         node = static_cast<std::uint32_t>(e & field);
       }
     }
+    return true;
   }
 
-  void size_table(std::size_t edges) {
+  [[nodiscard]] static std::size_t slots_for(std::size_t edges) noexcept {
     std::size_t slots = 16;
     while (slots < 2 * edges) slots *= 2;
+    return slots;
+  }
+  void size_table(std::size_t edges) {
+    const std::size_t slots = slots_for(edges);
     slots_.assign(slots, empty);
     mask_ = slots - 1;
     shift_ = 64;

@@ -41,9 +41,11 @@
 // exact encoder (bpe_backtracking.hpp: the longest token that fits its neighbour, backing
 // off where none fits further on; proved equal to merging, and tested against the merge
 // order and against the package); otherwise, or where that encoder finds no tokens (text
-// needing a token that is part of a character), by merging in the package's order
-// (bpe_merges.hpp). Pre-tokens of up to 8 bytes (words, spaces, punctuation: most of them)
-// are remembered in a small direct-mapped cache.
+// needing a token that is part of a character, whose neighbours it cannot keep), by merging
+// in the package's order (bpe_merges.hpp). A character no whole-character token starts
+// with is merged alone and kept where its ids fit its neighbours' (bpe_backtracking.hpp).
+// Pre-tokens of up to 8 bytes (words, spaces, punctuation: most of them) and characters
+// merged alone are remembered in a small direct-mapped cache.
 //
 // Cost: loading is O(file size + merges x spine depth). `encode` is O(n) for the split and
 // O(n x L) for the fast encoder (L: the longest token in characters), one hash probe per
@@ -333,10 +335,12 @@ class bpe_tokenizer {
     merges_.reserve(merge_pairs.size());
     token_id id_limit = 0;
     vocab_.for_each([&](std::string_view, token_id id) { id_limit = std::max(id_limit, id + 1); });
+    std::size_t next_made = 0;  // the vocab entry after the last merge's result
     for (std::size_t r = 0; r < merge_pairs.size(); ++r) {
       const merge_spelling& m = merge_pairs[r];
       const std::string_view a(merge_bytes.data() + m.at, m.split - m.at), b(merge_bytes.data() + m.split, m.end - m.split);
-      const token_id ia = vocab_.find(a), ib = vocab_.find(b), iab = vocab_.find(std::string_view(merge_bytes.data() + m.at, m.end - m.at));
+      const token_id ia = vocab_.find(a), ib = vocab_.find(b);
+      const token_id iab = vocab_.find_from(std::string_view(merge_bytes.data() + m.at, m.end - m.at), next_made);
       if (ia < 0 || ib < 0 || iab < 0)
         throw invalid_argument("tokenizer '" + name + "': merge " + std::to_string(r) + " ('" + std::string(a) + "' '" + std::string(b) +
                                "') uses a token missing from the vocab");
@@ -412,26 +416,54 @@ class bpe_tokenizer {
     cache_entry* entry = nullptr;
     std::uint64_t bytes = 0;
     if (piece.size() <= max_cached_piece) {
-      if (cache_.empty()) cache_.resize(cache_entries);
-      bytes = short_bytes(piece);
-      entry = &cache_[splitmix64_mix(bytes ^ (piece.size() << 59)) & (cache_entries - 1)];
-      if (entry->length == piece.size() && entry->bytes == bytes) {
-        out.insert(out.end(), entry->ids, entry->ids + entry->id_count);
-        return;
-      }
+      entry = &cache_slot(piece, bytes);
+      if (cached(*entry, piece, bytes, out)) return;
     }
     const std::size_t start = out.size();
     if (ignore_merges_) {
       if (const auto it = by_bytes_.find(piece); it != by_bytes_.end()) out.push_back(it->second);
     }
-    if (out.size() == start && !fast_.encode(piece, merges_, out)) merger_.merge(piece, byte_ids_, merges_, out);
-    const std::size_t count = out.size() - start;
-    if (entry != nullptr && count <= cached_ids) {
-      entry->bytes = bytes;
-      entry->length = static_cast<std::uint8_t>(piece.size());
-      entry->id_count = static_cast<std::uint8_t>(count);
-      std::copy(out.begin() + static_cast<std::ptrdiff_t>(start), out.end(), entry->ids);
+    if (out.size() == start && !fast_.encode(piece, merges_, out, [this](std::string_view c, std::vector<token_id>& ids) { merge_char(c, ids); }))
+      merger_.merge(piece, byte_ids_, merges_, out);
+    if (entry != nullptr) cache(*entry, piece, bytes, out, start);
+  }
+
+  // The ids of one character merged alone, for the fast encoder (a character outside its
+  // trie), through the short-piece cache: they are that piece's ids, unless merges are
+  // ignored (then a piece may be one vocabulary entry, not its merge).
+  void merge_char(std::string_view c, std::vector<token_id>& out) {
+    if (ignore_merges_ || c.size() > max_cached_piece) {
+      merger_.merge(c, byte_ids_, merges_, out);
+      return;
     }
+    std::uint64_t bytes = 0;
+    cache_entry& entry = cache_slot(c, bytes);
+    if (cached(entry, c, bytes, out)) return;
+    const std::size_t start = out.size();
+    merger_.merge(c, byte_ids_, merges_, out);
+    cache(entry, c, bytes, out, start);
+  }
+
+  // The cache entry a piece of up to `max_cached_piece` bytes maps to; `bytes` gets its key.
+  cache_entry& cache_slot(std::string_view piece, std::uint64_t& bytes) {
+    if (cache_.empty()) cache_.resize(cache_entries);
+    bytes = short_bytes(piece);
+    return cache_[splitmix64_mix(bytes ^ (piece.size() << 59)) & (cache_entries - 1)];
+  }
+  // Appends the ids `entry` holds for `piece` and returns true, or returns false.
+  static bool cached(const cache_entry& entry, std::string_view piece, std::uint64_t bytes, std::vector<token_id>& out) {
+    if (entry.length != piece.size() || entry.bytes != bytes) return false;
+    out.insert(out.end(), entry.ids, entry.ids + entry.id_count);
+    return true;
+  }
+  // Remembers out[start, ...) as the ids of `piece`, when they are few enough.
+  static void cache(cache_entry& entry, std::string_view piece, std::uint64_t bytes, const std::vector<token_id>& out, std::size_t start) {
+    const std::size_t count = out.size() - start;
+    if (count > cached_ids) return;
+    entry.bytes = bytes;
+    entry.length = static_cast<std::uint8_t>(piece.size());
+    entry.id_count = static_cast<std::uint8_t>(count);
+    std::copy(out.begin() + static_cast<std::ptrdiff_t>(start), out.end(), entry.ids);
   }
 
   // Hashes std::string and std::string_view alike, so lookups by a piece do not allocate.

@@ -67,6 +67,11 @@ class class_table {
   [[nodiscard]] HYBRIDCACHE_FORCEINLINE cclass of(std::uint32_t cp) const noexcept {
     return static_cast<cclass>(blocks_[(std::size_t{index_[cp >> 8]} << 8) | (cp & 0xFFu)]);
   }
+  /// The class every well-formed three-byte sequence led by `b0` (0xE0-0xEF) has, or
+  /// `mixed` when they differ (and for 0xE0 and 0xED, whose second byte is restricted).
+  /// U+5000-U+9FFF (CJK ideographs) and U+B000-U+CFFF (Hangul) are single-class ranges.
+  static constexpr std::uint8_t mixed = 0xFF;
+  [[nodiscard]] HYBRIDCACHE_FORCEINLINE std::uint8_t lead3(unsigned char b0) const noexcept { return lead3_[b0 & 0x0Fu]; }
 
  private:
   class_table() {
@@ -92,8 +97,15 @@ class class_table {
       index_[b] = static_cast<std::uint16_t>(blocks_.size() / 256);
       blocks_.insert(blocks_.end(), block.begin(), block.end());
     }
+    for (std::uint32_t lead = 1; lead < 16; ++lead) {
+      const std::uint32_t first = lead << 12;
+      bool same = lead != 0x0D;
+      for (std::uint32_t cp = first; same && cp < first + 0x1000; ++cp) same = of(cp) == of(first);
+      lead3_[lead] = same ? static_cast<std::uint8_t>(of(first)) : mixed;
+    }
   }
   std::array<std::uint16_t, 0x1100> index_{};
+  std::array<std::uint8_t, 16> lead3_{mixed};  // by the lead byte's low four bits
   std::vector<std::uint8_t> blocks_;
 };
 
@@ -331,7 +343,17 @@ template <bool Checked>
 HYBRIDCACHE_FORCEINLINE std::size_t run_end(const unsigned char* s, std::size_t n, std::size_t i, cclass cls, const class_table& table,
                                             bool& bad) noexcept {
   std::size_t len = 0;
-  while (i < n && class_at<Checked>(s, n, i, table, len, bad) == cls) i += len;
+  while (i < n) {
+    // A three-byte character led by a byte whose whole range is `cls` (CJK ideographs,
+    // Hangul): well-formed and of the class when both continuation bytes are.
+    if (s[i] >= 0xE0 && s[i] < 0xF0 && i + 3 <= n && table.lead3(s[i]) == static_cast<std::uint8_t>(cls) &&
+        ((s[i + 1] & 0xC0u) | ((s[i + 2] & 0xC0u) >> 2)) == 0xA0u) {
+      i += 3;
+      continue;
+    }
+    if (class_at<Checked>(s, n, i, table, len, bad) != cls) break;
+    i += len;
+  }
   return i;
 }
 
