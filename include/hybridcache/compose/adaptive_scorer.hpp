@@ -41,8 +41,10 @@
 // Costs: each hook is the switching scorer's (the sum of its parts', O(log n) each; a victim
 // costs the followed part's select_victim). `observe_request` replays one request per
 // shadow: K shadows cost about K times a metadata-only replay of the same request (the
-// shadows hold the token ids they cache). `overhead()` reports the time spent in the
-// shadows and an estimate of their memory. The shadows allocate (tree growth); the live
+// shadows hold the token ids they cache); a tier-aware shadow costs about what the live
+// tiered cache costs per request (begin + finish of the lifecycle on a tiered store: 6
+// shadows take 10-20x a fixed rule's whole tiered replay, docs/results/tiered.md).
+// `overhead()` reports the time spent in the shadows and an estimate of their memory. The shadows allocate (tree growth); the live
 // cache's hot path does not.
 // Not thread-safe (the live cache's lock serialises every call, shadows included).
 #pragma once
