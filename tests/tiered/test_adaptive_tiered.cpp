@@ -6,10 +6,13 @@
 //   the most recent documents, what it evicts goes to the front of the host list, host
 //   drops its least recent document, a host hit moves the document back to HBM.
 // - The selector's per-candidate FLOPs over a tiered store equal those of independent
-//   plain tiered caches (one per candidate, the same rule over the same tier stack).
+//   plain tiered caches (one per candidate, the same rule over the same tier stack), with
+//   the requests the live cache refused included; shadow_host_bytes = the live host size
+//   gives the same shadows as mirroring the store.
 // - On a stream where the host tier changes which rule wins, the tier-aware selector
 //   follows the rule that wins in the two-tier system, the single-tier selector
-//   (shadow_host_bytes = 0) does not, and the live two-tier cache saves more with the former.
+//   (shadow_host_bytes = 0) does not, and the live two-tier cache saves more with the former;
+//   on another it leaves LRU for the tier-aware leader.
 // - Bad shadow_host_bytes: invalid_argument, nothing changed.
 #include <doctest/doctest.h>
 
@@ -267,6 +270,11 @@ TEST_CASE("the selector's tier-aware shadows save what plain tiered caches of ea
     CHECK(two.shadow_flops[i] == want);
     CHECK(want > 0.0);
   }
+  const selector_run sized = run_selector(c.reqs, c.store, {.shadow_host_bytes = c.store.host_bytes});
+  CHECK(sized.shadow_flops == two.shadow_flops);
+  const selector_run smaller = run_selector(c.reqs, c.store, {.shadow_host_bytes = c.store.host_bytes / 8});
+  CHECK(smaller.tier_aware);
+  CHECK(smaller.shadow_flops[0] < two.shadow_flops[0]);  // a smaller host brings back less
 }
 
 TEST_CASE("over tiers the selector follows the rule that wins with the host tier, not the one that wins in HBM alone") {
