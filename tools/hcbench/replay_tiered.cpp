@@ -242,6 +242,12 @@ void run_tiered_replay_command(const std::string& trace, const std::string& form
     o.integer("dropped_entries", r.dropped_blocks).num("stall_ms", r.stall_ms).integer("refused", r.refused);
     o.integer("single_tier_refused", b.refused).str("layerwise", t.layerwise);
     o.integer("cascades", r.cascades).integer("copy_failures", r.copy_failures);
+    if (policy.name == "marconi" && policy.selector) {  // the adaptive selector's cost, both runs
+      o.num("selector_shadow_seconds", r.selector_shadow_seconds).integer("selector_shadow_bytes", r.selector_shadow_bytes);
+      o.integer("selector_switches", r.selector_switches).raw("selector_tier_aware", r.selector_tier_aware ? "true" : "false");
+      o.num("single_tier_selector_shadow_seconds", b.selector_shadow_seconds);
+      o.integer("single_tier_selector_switches", b.selector_switches);
+    }
     if (real) {
       const auto& x = real->real;
       json::object v;

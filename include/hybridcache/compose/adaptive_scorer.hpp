@@ -16,6 +16,18 @@
 //   live admission policy and a fresh copy of the candidate's scorer. Every request the
 //   live cache inserts (`observe_request`, called by the cache before it changes anything)
 //   is replayed on every shadow: a lookup, then the insert.
+// - Tier-aware shadows (issue #15). When the live store has tiers below HBM (a
+//   `tiered_state_store` with a host tier), what a rule evicts from HBM is demoted, not
+//   lost, and comes back from host at the cost of a load: a single-tier shadow of the HBM
+//   budget would credit each rule only for what HBM keeps. So then each shadow is instead
+//   the candidate's `prefix_cache` over a metadata-only replica of the live store (same HBM
+//   budget, staging room, lower tiers, demotion order and sizer; compose/detail/
+//   tiered_shadow.hpp), driven through the request lifecycle: its HBM evicts by the
+//   candidate's rule, its victims demote below in the live demotion order, and its score
+//   counts the tokens up to where prefill resumes, host hits included, as the tiered replay
+//   credits FLOPs saved. `adaptive_config::shadow_host_bytes` chooses: mirror the live
+//   store (the default), single-tier shadows (0), or another host size. A live store with
+//   no tier below HBM gets the single-tier shadows, bit for bit as before.
 // - Score: per shadow, the FLOPs its own lookups saved, decayed by `decay` per request
 //   (0.995: a half-life of ~140 requests), so the ranking follows a workload that drifts.
 // - Switching: the live cache follows the leader only when the leader's score exceeds the
@@ -29,8 +41,10 @@
 // Costs: each hook is the switching scorer's (the sum of its parts', O(log n) each; a victim
 // costs the followed part's select_victim). `observe_request` replays one request per
 // shadow: K shadows cost about K times a metadata-only replay of the same request (the
-// shadows hold the token ids they cache). `overhead()` reports the time spent in the
-// shadows and an estimate of their memory. The shadows allocate (tree growth); the live
+// shadows hold the token ids they cache); a tier-aware shadow costs about what the live
+// tiered cache costs per request (begin + finish of the lifecycle on a tiered store: 6
+// shadows take 10-20x a fixed rule's whole tiered replay, docs/results/tiered.md).
+// `overhead()` reports the time spent in the shadows and an estimate of their memory. The shadows allocate (tree growth); the live
 // cache's hot path does not.
 // Not thread-safe (the live cache's lock serialises every call, shadows included).
 #pragma once
@@ -41,12 +55,14 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <tuple>
 #include <utility>
 #include <variant>
 #include <vector>
 
+#include "hybridcache/compose/detail/tiered_shadow.hpp"
 #include "hybridcache/concepts/admission.hpp"
 #include "hybridcache/concepts/utility_scorer.hpp"
 #include "hybridcache/core/error.hpp"
@@ -83,6 +99,12 @@ struct adaptive_config {
   /// Tokens each id of the request stream stands for (1 for token ids; a block-hash trace's
   /// block size), so that a shadow's hit is scored in the FLOPs of its real tokens.
   std::int64_t tokens_per_id = 1;
+  /// What the shadows model below HBM. Unset: the live store's tiers (a tiered store with
+  /// a tier below HBM gets tier-aware shadows, any other store single-tier ones). 0:
+  /// single-tier shadows of the HBM budget whatever the store (the selector of issue #14).
+  /// > 0: tier-aware shadows whose first tier below HBM holds this many bytes (the live
+  /// store must have one: invalid_argument at attach_store otherwise). < 0: invalid_argument.
+  std::optional<std::int64_t> shadow_host_bytes{};
 };
 
 /// What the selector costs and did (`adaptive_scorer::overhead()`).
@@ -92,6 +114,7 @@ struct adaptive_overhead {
   std::size_t followed = 0;        ///< the candidate followed now
   std::size_t shadows = 0;         ///< shadow caches
   double shadow_seconds = 0.0;     ///< wall time spent replaying requests on the shadows
+  bool tier_aware = false;         ///< the shadows model the tiers below HBM
   std::int64_t shadow_nodes = 0;   ///< tree nodes the shadows hold now
   std::int64_t shadow_tokens = 0;  ///< token ids the shadows hold now
   /// Estimate of the shadows' memory now: node slots, token ids, child tables and scorer
@@ -119,7 +142,7 @@ class adaptive_scorer {
   /// `parts` are the live rules (their options are the shadows' too); `admission` must be
   /// the live cache's. @throws invalid_argument for an empty candidate list (after the
   /// default), a candidate naming no part or with a bad alpha, a decay outside (0, 1], a
-  /// negative margin or dwell.
+  /// negative margin or dwell, a negative shadow_host_bytes.
   adaptive_scorer(cost_model model, live_type parts, adaptive_config cfg = {}, Admission admission = {})
       : model_(std::move(model)), live_(std::move(parts)), cfg_(std::move(cfg)), admission_(std::move(admission)) {
     if (cfg_.candidates.empty()) cfg_.candidates = default_candidates();
@@ -132,6 +155,8 @@ class adaptive_scorer {
     HYBRIDCACHE_EXPECTS(cfg_.switch_margin >= 0.0 && std::isfinite(cfg_.switch_margin) && cfg_.min_dwell >= 0 &&
                             cfg_.confidence >= 0.0 && std::isfinite(cfg_.confidence),
                         invalid_argument, "adaptive_scorer: switch_margin, confidence and min_dwell must be >= 0");
+    HYBRIDCACHE_EXPECTS(!cfg_.shadow_host_bytes || *cfg_.shadow_host_bytes >= 0, invalid_argument,
+                        "adaptive_scorer: shadow_host_bytes must be >= 0");
     score_.assign(cfg_.candidates.size(), 0.0);
     total_.assign(cfg_.candidates.size(), 0.0);
     gained_.assign(cfg_.candidates.size(), 0.0);
@@ -146,33 +171,57 @@ class adaptive_scorer {
 
   /// Builds the shadows with the live store's capacity and byte costs (the cache calls it
   /// once, from its constructor). A store that allows overflow, or a cache that admits
-  /// oversized states (the reference's simulation), gives shadows that do the same.
+  /// oversized states (the reference's simulation), gives shadows that do the same. A
+  /// tiered store with a tier below HBM gets tier-aware shadows (see the file comment and
+  /// `adaptive_config::shadow_host_bytes`). @throws invalid_argument when shadow_host_bytes
+  /// > 0 and the store has no tier below HBM, or what the replica's store throws for that
+  /// size; the selector is unchanged then (the shadows are built aside, then swapped in).
   template <class Store>
   void attach_store(const Store& store, const prefix_cache_config& cache_cfg) {
-    shadows_.clear();
-    shadows_.reserve(cfg_.candidates.size());
+    const std::optional<std::int64_t>& host = cfg_.shadow_host_bytes;
+    if constexpr (requires { store.metadata_replica(store.config()); }) {
+      if (store.tier_count() > 1 && (!host || *host > 0)) {
+        auto c = store.config();
+        if (host) (c.lower_tiers.empty() ? c.host_bytes : c.lower_tiers.front().capacity_bytes) = *host;
+        std::vector<std::unique_ptr<detail::tiered_shadow_base>> built;
+        built.reserve(cfg_.candidates.size());
+        for (const candidate_rule& rule : cfg_.candidates)
+          built.push_back(make_tiered_shadow(rule, store.metadata_replica(c), cache_cfg));
+        tiered_.swap(built);
+        shadows_.clear();
+        return;
+      }
+    }
+    HYBRIDCACHE_EXPECTS(!host || *host == 0, invalid_argument,
+                        "adaptive_scorer: shadow_host_bytes > 0 needs a live store with a tier below HBM");
+    std::vector<shadow_ptr> built;
+    built.reserve(cfg_.candidates.size());
     for (const candidate_rule& c : cfg_.candidates) {
       counting_store st(store.capacity_bytes(), store.kv_bytes(1), store.checkpoint_bytes());
       st.allow_overflow(cache_cfg.admit_oversized);
-      shadows_.push_back(make_shadow(c, std::move(st), cache_cfg));
+      built.push_back(make_shadow(c, std::move(st), cache_cfg));
     }
+    shadows_.swap(built);
+    tiered_.clear();
   }
 
   /// Replays one request (input ++ output, `input_tokens` long input) on every shadow,
   /// updates the scores and, when the leader clears the hysteresis, switches the live rule.
   void observe_request(std::span<const token_id> sequence, std::int64_t input_tokens, const cache_salt& salt) {
-    if (shadows_.empty() || sequence.empty()) return;
+    if ((shadows_.empty() && tiered_.empty()) || sequence.empty()) return;
     const auto t0 = std::chrono::steady_clock::now();
     const auto input = sequence.first(static_cast<std::size_t>(std::clamp<std::int64_t>(
         input_tokens, 1, static_cast<std::int64_t>(sequence.size()))));
-    for (std::size_t i = 0; i < shadows_.size(); ++i) {
+    for (std::size_t i = 0; i < score_.size(); ++i) {
       const std::int64_t reused =
-          std::visit([&](auto& c) { return replay_one(*c, sequence, input, input_tokens, salt); }, shadows_[i]);
+          tiered_.empty()
+              ? std::visit([&](auto& c) { return replay_one(*c, sequence, input, input_tokens, salt); }, shadows_[i])
+              : tiered_[i]->replay(sequence, input_tokens, salt);
       gained_[i] = hit_flops(reused);
       score_[i] = score_[i] * cfg_.decay + gained_[i];
       total_[i] += gained_[i];
     }
-    for (std::size_t i = 0; i < shadows_.size(); ++i) {  // paired with the followed candidate
+    for (std::size_t i = 0; i < score_.size(); ++i) {  // paired with the followed candidate
       const double d = (gained_[i] - gained_[followed_]) * 1e-12;  // scaled: squares stay finite
       lead_[i] = lead_[i] * cfg_.decay + d;
       lead_sq_[i] = lead_sq_[i] * cfg_.decay * cfg_.decay + d * d;
@@ -180,6 +229,16 @@ class adaptive_scorer {
     ++requests_;
     follow_leader();
     shadow_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  }
+
+  /// A request the live lifecycle refused at begin (too large beside what was pinned; the
+  /// runtime computed it uncached): tier-aware shadows replay it as `observe_request` does
+  /// (they run the lifecycle on their own contents and may have room for it; without it, a
+  /// rule under which the live cache refuses a request is credited as if the request never
+  /// came, and the ranking depends on the rule followed). Single-tier shadows, which model
+  /// the commit path (whose refused requests `observe_request` already sees), ignore it.
+  void observe_refused(std::span<const token_id> sequence, std::int64_t input_tokens, const cache_salt& salt) {
+    if (!tiered_.empty()) observe_request(sequence, input_tokens, salt);
   }
 
   // --- utility_scorer: the live rule ------------------------------------------------------
@@ -231,8 +290,14 @@ class adaptive_scorer {
     o.requests = requests_;
     o.switches = switches_;
     o.followed = followed_;
-    o.shadows = shadows_.size();
+    o.shadows = shadows_.size() + tiered_.size();
     o.shadow_seconds = shadow_seconds_;
+    o.tier_aware = !tiered_.empty();
+    for (const auto& t : tiered_) {
+      o.shadow_nodes += t->nodes();
+      o.shadow_tokens += t->tokens();
+      o.shadow_bytes += t->bytes();
+    }
     for (const auto& s : shadows_)
       std::visit(
           [&](const auto& c) {
@@ -260,6 +325,21 @@ class adaptive_scorer {
       if constexpr (requires { scorer.set_alpha(c.alpha); }) scorer.set_alpha(c.alpha);
       return shadow_ptr(std::in_place_index<I>, std::make_unique<shadow_cache<S>>(model_, std::move(st), std::move(scorer),
                                                                                    admission_, cache_cfg));
+    } else {
+      throw invalid_argument("adaptive_scorer: candidate rule out of range");
+    }
+  }
+
+  template <class Store, std::size_t I = 0>
+  std::unique_ptr<detail::tiered_shadow_base> make_tiered_shadow(const candidate_rule& c, Store&& st,
+                                                                  const prefix_cache_config& cache_cfg) {
+    if constexpr (I < sizeof...(Scorers)) {
+      if (c.rule != I) return make_tiered_shadow<Store, I + 1>(c, std::move(st), cache_cfg);
+      using S = std::tuple_element_t<I, std::tuple<Scorers...>>;
+      S scorer = live_.template part<I>().replica();
+      if constexpr (requires { scorer.set_alpha(c.alpha); }) scorer.set_alpha(c.alpha);
+      return std::make_unique<detail::tiered_shadow<cost_model, Admission, S, Store>>(model_, std::move(st),
+                                                                                     std::move(scorer), admission_, cache_cfg);
     } else {
       throw invalid_argument("adaptive_scorer: candidate rule out of range");
     }
@@ -308,7 +388,8 @@ class adaptive_scorer {
   live_type live_;
   adaptive_config cfg_;
   Admission admission_;
-  std::vector<shadow_ptr> shadows_;
+  std::vector<shadow_ptr> shadows_;                                 // single-tier shadows, or
+  std::vector<std::unique_ptr<detail::tiered_shadow_base>> tiered_;  // tier-aware ones
   std::vector<double> score_;
   std::vector<double> total_;
   std::vector<double> gained_;   // this request's FLOPs per shadow (scratch)

@@ -280,6 +280,13 @@ class prefix_cache {
     std::lock_guard<Lock> guard(lock_);
     return std::forward<F>(f)(store_);
   }
+  /// Shows a request the lifecycle refused at begin (computed uncached) to a scorer that takes
+  /// it (`observe_refused`: the selector's tier-aware shadows). Nothing of the cache changes.
+  void observe_refused(std::span<const token_id> sequence, std::int64_t input_tokens, const cache_salt& salt = {}) {
+    std::lock_guard<Lock> guard(lock_);
+    if constexpr (requires { scorer_.observe_refused(sequence, input_tokens, salt); })
+      scorer_.observe_refused(sequence, input_tokens, salt);
+  }
   [[nodiscard]] const Scorer& scorer() const noexcept { return scorer_; }
   [[nodiscard]] const Model& model() const noexcept { return model_; }
   [[nodiscard]] const cache_counters& counters() const noexcept { return counters_; }

@@ -131,6 +131,19 @@ class tiered_state_store {
   /// and one recurrent layer's state, so both are whole pages in every layer segment.
   [[nodiscard]] static std::int64_t page_bytes_for(const tiered_state_store_config& c);
 
+  /// The metadata-only store of the same tier stack, demotion order and sizer: what a
+  /// shadow of this cache runs on (the adaptive selector's tier-aware shadows,
+  /// compose/adaptive_scorer.hpp). Its copies complete at once; nothing is copied.
+  using metadata_replica_type = tiered_state_store<HostScorer, metadata_only_copies, Sizer>;
+  /// An empty `metadata_replica_type` built from `c` (usually `config()`, perhaps with
+  /// other tier sizes) with copies of this store's host scorer and sizer.
+  /// @throws as the constructor, for a bad `c`; this store is not touched.
+  [[nodiscard]] metadata_replica_type metadata_replica(const tiered_state_store_config& c) const {
+    return metadata_replica_type(c, sizer_, store_->scorer());
+  }
+  /// The configuration the store was built from.
+  [[nodiscard]] const tiered_state_store_config& config() const noexcept { return config_; }
+
   tiered_state_store(tiered_state_store&&) noexcept = default;
   tiered_state_store& operator=(tiered_state_store&&) noexcept = default;
   /// Waits for the copies in flight (their engine must not outlive their tickets).
@@ -358,6 +371,14 @@ class tiered_state_store {
     entry_id join;
   };
 
+  // unordered_map::reserve(n) rehashes to the size asked for, shrinking a table that once
+  // held more: reserving "one more" on every allocation rehashed the whole table each time
+  // (10 % of a Mooncake replay). Grow only.
+  template <class Map>
+  static void reserve_for(Map& m, std::size_t n) {
+    if (static_cast<double>(n) > static_cast<double>(m.bucket_count()) * static_cast<double>(m.max_load_factor()))
+      m.reserve(n);
+  }
   static Engine& no_copies() noexcept {
     static metadata_only_copies none;  // stateless
     return none;
@@ -415,6 +436,7 @@ class tiered_state_store {
     for (std::size_t i = 0; i < s.size(); ++i) prefix_hash_[i + 1] = h = content_key::next(h, s[i]);
   }
 
+  tiered_state_store_config config_;
   std::int64_t kv_per_token_;
   std::int64_t checkpoint_;
   std::int64_t capacity_;

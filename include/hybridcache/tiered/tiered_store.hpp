@@ -97,6 +97,8 @@ class tiered_store {
   tiered_store& operator=(const tiered_store&) = delete;
 
   [[nodiscard]] std::size_t tier_count() const noexcept { return configs_.size(); }
+  /// The demotion order's scorer (a copy orders a replica's tiers alike).
+  [[nodiscard]] const Scorer& scorer() const noexcept { return scorer_; }
   [[nodiscard]] const tier_config& config(tier_id t) const { return configs_.at(t.value); }
   [[nodiscard]] std::int64_t page_bytes() const noexcept { return page_bytes_; }
   /// Pages needed to hold `bytes` (0 for bytes <= 0). Exact up to INT64_MAX: rounding up

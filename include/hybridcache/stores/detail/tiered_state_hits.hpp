@@ -234,8 +234,8 @@ expected<void> tiered_state_store<H, E, S>::load(const tiered_hit& hit) {
     }
   };
   slot->staged.reserve(plan_.size());  // may throw: nothing moved yet
-  meta_.reserve(meta_.size() + plan_.size());
-  extracts_.reserve(extracts_.size() + plan_.size());
+  reserve_for(meta_, meta_.size() + plan_.size());
+  reserve_for(extracts_, extracts_.size() + plan_.size());
   pending_.reserve(pending_.size() + plan_.size());
   for (std::size_t k = 0; k < plan_.size(); ++k) {
     planned_load p = plan_[k];

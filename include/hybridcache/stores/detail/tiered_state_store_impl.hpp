@@ -22,7 +22,8 @@ namespace hybridcache::tiered {
 
 template <demotion_scorer H, tier_copy_engine E, demotion_sizer S>
 tiered_state_store<H, E, S>::tiered_state_store(const tiered_state_store_config& c, E& engine, S sizer, H host)
-    : kv_per_token_(c.kv_bytes_per_token),
+    : config_(c),
+      kv_per_token_(c.kv_bytes_per_token),
       checkpoint_(c.checkpoint_bytes),
       capacity_(c.hbm_bytes),
       page_(page_bytes_for(c)),
@@ -113,7 +114,7 @@ expected<entry_id> tiered_state_store<H, E, S>::allocate(std::int64_t bytes, kin
     // A write-back in flight still holds its HBM pages: the allocation waits for it.
     if (!wait_for_hbm_pages(store_->pages_for(bytes))) return unexpected(errc::out_of_capacity);
     const entry_id id = make_entry_id(++next_id_);
-    meta_.reserve(meta_.size() + 1);
+    reserve_for(meta_, meta_.size() + 1);
     auto r = store_->insert(id, bytes, hbm_tier, {}, false, segments(k));
     if (!r) return unexpected(r.error());
     meta m;
@@ -136,7 +137,7 @@ expected<tiered_kv_extent> tiered_state_store<H, E, S>::split_kv(kv_extent& whol
   }
   quiesce(whole.id);  // a copy down reading it lands first (its replica splits with it)
   try {
-    meta_.reserve(meta_.size() + 1);
+    reserve_for(meta_, meta_.size() + 1);
     const entry_id head = make_entry_id(next_id_ + 1);
     if (auto r = store_->split(whole.id, head, n * kv_per_token_); !r) return unexpected(r.error());
     ++next_id_;

@@ -162,6 +162,13 @@ tiered_replay_result replay_with(std::span<const sim::request> requests, const c
   tiered_replayer<cache_t, Prefill> rp(cache, *engine, model, prefill, o, engines, per_id);
   tiered_replay_result r = rp.run(requests);
   if constexpr (requires { engine->real_stats(); }) r.real = engine->real_stats();
+  if constexpr (requires { cache.scorer().overhead().tier_aware; }) {
+    const auto sel = cache.scorer().overhead();
+    r.selector_shadow_seconds = sel.shadow_seconds;
+    r.selector_shadow_bytes = sel.shadow_bytes;
+    r.selector_switches = sel.switches;
+    r.selector_tier_aware = sel.tier_aware;
+  }
   return r;
 }
 

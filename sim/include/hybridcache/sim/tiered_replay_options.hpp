@@ -148,6 +148,13 @@ struct tiered_replay_result {
   std::size_t prefill_engines = 1;
   std::vector<tiered_request_row> per_request;
   real_bytes_stats real{};                 ///< the real-bytes mode's copies (zero when modelled)
+  /// The adaptive selector's cost (a scorer with `overhead()`: --policy marconi's shadows;
+  /// zeros for a fixed rule): wall time in its shadows, their memory now, its switches, and
+  /// whether its shadows modelled the tiers below HBM (compose/adaptive_scorer.hpp).
+  double selector_shadow_seconds = 0.0;
+  std::int64_t selector_shadow_bytes = 0;
+  std::int64_t selector_switches = 0;
+  bool selector_tier_aware = false;
 
   /// (hbm_hit_tokens + host_hit_tokens) / input_tokens.
   [[nodiscard]] double token_hit_rate() const noexcept {

@@ -81,6 +81,10 @@ tiered_replay_result tiered_replayer<Cache, Prefill>::run(std::span<const sim::r
     r.input_tokens += q.input_tokens;
     if (!ticket) {  // refused: computed from scratch, not cached
       ++r.refused;
+      // A selector's tier-aware shadows still see it (they may well have room for it).
+      seq_.assign(q.input.begin(), q.input.end());
+      seq_.insert(seq_.end(), q.output.begin(), q.output.end());
+      cache_.observe_refused(seq_, static_cast<std::int64_t>(q.input.size()));
       compute_layers(0, q.input_tokens);
       std::fill(arrive_.begin(), arrive_.end(), t0);
       const double finish = pipeline(t0);
