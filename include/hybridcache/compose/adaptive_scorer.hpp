@@ -42,10 +42,11 @@
 // costs the followed part's select_victim). `observe_request` replays one request per
 // shadow: K shadows cost about K times a metadata-only replay of the same request (the
 // shadows hold the token ids they cache); a tier-aware shadow costs about what the live
-// tiered cache costs per request (begin + finish of the lifecycle on a tiered store: 6
-// shadows take 10-20x a fixed rule's whole tiered replay, docs/results/tiered.md).
-// `overhead()` reports the time spent in the shadows and an estimate of their memory. The shadows allocate (tree growth); the live
-// cache's hot path does not.
+// tiered cache costs per request (begin + finish of the lifecycle on a tiered store: with 6
+// shadows the tiered replay's command takes 6-10x a fixed rule's, docs/results/tiered.md;
+// `shadow_host_bytes = 0` keeps the cheap single-tier shadows). `overhead()` reports the
+// time spent in the shadows and an estimate of their memory. The shadows allocate (tree
+// growth); the live cache's hot path does not.
 // Not thread-safe (the live cache's lock serialises every call, shadows included).
 #pragma once
 

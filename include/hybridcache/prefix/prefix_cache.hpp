@@ -280,8 +280,9 @@ class prefix_cache {
     std::lock_guard<Lock> guard(lock_);
     return std::forward<F>(f)(store_);
   }
-  /// Shows a request the lifecycle refused at begin (computed uncached) to a scorer that takes
-  /// it (`observe_refused`: the selector's tier-aware shadows). Nothing of the cache changes.
+  /// A request the runtime gave up on at begin (computed uncached; call it once, when it stops
+  /// retrying) reaches a scorer that takes it (the selector's tier-aware shadows). The cache
+  /// itself does not change.
   void observe_refused(std::span<const token_id> sequence, std::int64_t input_tokens, const cache_salt& salt = {}) {
     std::lock_guard<Lock> guard(lock_);
     if constexpr (requires { scorer_.observe_refused(sequence, input_tokens, salt); })
