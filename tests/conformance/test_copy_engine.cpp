@@ -248,6 +248,53 @@ TEST_CASE_TEMPLATE_DEFINE("tier_copy_engine conformance", F, tier_copy_engine_co
 
 TEST_CASE_TEMPLATE_INVOKE(tier_copy_engine_conformance, metadata_fixture, host_fixture, real_bytes_fixture);
 
+// Layer by layer (`layered_copy_engine`): multi-layer entries moved between random tiers count
+// every segment once the job ran, carry their bytes, refuse a count outside [0, segments], and
+// a copy that fails never counts all its segments.
+TEST_CASE_TEMPLATE_DEFINE("layered_copy_engine conformance", F, layered_copy_engine_conformance) {
+  static_assert(layered_copy_engine<decltype(F::engine)>);
+  F f;
+  tiered_store<> s(three_tiers(), page);
+  std::mt19937_64 rng(17);
+  for (std::uint64_t n = 1; n <= 40; ++n) {
+    CAPTURE(n);
+    const entry_id id = make_entry_id(n);
+    const auto segments = static_cast<std::int32_t>(1 + rng() % 4);
+    const auto pages = static_cast<std::int64_t>(segments) * static_cast<std::int64_t>(1 + rng() % 2);
+    const tier_id from{static_cast<std::uint8_t>(rng() % 3)};
+    REQUIRE(s.insert(id, pages * page, from, {}, false, segments).has_value());
+    write_entry(f, s, id);
+    const tier_id to = other_tier(rng, from);
+    auto t = s.prepare_move(id, to);
+    REQUIRE(t);
+    CHECK(t->segments == segments);
+    const bool fail = F::can_fail && n % 5 == 0;
+    f.fail_copies(fail);
+    auto ev = f.engine.submit(*t);
+    REQUIRE(ev);
+    CHECK(f.engine.wait_segments(*ev, 0).has_value());
+    CHECK(f.engine.wait_segments(*ev, -1).error() == errc::invalid_argument);
+    CHECK(f.engine.wait_segments(*ev, segments + 1).error() == errc::invalid_argument);
+    if (fail) {
+      CHECK(f.engine.wait_segments(*ev, segments).error() == errc::busy);
+      CHECK(f.engine.landed_segments(*ev) < segments);
+      CHECK_FALSE(f.engine.wait(*ev).has_value());
+      REQUIRE(s.complete_move(*t, false).has_value());
+      f.fail_copies(false);
+    } else {
+      REQUIRE(f.engine.wait_segments(*ev, segments).has_value());
+      CHECK(f.engine.landed_segments(*ev) == segments);
+      REQUIRE(f.engine.wait(*ev).has_value());
+      REQUIRE(s.complete_move(*t, true).has_value());
+      CHECK(s.find(id)->tier() == to);
+    }
+    CHECK(entry_intact(f, s, id));
+    REQUIRE(s.erase(id).has_value());
+  }
+  CHECK(s.check_invariants().empty());
+}
+TEST_CASE_TEMPLATE_INVOKE(layered_copy_engine_conformance, metadata_fixture, host_fixture);
+
 // --- negative cases ------------------------------------------------------------------------
 
 namespace {
@@ -293,3 +340,25 @@ static_assert(!tier_copy_engine<no_query>);
 static_assert(!tier_copy_engine<wait_returns_void>);
 static_assert(!tier_copy_engine<submit_returns_event>);
 static_assert(!tier_copy_engine<mismatched_event>);
+
+namespace {
+// Layer by layer needs both the non-blocking count and the blocking wait, over its own events.
+struct count_only {
+  struct event {};
+  expected<event> submit(const move_ticket&) noexcept { return event{}; }
+  bool query(event) const noexcept { return true; }
+  expected<void> wait(event) noexcept { return {}; }
+  std::int32_t landed_segments(event) const noexcept { return 1; }
+};
+struct wait_segments_void {
+  struct event {};
+  expected<event> submit(const move_ticket&) noexcept { return event{}; }
+  bool query(event) const noexcept { return true; }
+  expected<void> wait(event) noexcept { return {}; }
+  std::int32_t landed_segments(event) const noexcept { return 1; }
+  void wait_segments(event, std::int32_t) noexcept {}
+};
+}  // namespace
+static_assert(!layered_copy_engine<count_only>);
+static_assert(!layered_copy_engine<wait_segments_void>);
+static_assert(tier_copy_engine<count_only> && !layered_copy_engine<no_wait>);

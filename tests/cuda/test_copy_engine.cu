@@ -183,3 +183,60 @@ TEST_CASE("cuda layer events: a wait issued before the loader records the layer 
   (void)cudaFree(bad);
   (void)cudaStreamDestroy(compute);
 }
+
+TEST_CASE("cuda copy engine: a multi-layer load lands layer by layer (wait_segments returns before the whole copy)") {
+  // 8 layer segments of 32 MiB each (256 MiB, several ms over PCIe): an entry on the host
+  // tier promoted to HBM; each layer is checked as soon as wait_segments says it landed,
+  // by a kernel on another stream, while the later layers are still being copied.
+  constexpr std::int64_t big_page = 2 << 20, layers = 8, pages_per_layer = 16;
+  const std::vector<tier_config> t2{{.kind = tier_kind::hbm, .capacity_bytes = layers * pages_per_layer * big_page},
+                                    {.kind = tier_kind::host, .capacity_bytes = layers * pages_per_layer * big_page}};
+  tiered_store<> s(t2, big_page);
+  cuda::copy_engine e(t2, big_page, {.measure_bandwidth = false});
+  REQUIRE(s.insert(entry_id{1}, layers * pages_per_layer * big_page, tier_id{1}, {}, false, layers).has_value());
+  const auto row = s.find(entry_id{1});
+  const std::int64_t layer_bytes = pages_per_layer * big_page;
+  std::int64_t i = 0;
+  row->copies.front().pages.for_each_page([&](std::uint32_t p) {  // layer l's pages hold the byte l + 1
+    std::memset(e.base(tier_id{1}) + static_cast<std::int64_t>(p) * big_page, static_cast<int>(i++ / pages_per_layer + 1),
+                static_cast<std::size_t>(big_page));
+  });
+  auto t = s.prepare_move(entry_id{1}, hbm_tier);
+  REQUIRE(t);
+  REQUIRE(t->segments == layers);
+  cudaStream_t compute = nullptr;
+  HYBRIDCACHE_CUDA_TRY(cudaStreamCreateWithFlags(&compute, cudaStreamNonBlocking));
+  int* bad = nullptr;
+  HYBRIDCACHE_CUDA_TRY(cudaMalloc(&bad, sizeof(int)));
+  HYBRIDCACHE_CUDA_TRY(cudaMemset(bad, 0, sizeof(int)));
+  std::vector<std::uint32_t> dst_pages;
+  t->dst_pages.for_each_page([&](std::uint32_t p) { dst_pages.push_back(p); });
+  const auto start = std::chrono::steady_clock::now();
+  const auto ev = e.submit(*t);
+  REQUIRE(ev);
+  CHECK(ev->segments == layers);
+  std::vector<double> landed_ms;
+  std::int32_t incomplete_at_first_layer = -1;
+  for (std::int32_t l = 0; l < layers; ++l) {
+    REQUIRE(e.wait_segments(*ev, l + 1).has_value());
+    landed_ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count());
+    if (l == 0) incomplete_at_first_layer = e.query(*ev) ? 0 : 1;
+    CHECK(e.landed_segments(*ev) >= l + 1);
+    for (std::int64_t k = 0; k < pages_per_layer; ++k)
+      check_layer<<<64, 256, 0, compute>>>(reinterpret_cast<const std::uint8_t*>(
+                                               e.base(hbm_tier) + static_cast<std::int64_t>(dst_pages[static_cast<std::size_t>(l * pages_per_layer + k)]) * big_page),
+                                           big_page, static_cast<std::uint8_t>(l + 1), bad);
+  }
+  REQUIRE(e.wait(*ev).has_value());
+  REQUIRE(s.complete_move(*t, true).has_value());
+  HYBRIDCACHE_CUDA_TRY(cudaStreamSynchronize(compute));
+  int bad_host = -1;
+  HYBRIDCACHE_CUDA_TRY(cudaMemcpy(&bad_host, bad, sizeof(int), cudaMemcpyDeviceToHost));
+  CHECK(bad_host == 0);
+  MESSAGE("layer landed at (ms): " << landed_ms[0] << ", " << landed_ms[1] << ", ..., " << landed_ms.back()
+                                   << "; the copy was still running when layer 0 landed: " << incomplete_at_first_layer
+                                   << " (" << layer_bytes * layers / 1e9 / (landed_ms.back() / 1e3) << " GB/s)");
+  CHECK(landed_ms[0] < landed_ms.back());
+  HYBRIDCACHE_CUDA_TRY(cudaFree(bad));
+  HYBRIDCACHE_CUDA_TRY(cudaStreamDestroy(compute));
+}

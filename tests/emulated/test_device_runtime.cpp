@@ -248,3 +248,51 @@ TEST_CASE("device_kv_buffer_table: uploads from a pinned mirror, never rewritten
   CHECK(cudaStreamDestroy(s) == cudaSuccess);
   CHECK(gpu::get().live_events() == 0);
 }
+
+TEST_CASE("copy engine: a multi-layer move lands layer by layer (an event per segment; layered_copy_engine)") {
+  using namespace hybridcache::tiered;
+  gpu::get().reset(1);
+  hc::copy_engine e(two_tiers(), page, {.device = 0, .measure_bandwidth = false});
+  // 4 layer segments of one page each, host pages 4..7 -> HBM pages 0..3 (not adjacent in
+  // the ticket's order: HBM 3, 2, 1, 0, so no span crosses a segment either way).
+  move_ticket t;
+  t.src = tier_id{1};
+  t.dst = hbm_tier;
+  t.segments = 4;
+  t.src_bytes = t.dst_bytes = 4 * page;
+  for (std::uint32_t p : {4u, 5u, 6u, 7u}) t.src_pages.push_back({p, 1});
+  for (std::uint32_t p : {3u, 2u, 1u, 0u}) t.dst_pages.push_back({p, 1});
+  for (std::int64_t i = 0; i < 4 * page; ++i) e.base(tier_id{1})[4 * page + i] = static_cast<std::byte>((i * 7 + 1) & 0xff);
+  std::memset(e.base(hbm_tier), 0, static_cast<std::size_t>(4 * page));
+  auto layer_in_hbm = [&](std::int64_t g) {  // segment g's page holds its bytes
+    const std::byte* hbm = e.base(hbm_tier) + (3 - g) * page;
+    for (std::int64_t i = 0; i < page; ++i)
+      if (hbm[i] != static_cast<std::byte>(((g * page + i) * 7 + 1) & 0xff)) return false;
+    return true;
+  };
+  const auto ev = e.submit(t);
+  REQUIRE(ev.has_value());
+  CHECK(ev->segments == 4);
+  CHECK(e.landed_segments(*ev) == 0);  // the fake device runs a stream only when the host waits
+  REQUIRE(e.wait_segments(*ev, 2).has_value());
+  CHECK(e.landed_segments(*ev) == 2);
+  CHECK(layer_in_hbm(0));
+  CHECK(layer_in_hbm(1));
+  CHECK_FALSE(layer_in_hbm(2));  // not copied yet: the wait ran the stream only up to layer 1's event
+  CHECK_FALSE(e.query(*ev));
+  CHECK(e.wait_segments(*ev, 5).error() == hybridcache::errc::invalid_argument);
+  REQUIRE(e.wait_segments(*ev, 4).has_value());  // the last segment is the job's own event
+  CHECK(e.query(*ev));
+  CHECK(e.landed_segments(*ev) == 4);
+  for (std::int64_t g = 0; g < 4; ++g) CHECK(layer_in_hbm(g));
+  // A sparsified copy (fewer bytes) is one job: its segments land together.
+  move_ticket sparse = t;
+  sparse.dst_bytes = 3 * page + 5;
+  const auto ev2 = e.submit(sparse);
+  REQUIRE(ev2.has_value());
+  CHECK(ev2->segments == 4);
+  REQUIRE(e.wait_segments(*ev2, 1).has_value());
+  CHECK(e.query(*ev2));
+  const auto st = e.take_stats();
+  CHECK(st.transfers == 4 + 4);  // per segment (not adjacent), then the sparsified copy's runs
+}

@@ -45,4 +45,18 @@ concept tier_copy_engine = requires(E& e, const move_ticket& t) {
   { e.wait(*e.submit(t)) } -> std::same_as<expected<void>>;
 };
 
+/// A copy engine that also reports a job's progress layer by layer, so a runtime can
+/// compute layer l while later layers are still being copied (layer-wise loading).
+/// `landed_segments(event)` says, without blocking, how many leading layer segments of the
+/// job's ticket are in place (all of them, `ticket.segments`, once the job ran successfully;
+/// a failed job counts the segments that landed before the failure); `wait_segments(event,
+/// n)` blocks until the first n segments are in place and reports `busy` when the job failed
+/// before them, `invalid_argument` for n outside [0, event's segments]. An engine may land a job's segments all at once (a copy that is not
+/// segment-aligned, such as a sparsified one, always does).
+template <class E>
+concept layered_copy_engine = tier_copy_engine<E> && requires(E& e, const move_ticket& t, std::int32_t n) {
+  { e.landed_segments(*e.submit(t)) } -> std::convertible_to<std::int32_t>;
+  { e.wait_segments(*e.submit(t), n) } -> std::same_as<expected<void>>;
+};
+
 }  // namespace hybridcache::tiered

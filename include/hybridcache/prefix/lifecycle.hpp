@@ -51,8 +51,9 @@
 // HBM staging room (`load`: the copies are submitted and run asynchronously); prefill then
 // starts where the loaded prefix ends (plan.prefill_start = loaded_at). Before prefill reads
 // the loaded KV and the state to resume from (`store().staged(state.host_hit)`), the
-// runtime calls `wait_loaded(ticket)` (per layer, a timed or CUDA engine reports each
-// layer's arrival). Many requests may hold hits at once; two that need the same bytes share
+// runtime calls `wait_loaded(ticket)`, or, computing layer by layer while the later layers
+// are still being copied, `wait_layer_loaded(ticket, kind, layer)` before each layer (an
+// engine that lands copies layer by layer: the host and CUDA engines). Many requests may hold hits at once; two that need the same bytes share
 // one load. finish keeps the loaded state at loaded_at, inserts the sequence, then
 // `settle`s: the staged pages go to the new nodes without a copy, and the committed path is
 // named so that its evicted nodes are demoted, not dropped. A hit that cannot be loaded
@@ -96,6 +97,7 @@
 #include "hybridcache/core/expected.hpp"
 #include "hybridcache/core/handle.hpp"
 #include "hybridcache/core/hash.hpp"
+#include "hybridcache/model/model_spec.hpp"
 #include "hybridcache/prefix/prefix_cache.hpp"
 #include "hybridcache/prefix/lock_policy.hpp"
 #include "hybridcache/prefix/types.hpp"
@@ -283,6 +285,34 @@ class request_lifecycle {
         if (s.loaded_at > 0) return cache_->store_.wait_loaded(s.host_hit);
       }
       return {};
+    }
+  }
+
+  /// Layer-wise loading: blocks until layer `layer` of kind `k` of the hit loaded at begin is
+  /// in HBM (a no-op without one), so prefill computes that layer while later ones are still
+  /// being copied: call it before each layer reads `store().staged(state.host_hit)`. Needs a
+  /// store and engine that report layers (`tiered_state_store` over a
+  /// `layered_copy_engine`); over any other store it is `wait_loaded`. Errors as
+  /// `wait_loaded`, but nothing is released: busy (a copy of the hit failed; then
+  /// `wait_loaded` reports it and releases the hit), invalid_argument for a layer the store
+  /// does not have (or `layer_kind::mlp`, which holds no state). With a real lock it polls and sleeps between polls, as `wait_loaded` does.
+  [[nodiscard]] expected<void> wait_layer_loaded(request_ticket t, layer_kind k, std::int32_t layer) {
+    if constexpr (requires { cache_->store_.layer_loaded(states_[0].host_hit, k, layer); }) {
+      for (;;) {
+        {
+          std::lock_guard<lock_type> guard(cache_->lock_);
+          if (const errc e = tickets_.validate(t.handle); e != errc::ok) return unexpected(e);
+          request_state& s = states_[t.handle.index()];
+          if (s.loaded_at == 0) return {};
+          if constexpr (std::is_same_v<lock_type, no_lock>) return cache_->store_.wait_layer(s.host_hit, k, layer);
+          const auto r = cache_->store_.layer_loaded(s.host_hit, k, layer);
+          if (!r) return unexpected(r.error());
+          if (*r) return {};
+        }
+        std::this_thread::sleep_for(std::chrono::microseconds(20));
+      }
+    } else {
+      return wait_loaded(t);
     }
   }
 

@@ -80,6 +80,7 @@
 #include "hybridcache/core/error.hpp"
 #include "hybridcache/core/expected.hpp"
 #include "hybridcache/core/hash.hpp"
+#include "hybridcache/model/model_spec.hpp"
 #include "hybridcache/prefix/radix_tree.hpp"
 #include "hybridcache/prefix/types.hpp"
 #include "hybridcache/stores/detail/hit_table.hpp"
@@ -220,6 +221,25 @@ class tiered_state_store {
   /// `wait_loaded`. Lets a runtime that shares the store between threads wait without
   /// holding the store's lock (request_lifecycle::wait_loaded over a mutex_lock cache).
   [[nodiscard]] expected<bool> loaded(const tiered_hit& hit);
+
+  /// Layer-wise loading, over an engine that lands a copy layer by layer
+  /// (`layered_copy_engine`): true once layer `layer` of kind `k` (and every earlier layer
+  /// of that kind; attention layer l is segment l of every staged KV entry, recurrent layer
+  /// r segment r of the staged checkpoint, numbered within their kind as the config counts
+  /// them) of every entry `load` staged for `hit` is in HBM, so prefill may compute
+  /// that layer while later ones are still being copied; false while it is not. Completes
+  /// the copies that landed first (`poll`). A join of another hit's copy counts once its own
+  /// copy inside HBM has started. Errors, with nothing else changed: stale_handle when `hit`
+  /// is not outstanding; invalid_argument for a layer outside [0, attention_layers) or
+  /// [0, recurrent_layers) and for `layer_kind::mlp`; busy when a copy of the hit failed
+  /// before that layer landed, and for every layer once the store has seen the failure (the
+  /// hit is lost: `wait_loaded` reports it and releases the hit).
+  /// O(staged entries x copies in flight).
+  [[nodiscard]] expected<bool> layer_loaded(const tiered_hit& hit, layer_kind k, std::int32_t layer)
+    requires layered_copy_engine<Engine>;
+  /// Blocking `layer_loaded`: returns once that layer of every staged entry is in HBM.
+  [[nodiscard]] expected<void> wait_layer(const tiered_hit& hit, layer_kind k, std::int32_t layer)
+    requires layered_copy_engine<Engine>;
 
   /// What `load` staged for `hit` (empty before `load`, or for a hit not outstanding).
   [[nodiscard]] std::span<const staged_entry> staged(const tiered_hit& hit) const noexcept {
@@ -396,6 +416,9 @@ class tiered_state_store {
     return (u.capacity_bytes - u.used_bytes) / page_;
   }
 
+  enum class layer_wait : unsigned char { query, block };
+  expected<bool> layer_pass(const outstanding_hit& slot, layer_kind k, std::int32_t layer, layer_wait how)
+    requires layered_copy_engine<Engine>;
   expected<entry_id> allocate(std::int64_t bytes, kind k, std::int64_t tokens) noexcept;
   void release_from_tree(entry_id id) noexcept;
   void settle_free(entry_id id) noexcept;

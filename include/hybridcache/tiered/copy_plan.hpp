@@ -30,12 +30,20 @@ struct copy_span {
 /// The copy engine of a simulator: the store holds metadata only, so every move "copies"
 /// nothing and succeeds at once.
 struct metadata_only_copies {
-  struct event {};
-  [[nodiscard]] expected<event> submit(const move_ticket&) noexcept { return event{}; }
+  struct event {
+    std::int32_t segments = 1;
+  };
+  [[nodiscard]] expected<event> submit(const move_ticket& t) noexcept { return event{t.segments}; }
   [[nodiscard]] bool query(event) const noexcept { return true; }
   [[nodiscard]] expected<void> wait(event) noexcept { return {}; }
+  /// Every segment is in place at once (nothing is copied).
+  [[nodiscard]] std::int32_t landed_segments(event e) const noexcept { return e.segments; }
+  [[nodiscard]] expected<void> wait_segments(event e, std::int32_t n) noexcept {
+    if (n < 0 || n > e.segments) return unexpected(errc::invalid_argument);
+    return {};
+  }
 };
-static_assert(tier_copy_engine<metadata_only_copies>);
+static_assert(layered_copy_engine<metadata_only_copies>);
 
 /// Transfers below this size count as small (per-call overhead dominates).
 inline constexpr std::int64_t default_min_transfer_bytes = std::int64_t{512} * 1024;

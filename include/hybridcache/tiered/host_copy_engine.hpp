@@ -19,10 +19,19 @@
 // Bandwidth per lower tier and direction is measured at start-up with a memcpy probe
 // (`measured_gbps`), so policies can decide reload-vs-recompute from numbers, not constants.
 //
-// Costs: submit O(pages of the ticket) (allocates the job's span list), query O(1),
-// wait blocks until the job ran. Thread-safe: any thread may submit and wait.
+// Layer by layer: a ticket of several layer segments (layer-major pages, a full-size copy)
+// is copied segment after segment, and the worker publishes each segment as it lands, so a
+// runtime can compute layer l once `landed_segments(ev) > l` (`wait_segments(ev, l + 1)`)
+// while later layers are still being copied (`layered_copy_engine`). Copies are coalesced
+// within a segment, never across one.
+//
+// Costs: submit O(pages of the ticket) (allocates the job's span list), query and
+// landed_segments O(1) (a failed job: O(log failed jobs not yet waited for)), wait and
+// wait_segments block until the job (or the segments) ran. Thread-safe: any thread may
+// submit and wait.
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <chrono>
 #include <condition_variable>
@@ -30,8 +39,8 @@
 #include <cstring>
 #include <deque>
 #include <functional>
+#include <map>
 #include <mutex>
-#include <set>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -50,7 +59,8 @@ enum class copy_stream : std::uint8_t { offload = 0, onboard = 1 };
 /// Completion marker of one submitted job (stream + position in its FIFO).
 struct copy_event {
   copy_stream stream = copy_stream::offload;
-  std::uint64_t seq = 0;  ///< 0 = the null event (already complete)
+  std::uint64_t seq = 0;      ///< 0 = the null event (already complete)
+  std::int32_t segments = 1;  ///< layer segments the job lands one by one (1: all at once)
 };
 
 /// Counters since construction (or the last `take_stats`).
@@ -132,18 +142,43 @@ class host_copy_engine {
     fault_ = std::move(hook);
   }
 
-  /// Enqueues the copies of a prepared move on the stream of its direction.
+  /// Enqueues the copies of a prepared move on the stream of its direction. The event
+  /// counts the ticket's layer segments; a full-size copy lands them one by one, any other
+  /// (a sparsified copy, pages that do not split evenly) all at once.
   /// Errors: invalid_argument when the ticket names an unknown tier or pages outside an arena.
   [[nodiscard]] expected<copy_event> submit(const move_ticket& t) {
     if (t.src.value >= arenas_.size() || t.dst.value >= arenas_.size()) return unexpected(errc::invalid_argument);
     // Same tier: a copy inside one arena (a joined load handed to a request), onboard.
     const copy_stream s = t.dst.value > t.src.value ? copy_stream::offload : copy_stream::onboard;
-    return submit(t.src, t.dst, plan_copies(t, page_bytes_), s);
+    const auto pages = static_cast<std::int64_t>(t.dst_pages.size());
+    const bool layered = t.segments > 1 && t.src_bytes == t.dst_bytes && t.dst_bytes == pages * page_bytes_ &&
+                         static_cast<std::int64_t>(t.src_pages.size()) == pages && pages % t.segments == 0;
+    if (!layered) {  // lands whole: its segments all at once
+      auto ev = submit(t.src, t.dst, plan_copies(t, page_bytes_), s);
+      if (ev) ev->segments = std::max<std::int32_t>(1, t.segments);
+      return ev;
+    }
+    std::vector<copy_span> spans;
+    std::vector<std::size_t> ends;
+    ends.reserve(static_cast<std::size_t>(t.segments));
+    for (std::int32_t g = 0; g < t.segments; ++g) {
+      const auto seg = plan_segment_copies(t, page_bytes_, g);
+      spans.insert(spans.end(), seg.begin(), seg.end());
+      ends.push_back(spans.size());
+    }
+    return submit(t.src, t.dst, std::move(spans), s, std::move(ends));
   }
 
   /// Enqueues arbitrary spans from tier `src` to tier `dst` on stream `s`. busy after `stop`.
-  [[nodiscard]] expected<copy_event> submit(tier_id src, tier_id dst, std::vector<copy_span> spans, copy_stream s) {
+  /// `segment_ends` (optional): segment i ends after span segment_ends[i] - 1 (ascending,
+  /// the last one spans.size()); the job then lands segment by segment.
+  [[nodiscard]] expected<copy_event> submit(tier_id src, tier_id dst, std::vector<copy_span> spans, copy_stream s,
+                                            std::vector<std::size_t> segment_ends = {}) {
     if (src.value >= arenas_.size() || dst.value >= arenas_.size()) return unexpected(errc::invalid_argument);
+    for (std::size_t i = 0; i < segment_ends.size(); ++i)
+      if (segment_ends[i] > spans.size() || (i > 0 && segment_ends[i] < segment_ends[i - 1]) ||
+          (i + 1 == segment_ends.size() && segment_ends[i] != spans.size()))
+        return unexpected(errc::invalid_argument);
     for (const auto& c : spans)
       if (c.bytes <= 0 || c.src_offset < 0 || c.dst_offset < 0 || c.src_offset + c.bytes > arenas_[src.value].size() ||
           c.dst_offset + c.bytes > arenas_[dst.value].size())
@@ -152,7 +187,8 @@ class host_copy_engine {
     if (stop_) return unexpected(errc::busy);  // stopping: the workers would never run it
     const auto si = static_cast<std::size_t>(s);
     const auto other = 1 - si;
-    job j{src, dst, std::move(spans), ++submitted_[si], 0};
+    const auto segments = static_cast<std::int32_t>(segment_ends.empty() ? 1 : segment_ends.size());
+    job j{src, dst, std::move(spans), std::move(segment_ends), ++submitted_[si], 0};
     // Hazards: the job may not start before the other stream finished the last writer of
     // each source page and the last writer/readers of each destination page.
     for_pages(j, true, [&](page_hazard& h) {
@@ -173,7 +209,7 @@ class host_copy_engine {
       stats_.small_transfers += c.bytes < options_.min_transfer_bytes;
       stats_.bytes += c.bytes;
     }
-    const copy_event ev{s, j.seq};
+    const copy_event ev{s, j.seq, segments};
     queues_[si].push_back(std::move(j));
     work_cv_.notify_all();
     return ev;
@@ -198,6 +234,29 @@ class host_copy_engine {
     return {};
   }
 
+  /// How many leading layer segments of the job are in place, without blocking: 0 before it
+  /// starts, `ev.segments` once it ran successfully; a failed job counts the segments that
+  /// landed before the failure (until `wait` consumes the failure).
+  [[nodiscard]] std::int32_t landed_segments(copy_event ev) const {
+    std::lock_guard lock(mu_);
+    return landed_locked(ev);
+  }
+
+  /// Blocks until the job's first `n` layer segments are in place (the whole job need not
+  /// have run). busy when the job failed before them (the failure stays for `wait`), or for
+  /// an event this engine never issued; invalid_argument for n outside [0, ev.segments].
+  [[nodiscard]] expected<void> wait_segments(copy_event ev, std::int32_t n) {
+    if (n < 0 || n > ev.segments) return unexpected(errc::invalid_argument);
+    if (n == 0) return {};
+    std::unique_lock lock(mu_);
+    const auto si = static_cast<std::size_t>(ev.stream);
+    done_cv_.wait(lock, [&] {
+      return landed_locked(ev) >= n || completed_[si] >= ev.seq || (stop_ && ev.seq > submitted_[si]);
+    });
+    if (landed_locked(ev) >= n) return {};
+    return unexpected(errc::busy);
+  }
+
   /// Blocks until every submitted job has run.
   void synchronize() {
     std::unique_lock lock(mu_);
@@ -219,6 +278,7 @@ class host_copy_engine {
   struct job {
     tier_id src, dst;
     std::vector<copy_span> spans;
+    std::vector<std::size_t> segment_ends;  // empty: one segment
     std::uint64_t seq;
     std::uint64_t wait_other;  // the other stream must have completed this seq first
   };
@@ -243,21 +303,34 @@ class host_copy_engine {
       // The other stream drains its queue too, so its hazards are always met eventually.
       done_cv_.wait(lock, [&] { return completed_[other] >= j.wait_other; });
       fault_hook fault = fault_;
+      running_[si] = j.seq;
+      landed_[si] = 0;
       lock.unlock();
       bool ok = true;
-      for (const auto& c : j.spans) {
+      std::size_t next_end = 0;  // the next segment boundary to publish
+      for (std::size_t i = 0; i < j.spans.size(); ++i) {
+        const copy_span& c = j.spans[i];
         if (fault && fault(c)) {
           ok = false;
           break;
         }
         std::memcpy(arenas_[j.dst.value].data() + c.dst_offset, arenas_[j.src.value].data() + c.src_offset,
                     static_cast<std::size_t>(c.bytes));
+        std::int32_t landed = 0;
+        while (next_end < j.segment_ends.size() && j.segment_ends[next_end] <= i + 1) landed = static_cast<std::int32_t>(++next_end);
+        if (landed > 0 && next_end < j.segment_ends.size()) {  // the last one lands with the job
+          lock.lock();
+          landed_[si] = landed;
+          lock.unlock();
+          done_cv_.notify_all();
+        }
       }
       lock.lock();
       if (!ok) {
-        failed_[si].insert(j.seq);
+        failed_[si].emplace(j.seq, landed_[si]);
         stats_.failed_jobs += 1;
       }
+      running_[si] = 0;
       completed_[si] = j.seq;
       queues_[si].pop_front();
       done_cv_.notify_all();
@@ -283,6 +356,15 @@ class host_copy_engine {
     }
   }
 
+  std::int32_t landed_locked(copy_event ev) const {
+    const auto si = static_cast<std::size_t>(ev.stream);
+    if (completed_[si] >= ev.seq) {
+      const auto f = failed_[si].find(ev.seq);
+      return f == failed_[si].end() ? ev.segments : f->second;
+    }
+    return running_[si] == ev.seq ? landed_[si] : 0;
+  }
+
   std::int64_t page_bytes_;
   host_copy_engine_options options_;
   std::vector<host_arena> arenas_;
@@ -292,14 +374,16 @@ class host_copy_engine {
   std::condition_variable work_cv_, done_cv_;
   std::array<std::deque<job>, 2> queues_;
   std::array<std::uint64_t, 2> submitted_{}, completed_{};
-  std::array<std::set<std::uint64_t>, 2> failed_;
+  std::array<std::map<std::uint64_t, std::int32_t>, 2> failed_;  // failed job -> segments landed before
+  std::array<std::uint64_t, 2> running_{};                           // the job a worker runs (0: none)
+  std::array<std::int32_t, 2> landed_{};                             // its segments landed so far
   fault_hook fault_;
   copy_stats stats_;
   bool stop_ = false;
   std::array<std::thread, 2> workers_;
 };
 
-static_assert(tier_copy_engine<host_copy_engine>);
+static_assert(layered_copy_engine<host_copy_engine>);
 
 /// Moves one entry to tier `dst` through the full protocol: prepare (reserve destination),
 /// submit, wait, complete. On any failure the entry stays at its source, intact, and the

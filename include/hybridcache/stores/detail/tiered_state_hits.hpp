@@ -423,6 +423,68 @@ expected<bool> tiered_state_store<H, E, S>::loaded(const tiered_hit& hit) {
 }
 
 template <demotion_scorer H, tier_copy_engine E, demotion_sizer S>
+expected<bool> tiered_state_store<H, E, S>::layer_loaded(const tiered_hit& hit, layer_kind k, std::int32_t layer)
+  requires layered_copy_engine<E>
+{
+  const outstanding_hit* slot = find_hit(hit.ticket);
+  if (slot == nullptr) return unexpected(errc::stale_handle);
+  if (k == layer_kind::mlp || layer < 0 || layer >= segments(k == layer_kind::attention ? kind::kv : kind::checkpoint))
+    return unexpected(errc::invalid_argument);
+  (void)poll();
+  return layer_pass(*slot, k, layer, layer_wait::query);
+}
+
+template <demotion_scorer H, tier_copy_engine E, demotion_sizer S>
+expected<void> tiered_state_store<H, E, S>::wait_layer(const tiered_hit& hit, layer_kind k, std::int32_t layer)
+  requires layered_copy_engine<E>
+{
+  const outstanding_hit* slot = find_hit(hit.ticket);
+  if (slot == nullptr) return unexpected(errc::stale_handle);
+  if (k == layer_kind::mlp || layer < 0 || layer >= segments(k == layer_kind::attention ? kind::kv : kind::checkpoint))
+    return unexpected(errc::invalid_argument);
+  (void)poll();
+  const auto r = layer_pass(*slot, k, layer, layer_wait::block);
+  if (!r) return unexpected(r.error());
+  return {};
+}
+
+// Each staged entry of `k`'s kind: landed whole (no copy in flight), or its copy has landed
+// its first layer + 1 segments (the engine counts in the ticket's segments; a copy that is
+// not segment-aligned lands them all at once). A join not started yet waits for its source
+// (`block`), or is not there yet (`query`). A failed copy (or join) is busy; nothing here
+// completes a copy, so the failure is still `wait_loaded`'s to report.
+template <demotion_scorer H, tier_copy_engine E, demotion_sizer S>
+expected<bool> tiered_state_store<H, E, S>::layer_pass(const outstanding_hit& slot, layer_kind k, std::int32_t layer,
+                                                        layer_wait how)
+  requires layered_copy_engine<E>
+{
+  const bool checkpoint = k == layer_kind::recurrent;
+  for (const staged_entry& s : slot.staged) {
+    if (s.checkpoint != checkpoint || s.id == no_entry) continue;
+    auto it = meta_.find(s.id);
+    if (it == meta_.end() || it->second.failed) return unexpected(errc::busy);
+    if (it->second.pending_src != no_entry) {
+      if (how == layer_wait::query) return false;
+      quiesce(it->second.pending_src);  // its source lands; its own copy starts (after_copy)
+      it = meta_.find(s.id);
+      if (it == meta_.end() || it->second.failed || it->second.pending_src != no_entry) return unexpected(errc::busy);
+    }
+    for (const inflight& c : inflight_) {
+      if (c.t.id != s.id) continue;
+      const std::int32_t need = std::min<std::int32_t>(layer + 1, std::max<std::int32_t>(1, c.t.segments));
+      if (how == layer_wait::block) {
+        if (!engine_->wait_segments(c.ev, need)) return unexpected(errc::busy);
+      } else if (engine_->landed_segments(c.ev) < need) {
+        if (engine_->query(c.ev)) return unexpected(errc::busy);  // it ran, short of the layer: failed
+        return false;
+      }
+      break;
+    }
+  }
+  return true;
+}
+
+template <demotion_scorer H, tier_copy_engine E, demotion_sizer S>
 template <class Tree>
 void tiered_state_store<H, E, S>::settle(const Tree& tree, std::span<const prefix::token_id> sequence,
                                          const tiered_hit& hit) {

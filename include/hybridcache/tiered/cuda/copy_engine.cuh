@@ -17,6 +17,9 @@
 //   - step joins: `wait_for(compute)` makes both copy streams wait for the compute stream
 //     (start of a step), `join_into(compute)` makes compute wait for both copy streams;
 //   - per-layer events for layer-wise loading in a small ring (`cuda_layer_event_ring`);
+//   - a move of several layer segments (a full-size copy) records one event per segment, so
+//     `landed_segments` / `wait_segments` report it layer by layer (`layered_copy_engine`;
+//     copies are coalesced within a segment, never across one);
 //   - bandwidth per lower tier and direction measured at start-up with timed copies;
 //   - the caller's current device is left as it was (the engine switches to its device for
 //     its own calls and back).
@@ -29,6 +32,7 @@
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <array>
 #include <condition_variable>
 #include <cstdint>
@@ -111,18 +115,42 @@ class copy_engine {
   /// Measured bandwidth (GB/s) between HBM and tier `t` in the direction of `s`.
   [[nodiscard]] double measured_gbps(tier_id t, copy_stream s) const { return gbps_.at(t.value)[static_cast<std::size_t>(s)]; }
 
-  /// Enqueues a prepared move on the stream of its direction. `invalid_argument` for a
-  /// ticket outside the arenas. @throws cuda_error when a CUDA call fails.
+  /// Enqueues a prepared move on the stream of its direction. The event counts the
+  /// ticket's layer segments; a full-size copy records an event after each segment, any other
+  /// (a sparsified copy) lands them all at once. `invalid_argument` for a ticket outside the
+  /// arenas. @throws cuda_error when a CUDA call fails.
   [[nodiscard]] expected<copy_event> submit(const tiered::move_ticket& t) {
     if (t.src.value >= arenas_.size() || t.dst.value >= arenas_.size()) return unexpected(errc::invalid_argument);
     // Same tier: a copy inside HBM (a joined load handed to a request), on the onboard stream.
     const copy_stream s = t.dst.value > t.src.value ? copy_stream::offload : copy_stream::onboard;
-    return submit(t.src, t.dst, tiered::plan_copies(t, page_bytes_), s);
+    const auto pages = static_cast<std::int64_t>(t.dst_pages.size());
+    const bool layered = t.segments > 1 && t.src_bytes == t.dst_bytes && t.dst_bytes == pages * page_bytes_ &&
+                         static_cast<std::int64_t>(t.src_pages.size()) == pages && pages % t.segments == 0;
+    if (!layered) {
+      auto ev = submit(t.src, t.dst, tiered::plan_copies(t, page_bytes_), s);
+      if (ev) ev->segments = std::max<std::int32_t>(1, t.segments);
+      return ev;
+    }
+    std::vector<copy_span> spans;
+    std::vector<std::size_t> ends;
+    for (std::int32_t g = 0; g < t.segments; ++g) {
+      const auto seg = tiered::plan_segment_copies(t, page_bytes_, g);
+      spans.insert(spans.end(), seg.begin(), seg.end());
+      ends.push_back(spans.size());
+    }
+    return submit(t.src, t.dst, spans, s, ends);
   }
 
-  /// Enqueues spans from tier `src` to tier `dst` on stream `s`.
-  [[nodiscard]] expected<copy_event> submit(tier_id src, tier_id dst, const std::vector<copy_span>& spans, copy_stream s) {
+  /// Enqueues spans from tier `src` to tier `dst` on stream `s`. `segment_ends` (optional):
+  /// segment i ends after span segment_ends[i] - 1 (ascending, the last one spans.size());
+  /// an event is recorded after each segment but the last.
+  [[nodiscard]] expected<copy_event> submit(tier_id src, tier_id dst, const std::vector<copy_span>& spans, copy_stream s,
+                                            const std::vector<std::size_t>& segment_ends = {}) {
     if (src.value >= arenas_.size() || dst.value >= arenas_.size()) return unexpected(errc::invalid_argument);
+    for (std::size_t i = 0; i < segment_ends.size(); ++i)
+      if (segment_ends[i] > spans.size() || (i > 0 && segment_ends[i] < segment_ends[i - 1]) ||
+          (i + 1 == segment_ends.size() && segment_ends[i] != spans.size()))
+        return unexpected(errc::invalid_argument);
     for (const auto& c : spans)
       if (c.bytes <= 0 || c.src_offset < 0 || c.dst_offset < 0 || c.src_offset + c.bytes > arenas_[src.value].bytes ||
           c.dst_offset + c.bytes > arenas_[dst.value].bytes)
@@ -142,12 +170,31 @@ class copy_engine {
     if (wait_other > completed_[other])
       for (const auto& j : inflight_[other])
         if (j.seq == wait_other) HYBRIDCACHE_CUDA_TRY(cudaStreamWaitEvent(streams_[si], j.event, 0));
-    for (const auto& c : spans)
-      HYBRIDCACHE_CUDA_TRY(cudaMemcpyAsync(base(dst) + c.dst_offset, base(src) + c.src_offset, static_cast<std::size_t>(c.bytes),
-                                           cudaMemcpyDefault, streams_[si]));
-    cudaEvent_t ev = take_event();
-    HYBRIDCACHE_CUDA_TRY(cudaEventRecord(ev, streams_[si]));
-    inflight_[si].push_back({seq, ev, 0});
+    inflight_job job{seq, nullptr, 0, {}, {}};
+    job.segment_events.reserve(segment_ends.empty() ? 0 : segment_ends.size() - 1);
+    job.segment_waiters.assign(segment_ends.empty() ? 0 : segment_ends.size() - 1, 0);
+    try {
+      std::size_t next_end = 0;
+      for (std::size_t i = 0; i < spans.size(); ++i) {
+        const copy_span& c = spans[i];
+        HYBRIDCACHE_CUDA_TRY(cudaMemcpyAsync(base(dst) + c.dst_offset, base(src) + c.src_offset,
+                                             static_cast<std::size_t>(c.bytes), cudaMemcpyDefault, streams_[si]));
+        while (next_end + 1 < segment_ends.size() && segment_ends[next_end] <= i + 1) {
+          cudaEvent_t e = take_event();
+          job.segment_events.push_back(e);
+          HYBRIDCACHE_CUDA_TRY(cudaEventRecord(e, streams_[si]));
+          ++next_end;
+        }
+      }
+      job.event = take_event();
+      HYBRIDCACHE_CUDA_TRY(cudaEventRecord(job.event, streams_[si]));
+    } catch (...) {
+      for (cudaEvent_t e : job.segment_events) spare_.push_back(e);
+      if (job.event != nullptr) spare_.push_back(job.event);
+      throw;
+    }
+    const auto segments = static_cast<std::int32_t>(segment_ends.empty() ? 1 : segment_ends.size());
+    inflight_[si].push_back(std::move(job));
     for_pages(src, spans, true, [&](page_hazard& h) { h.reader_seq[si] = seq; });
     for_pages(dst, spans, false, [&](page_hazard& h) {
       h.writer_stream = si;
@@ -159,7 +206,7 @@ class copy_engine {
       stats_.small_transfers += c.bytes < options_.min_transfer_bytes;
       stats_.bytes += c.bytes;
     }
-    return copy_event{s, seq};
+    return copy_event{s, seq, segments};
   }
 
   /// True when the job has completed on the device.
@@ -194,13 +241,63 @@ class copy_engine {
         j.waiters -= 1;
         found = true;
       }
-    if (!found) {  // retired while waited: the last waiter recycles it
-      const auto it = waited_.find(e);
-      if (it != waited_.end() && --it->second == 0) {
-        waited_.erase(it);
-        spare_.push_back(e);
+    if (!found) release_waited(e);  // retired while waited: the last waiter recycles it
+    throw_on_cuda_error(st, "cudaEventSynchronize", __FILE__, __LINE__);
+    retire();
+    return {};
+  }
+
+  /// How many leading layer segments of the job have landed on the device, without
+  /// blocking: `ev.segments` once it completed. @throws cuda_error if a copy failed.
+  [[nodiscard]] std::int32_t landed_segments(copy_event ev) {
+    std::lock_guard lock(mu_);
+    retire();
+    const auto si = static_cast<std::size_t>(ev.stream);
+    if (completed_[si] >= ev.seq) return ev.segments;
+    for (const auto& j : inflight_[si]) {
+      if (j.seq != ev.seq) continue;
+      std::int32_t n = 0;
+      for (cudaEvent_t e : j.segment_events) {
+        const cudaError_t st = cudaEventQuery(e);
+        if (st == cudaErrorNotReady) break;
+        throw_on_cuda_error(st, "cudaEventQuery", __FILE__, __LINE__);
+        ++n;
       }
+      return n;
     }
+    return 0;  // never issued
+  }
+
+  /// Blocks the host until the job's first `n` layer segments landed (the whole job need
+  /// not have). invalid_argument for n outside [0, ev.segments]. @throws cuda_error if a
+  /// copy failed. The segment's event is marked waited first, as `wait` does.
+  [[nodiscard]] expected<void> wait_segments(copy_event ev, std::int32_t n) {
+    if (n < 0 || n > ev.segments) return unexpected(errc::invalid_argument);
+    if (n == 0) return {};
+    const auto si = static_cast<std::size_t>(ev.stream);
+    cudaEvent_t e = nullptr;
+    {
+      std::lock_guard lock(mu_);
+      retire();
+      if (completed_[si] >= ev.seq) return {};
+      for (auto& j : inflight_[si])
+        if (j.seq == ev.seq) {
+          if (static_cast<std::size_t>(n) > j.segment_events.size()) break;  // the whole job: wait()
+          j.segment_waiters[static_cast<std::size_t>(n - 1)] += 1;
+          e = j.segment_events[static_cast<std::size_t>(n - 1)];
+        }
+    }
+    if (e == nullptr) return wait(ev);
+    const cudaError_t st = cudaEventSynchronize(e);
+    std::lock_guard lock(mu_);
+    bool found = false;
+    for (auto& j : inflight_[si])
+      for (std::size_t k = 0; k < j.segment_events.size(); ++k)
+        if (j.segment_events[k] == e) {
+          j.segment_waiters[k] -= 1;
+          found = true;
+        }
+    if (!found) release_waited(e);
     throw_on_cuda_error(st, "cudaEventSynchronize", __FILE__, __LINE__);
     retire();
     return {};
@@ -285,6 +382,9 @@ class copy_engine {
         completed_[s] = j.seq;
         if (j.waiters > 0) waited_[j.event] += j.waiters;  // recycled by its last waiter
         else spare_.push_back(j.event);
+        for (std::size_t k = 0; k < j.segment_events.size(); ++k)
+          if (j.segment_waiters[k] > 0) waited_[j.segment_events[k]] += j.segment_waiters[k];
+          else spare_.push_back(j.segment_events[k]);
         inflight_[s].pop_front();
       }
   }
@@ -317,7 +417,10 @@ class copy_engine {
     for (auto s : streams_)
       if (s != nullptr) (void)cudaStreamSynchronize(s);
     for (auto& q : inflight_)
-      for (auto& j : q) (void)cudaEventDestroy(j.event);
+      for (auto& j : q) {
+        (void)cudaEventDestroy(j.event);
+        for (cudaEvent_t e : j.segment_events) (void)cudaEventDestroy(e);
+      }
     for (auto e : spare_) (void)cudaEventDestroy(e);
     for (auto& [e, n] : waited_) (void)cudaEventDestroy(e);
     waited_.clear();
@@ -348,7 +451,17 @@ class copy_engine {
     std::uint64_t seq = 0;
     cudaEvent_t event = nullptr;
     int waiters = 0;  // threads in `wait` synchronising this event
+    std::vector<cudaEvent_t> segment_events;  // after each layer segment but the last
+    std::vector<int> segment_waiters;         // threads in `wait_segments` synchronising each
   };
+  // A retired event a waiter synchronised: the last waiter recycles it (caller holds mu_).
+  void release_waited(cudaEvent_t e) {
+    const auto it = waited_.find(e);
+    if (it != waited_.end() && --it->second == 0) {
+      waited_.erase(it);
+      spare_.push_back(e);
+    }
+  }
   std::array<std::deque<inflight_job>, 2> inflight_;
   std::map<cudaEvent_t, int> waited_;  // retired events still synchronised by waiters
   std::vector<cudaEvent_t> spare_;
@@ -357,7 +470,7 @@ class copy_engine {
   std::mutex mu_;
 };
 
-static_assert(tiered::tier_copy_engine<copy_engine>);
+static_assert(tiered::layered_copy_engine<copy_engine>);
 
 /// Per-layer CUDA events in a ring of event sets (layer-wise loading; 3 sets by default,
 /// as SGLang HiCache): the loader records layer l's event on the onboard stream after

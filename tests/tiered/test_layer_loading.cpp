@@ -1,0 +1,370 @@
+// Layer-wise loading driven, not only modelled: the host copy engine lands a multi-layer
+// copy segment by segment (`layered_copy_engine`: landed_segments / wait_segments), and the
+// tiered store and the request lifecycle let a runtime wait for one layer of a hit
+// (`tiered_state_store::layer_loaded` / `wait_layer`, `request_lifecycle::wait_layer_loaded`)
+// while later layers are still being copied. The copies are held at a layer boundary by the
+// engine's fault hook, so every check is deterministic.
+#include <doctest/doctest.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "hybridcache/prefix/lifecycle.hpp"
+#include "hybridcache/prefix/lru_scorer.hpp"
+#include "hybridcache/prefix/prefix_cache.hpp"
+#include "hybridcache/stores/tiered_state_store.hpp"
+#include "hybridcache/tiered/host_copy_engine.hpp"
+#include "hybridcache/tiered/tiered_store.hpp"
+
+#include "tiered_bytes_support.hpp"
+
+using namespace hybridcache;
+using namespace hybridcache::tiered;
+
+namespace {
+
+static_assert(layered_copy_engine<host_copy_engine>);
+static_assert(layered_copy_engine<metadata_only_copies>);
+
+/// Holds every copy span whose destination lies in a layer segment >= `open` (by the
+/// segment map of the destination pages it is told), or fails the spans of segment `fail`.
+/// Spans of pages it does not know run at once.
+struct layer_gate {
+  std::mutex m;
+  std::condition_variable cv;
+  std::map<std::int64_t, std::int32_t> segment_of_page;  // destination page -> segment
+  std::int64_t page = 1;
+  std::int32_t open = 0;
+  std::int32_t fail = -1;
+
+  void map_pages(const move_ticket& t) {
+    std::lock_guard l(m);
+    const std::int64_t per = static_cast<std::int64_t>(t.dst_pages.size()) / t.segments;
+    std::int64_t i = 0;
+    t.dst_pages.for_each_page([&](std::uint32_t p) { segment_of_page[p] = static_cast<std::int32_t>(i++ / per); });
+  }
+  void set_open(std::int32_t n) {
+    {
+      std::lock_guard l(m);
+      open = n;
+    }
+    cv.notify_all();
+  }
+  bool operator()(const copy_span& c) {
+    std::unique_lock l(m);
+    const auto it = segment_of_page.find(c.dst_offset / page);
+    if (it == segment_of_page.end()) return false;
+    const std::int32_t seg = it->second;
+    cv.wait(l, [&] { return seg < open || seg == fail; });
+    return seg == fail;
+  }
+};
+
+std::vector<tier_config> two_tiers(std::int64_t page, std::int64_t pages) {
+  return {{.kind = tier_kind::hbm, .capacity_bytes = pages * page}, {.kind = tier_kind::host, .capacity_bytes = pages * page}};
+}
+
+std::byte byte_of(std::int64_t i) { return static_cast<std::byte>((i * 37 + 11) & 0xff); }
+
+/// Polls `pred` for up to two seconds.
+template <class Pred>
+bool eventually(Pred&& pred) {
+  for (int i = 0; i < 2000; ++i) {
+    if (pred()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  return pred();
+}
+
+}  // namespace
+
+TEST_CASE("host copy engine: a multi-layer copy lands layer by layer (landed_segments, wait_segments)") {
+  constexpr std::int64_t page = 256;
+  tiered_store<> s(two_tiers(page, 64), page);
+  host_copy_engine e(two_tiers(page, 64), page, {.measure_bandwidth = false});
+  layer_gate gate;
+  gate.page = page;
+  e.set_fault_hook([&](const copy_span& c) { return gate(c); });
+  struct open_at_exit {  // a failed REQUIRE must not leave a copy held (the engine's stop waits for it)
+    layer_gate& g;
+    ~open_at_exit() { g.set_open(1 << 20); }
+  } opener{gate};
+  // Two entries on the host tier, 4 layer segments of 3 pages each; a padding entry in HBM so
+  // that the destination pages are not the source offsets.
+  REQUIRE(s.insert(entry_id{9}, 5 * page).has_value());
+  for (std::uint64_t id : {1u, 2u}) {
+    REQUIRE(s.insert(entry_id{id}, 12 * page, tier_id{1}, {}, false, 4).has_value());
+    const auto row = s.find(entry_id{id});
+    std::int64_t i = 0;
+    row->copies.front().pages.for_each_page([&](std::uint32_t p) {
+      for (std::int64_t b = 0; b < page; ++b) e.base(tier_id{1})[p * page + b] = byte_of(i * page + b + static_cast<std::int64_t>(id));
+      ++i;
+    });
+  }
+  auto hbm_bytes_ok = [&](entry_id id, std::int32_t segments) {  // the first `segments` layers in HBM
+    const auto row = s.find(id);
+    const tier_copy* c = row->in(hbm_tier);
+    std::int64_t i = 0;
+    bool ok = true;
+    c->pages.for_each_page([&](std::uint32_t p) {
+      if (i < segments * 3)
+        for (std::int64_t b = 0; b < page; ++b)
+          ok = ok && e.base(hbm_tier)[p * page + b] == byte_of(i * page + b + static_cast<std::int64_t>(to_underlying(id)));
+      ++i;
+    });
+    return ok;
+  };
+
+  SUBCASE("segments land in order, each before the job completes") {
+    auto t = s.prepare_move(entry_id{1}, hbm_tier);
+    REQUIRE(t);
+    REQUIRE(t->segments == 4);
+    gate.map_pages(*t);
+    gate.set_open(1);
+    auto ev = e.submit(*t);
+    REQUIRE(ev);
+    CHECK(ev->segments == 4);
+    REQUIRE(eventually([&] { return e.landed_segments(*ev) >= 1; }));  // while layers 1-3 are held
+    REQUIRE(e.wait_segments(*ev, 1).has_value());
+    CHECK(e.landed_segments(*ev) == 1);
+    CHECK_FALSE(e.query(*ev));
+    CHECK(hbm_bytes_ok(entry_id{1}, 1));
+    gate.set_open(3);
+    REQUIRE(eventually([&] { return e.landed_segments(*ev) >= 3; }));
+    REQUIRE(e.wait_segments(*ev, 3).has_value());
+    CHECK(e.landed_segments(*ev) == 3);
+    CHECK_FALSE(e.query(*ev));
+    CHECK(hbm_bytes_ok(entry_id{1}, 3));
+    CHECK(e.wait_segments(*ev, 5).error() == errc::invalid_argument);
+    CHECK(e.wait_segments(*ev, -1).error() == errc::invalid_argument);
+    CHECK(e.wait_segments(*ev, 0).has_value());
+    gate.set_open(4);
+    REQUIRE(e.wait(*ev).has_value());
+    CHECK(e.landed_segments(*ev) == 4);
+    REQUIRE(s.complete_move(*t, true).has_value());
+    CHECK(hbm_bytes_ok(entry_id{1}, 4));
+  }
+  SUBCASE("a failure at layer 2: layers 0-1 landed, later ones never, and wait reports it") {
+    auto t = s.prepare_move(entry_id{2}, hbm_tier);
+    REQUIRE(t);
+    gate.map_pages(*t);
+    gate.fail = 2;
+    gate.set_open(2);
+    auto ev = e.submit(*t);
+    REQUIRE(ev);
+    REQUIRE(eventually([&] { return e.query(*ev); }));  // it fails at layer 2
+    REQUIRE(e.wait_segments(*ev, 2).has_value());
+    CHECK(e.wait_segments(*ev, 3).error() == errc::busy);
+    CHECK(e.landed_segments(*ev) == 2);  // the failure is still the job's (wait consumes it)
+    CHECK(e.query(*ev));
+    CHECK(e.wait(*ev).error() == errc::busy);
+    REQUIRE(s.complete_move(*t, false).has_value());
+    CHECK(s.find(entry_id{2})->tier() == tier_id{1});
+  }
+  SUBCASE("a copy that is not segment-aligned lands all its segments at once") {
+    auto t = s.prepare_move(entry_id{1}, hbm_tier, 7 * page + 5);  // sparsified: fewer bytes
+    REQUIRE(t);
+    gate.map_pages(*t);  // (its destination pages, one segment map as if full)
+    gate.set_open(0);
+    auto ev = e.submit(*t);
+    REQUIRE(ev);
+    CHECK(ev->segments == 4);
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    CHECK(e.landed_segments(*ev) == 0);
+    gate.set_open(4);
+    REQUIRE(e.wait_segments(*ev, 1).has_value());
+    CHECK(e.query(*ev));  // layer 0 was reported only with the whole copy
+    CHECK(e.landed_segments(*ev) == 4);
+    REQUIRE(e.wait(*ev).has_value());
+    REQUIRE(s.complete_move(*t, true).has_value());
+  }
+  e.set_fault_hook({});
+}
+
+namespace {
+using namespace hybridcache::test::tiered_bytes;
+using prefix::token_id;
+using locked_cache =
+    prefix::prefix_cache<cost_model, prefix::judicious_admission, prefix::lru_scorer, store_t, prefix::mutex_lock>;
+
+/// Holds the onboard worker's spans: all of them until `arm` maps the staged entries' HBM
+/// pages, then those of KV segment >= open_kv (or failing KV segment `fail_kv`); other
+/// pages (the checkpoint's) pass. The offload worker is never held (write-backs run).
+struct onboard_gate {
+  std::mutex m;
+  std::condition_variable cv;
+  std::thread::id onboard{};
+  bool mapped = false;
+  std::map<std::int64_t, std::int32_t> kv_segment_of_page;
+  std::int64_t page = 1;
+  std::int32_t open_kv = 0, fail_kv = -1;
+
+  bool operator()(const copy_span& c) {
+    std::unique_lock l(m);
+    if (std::this_thread::get_id() != onboard) return false;
+    auto held = [&] {
+      if (!mapped) return true;
+      const auto it = kv_segment_of_page.find(c.dst_offset / page);
+      return it != kv_segment_of_page.end() && it->second >= open_kv && it->second != fail_kv;
+    };
+    cv.wait(l, [&] { return !held(); });
+    const auto it = kv_segment_of_page.find(c.dst_offset / page);
+    return it != kv_segment_of_page.end() && it->second == fail_kv;
+  }
+  void set(std::int32_t open, std::int32_t fail = -1) {
+    {
+      std::lock_guard l(m);
+      open_kv = open;
+      fail_kv = fail;
+      mapped = true;
+    }
+    cv.notify_all();
+  }
+};
+
+}  // namespace
+
+TEST_CASE("layer-wise loading through the store and the lifecycle: layer 0 of a host hit is readable while later "
+          "layers are still being copied") {
+  const std::int64_t kv = tiny().kv_bytes_per_token(), ck = tiny().ssm_checkpoint_bytes();
+  const tiered_state_store_config cfg{.hbm_bytes = 300 * kv + 4 * ck,
+                                      .host_bytes = 4000 * kv,
+                                      .kv_bytes_per_token = kv,
+                                      .checkpoint_bytes = ck,
+                                      .staging_bytes = 300 * kv + 4 * ck,
+                                      .attention_layers = 4,
+                                      .recurrent_layers = 2};
+  for (const std::int32_t fail_at : {-1, 2}) {
+  CAPTURE(fail_at);
+  engine_t engine(store_t::tiers_for(cfg), store_t::page_bytes_for(cfg), {.measure_bandwidth = false});
+  onboard_gate gate;
+  gate.page = store_t::page_bytes_for(cfg);
+  {  // which worker thread is the onboard one: a copy inside HBM runs there
+    engine.set_fault_hook([&](const copy_span&) {
+      std::lock_guard l(gate.m);
+      gate.onboard = std::this_thread::get_id();
+      return false;
+    });
+    auto ev = engine.submit(hbm_tier, hbm_tier, {{0, gate.page, gate.page}}, copy_stream::onboard);
+    REQUIRE(ev);
+    REQUIRE(engine.wait(*ev).has_value());
+  }
+  engine.set_fault_hook([&](const copy_span& c) { return gate(c); });
+  locked_cache c(tiny(), store_t(cfg, engine), prefix::lru_scorer{});
+  prefix::request_lifecycle<locked_cache> requests(c);
+  struct open_at_exit {  // a failed REQUIRE must not leave a copy held: the store and the
+    onboard_gate& g;     // engine wait for their copies when destroyed, which run after this
+    ~open_at_exit() { g.set(1 << 20); }
+  } opener{gate};
+  auto run = [&](const std::vector<token_id>& prompt, std::int64_t out, token_id out_token) {
+    auto t = requests.begin(prompt, {.output_tokens = out});
+    REQUIRE(t);
+    REQUIRE(requests.wait_loaded(*t).has_value());
+    std::vector<token_id> seq = prompt;
+    for (std::int64_t k = 0; k < out; ++k) seq.push_back(out_token);
+    const std::vector<std::int64_t> captured{static_cast<std::int64_t>(seq.size())};
+    REQUIRE(requests.finish(*t, seq, captured));
+    return seq;
+  };
+  // A: 160 tokens, written with known bytes once committed; B then evicts it to the host.
+  std::vector<token_id> a(150), b(150);
+  for (std::size_t i = 0; i < a.size(); ++i) a[i] = static_cast<token_id>(i % 3), b[i] = static_cast<token_id>(3 + i % 3);
+  const auto seq_a = run(a, 10, 1);
+  const std::int64_t layer_bytes = static_cast<std::int64_t>(seq_a.size()) * kv / cfg.attention_layers;
+  c.with_store([&](store_t& st) {
+    std::vector<prefix::node_id> path;
+    (void)c.tree().walk(seq_a, path);
+    REQUIRE(path.size() == 1);
+    const bytes_view view{engine, st};
+    const auto kvb = view(c.tree().at(path[0]).kv.id);
+    for (std::int64_t i = 0; i < static_cast<std::int64_t>(seq_a.size()) * kv; ++i) kvb[i] = byte_of(i);
+  });
+  (void)run(b, 10, 4);
+  c.with_store([](store_t& st) { st.drain(); });
+  REQUIRE(c.store().counters().demoted_entries > 0);
+
+  // The request that reuses A from the host tier: its load is held until the gate maps it.
+  std::vector<token_id> prompt = seq_a;
+  for (int k = 0; k < 5; ++k) prompt.push_back(2);
+  auto t = requests.begin(prompt, {.output_tokens = 3});
+  REQUIRE(t);
+  const auto* s = *requests.state(*t);
+  REQUIRE(s->loaded_at == static_cast<std::int64_t>(seq_a.size()));
+  tiered::entry_id staged_kv = no_entry;
+  c.with_store([&](store_t& st) {
+    std::lock_guard l(gate.m);
+    for (const staged_entry& x : st.staged(s->host_hit)) {
+      if (x.checkpoint) continue;
+      REQUIRE(staged_kv == no_entry);  // one KV entry: A's whole extent
+      staged_kv = x.id;
+      const auto row = st.table().find(x.id);
+      REQUIRE(row->segments == cfg.attention_layers);
+      const auto pages = bytes_view::pages_of(row->in(hbm_tier)->pages);
+      for (std::size_t i = 0; i < pages.size(); ++i)
+        gate.kv_segment_of_page[pages[i]] = static_cast<std::int32_t>(i / (pages.size() / 4));
+    }
+  });
+  REQUIRE(staged_kv != no_entry);
+  // "yes", "no" or the error's name.
+  auto layer_loaded = [&](layer_kind k, std::int32_t l) {
+    expected<bool> r = unexpected(errc::invalid_argument);
+    c.with_store([&](store_t& st) { r = st.layer_loaded(s->host_hit, k, l); });
+    return r ? std::string(*r ? "yes" : "no") : std::string(to_string(r.error()));
+  };
+  CHECK(layer_loaded(layer_kind::attention, 0) == "no");  // nothing copied yet
+  gate.set(2);  // layers 0-1 run, 2-3 wait
+  REQUIRE(eventually([&] { return layer_loaded(layer_kind::attention, 1) == "yes"; }));
+  CHECK(layer_loaded(layer_kind::attention, 0) == "yes");
+  CHECK(layer_loaded(layer_kind::recurrent, 1) == "yes");  // the checkpoint landed whole
+  REQUIRE(requests.wait_layer_loaded(*t, layer_kind::attention, 1).has_value());
+  c.with_store([&](store_t& st) {
+    REQUIRE(st.wait_layer(s->host_hit, layer_kind::attention, 0).has_value());
+    const auto row = st.table().find(staged_kv);
+    REQUIRE(row->in(hbm_tier) != nullptr);
+    CHECK(row->in(hbm_tier)->state == copy_state::filling);  // the copy is still running
+    const auto pages = bytes_view::pages_of(row->in(hbm_tier)->pages);
+    const std::int64_t pg = st.page_bytes();
+    for (std::int64_t i = 0; i < 2 * layer_bytes; ++i)
+      if (engine.base(hbm_tier)[static_cast<std::int64_t>(pages[static_cast<std::size_t>(i / pg)]) * pg + i % pg] != byte_of(i))
+        FAIL("layer " << i / layer_bytes << " byte " << i % layer_bytes << " is not A's");
+  });
+  // Bad input changes nothing.
+  CHECK(requests.wait_layer_loaded(*t, layer_kind::attention, 4).error() == errc::invalid_argument);
+  CHECK(requests.wait_layer_loaded(*t, layer_kind::recurrent, -1).error() == errc::invalid_argument);
+  CHECK(layer_loaded(layer_kind::recurrent, 2) == to_string(errc::invalid_argument));
+  CHECK(layer_loaded(layer_kind::mlp, 0) == to_string(errc::invalid_argument));
+  CHECK(c.with_store([&](store_t& st) { return st.wait_layer(tiered_hit{}, layer_kind::attention, 0).error(); }) ==
+        errc::stale_handle);
+  if (fail_at < 0) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    CHECK(layer_loaded(layer_kind::attention, 2) == "no");  // still held
+    gate.set(4);
+    REQUIRE(requests.wait_layer_loaded(*t, layer_kind::attention, 3).has_value());
+    REQUIRE(requests.wait_loaded(*t).has_value());
+    std::vector<token_id> seq = prompt;
+    seq.insert(seq.end(), {0, 0, 0});
+    const std::vector<std::int64_t> captured{static_cast<std::int64_t>(seq.size())};
+    REQUIRE(requests.finish(*t, seq, captured));
+  } else {
+    gate.set(2, fail_at);  // layer 2's copy fails: the hit is lost, every layer of it is busy
+    REQUIRE(eventually([&] { return layer_loaded(layer_kind::attention, 2) != "no"; }));
+    CHECK(layer_loaded(layer_kind::attention, 2) == to_string(errc::busy));
+    CHECK(layer_loaded(layer_kind::attention, 0) == to_string(errc::busy));
+    CHECK(requests.wait_layer_loaded(*t, layer_kind::attention, 3).error() == errc::busy);
+    CHECK(requests.wait_loaded(*t).error() == errc::busy);  // releases the hit
+    REQUIRE(requests.abort(*t));
+  }
+  gate.set(4);
+  c.with_store([](store_t& st) { st.drain(); });
+  CHECK(c.store().outstanding_hits() == 0);
+  const std::string bad = c.store().check_invariants(c.tree());
+  CHECK_MESSAGE(bad.empty(), bad);
+  engine.set_fault_hook({});
+  }
+}
