@@ -417,7 +417,7 @@ class tiered_state_store {
   }
 
   enum class layer_wait : unsigned char { query, block };
-  expected<bool> layer_pass(const outstanding_hit& slot, layer_kind k, std::int32_t layer, layer_wait how)
+  expected<bool> layer_pass(const tiered_hit& hit, layer_kind k, std::int32_t layer, layer_wait how)
     requires layered_copy_engine<Engine>;
   expected<entry_id> allocate(std::int64_t bytes, kind k, std::int64_t tokens) noexcept;
   void release_from_tree(entry_id id) noexcept;

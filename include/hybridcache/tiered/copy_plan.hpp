@@ -92,6 +92,32 @@ inline constexpr std::int64_t default_min_transfer_bytes = std::int64_t{512} * 1
   return plan_page_range(t, page_bytes, s * per, per, per * page_bytes);
 }
 
+/// The copies of a ticket laid out layer by layer, for an engine that signals each layer:
+/// every segment's copies (coalesced within it, never across), and after which span each
+/// segment ends. Empty `ends` when the copy does not split into its segments (one segment, a
+/// sparsified copy, pages that do not divide evenly): then `spans` is `plan_copies`.
+struct layered_copies {
+  std::vector<copy_span> spans;
+  std::vector<std::size_t> ends;  ///< segment i ends after spans[ends[i] - 1]
+};
+[[nodiscard]] inline layered_copies plan_layered_copies(const move_ticket& t, std::int64_t page_bytes) {
+  const auto pages = static_cast<std::int64_t>(t.dst_pages.size());
+  const bool layered = t.segments > 1 && t.src_bytes == t.dst_bytes && t.dst_bytes == pages * page_bytes &&
+                       static_cast<std::int64_t>(t.src_pages.size()) == pages && pages % t.segments == 0;
+  layered_copies out;
+  if (!layered) {
+    out.spans = plan_copies(t, page_bytes);
+    return out;
+  }
+  out.ends.reserve(static_cast<std::size_t>(t.segments));
+  for (std::int32_t g = 0; g < t.segments; ++g) {
+    const auto seg = plan_segment_copies(t, page_bytes, g);
+    out.spans.insert(out.spans.end(), seg.begin(), seg.end());
+    out.ends.push_back(out.spans.size());
+  }
+  return out;
+}
+
 /// Modelled time of a list of copies over a link: Σ (per-copy overhead + bytes / bandwidth).
 [[nodiscard]] inline double transfer_seconds(const std::vector<copy_span>& spans, double link_gbps,
                                              double per_copy_overhead_s = 6e-6) {

@@ -150,23 +150,10 @@ class host_copy_engine {
     if (t.src.value >= arenas_.size() || t.dst.value >= arenas_.size()) return unexpected(errc::invalid_argument);
     // Same tier: a copy inside one arena (a joined load handed to a request), onboard.
     const copy_stream s = t.dst.value > t.src.value ? copy_stream::offload : copy_stream::onboard;
-    const auto pages = static_cast<std::int64_t>(t.dst_pages.size());
-    const bool layered = t.segments > 1 && t.src_bytes == t.dst_bytes && t.dst_bytes == pages * page_bytes_ &&
-                         static_cast<std::int64_t>(t.src_pages.size()) == pages && pages % t.segments == 0;
-    if (!layered) {  // lands whole: its segments all at once
-      auto ev = submit(t.src, t.dst, plan_copies(t, page_bytes_), s);
-      if (ev) ev->segments = std::max<std::int32_t>(1, t.segments);
-      return ev;
-    }
-    std::vector<copy_span> spans;
-    std::vector<std::size_t> ends;
-    ends.reserve(static_cast<std::size_t>(t.segments));
-    for (std::int32_t g = 0; g < t.segments; ++g) {
-      const auto seg = plan_segment_copies(t, page_bytes_, g);
-      spans.insert(spans.end(), seg.begin(), seg.end());
-      ends.push_back(spans.size());
-    }
-    return submit(t.src, t.dst, std::move(spans), s, std::move(ends));
+    layered_copies plan = plan_layered_copies(t, page_bytes_);
+    auto ev = submit(t.src, t.dst, std::move(plan.spans), s, std::move(plan.ends));
+    if (ev) ev->segments = std::max<std::int32_t>(1, t.segments);  // not layered: all land at once
+    return ev;
   }
 
   /// Enqueues arbitrary spans from tier `src` to tier `dst` on stream `s`. busy after `stop`.

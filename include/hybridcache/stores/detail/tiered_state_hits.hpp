@@ -426,40 +426,35 @@ template <demotion_scorer H, tier_copy_engine E, demotion_sizer S>
 expected<bool> tiered_state_store<H, E, S>::layer_loaded(const tiered_hit& hit, layer_kind k, std::int32_t layer)
   requires layered_copy_engine<E>
 {
-  const outstanding_hit* slot = find_hit(hit.ticket);
-  if (slot == nullptr) return unexpected(errc::stale_handle);
-  if (k == layer_kind::mlp || layer < 0 || layer >= segments(k == layer_kind::attention ? kind::kv : kind::checkpoint))
-    return unexpected(errc::invalid_argument);
-  (void)poll();
-  return layer_pass(*slot, k, layer, layer_wait::query);
+  return layer_pass(hit, k, layer, layer_wait::query);
 }
 
 template <demotion_scorer H, tier_copy_engine E, demotion_sizer S>
 expected<void> tiered_state_store<H, E, S>::wait_layer(const tiered_hit& hit, layer_kind k, std::int32_t layer)
   requires layered_copy_engine<E>
 {
-  const outstanding_hit* slot = find_hit(hit.ticket);
-  if (slot == nullptr) return unexpected(errc::stale_handle);
-  if (k == layer_kind::mlp || layer < 0 || layer >= segments(k == layer_kind::attention ? kind::kv : kind::checkpoint))
-    return unexpected(errc::invalid_argument);
-  (void)poll();
-  const auto r = layer_pass(*slot, k, layer, layer_wait::block);
+  const auto r = layer_pass(hit, k, layer, layer_wait::block);
   if (!r) return unexpected(r.error());
   return {};
 }
 
-// Each staged entry of `k`'s kind: landed whole (no copy in flight), or its copy has landed
+// The hit's staged entries of `k`'s kind: each landed whole (no copy in flight), or its copy has landed
 // its first layer + 1 segments (the engine counts in the ticket's segments; a copy that is
 // not segment-aligned lands them all at once). A join not started yet waits for its source
 // (`block`), or is not there yet (`query`). A failed copy (or join) is busy; nothing here
 // completes a copy, so the failure is still `wait_loaded`'s to report.
 template <demotion_scorer H, tier_copy_engine E, demotion_sizer S>
-expected<bool> tiered_state_store<H, E, S>::layer_pass(const outstanding_hit& slot, layer_kind k, std::int32_t layer,
+expected<bool> tiered_state_store<H, E, S>::layer_pass(const tiered_hit& hit, layer_kind k, std::int32_t layer,
                                                         layer_wait how)
   requires layered_copy_engine<E>
 {
+  const outstanding_hit* slot = find_hit(hit.ticket);
+  if (slot == nullptr) return unexpected(errc::stale_handle);
+  if (k == layer_kind::mlp || layer < 0 || layer >= segments(k == layer_kind::attention ? kind::kv : kind::checkpoint))
+    return unexpected(errc::invalid_argument);
+  (void)poll();  // completes what landed (a failed copy marks its entry)
   const bool checkpoint = k == layer_kind::recurrent;
-  for (const staged_entry& s : slot.staged) {
+  for (const staged_entry& s : slot->staged) {
     if (s.checkpoint != checkpoint || s.id == no_entry) continue;
     auto it = meta_.find(s.id);
     if (it == meta_.end() || it->second.failed) return unexpected(errc::busy);
@@ -472,11 +467,15 @@ expected<bool> tiered_state_store<H, E, S>::layer_pass(const outstanding_hit& sl
     for (const inflight& c : inflight_) {
       if (c.t.id != s.id) continue;
       const std::int32_t need = std::min<std::int32_t>(layer + 1, std::max<std::int32_t>(1, c.t.segments));
-      if (how == layer_wait::block) {
-        if (!engine_->wait_segments(c.ev, need)) return unexpected(errc::busy);
-      } else if (engine_->landed_segments(c.ev) < need) {
-        if (engine_->query(c.ev)) return unexpected(errc::busy);  // it ran, short of the layer: failed
-        return false;
+      try {  // an engine that throws (cuda_error) reports a failed copy: busy, as poll does
+        if (how == layer_wait::block) {
+          if (!engine_->wait_segments(c.ev, need)) return unexpected(errc::busy);
+        } else if (engine_->landed_segments(c.ev) < need) {
+          if (engine_->query(c.ev)) return unexpected(errc::busy);  // it ran, short of the layer: failed
+          return false;
+        }
+      } catch (...) {
+        return unexpected(errc::busy);
       }
       break;
     }

@@ -123,22 +123,10 @@ class copy_engine {
     if (t.src.value >= arenas_.size() || t.dst.value >= arenas_.size()) return unexpected(errc::invalid_argument);
     // Same tier: a copy inside HBM (a joined load handed to a request), on the onboard stream.
     const copy_stream s = t.dst.value > t.src.value ? copy_stream::offload : copy_stream::onboard;
-    const auto pages = static_cast<std::int64_t>(t.dst_pages.size());
-    const bool layered = t.segments > 1 && t.src_bytes == t.dst_bytes && t.dst_bytes == pages * page_bytes_ &&
-                         static_cast<std::int64_t>(t.src_pages.size()) == pages && pages % t.segments == 0;
-    if (!layered) {
-      auto ev = submit(t.src, t.dst, tiered::plan_copies(t, page_bytes_), s);
-      if (ev) ev->segments = std::max<std::int32_t>(1, t.segments);
-      return ev;
-    }
-    std::vector<copy_span> spans;
-    std::vector<std::size_t> ends;
-    for (std::int32_t g = 0; g < t.segments; ++g) {
-      const auto seg = tiered::plan_segment_copies(t, page_bytes_, g);
-      spans.insert(spans.end(), seg.begin(), seg.end());
-      ends.push_back(spans.size());
-    }
-    return submit(t.src, t.dst, spans, s, ends);
+    const tiered::layered_copies plan = tiered::plan_layered_copies(t, page_bytes_);
+    auto ev = submit(t.src, t.dst, plan.spans, s, plan.ends);
+    if (ev) ev->segments = std::max<std::int32_t>(1, t.segments);  // not layered: all land at once
+    return ev;
   }
 
   /// Enqueues spans from tier `src` to tier `dst` on stream `s`. `segment_ends` (optional):
