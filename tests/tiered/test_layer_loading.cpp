@@ -84,6 +84,8 @@ bool eventually(Pred&& pred) {
 
 }  // namespace
 
+TEST_SUITE_BEGIN("layer_loading");
+
 TEST_CASE("host copy engine: a multi-layer copy lands layer by layer (landed_segments, wait_segments)") {
   constexpr std::int64_t page = 256;
   tiered_store<> s(two_tiers(page, 64), page);
@@ -368,3 +370,5 @@ TEST_CASE("layer-wise loading through the store and the lifecycle: layer 0 of a 
   engine.set_fault_hook({});
   }
 }
+
+TEST_SUITE_END();
