@@ -72,10 +72,11 @@ std::vector<tier_config> two_tiers(std::int64_t page, std::int64_t pages) {
 
 std::byte byte_of(std::int64_t i) { return static_cast<std::byte>((i * 37 + 11) & 0xff); }
 
-/// Polls `pred` for up to two seconds.
+/// Polls `pred` for up to ten seconds (a loaded machine under a sanitizer schedules the
+/// copy worker late; a pass returns at once).
 template <class Pred>
 bool eventually(Pred&& pred) {
-  for (int i = 0; i < 2000; ++i) {
+  for (int i = 0; i < 10000; ++i) {
     if (pred()) return true;
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
