@@ -651,3 +651,15 @@ TEST_CASE("lifecycle: begin matches, looks below and pins the KV-only tail in on
   // Every token of Q's path is in the tree, each once.
   CHECK(origins(c, seq).size() == seq.size());
 }
+
+TEST_CASE("lifecycle: wait_layer_loaded over a store without lower tiers is wait_loaded (nothing to wait for)") {
+  const cost_model m(presets::marconi_7b());
+  cache_t<lru_scorer> c(m, test::origin_store(10'000 * kv + 20 * ck, kv, ck), lru_scorer{});
+  request_lifecycle<cache_t<lru_scorer>> requests(c);
+  auto t = requests.begin(tokens(60, 41), {.output_tokens = 2});
+  REQUIRE(t);
+  CHECK(requests.wait_layer_loaded(*t, layer_kind::attention, 0).has_value());
+  CHECK(requests.wait_layer_loaded(*t, layer_kind::recurrent, 3).has_value());
+  REQUIRE(requests.abort(*t));
+  CHECK(requests.wait_layer_loaded(*t, layer_kind::attention, 0).error() == errc::double_free);  // no longer in flight
+}

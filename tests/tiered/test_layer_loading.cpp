@@ -372,4 +372,26 @@ TEST_CASE("layer-wise loading through the store and the lifecycle: layer 0 of a 
   }
 }
 
+TEST_CASE("layer-wise loading over a cache without a lock: wait_layer_loaded blocks in the store") {
+  // (The lock-free lifecycle calls tiered_state_store::wait_layer directly; without a hit it
+  // returns at once, and a ticket no longer in flight is refused.)
+  const std::int64_t kv = tiny().kv_bytes_per_token(), ck = tiny().ssm_checkpoint_bytes();
+  const tiered_state_store_config cfg{.hbm_bytes = 300 * kv + 4 * ck,
+                                      .host_bytes = 4000 * kv,
+                                      .kv_bytes_per_token = kv,
+                                      .checkpoint_bytes = ck,
+                                      .attention_layers = 4,
+                                      .recurrent_layers = 2};
+  engine_t engine(store_t::tiers_for(cfg), store_t::page_bytes_for(cfg), {.measure_bandwidth = false});
+  using plain_cache = prefix::prefix_cache<cost_model, prefix::judicious_admission, prefix::lru_scorer, store_t>;
+  plain_cache c(tiny(), store_t(cfg, engine), prefix::lru_scorer{});
+  prefix::request_lifecycle<plain_cache> requests(c);
+  const std::vector<token_id> prompt(40, 1);
+  auto t = requests.begin(prompt, {.output_tokens = 2});
+  REQUIRE(t);
+  CHECK(requests.wait_layer_loaded(*t, layer_kind::attention, 3).has_value());
+  REQUIRE(requests.abort(*t));
+  CHECK_FALSE(requests.wait_layer_loaded(*t, layer_kind::attention, 0).has_value());
+}
+
 TEST_SUITE_END();
