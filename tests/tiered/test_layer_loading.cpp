@@ -337,13 +337,23 @@ TEST_CASE("layer-wise loading through the store and the lifecycle: layer 0 of a 
       if (engine.base(hbm_tier)[static_cast<std::int64_t>(pages[static_cast<std::size_t>(i / pg)]) * pg + i % pg] != byte_of(i))
         FAIL("layer " << i / layer_bytes << " byte " << i % layer_bytes << " is not A's");
   });
-  // Bad input changes nothing.
+  // Bad input changes nothing: the copies in flight, the hits, what the hit staged.
+  auto snapshot = [&] {
+    return c.with_store([&](store_t& st) {
+      return std::vector<std::int64_t>{static_cast<std::int64_t>(st.inflight_copies()),
+                                       static_cast<std::int64_t>(st.outstanding_hits()),
+                                       static_cast<std::int64_t>(st.staged(s->host_hit).size()), st.staged_bytes(),
+                                       st.counters().copy_failures, st.counters().staged_bytes};
+    });
+  };
+  const auto before = snapshot();
   CHECK(requests.wait_layer_loaded(*t, layer_kind::attention, 4).error() == errc::invalid_argument);
   CHECK(requests.wait_layer_loaded(*t, layer_kind::recurrent, -1).error() == errc::invalid_argument);
   CHECK(layer_loaded(layer_kind::recurrent, 2) == to_string(errc::invalid_argument));
   CHECK(layer_loaded(layer_kind::mlp, 0) == to_string(errc::invalid_argument));
   CHECK(c.with_store([&](store_t& st) { return st.wait_layer(tiered_hit{}, layer_kind::attention, 0).error(); }) ==
         errc::stale_handle);
+  CHECK(snapshot() == before);
   if (fail_at < 0) {
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
     CHECK(layer_loaded(layer_kind::attention, 2) == "no");  // still held
