@@ -51,8 +51,9 @@ concept tier_copy_engine = requires(E& e, const move_ticket& t) {
 /// job's ticket are in place (all of them, `ticket.segments`, once the job ran successfully;
 /// a failed job counts the segments that landed before the failure); `wait_segments(event,
 /// n)` blocks until the first n segments are in place and reports `busy` when the job failed
-/// before them, `invalid_argument` for n outside [0, event's segments]. An engine may land a job's segments all at once (a copy that is not
-/// segment-aligned, such as a sparsified one, always does).
+/// before them, `invalid_argument` for n outside [0, event's segments]. An engine may land a
+/// job's segments all at once (a copy that is not segment-aligned, such as a sparsified one,
+/// always does).
 template <class E>
 concept layered_copy_engine = tier_copy_engine<E> && requires(E& e, const move_ticket& t, std::int32_t n) {
   { e.landed_segments(*e.submit(t)) } -> std::convertible_to<std::int32_t>;

@@ -53,8 +53,8 @@
 // the loaded KV and the state to resume from (`store().staged(state.host_hit)`), the
 // runtime calls `wait_loaded(ticket)`, or, computing layer by layer while the later layers
 // are still being copied, `wait_layer_loaded(ticket, kind, layer)` before each layer (an
-// engine that lands copies layer by layer: the host and CUDA engines). Many requests may hold hits at once; two that need the same bytes share
-// one load. finish keeps the loaded state at loaded_at, inserts the sequence, then
+// engine that lands copies layer by layer: the host and CUDA engines). Many requests may
+// hold hits at once; two that need the same bytes share one load. finish keeps the loaded state at loaded_at, inserts the sequence, then
 // `settle`s: the staged pages go to the new nodes without a copy, and the committed path is
 // named so that its evicted nodes are demoted, not dropped. A hit that cannot be loaded
 // (declined, staging room full, a copy could not start) is given up and the request goes
@@ -295,7 +295,8 @@ class request_lifecycle {
   /// `layered_copy_engine`); over any other store it is `wait_loaded`. Errors as
   /// `wait_loaded`, but nothing is released: busy (a copy of the hit failed; then
   /// `wait_loaded` reports it and releases the hit), invalid_argument for a layer the store
-  /// does not have (or `layer_kind::mlp`, which holds no state). With a real lock it polls and sleeps between polls, as `wait_loaded` does.
+  /// does not have (or `layer_kind::mlp`, which holds no state). With a real lock it polls
+  /// and sleeps between polls, as `wait_loaded` does.
   [[nodiscard]] expected<void> wait_layer_loaded(request_ticket t, layer_kind k, std::int32_t layer) {
     if constexpr (requires { cache_->store_.layer_loaded(states_[0].host_hit, k, layer); }) {
       for (;;) {

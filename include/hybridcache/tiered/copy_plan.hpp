@@ -100,6 +100,13 @@ struct layered_copies {
   std::vector<copy_span> spans;
   std::vector<std::size_t> ends;  ///< segment i ends after spans[ends[i] - 1]
 };
+/// Whether `ends` can mark the segment boundaries of `spans` copies: ascending, each at most
+/// `spans`, the last one `spans` (empty: one segment, the whole job).
+[[nodiscard]] inline bool valid_segment_ends(const std::vector<std::size_t>& ends, std::size_t spans) noexcept {
+  for (std::size_t i = 0; i < ends.size(); ++i)
+    if (ends[i] > spans || (i > 0 && ends[i] < ends[i - 1])) return false;
+  return ends.empty() || ends.back() == spans;
+}
 [[nodiscard]] inline layered_copies plan_layered_copies(const move_ticket& t, std::int64_t page_bytes) {
   const auto pages = static_cast<std::int64_t>(t.dst_pages.size());
   const bool layered = t.segments > 1 && t.src_bytes == t.dst_bytes && t.dst_bytes == pages * page_bytes &&

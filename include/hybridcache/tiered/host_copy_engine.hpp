@@ -162,10 +162,7 @@ class host_copy_engine {
   [[nodiscard]] expected<copy_event> submit(tier_id src, tier_id dst, std::vector<copy_span> spans, copy_stream s,
                                             std::vector<std::size_t> segment_ends = {}) {
     if (src.value >= arenas_.size() || dst.value >= arenas_.size()) return unexpected(errc::invalid_argument);
-    for (std::size_t i = 0; i < segment_ends.size(); ++i)
-      if (segment_ends[i] > spans.size() || (i > 0 && segment_ends[i] < segment_ends[i - 1]) ||
-          (i + 1 == segment_ends.size() && segment_ends[i] != spans.size()))
-        return unexpected(errc::invalid_argument);
+    if (!valid_segment_ends(segment_ends, spans.size())) return unexpected(errc::invalid_argument);
     for (const auto& c : spans)
       if (c.bytes <= 0 || c.src_offset < 0 || c.dst_offset < 0 || c.src_offset + c.bytes > arenas_[src.value].size() ||
           c.dst_offset + c.bytes > arenas_[dst.value].size())

@@ -438,9 +438,9 @@ expected<void> tiered_state_store<H, E, S>::wait_layer(const tiered_hit& hit, la
   return {};
 }
 
-// The hit's staged entries of `k`'s kind: each landed whole (no copy in flight), or its copy has landed
-// its first layer + 1 segments (the engine counts in the ticket's segments; a copy that is
-// not segment-aligned lands them all at once). A join not started yet waits for its source
+// The hit's staged entries of `k`'s kind: each landed whole (no copy in flight), or its copy
+// has landed its first layer + 1 segments (the engine counts in the ticket's segments; a
+// copy that is not segment-aligned lands them all at once). A join not started yet waits for its source
 // (`block`), or is not there yet (`query`). A failed copy (or join) is busy; nothing here
 // completes a copy, so the failure is still `wait_loaded`'s to report.
 template <demotion_scorer H, tier_copy_engine E, demotion_sizer S>

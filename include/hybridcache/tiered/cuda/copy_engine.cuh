@@ -135,10 +135,7 @@ class copy_engine {
   [[nodiscard]] expected<copy_event> submit(tier_id src, tier_id dst, const std::vector<copy_span>& spans, copy_stream s,
                                             const std::vector<std::size_t>& segment_ends = {}) {
     if (src.value >= arenas_.size() || dst.value >= arenas_.size()) return unexpected(errc::invalid_argument);
-    for (std::size_t i = 0; i < segment_ends.size(); ++i)
-      if (segment_ends[i] > spans.size() || (i > 0 && segment_ends[i] < segment_ends[i - 1]) ||
-          (i + 1 == segment_ends.size() && segment_ends[i] != spans.size()))
-        return unexpected(errc::invalid_argument);
+    if (!tiered::valid_segment_ends(segment_ends, spans.size())) return unexpected(errc::invalid_argument);
     for (const auto& c : spans)
       if (c.bytes <= 0 || c.src_offset < 0 || c.dst_offset < 0 || c.src_offset + c.bytes > arenas_[src.value].bytes ||
           c.dst_offset + c.bytes > arenas_[dst.value].bytes)
@@ -221,17 +218,7 @@ class copy_engine {
         }
     }
     if (e == nullptr) return {};  // already complete
-    const cudaError_t st = cudaEventSynchronize(e);
-    std::lock_guard lock(mu_);
-    bool found = false;
-    for (auto& j : inflight_[si])
-      if (j.event == e) {
-        j.waiters -= 1;
-        found = true;
-      }
-    if (!found) release_waited(e);  // retired while waited: the last waiter recycles it
-    throw_on_cuda_error(st, "cudaEventSynchronize", __FILE__, __LINE__);
-    retire();
+    synchronize_marked(si, e);
     return {};
   }
 
@@ -276,18 +263,7 @@ class copy_engine {
         }
     }
     if (e == nullptr) return wait(ev);
-    const cudaError_t st = cudaEventSynchronize(e);
-    std::lock_guard lock(mu_);
-    bool found = false;
-    for (auto& j : inflight_[si])
-      for (std::size_t k = 0; k < j.segment_events.size(); ++k)
-        if (j.segment_events[k] == e) {
-          j.segment_waiters[k] -= 1;
-          found = true;
-        }
-    if (!found) release_waited(e);
-    throw_on_cuda_error(st, "cudaEventSynchronize", __FILE__, __LINE__);
-    retire();
+    synchronize_marked(si, e);
     return {};
   }
 
@@ -442,13 +418,33 @@ class copy_engine {
     std::vector<cudaEvent_t> segment_events;  // after each layer segment but the last
     std::vector<int> segment_waiters;         // threads in `wait_segments` synchronising each
   };
-  // A retired event a waiter synchronised: the last waiter recycles it (caller holds mu_).
-  void release_waited(cudaEvent_t e) {
-    const auto it = waited_.find(e);
-    if (it != waited_.end() && --it->second == 0) {
-      waited_.erase(it);
-      spare_.push_back(e);
+  // Synchronises an event of a job on stream `si` that the caller marked waited (a job's or
+  // a segment's waiter count, under mu_), outside the lock, then unmarks it: a job that
+  // retired meanwhile left the event to its last waiter, which recycles it.
+  void synchronize_marked(std::size_t si, cudaEvent_t e) {
+    const cudaError_t st = cudaEventSynchronize(e);
+    std::lock_guard lock(mu_);
+    bool found = false;
+    for (auto& j : inflight_[si]) {
+      if (j.event == e) {
+        j.waiters -= 1;
+        found = true;
+      }
+      for (std::size_t k = 0; k < j.segment_events.size(); ++k)
+        if (j.segment_events[k] == e) {
+          j.segment_waiters[k] -= 1;
+          found = true;
+        }
     }
+    if (!found) {
+      const auto it = waited_.find(e);
+      if (it != waited_.end() && --it->second == 0) {
+        waited_.erase(it);
+        spare_.push_back(e);
+      }
+    }
+    throw_on_cuda_error(st, "cudaEventSynchronize", __FILE__, __LINE__);
+    retire();
   }
   std::array<std::deque<inflight_job>, 2> inflight_;
   std::map<cudaEvent_t, int> waited_;  // retired events still synchronised by waiters
