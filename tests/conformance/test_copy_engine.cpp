@@ -25,6 +25,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <random>
+#include <span>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -295,6 +296,82 @@ TEST_CASE_TEMPLATE_DEFINE("layered_copy_engine conformance", F, layered_copy_eng
 }
 TEST_CASE_TEMPLATE_INVOKE(layered_copy_engine_conformance, metadata_fixture, host_fixture);
 
+// A group (`grouped_copy_engine`): 1-4 multi-layer entries from the lower tiers into HBM,
+// submitted together, each carried whole with its own event (every segment counted, bytes
+// intact); a group that fails fails every ticket not yet wholly landed, each reported by its
+// own wait; a group with tickets of both directions, or events of the wrong count, is
+// refused with nothing submitted and the events untouched.
+TEST_CASE_TEMPLATE_DEFINE("grouped_copy_engine conformance", F, grouped_copy_engine_conformance) {
+  using event = std::remove_cvref_t<decltype(*std::declval<decltype(F::engine)&>().submit(std::declval<const move_ticket&>()))>;
+  static_assert(grouped_copy_engine<decltype(F::engine)>);
+  F f;
+  tiered_store<> s(three_tiers(), page);
+  std::mt19937_64 rng(23);
+  std::uint64_t next = 1;
+  for (int round = 0; round < 30; ++round) {
+    CAPTURE(round);
+    const auto n = static_cast<std::size_t>(1 + rng() % 4);
+    std::vector<entry_id> ids;
+    std::vector<move_ticket> tickets;
+    for (std::size_t k = 0; k < n; ++k) {
+      const entry_id id = make_entry_id(next++);
+      const auto segments = static_cast<std::int32_t>(1 + rng() % 4);
+      const tier_id from{static_cast<std::uint8_t>(1 + rng() % 2)};
+      REQUIRE(s.insert(id, static_cast<std::int64_t>(segments) * page, from, {}, false, segments).has_value());
+      write_entry(f, s, id);
+      auto t = s.prepare_move(id, hbm_tier);
+      REQUIRE(t);
+      ids.push_back(id);
+      tickets.push_back(std::move(*t));
+    }
+    const bool fail = F::can_fail && round % 4 == 3;
+    f.fail_copies(fail);
+    std::vector<event> events(n);
+    REQUIRE(f.engine.submit_group(std::span<const move_ticket>(tickets), std::span<event>(events)).has_value());
+    for (std::size_t k = 0; k < n; ++k) {
+      CAPTURE(k);
+      const std::int32_t segments = tickets[k].segments;
+      if (fail) {
+        CHECK(f.engine.wait_segments(events[k], segments).error() == errc::busy);
+        CHECK(f.engine.landed_segments(events[k]) < segments);
+        CHECK_FALSE(f.engine.wait(events[k]).has_value());
+        REQUIRE(s.complete_move(tickets[k], false).has_value());
+      } else {
+        REQUIRE(f.engine.wait_segments(events[k], segments).has_value());
+        CHECK(f.engine.landed_segments(events[k]) == segments);
+        REQUIRE(f.engine.wait(events[k]).has_value());
+        REQUIRE(s.complete_move(tickets[k], true).has_value());
+        CHECK(s.find(ids[k])->tier() == hbm_tier);
+      }
+      CHECK(entry_intact(f, s, ids[k]));
+    }
+    f.fail_copies(false);
+    for (const entry_id id : ids) REQUIRE(s.erase(id).has_value());
+  }
+  // Refused groups change nothing.
+  const entry_id up = make_entry_id(next++), down = make_entry_id(next++);
+  REQUIRE(s.insert(up, 2 * page, tier_id{1}, {}, false, 2).has_value());
+  REQUIRE(s.insert(down, 2 * page, hbm_tier, {}, false, 2).has_value());
+  auto t_up = s.prepare_move(up, hbm_tier);
+  auto t_down = s.prepare_move(down, tier_id{2});
+  REQUIRE(t_up);
+  REQUIRE(t_down);
+  const std::vector<move_ticket> mixed{*t_up, *t_down};
+  std::vector<event> events(2);
+  const auto before = events;
+  CHECK(f.engine.submit_group(std::span<const move_ticket>(mixed), std::span<event>(events)).error() == errc::invalid_argument);
+  std::vector<event> one(1);
+  CHECK(f.engine.submit_group(std::span<const move_ticket>(mixed), std::span<event>(one)).error() == errc::invalid_argument);
+  CHECK(std::equal(events.begin(), events.end(), before.begin(), [](const event& a, const event& b) {
+    if constexpr (requires { a.seq; }) return a.seq == b.seq && a.stream == b.stream && a.segments == b.segments;
+    else return a.segments == b.segments;
+  }));
+  REQUIRE(s.complete_move(*t_up, false).has_value());
+  REQUIRE(s.complete_move(*t_down, false).has_value());
+  CHECK(s.check_invariants().empty());
+}
+TEST_CASE_TEMPLATE_INVOKE(grouped_copy_engine_conformance, metadata_fixture, host_fixture);
+
 // --- negative cases ------------------------------------------------------------------------
 
 namespace {
@@ -362,3 +439,18 @@ struct wait_segments_void {
 static_assert(!layered_copy_engine<count_only>);
 static_assert(!layered_copy_engine<wait_segments_void>);
 static_assert(tier_copy_engine<count_only> && !layered_copy_engine<no_wait>);
+
+namespace {
+// A group needs events of the engine's own type, written into the caller's span.
+struct group_returns_events {
+  struct event {};
+  expected<event> submit(const move_ticket&) noexcept { return event{}; }
+  bool query(event) const noexcept { return true; }
+  expected<void> wait(event) noexcept { return {}; }
+  std::int32_t landed_segments(event) const noexcept { return 1; }
+  expected<void> wait_segments(event, std::int32_t) noexcept { return {}; }
+  std::vector<event> submit_group(std::span<const move_ticket>) { return {}; }
+};
+}  // namespace
+static_assert(layered_copy_engine<group_returns_events> && !grouped_copy_engine<group_returns_events>);
+static_assert(!grouped_copy_engine<count_only>);

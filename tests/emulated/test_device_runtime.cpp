@@ -13,6 +13,7 @@
 #include <chrono>
 #include <cstdint>
 #include <cstring>
+#include <span>
 #include <thread>
 #include <vector>
 
@@ -295,4 +296,63 @@ TEST_CASE("copy engine: a multi-layer move lands layer by layer (an event per se
   CHECK(e.query(*ev2));
   const auto st = e.take_stats();
   CHECK(st.transfers == 4 + 4);  // per segment (not adjacent), then the sparsified copy's runs
+}
+
+TEST_CASE("copy engine: a group's layer segments are issued layer-major across its tickets (grouped_copy_engine)") {
+  using namespace hybridcache::tiered;
+  gpu::get().reset(1);
+  hc::copy_engine e(two_tiers(), page, {.device = 0, .measure_bandwidth = false});
+  // Ticket A: 4 layers, host pages 0..3 -> HBM 0..3; ticket B: 2 layers, host 4..5 -> HBM 4..5.
+  auto ticket = [](std::uint32_t src, std::uint32_t dst, std::int32_t layers) {
+    move_ticket t;
+    t.src = tier_id{1};
+    t.dst = hbm_tier;
+    t.segments = layers;
+    t.src_bytes = t.dst_bytes = layers * page;
+    for (std::int32_t g = 0; g < layers; ++g) {
+      t.src_pages.push_back({src + static_cast<std::uint32_t>(g), 1});
+      t.dst_pages.push_back({dst + static_cast<std::uint32_t>(g), 1});
+    }
+    return t;
+  };
+  const std::vector<move_ticket> group{ticket(0, 0, 4), ticket(4, 4, 2)};
+  for (std::int64_t i = 0; i < 6 * page; ++i) e.base(tier_id{1})[i] = static_cast<std::byte>((i * 5 + 3) & 0xff);
+  std::memset(e.base(hbm_tier), 0, static_cast<std::size_t>(6 * page));
+  auto page_in_hbm = [&](std::int64_t p) {  // HBM page p holds host page p's bytes
+    for (std::int64_t i = 0; i < page; ++i)
+      if (e.base(hbm_tier)[p * page + i] != static_cast<std::byte>(((p * page + i) * 5 + 3) & 0xff)) return false;
+    return true;
+  };
+  std::vector<copy_event> ev(2);
+  REQUIRE(e.submit_group(group, ev).has_value());
+  CHECK(ev[0].segments == 4);
+  CHECK(ev[1].segments == 2);
+  CHECK(ev[1].seq == ev[0].seq + 1);
+  // B's first layer (1/2 of B) is issued after A's first two (1/4, 2/4 of A: ties go to the
+  // earlier ticket): waiting for it runs the stream exactly that far.
+  REQUIRE(e.wait_segments(ev[1], 1).has_value());
+  CHECK(e.landed_segments(ev[0]) == 2);
+  CHECK(e.landed_segments(ev[1]) == 1);
+  CHECK(page_in_hbm(0));
+  CHECK(page_in_hbm(1));
+  CHECK(page_in_hbm(4));
+  CHECK_FALSE(page_in_hbm(2));  // A's layer 2 comes next
+  CHECK_FALSE(page_in_hbm(5));  // B's last layer comes after A's
+  CHECK_FALSE(e.query(ev[0]));
+  REQUIRE(e.wait(ev[0]).has_value());  // A's last layer: its own job event
+  CHECK(page_in_hbm(3));
+  CHECK_FALSE(page_in_hbm(5));
+  CHECK_FALSE(e.query(ev[1]));
+  REQUIRE(e.wait(ev[1]).has_value());
+  for (std::int64_t p = 0; p < 6; ++p) CHECK(page_in_hbm(p));
+  CHECK(e.take_stats().jobs == 2);
+  // Refused: tickets of both directions, or events of the wrong count; nothing issued.
+  move_ticket down = ticket(6, 6, 1);
+  std::swap(down.src, down.dst);
+  const std::vector<move_ticket> mixed{group[0], down};
+  const auto copies = gpu::get().calls("cudaMemcpyAsync");
+  CHECK(e.submit_group(mixed, ev).error() == hybridcache::errc::invalid_argument);
+  CHECK(e.submit_group(group, std::span<copy_event>(ev).first(1)).error() == hybridcache::errc::invalid_argument);
+  CHECK(gpu::get().calls("cudaMemcpyAsync") == copies);
+  CHECK(e.take_stats().jobs == 0);
 }

@@ -8,6 +8,9 @@
 
 #include <concepts>
 #include <cstdint>
+#include <span>
+#include <type_traits>
+#include <utility>
 
 #include "hybridcache/concepts/tier_entry.hpp"
 #include "hybridcache/core/expected.hpp"
@@ -59,5 +62,22 @@ concept layered_copy_engine = tier_copy_engine<E> && requires(E& e, const move_t
   { e.landed_segments(*e.submit(t)) } -> std::convertible_to<std::int32_t>;
   { e.wait_segments(*e.submit(t), n) } -> std::same_as<expected<void>>;
 };
+
+/// A layered engine that also takes several tickets as one group and lands their layer
+/// segments interleaved (layer 0 of every ticket before layer 1 of any, in proportion when
+/// segment counts differ: `interleave_segments` in tiered/copy_plan.hpp), so that a hit
+/// made of several entries has its first layers complete early, not the whole of the first
+/// entry first. `submit_group(tickets, events)` writes ticket k's event to events[k] (each
+/// event as from `submit`: its own `query`, `wait`, `landed_segments`, `wait_segments`);
+/// every ticket of a group goes the same direction (all towards HBM, or all away), else
+/// `invalid_argument`. All or nothing: on an error nothing was submitted and `events` is
+/// as it was. `events.size()` must equal `tickets.size()`. `copy_event_of<E>`: the event type.
+template <class E>
+using copy_event_of = std::remove_cvref_t<decltype(*std::declval<E&>().submit(std::declval<const move_ticket&>()))>;
+template <class E>
+concept grouped_copy_engine =
+    layered_copy_engine<E> && requires(E& e, std::span<const move_ticket> tickets, std::span<copy_event_of<E>> events) {
+      { e.submit_group(tickets, events) } -> std::same_as<expected<void>>;
+    };
 
 }  // namespace hybridcache::tiered

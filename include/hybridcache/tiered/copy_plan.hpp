@@ -14,6 +14,8 @@
 #include <algorithm>
 #include <concepts>
 #include <cstdint>
+#include <span>
+#include <utility>
 #include <vector>
 
 #include "hybridcache/concepts/copy_engine.hpp"
@@ -42,8 +44,18 @@ struct metadata_only_copies {
     if (n < 0 || n > e.segments) return unexpected(errc::invalid_argument);
     return {};
   }
+  /// A group: every ticket's event, all in place at once. invalid_argument for sizes that
+  /// differ or tickets of both directions (nothing written).
+  [[nodiscard]] expected<void> submit_group(std::span<const move_ticket> tickets, std::span<event> events) noexcept {
+    if (tickets.size() != events.size()) return unexpected(errc::invalid_argument);
+    for (const move_ticket& t : tickets)
+      if ((t.dst.value > t.src.value) != (tickets.front().dst.value > tickets.front().src.value))
+        return unexpected(errc::invalid_argument);
+    for (std::size_t k = 0; k < tickets.size(); ++k) events[k] = event{tickets[k].segments};
+    return {};
+  }
 };
-static_assert(layered_copy_engine<metadata_only_copies>);
+static_assert(grouped_copy_engine<metadata_only_copies>);
 
 /// Transfers below this size count as small (per-call overhead dominates).
 inline constexpr std::int64_t default_min_transfer_bytes = std::int64_t{512} * 1024;
@@ -123,6 +135,42 @@ struct layered_copies {
     out.ends.push_back(out.spans.size());
   }
   return out;
+}
+
+/// One issued layer segment of one ticket of a group (`grouped_copy_engine`): ticket
+/// `part`'s planned segment `segment` (a plan without `ends` has one, the whole copy).
+struct group_step {
+  std::uint32_t part = 0;
+  std::int32_t segment = 0;
+};
+/// The order a grouped engine issues a group's segments in: by the fraction of its ticket
+/// each one completes, (segment + 1) / segments, ties by ticket order. Tickets of equal
+/// segment counts go layer-major (layer 0 of every ticket, then layer 1, ...); a ticket of
+/// fewer segments (a checkpoint of R recurrent layers beside KV of A attention layers)
+/// advances in proportion, so a model that interleaves its layers evenly gets its early
+/// layers of every entry first; and each ticket's last segment comes in ticket order (its
+/// job completes in submission order). O(N log N) in the N segments, one allocation.
+[[nodiscard]] inline std::vector<group_step> interleave_segments(const std::vector<layered_copies>& plans) {
+  std::vector<group_step> steps;
+  std::size_t total = 0;
+  for (const auto& p : plans) total += std::max<std::size_t>(p.ends.size(), 1);
+  steps.reserve(total);
+  for (std::size_t k = 0; k < plans.size(); ++k)
+    for (std::size_t g = 0; g < std::max<std::size_t>(plans[k].ends.size(), 1); ++g)
+      steps.push_back({static_cast<std::uint32_t>(k), static_cast<std::int32_t>(g)});
+  auto count = [&](const group_step& x) { return static_cast<std::int64_t>(std::max<std::size_t>(plans[x.part].ends.size(), 1)); };
+  std::sort(steps.begin(), steps.end(), [&](const group_step& a, const group_step& b) {
+    const std::int64_t l = (a.segment + 1) * count(b), r = (b.segment + 1) * count(a);  // exact: no division
+    return l != r ? l < r : a.part < b.part;
+  });
+  return steps;
+}
+
+/// The spans of step `g` of `plan` ([first, last) of plan.spans).
+[[nodiscard]] inline std::pair<std::size_t, std::size_t> segment_span_range(const layered_copies& plan, std::int32_t g) noexcept {
+  if (plan.ends.empty()) return {0, plan.spans.size()};
+  const auto i = static_cast<std::size_t>(g);
+  return {i == 0 ? 0 : plan.ends[i - 1], plan.ends[i]};
 }
 
 /// Modelled time of a list of copies over a link: Σ (per-copy overhead + bytes / bandwidth).

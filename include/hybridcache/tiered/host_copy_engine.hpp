@@ -23,9 +23,13 @@
 // is copied segment after segment, and the worker publishes each segment as it lands, so a
 // runtime can compute layer l once `landed_segments(ev) > l` (`wait_segments(ev, l + 1)`)
 // while later layers are still being copied (`layered_copy_engine`). Copies are coalesced
-// within a segment, never across one.
+// within a segment, never across one. Several tickets submitted as one group
+// (`submit_group`, `grouped_copy_engine`) are one job whose segments run layer-major across
+// the tickets (`interleave_segments`), each ticket with its own event: a hit's layer 0 of
+// every entry lands first.
 //
-// Costs: submit O(pages of the ticket) (allocates the job's span list), query and
+// Costs: submit O(pages of the ticket) (allocates the job's span list; a group adds
+// O(segments log segments) to order them), query and
 // landed_segments O(1) (a failed job: O(log failed jobs not yet waited for)), wait and
 // wait_segments block until the job (or the segments) ran. Thread-safe: any thread may
 // submit and wait.
@@ -41,6 +45,7 @@
 #include <functional>
 #include <map>
 #include <mutex>
+#include <span>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -147,13 +152,46 @@ class host_copy_engine {
   /// (a sparsified copy, pages that do not split evenly) all at once.
   /// Errors: invalid_argument when the ticket names an unknown tier or pages outside an arena.
   [[nodiscard]] expected<copy_event> submit(const move_ticket& t) {
-    if (t.src.value >= arenas_.size() || t.dst.value >= arenas_.size()) return unexpected(errc::invalid_argument);
-    // Same tier: a copy inside one arena (a joined load handed to a request), onboard.
-    const copy_stream s = t.dst.value > t.src.value ? copy_stream::offload : copy_stream::onboard;
-    layered_copies plan = plan_layered_copies(t, page_bytes_);
-    auto ev = submit(t.src, t.dst, std::move(plan.spans), s, std::move(plan.ends));
-    if (ev) ev->segments = std::max<std::int32_t>(1, t.segments);  // not layered: all land at once
+    copy_event ev;
+    auto r = submit_group(std::span<const move_ticket>(&t, 1), std::span<copy_event>(&ev, 1));
+    if (!r) return unexpected(r.error());
     return ev;
+  }
+
+  /// Enqueues several prepared moves as one job whose layer segments land interleaved
+  /// (`grouped_copy_engine`: segment s of every ticket before segment s + 1 of any, in
+  /// proportion to each ticket's segment count; `interleave_segments`). events[k] is ticket
+  /// k's event: it lands, fails and is waited for on its own (a ticket whose every segment
+  /// landed before another's copy failed has succeeded). invalid_argument for a ticket
+  /// outside the arenas, tickets of both directions, or sizes that differ; busy after
+  /// `stop`. All or nothing.
+  [[nodiscard]] expected<void> submit_group(std::span<const move_ticket> tickets, std::span<copy_event> events) {
+    if (tickets.empty() || tickets.size() != events.size()) return unexpected(errc::invalid_argument);
+    const copy_stream s = stream_of(tickets.front());
+    std::vector<layered_copies> plans;
+    plans.reserve(tickets.size());
+    std::vector<part> parts;
+    parts.reserve(tickets.size());
+    for (const move_ticket& t : tickets) {
+      if (t.src.value >= arenas_.size() || t.dst.value >= arenas_.size() || stream_of(t) != s)
+        return unexpected(errc::invalid_argument);
+      plans.push_back(plan_layered_copies(t, page_bytes_));
+      // Not layered: its one planned segment lands all of the ticket's at once.
+      parts.push_back({t.src, t.dst, 0, std::max<std::int32_t>(1, t.segments), plans.back().ends.empty()});
+    }
+    job j;
+    for (const group_step& g : interleave_segments(plans)) {
+      const auto [first, last] = segment_span_range(plans[g.part], g.segment);
+      for (std::size_t i = first; i < last; ++i) {
+        j.spans.push_back(plans[g.part].spans[i]);
+        j.owner.push_back(g.part);
+      }
+      j.lands.push_back({j.spans.size(), g.part});
+    }
+    auto r = enqueue(std::move(j), std::move(parts), s);
+    if (!r) return unexpected(r.error());
+    for (std::size_t k = 0; k < tickets.size(); ++k) events[k] = copy_event{s, *r + k, std::max<std::int32_t>(1, tickets[k].segments)};
+    return {};
   }
 
   /// Enqueues arbitrary spans from tier `src` to tier `dst` on stream `s`. busy after `stop`.
@@ -163,40 +201,16 @@ class host_copy_engine {
                                             std::vector<std::size_t> segment_ends = {}) {
     if (src.value >= arenas_.size() || dst.value >= arenas_.size()) return unexpected(errc::invalid_argument);
     if (!valid_segment_ends(segment_ends, spans.size())) return unexpected(errc::invalid_argument);
-    for (const auto& c : spans)
-      if (c.bytes <= 0 || c.src_offset < 0 || c.dst_offset < 0 || c.src_offset + c.bytes > arenas_[src.value].size() ||
-          c.dst_offset + c.bytes > arenas_[dst.value].size())
-        return unexpected(errc::invalid_argument);
-    std::lock_guard lock(mu_);
-    if (stop_) return unexpected(errc::busy);  // stopping: the workers would never run it
-    const auto si = static_cast<std::size_t>(s);
-    const auto other = 1 - si;
     const auto segments = static_cast<std::int32_t>(segment_ends.empty() ? 1 : segment_ends.size());
-    job j{src, dst, std::move(spans), std::move(segment_ends), ++submitted_[si], 0};
-    // Hazards: the job may not start before the other stream finished the last writer of
-    // each source page and the last writer/readers of each destination page.
-    for_pages(j, true, [&](page_hazard& h) {
-      if (h.writer_stream == other) j.wait_other = std::max(j.wait_other, h.writer_seq);
-    });
-    for_pages(j, false, [&](page_hazard& h) {
-      if (h.writer_stream == other) j.wait_other = std::max(j.wait_other, h.writer_seq);
-      j.wait_other = std::max(j.wait_other, h.reader_seq[other]);
-    });
-    for_pages(j, true, [&](page_hazard& h) { h.reader_seq[si] = j.seq; });
-    for_pages(j, false, [&](page_hazard& h) {
-      h.writer_stream = si;
-      h.writer_seq = j.seq;
-    });
-    stats_.jobs += 1;
-    for (const auto& c : j.spans) {
-      stats_.transfers += 1;
-      stats_.small_transfers += c.bytes < options_.min_transfer_bytes;
-      stats_.bytes += c.bytes;
-    }
-    const copy_event ev{s, j.seq, segments};
-    queues_[si].push_back(std::move(j));
-    work_cv_.notify_all();
-    return ev;
+    job j;
+    j.owner.assign(spans.size(), 0);
+    j.spans = std::move(spans);
+    for (const std::size_t e : segment_ends) j.lands.push_back({e, 0});
+    if (segment_ends.empty()) j.lands.push_back({j.spans.size(), 0});
+    std::vector<part> parts{part{src, dst, 0, segments, false}};
+    auto r = enqueue(std::move(j), std::move(parts), s);
+    if (!r) return unexpected(r.error());
+    return copy_event{s, *r, segments};
   }
 
   /// True when the job has run (successfully or not).
@@ -259,20 +273,83 @@ class host_copy_engine {
     std::uint64_t writer_seq = 0;
     std::array<std::uint64_t, 2> reader_seq{};
   };
-  struct job {
+  // One ticket of a job: its tiers, its sequence number on the stream, its event's segment
+  // count, whether its one planned segment lands all of them at once (not layered), and how
+  // many have landed.
+  struct part {
     tier_id src, dst;
-    std::vector<copy_span> spans;
-    std::vector<std::size_t> segment_ends;  // empty: one segment
     std::uint64_t seq;
-    std::uint64_t wait_other;  // the other stream must have completed this seq first
+    std::int32_t segments;
+    bool whole;
+    std::int32_t landed = 0;
   };
+  // A job: one ticket, or a group's tickets interleaved (copied in this order by one worker).
+  struct job {
+    std::vector<copy_span> spans;                           // in the order they run
+    std::vector<std::uint32_t> owner;                       // the part each span belongs to
+    std::vector<std::pair<std::size_t, std::uint32_t>> lands;  // after `first` spans ran, part `second` has one more segment in place
+    std::vector<part> parts;                                // seqs first_seq, first_seq + 1, ...
+    std::uint64_t seq = 0;                                  // the last part's (the job completes with it)
+    std::uint64_t wait_other = 0;                           // the other stream must have completed this seq first
+  };
+
+  static copy_stream stream_of(const move_ticket& t) noexcept {
+    // Same tier: a copy inside one arena (a joined load handed to a request), onboard.
+    return t.dst.value > t.src.value ? copy_stream::offload : copy_stream::onboard;
+  }
+
+  // Checks the spans, numbers the parts, registers the page hazards and queues the job.
+  // Returns the first part's sequence number. Caller-built parts; `j.owner` parallel to spans.
+  expected<std::uint64_t> enqueue(job&& j, std::vector<part>&& parts, copy_stream s) {
+    for (std::size_t i = 0; i < j.spans.size(); ++i) {
+      const copy_span& c = j.spans[i];
+      const part& p = parts[j.owner[i]];
+      if (c.bytes <= 0 || c.src_offset < 0 || c.dst_offset < 0 || c.src_offset + c.bytes > arenas_[p.src.value].size() ||
+          c.dst_offset + c.bytes > arenas_[p.dst.value].size())
+        return unexpected(errc::invalid_argument);
+    }
+    std::lock_guard lock(mu_);
+    if (stop_) return unexpected(errc::busy);  // stopping: the workers would never run it
+    const auto si = static_cast<std::size_t>(s);
+    const auto other = 1 - si;
+    const std::uint64_t first = submitted_[si] + 1;
+    for (std::size_t k = 0; k < parts.size(); ++k) parts[k].seq = first + k;
+    submitted_[si] += parts.size();
+    j.parts = std::move(parts);
+    j.seq = submitted_[si];
+    // Hazards: the job may not start before the other stream finished the last writer of
+    // each source page and the last writer/readers of each destination page.
+    for_pages(j, true, [&](page_hazard& h) {
+      if (h.writer_stream == other) j.wait_other = std::max(j.wait_other, h.writer_seq);
+    });
+    for_pages(j, false, [&](page_hazard& h) {
+      if (h.writer_stream == other) j.wait_other = std::max(j.wait_other, h.writer_seq);
+      j.wait_other = std::max(j.wait_other, h.reader_seq[other]);
+    });
+    for_pages(j, true, [&](page_hazard& h) { h.reader_seq[si] = j.seq; });
+    for_pages(j, false, [&](page_hazard& h) {
+      h.writer_stream = si;
+      h.writer_seq = j.seq;
+    });
+    stats_.jobs += static_cast<std::int64_t>(j.parts.size());
+    for (const auto& c : j.spans) {
+      stats_.transfers += 1;
+      stats_.small_transfers += c.bytes < options_.min_transfer_bytes;
+      stats_.bytes += c.bytes;
+    }
+    queues_[si].push_back(std::move(j));
+    work_cv_.notify_all();
+    return first;
+  }
 
   template <class F>
   void for_pages(const job& j, bool source, F&& f) {
-    auto& table = hazards_[source ? j.src.value : j.dst.value];
-    for (const auto& c : j.spans) {
+    for (std::size_t i = 0; i < j.spans.size(); ++i) {
+      const copy_span& c = j.spans[i];
+      const part& p = j.parts[j.owner[i]];
+      auto& table = hazards_[source ? p.src.value : p.dst.value];
       const std::int64_t off = source ? c.src_offset : c.dst_offset;
-      for (std::int64_t p = off / page_bytes_; p * page_bytes_ < off + c.bytes; ++p) f(table[static_cast<std::size_t>(p)]);
+      for (std::int64_t q = off / page_bytes_; q * page_bytes_ < off + c.bytes; ++q) f(table[static_cast<std::size_t>(q)]);
     }
   }
 
@@ -287,34 +364,38 @@ class host_copy_engine {
       // The other stream drains its queue too, so its hazards are always met eventually.
       done_cv_.wait(lock, [&] { return completed_[other] >= j.wait_other; });
       fault_hook fault = fault_;
-      running_[si] = j.seq;
-      landed_[si] = 0;
+      running_[si] = &j;  // its parts' `landed` are read under the lock
       lock.unlock();
       bool ok = true;
-      std::size_t next_end = 0;  // the next segment boundary to publish
+      std::size_t next = 0;  // the next landing to publish
       for (std::size_t i = 0; i < j.spans.size(); ++i) {
         const copy_span& c = j.spans[i];
+        const part& p = j.parts[j.owner[i]];
         if (fault && fault(c)) {
           ok = false;
           break;
         }
-        std::memcpy(arenas_[j.dst.value].data() + c.dst_offset, arenas_[j.src.value].data() + c.src_offset,
+        std::memcpy(arenas_[p.dst.value].data() + c.dst_offset, arenas_[p.src.value].data() + c.src_offset,
                     static_cast<std::size_t>(c.bytes));
-        std::int32_t landed = 0;
-        while (next_end < j.segment_ends.size() && j.segment_ends[next_end] <= i + 1) landed = static_cast<std::int32_t>(++next_end);
-        if (landed > 0 && next_end < j.segment_ends.size()) {  // the last one lands with the job
+        // What lands with the last span lands with the job (completion publishes it, so a
+        // waiter woken for it also sees the job complete).
+        if (next < j.lands.size() && j.lands[next].first <= i + 1 && i + 1 < j.spans.size()) {
           lock.lock();
-          landed_[si] = landed;
+          for (; next < j.lands.size() && j.lands[next].first <= i + 1; ++next) {
+            part& q = j.parts[j.lands[next].second];
+            q.landed = q.whole ? q.segments : q.landed + 1;
+          }
           lock.unlock();
           done_cv_.notify_all();
         }
       }
       lock.lock();
-      if (!ok) {
-        failed_[si].emplace(j.seq, landed_[si]);
-        stats_.failed_jobs += 1;
-      }
-      running_[si] = 0;
+      for (const part& p : j.parts)
+        if (!ok && p.landed < p.segments) {  // a part whose every segment landed has succeeded
+          failed_[si].emplace(p.seq, p.landed);
+          stats_.failed_jobs += 1;
+        }
+      running_[si] = nullptr;
       completed_[si] = j.seq;
       queues_[si].pop_front();
       done_cv_.notify_all();
@@ -346,7 +427,9 @@ class host_copy_engine {
       const auto f = failed_[si].find(ev.seq);
       return f == failed_[si].end() ? ev.segments : f->second;
     }
-    return running_[si] == ev.seq ? landed_[si] : 0;
+    const job* r = running_[si];
+    if (r == nullptr || ev.seq > r->seq || ev.seq < r->parts.front().seq) return 0;
+    return r->parts[static_cast<std::size_t>(ev.seq - r->parts.front().seq)].landed;
   }
 
   std::int64_t page_bytes_;
@@ -359,15 +442,14 @@ class host_copy_engine {
   std::array<std::deque<job>, 2> queues_;
   std::array<std::uint64_t, 2> submitted_{}, completed_{};
   std::array<std::map<std::uint64_t, std::int32_t>, 2> failed_;  // failed job -> segments landed before
-  std::array<std::uint64_t, 2> running_{};                           // the job a worker runs (0: none)
-  std::array<std::int32_t, 2> landed_{};                             // its segments landed so far
+  std::array<const job*, 2> running_{};                              // the job a worker runs (null: none)
   fault_hook fault_;
   copy_stats stats_;
   bool stop_ = false;
   std::array<std::thread, 2> workers_;
 };
 
-static_assert(layered_copy_engine<host_copy_engine>);
+static_assert(grouped_copy_engine<host_copy_engine>);
 
 /// Moves one entry to tier `dst` through the full protocol: prepare (reserve destination),
 /// submit, wait, complete. On any failure the entry stays at its source, intact, and the

@@ -39,6 +39,7 @@
 #include <deque>
 #include <map>
 #include <mutex>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -120,13 +121,33 @@ class copy_engine {
   /// (a sparsified copy) lands them all at once. `invalid_argument` for a ticket outside the
   /// arenas. @throws cuda_error when a CUDA call fails.
   [[nodiscard]] expected<copy_event> submit(const tiered::move_ticket& t) {
-    if (t.src.value >= arenas_.size() || t.dst.value >= arenas_.size()) return unexpected(errc::invalid_argument);
-    // Same tier: a copy inside HBM (a joined load handed to a request), on the onboard stream.
-    const copy_stream s = t.dst.value > t.src.value ? copy_stream::offload : copy_stream::onboard;
-    const tiered::layered_copies plan = tiered::plan_layered_copies(t, page_bytes_);
-    auto ev = submit(t.src, t.dst, plan.spans, s, plan.ends);
-    if (ev) ev->segments = std::max<std::int32_t>(1, t.segments);  // not layered: all land at once
+    copy_event ev;
+    auto r = submit_group(std::span<const tiered::move_ticket>(&t, 1), std::span<copy_event>(&ev, 1));
+    if (!r) return unexpected(r.error());
     return ev;
+  }
+
+  /// Enqueues several prepared moves on one stream with their layer segments interleaved
+  /// (`grouped_copy_engine`: segment s of every ticket before segment s + 1 of any, in
+  /// proportion to each ticket's segment count; `interleave_segments`), each ticket its own
+  /// job and event (an event after each of its segments, the last one its job's). The
+  /// stream runs them in that order, so layer 0 of every entry of a hit lands first.
+  /// invalid_argument for a ticket outside the arenas, tickets of both directions, or sizes
+  /// that differ (nothing submitted). @throws cuda_error when a CUDA call fails.
+  [[nodiscard]] expected<void> submit_group(std::span<const tiered::move_ticket> tickets, std::span<copy_event> events) {
+    if (tickets.empty() || tickets.size() != events.size()) return unexpected(errc::invalid_argument);
+    const copy_stream s = stream_of(tickets.front());
+    std::vector<group_part> parts;
+    parts.reserve(tickets.size());
+    for (const tiered::move_ticket& t : tickets) {
+      if (t.src.value >= arenas_.size() || t.dst.value >= arenas_.size() || stream_of(t) != s)
+        return unexpected(errc::invalid_argument);
+      parts.push_back({t.src, t.dst, tiered::plan_layered_copies(t, page_bytes_), std::max<std::int32_t>(1, t.segments)});
+    }
+    auto first = issue(parts, s);
+    if (!first) return unexpected(first.error());
+    for (std::size_t k = 0; k < tickets.size(); ++k) events[k] = copy_event{s, *first + k, parts[k].segments};
+    return {};
   }
 
   /// Enqueues spans from tier `src` to tier `dst` on stream `s`. `segment_ends` (optional):
@@ -136,62 +157,11 @@ class copy_engine {
                                             const std::vector<std::size_t>& segment_ends = {}) {
     if (src.value >= arenas_.size() || dst.value >= arenas_.size()) return unexpected(errc::invalid_argument);
     if (!tiered::valid_segment_ends(segment_ends, spans.size())) return unexpected(errc::invalid_argument);
-    for (const auto& c : spans)
-      if (c.bytes <= 0 || c.src_offset < 0 || c.dst_offset < 0 || c.src_offset + c.bytes > arenas_[src.value].bytes ||
-          c.dst_offset + c.bytes > arenas_[dst.value].bytes)
-        return unexpected(errc::invalid_argument);
-    std::lock_guard lock(mu_);
-    retire();
-    const auto si = static_cast<std::size_t>(s), other = 1 - si;
-    const std::uint64_t seq = ++submitted_[si];
-    std::uint64_t wait_other = 0;
-    for_pages(src, spans, true, [&](page_hazard& h) {
-      if (h.writer_stream == other) wait_other = std::max(wait_other, h.writer_seq);
-    });
-    for_pages(dst, spans, false, [&](page_hazard& h) {
-      if (h.writer_stream == other) wait_other = std::max(wait_other, h.writer_seq);
-      wait_other = std::max(wait_other, h.reader_seq[other]);
-    });
-    if (wait_other > completed_[other])
-      for (const auto& j : inflight_[other])
-        if (j.seq == wait_other) HYBRIDCACHE_CUDA_TRY(cudaStreamWaitEvent(streams_[si], j.event, 0));
-    inflight_job job{seq, nullptr, 0, {}, {}};
-    job.segment_events.reserve(segment_ends.empty() ? 0 : segment_ends.size() - 1);
-    job.segment_waiters.assign(segment_ends.empty() ? 0 : segment_ends.size() - 1, 0);
-    try {
-      std::size_t next_end = 0;
-      for (std::size_t i = 0; i < spans.size(); ++i) {
-        const copy_span& c = spans[i];
-        HYBRIDCACHE_CUDA_TRY(cudaMemcpyAsync(base(dst) + c.dst_offset, base(src) + c.src_offset,
-                                             static_cast<std::size_t>(c.bytes), cudaMemcpyDefault, streams_[si]));
-        while (next_end + 1 < segment_ends.size() && segment_ends[next_end] <= i + 1) {
-          cudaEvent_t e = take_event();
-          job.segment_events.push_back(e);
-          HYBRIDCACHE_CUDA_TRY(cudaEventRecord(e, streams_[si]));
-          ++next_end;
-        }
-      }
-      job.event = take_event();
-      HYBRIDCACHE_CUDA_TRY(cudaEventRecord(job.event, streams_[si]));
-    } catch (...) {
-      for (cudaEvent_t e : job.segment_events) spare_.push_back(e);
-      if (job.event != nullptr) spare_.push_back(job.event);
-      throw;
-    }
     const auto segments = static_cast<std::int32_t>(segment_ends.empty() ? 1 : segment_ends.size());
-    inflight_[si].push_back(std::move(job));
-    for_pages(src, spans, true, [&](page_hazard& h) { h.reader_seq[si] = seq; });
-    for_pages(dst, spans, false, [&](page_hazard& h) {
-      h.writer_stream = si;
-      h.writer_seq = seq;
-    });
-    stats_.jobs += 1;
-    for (const auto& c : spans) {
-      stats_.transfers += 1;
-      stats_.small_transfers += c.bytes < options_.min_transfer_bytes;
-      stats_.bytes += c.bytes;
-    }
-    return copy_event{s, seq, segments};
+    std::vector<group_part> parts{group_part{src, dst, tiered::layered_copies{spans, segment_ends}, segments}};
+    auto first = issue(parts, s);
+    if (!first) return unexpected(first.error());
+    return copy_event{s, *first, segments};
   }
 
   /// True when the job has completed on the device.
@@ -301,6 +271,97 @@ class copy_engine {
   }
 
  private:
+  // One ticket of a group: its tiers, its copies laid out by segment, its event's segments.
+  struct group_part {
+    tier_id src, dst;
+    tiered::layered_copies plan;
+    std::int32_t segments;
+  };
+
+  static copy_stream stream_of(const tiered::move_ticket& t) noexcept {
+    // Same tier: a copy inside HBM (a joined load handed to a request), on the onboard stream.
+    return t.dst.value > t.src.value ? copy_stream::offload : copy_stream::onboard;
+  }
+
+  // Issues the parts' copies on stream `s` in `interleave_segments` order, one job per part
+  // (consecutive sequence numbers; an event after each segment of a part, its last one the
+  // job's event: the last segments come in part order, so jobs complete in sequence order,
+  // as `retire` expects). Returns the first part's sequence number.
+  expected<std::uint64_t> issue(const std::vector<group_part>& parts, copy_stream s) {
+    for (const group_part& p : parts)
+      for (const auto& c : p.plan.spans)
+        if (c.bytes <= 0 || c.src_offset < 0 || c.dst_offset < 0 || c.src_offset + c.bytes > arenas_[p.src.value].bytes ||
+            c.dst_offset + c.bytes > arenas_[p.dst.value].bytes)
+          return unexpected(errc::invalid_argument);
+    std::vector<tiered::layered_copies> plans;
+    plans.reserve(parts.size());
+    for (const group_part& p : parts) plans.push_back(p.plan);
+    const std::vector<tiered::group_step> order = tiered::interleave_segments(plans);
+    std::lock_guard lock(mu_);
+    retire();
+    const auto si = static_cast<std::size_t>(s), other = 1 - si;
+    const std::uint64_t first = submitted_[si] + 1;
+    std::uint64_t wait_other = 0;
+    for (const group_part& p : parts) {
+      for_pages(p.src, p.plan.spans, true, [&](page_hazard& h) {
+        if (h.writer_stream == other) wait_other = std::max(wait_other, h.writer_seq);
+      });
+      for_pages(p.dst, p.plan.spans, false, [&](page_hazard& h) {
+        if (h.writer_stream == other) wait_other = std::max(wait_other, h.writer_seq);
+        wait_other = std::max(wait_other, h.reader_seq[other]);
+      });
+    }
+    if (wait_other > completed_[other])
+      for (const auto& j : inflight_[other])
+        if (j.seq == wait_other) HYBRIDCACHE_CUDA_TRY(cudaStreamWaitEvent(streams_[si], j.event, 0));
+    std::vector<inflight_job> jobs(parts.size());
+    for (std::size_t k = 0; k < parts.size(); ++k) {
+      const std::size_t between = parts[k].plan.ends.empty() ? 0 : parts[k].plan.ends.size() - 1;
+      jobs[k].seq = first + k;
+      jobs[k].segment_events.reserve(between);
+      jobs[k].segment_waiters.assign(between, 0);
+    }
+    try {
+      for (const tiered::group_step& g : order) {
+        const group_part& p = parts[g.part];
+        const auto [lo, hi] = tiered::segment_span_range(p.plan, g.segment);
+        for (std::size_t i = lo; i < hi; ++i) {
+          const copy_span& c = p.plan.spans[i];
+          HYBRIDCACHE_CUDA_TRY(cudaMemcpyAsync(base(p.dst) + c.dst_offset, base(p.src) + c.src_offset,
+                                               static_cast<std::size_t>(c.bytes), cudaMemcpyDefault, streams_[si]));
+        }
+        inflight_job& j = jobs[g.part];
+        const bool last = static_cast<std::size_t>(g.segment) + 1 >= std::max<std::size_t>(p.plan.ends.size(), 1);
+        cudaEvent_t e = take_event();
+        (last ? j.event : j.segment_events.emplace_back()) = e;
+        HYBRIDCACHE_CUDA_TRY(cudaEventRecord(e, streams_[si]));
+      }
+    } catch (...) {
+      for (const inflight_job& j : jobs) {
+        for (cudaEvent_t e : j.segment_events) spare_.push_back(e);
+        if (j.event != nullptr) spare_.push_back(j.event);
+      }
+      throw;
+    }
+    submitted_[si] += parts.size();
+    for (auto& j : jobs) inflight_[si].push_back(std::move(j));
+    for (std::size_t k = 0; k < parts.size(); ++k) {
+      const std::uint64_t seq = first + k;
+      for_pages(parts[k].src, parts[k].plan.spans, true, [&](page_hazard& h) { h.reader_seq[si] = seq; });
+      for_pages(parts[k].dst, parts[k].plan.spans, false, [&](page_hazard& h) {
+        h.writer_stream = si;
+        h.writer_seq = seq;
+      });
+      stats_.jobs += 1;
+      for (const auto& c : parts[k].plan.spans) {
+        stats_.transfers += 1;
+        stats_.small_transfers += c.bytes < options_.min_transfer_bytes;
+        stats_.bytes += c.bytes;
+      }
+    }
+    return first;
+  }
+
   enum class arena_kind : std::uint8_t { device, pinned, registered };
   struct arena {
     void* ptr = nullptr;
@@ -454,7 +515,7 @@ class copy_engine {
   std::mutex mu_;
 };
 
-static_assert(tiered::layered_copy_engine<copy_engine>);
+static_assert(tiered::grouped_copy_engine<copy_engine>);
 
 /// Per-layer CUDA events in a ring of event sets (layer-wise loading; 3 sets by default,
 /// as SGLang HiCache): the loader records layer l's event on the onboard stream after
