@@ -11,7 +11,10 @@
 #include <cstring>
 #include <map>
 #include <mutex>
+#include <random>
+#include <span>
 #include <string>
+#include <utility>
 #include <thread>
 #include <vector>
 
@@ -170,6 +173,61 @@ TEST_CASE("host copy engine: a multi-layer copy lands layer by layer (landed_seg
     REQUIRE(s.complete_move(*t, false).has_value());
     CHECK(s.find(entry_id{2})->tier() == tier_id{1});
   }
+  SUBCASE("a group lands layer-major across its tickets, each ticket its own event") {
+    auto a = s.prepare_move(entry_id{1}, hbm_tier);
+    auto b = s.prepare_move(entry_id{2}, hbm_tier);
+    REQUIRE(a);
+    REQUIRE(b);
+    gate.map_pages(*a);
+    gate.map_pages(*b);
+    gate.set_open(1);
+    const std::vector<move_ticket> group{*a, *b};
+    std::vector<copy_event> ev(2);
+    REQUIRE(e.submit_group(group, ev).has_value());
+    CHECK(ev[0].segments == 4);
+    CHECK(ev[1].segments == 4);
+    // Layer 0 of both while layer 1 of the first is held: one job per ticket, in order, would
+    // hold the second entirely behind the first.
+    REQUIRE(eventually([&] { return e.landed_segments(ev[1]) >= 1; }));
+    CHECK(e.landed_segments(ev[0]) == 1);
+    CHECK(e.landed_segments(ev[1]) == 1);
+    CHECK(hbm_bytes_ok(entry_id{1}, 1));
+    CHECK(hbm_bytes_ok(entry_id{2}, 1));
+    CHECK_FALSE(e.query(ev[0]));
+    gate.set_open(3);
+    REQUIRE(e.wait_segments(ev[1], 3).has_value());
+    CHECK(e.landed_segments(ev[0]) >= 3);
+    {  // the last layer fails: both tickets fail, each reported by its own wait
+      std::lock_guard l(gate.m);
+      gate.fail = 3;
+    }
+    gate.set_open(3);
+    CHECK(e.wait_segments(ev[0], 4).error() == errc::busy);
+    CHECK(e.landed_segments(ev[0]) == 3);
+    CHECK(e.landed_segments(ev[1]) == 3);
+    CHECK(e.wait(ev[0]).error() == errc::busy);
+    CHECK(e.wait(ev[1]).error() == errc::busy);
+    REQUIRE(s.complete_move(*a, false).has_value());
+    REQUIRE(s.complete_move(*b, false).has_value());
+    CHECK(s.find(entry_id{1})->tier() == tier_id{1});
+    // Refused (tickets of both directions): nothing submitted, the events untouched.
+    REQUIRE(s.insert(entry_id{3}, 4 * page, hbm_tier, {}, false, 4).has_value());
+    auto up = s.prepare_move(entry_id{1}, hbm_tier);
+    auto down = s.prepare_move(entry_id{3}, tier_id{1});
+    REQUIRE(up);
+    REQUIRE(down);
+    const auto jobs = e.take_stats().jobs;
+    CHECK(jobs == 2);
+    const std::vector<move_ticket> mixed{*up, *down};
+    std::vector<copy_event> untouched(2, copy_event{copy_stream::offload, 77, 9});
+    CHECK(e.submit_group(mixed, untouched).error() == errc::invalid_argument);
+    CHECK(e.submit_group(mixed, std::span<copy_event>(untouched).first(1)).error() == errc::invalid_argument);
+    CHECK(untouched[0].seq == 77);
+    CHECK(untouched[1].segments == 9);
+    CHECK(e.take_stats().jobs == 0);
+    REQUIRE(s.complete_move(*up, false).has_value());
+    REQUIRE(s.complete_move(*down, false).has_value());
+  }
   SUBCASE("a copy that is not segment-aligned lands all its segments at once") {
     auto t = s.prepare_move(entry_id{1}, hbm_tier, 7 * page + 5);  // sparsified: fewer bytes
     REQUIRE(t);
@@ -324,7 +382,12 @@ TEST_CASE("layer-wise loading through the store and the lifecycle: layer 0 of a 
   gate.set(2);  // layers 0-1 run, 2-3 wait
   REQUIRE(eventually([&] { return layer_loaded(layer_kind::attention, 1) == "yes"; }));
   CHECK(layer_loaded(layer_kind::attention, 0) == "yes");
-  CHECK(layer_loaded(layer_kind::recurrent, 1) == "yes");  // the checkpoint landed whole
+  // The hit's copies went as one group, layer-major across its entries: the checkpoint's
+  // first half (recurrent layer 0, 1/2 of it) came with KV layers 0-1 (1/4, 2/4), its second
+  // (2/2) comes after KV layer 2 (3/4), still held. One job per entry, in submission order,
+  // would have landed the checkpoint whole or not at all.
+  CHECK(layer_loaded(layer_kind::recurrent, 0) == "yes");
+  CHECK(layer_loaded(layer_kind::recurrent, 1) == "no");
   REQUIRE(requests.wait_layer_loaded(*t, layer_kind::attention, 1).has_value());
   c.with_store([&](store_t& st) {
     REQUIRE(st.wait_layer(s->host_hit, layer_kind::attention, 0).has_value());
@@ -402,6 +465,48 @@ TEST_CASE("layer-wise loading over a cache without a lock: wait_layer_loaded blo
   CHECK(requests.wait_layer_loaded(*t, layer_kind::attention, 3).has_value());
   REQUIRE(requests.abort(*t));
   CHECK_FALSE(requests.wait_layer_loaded(*t, layer_kind::attention, 0).has_value());
+}
+
+TEST_CASE("interleave_segments: proportional layer-major order, each ticket's last segment in ticket order") {
+  auto plan = [](std::size_t segments) {
+    layered_copies p;
+    for (std::size_t g = 0; g < segments; ++g) {
+      p.spans.push_back({0, 0, 1});
+      p.ends.push_back(p.spans.size());
+    }
+    if (segments == 1) p.ends.clear();  // not layered: one step
+    return p;
+  };
+  auto order = [](const std::vector<layered_copies>& plans) {
+    std::vector<std::pair<std::uint32_t, std::int32_t>> out;
+    for (const group_step& g : interleave_segments(plans)) out.emplace_back(g.part, g.segment);
+    return out;
+  };
+  using v = std::vector<std::pair<std::uint32_t, std::int32_t>>;
+  CHECK(order({plan(2), plan(2)}) == v{{0, 0}, {1, 0}, {0, 1}, {1, 1}});
+  // KV of 4 attention layers beside a checkpoint of 2 recurrent ones: in proportion.
+  CHECK(order({plan(4), plan(2)}) == v{{0, 0}, {0, 1}, {1, 0}, {0, 2}, {0, 3}, {1, 1}});
+  CHECK(order({plan(2), plan(4)}) == v{{1, 0}, {0, 0}, {1, 1}, {1, 2}, {0, 1}, {1, 3}});
+  CHECK(order({plan(1), plan(3)}) == v{{1, 0}, {1, 1}, {0, 0}, {1, 2}});
+  CHECK(order({}).empty());
+  // Random groups: every step once, each ticket's segments in order, fractions never decrease.
+  std::mt19937_64 rng(5);
+  for (int round = 0; round < 200; ++round) {
+    std::vector<layered_copies> plans;
+    const auto n = 1 + rng() % 6;
+    for (std::size_t k = 0; k < n; ++k) plans.push_back(plan(1 + rng() % 9));
+    const auto o = interleave_segments(plans);
+    std::vector<std::int32_t> next(n, 0);
+    double last = 0.0;
+    for (const group_step& g : o) {
+      REQUIRE(g.segment == next[g.part]);
+      ++next[g.part];
+      const double f = static_cast<double>(g.segment + 1) / static_cast<double>(std::max<std::size_t>(plans[g.part].ends.size(), 1));
+      CHECK(f >= last);
+      last = f;
+    }
+    for (std::size_t k = 0; k < n; ++k) CHECK(next[k] == static_cast<std::int32_t>(std::max<std::size_t>(plans[k].ends.size(), 1)));
+  }
 }
 
 TEST_SUITE_END();

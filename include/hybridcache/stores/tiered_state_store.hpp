@@ -53,7 +53,9 @@
 // keeps its own pages (requests in flight may be reading them) and the staged copy goes.
 // A lookup also finds a demoted entry the input follows only part of the way (by the
 // content keys of the positions inside it) and loads just that part; a sparsified entry
-// is found only whole.
+// is found only whole. Over an engine that takes groups (`grouped_copy_engine`) a hit's
+// copies are submitted as one group, layer-major across its entries, so layer 0 of the
+// whole hit lands first (`layer_loaded`, `wait_layer`).
 //
 // Costs (d = path nodes, |s| = sequence length, r = page runs of an entry, c = copies in
 // flight, e = entries a hit uses): allocate/free/split/join O(r + log n) plus a poll (O(c))
@@ -425,6 +427,7 @@ class tiered_state_store {
   void forget(entry_id id) noexcept;
   void drop(entry_id id) noexcept;
   bool submit(move_ticket&& t, purpose p) noexcept;
+  bool submit_group_loads(outstanding_hit& slot) noexcept;
   void finish_copy(std::size_t i) noexcept;
   void after_copy(const inflight& f, bool ok) noexcept;
   bool wait_for_hbm_pages(std::int64_t pages) noexcept;
@@ -483,6 +486,8 @@ class tiered_state_store {
   std::unordered_map<std::uint64_t, entry_id> kv_inside_;  // key of a position inside a free KV entry -> it
   std::unordered_map<extract_key, entry_id, extract_hash> extracts_;  // staged entries by what they hold
   std::vector<inflight> inflight_;
+  std::vector<move_ticket> group_;         // a load's copies, submitted as one group (grouped engines)
+  std::vector<event_type> group_events_;  // their events (scratch)
   std::vector<entry_id> pending_;  // joins waiting for their source's copy to land
   std::vector<std::uint64_t> prefix_hash_;
   std::int64_t kv_reach_ = 0;  // scan's KV reach (lookup reports it)

@@ -237,6 +237,10 @@ expected<void> tiered_state_store<H, E, S>::load(const tiered_hit& hit) {
   reserve_for(meta_, meta_.size() + plan_.size());
   reserve_for(extracts_, extracts_.size() + plan_.size());
   pending_.reserve(pending_.size() + plan_.size());
+  if constexpr (grouped_copy_engine<E>) {
+    group_.clear();
+    group_.reserve(plan_.size());
+  }
   for (std::size_t k = 0; k < plan_.size(); ++k) {
     planned_load p = plan_[k];
     const meta& src = meta_.at(p.src.id);
@@ -251,6 +255,7 @@ expected<void> tiered_state_store<H, E, S>::load(const tiered_hit& hit) {
       const std::int64_t bytes =
           p.range.pages < 0 ? stored_of(p.src) : p.range.pages * segments(src.k) * page_;
       if (bytes > staging_capacity_ - staged_used_) {
+        (void)submit_group_loads(*slot);  // what this hit staged so far goes as it did alone
         release_holds(*slot);
         return unexpected(errc::out_of_capacity);
       }
@@ -284,6 +289,13 @@ expected<void> tiered_state_store<H, E, S>::load(const tiered_hit& hit) {
       continue;
     }
     const std::int64_t pages = p.range.pages < 0 ? store_->pages_for(stored_of(p.src)) : p.range.pages * segments(src.k);
+    // Short of HBM pages: what this hit staged so far is submitted now, not with the rest,
+    // because the wait below may need exactly those reads to land (a source that is a free
+    // HBM entry, clean below, goes once its read lands).
+    if (free_pages(hbm_tier) < pages && !submit_group_loads(*slot)) {
+      release_holds(*slot);
+      return unexpected(errc::busy);
+    }
     if (!wait_for_hbm_pages(pages) && p.src.tier == hbm_tier) {
       // Read in HBM while its write-back is in flight, but HBM has no room for a copy: wait
       // for the write-back, read the copy below instead, and let the HBM one go.
@@ -303,12 +315,14 @@ expected<void> tiered_state_store<H, E, S>::load(const tiered_hit& hit) {
       }
     }
     if (free_pages(hbm_tier) < pages && !wait_for_hbm_pages(pages)) {
+      (void)submit_group_loads(*slot);
       release_holds(*slot);
       return unexpected(errc::out_of_capacity);
     }
     const node_info info{first, p.end, ckpt};
     auto t = store_->prepare_extract(p.src.id, p.src.tier, p.range, id, hbm_tier, info);
     if (!t) {
+      (void)submit_group_loads(*slot);
       release_holds(*slot);
       return unexpected(errc::busy);
     }
@@ -320,7 +334,9 @@ expected<void> tiered_state_store<H, E, S>::load(const tiered_hit& hit) {
     extracts_.emplace(extract_key{p.src.id, p.range.first, p.range.pages}, id);
     staged_used_ += bytes;
     slot->staged.push_back({id, first, p.end, ckpt, m.transferred});
-    if (!submit(std::move(*t), purpose::load)) {  // the table dropped the staged copy
+    if constexpr (grouped_copy_engine<E>) {
+      group_.push_back(std::move(*t));  // room reserved: cannot throw. Submitted together below
+    } else if (!submit(std::move(*t), purpose::load)) {  // the table dropped the staged copy
       staged_used_ -= bytes;
       extracts_.erase({p.src.id, p.range.first, p.range.pages});
       meta_.erase(id);
@@ -332,11 +348,61 @@ expected<void> tiered_state_store<H, E, S>::load(const tiered_hit& hit) {
     counters_.staged_bytes += bytes;
     let_go(p.src);
   }
+  if (!submit_group_loads(*slot)) {  // rolled back: the hit loads nothing
+    release_holds(*slot);
+    return unexpected(errc::busy);
+  }
   // Sources the plan did not read (none, with lookup's chain) go the same way.
   for (const detail::pinned_source& src : slot->pinned)
     if (src.id != no_entry) let_go(src);
   slot->pinned.clear();
   return {};
+}
+
+// The copies `load` staged for `slot`, submitted as one group (an engine that interleaves a
+// group's layer segments lands layer 0 of every entry first; `grouped_copy_engine`). On a
+// refused group every staged entry of it is rolled back (the table drops the staged copy,
+// the entry leaves the hit, its source has one reader less) and false comes back; the
+// caller then lets the hit go. Nothing to do for an engine without groups (each copy was
+// submitted as it was staged).
+template <demotion_scorer H, tier_copy_engine E, demotion_sizer S>
+bool tiered_state_store<H, E, S>::submit_group_loads(outstanding_hit& slot) noexcept {
+  if constexpr (grouped_copy_engine<E>) {
+    if (group_.empty()) return true;
+    bool ok = false;
+    try {
+      inflight_.reserve(inflight_.size() + group_.size());  // the pushes below cannot throw once submitted
+      group_events_.resize(group_.size());
+      ok = engine_->submit_group(std::span<const move_ticket>(group_), std::span<event_type>(group_events_)).has_value();
+    } catch (...) {
+      ok = false;
+    }
+    if (ok) {
+      for (std::size_t k = 0; k < group_.size(); ++k)
+        inflight_.push_back(inflight{std::move(group_[k]), group_events_[k], purpose::load});
+      group_.clear();
+      return true;
+    }
+    for (const move_ticket& t : group_) {
+      (void)store_->complete_move(t, false);  // the table drops the staged copy
+      counters_.copy_failures += 1;
+      staged_used_ -= t.dst_bytes;
+      counters_.staged_entries -= 1;
+      counters_.staged_bytes -= t.dst_bytes;
+      if (const auto it = meta_.find(t.id); it != meta_.end()) {
+        extracts_.erase({it->second.src, it->second.range.first, it->second.range.pages});
+        meta_.erase(it);
+      }
+      slot.staged.erase(std::remove_if(slot.staged.begin(), slot.staged.end(), [&](const staged_entry& e) { return e.id == t.id; }),
+                        slot.staged.end());
+      settle_free(t.src_id);  // let go by the hit when staged: one reader less now
+    }
+    group_.clear();
+    return false;
+  } else {
+    (void)slot;
+    return true;
+  }
 }
 
 // Whether a staged extract can still be joined or claimed: known, not failed, and landed
