@@ -193,11 +193,11 @@ struct naive_selector {
   /// Takes this request's FLOPs per candidate; true when the live cache switches now.
   bool observe(const std::vector<double>& gain) {
     for (std::size_t i = 0; i < gain.size(); ++i) {
-      score[i] = score[i] * cfg.decay + gain[i];
+      score[i] = score[i] * *cfg.decay + gain[i];
       total[i] += gain[i];
       const double d = (gain[i] - gain[followed]) * 1e-12;
-      lead[i] = lead[i] * cfg.decay + d;
-      lead_sq[i] = lead_sq[i] * cfg.decay * cfg.decay + d * d;
+      lead[i] = lead[i] * *cfg.decay + d;
+      lead_sq[i] = lead_sq[i] * *cfg.decay * *cfg.decay + d * d;
     }
     ++requests;
     std::size_t best = followed;

@@ -317,6 +317,33 @@ TEST_CASE("over tiers the selector leaves LRU for the rule its tier-aware shadow
   CHECK(two.live_flops > one.live_flops * 1.02);
 }
 
+TEST_CASE("the selector's default decay follows its shadows: longer memory over tiers, an explicit one everywhere") {
+  const cost_model& m = model();
+  const auto tiered_cfg = store_config(1'000'000'000, 4'000'000'000, 200'000'000);
+  const tiered::tiered_state_store<> with_host(tiered_cfg);
+  const counting_store flat(1'000'000'000, m.kv_bytes_per_token(), m.ssm_checkpoint_bytes());
+  auto unset = make_marconi_adaptive_scorer(m);
+  CHECK(unset.decay() == single_tier_decay);
+  unset.attach_store(with_host, {});
+  REQUIRE(unset.overhead().tier_aware);
+  CHECK(unset.decay() == tier_aware_decay);  // rules differ by a few per cent over tiers: a longer window
+  unset.attach_store(flat, {});
+  REQUIRE_FALSE(unset.overhead().tier_aware);
+  CHECK(unset.decay() == single_tier_decay);
+  auto single = make_marconi_adaptive_scorer(m, {.shadow_host_bytes = 0});
+  single.attach_store(with_host, {});
+  CHECK(single.decay() == single_tier_decay);
+  for (const double d : {0.9, 0.995, 0.9995, 1.0}) {
+    auto given = make_marconi_adaptive_scorer(m, {.decay = d});
+    given.attach_store(with_host, {});
+    CHECK(given.decay() == d);
+    given.attach_store(flat, {});
+    CHECK(given.decay() == d);
+  }
+  CHECK_THROWS_AS(make_marconi_adaptive_scorer(m, {.decay = 0.0}), invalid_argument);
+  CHECK_THROWS_AS(make_marconi_adaptive_scorer(m, {.decay = 1.0001}), invalid_argument);
+}
+
 TEST_CASE("adaptive_config::shadow_host_bytes: bad values are refused and change nothing") {
   const cost_model& m = model();
   CHECK_THROWS_AS(make_marconi_adaptive_scorer(m, {.shadow_host_bytes = -1}), invalid_argument);

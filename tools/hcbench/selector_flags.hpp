@@ -29,7 +29,7 @@ namespace hcbench {
 struct selector_cli {
   std::string tuner = "shadow";
   std::string candidates;
-  double decay = hybridcache::prefix::adaptive_config{}.decay;
+  double decay = hybridcache::prefix::single_tier_decay;  // applied only when given (the default depends on the shadows)
   double margin = hybridcache::prefix::adaptive_config{}.switch_margin;
   std::int64_t dwell = hybridcache::prefix::adaptive_config{}.min_dwell;
   double confidence = hybridcache::prefix::adaptive_config{}.confidence;
@@ -43,7 +43,9 @@ inline void add_selector_options(CLI::App& sub, selector_cli& o) {
   sub.add_option("--candidates", o.candidates,
                  "--tuner shadow: comma-separated candidates, the first followed from the start: sglang+, gdsf, "
                  "marconi:ALPHA (default sglang+,marconi:0,marconi:0.5,marconi:1,marconi:2,gdsf)");
-  sub.add_option("--selector-decay", o.decay, "--tuner shadow: per-request decay of the shadows' FLOPs scores");
+  sub.add_option("--selector-decay", o.decay,
+                 "--tuner shadow: per-request decay of the shadows' FLOPs scores (default 0.995; 0.9995 with "
+                 "tier-aware shadows, under --tiers)");
   sub.add_option("--switch-margin", o.margin,
                  "--tuner shadow: the leader must beat the followed candidate's score by this fraction");
   sub.add_option("--min-dwell", o.dwell, "--tuner shadow: requests between two switches");
@@ -73,7 +75,8 @@ inline void apply_selector_options(const selector_cli& o, const CLI::App& sub, b
   for (const char* name : {"--candidates", "--selector-decay", "--switch-margin", "--min-dwell", "--switch-confidence"})
     reject_unless(job.tuner == alpha_tuner::shadow, sub, name, "with --tuner one-shot");
   if (!o.candidates.empty()) job.selector.candidates = parse_candidates(o.candidates);
-  job.selector.decay = check_finite_range(o.decay, 1e-6, 1.0, "--selector-decay");
+  if (const CLI::Option* d = sub.get_option_no_throw("--selector-decay"); d != nullptr && d->count() > 0)
+    job.selector.decay = check_finite_range(o.decay, 1e-6, 1.0, "--selector-decay");
   job.selector.switch_margin = check_finite_range(o.margin, 0.0, 1e6, "--switch-margin");
   if (o.dwell < 0 || o.dwell > 1'000'000'000)
     throw hybridcache::invalid_argument("--min-dwell: expected 0..1000000000, got " + std::to_string(o.dwell));

@@ -30,6 +30,11 @@
 //   no tier below HBM gets the single-tier shadows, bit for bit as before.
 // - Score: per shadow, the FLOPs its own lookups saved, decayed by `decay` per request
 //   (0.995: a half-life of ~140 requests), so the ranking follows a workload that drifts.
+//   Tier-aware shadows decay by 0.9995 by default (a half-life of ~1,400 requests): below
+//   HBM a rule's victims are demoted, not lost, so the rules differ by a few per cent and a
+//   short window's lead is mostly noise; every switch costs while the cache reshapes, so
+//   following that noise lost to both rules (Mooncake jamba: 6 switches, 0.992x SGLang+;
+//   with the longer memory 1 switch, 1.002x; docs/results/tiered.md).
 // - Switching: the live cache follows the leader only when the leader's score exceeds the
 //   followed candidate's by `switch_margin` (a fraction) and `min_dwell` requests have
 //   passed since the last switch. Why the hysteresis: a cache's contents are shaped by the
@@ -90,7 +95,9 @@ struct adaptive_config {
   /// One shadow per entry; the first is followed until another leads. Empty: the library's
   /// set for `lru_flop_gdsf_scorer` (default_candidates()).
   std::vector<candidate_rule> candidates{};
-  double decay = 0.995;         ///< per request, in (0, 1]: weight of older requests' FLOPs
+  /// Per request, in (0, 1]: weight of older requests' FLOPs. Unset: `single_tier_decay`
+  /// with single-tier shadows, `tier_aware_decay` with tier-aware ones (see the file comment).
+  std::optional<double> decay{};
   double switch_margin = 0.02;  ///< the leader must beat the followed score by this fraction
   /// ... and its decayed lead over the followed candidate, summed per request, must exceed
   /// `confidence` standard deviations of those per-request differences (a paired test:
@@ -107,6 +114,11 @@ struct adaptive_config {
   /// store must have one: invalid_argument at attach_store otherwise). < 0: invalid_argument.
   std::optional<std::int64_t> shadow_host_bytes{};
 };
+
+/// The selector's default decays (`adaptive_config::decay` unset): single-tier shadows
+/// (half-life ~140 requests) and tier-aware ones (~1,400 requests).
+inline constexpr double single_tier_decay = 0.995;
+inline constexpr double tier_aware_decay = 0.9995;
 
 /// What the selector costs and did (`adaptive_scorer::overhead()`).
 struct adaptive_overhead {
@@ -150,8 +162,8 @@ class adaptive_scorer {
     for (const candidate_rule& c : cfg_.candidates)
       HYBRIDCACHE_EXPECTS(c.rule < live_.rules() && std::isfinite(c.alpha) && c.alpha >= 0.0, invalid_argument,
                           "adaptive_scorer: a candidate names no rule of the switching scorer, or has a bad alpha");
-    HYBRIDCACHE_EXPECTS(cfg_.decay > 0.0 && cfg_.decay <= 1.0, invalid_argument,
-                        "adaptive_scorer: decay must be in (0, 1]");
+    decay_ = cfg_.decay.value_or(single_tier_decay);
+    HYBRIDCACHE_EXPECTS(decay_ > 0.0 && decay_ <= 1.0, invalid_argument, "adaptive_scorer: decay must be in (0, 1]");
     HYBRIDCACHE_EXPECTS(cfg_.tokens_per_id >= 1, invalid_argument, "adaptive_scorer: tokens_per_id must be >= 1");
     HYBRIDCACHE_EXPECTS(cfg_.switch_margin >= 0.0 && std::isfinite(cfg_.switch_margin) && cfg_.min_dwell >= 0 &&
                             cfg_.confidence >= 0.0 && std::isfinite(cfg_.confidence),
@@ -190,6 +202,7 @@ class adaptive_scorer {
           built.push_back(make_tiered_shadow(rule, store.metadata_replica(c), cache_cfg));
         tiered_.swap(built);
         shadows_.clear();
+        decay_ = cfg_.decay.value_or(tier_aware_decay);
         return;
       }
     }
@@ -204,6 +217,7 @@ class adaptive_scorer {
     }
     shadows_.swap(built);
     tiered_.clear();
+    decay_ = cfg_.decay.value_or(single_tier_decay);
   }
 
   /// Replays one request (input ++ output, `input_tokens` long input) on every shadow,
@@ -219,13 +233,13 @@ class adaptive_scorer {
               ? std::visit([&](auto& c) { return replay_one(*c, sequence, input, input_tokens, salt); }, shadows_[i])
               : tiered_[i]->replay(sequence, input_tokens, salt);
       gained_[i] = hit_flops(reused);
-      score_[i] = score_[i] * cfg_.decay + gained_[i];
+      score_[i] = score_[i] * decay_ + gained_[i];
       total_[i] += gained_[i];
     }
     for (std::size_t i = 0; i < score_.size(); ++i) {  // paired with the followed candidate
       const double d = (gained_[i] - gained_[followed_]) * 1e-12;  // scaled: squares stay finite
-      lead_[i] = lead_[i] * cfg_.decay + d;
-      lead_sq_[i] = lead_sq_[i] * cfg_.decay * cfg_.decay + d * d;
+      lead_[i] = lead_[i] * decay_ + d;
+      lead_sq_[i] = lead_sq_[i] * decay_ * decay_ + d * d;
     }
     ++requests_;
     follow_leader();
@@ -278,6 +292,8 @@ class adaptive_scorer {
 
   [[nodiscard]] const adaptive_config& config() const noexcept { return cfg_; }
   [[nodiscard]] const live_type& live() const noexcept { return live_; }
+  /// The per-request decay in use: `config().decay`, or its default for the shadows built.
+  [[nodiscard]] double decay() const noexcept { return decay_; }
   /// The candidate the live cache follows (an index into config().candidates).
   [[nodiscard]] std::size_t followed() const noexcept { return followed_; }
   /// Each candidate's decayed FLOPs-saved score.
@@ -391,6 +407,7 @@ class adaptive_scorer {
   Admission admission_;
   std::vector<shadow_ptr> shadows_;                                 // single-tier shadows, or
   std::vector<std::unique_ptr<detail::tiered_shadow_base>> tiered_;  // tier-aware ones
+  double decay_ = single_tier_decay;
   std::vector<double> score_;
   std::vector<double> total_;
   std::vector<double> gained_;   // this request's FLOPs per shadow (scratch)
