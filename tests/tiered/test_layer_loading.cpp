@@ -445,6 +445,55 @@ TEST_CASE("layer-wise loading through the store and the lifecycle: layer 0 of a 
   }
 }
 
+TEST_CASE("a load whose group the engine refuses rolls every staged entry back; the request goes on from HBM") {
+  const std::int64_t kv = tiny().kv_bytes_per_token(), ck = tiny().ssm_checkpoint_bytes();
+  const tiered_state_store_config cfg{.hbm_bytes = 300 * kv + 4 * ck,
+                                      .host_bytes = 4000 * kv,
+                                      .kv_bytes_per_token = kv,
+                                      .checkpoint_bytes = ck,
+                                      .staging_bytes = 300 * kv + 4 * ck,
+                                      .attention_layers = 4,
+                                      .recurrent_layers = 2};
+  engine_t engine(store_t::tiers_for(cfg), store_t::page_bytes_for(cfg), {.measure_bandwidth = false});
+  locked_cache c(tiny(), store_t(cfg, engine), prefix::lru_scorer{});
+  prefix::request_lifecycle<locked_cache> requests(c);
+  auto run = [&](const std::vector<token_id>& prompt, token_id out_token) {
+    auto t = requests.begin(prompt, {.output_tokens = 10});
+    REQUIRE(t);
+    REQUIRE(requests.wait_loaded(*t).has_value());
+    std::vector<token_id> seq = prompt;
+    seq.insert(seq.end(), 10, out_token);
+    const std::vector<std::int64_t> captured{static_cast<std::int64_t>(seq.size())};
+    REQUIRE(requests.finish(*t, seq, captured));
+    return seq;
+  };
+  std::vector<token_id> a(150), b(150);
+  for (std::size_t i = 0; i < a.size(); ++i) a[i] = static_cast<token_id>(i % 3), b[i] = static_cast<token_id>(3 + i % 3);
+  const auto seq_a = run(a, 1);
+  (void)run(b, 4);
+  c.with_store([](store_t& st) { st.drain(); });
+  REQUIRE(c.store().counters().demoted_entries > 0);
+  engine.stop();  // every submit (and so every group) is refused from now on
+  const auto before = c.store().counters();
+  std::vector<token_id> prompt = seq_a;
+  prompt.insert(prompt.end(), 5, 2);
+  auto t = requests.begin(prompt, {.output_tokens = 3});
+  REQUIRE(t);
+  const auto* s = *requests.state(*t);
+  CHECK(s->loaded_at == 0);  // the host hit was given up: prefill starts from the HBM hit
+  const auto after = c.store().counters();
+  CHECK(after.host_hits == before.host_hits + 1);      // it was found ...
+  CHECK(after.copy_failures >= before.copy_failures + 2);  // ... its group (KV + checkpoint) refused
+  CHECK(after.staged_entries == before.staged_entries);  // ... and every staged entry rolled back
+  CHECK(after.staged_bytes == before.staged_bytes);
+  CHECK(c.store().staged_bytes() == 0);
+  CHECK(c.store().inflight_copies() == 0);
+  REQUIRE(requests.abort(*t));
+  CHECK(c.store().outstanding_hits() == 0);
+  const std::string bad = c.store().check_invariants(c.tree());
+  CHECK_MESSAGE(bad.empty(), bad);
+}
+
 TEST_CASE("layer-wise loading over a cache without a lock: wait_layer_loaded blocks in the store") {
   // (The lock-free lifecycle calls tiered_state_store::wait_layer directly; without a hit it
   // returns at once, and a ticket no longer in flight is refused.)
