@@ -18,6 +18,8 @@
 #include <thread>
 #include <vector>
 
+#include "hybridcache/model/presets.hpp"
+#include "hybridcache/prefix/admission.hpp"
 #include "hybridcache/prefix/lifecycle.hpp"
 #include "hybridcache/prefix/lru_scorer.hpp"
 #include "hybridcache/prefix/prefix_cache.hpp"
@@ -492,6 +494,136 @@ TEST_CASE("a load whose group the engine refuses rolls every staged entry back; 
   CHECK(c.store().outstanding_hits() == 0);
   const std::string bad = c.store().check_invariants(c.tree());
   CHECK_MESSAGE(bad.empty(), bad);
+}
+
+TEST_CASE("shorten_hit: a model without recurrent layers loads part of a hit (accept returns a position); bad input changes nothing") {
+  // llama2_7b's shape (no recurrent layers: it resumes anywhere its KV reaches), metadata only.
+  const cost_model m(presets::llama2_7b());
+  const std::int64_t kv = m.kv_bytes_per_token();
+  REQUIRE(m.ssm_checkpoint_bytes() == 0);
+  const tiered_state_store_config cfg{.hbm_bytes = 400 * kv,
+                                      .host_bytes = 4000 * kv,
+                                      .kv_bytes_per_token = kv,
+                                      .checkpoint_bytes = 0,
+                                      .staging_bytes = 400 * kv,
+                                      .attention_layers = 32,
+                                      .recurrent_layers = 1};  // (no checkpoint bytes: segments of nothing)
+  using meta_store = tiered::tiered_state_store<>;
+  using cache_t = prefix::prefix_cache<cost_model, prefix::judicious_admission, prefix::lru_scorer, meta_store>;
+  cache_t c(m, meta_store(cfg), prefix::lru_scorer{});
+  prefix::request_lifecycle<cache_t> requests(c);
+  auto run = [&](const std::vector<token_id>& prompt, auto accept) {
+    auto t = requests.begin(prompt, {.output_tokens = 10}, accept);
+    REQUIRE(t);
+    const std::int64_t at = (*requests.state(*t))->loaded_at;
+    REQUIRE(requests.wait_loaded(*t).has_value());
+    std::vector<token_id> seq = prompt;
+    seq.insert(seq.end(), 10, 7);
+    REQUIRE(requests.finish(*t, seq, std::vector<std::int64_t>{static_cast<std::int64_t>(seq.size())}));
+    return at;
+  };
+  const auto all = [](const tiered_hit&) { return true; };
+  std::vector<token_id> a(200), b(300);
+  for (std::size_t i = 0; i < a.size(); ++i) a[i] = static_cast<token_id>(i % 5);
+  for (std::size_t i = 0; i < b.size(); ++i) b[i] = static_cast<token_id>(5 + i % 5);
+  (void)run(a, all);
+  (void)run(b, all);  // A goes to the host
+  c.store().drain();
+  std::vector<token_id> prompt = a;
+  prompt.insert(prompt.end(), 10, 7);
+  prompt.insert(prompt.end(), 20, 3);
+
+  SUBCASE("accept returns a position inside the hit: the KV up to it is loaded, the rest recomputed") {
+    const auto before = c.store().counters();
+    std::int64_t whole = 0, hbm = 0;
+    const std::int64_t at = run(prompt, [&](const tiered_hit& h) {
+      whole = h.reusable_tokens;
+      hbm = h.hbm_tokens;
+      return h.hbm_tokens + (h.reusable_tokens - h.hbm_tokens) / 2;
+    });
+    REQUIRE(whole > hbm + 1);
+    CHECK(at == hbm + (whole - hbm) / 2);
+    const auto after = c.store().counters();
+    CHECK(after.host_hit_tokens - before.host_hit_tokens == at - hbm);    // counted as shortened
+    CHECK(after.loaded_bytes - before.loaded_bytes == (at - hbm) * kv);  // only that KV moved
+    CHECK(after.staged_bytes - before.staged_bytes == (at - hbm) * kv);
+  }
+  SUBCASE("a position at or below the HBM hit declines; at or past the hit loads it whole") {
+    std::int64_t whole = 0;
+    CHECK(run(prompt, [](const tiered_hit& h) { return h.hbm_tokens; }) == 0);
+    CHECK(run(prompt, [&](const tiered_hit& h) {
+            whole = h.reusable_tokens;
+            return h.reusable_tokens + 1000;
+          }) == whole);
+  }
+  SUBCASE("shorten_hit itself: bad positions, a stale hit, a loaded hit change nothing") {
+    const auto m0 = c.match(prompt);
+    REQUIRE(m0);
+    tiered_hit h = c.store().lookup(prompt, *m0);
+    REQUIRE(h.host_tokens > 1);
+    const tiered_hit copy = h;
+    const auto counters = c.store().counters();
+    for (const std::int64_t bad : {h.hbm_tokens, h.hbm_tokens - 1, h.reusable_tokens + 1}) {
+      CHECK(c.store().shorten_hit(h, bad).error() == errc::invalid_argument);
+      CHECK(h.reusable_tokens == copy.reusable_tokens);
+      CHECK(h.bytes_to_load == copy.bytes_to_load);
+      CHECK(c.store().counters().host_hit_tokens == counters.host_hit_tokens);
+    }
+    tiered_hit stale = h;
+    stale.ticket += 12345;
+    CHECK(c.store().shorten_hit(stale, h.hbm_tokens + 1).error() == errc::stale_handle);
+    REQUIRE(c.store().shorten_hit(h, h.reusable_tokens).has_value());  // no change
+    CHECK(h.bytes_to_load == copy.bytes_to_load);
+    REQUIRE(c.store().shorten_hit(h, h.hbm_tokens + 1).has_value());
+    CHECK(h.reusable_tokens == copy.hbm_tokens + 1);
+    CHECK(h.host_tokens == 1);
+    CHECK(h.bytes_to_load == kv);
+    REQUIRE(c.store().load(h).has_value());
+    CHECK(c.store().shorten_hit(h, h.reusable_tokens).error() == errc::invalid_argument);  // loaded already
+    REQUIRE(c.store().wait_loaded(h).has_value());
+    c.store().release_hit(h);
+    (void)c.release(*m0);
+  }
+  const std::string bad = c.store().check_invariants(c.tree());
+  CHECK_MESSAGE(bad.empty(), bad);
+  CHECK(c.store().outstanding_hits() == 0);
+}
+
+TEST_CASE("shorten_hit: a hybrid model resumes only at its checkpoint") {
+  const std::int64_t kv = tiny().kv_bytes_per_token(), ck = tiny().ssm_checkpoint_bytes();
+  const tiered_state_store_config cfg{.hbm_bytes = 300 * kv + 4 * ck,
+                                      .host_bytes = 4000 * kv,
+                                      .kv_bytes_per_token = kv,
+                                      .checkpoint_bytes = ck,
+                                      .staging_bytes = 300 * kv + 4 * ck,
+                                      .attention_layers = 4,
+                                      .recurrent_layers = 2};
+  using meta_store = tiered::tiered_state_store<>;
+  using cache_t = prefix::prefix_cache<cost_model, prefix::judicious_admission, prefix::lru_scorer, meta_store>;
+  cache_t c(tiny(), meta_store(cfg), prefix::lru_scorer{});
+  prefix::request_lifecycle<cache_t> requests(c);
+  auto run = [&](const std::vector<token_id>& prompt, auto accept) {
+    auto t = requests.begin(prompt, {.output_tokens = 10}, accept);
+    REQUIRE(t);
+    const std::int64_t at = (*requests.state(*t))->loaded_at;
+    std::vector<token_id> seq = prompt;
+    seq.insert(seq.end(), 10, 1);
+    REQUIRE(requests.finish(*t, seq, std::vector<std::int64_t>{static_cast<std::int64_t>(seq.size())}));
+    return at;
+  };
+  std::vector<token_id> a(150), b(150);
+  for (std::size_t i = 0; i < a.size(); ++i) a[i] = static_cast<token_id>(i % 3), b[i] = static_cast<token_id>(3 + i % 3);
+  (void)run(a, [](const tiered_hit&) { return true; });
+  (void)run(b, [](const tiered_hit&) { return true; });
+  c.store().drain();
+  std::vector<token_id> prompt = a;
+  prompt.insert(prompt.end(), 10, 1);
+  prompt.insert(prompt.end(), 5, 2);
+  const auto before = c.store().counters();
+  // Half-way is no checkpoint: the hit is declined, not loaded in part.
+  CHECK(run(prompt, [](const tiered_hit& h) { return h.hbm_tokens + (h.reusable_tokens - h.hbm_tokens) / 2; }) == 0);
+  CHECK(c.store().counters().staged_bytes == before.staged_bytes);
+  CHECK(c.store().outstanding_hits() == 0);
 }
 
 TEST_CASE("layer-wise loading over a cache without a lock: wait_layer_loaded blocks in the store") {

@@ -276,6 +276,37 @@ TEST_CASE("tiered replay: layer-wise loading hides the load when loading beats r
   }
 }
 
+TEST_CASE("tiered replay: a model without recurrent layers loads part of a hit and recomputes the rest where that is faster") {
+  // llama2_7b (512 KiB of KV per token) over a slow link: a host hit of several blocks takes
+  // longer to load than the one or two new blocks take to compute, so the whole load is
+  // exposed. Resuming earlier (any position: no checkpoint needed) loads what the compute can
+  // hide and recomputes the rest; a hybrid model resumes only at its checkpoint.
+  const cost_model m(presets::llama2_7b());
+  const auto reqs = conversations(12, 8, 9);
+  auto o = tiers("hbm=48GB,host=400GB");
+  o.link_gbps = 10.0;
+  const auto split = replay(reqs, m, o);
+  o.recompute_when_faster = false;  // the whole hit, always
+  const auto whole = replay(reqs, m, o);
+  MESSAGE("llama2_7b at 10 GB/s: hidden " << whole.pipeline_hidden_fraction << " loading whole hits, "
+                                          << split.pipeline_hidden_fraction << " with " << split.split_load_recompute
+                                          << " split; TTFT P50 " << whole.ttft_p50_ms << " -> " << split.ttft_p50_ms
+                                          << " ms; bytes " << whole.bytes_loaded << " -> " << split.bytes_loaded);
+  CHECK(split.split_load_recompute > 0);
+  CHECK(split.recomputed_hit_tokens > 0);
+  CHECK(whole.split_load_recompute == 0);
+  CHECK(split.bytes_loaded < whole.bytes_loaded);
+  CHECK(split.pipeline_hidden_fraction > whole.pipeline_hidden_fraction);
+  CHECK(split.pipeline_hidden_fraction >= 0.8);
+  CHECK(split.ttft_p50_ms <= whole.ttft_p50_ms);
+  CHECK(split.ttft_mean_ms < whole.ttft_mean_ms);
+  // A hybrid model never splits (it resumes only at its checkpoint).
+  const cost_model jamba(presets::jamba_1_5_mini());
+  auto oj = tiers("hbm=2GB,host=16GB");
+  oj.link_gbps = 10.0;
+  CHECK(replay(reqs, jamba, oj).split_load_recompute == 0);
+}
+
 TEST_CASE("tiered replay: sparsification stores fewer bytes below HBM") {
   const cost_model m(presets::jamba_1_5_mini());
   const auto reqs = conversations(12, 8, 11);

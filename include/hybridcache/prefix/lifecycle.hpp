@@ -251,7 +251,11 @@ class request_lifecycle {
   /// extra position or output_tokens < 0 -> invalid_argument; no room beside the pinned
   /// paths -> out_of_capacity. With a lower-tier store, `accept(hit)` decides whether a hit
   /// below HBM is loaded (e.g. only when loading beats recomputing those tokens); it runs
-  /// under the cache's lock and must not call back into the cache.
+  /// under the cache's lock and must not call back into the cache. It returns a bool (load
+  /// the whole hit or none of it) or a resume position: at most `hit.hbm_tokens` declines,
+  /// `hit.reusable_tokens` or more loads it whole, and a position between loads only the KV
+  /// up to it and recomputes the rest (a store with `shorten_hit`; where the store refuses
+  /// that position, e.g. a hybrid model between checkpoints, the hit is declined).
   template <class AcceptHit = accept_every_hit>
   [[nodiscard]] expected<request_ticket> begin(std::span<const token_id> prompt, const begin_options& o = {},
                                                AcceptHit&& accept = {});
@@ -416,6 +420,22 @@ class request_lifecycle {
   }
 
  private:
+  // Whether `accept` takes `hit`: a bool as it is, or a resume position (see `begin`),
+  // shortening the hit first when it is a position inside it.
+  template <class AcceptHit, class Hit>
+  bool take_hit(AcceptHit& accept, Hit& hit) {
+    using answer = std::remove_cvref_t<decltype(accept(std::as_const(hit)))>;
+    if constexpr (std::is_same_v<answer, bool>) {
+      return accept(std::as_const(hit));
+    } else {
+      static_assert(std::is_integral_v<answer>, "accept(hit) returns a bool or a resume position");
+      const auto at = static_cast<std::int64_t>(accept(std::as_const(hit)));
+      if (at <= hit.hbm_tokens) return false;
+      if (at >= hit.reusable_tokens) return true;
+      if constexpr (requires { cache_->store_.shorten_hit(hit, at); }) return cache_->store_.shorten_hit(hit, at).has_value();
+      else return false;
+    }
+  }
   using lock_type = typename Cache::lock_type;
 
   static std::uint32_t next_tag() noexcept {

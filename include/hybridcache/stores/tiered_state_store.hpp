@@ -207,6 +207,19 @@ class tiered_state_store {
   /// prefetcher prices the load with the right link. O(|input| + entries).
   [[nodiscard]] tiered_probe probe_hit(std::span<const prefix::token_id> input, const prefix::match_result& m);
 
+  /// Resumes `hit` at `tokens` instead (hbm_tokens < tokens <= reusable_tokens), before
+  /// `load`: the KV of [tokens, reusable_tokens) is then recomputed instead of loaded. What a
+  /// runtime does when loading the whole hit would take longer than computing the tokens
+  /// after it (the load cannot hide behind that compute layer by layer): it loads part and
+  /// recomputes the rest. Only a model without recurrent layers resumes anywhere its KV
+  /// reaches; a hybrid one resumes only at its checkpoint, so `tokens` must be
+  /// `reusable_tokens` there. Entries no longer read are unpinned; `bytes_to_load`,
+  /// `host_tokens`, `kv_entries` and `source_tier` are updated, and so are the counters.
+  /// Errors (nothing changed): stale_handle when not outstanding; invalid_argument for a
+  /// position outside (hbm_tokens, reusable_tokens], one a hybrid model cannot resume at,
+  /// or a hit already loaded. O(entries of the hit).
+  [[nodiscard]] expected<void> shorten_hit(tiered_hit& hit, std::int64_t tokens);
+
   /// Submits the copies of `hit` into the HBM staging room (`staged(hit)`): for each KV
   /// entry the tokens it adds, and the checkpoint. Asynchronous: call `wait_loaded` before
   /// reading them. A copy another hit already started for the same bytes is joined, not

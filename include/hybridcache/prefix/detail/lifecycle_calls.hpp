@@ -57,7 +57,7 @@ request_lifecycle<Cache>::begin(std::span<const token_id> prompt, const begin_op
   }
   if constexpr (lower_tier_store<store_type>) {
     if (s.host_hit.host_tokens > 0) {
-      if (accept(std::as_const(s.host_hit)) && cache_->store_.load(s.host_hit)) {
+      if (take_hit(accept, s.host_hit) && cache_->store_.load(s.host_hit)) {
         s.loaded_at = s.host_hit.reusable_tokens;
         resume.reusable_tokens = s.loaded_at;
       } else {  // declined, no staging room, or a copy failed: go on from the HBM hit

@@ -182,6 +182,51 @@ tiered_hit tiered_state_store<H, E, S>::lookup(std::span<const prefix::token_id>
 }
 
 template <demotion_scorer H, tier_copy_engine E, demotion_sizer S>
+expected<void> tiered_state_store<H, E, S>::shorten_hit(tiered_hit& hit, std::int64_t tokens) {
+  outstanding_hit* slot = find_hit(hit.ticket);
+  if (slot == nullptr) return unexpected(errc::stale_handle);
+  if (!slot->staged.empty() || tokens <= hit.hbm_tokens || tokens > hit.reusable_tokens ||
+      (checkpoint_ != 0 && tokens != hit.reusable_tokens))
+    return unexpected(errc::invalid_argument);
+  if (tokens == hit.reusable_tokens) return {};
+  // Recount what the shorter hit reads, in chain order (lookup's), from the HBM prefix on:
+  // an entry that adds no token before `tokens` is let go.
+  std::int64_t covered = slot->covered, bytes = 0, entries = 0;
+  tier_id source = hbm_tier;
+  std::size_t kept = 0;
+  for (const detail::pinned_source& src : slot->pinned) {
+    const meta& e = meta_.at(src.id);
+    const std::int64_t upto = std::min(src.reach, tokens);
+    if (e.k != kind::kv || e.end - e.tokens >= tokens || upto <= covered) {
+      (void)store_->unpin_in(src.id, src.tier);
+      meta& m = meta_.at(src.id);
+      if (m.holds > 0) m.holds -= 1;
+      settle_free(src.id);
+      continue;
+    }
+    if (src.tier != hbm_tier) {
+      const std::int64_t kept_bytes = stored_of(src);
+      bytes += kept_bytes < bytes_of(e) ? kept_bytes : (upto - covered) * kv_per_token_;  // sparsified: whole
+      source = std::max(source, src.tier);
+    }
+    entries += 1;
+    covered = upto;
+    slot->pinned[kept++] = src;
+  }
+  slot->pinned.resize(kept);
+  slot->best = tokens;
+  counters_.host_hit_tokens -= hit.reusable_tokens - tokens;
+  counters_.loaded_bytes -= hit.bytes_to_load - bytes;
+  hit.reusable_tokens = tokens;
+  hit.host_tokens = tokens - hit.hbm_tokens;
+  hit.bytes_to_load = bytes;
+  hit.kv_entries = entries;
+  hit.host_checkpoint = false;
+  hit.source_tier = source;
+  return {};
+}
+
+template <demotion_scorer H, tier_copy_engine E, demotion_sizer S>
 expected<void> tiered_state_store<H, E, S>::load(const tiered_hit& hit) {
   outstanding_hit* slot = find_hit(hit.ticket);
   if (slot == nullptr) return unexpected(errc::stale_handle);

@@ -116,13 +116,15 @@ struct tiered_replay_result {
   std::int64_t input_tokens = 0;
   std::int64_t hbm_hit_tokens = 0;         ///< reused tokens found in HBM
   std::int64_t host_hit_tokens = 0;        ///< reused tokens loaded from a lower tier
-  std::int64_t recomputed_hit_tokens = 0;  ///< lower-tier hits declined: recomputing was faster
+  std::int64_t recomputed_hit_tokens = 0;  ///< lower-tier hit tokens recomputed (declined or split): recomputing was faster
   std::int64_t bytes_loaded = 0;           ///< lower tier -> HBM, for requests
   std::int64_t bytes_offloaded = 0;        ///< HBM -> lower tiers, and between lower tiers
   std::int64_t bytes_saved_by_sparsify = 0;///< write-back bytes avoided by sparsification
   std::int64_t dropped_blocks = 0;         ///< named entries that left the last tier
   std::int64_t recompute_instead_of_reload = 0;  ///< requests that declined a lower-tier hit
-  std::int64_t split_load_recompute = 0;   ///< always 0: the prefix cache resumes at a checkpoint
+  /// Requests that loaded part of their lower-tier hit and recomputed the rest (a model
+  /// without recurrent layers, where the whole load would outlast the compute hiding it).
+  std::int64_t split_load_recompute = 0;
   std::int64_t prefetches = 0;             ///< requests whose load started before dispatch
   std::int64_t joined_loads = 0;           ///< loads that joined a copy in flight (a prefetch's, another request's)
   std::int64_t copies = 0;                 ///< modelled copy calls

@@ -122,30 +122,54 @@ class tiered_replayer {
   // is not a host hit); tier 1 when the hit names none.
   static tier_id priced_tier(tier_id source) noexcept { return source.value > 0 ? source : tier_id{1}; }
 
-  // The hit filter of `begin`: load the hit only if the pipelined load finishes no later
-  // than recomputing those tokens (the link's queue and bandwidth, the per-copy overhead).
+  // The hit filter of `begin`: where prefill resumes, in ids. The whole hit is loaded only
+  // if the pipelined load finishes no later than recomputing those tokens (the link's queue
+  // and bandwidth, the per-copy overhead); for a model without recurrent layers also a
+  // prefix of it, when that finishes sooner still. hbm_tokens: recompute it all.
   template <class Hit>
-  bool worth_loading(const sim::request& q, const Hit& h, double t0, std::size_t e) {
-    if (!o_.recompute_when_faster) return true;
-    const std::int64_t hbm = tokens_of(q, h.hbm_tokens), host = tokens_of(q, h.reusable_tokens);
+  std::int64_t resume_at(const sim::request& q, const Hit& h, double t0, std::size_t e) {
+    if (!o_.recompute_when_faster) return h.reusable_tokens;
     const tier_id below = priced_tier(h.source_tier);
     const double start = std::max(t0, engine_.onboard_free_at(e, below));
     const double ckpt = static_cast<double>(h.host_checkpoint ? cache_.store().checkpoint_bytes() : 0);
     const double kv = std::max(0.0, static_cast<double>(h.bytes_to_load) - ckpt);
-    const double calls = static_cast<double>(h.kv_entries * std::max<std::int64_t>(m_.attention_layers(), 1) +
-                                             std::max<std::int64_t>(m_.recurrent_layers(), 1));
-    // The bytes over the link, one request to the tier (its latency) per entry copied, as the
-    // timed engine books them.
-    const double jobs = static_cast<double>(h.kv_entries + (h.host_checkpoint ? 1 : 0));
-    const double done = start + static_cast<double>(h.bytes_to_load) / (engine_.copy_gbps(below, tier_id{0}) * 1e6) +
-                        engine_.latency_ms(below) * jobs + engine_.per_copy_ms() * calls;
-    layer_arrivals(start, done, kv, ckpt);
-    compute_layers(host, std::max<std::int64_t>(1, q.input_tokens - host));
-    const double with_load = pipeline(t0);
+    // Prefill finishing if the hit resumed at `ids` (its KV up to there loaded, as the timed
+    // engine books it: the bytes over the link, the tier's latency per entry copied, the
+    // per-copy cost per layer segment; the KV in proportion to the tokens loaded).
+    auto finish_if = [&](std::int64_t ids) {
+      const double part = h.host_tokens > 0 ? static_cast<double>(ids - h.hbm_tokens) / static_cast<double>(h.host_tokens) : 1.0;
+      const auto entries = static_cast<double>(std::max<std::int64_t>(1, static_cast<std::int64_t>(std::ceil(static_cast<double>(h.kv_entries) * part))));
+      const double calls = entries * static_cast<double>(std::max<std::int64_t>(m_.attention_layers(), 1)) +
+                           static_cast<double>(std::max<std::int64_t>(m_.recurrent_layers(), 1));
+      const double jobs = entries + (h.host_checkpoint ? 1.0 : 0.0);
+      const double bytes = kv * part + ckpt;
+      const double done = start + bytes / (engine_.copy_gbps(below, tier_id{0}) * 1e6) + engine_.latency_ms(below) * jobs +
+                          engine_.per_copy_ms() * calls;
+      layer_arrivals(start, done, kv * part, ckpt);
+      const std::int64_t at = tokens_of(q, ids);
+      compute_layers(at, std::max<std::int64_t>(1, q.input_tokens - at));
+      return pipeline(t0);
+    };
+    const double with_load = finish_if(h.reusable_tokens);
+    const std::int64_t hbm = tokens_of(q, h.hbm_tokens);
     compute_layers(hbm, std::max<std::int64_t>(1, q.input_tokens - hbm));
     std::fill(arrive_.begin(), arrive_.end(), t0);
     const double without = pipeline(t0);
-    return with_load <= without;
+    std::int64_t best = with_load <= without ? h.reusable_tokens : h.hbm_tokens;
+    double best_ms = std::min(with_load, without);
+    // A model without recurrent layers may resume anywhere its KV reaches: where the whole
+    // load would outlast the compute it hides behind, load a prefix of the hit and recompute
+    // the rest (CaR's resume-point choice), at up to 32 evenly spaced positions.
+    if (cache_.store().checkpoint_bytes() == 0 && h.host_tokens > 1) {
+      const std::int64_t steps = std::min<std::int64_t>(32, h.host_tokens - 1);
+      for (std::int64_t k = 1; k <= steps; ++k) {
+        const std::int64_t ids = h.hbm_tokens + (h.host_tokens * k) / (steps + 1);
+        if (ids <= h.hbm_tokens || ids >= h.reusable_tokens) continue;
+        const double ms = finish_if(ids);
+        if (ms < best_ms) best_ms = ms, best = ids;
+      }
+    }
+    return best;
   }
 
   // Per-layer arrival of what `hit`'s load brings (its own copies and those it joined).

@@ -52,7 +52,8 @@ tiered_replay_result tiered_replayer<Cache, Prefill>::run(std::span<const sim::r
       cache_.store().release_hit_keep_loaded(prefetched_.at(i));
       prefetched_.erase(i);
     }
-    bool declined = false;
+    bool declined = false, split = false;  // the hit declined, or loaded only in part
+    std::int64_t whole_hit = 0;            // where the whole hit would have resumed (ids)
     std::optional<prefix::request_ticket> ticket;
     for (;;) {
       engine_.set_now(t0);
@@ -60,9 +61,11 @@ tiered_replay_result tiered_replayer<Cache, Prefill>::run(std::span<const sim::r
       engine_.clear_wait();
       (void)cache_.store().poll();
       auto accept = [&](const tiered_hit& h) {
-        const bool ok = worth_loading(q, h, t0, e);
-        declined = !ok;
-        return ok;
+        const std::int64_t at = resume_at(q, h, t0, e);
+        declined = at <= h.hbm_tokens;
+        split = at > h.hbm_tokens && at < h.reusable_tokens;
+        whole_hit = h.reusable_tokens;
+        return at;
       };
       auto t = requests_.begin(q.input, {.output_tokens = static_cast<std::int64_t>(q.output.size())}, accept);
       if (t) {
@@ -114,6 +117,9 @@ tiered_replay_result tiered_replayer<Cache, Prefill>::run(std::span<const sim::r
     if (declined) {
       r.recompute_instead_of_reload += 1;
       r.recomputed_hit_tokens += std::max<std::int64_t>(0, tokens_of(q, st.host_hit.reusable_tokens) - hbm_tok);
+    } else if (split && st.loaded_at > 0) {  // loaded up to the resume point, the rest recomputed
+      r.split_load_recompute += 1;
+      r.recomputed_hit_tokens += std::max<std::int64_t>(0, tokens_of(q, whole_hit) - resume_tok);
     }
     // A full hit still computes the last token (its logits).
     compute_layers(resume_tok, std::max<std::int64_t>(1, q.input_tokens - resume_tok));
