@@ -1,11 +1,12 @@
 // Multi-tier cache: cache-table operations, the host copy engine (coalesced vs page-sized
-// copies, the two-phase move), and the timed replay of the tiered prefix cache on the
+// copies, the two-phase move, a hit's layer 0 grouped vs per entry), and the timed replay of the tiered prefix cache on the
 // Mooncake conversation trace and ShareGPT (counters: token hit rate, modelled TTFT
 // P50/P95 against the single-tier baseline of the same policy, load hidden by pipelining).
 //
 //   build/release/bench/bench_tiered --benchmark_filter=replay --benchmark_counters_tabular=true
 #include <benchmark/benchmark.h>
 
+#include <chrono>
 #include <filesystem>
 #include <random>
 #include <string>
@@ -90,6 +91,46 @@ static void bm_host_move(benchmark::State& state) {
   state.SetBytesProcessed(state.iterations() * 2 * bytes);
 }
 BENCHMARK(bm_host_move)->Args({64 << 10, 0})->Args({64 << 10, 1})->Args({2 << 20, 0})->UseRealTime();
+
+// A hit of four 32 MiB entries (8 layer segments each) loaded from host into HBM, as one
+// group (state.range(0) = 1: layer-major across the entries, `submit_group`) or as one
+// submit per entry (0). The iteration time is until layer 0 of the LAST entry landed (when
+// a runtime may start computing layer 0 of the whole hit); `all_ms` is until everything
+// landed, `layer0_share` their ratio.
+static void bm_host_hit_layer0(benchmark::State& state) {
+  constexpr std::int64_t page = 1 << 20, layers = 8, per_layer = 4, entries = 4;
+  constexpr std::int64_t entry_bytes = layers * per_layer * page;
+  const bool grouped = state.range(0) != 0;
+  tiered_store<> s(tiers(entries * entry_bytes, entries * entry_bytes), page);
+  host_copy_engine e(tiers(entries * entry_bytes, entries * entry_bytes), page, {.measure_bandwidth = false});
+  for (std::uint64_t id = 1; id <= entries; ++id) (void)s.insert(entry_id{id}, entry_bytes, tier_id{1}, {}, false, layers);
+  std::vector<move_ticket> group;
+  std::vector<copy_event> ev(entries);
+  double all_ms = 0.0, share = 0.0;
+  for (auto _ : state) {
+    group.clear();
+    for (std::uint64_t id = 1; id <= entries; ++id) group.push_back(*s.prepare_move(entry_id{id}, hbm_tier));
+    const auto t0 = std::chrono::steady_clock::now();
+    if (grouped) {
+      (void)e.submit_group(group, ev);
+    } else {
+      for (std::size_t k = 0; k < group.size(); ++k) ev[k] = *e.submit(group[k]);
+    }
+    (void)e.wait_segments(ev.back(), 1);
+    const auto t1 = std::chrono::steady_clock::now();
+    for (const copy_event& x : ev) (void)e.wait(x);
+    const auto t2 = std::chrono::steady_clock::now();
+    const double first = std::chrono::duration<double>(t1 - t0).count(), all = std::chrono::duration<double>(t2 - t0).count();
+    state.SetIterationTime(first);
+    all_ms += all * 1e3;
+    share += first / all;
+    for (const move_ticket& t : group) (void)s.complete_move(t, true);
+    for (std::uint64_t id = 1; id <= entries; ++id) (void)move_entry(s, e, entry_id{id}, tier_id{1});  // back down
+  }
+  state.counters["all_ms"] = all_ms / static_cast<double>(state.iterations());
+  state.counters["layer0_share"] = share / static_cast<double>(state.iterations());
+}
+BENCHMARK(bm_host_hit_layer0)->Arg(0)->Arg(1)->UseManualTime()->Unit(benchmark::kMillisecond);
 
 namespace {
 std::filesystem::path shared(const char* rel) { return std::filesystem::path(HYBRIDCACHE_SOURCE_DIR) / "../shared" / rel; }
