@@ -256,6 +256,19 @@ using prefix::token_id;
 using locked_cache =
     prefix::prefix_cache<cost_model, prefix::judicious_admission, prefix::lru_scorer, store_t, prefix::mutex_lock>;
 
+/// The tiny hybrid model over HBM for ~300 tokens (+ 4 checkpoints), a 4000-token host and
+/// staging as large as HBM: 4 attention and 2 recurrent layer segments.
+tiered_state_store_config tiny_two_tiers() {
+  const std::int64_t kv = tiny().kv_bytes_per_token(), ck = tiny().ssm_checkpoint_bytes();
+  return {.hbm_bytes = 300 * kv + 4 * ck,
+          .host_bytes = 4000 * kv,
+          .kv_bytes_per_token = kv,
+          .checkpoint_bytes = ck,
+          .staging_bytes = 300 * kv + 4 * ck,
+          .attention_layers = 4,
+          .recurrent_layers = 2};
+}
+
 /// Holds the onboard worker's spans: all of them until `arm` maps the staged entries' HBM
 /// pages, then those of KV segment >= open_kv (or failing KV segment `fail_kv`); other
 /// pages (the checkpoint's) pass. The offload worker is never held (write-backs run).
@@ -295,14 +308,8 @@ struct onboard_gate {
 
 TEST_CASE("layer-wise loading through the store and the lifecycle: layer 0 of a host hit is readable while later "
           "layers are still being copied") {
-  const std::int64_t kv = tiny().kv_bytes_per_token(), ck = tiny().ssm_checkpoint_bytes();
-  const tiered_state_store_config cfg{.hbm_bytes = 300 * kv + 4 * ck,
-                                      .host_bytes = 4000 * kv,
-                                      .kv_bytes_per_token = kv,
-                                      .checkpoint_bytes = ck,
-                                      .staging_bytes = 300 * kv + 4 * ck,
-                                      .attention_layers = 4,
-                                      .recurrent_layers = 2};
+  const std::int64_t kv = tiny().kv_bytes_per_token();
+  const tiered_state_store_config cfg = tiny_two_tiers();
   for (const std::int32_t fail_at : {-1, 2}) {
   CAPTURE(fail_at);
   engine_t engine(store_t::tiers_for(cfg), store_t::page_bytes_for(cfg), {.measure_bandwidth = false});
@@ -448,14 +455,7 @@ TEST_CASE("layer-wise loading through the store and the lifecycle: layer 0 of a 
 }
 
 TEST_CASE("a load whose group the engine refuses rolls every staged entry back; the request goes on from HBM") {
-  const std::int64_t kv = tiny().kv_bytes_per_token(), ck = tiny().ssm_checkpoint_bytes();
-  const tiered_state_store_config cfg{.hbm_bytes = 300 * kv + 4 * ck,
-                                      .host_bytes = 4000 * kv,
-                                      .kv_bytes_per_token = kv,
-                                      .checkpoint_bytes = ck,
-                                      .staging_bytes = 300 * kv + 4 * ck,
-                                      .attention_layers = 4,
-                                      .recurrent_layers = 2};
+  const tiered_state_store_config cfg = tiny_two_tiers();
   engine_t engine(store_t::tiers_for(cfg), store_t::page_bytes_for(cfg), {.measure_bandwidth = false});
   locked_cache c(tiny(), store_t(cfg, engine), prefix::lru_scorer{});
   prefix::request_lifecycle<locked_cache> requests(c);
@@ -590,14 +590,7 @@ TEST_CASE("shorten_hit: a model without recurrent layers loads part of a hit (ac
 }
 
 TEST_CASE("shorten_hit: a hybrid model resumes only at its checkpoint") {
-  const std::int64_t kv = tiny().kv_bytes_per_token(), ck = tiny().ssm_checkpoint_bytes();
-  const tiered_state_store_config cfg{.hbm_bytes = 300 * kv + 4 * ck,
-                                      .host_bytes = 4000 * kv,
-                                      .kv_bytes_per_token = kv,
-                                      .checkpoint_bytes = ck,
-                                      .staging_bytes = 300 * kv + 4 * ck,
-                                      .attention_layers = 4,
-                                      .recurrent_layers = 2};
+  const tiered_state_store_config cfg = tiny_two_tiers();
   using meta_store = tiered::tiered_state_store<>;
   using cache_t = prefix::prefix_cache<cost_model, prefix::judicious_admission, prefix::lru_scorer, meta_store>;
   cache_t c(tiny(), meta_store(cfg), prefix::lru_scorer{});
