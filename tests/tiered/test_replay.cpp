@@ -256,6 +256,22 @@ TEST_CASE("tiered replay: a prefetched hit is joined at dispatch, not loaded twi
                         << " -> " << pre.load_hidden_fraction);
 }
 
+TEST_CASE("tiered replay: a prefetch loads only what dispatch would load (none of a hit recomputing beats)") {
+  // Over a 1 MB/s link every host hit is slower to load than to recompute: dispatch declines
+  // them all, so a prefetch of one would only occupy the link (before: whole hits prefetched).
+  const cost_model m(presets::jamba_1_5_mini());
+  const auto reqs = conversations(12, 8, 5, 0.05);  // arrivals faster than one engine serves: a queue to prefetch for
+  auto o = tiers("hbm=400MB,host=4GB");
+  o.link_gbps = 0.001;
+  o.prefetch = prefetch_kind::threshold;
+  const auto slow = replay(reqs, m, o);
+  CHECK(slow.recompute_instead_of_reload > 0);
+  CHECK(slow.prefetches == 0);
+  CHECK(slow.host_hit_tokens == 0);
+  o.link_gbps = 50.0;  // loading wins: prefetches happen
+  CHECK(replay(reqs, m, o).prefetches > 0);
+}
+
 TEST_CASE("tiered replay: layer-wise loading hides the load when loading beats recomputing") {
   for (const auto& [name, spec] : {std::pair{"jamba_1_5_mini", "hbm=2GB,host=16GB"},
                                     std::pair{"llama2_7b", "hbm=48GB,host=400GB"}}) {

@@ -196,7 +196,8 @@ tiered_replay_result tiered_replayer<Cache, Prefill>::run(std::span<const sim::r
 // dispatched after the predicted prefill times of those before it; the deadline rule (CaR)
 // starts its load so that it lands then, the threshold rule (HiCache) at once when it
 // reuses >= 256 tokens below HBM. The load is a lookup + load held for the request, which
-// its begin joins at dispatch (no second transfer).
+// its begin joins at dispatch (no second transfer), of what the demand path would load then
+// (`resume_at`: none of a hit it would recompute, part of one it would split).
 template <class Cache, prefill_time_model Prefill>
 void tiered_replayer<Cache, Prefill>::maybe_prefetch(std::span<const sim::request> reqs, double now,
                                                      tiered_replay_result& r) {
@@ -251,7 +252,12 @@ void tiered_replayer<Cache, Prefill>::maybe_prefetch(std::span<const sim::reques
       engine_.set_now(std::max(now, start));
       engine_.use_link(e);
       auto h = cache_.store().lookup(q.input, m);
-      if (h.host_tokens > 0 && cache_.store().load(h)) {
+      // The demand path's choice, priced at the predicted dispatch: a hit it would recompute
+      // is not prefetched, one it would load in part is prefetched in part (a whole prefetch
+      // of a hit that dispatch would decline or split only takes the link from demand loads).
+      const std::int64_t at = h.host_tokens > 0 ? resume_at(q, h, std::max(now, dispatch_at), e) : h.hbm_tokens;
+      const bool take = at > h.hbm_tokens && (at >= h.reusable_tokens || cache_.store().shorten_hit(h, at).has_value());
+      if (take && cache_.store().load(h)) {
         prefetched_.emplace(c, h);
         r.prefetches += 1;
       } else {
