@@ -162,8 +162,8 @@ class adaptive_scorer {
     for (const candidate_rule& c : cfg_.candidates)
       HYBRIDCACHE_EXPECTS(c.rule < live_.rules() && std::isfinite(c.alpha) && c.alpha >= 0.0, invalid_argument,
                           "adaptive_scorer: a candidate names no rule of the switching scorer, or has a bad alpha");
-    decay_ = cfg_.decay.value_or(single_tier_decay);
-    HYBRIDCACHE_EXPECTS(decay_ > 0.0 && decay_ <= 1.0, invalid_argument, "adaptive_scorer: decay must be in (0, 1]");
+    HYBRIDCACHE_EXPECTS(!cfg_.decay || (*cfg_.decay > 0.0 && *cfg_.decay <= 1.0), invalid_argument,
+                        "adaptive_scorer: decay must be in (0, 1]");
     HYBRIDCACHE_EXPECTS(cfg_.tokens_per_id >= 1, invalid_argument, "adaptive_scorer: tokens_per_id must be >= 1");
     HYBRIDCACHE_EXPECTS(cfg_.switch_margin >= 0.0 && std::isfinite(cfg_.switch_margin) && cfg_.min_dwell >= 0 &&
                             cfg_.confidence >= 0.0 && std::isfinite(cfg_.confidence),
@@ -202,7 +202,6 @@ class adaptive_scorer {
           built.push_back(make_tiered_shadow(rule, store.metadata_replica(c), cache_cfg));
         tiered_.swap(built);
         shadows_.clear();
-        decay_ = cfg_.decay.value_or(tier_aware_decay);
         return;
       }
     }
@@ -217,7 +216,6 @@ class adaptive_scorer {
     }
     shadows_.swap(built);
     tiered_.clear();
-    decay_ = cfg_.decay.value_or(single_tier_decay);
   }
 
   /// Replays one request (input ++ output, `input_tokens` long input) on every shadow,
@@ -227,19 +225,20 @@ class adaptive_scorer {
     const auto t0 = std::chrono::steady_clock::now();
     const auto input = sequence.first(static_cast<std::size_t>(std::clamp<std::int64_t>(
         input_tokens, 1, static_cast<std::int64_t>(sequence.size()))));
+    const double keep = decay();  // per request
     for (std::size_t i = 0; i < score_.size(); ++i) {
       const std::int64_t reused =
           tiered_.empty()
               ? std::visit([&](auto& c) { return replay_one(*c, sequence, input, input_tokens, salt); }, shadows_[i])
               : tiered_[i]->replay(sequence, input_tokens, salt);
       gained_[i] = hit_flops(reused);
-      score_[i] = score_[i] * decay_ + gained_[i];
+      score_[i] = score_[i] * keep + gained_[i];
       total_[i] += gained_[i];
     }
     for (std::size_t i = 0; i < score_.size(); ++i) {  // paired with the followed candidate
       const double d = (gained_[i] - gained_[followed_]) * 1e-12;  // scaled: squares stay finite
-      lead_[i] = lead_[i] * decay_ + d;
-      lead_sq_[i] = lead_sq_[i] * decay_ * decay_ + d * d;
+      lead_[i] = lead_[i] * keep + d;
+      lead_sq_[i] = lead_sq_[i] * keep * keep + d * d;
     }
     ++requests_;
     follow_leader();
@@ -293,7 +292,9 @@ class adaptive_scorer {
   [[nodiscard]] const adaptive_config& config() const noexcept { return cfg_; }
   [[nodiscard]] const live_type& live() const noexcept { return live_; }
   /// The per-request decay in use: `config().decay`, or its default for the shadows built.
-  [[nodiscard]] double decay() const noexcept { return decay_; }
+  [[nodiscard]] double decay() const noexcept {
+    return cfg_.decay.value_or(tiered_.empty() ? single_tier_decay : tier_aware_decay);
+  }
   /// The candidate the live cache follows (an index into config().candidates).
   [[nodiscard]] std::size_t followed() const noexcept { return followed_; }
   /// Each candidate's decayed FLOPs-saved score.
@@ -407,7 +408,6 @@ class adaptive_scorer {
   Admission admission_;
   std::vector<shadow_ptr> shadows_;                                 // single-tier shadows, or
   std::vector<std::unique_ptr<detail::tiered_shadow_base>> tiered_;  // tier-aware ones
-  double decay_ = single_tier_decay;
   std::vector<double> score_;
   std::vector<double> total_;
   std::vector<double> gained_;   // this request's FLOPs per shadow (scratch)

@@ -54,8 +54,8 @@
 // runtime calls `wait_loaded(ticket)`, or, computing layer by layer while the later layers
 // are still being copied, `wait_layer_loaded(ticket, kind, layer)` before each layer (an
 // engine that lands copies layer by layer: the host and CUDA engines). Many requests may
-// hold hits at once; two that need the same bytes share one load. finish keeps the loaded state at loaded_at, inserts the sequence, then
-// `settle`s: the staged pages go to the new nodes without a copy, and the committed path is
+// hold hits at once; two that need the same bytes share one load. finish keeps the loaded
+// state at loaded_at, inserts the sequence, then `settle`s: the staged pages go to the new nodes without a copy, and the committed path is
 // named so that its evicted nodes are demoted, not dropped. A hit that cannot be loaded
 // (declined, staging room full, a copy could not start) is given up and the request goes
 // on from its HBM hit; abort releases the staged entries.

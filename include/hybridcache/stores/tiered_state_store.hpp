@@ -441,6 +441,7 @@ class tiered_state_store {
   void drop(entry_id id) noexcept;
   bool submit(move_ticket&& t, purpose p) noexcept;
   bool submit_group_loads(outstanding_hit& slot) noexcept;
+  void unstage(outstanding_hit& slot, const move_ticket& t, bool completed) noexcept;
   void finish_copy(std::size_t i) noexcept;
   void after_copy(const inflight& f, bool ok) noexcept;
   bool wait_for_hbm_pages(std::int64_t pages) noexcept;
@@ -463,6 +464,12 @@ class tiered_state_store {
     const auto row = store_->find(src.id);
     const tier_copy* c = row ? row->in(src.tier) : nullptr;
     return c == nullptr ? 0 : c->bytes;
+  }
+  /// Bytes a hit reads from KV entry `src` for the tokens [covered, upto): their KV, or the
+  /// whole stored copy when it is sparsified (its tokens cannot be sliced).
+  [[nodiscard]] std::int64_t kv_read_bytes(const detail::pinned_source& src, std::int64_t covered, std::int64_t upto) const {
+    const std::int64_t kept = stored_of(src);
+    return kept < bytes_of(meta_.at(src.id)) ? kept : (upto - covered) * kv_per_token_;
   }
   outstanding_hit& acquire_hit() { return hits_.acquire(chain_.size() + 1); }
   outstanding_hit* find_hit(std::uint64_t ticket) noexcept { return hits_.find(ticket); }
@@ -499,7 +506,7 @@ class tiered_state_store {
   std::unordered_map<std::uint64_t, entry_id> kv_inside_;  // key of a position inside a free KV entry -> it
   std::unordered_map<extract_key, entry_id, extract_hash> extracts_;  // staged entries by what they hold
   std::vector<inflight> inflight_;
-  std::vector<move_ticket> group_;         // a load's copies, submitted as one group (grouped engines)
+  std::vector<move_ticket> group_;         // a load's copies, submitted together (as one group where the engine takes groups)
   std::vector<event_type> group_events_;  // their events (scratch)
   std::vector<entry_id> pending_;  // joins waiting for their source's copy to land
   std::vector<std::uint64_t> prefix_hash_;

@@ -22,6 +22,17 @@
 
 namespace hybridcache::tiered {
 
+/// The two copy streams of an engine: towards slower tiers (offload, D2H) and towards HBM
+/// (onboard, H2D).
+enum class copy_stream : std::uint8_t { offload = 0, onboard = 1 };
+
+/// The stream a ticket's copies go on: offload when the destination is slower; onboard
+/// otherwise, a copy inside one tier included (a joined load handed to a request). A group
+/// (`grouped_copy_engine`) must keep to one.
+[[nodiscard]] constexpr copy_stream stream_for(const move_ticket& t) noexcept {
+  return t.dst.value > t.src.value ? copy_stream::offload : copy_stream::onboard;
+}
+
 /// One contiguous copy: byte offsets into the source and destination tiers' arenas.
 struct copy_span {
   std::int64_t src_offset = 0;
@@ -49,8 +60,7 @@ struct metadata_only_copies {
   [[nodiscard]] expected<void> submit_group(std::span<const move_ticket> tickets, std::span<event> events) noexcept {
     if (tickets.size() != events.size()) return unexpected(errc::invalid_argument);
     for (const move_ticket& t : tickets)
-      if ((t.dst.value > t.src.value) != (tickets.front().dst.value > tickets.front().src.value))
-        return unexpected(errc::invalid_argument);
+      if (stream_for(t) != stream_for(tickets.front())) return unexpected(errc::invalid_argument);
     for (std::size_t k = 0; k < tickets.size(); ++k) events[k] = event{tickets[k].segments};
     return {};
   }

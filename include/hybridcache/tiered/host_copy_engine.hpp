@@ -58,9 +58,6 @@
 
 namespace hybridcache::tiered {
 
-/// The two copy streams: towards slower tiers (offload, D2H) and towards HBM (onboard, H2D).
-enum class copy_stream : std::uint8_t { offload = 0, onboard = 1 };
-
 /// Completion marker of one submitted job (stream + position in its FIFO).
 struct copy_event {
   copy_stream stream = copy_stream::offload;
@@ -167,13 +164,13 @@ class host_copy_engine {
   /// `stop`. All or nothing.
   [[nodiscard]] expected<void> submit_group(std::span<const move_ticket> tickets, std::span<copy_event> events) {
     if (tickets.empty() || tickets.size() != events.size()) return unexpected(errc::invalid_argument);
-    const copy_stream s = stream_of(tickets.front());
+    const copy_stream s = stream_for(tickets.front());
     std::vector<layered_copies> plans;
     plans.reserve(tickets.size());
     std::vector<part> parts;
     parts.reserve(tickets.size());
     for (const move_ticket& t : tickets) {
-      if (t.src.value >= arenas_.size() || t.dst.value >= arenas_.size() || stream_of(t) != s)
+      if (t.src.value >= arenas_.size() || t.dst.value >= arenas_.size() || stream_for(t) != s)
         return unexpected(errc::invalid_argument);
       plans.push_back(plan_layered_copies(t, page_bytes_));
       // Not layered: its one planned segment lands all of the ticket's at once.
@@ -292,11 +289,6 @@ class host_copy_engine {
     std::uint64_t seq = 0;                                  // the last part's (the job completes with it)
     std::uint64_t wait_other = 0;                           // the other stream must have completed this seq first
   };
-
-  static copy_stream stream_of(const move_ticket& t) noexcept {
-    // Same tier: a copy inside one arena (a joined load handed to a request), onboard.
-    return t.dst.value > t.src.value ? copy_stream::offload : copy_stream::onboard;
-  }
 
   // Checks the spans, numbers the parts, registers the page hazards and queues the job.
   // Returns the first part's sequence number. Caller-built parts; `j.owner` parallel to spans.

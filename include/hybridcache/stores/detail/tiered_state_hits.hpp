@@ -133,11 +133,6 @@ tiered_hit tiered_state_store<H, E, S>::lookup(std::span<const prefix::token_id>
     meta_.at(id).holds += 1;
     return &slot.pinned.back();
   };
-  auto stored = [&](entry_id id, tier_id t) {
-    const auto row = store_->find(id);
-    const tier_copy* c = row ? row->in(t) : nullptr;
-    return c == nullptr ? std::int64_t{0} : c->bytes;
-  };
   if (ckpt != no_entry) {  // (a model without recurrent layers has none)
     const detail::pinned_source* cp = pin(ckpt, best);
     if (cp == nullptr) {
@@ -145,7 +140,7 @@ tiered_hit tiered_state_store<H, E, S>::lookup(std::span<const prefix::token_id>
       return h;
     }
     if (cp->tier != hbm_tier) {
-      h.bytes_to_load += stored(ckpt, cp->tier);
+      h.bytes_to_load += stored_of(*cp);
       h.source_tier = std::max(h.source_tier, cp->tier);
     }
   }
@@ -156,10 +151,7 @@ tiered_hit tiered_state_store<H, E, S>::lookup(std::span<const prefix::token_id>
   const bool whole = for_each_chain_source(best, slot.covered, pin_tier,
                                            [&](entry_id id, tier_id t, std::int64_t covered, std::int64_t upto) {
                           if (t != hbm_tier) {
-                            const std::int64_t kept = stored(id, t);
-                            // a sparsified copy is loaded whole (its tokens cannot be sliced)
-                            const bool sparsified = kept < bytes_of(meta_.at(id));
-                            h.bytes_to_load += sparsified ? kept : (upto - covered) * kv_per_token_;
+                            h.bytes_to_load += kv_read_bytes({id, t, upto}, covered, upto);
                             h.source_tier = std::max(h.source_tier, t);
                           }
                           h.kv_entries += 1;
@@ -205,8 +197,7 @@ expected<void> tiered_state_store<H, E, S>::shorten_hit(tiered_hit& hit, std::in
       continue;
     }
     if (src.tier != hbm_tier) {
-      const std::int64_t kept_bytes = stored_of(src);
-      bytes += kept_bytes < bytes_of(e) ? kept_bytes : (upto - covered) * kv_per_token_;  // sparsified: whole
+      bytes += kv_read_bytes(src, covered, upto);
       source = std::max(source, src.tier);
     }
     entries += 1;
@@ -282,10 +273,8 @@ expected<void> tiered_state_store<H, E, S>::load(const tiered_hit& hit) {
   reserve_for(meta_, meta_.size() + plan_.size());
   reserve_for(extracts_, extracts_.size() + plan_.size());
   pending_.reserve(pending_.size() + plan_.size());
-  if constexpr (grouped_copy_engine<E>) {
-    group_.clear();
-    group_.reserve(plan_.size());
-  }
+  group_.clear();
+  group_.reserve(plan_.size());
   for (std::size_t k = 0; k < plan_.size(); ++k) {
     planned_load p = plan_[k];
     const meta& src = meta_.at(p.src.id);
@@ -379,21 +368,12 @@ expected<void> tiered_state_store<H, E, S>::load(const tiered_hit& hit) {
     extracts_.emplace(extract_key{p.src.id, p.range.first, p.range.pages}, id);
     staged_used_ += bytes;
     slot->staged.push_back({id, first, p.end, ckpt, m.transferred});
-    if constexpr (grouped_copy_engine<E>) {
-      group_.push_back(std::move(*t));  // room reserved: cannot throw. Submitted together below
-    } else if (!submit(std::move(*t), purpose::load)) {  // the table dropped the staged copy
-      staged_used_ -= bytes;
-      extracts_.erase({p.src.id, p.range.first, p.range.pages});
-      meta_.erase(id);
-      slot->staged.pop_back();
-      release_holds(*slot);
-      return unexpected(errc::busy);
-    }
+    group_.push_back(std::move(*t));  // room reserved: cannot throw. Submitted together below
     counters_.staged_entries += 1;
     counters_.staged_bytes += bytes;
     let_go(p.src);
   }
-  if (!submit_group_loads(*slot)) {  // rolled back: the hit loads nothing
+  if (!submit_group_loads(*slot)) {  // what the engine refused is unstaged: the hit is lost
     release_holds(*slot);
     return unexpected(errc::busy);
   }
@@ -404,14 +384,16 @@ expected<void> tiered_state_store<H, E, S>::load(const tiered_hit& hit) {
   return {};
 }
 
-// The copies `load` staged for `slot`, submitted as one group (an engine that interleaves a
-// group's layer segments lands layer 0 of every entry first; `grouped_copy_engine`). On a
-// refused group every staged entry of it is rolled back (the table drops the staged copy,
-// the entry leaves the hit, its source has one reader less) and false comes back; the
-// caller then lets the hit go. Nothing to do for an engine without groups (each copy was
-// submitted as it was staged).
+// The copies `load` staged for `slot` (`group_`), submitted together: as one group over an
+// engine that takes groups (its layer segments interleaved across the entries, so layer 0
+// of every entry lands first; `grouped_copy_engine`), else one by one in order. What the
+// engine refuses, and every copy after it, is unstaged (`unstage`) and false comes back;
+// the caller then lets the hit go (copies submitted before the refusal run, and their
+// entries go when they land, as any copy of a hit let go).
 template <demotion_scorer H, tier_copy_engine E, demotion_sizer S>
 bool tiered_state_store<H, E, S>::submit_group_loads(outstanding_hit& slot) noexcept {
+  std::size_t submitted = 0;
+  bool refused_completed = false;  // the refused copy was completed as failed by `submit`
   if constexpr (grouped_copy_engine<E>) {
     if (group_.empty()) return true;
     bool ok = false;
@@ -425,29 +407,37 @@ bool tiered_state_store<H, E, S>::submit_group_loads(outstanding_hit& slot) noex
     if (ok) {
       for (std::size_t k = 0; k < group_.size(); ++k)
         inflight_.push_back(inflight{std::move(group_[k]), group_events_[k], purpose::load});
-      group_.clear();
-      return true;
+      submitted = group_.size();
     }
-    for (const move_ticket& t : group_) {
-      (void)store_->complete_move(t, false);  // the table drops the staged copy
-      counters_.copy_failures += 1;
-      staged_used_ -= t.dst_bytes;
-      counters_.staged_entries -= 1;
-      counters_.staged_bytes -= t.dst_bytes;
-      if (const auto it = meta_.find(t.id); it != meta_.end()) {
-        extracts_.erase({it->second.src, it->second.range.first, it->second.range.pages});
-        meta_.erase(it);
-      }
-      slot.staged.erase(std::remove_if(slot.staged.begin(), slot.staged.end(), [&](const staged_entry& e) { return e.id == t.id; }),
-                        slot.staged.end());
-      settle_free(t.src_id);  // let go by the hit when staged: one reader less now
-    }
-    group_.clear();
-    return false;
   } else {
-    (void)slot;
-    return true;
+    while (submitted < group_.size() && submit(std::move(group_[submitted]), purpose::load)) ++submitted;
+    refused_completed = submitted < group_.size();
   }
+  for (std::size_t k = submitted; k < group_.size(); ++k) unstage(slot, group_[k], refused_completed && k == submitted);
+  const bool all = submitted == group_.size();
+  group_.clear();
+  return all;
+}
+
+// Undoes the staging of a copy `load` prepared but could not submit: the table drops the
+// staged copy (unless `submit` already completed it as failed), the entry leaves the hit
+// and the counters, and its source, which the hit let go when staging it, has one reader less.
+template <demotion_scorer H, tier_copy_engine E, demotion_sizer S>
+void tiered_state_store<H, E, S>::unstage(outstanding_hit& slot, const move_ticket& t, bool completed) noexcept {
+  if (!completed) {
+    (void)store_->complete_move(t, false);
+    counters_.copy_failures += 1;
+  }
+  staged_used_ -= t.dst_bytes;
+  counters_.staged_entries -= 1;
+  counters_.staged_bytes -= t.dst_bytes;
+  if (const auto it = meta_.find(t.id); it != meta_.end()) {
+    extracts_.erase({it->second.src, it->second.range.first, it->second.range.pages});
+    meta_.erase(it);
+  }
+  slot.staged.erase(std::remove_if(slot.staged.begin(), slot.staged.end(), [&](const staged_entry& e) { return e.id == t.id; }),
+                    slot.staged.end());
+  settle_free(t.src_id);
 }
 
 // Whether a staged extract can still be joined or claimed: known, not failed, and landed

@@ -136,15 +136,18 @@ class copy_engine {
   /// that differ (nothing submitted). @throws cuda_error when a CUDA call fails.
   [[nodiscard]] expected<void> submit_group(std::span<const tiered::move_ticket> tickets, std::span<copy_event> events) {
     if (tickets.empty() || tickets.size() != events.size()) return unexpected(errc::invalid_argument);
-    const copy_stream s = stream_of(tickets.front());
+    const copy_stream s = tiered::stream_for(tickets.front());
     std::vector<group_part> parts;
+    std::vector<tiered::layered_copies> plans;
     parts.reserve(tickets.size());
+    plans.reserve(tickets.size());
     for (const tiered::move_ticket& t : tickets) {
-      if (t.src.value >= arenas_.size() || t.dst.value >= arenas_.size() || stream_of(t) != s)
+      if (t.src.value >= arenas_.size() || t.dst.value >= arenas_.size() || tiered::stream_for(t) != s)
         return unexpected(errc::invalid_argument);
-      parts.push_back({t.src, t.dst, tiered::plan_layered_copies(t, page_bytes_), std::max<std::int32_t>(1, t.segments)});
+      parts.push_back({t.src, t.dst, std::max<std::int32_t>(1, t.segments)});
+      plans.push_back(tiered::plan_layered_copies(t, page_bytes_));
     }
-    auto first = issue(parts, s);
+    auto first = issue(parts, plans, s);
     if (!first) return unexpected(first.error());
     for (std::size_t k = 0; k < tickets.size(); ++k) events[k] = copy_event{s, *first + k, parts[k].segments};
     return {};
@@ -158,8 +161,9 @@ class copy_engine {
     if (src.value >= arenas_.size() || dst.value >= arenas_.size()) return unexpected(errc::invalid_argument);
     if (!tiered::valid_segment_ends(segment_ends, spans.size())) return unexpected(errc::invalid_argument);
     const auto segments = static_cast<std::int32_t>(segment_ends.empty() ? 1 : segment_ends.size());
-    std::vector<group_part> parts{group_part{src, dst, tiered::layered_copies{spans, segment_ends}, segments}};
-    auto first = issue(parts, s);
+    const std::vector<group_part> parts{group_part{src, dst, segments}};
+    const std::vector<tiered::layered_copies> plans{tiered::layered_copies{spans, segment_ends}};
+    auto first = issue(parts, plans, s);
     if (!first) return unexpected(first.error());
     return copy_event{s, *first, segments};
   }
@@ -271,42 +275,35 @@ class copy_engine {
   }
 
  private:
-  // One ticket of a group: its tiers, its copies laid out by segment, its event's segments.
+  // One ticket of a group: its tiers and its event's segments (its copies: the plan of the
+  // same index).
   struct group_part {
     tier_id src, dst;
-    tiered::layered_copies plan;
     std::int32_t segments;
   };
-
-  static copy_stream stream_of(const tiered::move_ticket& t) noexcept {
-    // Same tier: a copy inside HBM (a joined load handed to a request), on the onboard stream.
-    return t.dst.value > t.src.value ? copy_stream::offload : copy_stream::onboard;
-  }
 
   // Issues the parts' copies on stream `s` in `interleave_segments` order, one job per part
   // (consecutive sequence numbers; an event after each segment of a part, its last one the
   // job's event: the last segments come in part order, so jobs complete in sequence order,
   // as `retire` expects). Returns the first part's sequence number.
-  expected<std::uint64_t> issue(const std::vector<group_part>& parts, copy_stream s) {
-    for (const group_part& p : parts)
-      for (const auto& c : p.plan.spans)
-        if (c.bytes <= 0 || c.src_offset < 0 || c.dst_offset < 0 || c.src_offset + c.bytes > arenas_[p.src.value].bytes ||
-            c.dst_offset + c.bytes > arenas_[p.dst.value].bytes)
+  expected<std::uint64_t> issue(const std::vector<group_part>& parts, const std::vector<tiered::layered_copies>& plans,
+                                copy_stream s) {
+    for (std::size_t k = 0; k < parts.size(); ++k)
+      for (const auto& c : plans[k].spans)
+        if (c.bytes <= 0 || c.src_offset < 0 || c.dst_offset < 0 || c.src_offset + c.bytes > arenas_[parts[k].src.value].bytes ||
+            c.dst_offset + c.bytes > arenas_[parts[k].dst.value].bytes)
           return unexpected(errc::invalid_argument);
-    std::vector<tiered::layered_copies> plans;
-    plans.reserve(parts.size());
-    for (const group_part& p : parts) plans.push_back(p.plan);
     const std::vector<tiered::group_step> order = tiered::interleave_segments(plans);
     std::lock_guard lock(mu_);
     retire();
     const auto si = static_cast<std::size_t>(s), other = 1 - si;
     const std::uint64_t first = submitted_[si] + 1;
     std::uint64_t wait_other = 0;
-    for (const group_part& p : parts) {
-      for_pages(p.src, p.plan.spans, true, [&](page_hazard& h) {
+    for (std::size_t k = 0; k < parts.size(); ++k) {
+      for_pages(parts[k].src, plans[k].spans, true, [&](page_hazard& h) {
         if (h.writer_stream == other) wait_other = std::max(wait_other, h.writer_seq);
       });
-      for_pages(p.dst, p.plan.spans, false, [&](page_hazard& h) {
+      for_pages(parts[k].dst, plans[k].spans, false, [&](page_hazard& h) {
         if (h.writer_stream == other) wait_other = std::max(wait_other, h.writer_seq);
         wait_other = std::max(wait_other, h.reader_seq[other]);
       });
@@ -316,7 +313,7 @@ class copy_engine {
         if (j.seq == wait_other) HYBRIDCACHE_CUDA_TRY(cudaStreamWaitEvent(streams_[si], j.event, 0));
     std::vector<inflight_job> jobs(parts.size());
     for (std::size_t k = 0; k < parts.size(); ++k) {
-      const std::size_t between = parts[k].plan.ends.empty() ? 0 : parts[k].plan.ends.size() - 1;
+      const std::size_t between = plans[k].ends.empty() ? 0 : plans[k].ends.size() - 1;
       jobs[k].seq = first + k;
       jobs[k].segment_events.reserve(between);
       jobs[k].segment_waiters.assign(between, 0);
@@ -324,14 +321,15 @@ class copy_engine {
     try {
       for (const tiered::group_step& g : order) {
         const group_part& p = parts[g.part];
-        const auto [lo, hi] = tiered::segment_span_range(p.plan, g.segment);
+        const tiered::layered_copies& plan = plans[g.part];
+        const auto [lo, hi] = tiered::segment_span_range(plan, g.segment);
         for (std::size_t i = lo; i < hi; ++i) {
-          const copy_span& c = p.plan.spans[i];
+          const copy_span& c = plan.spans[i];
           HYBRIDCACHE_CUDA_TRY(cudaMemcpyAsync(base(p.dst) + c.dst_offset, base(p.src) + c.src_offset,
                                                static_cast<std::size_t>(c.bytes), cudaMemcpyDefault, streams_[si]));
         }
         inflight_job& j = jobs[g.part];
-        const bool last = static_cast<std::size_t>(g.segment) + 1 >= std::max<std::size_t>(p.plan.ends.size(), 1);
+        const bool last = static_cast<std::size_t>(g.segment) + 1 >= std::max<std::size_t>(plan.ends.size(), 1);
         cudaEvent_t e = take_event();
         (last ? j.event : j.segment_events.emplace_back()) = e;
         HYBRIDCACHE_CUDA_TRY(cudaEventRecord(e, streams_[si]));
@@ -347,13 +345,13 @@ class copy_engine {
     for (auto& j : jobs) inflight_[si].push_back(std::move(j));
     for (std::size_t k = 0; k < parts.size(); ++k) {
       const std::uint64_t seq = first + k;
-      for_pages(parts[k].src, parts[k].plan.spans, true, [&](page_hazard& h) { h.reader_seq[si] = seq; });
-      for_pages(parts[k].dst, parts[k].plan.spans, false, [&](page_hazard& h) {
+      for_pages(parts[k].src, plans[k].spans, true, [&](page_hazard& h) { h.reader_seq[si] = seq; });
+      for_pages(parts[k].dst, plans[k].spans, false, [&](page_hazard& h) {
         h.writer_stream = si;
         h.writer_seq = seq;
       });
       stats_.jobs += 1;
-      for (const auto& c : parts[k].plan.spans) {
+      for (const auto& c : plans[k].spans) {
         stats_.transfers += 1;
         stats_.small_transfers += c.bytes < options_.min_transfer_bytes;
         stats_.bytes += c.bytes;

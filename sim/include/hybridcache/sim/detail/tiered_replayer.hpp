@@ -138,7 +138,7 @@ class tiered_replayer {
     // per-copy cost per layer segment; the KV in proportion to the tokens loaded).
     auto finish_if = [&](std::int64_t ids) {
       const double part = h.host_tokens > 0 ? static_cast<double>(ids - h.hbm_tokens) / static_cast<double>(h.host_tokens) : 1.0;
-      const auto entries = static_cast<double>(std::max<std::int64_t>(1, static_cast<std::int64_t>(std::ceil(static_cast<double>(h.kv_entries) * part))));
+      const double entries = std::ceil(static_cast<double>(h.kv_entries) * part);  // those the prefix reads
       const double calls = entries * static_cast<double>(std::max<std::int64_t>(m_.attention_layers(), 1)) +
                            static_cast<double>(std::max<std::int64_t>(m_.recurrent_layers(), 1));
       const double jobs = entries + (h.host_checkpoint ? 1.0 : 0.0);
