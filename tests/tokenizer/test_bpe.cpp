@@ -99,19 +99,25 @@ TEST_CASE("the GPT-2 split") {
 }
 
 TEST_CASE("the split equals the pattern read naively, three-byte fast path included") {
-  // The fast path's claim: a lead byte marked single-class leads only code points of that class.
+  // The fast path's claim: a block marked single-class holds only code points of that
+  // class, and every overlong or surrogate prefix is marked mixed.
   const auto& table = bpe_detail::class_table::get();
   std::size_t single = 0;
   for (std::uint32_t lead = 0xE0; lead <= 0xEF; ++lead) {
-    const std::uint8_t c = table.lead3(static_cast<unsigned char>(lead));
-    if (c == bpe_detail::class_table::mixed) continue;
-    ++single;
-    for (std::uint32_t cp = (lead & 0x0Fu) << 12; cp < ((lead & 0x0Fu) + 1) << 12; ++cp)
-      REQUIRE(static_cast<std::uint8_t>(bpe_detail::classify(cp)) == c);
+    for (std::uint32_t b1 = 0x80; b1 <= 0xBF; ++b1) {
+      const std::uint8_t c = table.block3(static_cast<unsigned char>(lead), static_cast<unsigned char>(b1));
+      if ((lead == 0xE0 && b1 < 0xA0) || (lead == 0xED && b1 >= 0xA0)) {
+        REQUIRE(c == bpe_detail::class_table::mixed);
+        continue;
+      }
+      if (c == bpe_detail::class_table::mixed) continue;
+      ++single;
+      const std::uint32_t first = ((lead & 0x0Fu) << 12) | ((b1 & 0x3Fu) << 6);
+      for (std::uint32_t cp = first; cp < first + 64; ++cp) REQUIRE(static_cast<std::uint8_t>(bpe_detail::classify(cp)) == c);
+    }
   }
-  CHECK(single >= 7);  // U+5000-U+9FFF, U+B000-U+CFFF at least
-  CHECK(table.lead3(0xE0) == bpe_detail::class_table::mixed);
-  CHECK(table.lead3(0xED) == bpe_detail::class_table::mixed);
+  CHECK(single >= 7 * 64);  // U+5000-U+9FFF, U+B000-U+CFFF at least
+  CHECK(table.block3(0xE4, 0xB8) == static_cast<std::uint8_t>(bpe_detail::cclass::letter));  // U+4E00: the ideographs start
   // Random texts of letters, digits, spaces, punctuation and three-byte characters from
   // single-class and mixed ranges, with ill-formed sequences among them half the time.
   std::mt19937_64 rng(1919);

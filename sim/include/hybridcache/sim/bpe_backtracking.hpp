@@ -166,59 +166,64 @@ class bpe_backtracking_encoder {
   template <class MergeChar = std::nullptr_t>
   bool encode(std::string_view piece, const bpe_merge_table& merges, std::vector<token_id>& out, MergeChar&& merge_char = nullptr) {
     if (!enabled_ || piece.empty() || piece.size() >= std::numeric_limits<std::uint32_t>::max()) return false;
-    // The tokens taken so far are out[base, ...), starting at starts_[...]; they fit
-    // pairwise, so they are the encoding of piece[0, p) (fact 3). Those below `floor`
-    // were merged and are never backed off.
-    const std::size_t base = out.size(), n = piece.size();
-    std::size_t floor = base;
-    starts_.clear();
-    clear_dead(n);
-    std::size_t p = 0;
-    std::size_t below = n + 1;  // only candidates shorter than this (after backing off)
+    // Positions are character indices: the piece is decoded once (a walk reads code
+    // points, and the characters a walk looks past are the next walk's). The tokens taken
+    // so far are ids[0, count), token i starting at character starts[i]; they fit
+    // pairwise, so they are the encoding of the characters before k (fact 3). Those below
+    // `floor` were merged and are never backed off.
+    const std::size_t chars = decode(piece);
+    token_id* const ids = ids_.data();  // at most one id per byte (see merge_unknown)
+    std::uint32_t* const starts = starts_.data();
+    std::size_t count = 0, floor = 0;
+    clear_dead(chars);
+    std::size_t k = 0;
+    std::size_t below = chars + 1;  // only candidates shorter than this (after backing off)
     std::array<bpe_char_trie::match, max_candidates> found;  // written before read
-    while (p < n) {
-      std::size_t count = trie_.prefixes(piece, p, found.data(), max_candidates,
-                                         [this](token_id t) { __builtin_prefetch(&filter_[static_cast<std::size_t>(t)]); });
-      if (count > max_candidates) return give_up(out, base);
-      if (count == 0) {
+    while (k < chars) {
+      std::size_t candidates = trie_.prefixes(cp_.data(), k, chars, found.data(), max_candidates,
+                                              [this](token_id t) { __builtin_prefetch(&filter_[static_cast<std::size_t>(t)]); });
+      if (candidates > max_candidates) return false;
+      if (candidates == 0) {
         // No token starts here. Without a merger, the piece goes back to the caller.
         // With one: the character's ids merged alone are the answer's there when they
         // fit the tokens before and after (all of them then encode to themselves and fit
         // pairwise: fact 3); where they do not, the piece goes back too.
         if constexpr (std::is_same_v<std::decay_t<MergeChar>, std::nullptr_t>) {
-          return give_up(out, base);
+          return false;
         } else {
-          const std::size_t len = merge_unknown(piece, p, merges, out, base, merge_char);
-          if (len == 0) return give_up(out, base);
-          floor = out.size();
-          p += len;
-          below = n + 1;
+          const std::size_t merged = merge_unknown(piece, k, merges, ids, count, merge_char);
+          if (merged == 0) return false;
+          std::fill(starts + count, starts + count + merged, static_cast<std::uint32_t>(k));  // never backed off
+          count += merged;
+          floor = count;
+          ++k;
+          below = chars + 1;
           continue;
         }
       }
       bool taken = false;
-      while (count > 0) {  // longest first
-        const bpe_char_trie::match m = found[--count];
-        if (m.end - p >= below || is_dead(m.end)) continue;
-        if (out.size() > base && !fits(merges, out.back(), m.token)) continue;
-        out.push_back(m.token);
-        starts_.push_back(static_cast<std::uint32_t>(p));
-        p = m.end;
+      while (candidates > 0) {  // longest first
+        const bpe_char_trie::match m = found[--candidates];
+        if (m.end - k >= below || is_dead(m.end)) continue;
+        if (count > 0 && !fits(merges, ids[count - 1], m.token)) continue;
+        ids[count] = m.token;
+        starts[count] = static_cast<std::uint32_t>(k);
+        ++count;
+        k = m.end;
         taken = true;
         break;
       }
-      below = n + 1;
+      below = chars + 1;
       if (taken) continue;
-      // Nothing fits from p: p is no boundary of the answer. Back off the last token and
+      // Nothing fits from k: k is no boundary of the answer. Back off the last token and
       // try its shorter alternatives.
-      mark_dead(p);
-      if (out.size() == floor) return give_up(out, base);
-      const std::size_t q = starts_.back();
-      starts_.pop_back();
-      out.pop_back();
-      below = p - q;
-      p = q;
+      mark_dead(k);
+      if (count == floor) return false;
+      --count;
+      below = k - starts[count];
+      k = starts[count];
     }
+    out.insert(out.end(), ids, ids + count);
     return true;
   }
 
@@ -240,11 +245,6 @@ class bpe_backtracking_encoder {
   // Candidates a position may have (longer lists make `encode` give up, to the merger).
   static constexpr std::size_t max_candidates = 128;
 
-  bool give_up(std::vector<token_id>& out, std::size_t base) {
-    out.resize(base);
-    return false;
-  }
-
   // Sorts merges by rank. Ranks are distinct (one per pair) and below the merge list's
   // length, so each goes straight to its place (O(n), no comparisons), gaps squeezed out.
   template <class Merge>
@@ -263,19 +263,42 @@ class bpe_backtracking_encoder {
       if (m.rank >= 0) list[k++] = m;
   }
 
-  // Appends the ids of the character at piece[p] merged alone and returns its length, or
-  // returns 0 when they do not fit the token before (out[base, ...) holds the piece's).
-  // Out of line: rare, and the main loop stays small.
+  // Decodes `piece` (valid UTF-8) into cp_ and at_ (each character's first byte, and the
+  // end after the last) and returns its characters; sizes ids_ and starts_ for it.
+  std::size_t decode(std::string_view piece) {
+    const std::size_t n = piece.size();
+    if (cp_.size() < n + 1) {
+      cp_.resize(n + 1);
+      at_.resize(n + 1);
+      ids_.resize(n);
+      starts_.resize(n);
+    }
+    const auto* s = reinterpret_cast<const unsigned char*>(piece.data());
+    std::uint32_t* const cp = cp_.data();
+    std::uint32_t* const at = at_.data();
+    std::size_t k = 0;
+    for (std::size_t i = 0; i < n; ++k) {
+      std::size_t len = 0;
+      at[k] = static_cast<std::uint32_t>(i);
+      cp[k] = bpe_detail::decode_at(s + i, len);
+      i += len;
+    }
+    at[k] = static_cast<std::uint32_t>(n);
+    return k;
+  }
+
+  // Writes at ids[count, ...) the ids of character k merged alone and returns how many,
+  // or returns 0 when they do not fit the token before. They are at most its bytes (a
+  // merge of its bytes), so ids_ (one per byte of the piece) holds them. Out of line:
+  // rare, and the main loop stays small.
   template <class MergeChar>
-  [[gnu::noinline]] std::size_t merge_unknown(std::string_view piece, std::size_t p, const bpe_merge_table& merges, std::vector<token_id>& out,
-                                              std::size_t base, MergeChar& merge_char) {
-    std::size_t len = 0;
-    (void)bpe_detail::decode_at(reinterpret_cast<const unsigned char*>(piece.data()) + p, len);
-    const std::size_t at = out.size();
-    merge_char(piece.substr(p, len), out);
-    if (out.size() == at || (at > base && !fits(merges, out[at - 1], out[at]))) return 0;
-    starts_.resize(out.size() - base, static_cast<std::uint32_t>(p));  // parallel to out; never popped
-    return len;
+  [[gnu::noinline]] std::size_t merge_unknown(std::string_view piece, std::size_t k, const bpe_merge_table& merges, token_id* ids, std::size_t count,
+                                              MergeChar& merge_char) {
+    unknown_.clear();
+    merge_char(piece.substr(at_[k], at_[k + 1] - at_[k]), unknown_);
+    if (unknown_.empty() || unknown_.size() > at_[k + 1] - at_[k] || (count > 0 && !fits(merges, ids[count - 1], unknown_.front()))) return 0;
+    std::copy(unknown_.begin(), unknown_.end(), ids + count);
+    return unknown_.size();
   }
 
   // Dead positions: a bitset over the piece, cleared where the last piece dirtied it.
@@ -435,7 +458,12 @@ class bpe_backtracking_encoder {
   std::vector<std::uint64_t> dead_;
   bool dead_dirty_ = false;
   std::size_t dead_words_ = 0;
-  std::vector<std::uint32_t> starts_;  // where each token taken by `encode` starts
+  // `encode`'s buffers, grown to the longest piece seen: each character's code point and
+  // first byte, the ids taken and the character each starts at, a merged character's ids.
+  std::vector<std::uint32_t> cp_, at_;
+  std::vector<token_id> ids_;
+  std::vector<std::uint32_t> starts_;
+  std::vector<token_id> unknown_;
 };
 
 }  // namespace hybridcache::sim

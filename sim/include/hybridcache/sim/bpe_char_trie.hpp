@@ -92,20 +92,18 @@ class bpe_char_trie {
     }
   }
 
-  /// Writes to `out` the tokens that `text` (valid UTF-8) holds at `pos`, shortest first,
-  /// and returns their count; returns `max + 1` (having written `max`) when there are more
-  /// than `max`. `found(token)` is called as each is found, before the walk goes on (the
-  /// encoder prefetches what it will read about the token, so that load overlaps the walk).
+  /// Writes to `out` the tokens that the code points `cp[pos, n)` start with, shortest
+  /// first, and returns their count; returns `max + 1` (having written `max`) when there
+  /// are more than `max`. A match's `end` is the index in `cp` after its last character.
+  /// `found(token)` is called as each is found, before the walk goes on (the encoder
+  /// prefetches what it will read about the token, so that load overlaps the walk).
   template <class Found>
-  std::size_t prefixes(std::string_view text, std::size_t pos, match* out, std::size_t max, Found&& found) const noexcept {
-    const auto* s = reinterpret_cast<const unsigned char*>(text.data());
-    const std::size_t n = text.size();
-    std::size_t count = 0, i = pos, len = 0;
-    std::uint32_t cp = bpe_detail::decode_at(s + i, len);
-    std::uint64_t h = extend(seed, cp);
-    std::uint64_t e = cp < 0x10000 ? bmp_[cp] : find(root_, cp, h);
+  std::size_t prefixes(const std::uint32_t* cp, std::size_t pos, std::size_t n, match* out, std::size_t max, Found&& found) const noexcept {
+    std::size_t count = 0, i = pos;
+    std::uint64_t h = extend(seed, cp[i]);
+    std::uint64_t e = cp[i] < 0x10000 ? bmp_[cp[i]] : find(root_, cp[i], h);
     while (e != empty) {
-      i += len;
+      ++i;
       const auto node = static_cast<std::uint32_t>(e & field);
       if (node < root_) {
         if (count == max) return max + 1;
@@ -113,9 +111,8 @@ class bpe_char_trie {
         found(static_cast<token_id>(node));
       }
       if ((e & inner) == 0 || i >= n) break;
-      cp = bpe_detail::decode_at(s + i, len);
-      h = extend(h, cp);
-      e = find(node, cp, h);
+      h = extend(h, cp[i]);
+      e = find(node, cp[i], h);
     }
     return count;
   }

@@ -120,6 +120,9 @@ class bpe_tokenizer {
     // The split checks the UTF-8 as it goes; at an ill-formed sequence everything is
     // redone on the repaired text (what was appended is dropped).
     const std::size_t start = out.size();
+    // Room for every id up front (at most one per byte, and one per added token), growing
+    // geometrically, so appending a piece's ids never reallocates.
+    if (out.capacity() - start < text.size()) out.reserve(std::max(start + text.size(), 2 * out.capacity()));
     ill_formed_ = false;
     encode_valid(text, out);
     if (!ill_formed_) return;
@@ -453,7 +456,7 @@ class bpe_tokenizer {
   // Appends the ids `entry` holds for `piece` and returns true, or returns false.
   static bool cached(const cache_entry& entry, std::string_view piece, std::uint64_t bytes, std::vector<token_id>& out) {
     if (entry.length != piece.size() || entry.bytes != bytes) return false;
-    out.insert(out.end(), entry.ids, entry.ids + entry.id_count);
+    for (std::size_t k = 0; k < entry.id_count; ++k) out.push_back(entry.ids[k]);  // a few ids: no call to memmove
     return true;
   }
   // Remembers out[start, ...) as the ids of `piece`, when they are few enough.

@@ -67,11 +67,15 @@ class class_table {
   [[nodiscard]] HYBRIDCACHE_FORCEINLINE cclass of(std::uint32_t cp) const noexcept {
     return static_cast<cclass>(blocks_[(std::size_t{index_[cp >> 8]} << 8) | (cp & 0xFFu)]);
   }
-  /// The class every well-formed three-byte sequence led by `b0` (0xE0-0xEF) has, or
-  /// `mixed` when they differ (and for 0xE0 and 0xED, whose second byte is restricted).
-  /// U+5000-U+9FFF (CJK ideographs) and U+B000-U+CFFF (Hangul) are single-class ranges.
+  /// The class every well-formed three-byte sequence starting with `b0 b1` has (the 64
+  /// code points U+(b0 & 0x0F)(b1 & 0x3F)xx), or `mixed` when they differ or `b0 b1` starts
+  /// none (an overlong or surrogate prefix). `b0` is 0xE0-0xEF, `b1` any byte: only its
+  /// low six bits are read, so the caller checks it is a continuation byte. Nearly every
+  /// CJK ideograph, Hangul syllable and CJK punctuation mark lies in a single-class block.
   static constexpr std::uint8_t mixed = 0xFF;
-  [[nodiscard]] HYBRIDCACHE_FORCEINLINE std::uint8_t lead3(unsigned char b0) const noexcept { return lead3_[b0 & 0x0Fu]; }
+  [[nodiscard]] HYBRIDCACHE_FORCEINLINE std::uint8_t block3(unsigned char b0, unsigned char b1) const noexcept {
+    return block3_[((b0 & 0x0Fu) << 6) | (b1 & 0x3Fu)];
+  }
 
  private:
   class_table() {
@@ -97,15 +101,18 @@ class class_table {
       index_[b] = static_cast<std::uint16_t>(blocks_.size() / 256);
       blocks_.insert(blocks_.end(), block.begin(), block.end());
     }
-    for (std::uint32_t lead = 1; lead < 16; ++lead) {
-      const std::uint32_t first = lead << 12;
-      bool same = lead != 0x0D;
-      for (std::uint32_t cp = first; same && cp < first + 0x1000; ++cp) same = of(cp) == of(first);
-      lead3_[lead] = same ? static_cast<std::uint8_t>(of(first)) : mixed;
+    for (std::uint32_t lead = 0; lead < 16; ++lead) {
+      for (std::uint32_t b1 = 0; b1 < 64; ++b1) {
+        const std::uint32_t first = (lead << 12) | (b1 << 6);
+        const bool starts_one = !(lead == 0 && b1 < 0x20) && !(lead == 0x0D && b1 >= 0x20);  // overlong; surrogates
+        bool same = starts_one;
+        for (std::uint32_t cp = first; same && cp < first + 64; ++cp) same = of(cp) == of(first);
+        block3_[(lead << 6) | b1] = same ? static_cast<std::uint8_t>(of(first)) : mixed;
+      }
     }
   }
   std::array<std::uint16_t, 0x1100> index_{};
-  std::array<std::uint8_t, 16> lead3_{mixed};  // by the lead byte's low four bits
+  std::array<std::uint8_t, 1024> block3_{};  // by the lead byte's low four bits and the second byte's low six
   std::vector<std::uint8_t> blocks_;
 };
 
@@ -324,6 +331,13 @@ HYBRIDCACHE_FORCEINLINE cclass class_at(const unsigned char* s, std::size_t n, s
     len = 1;
     return ascii_classes[s[i]];
   }
+  if (s[i] >= 0xE0 && s[i] < 0xF0 && i + 3 <= n) {  // most of CJK: one load, no decoding
+    const std::uint8_t c = table.block3(s[i], s[i + 1]);
+    if (c != class_table::mixed && ((s[i + 1] & 0xC0u) | ((s[i + 2] & 0xC0u) >> 2)) == 0xA0u) {
+      len = 3;
+      return static_cast<cclass>(c);
+    }
+  }
   if constexpr (Checked) {
     const std::uint32_t cp = decode_checked(s + i, n - i, len);
     if (cp == ill_formed) {
@@ -344,9 +358,9 @@ HYBRIDCACHE_FORCEINLINE std::size_t run_end(const unsigned char* s, std::size_t 
                                             bool& bad) noexcept {
   std::size_t len = 0;
   while (i < n) {
-    // A three-byte character led by a byte whose whole range is `cls` (CJK ideographs,
-    // Hangul): well-formed and of the class when both continuation bytes are.
-    if (s[i] >= 0xE0 && s[i] < 0xF0 && i + 3 <= n && table.lead3(s[i]) == static_cast<std::uint8_t>(cls) &&
+    // A three-byte character in a block of 64 code points all of class `cls` (CJK
+    // ideographs, Hangul): well-formed and of the class when both continuation bytes are.
+    if (s[i] >= 0xE0 && s[i] < 0xF0 && i + 3 <= n && table.block3(s[i], s[i + 1]) == static_cast<std::uint8_t>(cls) &&
         ((s[i + 1] & 0xC0u) | ((s[i + 2] & 0xC0u) >> 2)) == 0xA0u) {
       i += 3;
       continue;
