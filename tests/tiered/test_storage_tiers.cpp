@@ -235,6 +235,7 @@ TEST_CASE("tiered replay: the deadline prefetch times a load at the link of the 
     o.prefill_engines = 1;
     o.prefetch = prefetch;
     o.arrival_time_scale = 0.15;  // requests queue: what a prefetch is for
+    o.marks = {.high = 1.0, .low = 0.9};  // no cleaner: a prefetch may stage into all of HBM's free pages
     return run_tiered_replay<prefix::judicious_admission>(reqs, m, o, prefix::lru_scorer{}, flop_prefill_time(m));
   };
   const char* slow_disk = "hbm=1GB,host=400MB,disk@/unused=64GB:gbps=2:lat_us=0";

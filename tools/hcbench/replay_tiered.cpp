@@ -226,7 +226,7 @@ void run_tiered_replay_command(const std::string& trace, const std::string& form
     o.integer("host_hit_tokens", r.host_hit_tokens).integer("recomputed_hit_tokens", r.recomputed_hit_tokens);
     o.integer("recompute_instead_of_reload", r.recompute_instead_of_reload).integer("bytes_loaded", r.bytes_loaded);
     o.integer("bytes_offloaded", r.bytes_offloaded).integer("bytes_saved_by_sparsify", r.bytes_saved_by_sparsify);
-    o.integer("prefetches", r.prefetches).num("ttft_p50_ms", r.ttft_p50_ms).num("ttft_p95_ms", r.ttft_p95_ms);
+    o.integer("prefetches", r.prefetches).integer("prefetches_declined_for_room", r.prefetches_declined_for_room).num("ttft_p50_ms", r.ttft_p50_ms).num("ttft_p95_ms", r.ttft_p95_ms);
     o.num("pipeline_hidden_fraction", r.pipeline_hidden_fraction).num("load_hidden_fraction", r.load_hidden_fraction);
     o.num("utilization", r.utilization).num("single_tier_token_hit_rate", b.token_hit_rate());
     o.num("single_tier_ttft_p50_ms", b.ttft_p50_ms).num("single_tier_ttft_p95_ms", b.ttft_p95_ms);

@@ -126,6 +126,7 @@ struct tiered_replay_result {
   /// without recurrent layers, where the whole load would outlast the compute hiding it).
   std::int64_t split_load_recompute = 0;
   std::int64_t prefetches = 0;             ///< requests whose load started before dispatch
+  std::int64_t prefetches_declined_for_room = 0;  ///< prefetches not started: HBM lacked free pages for them beside the request's reservation
   std::int64_t joined_loads = 0;           ///< loads that joined a copy in flight (a prefetch's, another request's)
   std::int64_t copies = 0;                 ///< modelled copy calls
   std::int64_t write_backs = 0;            ///< entries copied down when the cache evicted them

@@ -256,7 +256,14 @@ void tiered_replayer<Cache, Prefill>::maybe_prefetch(std::span<const sim::reques
       // is not prefetched, one it would load in part is prefetched in part (a whole prefetch
       // of a hit that dispatch would decline or split only takes the link from demand loads).
       const std::int64_t at = h.host_tokens > 0 ? resume_at(q, h, std::max(now, dispatch_at), e) : h.hbm_tokens;
-      const bool take = at > h.hbm_tokens && (at >= h.reusable_tokens || cache_.store().shorten_hit(h, at).has_value());
+      bool take = at > h.hbm_tokens && (at >= h.reusable_tokens || cache_.store().shorten_hit(h, at).has_value());
+      // A prefetch yields to demand: it stages only into HBM the cleaner keeps free, beside
+      // the request's own reservation (prefetch_fits_free_hbm), never into pages evictions
+      // would have to free by write-backs the requests dispatched meanwhile wait for.
+      if (take && !prefetch_fits_free_hbm(q, h)) {
+        take = false;
+        r.prefetches_declined_for_room += 1;
+      }
       if (take && cache_.store().load(h)) {
         prefetched_.emplace(c, h);
         r.prefetches += 1;
