@@ -272,3 +272,88 @@ TEST_CASE("json: strings of every length with escapes and control bytes anywhere
     CHECK(what.find("column " + std::to_string(at + 1)) != std::string::npos);
   }
 }
+
+namespace {
+
+// What a reader gets from an object of integers and an array of strings or pairs: by the
+// fast paths (falling back to the general calls for one member or element at a time, as
+// bpe_tokenizer does), or by the general calls alone. "error" and its message when it throws.
+std::string read_members(std::string_view text, bool fast) {
+  std::ostringstream out;
+  try {
+    json_cursor c(text);
+    c.begin_object("");
+    std::string_view key;
+    auto member = [&](std::string_view k, std::int64_t v) { out << '[' << k << "]=" << v << ';'; };
+    while (!(fast && c.plain_int_members(member)) && c.next_member(key)) {
+      const std::string k(key);
+      member(k, c.read_int(k));
+    }
+    c.expect_end();
+  } catch (const format_error& e) {
+    out << "error: " << e.what();
+  }
+  return out.str();
+}
+
+std::string read_elements(std::string_view text, bool fast) {
+  std::ostringstream out;
+  try {
+    json_cursor c(text);
+    c.begin_array("");
+    auto one = [&](std::string_view s) { out << '[' << s << "];"; };
+    auto two = [&](std::string_view a, std::string_view b) { out << '[' << a << '|' << b << "];"; };
+    while (!(fast && c.plain_string_elements(one, two)) && c.next_element("")) {
+      if (c.peek("") == json_kind::string) {
+        one(c.read_string(""));
+        continue;
+      }
+      c.begin_array("");
+      if (!c.next_element("")) c.fail("", "a pair needs two strings");
+      const std::string a(c.read_string(""));
+      if (!c.next_element("")) c.fail("", "a pair needs two strings");
+      const std::string b(c.read_string(""));
+      if (c.next_element("")) c.fail("", "a pair has two strings");
+      two(a, b);
+    }
+    c.expect_end();
+  } catch (const format_error& e) {
+    out << "error: " << e.what();
+  }
+  return out.str();
+}
+
+}  // namespace
+
+TEST_CASE("json: the plain-member and plain-string fast paths read what the general calls read, errors included") {
+  CHECK(read_members(R"({"a": 1, "b\"": 2, "c":3})", true) == "[a]=1;[b\"]=2;[c]=3;");
+  CHECK(read_elements(R"(["a b", ["x", "y\\z"], ["p","q"], "\u0041 B"])", true) == "[a b];[x|y\\z];[p|q];[A B];");
+  // Random documents from pieces that are plain, need the general path, or are malformed.
+  std::mt19937_64 rng(19);
+  const std::vector<std::string> keys = {"\"a\"", "\"\u0120x\"", "\"q\\\"\"", "\"\"", "\"\\u00e9\"", "\"t\tab\"", "\"long-key-of-many-bytes\""};
+  const std::vector<std::string> values = {"0", "7", "123456789", "-4", "01", "1.5", "2e3", "\"s\"", "999999999999999999999", "null"};
+  const std::vector<std::string> strings = {"\"a b\"", "\"x\"", "\"\\\\ y\"", "\"\\u0120a b\"", "\"\"", "5", "[\"a\",\"b\"]", "[\"a\" , \"\\\"\"]",
+                                            "[\"a\"]", "[\"a\",\"b\",\"c\"]", "[1,\"b\"]", "[ ]"};
+  const std::vector<std::string> gaps = {"", " ", "\n      ", "\t", "\r\n"};
+  auto gap = [&] { return gaps[rng() % gaps.size()]; };
+  std::size_t errors = 0;
+  for (int round = 0; round < 2000; ++round) {
+    std::string obj = "{" + gap(), arr = "[" + gap();
+    const int n = static_cast<int>(rng() % 6);
+    for (int k = 0; k < n; ++k) {
+      const bool bad = rng() % 8 == 0;
+      obj += keys[rng() % (bad ? keys.size() : 5)] + gap() + ":" + gap() + values[rng() % (bad ? values.size() : 3)] + gap();
+      arr += strings[rng() % (bad ? strings.size() : 5)] + gap();
+      if (k + 1 < n || rng() % 16 == 0) obj += "," + gap(), arr += "," + gap();  // sometimes a trailing comma
+    }
+    obj += rng() % 32 == 0 ? "" : "}";
+    arr += rng() % 32 == 0 ? "" : "]";
+    CAPTURE(obj);
+    CAPTURE(arr);
+    const std::string general = read_members(obj, false);
+    CHECK(read_members(obj, true) == general);
+    CHECK(read_elements(arr, true) == read_elements(arr, false));
+    errors += general.find("error") != std::string::npos ? 1 : 0;
+  }
+  CHECK(errors > 100);  // malformed documents were generated
+}

@@ -285,28 +285,41 @@ class bpe_tokenizer {
       if (k == "vocab") {
         have_vocab = true;
         cursor.begin_object("model.vocab");
-        std::string_view token;
-        std::string token_scratch;
-        while (cursor.next_member(token)) {
-          token_scratch.assign(token);  // the view may not outlive the next read
-          const std::int64_t id = cursor.read_int("model.vocab");
+        auto entry = [&](std::string_view token, std::int64_t id) {
           if (id < 0 || id > 0x7FFFFFFF) cursor.fail("model.vocab", "id outside [0, 2^31)");
           if (vocab_.size() >= max_entries) cursor.fail("model.vocab", "more than 2^24 entries");
-          vocab_.assign(token_scratch, static_cast<token_id>(id));
+          vocab_.assign(token, static_cast<token_id>(id));
+        };
+        // Plain entries ("token": id) by the fast path; one of another shape (an escape in
+        // the token) by the general one, then back.
+        std::string_view token;
+        while (!cursor.plain_int_members(entry) && cursor.next_member(token)) {
+          const std::string token_scratch(token);  // the view may not outlive the next read
+          entry(token_scratch, cursor.read_int("model.vocab"));
         }
       } else if (k == "merges") {
         have_merges = true;
         cursor.begin_array("model.merges");
-        while (cursor.next_element("model.merges")) {
+        auto spelled = [&](std::string_view m) {  // "a b"
+          if (merge_pairs.size() >= max_entries) cursor.fail("model.merges", "more than 2^24 merges");
+          const std::size_t sp = m.find(' ');
+          if (sp == std::string_view::npos || m.find(' ', sp + 1) != std::string_view::npos)
+            cursor.fail("model.merges", "a merge must be two tokens separated by one space");
+          const auto at = static_cast<std::uint32_t>(merge_bytes.size());
+          merge_bytes.append(m.substr(0, sp)).append(m.substr(sp + 1));
+          merge_pairs.push_back({at, static_cast<std::uint32_t>(at + sp), static_cast<std::uint32_t>(merge_bytes.size())});
+        };
+        auto paired = [&](std::string_view a, std::string_view b) {  // ["a", "b"]
+          if (merge_pairs.size() >= max_entries) cursor.fail("model.merges", "more than 2^24 merges");
+          const auto at = static_cast<std::uint32_t>(merge_bytes.size());
+          merge_bytes.append(a).append(b);
+          merge_pairs.push_back({at, static_cast<std::uint32_t>(at + a.size()), static_cast<std::uint32_t>(merge_bytes.size())});
+        };
+        // Plain merges by the fast path; one with an escape by the general one, then back.
+        while (!cursor.plain_string_elements(spelled, paired) && cursor.next_element("model.merges")) {
           if (merge_pairs.size() >= max_entries) cursor.fail("model.merges", "more than 2^24 merges");
           if (cursor.peek("model.merges") == json_kind::string) {
-            const std::string_view m = cursor.read_string("model.merges");
-            const std::size_t sp = m.find(' ');
-            if (sp == std::string_view::npos || m.find(' ', sp + 1) != std::string_view::npos)
-              cursor.fail("model.merges", "a merge must be two tokens separated by one space");
-            const auto at = static_cast<std::uint32_t>(merge_bytes.size());
-            merge_bytes.append(m.substr(0, sp)).append(m.substr(sp + 1));
-            merge_pairs.push_back({at, static_cast<std::uint32_t>(at + sp), static_cast<std::uint32_t>(merge_bytes.size())});
+            spelled(cursor.read_string("model.merges"));
           } else {
             cursor.begin_array("model.merges");
             const auto at = static_cast<std::uint32_t>(merge_bytes.size());

@@ -181,6 +181,68 @@ class json_cursor {
     return parse_string(field, string_scratch_);
   }
 
+  /// Fast path for a long object whose members are plain keys (no escape) with small
+  /// non-negative integer values (a tokenizer's vocabulary). Call after `begin_object` or
+  /// after a member: calls `member(key, value)` for each such member, the key a view of the
+  /// text; returns true at the end of the object (consumed), or false before the first
+  /// member of another shape (or any malformed input), the cursor unchanged from there, so
+  /// that `next_member` reads it (and reports errors) and this can be called again after.
+  template <class Member>
+  bool plain_int_members(Member&& member) {
+    for (;;) {
+      const std::size_t at = pos_;
+      bool& first = first_[static_cast<std::size_t>(depth_ - 1)];
+      skip_ws();
+      if (pos_ < text_.size() && text_[pos_] == '}') {
+        ++pos_;
+        --depth_;
+        return true;
+      }
+      std::string_view key;
+      std::int64_t value = 0;
+      if (!(first || consume_char(',')) || !(skip_ws(), plain_string(key)) || !(skip_ws(), consume_char(':')) ||
+          !(skip_ws(), scan_small_non_negative(value))) {
+        pos_ = at;
+        return false;
+      }
+      first = false;
+      member(key, value);
+    }
+  }
+
+  /// Fast path for a long array whose elements are plain strings (no escape) or arrays of
+  /// two plain strings (a tokenizer's merges, in either form). Call after `begin_array` or
+  /// after an element: calls `one(s)` for a string element and `two(a, b)` for a pair;
+  /// returns true at the end of the array (consumed), or false before the first element of
+  /// another shape (the cursor unchanged from there: read it with `next_element`).
+  template <class One, class Two>
+  bool plain_string_elements(One&& one, Two&& two) {
+    for (;;) {
+      const std::size_t at = pos_;
+      bool& first = first_[static_cast<std::size_t>(depth_ - 1)];
+      skip_ws();
+      if (pos_ < text_.size() && text_[pos_] == ']') {
+        ++pos_;
+        --depth_;
+        return true;
+      }
+      std::string_view a, b;
+      const bool ok = (first || (consume_char(',') && (skip_ws(), true))) &&
+                      (plain_string(a) ||
+                       (consume_char('[') && (skip_ws(), plain_string(a)) && (skip_ws(), consume_char(',')) && (skip_ws(), plain_string(b)) &&
+                        (skip_ws(), consume_char(']'))));
+      if (!ok) {
+        pos_ = at;
+        return false;
+      }
+      first = false;
+      if (b.data() == nullptr)
+        one(a);
+      else
+        two(a, b);
+    }
+  }
+
   /// Reads `true` or `false`.
   [[nodiscard]] bool read_bool(std::string_view field) {
     skip_ws();
@@ -339,6 +401,44 @@ class json_cursor {
       if (c != ' ' && c != '\t' && c != '\n' && c != '\r') return;
       ++pos_;
     }
+  }
+
+  bool consume_char(char c) noexcept {
+    if (pos_ >= text_.size() || text_[pos_] != c) return false;
+    ++pos_;
+    return true;
+  }
+
+  // At a '"': reads a string without escapes or control bytes as a view of the text and
+  // returns true; returns false (position unspecified: the caller restores it) otherwise.
+  bool plain_string(std::string_view& out) noexcept {
+    if (pos_ >= text_.size() || text_[pos_] != '"') return false;
+    const std::size_t start = ++pos_;
+    if constexpr (std::endian::native == std::endian::little) {
+      constexpr std::uint64_t ones = 0x0101010101010101ULL, highs = 0x8080808080808080ULL;
+      while (pos_ + 8 <= text_.size()) {
+        std::uint64_t w;
+        std::memcpy(&w, text_.data() + pos_, 8);
+        const std::uint64_t q = w ^ (ones * '"'), b = w ^ (ones * '\\');
+        const std::uint64_t stop = ((q - ones) & ~q) | ((b - ones) & ~b) | ((w - ones * 0x20) & ~w);
+        if ((stop & highs) != 0) {
+          pos_ += static_cast<std::size_t>(std::countr_zero(stop & highs)) / 8;
+          break;
+        }
+        pos_ += 8;
+      }
+    }
+    while (pos_ < text_.size()) {
+      const auto c = static_cast<unsigned char>(text_[pos_]);
+      if (c == '"') {
+        out = text_.substr(start, pos_ - start);
+        ++pos_;
+        return true;
+      }
+      if (c == '\\' || c < 0x20) return false;
+      ++pos_;
+    }
+    return false;
   }
 
   bool consume_literal(std::string_view literal) noexcept {
