@@ -8,6 +8,7 @@
 #pragma once
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdint>
 #include <deque>
@@ -159,14 +160,33 @@ class tiered_replayer {
     double best_ms = std::min(with_load, without);
     // A model without recurrent layers may resume anywhere its KV reaches: where the whole
     // load would outlast the compute it hides behind, load a prefix of the hit and recompute
-    // the rest (CaR's resume-point choice), at up to 32 evenly spaced positions.
+    // the rest (CaR's resume-point choice). Coarse to fine: up to 32 evenly spaced positions
+    // between the ends, then as many between the neighbours of the best one, and so on down
+    // to adjacent ids: O(32 log_32 n) evaluations for a hit of n ids (32 positions alone
+    // skipped whole blocks of a long hit and left its excess load exposed).
     if (cache_.store().checkpoint_bytes() == 0 && h.host_tokens > 1) {
-      const std::int64_t steps = std::min<std::int64_t>(32, h.host_tokens - 1);
-      for (std::int64_t k = 1; k <= steps; ++k) {
-        const std::int64_t ids = h.hbm_tokens + (h.host_tokens * k) / (steps + 1);
-        if (ids <= h.hbm_tokens || ids >= h.reusable_tokens) continue;
-        const double ms = finish_if(ids);
-        if (ms < best_ms) best_ms = ms, best = ids;
+      constexpr std::int64_t grid = 32;
+      std::int64_t lo = h.hbm_tokens, hi = h.reusable_tokens;
+      double lo_ms = without, hi_ms = with_load;
+      std::array<std::pair<std::int64_t, double>, grid + 2> points{};
+      while (hi - lo > 1) {
+        const std::int64_t steps = std::min<std::int64_t>(grid, hi - lo - 1);
+        std::size_t n = 0, at = 0;
+        points[n++] = {lo, lo_ms};
+        for (std::int64_t k = 1; k <= steps; ++k) {
+          const std::int64_t ids = lo + ((hi - lo) * k) / (steps + 1);
+          if (ids <= points[n - 1].first || ids >= hi) continue;
+          const double ms = finish_if(ids);
+          if (ms < best_ms) best_ms = ms, best = ids;
+          points[n++] = {ids, ms};
+        }
+        points[n++] = {hi, hi_ms};
+        if (steps == hi - lo - 1) break;  // every position between the ends tried
+        for (std::size_t j = 1; j < n; ++j)
+          if (points[j].second < points[at].second) at = j;
+        const std::size_t left = at > 0 ? at - 1 : 0, right = std::min(at + 1, n - 1);
+        lo = points[left].first, lo_ms = points[left].second;
+        hi = points[right].first, hi_ms = points[right].second;
       }
     }
     return best;
