@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include <hybridcache/core/hash.hpp>
+#include <hybridcache/sim/json_value.hpp>
 #include <hybridcache/sim/trace.hpp>
 
 using namespace hybridcache;

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include <hybridcache/sim/json.hpp>
+#include <hybridcache/sim/json_value.hpp>
 #include <hybridcache/sim/line_reader.hpp>
 
 using namespace hybridcache;

@@ -74,6 +74,7 @@
 #include "hybridcache/sim/bpe_merges.hpp"
 #include "hybridcache/sim/bpe_vocab.hpp"
 #include "hybridcache/sim/json.hpp"
+#include "hybridcache/sim/json_value.hpp"
 #include "hybridcache/sim/request.hpp"
 #include "hybridcache/sim/utf8_pretokenize.hpp"
 
