@@ -192,12 +192,7 @@ class json_cursor {
     for (;;) {
       const std::size_t at = pos_;
       bool& first = first_[static_cast<std::size_t>(depth_ - 1)];
-      skip_ws();
-      if (pos_ < text_.size() && text_[pos_] == '}') {
-        ++pos_;
-        --depth_;
-        return true;
-      }
+      if (closes('}')) return true;
       std::string_view key;
       std::int64_t value = 0;
       if (!(first || consume_char(',')) || !(skip_ws(), plain_string(key)) || !(skip_ws(), consume_char(':')) ||
@@ -220,12 +215,7 @@ class json_cursor {
     for (;;) {
       const std::size_t at = pos_;
       bool& first = first_[static_cast<std::size_t>(depth_ - 1)];
-      skip_ws();
-      if (pos_ < text_.size() && text_[pos_] == ']') {
-        ++pos_;
-        --depth_;
-        return true;
-      }
+      if (closes(']')) return true;
       std::string_view a, b;
       const bool ok = (first || (consume_char(',') && (skip_ws(), true))) &&
                       (plain_string(a) ||
@@ -421,6 +411,15 @@ class json_cursor {
         pos_ += 8;
       }
     }
+  }
+
+  // Skips whitespace and, at `close`, consumes it and leaves the container: true.
+  bool closes(char close) noexcept {
+    skip_ws();
+    if (pos_ >= text_.size() || text_[pos_] != close) return false;
+    ++pos_;
+    --depth_;
+    return true;
   }
 
   bool consume_char(char c) noexcept {
