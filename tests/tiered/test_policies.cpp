@@ -134,6 +134,16 @@ TEST_CASE("dry run: fits now / after eviction / not now / never, without changin
   CHECK(s.check_invariants().empty());
 }
 
+TEST_CASE("prefetch room: the load and the request's reservation at or below the high watermark") {
+  // 100 GB of HBM, 90 % watermark: 60 in use leaves 30 below the mark.
+  static_assert(prefetch_has_room(60, 20, 10, 100, 0.9));
+  static_assert(!prefetch_has_room(60, 21, 10, 100, 0.9));
+  static_assert(!prefetch_has_room(60, 20, 11, 100, 0.9));  // the reservation counts
+  static_assert(prefetch_has_room(60, 30, 10, 100, 1.0));   // no cleaner: the capacity
+  static_assert(!prefetch_has_room(95, 1, 0, 100, 0.9));    // already above the mark
+  CHECK(prefetch_has_room(0, 0, 0, 100, 0.9));
+}
+
 TEST_CASE("deadline prefetch: CaR's formula, pinned arithmetic") {
   const running_request run[] = {{.timer_ms = 100.0, .predicted_tokens = 50.0}, {.timer_ms = 0.0, .predicted_tokens = 200.0}};
   prefetch_context c{.now_ms = 120.0, .tpot_ms = 2.0, .running = run, .bytes = 50e6, .bandwidth_bytes_per_ms = 1e6};

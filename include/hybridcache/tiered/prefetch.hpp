@@ -14,6 +14,10 @@
 // HiCache's threshold rule (anchors/multitier.md §2.3): fetch when the lower-tier hit is
 // at least `min_tokens` (256 by default), immediately.
 //
+// Room (`prefetch_has_room`): whichever rule fires, a prefetch stages its bytes into HBM
+// and holds them until its request dispatches, so it starts only where those bytes and the
+// request's own reservation fit below the cleaner's high watermark.
+//
 // Output lengths come from a pluggable predictor (`output_length_predictor`); the default
 // is the running mean of completed requests (CaR uses a model-based predictor [40]; the
 // mean is the simplest unbiased stand-in).
@@ -116,5 +120,16 @@ struct no_prefetch {
   [[nodiscard]] bool should_fetch(const prefetch_context&) const noexcept { return false; }
 };
 static_assert(prefetch_rule<no_prefetch>);
+
+/// True when a prefetch of `load_bytes`, beside the `reservation_bytes` its request will
+/// take at dispatch, fits in HBM (`used_bytes` of `capacity_bytes` in use) at or below the
+/// cleaner's `high_watermark` (1: the capacity). Above it the staged pages come out of the
+/// headroom the cleaner keeps clean: the requests dispatched before the prefetched one then
+/// evict dirty entries and wait for their write-backs over the link (on a slow link, longer
+/// than the prefetch saves).
+[[nodiscard]] constexpr bool prefetch_has_room(std::int64_t used_bytes, std::int64_t load_bytes, std::int64_t reservation_bytes,
+                                               std::int64_t capacity_bytes, double high_watermark) noexcept {
+  return static_cast<double>(used_bytes + load_bytes + reservation_bytes) <= high_watermark * static_cast<double>(capacity_bytes);
+}
 
 }  // namespace hybridcache::tiered

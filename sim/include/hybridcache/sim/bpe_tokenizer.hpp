@@ -121,8 +121,8 @@ class bpe_tokenizer {
     // The split checks the UTF-8 as it goes; at an ill-formed sequence everything is
     // redone on the repaired text (what was appended is dropped).
     const std::size_t start = out.size();
-    // Room for every id up front (at most one per byte, and one per added token), growing
-    // geometrically, so appending a piece's ids never reallocates.
+    // Room for the ids up front (at most one per byte of valid text), growing geometrically,
+    // so appending a piece's ids rarely reallocates.
     if (out.capacity() - start < text.size()) out.reserve(std::max(start + text.size(), 2 * out.capacity()));
     ill_formed_ = false;
     encode_valid(text, out);
@@ -293,11 +293,8 @@ class bpe_tokenizer {
         };
         // Plain entries ("token": id) by the fast path; one of another shape (an escape in
         // the token) by the general one, then back.
-        std::string_view token;
-        while (!cursor.plain_int_members(entry) && cursor.next_member(token)) {
-          const std::string token_scratch(token);  // the view may not outlive the next read
-          entry(token_scratch, cursor.read_int("model.vocab"));
-        }
+        std::string_view token;  // valid until the next key or string is read: read_int reads neither
+        while (!cursor.plain_int_members(entry) && cursor.next_member(token)) entry(token, cursor.read_int("model.vocab"));
       } else if (k == "merges") {
         have_merges = true;
         cursor.begin_array("model.merges");
@@ -318,20 +315,17 @@ class bpe_tokenizer {
         };
         // Plain merges by the fast path; one with an escape by the general one, then back.
         while (!cursor.plain_string_elements(spelled, paired) && cursor.next_element("model.merges")) {
-          if (merge_pairs.size() >= max_entries) cursor.fail("model.merges", "more than 2^24 merges");
           if (cursor.peek("model.merges") == json_kind::string) {
             spelled(cursor.read_string("model.merges"));
-          } else {
-            cursor.begin_array("model.merges");
-            const auto at = static_cast<std::uint32_t>(merge_bytes.size());
-            if (!cursor.next_element("model.merges")) cursor.fail("model.merges", "a merge pair needs two tokens");
-            merge_bytes.append(cursor.read_string("model.merges"));
-            const auto split = static_cast<std::uint32_t>(merge_bytes.size());
-            if (!cursor.next_element("model.merges")) cursor.fail("model.merges", "a merge pair needs two tokens");
-            merge_bytes.append(cursor.read_string("model.merges"));
-            if (cursor.next_element("model.merges")) cursor.fail("model.merges", "a merge pair has exactly two tokens");
-            merge_pairs.push_back({at, split, static_cast<std::uint32_t>(merge_bytes.size())});
+            continue;
           }
+          cursor.begin_array("model.merges");
+          if (!cursor.next_element("model.merges")) cursor.fail("model.merges", "a merge pair needs two tokens");
+          const std::string a(cursor.read_string("model.merges"));  // the next read reuses the view's buffer
+          if (!cursor.next_element("model.merges")) cursor.fail("model.merges", "a merge pair needs two tokens");
+          const std::string_view b = cursor.read_string("model.merges");
+          if (cursor.next_element("model.merges")) cursor.fail("model.merges", "a merge pair has exactly two tokens");
+          paired(a, b);
         }
       } else {
         const json_value v = json_value::read(cursor, k);

@@ -195,8 +195,7 @@ class json_cursor {
       if (closes('}')) return true;
       std::string_view key;
       std::int64_t value = 0;
-      if (!(first || consume_char(',')) || !(skip_ws(), plain_string(key)) || !(skip_ws(), consume_char(':')) ||
-          !(skip_ws(), scan_small_non_negative(value))) {
+      if (!separated(first) || !plain_string(key) || !(skip_ws(), consume_char(':')) || !(skip_ws(), scan_small_non_negative(value))) {
         pos_ = at;
         return false;
       }
@@ -217,19 +216,20 @@ class json_cursor {
       bool& first = first_[static_cast<std::size_t>(depth_ - 1)];
       if (closes(']')) return true;
       std::string_view a, b;
-      const bool ok = (first || (consume_char(',') && (skip_ws(), true))) &&
-                      (plain_string(a) ||
-                       (consume_char('[') && (skip_ws(), plain_string(a)) && (skip_ws(), consume_char(',')) && (skip_ws(), plain_string(b)) &&
-                        (skip_ws(), consume_char(']'))));
-      if (!ok) {
+      if (!separated(first)) {
+        pos_ = at;
+        return false;
+      }
+      if (plain_string(a)) {
+        one(a);
+      } else if (consume_char('[') && (skip_ws(), plain_string(a)) && (skip_ws(), consume_char(',')) && (skip_ws(), plain_string(b)) &&
+                 (skip_ws(), consume_char(']'))) {
+        two(a, b);
+      } else {
         pos_ = at;
         return false;
       }
       first = false;
-      if (b.data() == nullptr)
-        one(a);
-      else
-        two(a, b);
     }
   }
 
@@ -419,6 +419,14 @@ class json_cursor {
     if (pos_ >= text_.size() || text_[pos_] != close) return false;
     ++pos_;
     --depth_;
+    return true;
+  }
+
+  // Before a member or element after `closes` found none: its ',' (unless `first`) and the
+  // whitespace after it.
+  bool separated(bool first) noexcept {
+    if (!first && !consume_char(',')) return false;
+    skip_ws();
     return true;
   }
 

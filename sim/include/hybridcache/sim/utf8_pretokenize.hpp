@@ -358,13 +358,6 @@ HYBRIDCACHE_FORCEINLINE std::size_t run_end(const unsigned char* s, std::size_t 
                                             bool& bad) noexcept {
   std::size_t len = 0;
   while (i < n) {
-    // A three-byte character in a block of 64 code points all of class `cls` (CJK
-    // ideographs, Hangul): well-formed and of the class when both continuation bytes are.
-    if (s[i] >= 0xE0 && s[i] < 0xF0 && i + 3 <= n && table.block3(s[i], s[i + 1]) == static_cast<std::uint8_t>(cls) &&
-        ((s[i + 1] & 0xC0u) | ((s[i + 2] & 0xC0u) >> 2)) == 0xA0u) {
-      i += 3;
-      continue;
-    }
     if (class_at<Checked>(s, n, i, table, len, bad) != cls) break;
     i += len;
   }

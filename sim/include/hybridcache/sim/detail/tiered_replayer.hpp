@@ -192,19 +192,15 @@ class tiered_replayer {
     return best;
   }
 
-  // True when `hit`'s load and the reservation `q` makes at dispatch (its ids past the hit
-  // and its output: KV, and one checkpoint) fit in HBM now without going above the
-  // cleaner's high watermark (without it, the capacity). Above it, the staged pages would
-  // be taken from the headroom the cleaner keeps clean, so the reservations dispatched
-  // before `q` would evict dirty entries and wait for their write-backs over the link.
+  // `prefetch_has_room` (tiered/prefetch.hpp) for `hit`'s load and the reservation `q`
+  // makes at dispatch: its ids past the hit and its output (KV), and one checkpoint.
   template <class Hit>
   [[nodiscard]] bool prefetch_fits_free_hbm(const sim::request& q, const Hit& hit) const {
     const auto& store = cache_.store();
-    const double capacity = static_cast<double>(store.table().usage(tier_id{0}).capacity_bytes);
-    const double high = std::min(store.config().offload.high, 1.0);
     const auto rest = static_cast<std::int64_t>(q.input.size() + q.output.size()) - hit.reusable_tokens;
-    const std::int64_t reservation = store.kv_bytes(std::max<std::int64_t>(rest, 0)) + store.checkpoint_bytes();
-    return static_cast<double>(store.tier_used_bytes(tier_id{0}) + hit.bytes_to_load + reservation) <= high * capacity;
+    return prefetch_has_room(store.tier_used_bytes(tier_id{0}), hit.bytes_to_load,
+                             store.kv_bytes(std::max<std::int64_t>(rest, 0)) + store.checkpoint_bytes(),
+                             store.table().usage(tier_id{0}).capacity_bytes, store.config().offload.high);
   }
 
   // Per-layer arrival of what `hit`'s load brings (its own copies and those it joined).
