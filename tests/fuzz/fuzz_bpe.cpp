@@ -4,7 +4,9 @@
 // first byte is odd is text: encoded by a fixed random well-formed merge list
 // (tests/support/bpe_random_model.hpp) piece by piece, by the fast encoder
 // (bpe_backtracking.hpp) and by merging in the package's order (bpe_merges.hpp), which must
-// agree where the fast encoder answers (a difference aborts: a finding).
+// agree where the fast encoder answers, and split by the Llama 3 and Qwen 2 patterns
+// (bpe_pretokenizer.hpp), whose pieces must be non-empty and spell the text (a difference
+// aborts: a finding).
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
@@ -16,6 +18,7 @@
 #include <hybridcache/core/error.hpp>
 #include <hybridcache/sim/bpe_backtracking.hpp>
 #include <hybridcache/sim/bpe_merges.hpp>
+#include <hybridcache/sim/bpe_pretokenizer.hpp>
 #include <hybridcache/sim/bpe_tokenizer.hpp>
 
 #include "../support/bpe_random_model.hpp"
@@ -45,6 +48,14 @@ void differential(std::string_view text) {
     merger.merge(piece, f.model.byte_ids, f.model.table, merged);
     if (f.fast.encode(piece, f.model.table, fast) && fast != merged) std::abort();
   });
+  for (const std::size_t digits : {std::size_t{3}, std::size_t{1}}) {
+    std::string spelled;
+    const bool ok = hybridcache::sim::llama3_split<true>(clean, digits, [&](std::string_view piece) {
+      if (piece.empty()) std::abort();
+      spelled.append(piece);
+    });
+    if (!ok || spelled != clean) std::abort();
+  }
 }
 
 }  // namespace
@@ -58,7 +69,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   }
   try {
     auto tok = hybridcache::sim::bpe_tokenizer::from_json(rest);
-    (void)tok.encode(rest);
+    std::vector<hybridcache::sim::token_id> ids;
+    tok.encode_with_special_tokens(rest, ids);
   } catch (const hybridcache::error&) {
   }
   return 0;

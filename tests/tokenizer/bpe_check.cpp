@@ -1,7 +1,12 @@
-// Checker for tests/tokenizer/hf_exact.py: `bpe_check tokenizer.json cases.txt [--fast]`,
-// where each line of cases.txt is "<hex bytes>\t<ids separated by spaces>" (the ids the
-// Hugging Face package gave for the bytes decoded with errors="replace"). Prints the count,
-// the first mismatches and whether the fast encoder (bpe_backtracking.hpp) was on; exit 0
+// Checker for tests/tokenizer/hf_exact.py: `bpe_check tokenizer.json cases.txt [--fast]
+// [--special-tokens | --split]`, where each line of cases.txt is "<hex bytes>\t<ids separated by
+// spaces>" (the ids the Hugging Face package gave for the bytes decoded with
+// errors="replace"; with --special-tokens its default encode, which adds the
+// post-processor's special tokens, checked against `encode_with_special_tokens`; without,
+// its add_special_tokens=False, checked against `encode`; with --split the byte lengths of
+// the package's pre-tokenizer pieces, checked against `pretokenize` of the
+// replacement-decoded text). Prints the count, the first
+// mismatches, the split and whether the fast encoder (bpe_backtracking.hpp) was on; exit 0
 // when every string matches (and, with --fast, the fast encoder was on).
 #include <charconv>
 #include <chrono>
@@ -18,9 +23,16 @@ int hex(char c) { return c <= '9' ? c - '0' : (c | 0x20) - 'a' + 10; }
 }  // namespace
 
 int main(int argc, char** argv) {
-  const bool need_fast = argc == 4 && std::string(argv[3]) == "--fast";
-  if (argc != 3 && !need_fast) {
-    std::fprintf(stderr, "usage: bpe_check tokenizer.json cases.txt [--fast]\n");
+  bool need_fast = false, specials = false, split = false, usage = argc < 3;
+  for (int i = 3; i < argc; ++i) {
+    const std::string flag = argv[i];
+    need_fast = need_fast || flag == "--fast";
+    specials = specials || flag == "--special-tokens";
+    split = split || flag == "--split";
+    usage = usage || (flag != "--fast" && flag != "--special-tokens" && flag != "--split");
+  }
+  if (usage) {
+    std::fprintf(stderr, "usage: bpe_check tokenizer.json cases.txt [--fast] [--special-tokens | --split]\n");
     return 2;
   }
   try {
@@ -48,7 +60,16 @@ int main(int argc, char** argv) {
       }
       got.clear();
       const auto t0 = std::chrono::steady_clock::now();
-      tok.encode(raw, got);
+      if (split) {
+        std::string clean;
+        hybridcache::sim::utf8_replace_invalid(raw, clean);
+        (void)hybridcache::sim::pretokenize(tok.pre_tokenizer(), clean,
+                                            [&](std::string_view piece) { got.push_back(static_cast<int>(piece.size())); });
+      } else if (specials) {
+        tok.encode_with_special_tokens(raw, got);
+      } else {
+        tok.encode(raw, got);
+      }
       seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       ++total;
       if (got != want) {
@@ -61,8 +82,10 @@ int main(int argc, char** argv) {
         }
       }
     }
-    std::printf("bpe_check %s: %ld strings, %ld mismatches (Unicode tables %s, fast encoder %s), %.3f s\n", argv[1], total, bad,
-                hybridcache::sim::data::unicode_ln_version, tok.fast_encoder() ? "on" : "off", seconds);
+    std::printf("bpe_check %s: %ld strings, %ld mismatches (split %s%s, Unicode tables %s, fast encoder %s), %.3f s\n", argv[1], total,
+                bad, std::string(hybridcache::sim::split_pattern_name(tok.pre_tokenizer())).c_str(),
+                specials ? ", with special tokens" : split ? ", pieces" : "", hybridcache::sim::data::unicode_ln_version, tok.fast_encoder() ? "on" : "off",
+                seconds);
     return bad == 0 && total > 0 && (tok.fast_encoder() || !need_fast) ? 0 : 1;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "bpe_check: %s\n", e.what());

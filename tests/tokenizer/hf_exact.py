@@ -4,13 +4,17 @@
 1. Finds `tokenizers` (this interpreter, else a venv under --venv, created and filled from
    PyPI when missing). When it cannot be had, exits 77 (ctest: SKIPPED).
 2. Trains small byte-level BPE tokenizers (ByteLevel pre-tokenizer, add_prefix_space=False,
-   use_regex=True) on bundled text: the repository's docs/*.md and tests/data/bpe_corpus.txt.
+   use_regex=True; and Split by the Llama 3, Qwen 2 and GPT-2 regexes then ByteLevel without
+   regex, the Llama 3 one with its BOS template post-processor) on bundled text: the
+   repository's docs/*.md and tests/data/bpe_corpus.txt.
 3. Generates test strings (corpus lines, random mixes of ASCII, whitespace runs, Unicode
    spaces, contractions, CJK, kana, hangul, emoji with ZWJ, combining marks, added tokens,
    random code points, random bytes = invalid UTF-8) and the package's ids for each.
    Random bytes are given to the package as bytes.decode("utf-8", "replace") and to the C++
    side raw (it replaces invalid sequences the same way).
-4. Runs the C++ checker on each tokenizer, which compares every string's ids; the
+4. Runs the C++ checker on each tokenizer, which compares every string's ids (and, for the
+   Split ones, the pre-tokenizer's pieces, which the ids alone would not pin down: a
+   boundary the vocabulary has no merge across gives the same ids either way); the
    tokenizer trained on the full byte alphabet must also use the fast encoder
    (sim/bpe_backtracking.hpp), the one without it exercises the merge fallback.
 5. When the real ShareGPT trace is present (../shared/data/traces/sharegpt_zh_1k), trains the
@@ -73,15 +77,36 @@ SPECIALS = ["<|im_start|>", "<|im_end|>", "<|endoftext|>"]
 ADDED = ["<tool_call>", "</tool_call>", "<im"]
 
 
-def train(lines, vocab_size, full_alphabet, path):
-    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+# The pre-tokenizer regexes models ship with (sim/bpe_pretokenizer.hpp recognises exactly these).
+GPT2_REGEX = r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
+LLAMA3_REGEX = r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"""
+QWEN2_REGEX = LLAMA3_REGEX.replace(r"\p{N}{1,3}", r"\p{N}")
+BOS = "<|begin_of_text|>"
+
+
+def pre_tokenizer(split):
+    """GPT-2's ByteLevel split (split None), or a Split by `split` then ByteLevel without regex
+    (how Llama 3 and Qwen 2 tokenizer.json files spell theirs)."""
+    from tokenizers import Regex, pre_tokenizers
+    if split is None:
+        return pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+    return pre_tokenizers.Sequence([pre_tokenizers.Split(Regex(split), behavior="isolated", invert=False),
+                                    pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+
+
+def train(lines, vocab_size, full_alphabet, path, split=None, bos=False):
+    from tokenizers import Tokenizer, models, pre_tokenizers, processors, trainers
     tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
-    kw = dict(vocab_size=vocab_size, special_tokens=SPECIALS, show_progress=False)
+    tok.pre_tokenizer = pre_tokenizer(split)
+    specials = SPECIALS + ([BOS] if bos else [])
+    kw = dict(vocab_size=vocab_size, special_tokens=specials, show_progress=False)
     if full_alphabet:
         kw["initial_alphabet"] = pre_tokenizers.ByteLevel.alphabet()
     tok.train_from_iterator(lines, trainers.BpeTrainer(**kw))
     tok.add_tokens(ADDED)
+    if bos:  # Llama 3's post-processor: BOS before every sequence, in a Sequence with ByteLevel
+        template = processors.TemplateProcessing(single=BOS + " $A", special_tokens=[(BOS, tok.token_to_id(BOS))])
+        tok.post_processor = processors.Sequence([processors.ByteLevel(trim_offsets=False), template])
     tok.save(path)
     return tok
 
@@ -96,7 +121,11 @@ POOL = (
     + list("中文字符缓存前缀模型的是了在一") + ["你好", "世界", "。", "，", "！", "？", "「", "」", "、"]
     + list("ひらがなカタカナ") + ["한국어", "가나다"]
     + ["😀", "👍🏽", "👨‍👩‍👧‍👦", "🇯🇵", "❤️", "✨", "🤖", "𝔘𝔫𝔦", "𐍈", "Ⅻ", "½", "²", "٣", "०१२", "e\u0301", "a\u0308\u0323", "\u200d", "\ufffd"]
-    + ["123", "4567", "3.14", "1,000", "0x1F", "v2.0"]
+    + ["123", "4567", "3.14", "1,000", "0x1F", "v2.0", "12345678", "٣٤٥٦٧"]
+    # Llama 3 / Qwen 2 alternatives: case-insensitive contractions (U+017F folds to s), a lead
+    # character before letters, CR/LF runs, punctuation with trailing newlines
+    + ["'RE", "'Ve", "'lL", "'D", "'\u017f", "'\ufb05", "'\u212a", "\r", "\r\n\r\n", " \r\n", "\n x", "$word", "\tword",
+       "\u3000word", "!!!\n\n", " !!!\r\n", "a\r\nb", "#!", " ?"]
     + SPECIALS + ADDED + ["<|im_start|>user\n", "<tool", "_call>"]
 )
 
@@ -175,6 +204,15 @@ def main():
         path = os.path.join(a.work_dir, "tokenizer_%s.json" % name)
         tok = train(lines, vocab, full, path)
         status = check(a, name, tok, path, cases, ["--fast"] if full else []) or status
+    # The Split pre-tokenizers of Llama 3 (with its BOS post-processor) and Qwen 2, and
+    # GPT-2's regex spelled as a Split.
+    for name, split, bos in (("llama3", LLAMA3_REGEX, True), ("qwen2", QWEN2_REGEX, False), ("gpt2_split", GPT2_REGEX, False)):
+        path = os.path.join(a.work_dir, "tokenizer_%s.json" % name)
+        tok = train(lines, 4000, True, path, split=split, bos=bos)
+        status = check(a, name, tok, path, cases, ["--fast"]) or status
+        status = check(a, name + "_pieces", tok, path, cases, ["--split"]) or status
+        if bos:
+            status = check(a, name + "_bos", tok, path, cases, ["--fast", "--special-tokens"]) or status
     sharegpt = os.path.join(a.source_dir, "..", "shared", "data", "traces", "sharegpt_zh_1k", "sharegpt_zh_1K_format.jsonl")
     if os.path.exists(sharegpt):
         sys.path.insert(0, os.path.join(a.source_dir, "scripts"))
@@ -194,7 +232,11 @@ def check(a, name, tok, path, cases, flags):
     cases_path = os.path.join(a.work_dir, "cases_%s.txt" % name)
     with open(cases_path, "w") as f:
         for raw in cases:
-            ids = tok.encode(raw.decode("utf-8", "replace")).ids
+            text = raw.decode("utf-8", "replace")
+            if "--split" in flags:  # the pre-tokenizer's pieces, as byte lengths (one character per byte after ByteLevel)
+                ids = [len(piece) for piece, _ in tok.pre_tokenizer.pre_tokenize_str(text)]
+            else:
+                ids = tok.encode(text, add_special_tokens="--special-tokens" in flags).ids
             f.write(raw.hex() + "\t" + " ".join(map(str, ids)) + "\n")
     print("tokenizers %s, tokenizer '%s': vocab %d, %d strings" % (tokenizers.__version__, name, tok.get_vocab_size(), len(cases)))
     sys.stdout.flush()

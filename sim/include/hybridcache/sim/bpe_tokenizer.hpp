@@ -14,7 +14,10 @@
 //   pre_tokenizer  ByteLevel with "add_prefix_space": false and "use_regex": true: the
 //                  GPT-2 split
 //                    's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
-//                  then every byte of a piece mapped to GPT-2's printable byte alphabet.
+//                  or a Sequence of a Split by the Llama 3 or Qwen 2 regex (or GPT-2's)
+//                  and ByteLevel without use_regex (bpe_pretokenizer.hpp names the three
+//                  spellings; any other regex is rejected); then every byte of a piece
+//                  mapped to GPT-2's printable byte alphabet.
 //                  \p{L} and \p{N} come from data/unicode_ln.hpp (Python's unicodedata,
 //                  its version in `data::unicode_ln_version`; code points assigned in a
 //                  later Unicode version than that classify as "other"); \s is Unicode
@@ -25,8 +28,12 @@
 //                  "continuing_subword_prefix", "end_of_word_suffix" must be null and
 //                  "byte_fallback" false. A byte missing from the vocabulary is dropped, as
 //                  the package does without an unk token.
-//   post_processor null or ByteLevel (which changes offsets only); "truncation" and
-//                  "padding" must be null. "decoder" is ignored (no decoding here).
+//   post_processor null, ByteLevel (which changes offsets only), TemplateProcessing
+//                  (its "single" template), or a Sequence of those: `encode` is the
+//                  package's encode(text, add_special_tokens=False), what a server does
+//                  with a rendered chat prompt; `encode_with_special_tokens` is its
+//                  default. "truncation" and "padding" must be null. "decoder" is ignored
+//                  (no decoding here).
 // Any other component is rejected with `invalid_argument` naming it: the tokenizer never
 // silently approximates.
 //
@@ -72,6 +79,7 @@
 #include "hybridcache/core/hash.hpp"
 #include "hybridcache/sim/bpe_backtracking.hpp"
 #include "hybridcache/sim/bpe_merges.hpp"
+#include "hybridcache/sim/bpe_pretokenizer.hpp"
 #include "hybridcache/sim/bpe_vocab.hpp"
 #include "hybridcache/sim/json.hpp"
 #include "hybridcache/sim/json_value.hpp"
@@ -141,6 +149,21 @@ class bpe_tokenizer {
     return out;
   }
 
+  /// Appends the ids of `text` with the post-processor's special tokens around them (the
+  /// package's default `encode(text)`; `encode` is its `add_special_tokens=False`, what a
+  /// server does with a rendered chat prompt and what the trace readers use). Equal to
+  /// `encode` when the post-processor adds none.
+  void encode_with_special_tokens(std::string_view text, std::vector<token_id>& out) {
+    out.insert(out.end(), specials_.prefix.begin(), specials_.prefix.end());
+    encode(text, out);
+    out.insert(out.end(), specials_.suffix.begin(), specials_.suffix.end());
+  }
+
+  /// The regex the pre-tokenizer splits by (bpe_pretokenizer.hpp).
+  [[nodiscard]] split_pattern pre_tokenizer() const noexcept { return pattern_; }
+  /// The special tokens `encode_with_special_tokens` adds.
+  [[nodiscard]] const special_token_template& special_tokens() const noexcept { return specials_; }
+
   /// Entries in the model vocabulary (added tokens not counted unless also in it).
   [[nodiscard]] std::size_t vocab_size() const noexcept { return vocab_.size(); }
   /// Number of merges.
@@ -187,7 +210,7 @@ class bpe_tokenizer {
     return v;
   }
   [[noreturn]] static void unsupported(const std::string& name, const std::string& what) {
-    throw invalid_argument("tokenizer '" + name + "': " + what + " is not implemented (supported: byte-level BPE, see bpe_tokenizer.hpp)");
+    bpe_detail::unsupported_component(name, what);
   }
 
   static void require_null_or(const json_value* v, const std::string& name, const std::string& what) {
@@ -195,16 +218,7 @@ class bpe_tokenizer {
   }
 
   static bool get_bool(const json_value& obj, std::string_view key, bool fallback, const std::string& name) {
-    const json_value* v = obj.find(key);
-    if (v == nullptr || v->is_null()) return fallback;
-    if (v->kind() != json_kind::boolean) throw invalid_argument("tokenizer '" + name + "': '" + std::string(key) + "' must be a boolean");
-    return v->as_bool();
-  }
-
-  static std::string type_of(const json_value& obj, const std::string& name, const std::string& where) {
-    const json_value* t = obj.find("type");
-    if (t == nullptr || t->kind() != json_kind::string) throw invalid_argument("tokenizer '" + name + "': " + where + " has no \"type\"");
-    return t->as_string();
+    return bpe_detail::json_bool(obj, key, fallback, name);
   }
 
   void load(std::string_view text, const std::string& name) {
@@ -222,16 +236,11 @@ class bpe_tokenizer {
       }
       const json_value v = json_value::read(cursor, k);
       if (k == "normalizer") {
-        if (!v.is_null()) unsupported(name, "normalizer '" + type_of(v, name, "normalizer") + "'");
+        if (!v.is_null()) unsupported(name, "normalizer '" + bpe_detail::json_type(v, name, "normalizer") + "'");
       } else if (k == "pre_tokenizer") {
-        if (v.is_null()) unsupported(name, "a null pre_tokenizer");
-        const std::string type = type_of(v, name, "pre_tokenizer");
-        if (type != "ByteLevel") unsupported(name, "pre_tokenizer '" + type + "'");
-        if (get_bool(v, "add_prefix_space", true, name)) unsupported(name, "ByteLevel add_prefix_space = true");
-        if (!get_bool(v, "use_regex", true, name)) unsupported(name, "ByteLevel use_regex = false");
+        pattern_ = parse_pre_tokenizer(v, name);
       } else if (k == "post_processor") {
-        if (!v.is_null() && type_of(v, name, "post_processor") != "ByteLevel")
-          unsupported(name, "post_processor '" + type_of(v, name, "post_processor") + "'");
+        specials_ = parse_post_processor(v, name);
       } else if (k == "truncation") {
         require_null_or(&v, name, "truncation");
       } else if (k == "padding") {
@@ -420,7 +429,7 @@ class bpe_tokenizer {
 
   void encode_plain(std::string_view text, std::vector<token_id>& out) {
     if (ill_formed_) return;  // the text is redone anyway
-    if (!byte_level_split<true>(text, [&](std::string_view piece) { encode_piece(piece, out); })) ill_formed_ = true;
+    if (!pretokenize<true>(pattern_, text, [&](std::string_view piece) { encode_piece(piece, out); })) ill_formed_ = true;
   }
 
   void encode_piece(std::string_view piece, std::vector<token_id>& out) {
@@ -489,6 +498,8 @@ class bpe_tokenizer {
   bpe_backtracking_encoder fast_;    // exact, faster
   std::vector<added_token> added_;
   std::array<token_id, 256> byte_ids_{};
+  split_pattern pattern_ = split_pattern::gpt2;
+  special_token_template specials_;
   bool ignore_merges_ = false;
   bool ill_formed_ = false;  // `encode` met ill-formed UTF-8
   std::unordered_map<std::string, token_id, bytes_hash, std::equal_to<>> by_bytes_;  // ignore_merges: raw bytes -> id
