@@ -5,8 +5,9 @@
 // (tests/support/bpe_random_model.hpp) piece by piece, by the fast encoder
 // (bpe_backtracking.hpp) and by merging in the package's order (bpe_merges.hpp), which must
 // agree where the fast encoder answers, and split by the Llama 3 and Qwen 2 patterns
-// (bpe_pretokenizer.hpp), whose pieces must be non-empty and spell the text (a difference
-// aborts: a finding).
+// (bpe_pretokenizer.hpp), whose pieces must be non-empty and spell the text, and normalized
+// by NFC (unicode_nfc.hpp), which must give valid UTF-8 that NFC leaves as it is and that
+// `inert` calls inert when the text was (a difference aborts: a finding).
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
@@ -20,6 +21,7 @@
 #include <hybridcache/sim/bpe_merges.hpp>
 #include <hybridcache/sim/bpe_pretokenizer.hpp>
 #include <hybridcache/sim/bpe_tokenizer.hpp>
+#include <hybridcache/sim/unicode_nfc.hpp>
 
 #include "../support/bpe_random_model.hpp"
 
@@ -56,6 +58,13 @@ void differential(std::string_view text) {
     });
     if (!ok || spelled != clean) std::abort();
   }
+  const auto& nfc = hybridcache::sim::nfc_normalizer::get();
+  std::string once, twice;
+  std::vector<std::uint32_t> scratch;
+  nfc.normalize(clean, once, scratch);
+  if (!hybridcache::sim::is_valid_utf8(once)) std::abort();
+  nfc.normalize(once, twice, scratch);
+  if (twice != once || (nfc.inert(clean) && once != clean)) std::abort();
 }
 
 }  // namespace

@@ -1,11 +1,12 @@
 // Checker for tests/tokenizer/hf_exact.py: `bpe_check tokenizer.json cases.txt [--fast]
-// [--special-tokens | --split]`, where each line of cases.txt is "<hex bytes>\t<ids separated by
+// [--special-tokens | --split | --nfc]`, where each line of cases.txt is "<hex bytes>\t<ids separated by
 // spaces>" (the ids the Hugging Face package gave for the bytes decoded with
 // errors="replace"; with --special-tokens its default encode, which adds the
 // post-processor's special tokens, checked against `encode_with_special_tokens`; without,
 // its add_special_tokens=False, checked against `encode`; with --split the byte lengths of
 // the package's pre-tokenizer pieces, checked against `pretokenize` of the
-// replacement-decoded text). Prints the count, the first
+// replacement-decoded text; with --nfc the code points of the package's NFC of the text,
+// checked against nfc_normalizer). Prints the count, the first
 // mismatches, the split and whether the fast encoder (bpe_backtracking.hpp) was on; exit 0
 // when every string matches (and, with --fast, the fast encoder was on).
 #include <charconv>
@@ -23,16 +24,17 @@ int hex(char c) { return c <= '9' ? c - '0' : (c | 0x20) - 'a' + 10; }
 }  // namespace
 
 int main(int argc, char** argv) {
-  bool need_fast = false, specials = false, split = false, usage = argc < 3;
+  bool need_fast = false, specials = false, split = false, nfc = false, usage = argc < 3;
   for (int i = 3; i < argc; ++i) {
     const std::string flag = argv[i];
     need_fast = need_fast || flag == "--fast";
     specials = specials || flag == "--special-tokens";
     split = split || flag == "--split";
-    usage = usage || (flag != "--fast" && flag != "--special-tokens" && flag != "--split");
+    nfc = nfc || flag == "--nfc";
+    usage = usage || (flag != "--fast" && flag != "--special-tokens" && flag != "--split" && flag != "--nfc");
   }
   if (usage) {
-    std::fprintf(stderr, "usage: bpe_check tokenizer.json cases.txt [--fast] [--special-tokens | --split]\n");
+    std::fprintf(stderr, "usage: bpe_check tokenizer.json cases.txt [--fast] [--special-tokens | --split | --nfc]\n");
     return 2;
   }
   try {
@@ -60,7 +62,18 @@ int main(int argc, char** argv) {
       }
       got.clear();
       const auto t0 = std::chrono::steady_clock::now();
-      if (split) {
+      if (nfc) {
+        std::string clean, normalized;
+        std::vector<std::uint32_t> scratch;
+        hybridcache::sim::utf8_replace_invalid(raw, clean);
+        hybridcache::sim::nfc_normalizer::get().normalize(clean, normalized, scratch);
+        for (std::size_t i = 0; i < normalized.size();) {
+          std::size_t len = 0;
+          got.push_back(static_cast<int>(hybridcache::sim::bpe_detail::decode_at(
+              reinterpret_cast<const unsigned char*>(normalized.data()) + i, len)));
+          i += len;
+        }
+      } else if (split) {
         std::string clean;
         hybridcache::sim::utf8_replace_invalid(raw, clean);
         (void)hybridcache::sim::pretokenize(tok.pre_tokenizer(), clean,
@@ -84,7 +97,7 @@ int main(int argc, char** argv) {
     }
     std::printf("bpe_check %s: %ld strings, %ld mismatches (split %s%s, Unicode tables %s, fast encoder %s), %.3f s\n", argv[1], total,
                 bad, std::string(hybridcache::sim::split_pattern_name(tok.pre_tokenizer())).c_str(),
-                specials ? ", with special tokens" : split ? ", pieces" : "", hybridcache::sim::data::unicode_ln_version, tok.fast_encoder() ? "on" : "off",
+                specials ? ", with special tokens" : split ? ", pieces" : nfc ? ", NFC" : "", hybridcache::sim::data::unicode_ln_version, tok.fast_encoder() ? "on" : "off",
                 seconds);
     return bad == 0 && total > 0 && (tok.fast_encoder() || !need_fast) ? 0 : 1;
   } catch (const std::exception& e) {

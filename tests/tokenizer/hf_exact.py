@@ -5,7 +5,8 @@
    PyPI when missing). When it cannot be had, exits 77 (ctest: SKIPPED).
 2. Trains small byte-level BPE tokenizers (ByteLevel pre-tokenizer, add_prefix_space=False,
    use_regex=True; and Split by the Llama 3, Qwen 2 and GPT-2 regexes then ByteLevel without
-   regex, the Llama 3 one with its BOS template post-processor) on bundled text: the
+   regex, the Llama 3 one with its BOS template post-processor, the Qwen 2 one after the NFC
+   normalizer) on bundled text: the
    repository's docs/*.md and tests/data/bpe_corpus.txt.
 3. Generates test strings (corpus lines, random mixes of ASCII, whitespace runs, Unicode
    spaces, contractions, CJK, kana, hangul, emoji with ZWJ, combining marks, added tokens,
@@ -94,9 +95,11 @@ def pre_tokenizer(split):
                                     pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
 
 
-def train(lines, vocab_size, full_alphabet, path, split=None, bos=False):
-    from tokenizers import Tokenizer, models, pre_tokenizers, processors, trainers
+def train(lines, vocab_size, full_alphabet, path, split=None, bos=False, nfc=False):
+    from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, processors, trainers
     tok = Tokenizer(models.BPE())
+    if nfc:  # Qwen 2's normalizer
+        tok.normalizer = normalizers.NFC()
     tok.pre_tokenizer = pre_tokenizer(split)
     specials = SPECIALS + ([BOS] if bos else [])
     kw = dict(vocab_size=vocab_size, special_tokens=specials, show_progress=False)
@@ -126,8 +129,30 @@ POOL = (
     # character before letters, CR/LF runs, punctuation with trailing newlines
     + ["'RE", "'Ve", "'lL", "'D", "'\u017f", "'\ufb05", "'\u212a", "\r", "\r\n\r\n", " \r\n", "\n x", "$word", "\tword",
        "\u3000word", "!!!\n\n", " !!!\r\n", "a\r\nb", "#!", " ?"]
+    # NFC (Qwen 2's normalizer): jamo, singletons, excluded composites, marks to reorder, marks
+    # newer than the package's Unicode data
+    + ["\u1100\u1161\u11a8", "\uac00\u11a8", "\uf900", "\u212b", "\u0344", "\u0958", "\u0b47\u0b3e", "\u1e9b\u0323",
+       "A\u030a\u0301", "\u0301", "\u0323\u0301\u0308", "\u00e9", "\u1dfa", "\u07fd", "\u0345", "\u05b7\u05b0"]
     + SPECIALS + ADDED + ["<|im_start|>user\n", "<tool", "_call>"]
 )
+
+
+def nfc_cases():
+    """Every code point with a canonical decomposition or combining class (Python's data), alone,
+    after a letter, and before and after marks of other classes; Hangul jamo sequences."""
+    import unicodedata
+    out = []
+    for cp in range(0x110000):
+        if 0xD800 <= cp <= 0xDFFF:
+            continue
+        c = chr(cp)
+        d = unicodedata.decomposition(c)
+        if unicodedata.combining(c) or (d and not d.startswith("<")):
+            out += [c, "a" + c, c + "\u0323\u0301", "e\u0301" + c + "\u0316", "\u1100" + c]
+    for l in range(0x1100, 0x1113, 3):
+        for v in range(0x1161, 0x1176, 4):
+            out += [chr(l) + chr(v), chr(l) + chr(v) + "\u11a8", chr(l) + chr(v) + "\u0301\u11af", "\uac00" + chr(0x11a8 + (v % 27))]
+    return [s.encode("utf-8") for s in out]
 
 
 def random_strings(rng, n):
@@ -206,11 +231,14 @@ def main():
         status = check(a, name, tok, path, cases, ["--fast"] if full else []) or status
     # The Split pre-tokenizers of Llama 3 (with its BOS post-processor) and Qwen 2, and
     # GPT-2's regex spelled as a Split.
-    for name, split, bos in (("llama3", LLAMA3_REGEX, True), ("qwen2", QWEN2_REGEX, False), ("gpt2_split", GPT2_REGEX, False)):
+    for name, split, bos, nfc in (("llama3", LLAMA3_REGEX, True, False), ("qwen2", QWEN2_REGEX, False, True),
+                                  ("gpt2_split", GPT2_REGEX, False, False)):
         path = os.path.join(a.work_dir, "tokenizer_%s.json" % name)
-        tok = train(lines, 4000, True, path, split=split, bos=bos)
+        tok = train(lines, 4000, True, path, split=split, bos=bos, nfc=nfc)
         status = check(a, name, tok, path, cases, ["--fast"]) or status
         status = check(a, name + "_pieces", tok, path, cases, ["--split"]) or status
+        if nfc:  # the normalizer alone, also on every character its data knows, alone and among marks
+            status = check(a, name + "_nfc", tok, path, cases + nfc_cases(), ["--nfc"]) or status
         if bos:
             status = check(a, name + "_bos", tok, path, cases, ["--fast", "--special-tokens"]) or status
     sharegpt = os.path.join(a.source_dir, "..", "shared", "data", "traces", "sharegpt_zh_1k", "sharegpt_zh_1K_format.jsonl")
@@ -235,6 +263,8 @@ def check(a, name, tok, path, cases, flags):
             text = raw.decode("utf-8", "replace")
             if "--split" in flags:  # the pre-tokenizer's pieces, as byte lengths (one character per byte after ByteLevel)
                 ids = [len(piece) for piece, _ in tok.pre_tokenizer.pre_tokenize_str(text)]
+            elif "--nfc" in flags:  # the normalizer's output, as code points
+                ids = [ord(c) for c in tok.normalizer.normalize_str(text)]
             else:
                 ids = tok.encode(text, add_special_tokens="--special-tokens" in flags).ids
             f.write(raw.hex() + "\t" + " ".join(map(str, ids)) + "\n")

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include <hybridcache/sim/bpe_tokenizer.hpp>
+#include <hybridcache/sim/unicode_nfc.hpp>
 
 #include "../support/bpe_random_model.hpp"
 
@@ -239,4 +240,50 @@ TEST_CASE("post-processors: TemplateProcessing's special tokens, only when asked
           "has no \"ids\"");
   rejects(R"({"type":"TemplateProcessing","single":[{"Sequence":{"id":"B","type_id":0}}],"special_tokens":{}})", "sequence \"A\" once");
   rejects(R"({"type":"Sequence","processors":[)" + bos_template + "," + bos_template + "]}", "two TemplateProcessing");
+}
+
+TEST_CASE("NFC with the package's data, by hand") {
+  const nfc_normalizer& nfc = nfc_normalizer::get();
+  auto norm = [&](std::string_view s) {
+    std::string out;
+    std::vector<std::uint32_t> scratch;
+    nfc.normalize(s, out, scratch);
+    return out;
+  };
+  CHECK(norm("e\xCC\x81") == "\xC3\xA9");                        // e + U+0301 -> U+00E9
+  CHECK(norm("\xE2\x84\xAB") == "\xC3\x85");                     // U+212B ANGSTROM SIGN -> U+00C5 (a singleton)
+  CHECK(norm("\xEF\xA4\x80") == "\xE8\xB1\x88");                 // U+F900 -> U+8C48 (a compatibility ideograph)
+  CHECK(norm("\xE1\x84\x80\xE1\x85\xA1\xE1\x86\xA8") == "\xEA\xB0\x81");  // jamo L V T -> U+AC01
+  CHECK(norm("a\xCC\x81\xCC\xA3") == "\xE1\xBA\xA1\xCC\x81");    // reordered (220 before 230), then a + U+0323 composes
+  CHECK(norm("a\xCC\x81\xCC\x81") == "\xC3\xA1\xCC\x81");        // the second acute is blocked by the first
+  CHECK(norm("\xE0\xA5\x98") == "\xE0\xA4\x95\xE0\xA4\xBC");     // U+0958: an excluded composite stays decomposed
+  CHECK(norm("\xCD\x84") == "\xCC\x88\xCC\x81");                 // U+0344: a decomposition starting with a mark
+  CHECK(norm("\xE1\xB7\xBA" "a") == "\xE1\xB7\xBA" "a");         // U+1DFA: newer than the package's data, left alone
+  CHECK(nfc.combining_class(0x0301) == 230);
+  CHECK(nfc.combining_class(0x1DFA) == 0);
+  CHECK(nfc.inert("hello \xE4\xBD\xA0\xE5\xA5\xBD \xC3\xA9"));  // ASCII, CJK, a precomposed letter
+  CHECK_FALSE(nfc.inert("e\xCC\x81"));
+  CHECK_FALSE(nfc.inert("\xE2\x84\xAB"));
+  CHECK_FALSE(nfc.inert("\xE1\x84\x80\xE1\x85\xA1"));
+}
+
+TEST_CASE("normalizers: NFC loads and applies before the split; others are rejected") {
+  const std::string pre = R"({"type":"ByteLevel","add_prefix_space":false,"trim_offsets":true,"use_regex":true})";
+  auto with_normalizer = [&](const std::string& normalizer) {
+    std::string json = with(pre);
+    const std::string null_normalizer = R"("normalizer":null)";
+    json.replace(json.find(null_normalizer), null_normalizer.size(), R"("normalizer":)" + normalizer);
+    return json;
+  };
+  for (const std::string& n : {std::string(R"({"type":"NFC"})"), std::string(R"({"type":"Sequence","normalizers":[{"type":"NFC"}]})")}) {
+    auto tok = bpe_tokenizer::from_json(with_normalizer(n));
+    CHECK(tok.encode("e\xCC\x81<|x|>\xE2\x84\xAB") == tok.encode("\xC3\xA9<|x|>\xC3\x85"));
+    CHECK(tok.encode("x\xFF") == tok.encode("x\xEF\xBF\xBD"));  // ill-formed input: replaced, then normalized
+  }
+  auto plain = bpe_tokenizer::from_json(with(pre));
+  CHECK(plain.encode("e\xCC\x81") != plain.encode("\xC3\xA9"));
+  for (const std::string& n : {std::string(R"({"type":"NFKC"})"), std::string(R"({"type":"Lowercase"})"),
+                               std::string(R"({"type":"Sequence","normalizers":[{"type":"NFC"},{"type":"Lowercase"}]})")}) {
+    CHECK_THROWS_AS((void)bpe_tokenizer::from_json(with_normalizer(n)), hybridcache::invalid_argument);
+  }
 }

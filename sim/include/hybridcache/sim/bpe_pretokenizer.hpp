@@ -1,8 +1,8 @@
 // hybridcache/sim/bpe_pretokenizer.hpp
 //
-// The pre-tokenizer and post-processor of a byte-level BPE tokenizer.json
-// (bpe_tokenizer.hpp) that sit around the model: which regex splits the text into
-// pre-tokens, and which special tokens `encode` adds around a sequence.
+// The components of a byte-level BPE tokenizer.json (bpe_tokenizer.hpp) that sit around
+// the model: whether the text is normalized first (NFC, unicode_nfc.hpp), which regex
+// splits it into pre-tokens, and which special tokens `encode` adds around a sequence.
 //
 // Splits. There is no regex engine here: a tokenizer.json names its split by a regex, and
 // the three spellings models ship are recognised exactly and each is a hand-written scanner
@@ -233,6 +233,21 @@ inline split_pattern split_of(const json_value& v, const std::string& name) {
   if (bpe_detail::byte_level_use_regex(parts[1], name))
     bpe_detail::unsupported_component(name, "ByteLevel use_regex = true after a Split (two splits)");
   return p;
+}
+
+/// Whether a tokenizer.json's "normalizer" is NFC (Qwen 2, 2.5, 3): false for null, true for
+/// NFC alone or in a one-element Sequence. Throws `invalid_argument` naming anything else.
+[[nodiscard]] inline bool parse_normalizer(const json_value& v, const std::string& name) {
+  if (v.is_null()) return false;
+  const std::string& type = bpe_detail::json_type(v, name, "normalizer");
+  if (type == "NFC") return true;
+  if (type == "Sequence") {
+    const auto& parts = bpe_detail::json_array(v, "normalizers", name, "normalizer Sequence");
+    if (parts.empty()) return false;
+    if (parts.size() == 1) return parse_normalizer(parts[0], name);
+    bpe_detail::unsupported_component(name, "a normalizer Sequence of more than one normalizer");
+  }
+  bpe_detail::unsupported_component(name, "normalizer '" + type + "'");
 }
 
 /// The special tokens a tokenizer.json's "post_processor" adds around one sequence: none for

@@ -10,7 +10,9 @@
 //                  the tokens with "normalized": false over the whole text, then those with
 //                  "normalized": true over what is left. "single_word", "lstrip" and
 //                  "rstrip" must be false.
-//   normalizer     must be null.
+//   normalizer     null, or NFC (alone or in a one-element Sequence; Qwen 2, 2.5, 3) with
+//                  the package's Unicode data (unicode_nfc.hpp): applied to the text
+//                  between non-normalized added tokens, before normalized ones are split out.
 //   pre_tokenizer  ByteLevel with "add_prefix_space": false and "use_regex": true: the
 //                  GPT-2 split
 //                    's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
@@ -84,6 +86,7 @@
 #include "hybridcache/sim/json.hpp"
 #include "hybridcache/sim/json_value.hpp"
 #include "hybridcache/sim/request.hpp"
+#include "hybridcache/sim/unicode_nfc.hpp"
 #include "hybridcache/sim/utf8_pretokenize.hpp"
 
 namespace hybridcache::sim {
@@ -236,7 +239,7 @@ class bpe_tokenizer {
       }
       const json_value v = json_value::read(cursor, k);
       if (k == "normalizer") {
-        if (!v.is_null()) unsupported(name, "normalizer '" + bpe_detail::json_type(v, name, "normalizer") + "'");
+        nfc_ = parse_normalizer(v, name);
       } else if (k == "pre_tokenizer") {
         pattern_ = parse_pre_tokenizer(v, name);
       } else if (k == "post_processor") {
@@ -385,11 +388,27 @@ class bpe_tokenizer {
 
   void encode_valid(std::string_view text, std::vector<token_id>& out) {
     if (added_.empty()) {
-      encode_plain(text, out);
+      encode_plain(normalized(text), out);
       return;
     }
-    // Pass 1: tokens with normalized = false; pass 2 (inside): normalized = true.
+    // Pass 1: tokens with normalized = false; pass 2 (inside, on the normalized text):
+    // normalized = true.
     split_added(text, false, out);
+  }
+
+  // `text` after the normalizer: itself, or NFC of it in `nfc_text_` (valid only until the
+  // next call). Ill-formed UTF-8 sets `ill_formed_` (the encode is redone on repaired text).
+  std::string_view normalized(std::string_view text) {
+    if (!nfc_ || ill_formed_) return text;
+    if (!is_valid_utf8(text)) {
+      ill_formed_ = true;
+      return text;
+    }
+    const nfc_normalizer& nfc = nfc_normalizer::get();
+    if (nfc.inert(text)) return text;
+    nfc_text_.clear();
+    nfc.normalize(text, nfc_text_, nfc_cps_);
+    return nfc_text_;
   }
 
   void split_added(std::string_view text, bool normalized, std::vector<token_id>& out) {
@@ -422,7 +441,7 @@ class bpe_tokenizer {
   void emit_segment(std::string_view segment, bool normalized_pass, std::vector<token_id>& out) {
     if (segment.empty()) return;
     if (!normalized_pass)
-      split_added(segment, true, out);
+      split_added(normalized(segment), true, out);  // the second pass emits without normalizing again
     else
       encode_plain(segment, out);
   }
@@ -498,6 +517,9 @@ class bpe_tokenizer {
   bpe_backtracking_encoder fast_;    // exact, faster
   std::vector<added_token> added_;
   std::array<token_id, 256> byte_ids_{};
+  bool nfc_ = false;                   // normalizer NFC
+  std::string nfc_text_;               // the normalized segment being encoded
+  std::vector<std::uint32_t> nfc_cps_;  // scratch of the normalizer
   split_pattern pattern_ = split_pattern::gpt2;
   special_token_template specials_;
   bool ignore_merges_ = false;
