@@ -111,6 +111,15 @@ def train(lines, vocab_size, full_alphabet, path, split=None, bos=False, nfc=Fal
         template = processors.TemplateProcessing(single=BOS + " $A", special_tokens=[(BOS, tok.token_to_id(BOS))])
         tok.post_processor = processors.Sequence([processors.ByteLevel(trim_offsets=False), template])
     tok.save(path)
+    if nfc:  # the model fields of Qwen's files: "" prefixes and an unk token (no-ops with every byte in the vocab)
+        import json
+        from tokenizers import Tokenizer as T
+        with open(path, encoding="utf-8") as f:
+            doc = json.load(f)
+        doc["model"].update({"continuing_subword_prefix": "", "end_of_word_suffix": "", "unk_token": SPECIALS[2]})
+        with open(path, "w", encoding="utf-8") as f:
+            json.dump(doc, f, ensure_ascii=False)
+        tok = T.from_file(path)
     return tok
 
 

@@ -287,3 +287,24 @@ TEST_CASE("normalizers: NFC loads and applies before the split; others are rejec
     CHECK_THROWS_AS((void)bpe_tokenizer::from_json(with_normalizer(n)), hybridcache::invalid_argument);
   }
 }
+
+TEST_CASE("model fields real files hold: empty prefixes and an unk token that cannot be emitted") {
+  const std::string pre = R"({"type":"ByteLevel","add_prefix_space":false,"trim_offsets":true,"use_regex":true})";
+  auto with_model = [&](const std::string& fields) {
+    std::string json = with(pre);
+    const std::string at = R"("byte_fallback":false)";
+    json.replace(json.find(at), at.size(), at + fields);
+    return json;
+  };
+  auto tok = bpe_tokenizer::from_json(with_model(R"(,"continuing_subword_prefix":"","end_of_word_suffix":"")"));
+  CHECK(tok.encode("abc") == std::vector<token_id>{'a', 259});
+  CHECK(bpe_tokenizer::from_json(with_model(R"(,"unk_token":"<|x|>")")).encode("abc") == std::vector<token_id>{'a', 259});
+  // Without byte 'z' (id 122) the unknown token could be emitted: rejected.
+  std::string missing = with_model(R"(,"unk_token":"<|x|>")");
+  missing.erase(missing.find(R"("z":122,)"), std::string_view(R"("z":122,)").size());
+  CHECK_THROWS_AS((void)bpe_tokenizer::from_json(missing), hybridcache::invalid_argument);
+  for (const std::string& bad : {std::string(R"(,"continuing_subword_prefix":"##")"), std::string(R"(,"end_of_word_suffix":"</w>")"),
+                                 std::string(R"(,"dropout":0.1)"), std::string(R"(,"unk_token":7)")}) {
+    CHECK_THROWS_AS((void)bpe_tokenizer::from_json(with_model(bad)), hybridcache::invalid_argument);
+  }
+}

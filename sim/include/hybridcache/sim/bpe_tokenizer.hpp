@@ -26,10 +26,11 @@
 //                  White_Space (Oniguruma's \s).
 //   model          BPE: "vocab" and "merges" (either "a b" strings or ["a", "b"] pairs);
 //                  a merge's priority is its index (lowest first; equal pairs leftmost
-//                  first); "ignore_merges" supported; "dropout", "unk_token",
-//                  "continuing_subword_prefix", "end_of_word_suffix" must be null and
-//                  "byte_fallback" false. A byte missing from the vocabulary is dropped, as
-//                  the package does without an unk token.
+//                  first); "ignore_merges" supported; "dropout" must be null,
+//                  "continuing_subword_prefix" and "end_of_word_suffix" null or "" (no-ops),
+//                  "unk_token" null or, when every byte is in the vocabulary, anything
+//                  (then it is never emitted), and "byte_fallback" false. A byte missing
+//                  from the vocabulary is dropped, as the package does without an unk token.
 //   post_processor null, ByteLevel (which changes offsets only), TemplateProcessing
 //                  (its "single" template), or a Sequence of those: `encode` is the
 //                  package's encode(text, add_special_tokens=False), what a server does
@@ -293,6 +294,7 @@ class bpe_tokenizer {
     };
     std::vector<merge_spelling> merge_pairs;
     std::string type;
+    bool has_unk = false;
     while (cursor.next_member(key)) {
       const std::string k(key);
       if (k == "vocab") {
@@ -344,8 +346,14 @@ class bpe_tokenizer {
         if (k == "type") {
           if (v.kind() != json_kind::string) throw invalid_argument("tokenizer '" + name + "': model.type must be a string");
           type = v.as_string();
-        } else if (k == "dropout" || k == "unk_token" || k == "continuing_subword_prefix" || k == "end_of_word_suffix") {
-          require_null_or(&v, name, "model." + k);
+        } else if (k == "dropout") {
+          require_null_or(&v, name, "model.dropout");
+        } else if (k == "continuing_subword_prefix" || k == "end_of_word_suffix") {
+          // "" (what Qwen's and GPT-2's files hold) adds nothing to any token: the same as null.
+          if (!v.is_null() && !(v.kind() == json_kind::string && v.as_string().empty())) unsupported(name, "model." + k + " other than null or \"\"");
+        } else if (k == "unk_token") {
+          if (!v.is_null() && v.kind() != json_kind::string) throw invalid_argument("tokenizer '" + name + "': model.unk_token must be a string or null");
+          has_unk = !v.is_null();
         } else if (k == "byte_fallback") {
           if (v.kind() == json_kind::boolean && v.as_bool()) unsupported(name, "model.byte_fallback = true");
         } else if (k == "ignore_merges") {
@@ -376,6 +384,10 @@ class bpe_tokenizer {
       bpe_detail::append_utf8(s, map[b]);
       byte_ids_[b] = vocab_.find(s);
     }
+    // An unknown token is emitted only for a byte the vocabulary lacks; with every byte in it
+    // (every byte-level BPE a trainer writes) it never is, and the model is plain BPE.
+    if (has_unk && std::any_of(byte_ids_.begin(), byte_ids_.end(), [](token_id id) { return id < 0; }))
+      unsupported(name, "model.unk_token with bytes missing from the vocab (the unknown token would be emitted)");
     if (ignore_merges_) {
       std::string bytes;
       vocab_.for_each([&](std::string_view token, token_id id) {
