@@ -61,6 +61,11 @@ void chat_marconi_alpha1(benchmark::State& s) { run<pc::judicious_admission>(s, 
 void chat_marconi_auto(benchmark::State& s) {
   run<pc::judicious_admission>(s, chat_trace(), 5'000'000'000, 1, flop_alpha0, pc::tuning_config{.threads = 1});
 }
+// The adaptive selector (what --policy marconi runs by default) against one fixed policy at
+// the same capacity: issue #14's loop-time ratio, side by side in one run.
+void chat_marconi_selector(benchmark::State& s) {
+  run<pc::judicious_admission>(s, chat_trace(), 5'000'000'000, 1, replay_bench::marconi_selector);
+}
 
 void mooncake(benchmark::State& s, int policy) {
   const auto* t = mooncake_trace();
@@ -72,7 +77,8 @@ void mooncake(benchmark::State& s, int policy) {
   switch (policy) {
     case 0: run<pc::judicious_admission>(s, *t, cap, 512, heapq_lru); break;
     case 1: run<pc::every_block_admission<1>>(s, *t, cap, 512, heapq_lru); break;
-    default: run<pc::judicious_admission>(s, *t, cap, 512, flop_alpha1); break;
+    case 2: run<pc::judicious_admission>(s, *t, cap, 512, flop_alpha1); break;
+    default: run<pc::judicious_admission>(s, *t, cap, 512, replay_bench::marconi_selector); break;
   }
 }
 
@@ -83,7 +89,9 @@ BENCHMARK(chat_sglang_plus_node_id_ties)->Unit(benchmark::kMillisecond);
 BENCHMARK(chat_vllm_plus)->Unit(benchmark::kMillisecond);
 BENCHMARK(chat_marconi_alpha1)->Unit(benchmark::kMillisecond);
 BENCHMARK(chat_marconi_auto)->Unit(benchmark::kMillisecond);
+BENCHMARK(chat_marconi_selector)->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(mooncake, sglang_plus, 0)->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(mooncake, vllm_plus, 1)->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(mooncake, marconi_alpha1, 2)->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(mooncake, marconi_selector, 3)->Unit(benchmark::kMillisecond);
 BENCHMARK_MAIN();
