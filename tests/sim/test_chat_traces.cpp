@@ -272,6 +272,32 @@ TEST_CASE("chat templates") {
   CHECK(p.prefix[1] == "U: ");
   CHECK(p.suffix[2] == "\n");
   CHECK(p.prefix[0].empty());
+  CHECK(p.begin.empty());
+  // "begin" opens every prompt (Llama 3's BOS); prompts still extend each other.
+  const auto l3 = chat_template::from_file(examples / "llama3_template.json");
+  CHECK(l3.begin == "<|begin_of_text|>");
+  CHECK(l3.prefix[2] == "<|start_header_id|>assistant<|end_header_id|>\n\n");
+  chat_options with_begin;
+  with_begin.chat = chat_template::from_json(R"({"begin": "BOS", "user": {"prefix": "U: "}, "assistant": {"prefix": "A: "}})");
+  const auto plain = all<openai_reader>(examples / "openai_agent.jsonl", chat_options{});
+  const auto begun = all<openai_reader>(examples / "openai_agent.jsonl", with_begin);
+  std::vector<token_id> bos;
+  tokenize_text("BOS", bos);
+  REQUIRE(begun.size() == plain.size());
+  REQUIRE(begun.size() >= 2);
+  for (const auto& r : begun) {
+    REQUIRE(r.input.size() > bos.size());
+    CHECK(std::equal(bos.begin(), bos.end(), r.input.begin()));
+    CHECK(r.input_tokens == static_cast<std::int64_t>(r.input.size()));
+  }
+  for (std::size_t i = 1; i < begun.size(); ++i) {
+    if (begun[i].session_id != begun[i - 1].session_id) continue;
+    std::vector<token_id> before = begun[i - 1].input;
+    before.insert(before.end(), begun[i - 1].output.begin(), begun[i - 1].output.end());
+    CHECK(std::equal(before.begin(), before.end(), begun[i].input.begin()));
+  }
+  CHECK_THROWS_AS((void)chat_template::from_json(R"({"begin": "a", "begin": "b"})"), format_error);
+  CHECK_THROWS_AS((void)chat_template::from_json(R"({"begin": {}})"), format_error);
   CHECK_THROWS_AS((void)chat_template::from_json(R"({"robot": {}})"), format_error);
   CHECK_THROWS_AS((void)chat_template::from_json(R"({"user": {"middle": "x"}})"), format_error);
   CHECK_THROWS_AS((void)chat_template::from_file("/nonexistent/t.json"), invalid_argument);

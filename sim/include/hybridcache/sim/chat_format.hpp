@@ -80,6 +80,7 @@ struct chat_conversation {
 struct chat_template {
   std::array<std::string, 4> prefix;  ///< indexed by chat_role
   std::array<std::string, 4> suffix;
+  std::string begin;  ///< before the first message of every prompt (Llama 3: "<|begin_of_text|>")
 
   /// The default: ChatML (`<|im_start|>ROLE\n` ... `<|im_end|>\n`).
   [[nodiscard]] static chat_template chatml() {
@@ -93,7 +94,8 @@ struct chat_template {
   }
 
   /// Parses a template file: a JSON object {"ROLE": {"prefix": "...", "suffix": "..."}}
-  /// for ROLE in system, user, assistant, tool; a missing role or key is empty.
+  /// for ROLE in system, user, assistant, tool, and optionally "begin": "..." (text before
+  /// the first message of every prompt); a missing role or key is empty.
   [[nodiscard]] static chat_template from_json(std::string_view text) {
     chat_template t;
     json_cursor c(text);
@@ -102,12 +104,17 @@ struct chat_template {
     std::uint32_t seen = 0;
     while (c.next_member(key)) {
       const std::string role(key);
+      if (role == "begin") {
+        c.mark_key(seen, std::uint32_t{1} << 4, role);
+        t.begin = std::string(c.read_string(role));
+        continue;
+      }
       std::size_t r = 4;
       if (role == "system") r = 0;
       if (role == "user") r = 1;
       if (role == "assistant") r = 2;
       if (role == "tool") r = 3;
-      if (r == 4) c.fail(role, "unknown role (expected system, user, assistant or tool)");
+      if (r == 4) c.fail(role, "unknown role (expected system, user, assistant, tool, or begin)");
       c.mark_key(seen, std::uint32_t{1} << r, role);
       c.begin_object(role);
       std::string_view member;

@@ -70,6 +70,7 @@ class chat_reader {
       encode(options_.chat.prefix[r], prefix_tokens_[r]);
       encode(options_.chat.suffix[r], suffix_tokens_[r]);
     }
+    encode(options_.chat.begin, begin_tokens_);
   }
 
   bool next(request& r) {
@@ -146,13 +147,13 @@ class chat_reader {
   }
 
   void build_input(const session& s, std::size_t call, std::vector<token_id>& out) const {
-    out.clear();
+    out.assign(begin_tokens_.begin(), begin_tokens_.end());
     for (std::size_t i = 0; i < call; ++i) append_message(s, i, collapsed_at(s, i, call), out);
     out.insert(out.end(), prefix_tokens_[2].begin(), prefix_tokens_[2].end());
   }
 
   [[nodiscard]] std::int64_t input_length(const session& s, std::size_t call) const noexcept {
-    std::size_t n = prefix_tokens_[2].size();
+    std::size_t n = begin_tokens_.size() + prefix_tokens_[2].size();
     for (std::size_t i = 0; i < call; ++i) {
       const auto r = static_cast<std::size_t>(s.roles[i]);
       n += prefix_tokens_[r].size() + suffix_tokens_[r].size() + (collapsed_at(s, i, call) ? s.collapsed[i] : s.content[i]).size();
@@ -249,6 +250,7 @@ class chat_reader {
   chat_options options_;
   std::array<std::vector<token_id>, 4> prefix_tokens_;
   std::array<std::vector<token_id>, 4> suffix_tokens_;
+  std::vector<token_id> begin_tokens_;  // the template's "begin", before every prompt
   chat_conversation conversation_;
   std::int64_t next_session_ = 0;
   double last_start_ = -std::numeric_limits<double>::infinity();
