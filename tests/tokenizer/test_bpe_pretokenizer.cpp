@@ -265,6 +265,30 @@ TEST_CASE("NFC with the package's data, by hand") {
   CHECK_FALSE(nfc.inert("e\xCC\x81"));
   CHECK_FALSE(nfc.inert("\xE2\x84\xAB"));
   CHECK_FALSE(nfc.inert("\xE1\x84\x80\xE1\x85\xA1"));
+  // scan's three-byte shortcut (by block) against the definition, on every code point; a
+  // character NFC changes alone is one `scan` reports.
+  std::size_t changing = 0;
+  for (std::uint32_t cp = 0; cp <= 0x10FFFF; ++cp) {
+    if (cp >= 0xD800 && cp <= 0xDFFF) continue;
+    std::string c;
+    if (cp < 0x10000) {
+      bpe_detail::append_utf8(c, cp);
+    } else {
+      c = {static_cast<char>(0xF0 | (cp >> 18)), static_cast<char>(0x80 | ((cp >> 12) & 0x3F)), static_cast<char>(0x80 | ((cp >> 6) & 0x3F)),
+           static_cast<char>(0x80 | (cp & 0x3F))};
+    }
+    const auto want = nfc.attention(cp) ? nfc_normalizer::text_state::changes : nfc_normalizer::text_state::inert;
+    REQUIRE(nfc.scan(c) == want);
+    REQUIRE(nfc.scan("x" + c + "y") == want);
+    if (norm(c) != c) {
+      ++changing;
+      REQUIRE(want == nfc_normalizer::text_state::changes);
+    }
+  }
+  CHECK(changing > 1000);  // singletons (CJK compatibility ideographs), excluded composites, ...
+  CHECK(nfc.scan("ab\xE4\xBD") == nfc_normalizer::text_state::ill_formed);
+  CHECK(nfc.scan("\xED\xA0\x80") == nfc_normalizer::text_state::ill_formed);  // a surrogate
+  CHECK(nfc.scan("\xE0\x80\x80") == nfc_normalizer::text_state::ill_formed);  // overlong
 }
 
 TEST_CASE("normalizers: NFC loads and applies before the split; others are rejected") {

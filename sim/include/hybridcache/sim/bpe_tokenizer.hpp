@@ -412,12 +412,10 @@ class bpe_tokenizer {
   // next call). Ill-formed UTF-8 sets `ill_formed_` (the encode is redone on repaired text).
   std::string_view normalized(std::string_view text) {
     if (!nfc_ || ill_formed_) return text;
-    if (!is_valid_utf8(text)) {
-      ill_formed_ = true;
-      return text;
-    }
     const nfc_normalizer& nfc = nfc_normalizer::get();
-    if (nfc.inert(text)) return text;
+    const auto state = nfc.scan(text);
+    if (state == nfc_normalizer::text_state::ill_formed) ill_formed_ = true;
+    if (state != nfc_normalizer::text_state::changes) return text;
     nfc_text_.clear();
     nfc.normalize(text, nfc_text_, nfc_cps_);
     return nfc_text_;

@@ -11,10 +11,10 @@
 // composition (each character joins the last starter before it when nothing between blocks
 // it and the pair is a primary composite; Hangul L+V and LV+T algorithmically).
 //
-// Most text needs none of that: `inert` tells, one table load per character (a bitmap of
-// 256-code-point blocks holding any character that NFC changes alone, that has a combining
-// class or that composes onto the character before it; ASCII and nearly all CJK ideographs
-// are in blocks without one), whether NFC leaves a text unchanged.
+// Most text needs none of that: `scan` tells, one bit per character (a bitmap of the BMP
+// marking every character that NFC changes alone, that has a combining class or that
+// composes onto the character before it; above the BMP, blocks of 256 code points and a
+// binary search), whether NFC leaves a text unchanged.
 //
 // Costs: `inert` O(n); `normalize` O(n log t) (t: table sizes, binary searches) plus the
 // sort of each run of marks (runs are short). Building the tables once: O(t), thread-safe.
@@ -43,23 +43,44 @@ class nfc_normalizer {
     return n;
   }
 
-  /// True when NFC leaves `text` unchanged: no character that NFC changes alone, that has a
-  /// combining class or that composes onto the one before it. `text` must be valid UTF-8.
-  [[nodiscard]] bool inert(std::string_view text) const noexcept {
+  /// What `scan` finds in a text.
+  enum class text_state : std::uint8_t { inert, changes, ill_formed };
+
+  /// One pass over any bytes: `ill_formed` at an ill-formed UTF-8 sequence, else `changes`
+  /// when some character needs NFC's attention (NFC changes it alone, it has a combining
+  /// class, or it composes onto the one before it), else `inert` (NFC leaves the text as
+  /// it is).
+  [[nodiscard]] text_state scan(std::string_view text) const noexcept {
     const auto* s = reinterpret_cast<const unsigned char*>(text.data());
     const std::size_t n = text.size();
+    text_state state = text_state::inert;
     for (std::size_t i = 0; i < n;) {
-      if (s[i] < 0x80) {  // ASCII: inert (no combining class, no decomposition, composes with nothing before it)
+      const unsigned b0 = s[i];
+      if (b0 < 0x80) {  // ASCII: no combining class, no decomposition, composes with nothing before it
         ++i;
         continue;
       }
+      if (b0 - 0xE0u < 0x10u && i + 2 < n) {  // three bytes (most of CJK): one bit of the BMP map
+        const unsigned b1 = s[i + 1], b2 = s[i + 2];
+        const bool well_formed = ((b1 & 0xC0u) | ((b2 & 0xC0u) >> 2)) == 0xA0u && !(b0 == 0xE0 && b1 < 0xA0) && !(b0 == 0xED && b1 >= 0xA0);
+        if (well_formed) {
+          const std::uint32_t cp = ((b0 & 0x0Fu) << 12) | ((b1 & 0x3Fu) << 6) | (b2 & 0x3Fu);
+          if ((bmp_[cp >> 6] >> (cp & 63)) & 1u) state = text_state::changes;
+          i += 3;
+          continue;
+        }
+      }
       std::size_t len = 0;
-      const std::uint32_t cp = bpe_detail::decode_at(s + i, len);
-      if (attention(cp)) return false;
+      const std::uint32_t cp = bpe_detail::decode_checked(s + i, n - i, len);
+      if (cp == bpe_detail::ill_formed) return text_state::ill_formed;
+      if (attention(cp)) state = text_state::changes;
       i += len;
     }
-    return true;
+    return state;
   }
+
+  /// True when NFC leaves `text` (valid UTF-8) unchanged. See `scan`.
+  [[nodiscard]] bool inert(std::string_view text) const noexcept { return scan(text) == text_state::inert; }
 
   /// Appends NFC(`text`) to `out` (valid UTF-8 in, valid UTF-8 out); `cps` is scratch.
   void normalize(std::string_view text, std::string& out, std::vector<std::uint32_t>& cps) const {
@@ -73,6 +94,13 @@ class nfc_normalizer {
     reorder(cps);
     compose(cps);
     for (const std::uint32_t cp : cps) append(out, cp);
+  }
+
+  /// True when NFC may change text holding `cp` (<= U+10FFFF): NFC changes it alone, it has
+  /// a combining class, or it composes onto the character before it.
+  [[nodiscard]] bool attention(std::uint32_t cp) const noexcept {
+    if (cp < 0x10000) return ((bmp_[cp >> 6] >> (cp & 63)) & 1u) != 0;
+    return blocks_[cp >> 8] && std::binary_search(special_.begin(), special_.end(), cp);
   }
 
   /// The canonical combining class of `cp` (0 for starters and for code points the data
@@ -117,13 +145,12 @@ class nfc_normalizer {
     }
     std::sort(special_.begin(), special_.end());
     special_.erase(std::unique(special_.begin(), special_.end()), special_.end());
+    for (const std::uint32_t cp : special_)
+      if (cp < 0x10000) bmp_[cp >> 6] |= std::uint64_t{1} << (cp & 63);
   }
 
   [[nodiscard]] static std::uint64_t pair_key(std::uint32_t a, std::uint32_t b) noexcept { return (std::uint64_t{a} << 21) | b; }
 
-  [[nodiscard]] bool attention(std::uint32_t cp) const noexcept {
-    return blocks_[cp >> 8] && std::binary_search(special_.begin(), special_.end(), cp);
-  }
 
   void decompose(std::uint32_t cp, std::vector<std::uint32_t>& out) const {
     if (cp - s_base < s_count) {
@@ -203,6 +230,7 @@ class nfc_normalizer {
     out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
   }
 
+  std::array<std::uint64_t, 1024> bmp_{};  // one bit per BMP code point: special (8 KiB)
   std::array<bool, 0x1100> blocks_{};    // a 256-code-point block holds a special code point
   std::vector<std::uint32_t> special_;   // sorted: changed alone, has a class, or composes onto the previous
   std::unordered_map<std::uint64_t, std::uint32_t> pairs_;  // primary composites
