@@ -97,6 +97,35 @@ inline random_model make_model(std::mt19937_64& rng, int merge_count, bool wild)
   return m;
 }
 
+// The merge list a tiktoken vocabulary converts to (as Hugging Face converts Llama 3's and
+// Qwen's): the tokens of a `make_model` list keep their order (their rank), and each is made
+// by every split of its bytes into two tokens, its merges together, ordered by the parts'
+// ranks. Tokens are then often made by several merges; with `later_parts`, as the converter
+// does, also by splits into a token made after it (such a merge ranks before one of its
+// inputs is made: merges no longer apply in rank order).
+inline random_model make_tiktoken_model(std::mt19937_64& rng, int merge_count, bool wild, bool later_parts = false) {
+  const random_model base = make_model(rng, merge_count, wild);
+  random_model m;  // same byte ids; tokens re-made in base's order
+  std::map<std::string, std::size_t> rank_of;  // by bytes: bytes 0, merged tokens 1, 2, ...
+  for (int b = 0; b < 256; ++b) rank_of[std::string(1, static_cast<char>(b))] = 0;
+  for (std::size_t r = 0; r < base.merges.size(); ++r) rank_of[base.bytes(base.merges[r].made)] = r + 1;
+  for (std::size_t r = 0; r < base.merges.size(); ++r) {
+    const std::string& t = base.bytes(base.merges[r].made);
+    std::vector<std::pair<std::pair<std::size_t, std::size_t>, std::pair<std::string, std::string>>> splits;
+    for (std::size_t i = 1; i < t.size(); ++i) {
+      const auto l = rank_of.find(t.substr(0, i)), rr = rank_of.find(t.substr(i));
+      if (l == rank_of.end() || rr == rank_of.end()) continue;
+      if (!later_parts && (l->second > r || rr->second > r)) continue;
+      splits.push_back({{l->second, rr->second}, {l->first, rr->first}});
+    }
+    std::sort(splits.begin(), splits.end());
+    const token_id made = m.token_for(t);
+    for (const auto& sp : splits) m.merges.push_back({m.token_for(sp.second.first), m.token_for(sp.second.second), made});
+  }
+  m.finish();
+  return m;
+}
+
 inline std::string random_text(std::mt19937_64& rng, std::size_t max_chars) {
   std::uniform_int_distribution<std::size_t> len(1, max_chars), ch(0, alphabet.size() - 1);
   std::string s;

@@ -8,7 +8,8 @@
 // replacement-decoded text; with --nfc the code points of the package's NFC of the text,
 // checked against nfc_normalizer). Prints the count, the first
 // mismatches, the split and whether the fast encoder (bpe_backtracking.hpp) was on; exit 0
-// when every string matches (and, with --fast, the fast encoder was on).
+// when every string matches (and, with --fast, the fast encoder was on; with
+// --out-of-order, on for a merge list out of rank order).
 #include <charconv>
 #include <chrono>
 #include <cstdio>
@@ -24,17 +25,18 @@ int hex(char c) { return c <= '9' ? c - '0' : (c | 0x20) - 'a' + 10; }
 }  // namespace
 
 int main(int argc, char** argv) {
-  bool need_fast = false, specials = false, split = false, nfc = false, usage = argc < 3;
+  bool need_fast = false, specials = false, split = false, nfc = false, need_out_of_order = false, usage = argc < 3;
   for (int i = 3; i < argc; ++i) {
     const std::string flag = argv[i];
     need_fast = need_fast || flag == "--fast";
     specials = specials || flag == "--special-tokens";
     split = split || flag == "--split";
     nfc = nfc || flag == "--nfc";
-    usage = usage || (flag != "--fast" && flag != "--special-tokens" && flag != "--split" && flag != "--nfc");
+    need_out_of_order = need_out_of_order || flag == "--out-of-order";
+    usage = usage || (flag != "--fast" && flag != "--special-tokens" && flag != "--split" && flag != "--nfc" && flag != "--out-of-order");
   }
   if (usage) {
-    std::fprintf(stderr, "usage: bpe_check tokenizer.json cases.txt [--fast] [--special-tokens | --split | --nfc]\n");
+    std::fprintf(stderr, "usage: bpe_check tokenizer.json cases.txt [--fast] [--out-of-order] [--special-tokens | --split | --nfc]\n");
     return 2;
   }
   try {
@@ -95,11 +97,12 @@ int main(int argc, char** argv) {
         }
       }
     }
-    std::printf("bpe_check %s: %ld strings, %ld mismatches (split %s%s, Unicode tables %s, fast encoder %s), %.3f s\n", argv[1], total,
+    std::printf("bpe_check %s: %ld strings, %ld mismatches (split %s%s, Unicode tables %s, fast encoder %s%s), %.3f s\n", argv[1], total,
                 bad, std::string(hybridcache::sim::split_pattern_name(tok.pre_tokenizer())).c_str(),
-                specials ? ", with special tokens" : split ? ", pieces" : nfc ? ", NFC" : "", hybridcache::sim::data::unicode_ln_version, tok.fast_encoder() ? "on" : "off",
-                seconds);
-    return bad == 0 && total > 0 && (tok.fast_encoder() || !need_fast) ? 0 : 1;
+                specials ? ", with special tokens" : split ? ", pieces" : nfc ? ", NFC" : "", hybridcache::sim::data::unicode_ln_version,
+                tok.fast_encoder() ? "on" : "off", tok.fast_encoder() && !tok.merges_in_rank_order() ? ", merges out of rank order" : "", seconds);
+    const bool order_ok = !need_out_of_order || (tok.fast_encoder() && !tok.merges_in_rank_order());
+    return bad == 0 && total > 0 && (tok.fast_encoder() || !need_fast) && order_ok ? 0 : 1;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "bpe_check: %s\n", e.what());
     return 1;

@@ -123,6 +123,27 @@ def train(lines, vocab_size, full_alphabet, path, split=None, bos=False, nfc=Fal
     return tok
 
 
+def convert_like_tiktoken(src, dst):
+    """Rewrites a tokenizer.json's merges as Hugging Face converts a tiktoken vocabulary
+    (Llama 3, Qwen): for each token in id order, every split into two vocabulary tokens,
+    ordered by the parts' ids; ignore_merges on. Returns the package's tokenizer of it."""
+    import json
+    from tokenizers import Tokenizer
+    with open(src, encoding="utf-8") as f:
+        doc = json.load(f)
+    vocab = doc["model"]["vocab"]
+    merges = []
+    for token, _ in sorted(vocab.items(), key=lambda kv: kv[1]):
+        splits = sorted((vocab[token[:i]], vocab[token[i:]], token[:i], token[i:]) for i in range(1, len(token))
+                        if token[:i] in vocab and token[i:] in vocab)
+        merges += [[l, r] for _, _, l, r in splits]
+    doc["model"]["merges"] = merges
+    doc["model"]["ignore_merges"] = True
+    with open(dst, "w", encoding="utf-8") as f:
+        json.dump(doc, f, ensure_ascii=False)
+    return Tokenizer.from_file(dst)
+
+
 POOL = (
     list("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789")
     + list(".,;:!?-_()[]{}<>/\\|\"'`~@#$%^&*+=")
@@ -250,6 +271,12 @@ def main():
             status = check(a, name + "_nfc", tok, path, cases + nfc_cases(), ["--nfc"]) or status
         if bos:
             status = check(a, name + "_bos", tok, path, cases, ["--fast", "--special-tokens"]) or status
+    # Llama 3's tokenizer.json holds a tiktoken vocabulary converted to merges: every split of
+    # a token into two tokens, splits into tokens made later included (so merges apply out of
+    # rank order), and ignore_merges. The same conversion of the Llama 3 tokenizer above.
+    path = os.path.join(a.work_dir, "tokenizer_llama3_converted.json")
+    tok = convert_like_tiktoken(os.path.join(a.work_dir, "tokenizer_llama3.json"), path)
+    status = check(a, "llama3_converted", tok, path, cases, ["--fast", "--out-of-order"]) or status
     sharegpt = os.path.join(a.source_dir, "..", "shared", "data", "traces", "sharegpt_zh_1k", "sharegpt_zh_1K_format.jsonl")
     if os.path.exists(sharegpt):
         sys.path.insert(0, os.path.join(a.source_dir, "scripts"))

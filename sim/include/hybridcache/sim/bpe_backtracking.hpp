@@ -5,13 +5,15 @@
 // takes the longest vocabulary token that may follow the previous one, and backs off to a
 // shorter one when none fits further on.
 //
-// Why that is exact. Call the merge list well-formed when every merged token is made by
-// exactly one merge and each merge's two inputs are byte tokens or made by a lower-ranked
-// merge (what a trainer writes; checked on load, else this encoder stays off). Then merges
-// are applied in increasing rank order, and three facts follow (by induction over the
-// merges):
+// Why that is exact. Call the merge list well-formed when each merge's two inputs are byte
+// tokens or made only by lower-ranked merges (what a trainer writes: each token made by one
+// merge; a list converted from a vocabulary may make a token by several merges, each of
+// its splits; checked on load, else this encoder stays off). Then merges are applied in
+// increasing rank order, and three facts follow (by induction over the merges):
 //   1. A token t of the output was built inside its own bytes exactly as encoding bytes(t)
-//      alone builds it, so encode(bytes(t)) = [t], and its history is its merge tree.
+//      alone builds it, so encode(bytes(t)) = [t], and its history is that merge tree (for
+//      a token made by one merge, the tree of its merges; for one made several ways, the
+//      last merge of encoding its bytes decides, `canonical_creation`).
 //   2. encode(u ++ v) = encode(u) ++ encode(v) iff the last token a of the first and the
 //      first token b of the second "fit": encode(bytes(a) ++ bytes(b)) = [a, b].
 //   3. Hence the output is the only sequence of tokens with encode(bytes(t)) = [t] for each
@@ -25,6 +27,21 @@
 // spine pairs alive at the same time need a look, one walk down both spines
 // (`no_merge_across`).
 //
+// Out of rank order. A list converted from a tiktoken vocabulary (Llama 3's, Qwen's
+// tokenizer.json) lists every split of each token, also into tokens made after it: a merge
+// then ranks before one of its inputs exists and applies as soon as it does, so merges do
+// not apply in rank order and ranks no longer say when a spine node is consumed. Fact 1
+// holds regardless (a token's bytes are merged among themselves as when encoded alone:
+// nothing outside changes which of their pairs are available), and so do facts 2 and 3,
+// whose only question is the boundary: the encoding of u ++ v runs u's and v's merges
+// interleaved, the lowest-ranked available pair first, and a merge across the boundary can
+// only join the current last symbol of u's last token with the current first of v's first.
+// So each token's own merges are recorded (its encoding alone, in order: `events_`) and a
+// and b fit iff replaying the two sequences side by side, with the merge across their
+// current edge symbols competing, never lets that merge go first (`replay_fit`; ties go to
+// the leftmost pair: a's merge, then the one across, then b's). The fit filters bound each
+// spine node's life by the highest rank among the token's merges while it lives.
+//
 // Candidates come from a trie of the tokens that encode to themselves and are whole UTF-8
 // characters, walked one code point per step. A token that is part of a character is not in
 // it, so text whose encoding needs one (a character outside the vocabulary) finds no fitting
@@ -34,7 +51,9 @@
 // token encodes to itself and every neighbouring pair fits; where they do not fit, the
 // piece goes back to the caller). The answer is exact either way.
 //
-// Cost: building O(merges x spine depth + vocabulary bytes); `encode` is O(n x L) for a
+// Cost: building O(merges x spine depth + vocabulary bytes), plus O(n^2) merge lookups for
+// each token of n bytes made by several merges (every token, out of rank order; replay_fit
+// is then O(bytes of a + bytes of b) per pair the filters let through); `encode` is O(n x L) for a
 // pre-token of n bytes and tokens of at most L characters (each position's candidates are
 // tried once), with one hash probe per character walked and a walk of O(spine depth) array
 // reads (and a merge lookup only where a merge can exist) per pair checked. It reuses its
@@ -71,7 +90,9 @@ class bpe_backtracking_encoder {
 
   /// Builds from the merge table and the 256 byte tokens' ids. `id_limit` bounds every id
   /// (exclusive). Leaves the encoder off (`enabled()` false) when the merge list is not
-  /// well-formed, a byte has no id, or the ids are too large.
+  /// well-formed (an input made by a merge ranked at or after one taking it: merges would
+  /// apply out of rank order), a merge makes a byte, a byte has no id, or the ids are too
+  /// large.
   void build(const bpe_merge_table& merges, const std::array<token_id, 256>& byte_ids, std::size_t id_limit) {
     *this = bpe_backtracking_encoder();
     if (id_limit > max_ids) return;
@@ -86,7 +107,7 @@ class bpe_backtracking_encoder {
     };
     std::vector<merge> list;
     list.reserve(merges.size());
-    std::vector<std::uint8_t> made_count(id_limit, 0);
+    std::vector<std::uint32_t> made_count(id_limit, 0);
     bool ok = true;
     merges.for_each([&](token_id a, token_id b, const bpe_merge_target& t) {
       if (a < 0 || b < 0 || t.id < 0 || static_cast<std::size_t>(std::max({a, b, t.id})) >= id_limit) {
@@ -94,28 +115,124 @@ class bpe_backtracking_encoder {
         return;
       }
       list.push_back({t.rank, a, b, t.id});
-      auto& c = made_count[static_cast<std::size_t>(t.id)];
-      if (c < 2) ++c;
+      ++made_count[static_cast<std::size_t>(t.id)];
     });
     if (!ok) return;
-    sort_by_rank(list);
-    // Creation ranks in rank order; a merge whose input is never made can never apply.
+    bpe_detail::sort_by_rank(list);
+    // Which tokens are ever made (a merge whose input never is can never apply), and each
+    // token's length in bytes: a worklist over the merges by input, O(merges).
+    std::vector<std::uint32_t> length(id_limit, 0);
+    for (const token_id b : byte_ids) length[static_cast<std::size_t>(b)] = 1;
+    bool settled = true;  // one pass in rank order made every token it can (a trainer's list)
     for (const merge& m : list) {
+      const std::uint32_t la = length[static_cast<std::size_t>(m.a)], lb = length[static_cast<std::size_t>(m.b)];
+      if (la == 0 || lb == 0) {
+        settled = false;  // perhaps made later: the worklist below decides
+        continue;
+      }
+      if (static_cast<std::uint64_t>(la) + lb > std::numeric_limits<std::uint32_t>::max()) return;
+      if (length[static_cast<std::size_t>(m.made)] == 0) length[static_cast<std::size_t>(m.made)] = la + lb;
+    }
+    if (!settled) {
+      std::fill(length.begin(), length.end(), 0);
+      for (const token_id b : byte_ids) length[static_cast<std::size_t>(b)] = 1;
+      std::vector<std::uint32_t> first(id_limit + 1, 0);  // merges by input (CSR)
+      for (const merge& m : list) {
+        ++first[static_cast<std::size_t>(m.a) + 1];
+        if (m.b != m.a) ++first[static_cast<std::size_t>(m.b) + 1];
+      }
+      for (std::size_t i = 0; i < id_limit; ++i) first[i + 1] += first[i];
+      std::vector<std::uint32_t> uses(first[id_limit]), fill(first.begin(), first.end() - 1);
+      for (std::uint32_t k = 0; k < list.size(); ++k) {
+        uses[fill[static_cast<std::size_t>(list[k].a)]++] = k;
+        if (list[k].b != list[k].a) uses[fill[static_cast<std::size_t>(list[k].b)]++] = k;
+      }
+      std::vector<token_id> ready(byte_ids.begin(), byte_ids.end());
+      while (!ready.empty()) {
+        const auto x = static_cast<std::size_t>(ready.back());
+        ready.pop_back();
+        for (std::uint32_t u = first[x]; u < first[x + 1]; ++u) {
+          const merge& m = list[uses[u]];
+          auto& lt = length[static_cast<std::size_t>(m.made)];
+          const std::uint32_t la = length[static_cast<std::size_t>(m.a)], lb = length[static_cast<std::size_t>(m.b)];
+          if (lt != 0 || la == 0 || lb == 0) continue;
+          if (static_cast<std::uint64_t>(la) + lb > std::numeric_limits<std::uint32_t>::max()) return;
+          lt = la + lb;
+          ready.push_back(m.made);
+        }
+      }
+    }
+    auto applies = [&](const merge& m) { return length[static_cast<std::size_t>(m.a)] != 0 && length[static_cast<std::size_t>(m.b)] != 0; };
+    // Each made token's first merge (for now), the lowest merges taking it, and its last
+    // merge (every merge making an input must rank before the merges taking it: then merges
+    // apply in rank order).
+    std::vector<std::int32_t> last_make(id_limit, byte_rank);
+    std::vector<std::uint32_t> makers(id_limit, 0);
+    for (const merge& m : list) {
+      if (!applies(m)) continue;
       token_info& made = info_[static_cast<std::size_t>(m.made)];
-      if (made_count[static_cast<std::size_t>(m.made)] > 1 || made.create == byte_rank) return;  // made twice, or a byte
-      const token_info& a = info_[static_cast<std::size_t>(m.a)];
-      const token_info& b = info_[static_cast<std::size_t>(m.b)];
-      const bool a_later = a.create == unmade && made_count[static_cast<std::size_t>(m.a)] > 0;
-      const bool b_later = b.create == unmade && made_count[static_cast<std::size_t>(m.b)] > 0;
-      if (a_later || b_later) return;  // an input made by a later merge: not well-formed
-      if (a.create == unmade || b.create == unmade) continue;  // dead merge
-      made = {m.rank, m.a, m.b, made.min_as_left, made.min_as_right};
+      if (made.create == byte_rank) return;  // a byte made by a merge
+      // Each merge spells its token: a list where a token would have two lengths (a table
+      // built by hand with a cycle, x -> y ... -> x) is not BPE over bytes.
+      if (length[static_cast<std::size_t>(m.a)] + length[static_cast<std::size_t>(m.b)] != length[static_cast<std::size_t>(m.made)]) return;
+      if (made.create == unmade) made = {m.rank, m.a, m.b, made.min_as_left, made.min_as_right};
+      last_make[static_cast<std::size_t>(m.made)] = m.rank;
+      ++makers[static_cast<std::size_t>(m.made)];
       auto& l = info_[static_cast<std::size_t>(m.a)].min_as_left;
       auto& r = info_[static_cast<std::size_t>(m.b)].min_as_right;
       l = std::min(l, m.rank);
       r = std::min(r, m.rank);
     }
-    // Tokens that encode to themselves (fact 1), and their bytes, in rank order.
+    // Out of rank order (a merge ranks before one of its inputs can be made, as in merge
+    // lists converted from tiktoken vocabularies, which list every split of a token,
+    // including splits into tokens made after it), a token's spine nodes are consumed later
+    // than their ranks say, and the walk's "before it is consumed" no longer holds. Then
+    // every token's history comes from its own bytes, with the order of its merges, and two
+    // tokens fit when replaying both histories side by side lets no merge across them go
+    // first (`replay_fit`).
+    in_rank_order_ = true;
+    for (const merge& m : list)
+      if (applies(m) && (last_make[static_cast<std::size_t>(m.a)] >= m.rank || last_make[static_cast<std::size_t>(m.b)] >= m.rank))
+        in_rank_order_ = false;
+    // Histories from the tokens' own bytes, shortest first, for tokens made several ways
+    // (all of them out of rank order). 1: encodes to itself; 0: does not; 2: made once, in
+    // rank order (the walk decides).
+    std::vector<token_id> by_length;  // merged tokens, shortest first (a counting sort)
+    {
+      std::vector<std::uint32_t> count;
+      for (std::size_t t = 0; t < id_limit; ++t) {
+        if (length[t] < 2) continue;
+        if (count.size() <= length[t]) count.resize(length[t] + 1, 0);
+        ++count[length[t]];
+      }
+      std::uint32_t sum = 0;
+      for (auto& c : count) sum += std::exchange(c, sum);
+      by_length.resize(sum);
+      for (std::size_t t = 0; t < id_limit; ++t)
+        if (length[t] >= 2) by_length[count[length[t]]++] = static_cast<token_id>(t);
+    }
+    std::vector<std::uint8_t> canonical_self(id_limit, 2);
+    if (!in_rank_order_) {
+      events_begin_.assign(id_limit + 1, 0);
+      edge_bytes_.assign(id_limit, {none, none});
+      for (const token_id b : byte_ids) edge_bytes_[static_cast<std::size_t>(b)] = {b, b};
+    }
+    for (std::size_t k = 0; k < by_length.size(); ++k) {
+      const token_id t = by_length[k];
+      if (!in_rank_order_) {  // its events, in by_length order (the CSR's begins follow)
+        events_begin_[static_cast<std::size_t>(t)] = static_cast<std::uint32_t>(events_.size());
+        canonical_self[static_cast<std::size_t>(t)] = canonical_creation(merges, t, true) ? 1 : 0;
+      } else if (makers[static_cast<std::size_t>(t)] > 1) {
+        canonical_self[static_cast<std::size_t>(t)] = canonical_creation(merges, t, false) ? 1 : 0;
+      }
+    }
+    if (!in_rank_order_) {
+      event_end_.assign(id_limit, 0);
+      for (std::size_t k = 0; k < by_length.size(); ++k)
+        event_end_[static_cast<std::size_t>(by_length[k])] =
+            k + 1 < by_length.size() ? events_begin_[static_cast<std::size_t>(by_length[k + 1])] : static_cast<std::uint32_t>(events_.size());
+    }
+    // Tokens that encode to themselves (fact 1), and their bytes, shortest first (parts first).
     self_.assign(id_limit, 0);
     std::vector<std::uint32_t> at(id_limit, 0), len(id_limit, 0);
     std::string bytes;
@@ -126,11 +243,18 @@ class bpe_backtracking_encoder {
       len[id] = 1;
       bytes.push_back(static_cast<char>(b));
     }
-    for (const merge& m : list) {
-      const auto t = static_cast<std::size_t>(m.made);
-      if (info_[t].create != m.rank) continue;  // dead
-      const auto a = static_cast<std::size_t>(m.a), b = static_cast<std::size_t>(m.b);
-      self_[t] = self_[a] != 0 && self_[b] != 0 && no_merge_across(merges, m.a, m.b, true) ? 1 : 0;
+    for (const token_id tok : by_length) {
+      const auto t = static_cast<std::size_t>(tok);
+      const token_id ta = info_[t].left, tb = info_[t].right;
+      const auto a = static_cast<std::size_t>(ta), b = static_cast<std::size_t>(tb);
+      const std::uint8_t walked =
+          !in_rank_order_ ? canonical_self[t] : self_[a] != 0 && self_[b] != 0 && no_merge_across(merges, ta, tb, true) ? 1 : 0;
+      // A token whose history its bytes gave encodes to itself (its bytes end in that
+      // history's merge); the walk over that history must agree (else the facts the encoder
+      // rests on fail for this list: it stays off). One whose bytes do not encode to it has
+      // no history to walk.
+      if (canonical_self[t] == 1 && walked != 1) return;
+      self_[t] = canonical_self[t] == 2 ? walked : canonical_self[t];
       const std::size_t old = bytes.size();
       if (old + len[a] + len[b] > std::numeric_limits<std::uint32_t>::max()) return;
       at[t] = static_cast<std::uint32_t>(old);
@@ -150,12 +274,16 @@ class bpe_backtracking_encoder {
     }
     if (!bpe_char_trie::fits(id_limit, chars)) return;
     trie_.build(std::move(candidates), id_limit, chars);
-    build_fit_filter(list, id_limit);
+    build_fit_filter(list, by_length, id_limit);
     enabled_ = true;
   }
 
   /// True when built for a well-formed merge list.
   [[nodiscard]] bool enabled() const noexcept { return enabled_; }
+  /// True when merges apply in rank order (fits are checked by walking spines); false when
+  /// some merge ranks before one of its inputs can be made (fits are checked by replaying
+  /// both tokens' histories, `replay_fit`).
+  [[nodiscard]] bool in_rank_order() const noexcept { return in_rank_order_; }
 
   /// Appends the ids of `piece` (valid UTF-8, non-empty) to `out` and returns true, or
   /// returns false (and leaves `out` as it was) when no sequence of trie tokens fits: the
@@ -245,22 +373,53 @@ class bpe_backtracking_encoder {
   // Candidates a position may have (longer lists make `encode` give up, to the merger).
   static constexpr std::size_t max_candidates = 128;
 
-  // Sorts merges by rank. Ranks are distinct (one per pair) and below the merge list's
-  // length, so each goes straight to its place (O(n), no comparisons), gaps squeezed out.
-  template <class Merge>
-  static void sort_by_rank(std::vector<Merge>& list) {
-    std::int32_t top = -1;
-    for (const Merge& m : list) {
-      if (m.rank < 0) return std::sort(list.begin(), list.end(), [](const Merge& x, const Merge& y) { return x.rank < y.rank; });
-      top = std::max(top, m.rank);
+  // For a token made by several merges: encodes its own bytes by the definition (the
+  // lowest-ranked neighbouring pair first, leftmost among equals) and, when that ends in
+  // the token, records the last merge as its history (its parts were made inside its bytes
+  // the same way, so their histories are theirs). With `record`, appends each merge of that
+  // encoding to `events_` (rank, and the symbol it leaves at the right or left end) and
+  // sets the token's end bytes. False when its bytes do not encode to it. O(n^2) merge
+  // lookups for n bytes: at build time only.
+  bool canonical_creation(const bpe_merge_table& merges, token_id t, bool record) {
+    std::vector<token_id> sym;
+    std::vector<token_id> stack{t};
+    while (!stack.empty()) {  // its bytes, by any one of its histories (they spell the same bytes)
+      const token_id x = stack.back();
+      stack.pop_back();
+      const token_info& ix = info_[static_cast<std::size_t>(x)];
+      if (ix.create == byte_rank) {
+        sym.push_back(x);
+        continue;
+      }
+      stack.push_back(ix.right);
+      stack.push_back(ix.left);
     }
-    if (static_cast<std::size_t>(top) >= 4 * list.size() + 64)  // sparse ranks: sort
-      return std::sort(list.begin(), list.end(), [](const Merge& x, const Merge& y) { return x.rank < y.rank; });
-    std::vector<Merge> placed(static_cast<std::size_t>(top) + 1, Merge{-1, 0, 0, 0});
-    for (const Merge& m : list) placed[static_cast<std::size_t>(m.rank)] = m;
-    std::size_t k = 0;
-    for (const Merge& m : placed)
-      if (m.rank >= 0) list[k++] = m;
+    if (record) edge_bytes_[static_cast<std::size_t>(t)] = {sym.front(), sym.back()};
+    while (sym.size() > 1) {
+      std::size_t best = sym.size();
+      const bpe_merge_target* best_merge = nullptr;
+      for (std::size_t i = 0; i + 1 < sym.size(); ++i) {
+        const bpe_merge_target* m = merges.find(sym[i], sym[i + 1]);
+        if (m != nullptr && (best_merge == nullptr || m->rank < best_merge->rank)) {
+          best = i;
+          best_merge = m;
+        }
+      }
+      if (best_merge == nullptr) return false;
+      if (record)
+        events_.push_back({best_merge->rank, best + 2 == sym.size() ? best_merge->id : -1, best == 0 ? best_merge->id : -1});
+      if (sym.size() == 2) {
+        if (best_merge->id != t) return false;
+        token_info& it = info_[static_cast<std::size_t>(t)];
+        it.create = best_merge->rank;
+        it.left = sym[0];
+        it.right = sym[1];
+        return true;
+      }
+      sym[best] = best_merge->id;
+      sym.erase(sym.begin() + static_cast<std::ptrdiff_t>(best) + 1);
+    }
+    return false;
   }
 
   // Decodes `piece` (valid UTF-8) into cp_ and at_ (each character's first byte, and the
@@ -341,8 +500,12 @@ class bpe_backtracking_encoder {
   // only collide (a byte's partners are many: right[a] is often dense); both together
   // keep out most of those.
   template <class Merge>
-  void build_fit_filter(const std::vector<Merge>& live_merges, std::size_t id_limit) {
-    auto live = [&](const Merge& m) { return info_[static_cast<std::size_t>(m.made)].create == m.rank; };
+  void build_fit_filter(const std::vector<Merge>& live_merges, const std::vector<token_id>& by_length, std::size_t id_limit) {
+    // A merge that can apply at all (both inputs made) may join two spines, whether or not
+    // it is a token's history: the partner lists take them all. The spines follow histories.
+    auto applies = [&](const Merge& m) {
+      return info_[static_cast<std::size_t>(m.a)].create != unmade && info_[static_cast<std::size_t>(m.b)].create != unmade;
+    };
     // Each token's merges as the left input (partners' bits) and as the right input
     // (partners' second bits), by rank, with prefix ORs.
     struct by_rank {
@@ -361,13 +524,13 @@ class bpe_backtracking_encoder {
       by_rank r;
       r.begin.assign(id_limit + 1, 0);
       for (const Merge& m : live_merges)
-        if (live(m)) ++r.begin[static_cast<std::size_t>(key(m)) + 1];
+        if (applies(m)) ++r.begin[static_cast<std::size_t>(key(m)) + 1];
       for (std::size_t i = 0; i < id_limit; ++i) r.begin[i + 1] += r.begin[i];
       r.ranks.resize(r.begin[id_limit]);
       r.prefix.resize(r.begin[id_limit]);
       std::vector<std::uint32_t> fill(r.begin.begin(), r.begin.end() - 1);
       for (const Merge& m : live_merges) {  // rank order, so each list is sorted
-        if (!live(m)) continue;
+        if (!applies(m)) continue;
         const auto x = static_cast<std::size_t>(key(m));
         const std::uint32_t k = fill[x]++;
         r.ranks[k] = m.rank;
@@ -382,15 +545,41 @@ class bpe_backtracking_encoder {
     // left part a for the left one), with that part consumed at the token's rank, and
     // what that part contributes itself; the token's own share is added at the end.
     filter_.assign(id_limit, fit_filter{0, 0, 0, 0});
-    for (const Merge& m : live_merges) {
-      if (!live(m)) continue;
-      const auto t = static_cast<std::size_t>(m.made);
-      const auto a = static_cast<std::size_t>(m.a), b = static_cast<std::size_t>(m.b);
+    for (const token_id tok : by_length) {  // parts (shorter) first
+      const auto t = static_cast<std::size_t>(tok);
+      const token_info& it = info_[t];
+      if (it.create < 0) continue;
       fit_filter& f = filter_[t];
-      f.right = as_left.upto(m.b, m.rank, false) | filter_[b].right;
-      f.left = (info_[a].min_as_right <= m.rank ? filter_bit(m.a) : 0) | filter_[a].left;
-      f.right2 = (info_[b].min_as_left < m.rank ? filter_bit2(m.b) : 0) | filter_[b].right2;
-      f.left2 = as_right.upto(m.a, m.rank, true) | filter_[a].left2;
+      if (!in_rank_order_) {
+        // Out of rank order, from the token's own merges: a spine node x can meet a merge
+        // across while some merge of the token's pending while x lives ranks above it, so
+        // its limit is the highest rank from its making to its consumption (inclusive).
+        token_id x = edge_bytes_[t].second, y = edge_bytes_[t].first;
+        std::int32_t lim_x = byte_rank, lim_y = byte_rank;
+        for (std::uint32_t e = events_begin_[t]; e < event_end_[t]; ++e) {
+          const event& ev = events_[e];
+          lim_x = std::max(lim_x, ev.rank);
+          lim_y = std::max(lim_y, ev.rank);
+          if (ev.right >= 0) {
+            f.right |= as_left.upto(x, lim_x, false);
+            f.right2 |= info_[static_cast<std::size_t>(x)].min_as_left < lim_x ? filter_bit2(x) : 0;
+            x = ev.right;
+            lim_x = byte_rank;
+          }
+          if (ev.left >= 0) {
+            f.left |= info_[static_cast<std::size_t>(y)].min_as_right <= lim_y ? filter_bit(y) : 0;
+            f.left2 |= as_right.upto(y, lim_y, true);
+            y = ev.left;
+            lim_y = byte_rank;
+          }
+        }
+        continue;  // the token itself, never consumed: below
+      }
+      const auto a = static_cast<std::size_t>(it.left), b = static_cast<std::size_t>(it.right);
+      f.right = as_left.upto(it.right, it.create, false) | filter_[b].right;
+      f.left = (info_[a].min_as_right <= it.create ? filter_bit(it.left) : 0) | filter_[a].left;
+      f.right2 = (info_[b].min_as_left < it.create ? filter_bit2(it.right) : 0) | filter_[b].right2;
+      f.left2 = as_right.upto(it.left, it.create, true) | filter_[a].left2;
     }
     for (std::size_t t = 0; t < id_limit; ++t) {
       fit_filter& f = filter_[t];
@@ -414,9 +603,49 @@ class bpe_backtracking_encoder {
     const std::uint64_t pair = (static_cast<std::uint64_t>(a) << 24) | static_cast<std::uint64_t>(b);  // ids < 2^24
     std::uint64_t& memo = walked_[splitmix64_mix(pair) & (walked_.size() - 1)];
     if ((memo & pair_bits) == pair) return (memo & fit_bit) != 0;
-    const bool fit = no_merge_across(merges, a, b, false);
+    const bool fit = in_rank_order_ ? no_merge_across(merges, a, b, false) : replay_fit(merges, a, b);
     memo = pair | (fit ? fit_bit : 0);
     return fit;
+  }
+
+  // Out of rank order: replays a's and b's histories side by side as encoding their bytes
+  // together does (the lowest-ranked merge available goes first, leftmost among equals:
+  // a's, then the one across, then b's) and says whether a merge across the boundary (a's
+  // rightmost symbol with b's leftmost) ever goes first. Exact for any merge list (a
+  // token's history is what encoding its bytes alone does, fact 1, which holds out of rank
+  // order too); O(bytes of a + bytes of b) merge lookups.
+  [[nodiscard]] bool replay_fit(const bpe_merge_table& merges, token_id a, token_id b) const noexcept {
+    std::uint32_t i = events_begin_[static_cast<std::size_t>(a)], j = events_begin_[static_cast<std::size_t>(b)];
+    const std::uint32_t ie = event_end_[static_cast<std::size_t>(a)], je = event_end_[static_cast<std::size_t>(b)];
+    token_id x = edge_bytes_[static_cast<std::size_t>(a)].second, y = edge_bytes_[static_cast<std::size_t>(b)].first;
+    std::int32_t rc = none;
+    bool moved = true;  // x or y changed: look the merge across up again
+    while (true) {
+      if (moved) {
+        const bpe_merge_target* across = merges.find(x, y);
+        rc = across != nullptr ? across->rank : none;
+        moved = false;
+      }
+      const std::int32_t ra = i < ie ? events_[i].rank : none;
+      const std::int32_t rb = j < je ? events_[j].rank : none;
+      if (ra != none && ra <= rb && ra <= rc) {
+        if (events_[i].right >= 0) {
+          x = events_[i].right;
+          moved = true;
+        }
+        ++i;
+      } else if (rc != none && rc <= rb) {
+        return false;
+      } else if (rb != none) {
+        if (events_[j].left >= 0) {
+          y = events_[j].left;
+          moved = true;
+        }
+        ++j;
+      } else {
+        return true;
+      }
+    }
   }
 
   // True when no merge joins a's right spine with b's left spine while both are alive
@@ -447,6 +676,16 @@ class bpe_backtracking_encoder {
   }
 
   bool enabled_ = false;
+  bool in_rank_order_ = true;  // merges apply in rank order (the walk); else replay_fit
+  struct event {
+    std::int32_t rank;  // a merge of a token's own encoding, in order
+    token_id right;     // the symbol it leaves at the right end, or -1 when it does not touch it
+    token_id left;      // ... at the left end
+  };
+  std::vector<event> events_;                // out of rank order: every token's merges
+  std::vector<std::uint32_t> events_begin_;  // by token: its first event
+  std::vector<std::uint32_t> event_end_;     // ... one past its last
+  std::vector<std::pair<token_id, token_id>> edge_bytes_;  // by token: its first and last byte tokens
   std::vector<token_info> info_;
   std::vector<std::uint8_t> self_;
   std::vector<fit_filter> filter_;

@@ -266,4 +266,27 @@ class bpe_word_merger {
   std::vector<candidate> heap_;
 };
 
+namespace bpe_detail {
+
+// Sorts merges (anything with a `rank`, constructible from {rank, 0, 0, 0}) by rank. Ranks
+// are distinct (one per pair) and below the merge list's length, so each goes straight to
+// its place (O(n), no comparisons), gaps squeezed out.
+template <class Merge>
+void sort_by_rank(std::vector<Merge>& list) {
+  std::int32_t top = -1;
+  for (const Merge& m : list) {
+    if (m.rank < 0) return std::sort(list.begin(), list.end(), [](const Merge& x, const Merge& y) { return x.rank < y.rank; });
+    top = std::max(top, m.rank);
+  }
+  if (static_cast<std::size_t>(top) >= 4 * list.size() + 64)  // sparse ranks: sort
+    return std::sort(list.begin(), list.end(), [](const Merge& x, const Merge& y) { return x.rank < y.rank; });
+  std::vector<Merge> placed(static_cast<std::size_t>(top) + 1, Merge{-1, 0, 0, 0});
+  for (const Merge& m : list) placed[static_cast<std::size_t>(m.rank)] = m;
+  std::size_t k = 0;
+  for (const Merge& m : placed)
+    if (m.rank >= 0) list[k++] = m;
+}
+
+}  // namespace bpe_detail
+
 }  // namespace hybridcache::sim

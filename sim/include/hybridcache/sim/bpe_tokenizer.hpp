@@ -46,8 +46,9 @@
 // `utf8_replace_invalid`); encoding raw bytes here equals encoding their "replace"-decoded
 // string with the package.
 //
-// Encoding a pre-token: when the merge list is well-formed (every merged token made by one
-// merge, from tokens made earlier: what a trainer writes; `fast_encoder()`), by the fast
+// Encoding a pre-token: when the merge list is well-formed (every merge's inputs made only
+// by earlier merges: what a trainer writes, also when a token is made several ways;
+// `fast_encoder()`), by the fast
 // exact encoder (bpe_backtracking.hpp: the longest token that fits its neighbour, backing
 // off where none fits further on; proved equal to merging, and tested against the merge
 // order and against the package); otherwise, or where that encoder finds no tokens (text
@@ -172,10 +173,14 @@ class bpe_tokenizer {
   [[nodiscard]] std::size_t vocab_size() const noexcept { return vocab_.size(); }
   /// Number of merges.
   [[nodiscard]] std::size_t merge_count() const noexcept { return merges_.size(); }
-  /// True when the merge list is well-formed (every merged token made by one merge, from
-  /// tokens made earlier), so pre-tokens are encoded by the fast exact encoder
+  /// True when the merge list is well-formed (every merge's inputs made only by earlier
+  /// merges), so pre-tokens are encoded by the fast exact encoder
   /// (bpe_backtracking.hpp); false: every pre-token is merged in the package's order.
   [[nodiscard]] bool fast_encoder() const noexcept { return fast_.enabled(); }
+  /// False when the merge list makes some token only after a merge that takes it ranks
+  /// (lists converted from tiktoken vocabularies: Llama 3's, Qwen's); the fast encoder then
+  /// checks neighbouring tokens by replaying their histories (bpe_backtracking.hpp).
+  [[nodiscard]] bool merges_in_rank_order() const noexcept { return fast_.in_rank_order(); }
   /// Number of added tokens.
   [[nodiscard]] std::size_t added_token_count() const noexcept { return added_.size(); }
   /// The id of a vocabulary entry or added token (its byte-level spelling), or -1.
@@ -393,6 +398,7 @@ class bpe_tokenizer {
       vocab_.for_each([&](std::string_view token, token_id id) {
         if (!bpe_detail::byte_level_to_bytes(token, bytes)) return;  // not spelled in the byte alphabet: never a piece
         by_bytes_.emplace(bytes, id);
+        mark_whole_piece(bytes);
       });
     }
     fast_.build(merges_, byte_ids_, static_cast<std::size_t>(id_limit));
@@ -470,7 +476,8 @@ class bpe_tokenizer {
     }
     const std::size_t start = out.size();
     if (ignore_merges_) {
-      if (const auto it = by_bytes_.find(piece); it != by_bytes_.end()) out.push_back(it->second);
+      if (maybe_whole_piece(piece))
+        if (const auto it = by_bytes_.find(piece); it != by_bytes_.end()) out.push_back(it->second);
     }
     if (out.size() == start && !fast_.encode(piece, merges_, out, [this](std::string_view c, std::vector<token_id>& ids) { merge_char(c, ids); }))
       merger_.merge(piece, byte_ids_, merges_, out);
@@ -535,6 +542,23 @@ class bpe_tokenizer {
   bool ignore_merges_ = false;
   bool ill_formed_ = false;  // `encode` met ill-formed UTF-8
   std::unordered_map<std::string, token_id, bytes_hash, std::equal_to<>> by_bytes_;  // ignore_merges: raw bytes -> id
+  // ignore_merges: a bit per (length, first and last 8 bytes) hash of every entry of
+  // by_bytes_, so most pieces that are no vocabulary entry skip hashing all their bytes.
+  std::vector<std::uint64_t> whole_piece_bits_ = std::vector<std::uint64_t>(std::size_t{1} << 12, 0);
+  [[nodiscard]] static std::uint64_t whole_piece_key(std::string_view s) noexcept {
+    std::uint64_t head = 0, tail = 0;
+    std::memcpy(&head, s.data(), std::min<std::size_t>(8, s.size()));
+    if (s.size() > 8) std::memcpy(&tail, s.data() + s.size() - std::min<std::size_t>(8, s.size() - 8), std::min<std::size_t>(8, s.size() - 8));
+    return splitmix64_mix(head ^ splitmix64_mix(tail ^ s.size()));
+  }
+  void mark_whole_piece(std::string_view s) {
+    const std::uint64_t k = whole_piece_key(s) & ((whole_piece_bits_.size() << 6) - 1);
+    whole_piece_bits_[k >> 6] |= std::uint64_t{1} << (k & 63);
+  }
+  [[nodiscard]] bool maybe_whole_piece(std::string_view s) const noexcept {
+    const std::uint64_t k = whole_piece_key(s) & ((whole_piece_bits_.size() << 6) - 1);
+    return ((whole_piece_bits_[k >> 6] >> (k & 63)) & 1u) != 0;
+  }
   std::vector<cache_entry> cache_;  // short pre-tokens; allocated on first use
   std::array<std::vector<std::uint32_t>, 256> by_first_byte_{};  // indices into added_
   std::array<std::string, 2> first_bytes_{};  // the bytes added tokens start with: [normalized]
