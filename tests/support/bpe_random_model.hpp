@@ -157,6 +157,20 @@ inline std::vector<token_id> naive_bpe(const random_model& m, const std::string&
   }
 }
 
+// The code points of valid UTF-8 `s` and where each starts (then s.size()): the naive
+// split references of the tests read text one code point at a time.
+inline void code_points(const std::string& s, std::vector<std::uint32_t>& cps, std::vector<std::size_t>& at) {
+  cps.clear();
+  at.clear();
+  for (std::size_t i = 0; i < s.size();) {
+    std::size_t len = 0;
+    cps.push_back(hybridcache::sim::bpe_detail::decode_at(reinterpret_cast<const unsigned char*>(s.data()) + i, len));
+    at.push_back(i);
+    i += len;
+  }
+  at.push_back(s.size());
+}
+
 // The 256 byte tokens as tokenizer.json "vocab" members, spelled in GPT-2's byte alphabet,
 // id = the byte, each followed by a comma.
 inline std::string byte_vocab_json() {

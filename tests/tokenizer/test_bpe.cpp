@@ -22,13 +22,7 @@ namespace {
 std::vector<std::string> naive_split(const std::string& s) {
   std::vector<std::uint32_t> cps;
   std::vector<std::size_t> at;
-  for (std::size_t i = 0; i < s.size();) {
-    std::size_t len = 0;
-    cps.push_back(bpe_detail::decode_at(reinterpret_cast<const unsigned char*>(s.data()) + i, len));
-    at.push_back(i);
-    i += len;
-  }
-  at.push_back(s.size());
+  bpe_test::code_points(s, cps, at);
   const std::size_t n = cps.size();
   auto cls = [&](std::size_t k) { return bpe_detail::classify(cps[k]); };
   auto run = [&](std::size_t k, bpe_detail::cclass c) {

@@ -35,13 +35,7 @@ pieces naive_llama3(const std::string& s, std::size_t max_digits) {
   using bpe_detail::cclass;
   std::vector<std::uint32_t> cps;
   std::vector<std::size_t> at;
-  for (std::size_t i = 0; i < s.size();) {
-    std::size_t len = 0;
-    cps.push_back(bpe_detail::decode_at(reinterpret_cast<const unsigned char*>(s.data()) + i, len));
-    at.push_back(i);
-    i += len;
-  }
-  at.push_back(s.size());
+  bpe_test::code_points(s, cps, at);
   const std::size_t n = cps.size();
   auto cls = [&](std::size_t k) { return bpe_detail::classify(cps[k]); };
   auto fold = [&](std::size_t k) -> std::uint32_t {  // simple case folding of what the contractions use
