@@ -248,3 +248,25 @@ TEST_CASE("the tokenizer reports whether its merge list allows the fast encoder"
   CHECK(later.fast_encoder());  // an input made by a later merge: still the fast encoder
   CHECK(later.encode("abcab abc") == std::vector<token_id>{257, 256, 32, 257});
 }
+
+TEST_CASE("learning histories from long tokens has a budget: a long chain out of rank order keeps the encoder off") {
+  // "a", "aa", "aaa", ... each made from the previous one and "a", the merges listed in
+  // reverse (so out of rank order): learning each token's history would be O(n^2) for n
+  // bytes, n up to 20,000 (1.3e12 lookups): the build gives up, the merger answers.
+  random_model m;
+  const token_id a = m.byte_ids['a'];
+  std::vector<random_model::merge> chain;
+  token_id prev = a;
+  std::string s = "a";
+  for (int k = 0; k < 20000; ++k) {
+    s += "a";
+    const token_id next = m.token_for(s);
+    chain.push_back({prev, a, next});
+    prev = next;
+  }
+  m.merges.assign(chain.rbegin(), chain.rend());
+  m.finish();
+  bpe_backtracking_encoder encoder;
+  encoder.build(m.table, m.byte_ids, m.id_limit());
+  CHECK_FALSE(encoder.enabled());
+}

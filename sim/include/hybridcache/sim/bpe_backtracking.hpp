@@ -212,6 +212,14 @@ class bpe_backtracking_encoder {
         if (length[t] >= 2) by_length[count[length[t]]++] = static_cast<token_id>(t);
     }
     std::vector<std::uint8_t> canonical_self(id_limit, 2);
+    // Encoding a token's bytes to learn its history is O(n^2) for n bytes: a list whose
+    // tokens would cost more than `max_history_work` in all (a chain of thousands of
+    // one-byte merges; real vocabularies need a few million) leaves the encoder off.
+    std::uint64_t work = 0;
+    for (const token_id t : by_length)
+      if (!in_rank_order_ || makers[static_cast<std::size_t>(t)] > 1)
+        work += std::uint64_t{length[static_cast<std::size_t>(t)]} * length[static_cast<std::size_t>(t)];
+    if (work > max_history_work) return;
     if (!in_rank_order_) {
       events_begin_.assign(id_limit + 1, 0);
       edge_bytes_.assign(id_limit, {none, none});
@@ -372,6 +380,8 @@ class bpe_backtracking_encoder {
   };
   // Candidates a position may have (longer lists make `encode` give up, to the merger).
   static constexpr std::size_t max_candidates = 128;
+  // Merge lookups `build` may spend learning histories from tokens' own bytes.
+  static constexpr std::uint64_t max_history_work = std::uint64_t{1} << 28;
 
   // For a token made by several merges: encodes its own bytes by the definition (the
   // lowest-ranked neighbouring pair first, leftmost among equals) and, when that ends in
