@@ -280,6 +280,15 @@ TEST_CASE("NFC with the package's data, by hand") {
     }
   }
   CHECK(changing > 1000);  // singletons (CJK compatibility ideographs), excluded composites, ...
+  // A long run of marks (20,000 pairs of classes 230 and 220) is sorted, not insertion-sorted.
+  std::string marks = "a";
+  for (int k = 0; k < 20000; ++k) marks += "\xCC\x81\xCC\xA3";  // U+0301, U+0323
+  const std::string sorted = norm(marks);
+  std::string want = "\xE1\xBA\xA1";  // a + U+0323 composes to U+1EA1; the rest stay, 220s first
+  for (int k = 1; k < 20000; ++k) want += "\xCC\xA3";
+  for (int k = 0; k < 20000; ++k) want += "\xCC\x81";
+  CHECK(sorted == want);
+  CHECK(norm(sorted) == sorted);
   CHECK(nfc.scan("ab\xE4\xBD") == nfc_normalizer::text_state::ill_formed);
   CHECK(nfc.scan("\xED\xA0\x80") == nfc_normalizer::text_state::ill_formed);  // a surrogate
   CHECK(nfc.scan("\xE0\x80\x80") == nfc_normalizer::text_state::ill_formed);  // overlong

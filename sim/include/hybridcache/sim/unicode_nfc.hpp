@@ -16,8 +16,8 @@
 // composes onto the character before it; above the BMP, blocks of 256 code points and a
 // binary search), whether NFC leaves a text unchanged.
 //
-// Costs: `inert` O(n); `normalize` O(n log t) (t: table sizes, binary searches) plus the
-// sort of each run of marks (runs are short). Building the tables once: O(t), thread-safe.
+// Costs: `scan` O(n); `normalize` O(n log t) (t: table sizes, binary searches) plus a
+// stable sort of each run of marks, O(k log k) for k marks. Building the tables once: O(t), thread-safe.
 // `normalize` reuses the caller's buffers (allocation-free once they are warm).
 #pragma once
 
@@ -171,18 +171,19 @@ class nfc_normalizer {
     if (it->second != 0) decompose(it->second, out);
   }
 
-  // Canonical ordering: a stable insertion sort of each run of non-zero classes.
+  // Canonical ordering: each run of non-zero classes stably sorted by class (O(k log k) for
+  // a run of k marks: a text of a long run of marks is not quadratic).
   void reorder(std::vector<std::uint32_t>& cps) const {
-    for (std::size_t i = 1; i < cps.size(); ++i) {
-      const std::uint8_t c = combining_class(cps[i]);
-      if (c == 0) continue;
-      std::size_t j = i;
-      while (j > 0) {
-        const std::uint8_t p = combining_class(cps[j - 1]);
-        if (p == 0 || p <= c) break;
-        std::swap(cps[j - 1], cps[j]);
-        --j;
+    const auto by_class = [this](std::uint32_t x, std::uint32_t y) { return combining_class(x) < combining_class(y); };
+    for (std::size_t i = 0; i < cps.size();) {
+      if (combining_class(cps[i]) == 0) {
+        ++i;
+        continue;
       }
+      std::size_t j = i + 1;
+      while (j < cps.size() && combining_class(cps[j]) != 0) ++j;
+      if (j - i > 1) std::stable_sort(cps.begin() + static_cast<std::ptrdiff_t>(i), cps.begin() + static_cast<std::ptrdiff_t>(j), by_class);
+      i = j;
     }
   }
 
