@@ -5,11 +5,11 @@
 // takes the longest vocabulary token that may follow the previous one, and backs off to a
 // shorter one when none fits further on.
 //
-// Why that is exact. Call the merge list well-formed when each merge's two inputs are byte
-// tokens or made only by lower-ranked merges (what a trainer writes: each token made by one
-// merge; a list converted from a vocabulary may make a token by several merges, each of
-// its splits; checked on load, else this encoder stays off). Then merges are applied in
-// increasing rank order, and three facts follow (by induction over the merges):
+// Why that is exact. Say the merge list is in rank order when each merge's two inputs are
+// byte tokens or made only by lower-ranked merges (what a trainer writes: each token made
+// by one merge; a list converted from a vocabulary may make a token by several merges, one
+// per split; lists out of rank order are below). Then merges are applied in increasing rank
+// order, and three facts follow (by induction over the merges):
 //   1. A token t of the output was built inside its own bytes exactly as encoding bytes(t)
 //      alone builds it, so encode(bytes(t)) = [t], and its history is that merge tree (for
 //      a token made by one merge, the tree of its merges; for one made several ways, the
@@ -89,10 +89,9 @@ class bpe_backtracking_encoder {
   bpe_backtracking_encoder() = default;
 
   /// Builds from the merge table and the 256 byte tokens' ids. `id_limit` bounds every id
-  /// (exclusive). Leaves the encoder off (`enabled()` false) when the merge list is not
-  /// well-formed (an input made by a merge ranked at or after one taking it: merges would
-  /// apply out of rank order), a merge makes a byte, a byte has no id, or the ids are too
-  /// large.
+  /// (exclusive). Leaves the encoder off (`enabled()` false) when a merge makes a byte, a
+  /// token would have two lengths (a cycle), learning token histories would cost more than
+  /// `max_history_work`, a byte has no id, or the ids are too large; the caller merges.
   void build(const bpe_merge_table& merges, const std::array<token_id, 256>& byte_ids, std::size_t id_limit) {
     *this = bpe_backtracking_encoder();
     if (id_limit > max_ids) return;
@@ -286,7 +285,7 @@ class bpe_backtracking_encoder {
     enabled_ = true;
   }
 
-  /// True when built for a well-formed merge list.
+  /// True when built (see `build` for when it is not).
   [[nodiscard]] bool enabled() const noexcept { return enabled_; }
   /// True when merges apply in rank order (fits are checked by walking spines); false when
   /// some merge ranks before one of its inputs can be made (fits are checked by replaying

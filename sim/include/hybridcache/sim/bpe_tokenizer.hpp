@@ -46,21 +46,22 @@
 // `utf8_replace_invalid`); encoding raw bytes here equals encoding their "replace"-decoded
 // string with the package.
 //
-// Encoding a pre-token: when the merge list is well-formed (every merge's inputs made only
-// by earlier merges: what a trainer writes, also when a token is made several ways;
-// `fast_encoder()`), by the fast
-// exact encoder (bpe_backtracking.hpp: the longest token that fits its neighbour, backing
-// off where none fits further on; proved equal to merging, and tested against the merge
-// order and against the package); otherwise, or where that encoder finds no tokens (text
+// Encoding a pre-token: for the merge lists trainers write and the ones converted from
+// tiktoken vocabularies (Llama 3, Qwen: merges out of rank order; `fast_encoder()`,
+// `merges_in_rank_order()`), by the fast exact encoder (bpe_backtracking.hpp: the longest
+// token that fits its neighbour, backing off where none fits further on; argued equal to
+// merging, and tested against the definition of BPE and against the package); otherwise
+// (a pathological list), or where that encoder finds no tokens (text
 // needing a token that is part of a character, whose neighbours it cannot keep), by merging
 // in the package's order (bpe_merges.hpp). A character no whole-character token starts
 // with is merged alone and kept where its ids fit its neighbours' (bpe_backtracking.hpp).
 // Pre-tokens of up to 8 bytes (words, spaces, punctuation: most of them) and characters
 // merged alone are remembered in a small direct-mapped cache.
 //
-// Cost: loading is O(file size + merges x spine depth). `encode` is O(n) for the split and
-// O(n x L) for the fast encoder (L: the longest token in characters), one hash probe per
-// character it walks; merging is O(n log n). Allocation-free once its buffers are warm. Not
+// Cost: loading is O(file size + merges x spine depth), plus, for a list out of rank
+// order, one encoding of each token's bytes (bounded, bpe_backtracking.hpp). `encode` is
+// O(n) for the split and O(n x L) for the fast encoder (L: the longest token in
+// characters), one hash probe per character it walks; merging is O(n log n). Allocation-free once its buffers are warm. Not
 // thread-safe (the buffers and the cache); use one per thread (copies are independent).
 #pragma once
 
@@ -173,9 +174,9 @@ class bpe_tokenizer {
   [[nodiscard]] std::size_t vocab_size() const noexcept { return vocab_.size(); }
   /// Number of merges.
   [[nodiscard]] std::size_t merge_count() const noexcept { return merges_.size(); }
-  /// True when the merge list is well-formed (every merge's inputs made only by earlier
-  /// merges), so pre-tokens are encoded by the fast exact encoder
-  /// (bpe_backtracking.hpp); false: every pre-token is merged in the package's order.
+  /// True when pre-tokens are encoded by the fast exact encoder (bpe_backtracking.hpp: for
+  /// merge lists in rank order and converted ones alike); false (a pathological list): every
+  /// pre-token is merged in the package's order.
   [[nodiscard]] bool fast_encoder() const noexcept { return fast_.enabled(); }
   /// False when the merge list makes some token only after a merge that takes it ranks
   /// (lists converted from tiktoken vocabularies: Llama 3's, Qwen's); the fast encoder then
