@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Generates sim/include/hybridcache/sim/data/unicode_ln.hpp: the code point ranges of the
-Unicode general categories L* (letters) and N* (numbers), from Python's unicodedata.
+Unicode general categories L* (letters) and N* (numbers), from unicodedata2 (or Python's
+unicodedata when it is missing).
 
 The byte-level BPE pre-tokenizer (bpe_tokenizer.hpp) needs \\p{L} and \\p{N}. The table's
 Unicode version (written into the header) should be the one of the Oniguruma inside the

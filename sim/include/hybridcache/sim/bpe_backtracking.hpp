@@ -106,7 +106,6 @@ class bpe_backtracking_encoder {
     };
     std::vector<merge> list;
     list.reserve(merges.size());
-    std::vector<std::uint32_t> made_count(id_limit, 0);
     bool ok = true;
     merges.for_each([&](token_id a, token_id b, const bpe_merge_target& t) {
       if (a < 0 || b < 0 || t.id < 0 || static_cast<std::size_t>(std::max({a, b, t.id})) >= id_limit) {
@@ -114,7 +113,6 @@ class bpe_backtracking_encoder {
         return;
       }
       list.push_back({t.rank, a, b, t.id});
-      ++made_count[static_cast<std::size_t>(t.id)];
     });
     if (!ok) return;
     bpe_detail::sort_by_rank(list);

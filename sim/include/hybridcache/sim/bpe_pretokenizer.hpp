@@ -134,14 +134,8 @@ bool llama3_split(std::string_view text, std::size_t max_digits, Emit&& emit) {
         end = run_end<Checked>(s, n, cls == cclass::other ? p : p + 1, cclass::other, table, bad);
         while (end < n && crlf(s[end])) ++end;
       } else {  // whitespace: 5, else 6, else 7
-        std::size_t e = p, last = p, count = 0, after_crlf = 0, l = 0;
-        while (e < n && class_at<Checked>(s, n, e, table, l, bad) == cclass::space) {
-          if (crlf(s[e])) after_crlf = e + 1;
-          last = e;
-          e += l;
-          ++count;
-        }
-        end = after_crlf != 0 ? after_crlf : (e < n && count >= 2) ? last : e;
+        const bpe_detail::space_run r = bpe_detail::whitespace_run<Checked>(s, n, p, table, bad);
+        end = r.after_crlf != 0 ? r.after_crlf : r.end;
       }
     }
     if (Checked && bad) return false;

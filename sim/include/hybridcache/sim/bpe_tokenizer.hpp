@@ -20,10 +20,10 @@
 //                  and ByteLevel without use_regex (bpe_pretokenizer.hpp names the three
 //                  spellings; any other regex is rejected); then every byte of a piece
 //                  mapped to GPT-2's printable byte alphabet.
-//                  \p{L} and \p{N} come from data/unicode_ln.hpp (Python's unicodedata,
-//                  its version in `data::unicode_ln_version`; code points assigned in a
-//                  later Unicode version than that classify as "other"); \s is Unicode
-//                  White_Space (Oniguruma's \s).
+//                  \p{L} and \p{N} come from data/unicode_ln.hpp (the Unicode version of
+//                  the package's Oniguruma, `data::unicode_ln_version`; code points
+//                  assigned later classify as "other"); \s is Unicode White_Space
+//                  (Oniguruma's \s).
 //   model          BPE: "vocab" and "merges" (either "a b" strings or ["a", "b"] pairs);
 //                  a merge's priority is its index (lowest first; equal pairs leftmost
 //                  first); "ignore_merges" supported; "dropout" must be null,
@@ -61,8 +61,9 @@
 // Cost: loading is O(file size + merges x spine depth), plus, for a list out of rank
 // order, one encoding of each token's bytes (bounded, bpe_backtracking.hpp). `encode` is
 // O(n) for the split and O(n x L) for the fast encoder (L: the longest token in
-// characters), one hash probe per character it walks; merging is O(n log n). Allocation-free once its buffers are warm. Not
-// thread-safe (the buffers and the cache); use one per thread (copies are independent).
+// characters), one hash probe per character it walks; merging is O(n log n).
+// Allocation-free once its buffers are warm. Not thread-safe (the buffers and the cache);
+// use one per thread (copies are independent).
 #pragma once
 
 #include <algorithm>
@@ -523,6 +524,22 @@ class bpe_tokenizer {
     std::copy(out.begin() + static_cast<std::ptrdiff_t>(start), out.end(), entry.ids);
   }
 
+  // The bit of `whole_piece_bits_` for a piece: a hash of its length and its first and last
+  // 8 bytes (they overlap below 16 bytes; `short_bytes` reads pieces of up to 8).
+  [[nodiscard]] std::uint64_t whole_piece_bit(std::string_view s) const noexcept {
+    std::uint64_t head = short_bytes(s.substr(0, 8)), tail = 0;
+    if (s.size() > 8) std::memcpy(&tail, s.data() + s.size() - 8, 8);
+    return splitmix64_mix(head ^ splitmix64_mix(tail ^ s.size())) & ((whole_piece_bits_.size() << 6) - 1);
+  }
+  void mark_whole_piece(std::string_view s) {
+    const std::uint64_t k = whole_piece_bit(s);
+    whole_piece_bits_[k >> 6] |= std::uint64_t{1} << (k & 63);
+  }
+  [[nodiscard]] bool maybe_whole_piece(std::string_view s) const noexcept {
+    const std::uint64_t k = whole_piece_bit(s);
+    return ((whole_piece_bits_[k >> 6] >> (k & 63)) & 1u) != 0;
+  }
+
   // Hashes std::string and std::string_view alike, so lookups by a piece do not allocate.
   struct bytes_hash {
     using is_transparent = void;
@@ -543,23 +560,9 @@ class bpe_tokenizer {
   bool ignore_merges_ = false;
   bool ill_formed_ = false;  // `encode` met ill-formed UTF-8
   std::unordered_map<std::string, token_id, bytes_hash, std::equal_to<>> by_bytes_;  // ignore_merges: raw bytes -> id
-  // ignore_merges: a bit per (length, first and last 8 bytes) hash of every entry of
-  // by_bytes_, so most pieces that are no vocabulary entry skip hashing all their bytes.
+  // ignore_merges: a bit per `whole_piece_bit` of every entry of by_bytes_, so most pieces
+  // that are no vocabulary entry skip hashing all their bytes.
   std::vector<std::uint64_t> whole_piece_bits_ = std::vector<std::uint64_t>(std::size_t{1} << 12, 0);
-  [[nodiscard]] static std::uint64_t whole_piece_key(std::string_view s) noexcept {
-    std::uint64_t head = 0, tail = 0;
-    std::memcpy(&head, s.data(), std::min<std::size_t>(8, s.size()));
-    if (s.size() > 8) std::memcpy(&tail, s.data() + s.size() - std::min<std::size_t>(8, s.size() - 8), std::min<std::size_t>(8, s.size() - 8));
-    return splitmix64_mix(head ^ splitmix64_mix(tail ^ s.size()));
-  }
-  void mark_whole_piece(std::string_view s) {
-    const std::uint64_t k = whole_piece_key(s) & ((whole_piece_bits_.size() << 6) - 1);
-    whole_piece_bits_[k >> 6] |= std::uint64_t{1} << (k & 63);
-  }
-  [[nodiscard]] bool maybe_whole_piece(std::string_view s) const noexcept {
-    const std::uint64_t k = whole_piece_key(s) & ((whole_piece_bits_.size() << 6) - 1);
-    return ((whole_piece_bits_[k >> 6] >> (k & 63)) & 1u) != 0;
-  }
   std::vector<cache_entry> cache_;  // short pre-tokens; allocated on first use
   std::array<std::vector<std::uint32_t>, 256> by_first_byte_{};  // indices into added_
   std::array<std::string, 2> first_bytes_{};  // the bytes added tokens start with: [normalized]

@@ -364,6 +364,28 @@ HYBRIDCACHE_FORCEINLINE std::size_t run_end(const unsigned char* s, std::size_t 
   return i;
 }
 
+// The whitespace run starting at s[p] as both patterns end it: `after_crlf` is one past its
+// last CR or LF (0: none; Llama 3's \s*[\r\n]+), `end` what \s+(?!\S)|\s+ takes (the run,
+// but its last character when a non-space follows and the run has at least two).
+struct space_run {
+  std::size_t end = 0;
+  std::size_t after_crlf = 0;
+};
+template <bool Checked>
+HYBRIDCACHE_FORCEINLINE space_run whitespace_run(const unsigned char* s, std::size_t n, std::size_t p, const class_table& table,
+                                                 bool& bad) noexcept {
+  space_run r;
+  std::size_t e = p, last = p, count = 0, l = 0;
+  while (e < n && class_at<Checked>(s, n, e, table, l, bad) == cclass::space) {
+    if (s[e] == '\r' || s[e] == '\n') r.after_crlf = e + 1;
+    last = e;
+    e += l;
+    ++count;
+  }
+  r.end = (e < n && count >= 2) ? last : e;
+  return r;
+}
+
 }  // namespace bpe_detail
 
 template <bool Checked = false, class Emit>
@@ -392,15 +414,7 @@ bool byte_level_split(std::string_view text, Emit&& emit) {
       } else if (cls != cclass::space) {
         end = bpe_detail::run_end<Checked>(s, n, p + len, cls, table, bad);
       } else {
-        // Whitespace: \s+(?!\S) takes the run but its last character when a non-space
-        // follows (and the run has at least two characters); otherwise \s+ takes it all.
-        std::size_t e = p, last = p, count = 0, l = 0;
-        while (e < n && bpe_detail::class_at<Checked>(s, n, e, table, l, bad) == cclass::space) {
-          last = e;
-          e += l;
-          ++count;
-        }
-        end = (e < n && count >= 2) ? last : e;
+        end = bpe_detail::whitespace_run<Checked>(s, n, p, table, bad).end;  // \s+(?!\S)|\s+
       }
     }
     if (Checked && bad) return false;
