@@ -59,6 +59,11 @@ def ensure_tokenizers(venv):
     if not ok:
         print("SKIPPED: the tokenizers package cannot be installed (no PyPI?)")
         sys.exit(SKIP)
+    if subprocess.run([py, "-c", "import tiktoken"], capture_output=True).returncode != 0:
+        try:  # optional: the reference for scripts/tiktoken_to_tokenizer_json.py (skipped without it)
+            subprocess.run([py, "-m", "pip", "install", "-q", "--timeout", "20", "--retries", "1", "tiktoken"], timeout=600)
+        except Exception:
+            pass
     return py
 
 
@@ -277,6 +282,10 @@ def main():
     path = os.path.join(a.work_dir, "tokenizer_llama3_converted.json")
     tok = convert_like_tiktoken(os.path.join(a.work_dir, "tokenizer_llama3.json"), path)
     status = check(a, "llama3_converted", tok, path, cases, ["--fast", "--out-of-order"]) or status
+    # A tiktoken ranks file of the same vocabulary, through scripts/tiktoken_to_tokenizer_json.py
+    # (what a user does with Meta's tokenizer.model); its ids against the package's and, when
+    # the tiktoken package is there, against tiktoken's own.
+    status = check_tiktoken_script(a, os.path.join(a.work_dir, "tokenizer_llama3.json"), cases) or status
     sharegpt = os.path.join(a.source_dir, "..", "shared", "data", "traces", "sharegpt_zh_1k", "sharegpt_zh_1K_format.jsonl")
     if os.path.exists(sharegpt):
         sys.path.insert(0, os.path.join(a.source_dir, "scripts"))
@@ -289,6 +298,53 @@ def main():
     else:
         print("(no %s: the ShareGPT check is not run)" % sharegpt)
     return status
+
+
+def check_tiktoken_script(a, trained_path, cases):
+    import base64
+    import json
+    from tokenizers import Tokenizer
+    with open(trained_path, encoding="utf-8") as f:
+        vocab = json.load(f)["model"]["vocab"]
+    # The byte-level spelling back to bytes (GPT-2's table, as the script builds it).
+    sys.path.insert(0, os.path.join(a.source_dir, "scripts"))
+    import tiktoken_to_tokenizer_json as conv
+    unspell = {c: b for b, c in conv.byte_level_table().items()}
+    specials = SPECIALS + [BOS]
+    ranks = {}
+    for token, _ in sorted(vocab.items(), key=lambda kv: kv[1]):
+        if token not in specials:
+            ranks[bytes(unspell[c] for c in token)] = len(ranks)
+    ranks_path = os.path.join(a.work_dir, "llama3.tiktoken")
+    with open(ranks_path, "w") as f:
+        for token, rank in ranks.items():
+            f.write("%s %d\n" % (base64.b64encode(token).decode(), rank))
+    specials_path = os.path.join(a.work_dir, "llama3_specials.txt")
+    with open(specials_path, "w", encoding="utf-8") as f:
+        for i, name in enumerate(specials):
+            f.write("%s %d\n" % (name, len(ranks) + i))
+    path = os.path.join(a.work_dir, "tokenizer_tiktoken_script.json")
+    subprocess.run([sys.executable, os.path.join(a.source_dir, "scripts", "tiktoken_to_tokenizer_json.py"), "--split", "llama3",
+                    "--specials", specials_path, "--bos", BOS, ranks_path, path], check=True)
+    tok = Tokenizer.from_file(path)
+    status = check(a, "tiktoken_script", tok, path, cases, ["--fast", "--out-of-order"])
+    status = check(a, "tiktoken_script_bos", tok, path, cases, ["--fast", "--special-tokens"]) or status
+    try:
+        import tiktoken
+    except ImportError:
+        print("(tiktoken not importable: the script's ids are not compared with tiktoken's)")
+        return status
+    enc = tiktoken.Encoding(name="hf_exact_llama3", pat_str=LLAMA3_REGEX, mergeable_ranks=ranks,
+                            special_tokens={name: len(ranks) + i for i, name in enumerate(specials)})
+    bad = 0
+    for raw in cases:
+        text = raw.decode("utf-8", "replace")
+        if enc.encode(text, allowed_special="all") != tok.encode(text, add_special_tokens=False).ids:
+            bad += 1
+            if bad <= 3:
+                print("tiktoken differs from the script's tokenizer.json on %r" % text)
+    print("tiktoken %s against the script's tokenizer.json (package): %d mismatches in %d strings" % (tiktoken.__version__, bad, len(cases)))
+    return status or (1 if bad else 0)
 
 
 def check(a, name, tok, path, cases, flags):
