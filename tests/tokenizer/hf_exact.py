@@ -326,6 +326,20 @@ def check_tiktoken_script(a, trained_path, cases):
     path = os.path.join(a.work_dir, "tokenizer_tiktoken_script.json")
     subprocess.run([sys.executable, os.path.join(a.source_dir, "scripts", "tiktoken_to_tokenizer_json.py"), "--split", "llama3",
                     "--specials", specials_path, "--bos", BOS, ranks_path, path], check=True)
+    # Bad ranks files stop it with the line (and write nothing).
+    for bad_name, lines, said in (("not_pair", ["IQ== 0", "xyz"], ":2: expected"), ("repeated", ["IQ== 0", "IQ== 1"], ":2: repeated token"),
+                                  ("gap", ["IQ== 0", "Ig== 2"], "ranks must be 0 .. 1")):
+        bad_path = os.path.join(a.work_dir, "bad_%s.tiktoken" % bad_name)
+        with open(bad_path, "w") as f:
+            f.write("\n".join(lines) + "\n")
+        out_path = os.path.join(a.work_dir, "bad_%s.json" % bad_name)
+        if os.path.exists(out_path):
+            os.remove(out_path)
+        r = subprocess.run([sys.executable, os.path.join(a.source_dir, "scripts", "tiktoken_to_tokenizer_json.py"), "--split", "llama3",
+                            bad_path, out_path], capture_output=True, text=True)
+        if r.returncode == 0 or said not in r.stderr or os.path.exists(out_path):
+            print("tiktoken_to_tokenizer_json.py accepted a bad ranks file (%s): rc %d, %r" % (bad_name, r.returncode, r.stderr))
+            return 1
     tok = Tokenizer.from_file(path)
     status = check(a, "tiktoken_script", tok, path, cases, ["--fast", "--out-of-order"])
     status = check(a, "tiktoken_script_bos", tok, path, cases, ["--fast", "--special-tokens"]) or status
