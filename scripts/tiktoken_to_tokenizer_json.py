@@ -53,6 +53,18 @@ def byte_level_table():
     return table
 
 
+def split_merges(ranks):
+    """The merges of a vocabulary {token: rank} (tokens bytes or str): for each token in rank
+    order, every split into two vocabulary tokens, ordered by the left part's rank, then the
+    right's. Returns (left, right) pairs."""
+    merges = []
+    for token in sorted(ranks, key=ranks.get):
+        splits = [(ranks[token[:i]], ranks[token[i:]], token[:i], token[i:]) for i in range(1, len(token))
+                  if token[:i] in ranks and token[i:] in ranks]
+        merges += [(l, r) for _, _, l, r in sorted(splits)]
+    return merges
+
+
 def fail(path, line, message):
     sys.exit(f"{path}:{line}: {message}")
 
@@ -103,11 +115,7 @@ def main():
     table = byte_level_table()
     spell = {token: "".join(table[b] for b in token) for token in ranks}
     by_rank = sorted(ranks, key=ranks.get)
-    merges = []
-    for token in by_rank:
-        splits = [(ranks[token[:i]], ranks[token[i:]], token[:i], token[i:]) for i in range(1, len(token))
-                  if token[:i] in ranks and token[i:] in ranks]
-        merges += [[spell[l], spell[r]] for _, _, l, r in sorted(splits)]
+    merges = [[spell[l], spell[r]] for l, r in split_merges(ranks)]
     specials = []
     if a.specials == "llama3":
         specials = llama3_specials(len(ranks))

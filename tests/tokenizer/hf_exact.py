@@ -131,18 +131,14 @@ def train(lines, vocab_size, full_alphabet, path, split=None, bos=False, nfc=Fal
 def convert_like_tiktoken(src, dst):
     """Rewrites a tokenizer.json's merges as Hugging Face converts a tiktoken vocabulary
     (Llama 3, Qwen): for each token in id order, every split into two vocabulary tokens,
-    ordered by the parts' ids; ignore_merges on. Returns the package's tokenizer of it."""
+    ordered by the parts' ids (scripts/tiktoken_to_tokenizer_json.py's split_merges); ignore_merges on.
+    Returns the package's tokenizer of it."""
     import json
     from tokenizers import Tokenizer
+    import tiktoken_to_tokenizer_json as conv
     with open(src, encoding="utf-8") as f:
         doc = json.load(f)
-    vocab = doc["model"]["vocab"]
-    merges = []
-    for token, _ in sorted(vocab.items(), key=lambda kv: kv[1]):
-        splits = sorted((vocab[token[:i]], vocab[token[i:]], token[:i], token[i:]) for i in range(1, len(token))
-                        if token[:i] in vocab and token[i:] in vocab)
-        merges += [[l, r] for _, _, l, r in splits]
-    doc["model"]["merges"] = merges
+    doc["model"]["merges"] = [[l, r] for l, r in conv.split_merges(doc["model"]["vocab"])]
     doc["model"]["ignore_merges"] = True
     with open(dst, "w", encoding="utf-8") as f:
         json.dump(doc, f, ensure_ascii=False)
@@ -250,6 +246,7 @@ def main():
         print("SKIPPED: tokenizers not importable")
         return SKIP
     os.makedirs(a.work_dir, exist_ok=True)
+    sys.path.insert(0, os.path.join(a.source_dir, "scripts"))  # train_bpe_tokenizer, tiktoken_to_tokenizer_json
     lines = corpus_lines(a.source_dir)
     rng = random.Random(19)
     texts = [l for l in lines if l.strip()]
@@ -288,7 +285,6 @@ def main():
     status = check_tiktoken_script(a, os.path.join(a.work_dir, "tokenizer_llama3.json"), cases) or status
     sharegpt = os.path.join(a.source_dir, "..", "shared", "data", "traces", "sharegpt_zh_1k", "sharegpt_zh_1K_format.jsonl")
     if os.path.exists(sharegpt):
-        sys.path.insert(0, os.path.join(a.source_dir, "scripts"))
         import train_bpe_tokenizer
         messages = train_bpe_tokenizer.texts(sharegpt)
         tok = train_bpe_tokenizer.train(messages, 32000)
@@ -307,7 +303,6 @@ def check_tiktoken_script(a, trained_path, cases):
     with open(trained_path, encoding="utf-8") as f:
         vocab = json.load(f)["model"]["vocab"]
     # The byte-level spelling back to bytes (GPT-2's table, as the script builds it).
-    sys.path.insert(0, os.path.join(a.source_dir, "scripts"))
     import tiktoken_to_tokenizer_json as conv
     unspell = {c: b for b, c in conv.byte_level_table().items()}
     specials = SPECIALS + [BOS]

@@ -117,22 +117,11 @@ class bpe_backtracking_encoder {
     if (!ok) return;
     bpe_detail::sort_by_rank(list);
     // Which tokens are ever made (a merge whose input never is can never apply), and each
-    // token's length in bytes: a worklist over the merges by input, O(merges).
+    // token's length in bytes: a worklist from the bytes over the merges by input, O(merges)
+    // (an input may be made by a merge ranked after the one taking it).
     std::vector<std::uint32_t> length(id_limit, 0);
     for (const token_id b : byte_ids) length[static_cast<std::size_t>(b)] = 1;
-    bool settled = true;  // one pass in rank order made every token it can (a trainer's list)
-    for (const merge& m : list) {
-      const std::uint32_t la = length[static_cast<std::size_t>(m.a)], lb = length[static_cast<std::size_t>(m.b)];
-      if (la == 0 || lb == 0) {
-        settled = false;  // perhaps made later: the worklist below decides
-        continue;
-      }
-      if (static_cast<std::uint64_t>(la) + lb > std::numeric_limits<std::uint32_t>::max()) return;
-      if (length[static_cast<std::size_t>(m.made)] == 0) length[static_cast<std::size_t>(m.made)] = la + lb;
-    }
-    if (!settled) {
-      std::fill(length.begin(), length.end(), 0);
-      for (const token_id b : byte_ids) length[static_cast<std::size_t>(b)] = 1;
+    {
       std::vector<std::uint32_t> first(id_limit + 1, 0);  // merges by input (CSR)
       for (const merge& m : list) {
         ++first[static_cast<std::size_t>(m.a) + 1];
@@ -218,14 +207,14 @@ class bpe_backtracking_encoder {
         work += std::uint64_t{length[static_cast<std::size_t>(t)]} * length[static_cast<std::size_t>(t)];
     if (work > max_history_work) return;
     if (!in_rank_order_) {
-      events_begin_.assign(id_limit + 1, 0);
+      event_begin_.assign(id_limit + 1, 0);
       edge_bytes_.assign(id_limit, {none, none});
       for (const token_id b : byte_ids) edge_bytes_[static_cast<std::size_t>(b)] = {b, b};
     }
     for (std::size_t k = 0; k < by_length.size(); ++k) {
       const token_id t = by_length[k];
       if (!in_rank_order_) {  // its events, in by_length order (the CSR's begins follow)
-        events_begin_[static_cast<std::size_t>(t)] = static_cast<std::uint32_t>(events_.size());
+        event_begin_[static_cast<std::size_t>(t)] = static_cast<std::uint32_t>(events_.size());
         canonical_self[static_cast<std::size_t>(t)] = canonical_creation(merges, t, true) ? 1 : 0;
       } else if (makers[static_cast<std::size_t>(t)] > 1) {
         canonical_self[static_cast<std::size_t>(t)] = canonical_creation(merges, t, false) ? 1 : 0;
@@ -235,7 +224,7 @@ class bpe_backtracking_encoder {
       event_end_.assign(id_limit, 0);
       for (std::size_t k = 0; k < by_length.size(); ++k)
         event_end_[static_cast<std::size_t>(by_length[k])] =
-            k + 1 < by_length.size() ? events_begin_[static_cast<std::size_t>(by_length[k + 1])] : static_cast<std::uint32_t>(events_.size());
+            k + 1 < by_length.size() ? event_begin_[static_cast<std::size_t>(by_length[k + 1])] : static_cast<std::uint32_t>(events_.size());
     }
     // Tokens that encode to themselves (fact 1), and their bytes, shortest first (parts first).
     self_.assign(id_limit, 0);
@@ -563,7 +552,7 @@ class bpe_backtracking_encoder {
         // its limit is the highest rank from its making to its consumption (inclusive).
         token_id x = edge_bytes_[t].second, y = edge_bytes_[t].first;
         std::int32_t lim_x = byte_rank, lim_y = byte_rank;
-        for (std::uint32_t e = events_begin_[t]; e < event_end_[t]; ++e) {
+        for (std::uint32_t e = event_begin_[t]; e < event_end_[t]; ++e) {
           const event& ev = events_[e];
           lim_x = std::max(lim_x, ev.rank);
           lim_y = std::max(lim_y, ev.rank);
@@ -622,7 +611,7 @@ class bpe_backtracking_encoder {
   // token's history is what encoding its bytes alone does, fact 1, which holds out of rank
   // order too); O(bytes of a + bytes of b) merge lookups.
   [[nodiscard]] bool replay_fit(const bpe_merge_table& merges, token_id a, token_id b) const noexcept {
-    std::uint32_t i = events_begin_[static_cast<std::size_t>(a)], j = events_begin_[static_cast<std::size_t>(b)];
+    std::uint32_t i = event_begin_[static_cast<std::size_t>(a)], j = event_begin_[static_cast<std::size_t>(b)];
     const std::uint32_t ie = event_end_[static_cast<std::size_t>(a)], je = event_end_[static_cast<std::size_t>(b)];
     token_id x = edge_bytes_[static_cast<std::size_t>(a)].second, y = edge_bytes_[static_cast<std::size_t>(b)].first;
     std::int32_t rc = none;
@@ -690,7 +679,7 @@ class bpe_backtracking_encoder {
     token_id left;      // ... at the left end
   };
   std::vector<event> events_;                // out of rank order: every token's merges
-  std::vector<std::uint32_t> events_begin_;  // by token: its first event
+  std::vector<std::uint32_t> event_begin_;  // by token: its first event
   std::vector<std::uint32_t> event_end_;     // ... one past its last
   std::vector<std::pair<token_id, token_id>> edge_bytes_;  // by token: its first and last byte tokens
   std::vector<token_info> info_;

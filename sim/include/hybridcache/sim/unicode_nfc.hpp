@@ -93,7 +93,7 @@ class nfc_normalizer {
     }
     reorder(cps);
     compose(cps);
-    for (const std::uint32_t cp : cps) append(out, cp);
+    for (const std::uint32_t cp : cps) bpe_detail::append_utf8(out, cp);
   }
 
   /// True when NFC may change text holding `cp` (<= U+10FFFF): NFC changes it alone, it has
@@ -139,7 +139,7 @@ class nfc_normalizer {
     for (const auto& d : data::nfc_decompositions) {
       one.clear();
       normalized.clear();
-      append(one, d.cp);
+      bpe_detail::append_utf8(one, d.cp);
       normalize(one, normalized, cps);
       if (normalized != one) mark(d.cp);
     }
@@ -150,7 +150,6 @@ class nfc_normalizer {
   }
 
   [[nodiscard]] static std::uint64_t pair_key(std::uint32_t a, std::uint32_t b) noexcept { return (std::uint64_t{a} << 21) | b; }
-
 
   void decompose(std::uint32_t cp, std::vector<std::uint32_t>& out) const {
     if (cp - s_base < s_count) {
@@ -218,17 +217,6 @@ class nfc_normalizer {
       cps[out++] = cp;
     }
     cps.resize(out);
-  }
-
-  static void append(std::string& out, std::uint32_t cp) {
-    if (cp < 0x10000) {
-      bpe_detail::append_utf8(out, cp);
-      return;
-    }
-    out.push_back(static_cast<char>(0xF0 | (cp >> 18)));
-    out.push_back(static_cast<char>(0x80 | ((cp >> 12) & 0x3F)));
-    out.push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
-    out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
   }
 
   std::array<std::uint64_t, 1024> bmp_{};  // one bit per BMP code point: special (8 KiB)
