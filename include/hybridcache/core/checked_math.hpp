@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <limits>
 #include <string_view>
 #include <string>
 
@@ -34,9 +35,23 @@ template <class... Ints>
   return r;
 }
 
-/// ceil(a / b) for a >= 0, b > 0.
+/// ceil(a / b) for a >= 0, b > 0 (no intermediate overflow, up to a = int64 max).
 [[nodiscard]] constexpr std::int64_t ceil_div(std::int64_t a, std::int64_t b) noexcept {
-  return (a + b - 1) / b;
+  return a / b + (a % b != 0 ? 1 : 0);
+}
+
+/// a * b for a, b >= 0, or int64 max where it would overflow: for sizes on hot paths that
+/// are compared against a capacity (a saturated size never fits), where throwing is not
+/// an option.
+[[nodiscard]] constexpr std::int64_t saturating_mul(std::int64_t a, std::int64_t b) noexcept {
+  std::int64_t r = 0;
+  return __builtin_mul_overflow(a, b, &r) ? std::numeric_limits<std::int64_t>::max() : r;
+}
+
+/// a + b for a, b >= 0, or int64 max where it would overflow.
+[[nodiscard]] constexpr std::int64_t saturating_add(std::int64_t a, std::int64_t b) noexcept {
+  std::int64_t r = 0;
+  return __builtin_add_overflow(a, b, &r) ? std::numeric_limits<std::int64_t>::max() : r;
 }
 
 }  // namespace hybridcache

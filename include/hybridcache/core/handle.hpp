@@ -134,13 +134,30 @@ class generation_table {
     return {};
   }
 
-  /// Frees every live slot (each one's handle becomes stale). O(capacity), no allocation.
+  /// Frees the live slot of `h` as `release` does, but so that `h` reads stale_handle from
+  /// now on, not double_free: for a handle invalidated by its owner (a cache cleared under
+  /// a request in flight) rather than freed by its holder. O(1).
+  [[nodiscard]] expected<void> retire(packed_handle h) noexcept {
+    const errc e = validate(h);
+    if (e != errc::ok) return unexpected(e);
+    slot& s = slots_[h.index()];
+    s.live = false;
+    s.generation = next_generation(next_generation(s.generation));
+    s.next_free = free_head_;
+    free_head_ = h.index();
+    ++free_count_;
+    return {};
+  }
+
+  /// Frees every live slot; each one's handle reads stale_handle from now on (as after
+  /// `retire`: the owner invalidated it, its holder did not free it). O(capacity), no
+  /// allocation.
   void release_all() noexcept {
     for (std::uint32_t i = 0; i < slots_.size(); ++i) {
       slot& s = slots_[i];
       if (!s.live) continue;
       s.live = false;
-      s.generation = next_generation(s.generation);
+      s.generation = next_generation(next_generation(s.generation));
       s.next_free = free_head_;
       free_head_ = i;
       ++free_count_;
