@@ -22,34 +22,13 @@
 #include "hybridcache/prefix/prefix_cache.hpp"
 #include "hybridcache/stores/pool_state_store.hpp"
 #include "../support/random_tokens.hpp"
+#include "../support/tiny_hybrid_model.hpp"
 
 using namespace hybridcache;
 using namespace hybridcache::prefix;
 using namespace hybridcache::memory;
 
 namespace {
-
-/// A small hybrid model (the tiny runtime's shapes): KV pages of 4 KiB, state blocks of 8 KiB.
-model_spec small_spec() {
-  model_spec s;
-  s.name = "host_tier_test";
-  s.source = "tests/prefix/test_host_tier.cpp";
-  s.layers = layer_pattern("RA", 2);
-  s.d_model = 64;
-  s.attention_heads = 2;
-  s.kv_heads = 1;
-  s.head_dim = 32;
-  s.recurrent = recurrent_family::gated_deltanet;
-  s.gdn_key_heads = 2;
-  s.gdn_value_heads = 2;
-  s.gdn_key_dim = 32;
-  s.gdn_value_dim = 32;
-  s.kv_dtype_bytes = 4;
-  s.state_dtype_bytes = 4;
-  s.activation_dtype_bytes = 4;
-  s.scan_chunk = 16;
-  return s;
-}
 
 using hybridcache::test::random_tokens;
 
@@ -68,7 +47,7 @@ std::uint64_t state_sig(std::span<const token_id> prefix, std::int64_t layer) {
 
 TEST_CASE_TEMPLATE("host tier: evicted leaves come back into the reservation byte for byte, through block tables and the resumed state",
                    Salted, std::false_type, std::true_type) {
-  const cost_model m(small_spec());
+  const cost_model m(test::tiny_gdn_spec("host_tier_test"));
   using pool_t = host_asymmetric_pool<threshold_rebalancer>;
   using store_t = pool_state_store<pool_t>;
   using cache_type = prefix_cache<cost_model, judicious_admission, lru_scorer, store_t>;

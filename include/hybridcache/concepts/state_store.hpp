@@ -86,6 +86,13 @@ concept side_placing_store = state_store<S> && requires(S& s, const S& cs, side_
   { cs.kv_bytes_at(n, n) } noexcept -> std::same_as<std::int64_t>;
 };
 
+/// A store that can check it lays out a model right (`check_model(model)` throws
+/// invalid_argument naming what differs: layer counts, page and state block sizes). The
+/// prefix cache calls it from its constructor, so that a store built for another model,
+/// or with a page that holds the wrong number of tokens, is refused before it is used.
+template <class S, class Model>
+concept model_checked_store = state_store<S> && requires(const S& cs, const Model& m) { cs.check_model(m); };
+
 /// The least a `state_store` may be: every call present with the required signature, no
 /// behaviour. Policies that are written against `radix_tree<Store>` (the scorers) check
 /// themselves against `radix_tree<state_store_archetype>` right under their definition, so

@@ -239,6 +239,28 @@ class asymmetric_pool {
   [[nodiscard]] const Rebalancer& rebalancer_policy() const noexcept { return rebalancer_; }
   [[nodiscard]] std::uint64_t free_units(pool_kind k) const noexcept { return region(k).free_units(); }
   [[nodiscard]] std::uint64_t live_handles() const noexcept { return kv_table_.live_count() + ssm_table_.live_count(); }
+  /// Whether capacity ever moves between the sides (false for no_rebalancer).
+  static constexpr bool moves_capacity = !std::is_same_v<Rebalancer, no_rebalancer>;
+  /// The most units of `k` this pool could ever hold: its share of the chunks at most
+  /// (max_pool_fraction), the other side keeping one chunk; with no rebalancer, what it
+  /// holds now. O(1).
+  [[nodiscard]] std::uint64_t max_units(pool_kind k) const noexcept {
+    const chunk_region& r = region(k);
+    if constexpr (!moves_capacity) return r.capacity_units();
+    return std::uint64_t{std::min(r.max_slots(), chunks_ - 1)} * r.units_per_chunk();
+  }
+  /// Whether `kv` pages and `ssm` blocks could be placed at once in this pool once every
+  /// unit is free: each side within what it can ever map, and, when capacity moves, the two
+  /// sides' chunks within the pool's. O(1).
+  [[nodiscard]] bool could_place_when_empty(std::uint64_t kv, std::uint64_t ssm) const noexcept {
+    if (kv > max_units(pool_kind::kv) || ssm > max_units(pool_kind::ssm)) return false;
+    if constexpr (!moves_capacity) return true;
+    const auto chunks_for = [&](pool_kind k, std::uint64_t units) {
+      const std::uint64_t upc = region(k).units_per_chunk();
+      return std::max<std::uint64_t>(1, upc == 0 ? 0 : (units + upc - 1) / upc);
+    };
+    return chunks_for(pool_kind::kv, kv) + chunks_for(pool_kind::ssm, ssm) <= chunks_;
+  }
   /// Physical bytes reserved (equal to the budget rounded down to whole chunks).
   [[nodiscard]] std::uint64_t reserved_bytes() const noexcept { return arena_->reserved_bytes(); }
   [[nodiscard]] std::uint64_t chunk_bytes() const noexcept { return chunk_bytes_; }

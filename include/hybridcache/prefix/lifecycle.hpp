@@ -7,7 +7,8 @@
 //
 //   request_lifecycle<cache_t> requests(cache);
 //   auto t = requests.begin(prompt, {.output_tokens = 256});  // match + pin, plan, reserve
-//   const auto& r = *requests.state(*t);   // r.plan.prefill_start, r.kv_from, r.plan.sites, r.kv ...
+//   if (!t) { /* t.message() says why; out_of_capacity: retry when a request ends */ }
+//   const auto& r = **requests.state(*t);  // r.plan.prefill_start, r.kv_from, r.plan.sites, r.kv ...
 //   ... prefill from r.plan.prefill_start, writing KV from r.kv_from into r.kv, capture
 //       states into r.checkpoints ...
 //   requests.grow(*t, 128);                // more KV during decode, if needed
@@ -23,8 +24,14 @@
 //   node holding it is pinned too, `kv_from` is where the tree's KV ends, and the runtime
 //   reads [0, kv_from) through the block table (read-only: those pages are shared) and writes
 //   KV only from kv_from on.
-//   Eviction makes room but never takes a pinned path (this request's match included); a
-//   request that cannot fit beside them is refused before anything is evicted, with the
+//   Eviction makes room but never takes a pinned path (this request's match included).
+//   Liveness: when the request does not fit beside the pinned paths with the reuse it
+//   found, begin reuses less: the same state without the KV-only tail or the lower-tier
+//   hit, then a shallower cached state on the path, down to none, at which point the path
+//   it would have pinned is evictable like any other. So a request that fits an empty
+//   cache of this size is refused only while other requests in flight hold the room, and
+//   admitted once they end. A request that cannot fit beside them is refused before
+//   anything is evicted, with the
 //   cache, the store and every pin as they were (the lookup itself still counts: the clock
 //   ticked and the matched path was refreshed, as for any match). With a two-sided store
 //   (side_placing_store: an asymmetric pool's KV and SSM sides) the check is per side too:
@@ -69,9 +76,19 @@
 // others, resume_checkpoint returns the loaded slot, and finish keeps the loaded state at
 // loaded_at and adopts the pages without a copy. The copies are synchronous (the store's
 // copier), so wait_loaded returns at once.
-// Many requests may be in flight; with `Cache` = prefix_cache<..., mutex_lock> every call
-// holds the cache's lock, so threads may begin/finish concurrently. Tickets are generation-
-// checked: a finished or aborted ticket reports stale_handle / double_free.
+// Threads (Cache = prefix_cache<..., mutex_lock>): every call holds the cache's lock, so
+// threads may begin/finish concurrently. The calls that allocate or free store memory
+// (begin, grow, finish, abort, clear, the destructor) also hold the lifecycle's memory lock
+// exclusively, taken before the cache's lock: an asymmetric pool moves live units when it
+// rebalances or compacts, and unmaps chunks it frees. A thread that reads or writes pool
+// bytes (resolving handles from block_table, resume_checkpoint or state) holds
+// `memory_read_lock()` meanwhile, and releases it before it calls any of those six (they
+// would wait for it). state, block_table, resume_checkpoint, in_flight and the waits take
+// only the cache's lock, so they may be called while holding it. With no_lock both locks
+// are empty.
+// Errors carry a message naming the argument and its value (`expected::message()`).
+// Tickets are generation-checked: a finished or aborted ticket reports double_free, a
+// ticket of a request that `clear()` ended stale_handle, another lifecycle's foreign_handle.
 //
 // Costs: begin = match + plan + O(sites) allocations (+ evictions, and a fit check over the
 // pinned paths, O(pin slots + nodes on those paths), when eviction is needed; + a host
@@ -87,6 +104,7 @@
 #include <cstdint>
 #include <deque>
 #include <mutex>
+#include <shared_mutex>
 #include <span>
 #include <thread>
 #include <type_traits>
@@ -106,9 +124,12 @@ namespace hybridcache::prefix {
 
 /// Options of `request_lifecycle::begin` (aggregate).
 struct begin_options {
-  /// Decode tokens to reserve KV for now, beyond the prompt (`grow` adds more later).
+  /// Decode tokens to reserve KV for now, beyond the prompt (`grow` adds more later); >= 0.
   std::int64_t output_tokens = 0;
-  /// Application-directed checkpoint positions in the prompt, in (reusable, |prompt|].
+  /// Application-directed checkpoint positions in the prompt, each in [1, |prompt|] (else
+  /// invalid_argument). A position at or before where prefill starts (the reused prefix)
+  /// cannot be captured by this request: it is not planned, and counted in
+  /// `request_state::extra_skipped`.
   std::span<const std::int64_t> extra_checkpoints = {};
   /// The tenant's namespace (types.hpp): the request matches and inserts only there.
   cache_salt salt = std::nullopt;
@@ -143,6 +164,14 @@ concept host_tier_store = requires(Store& st, std::span<const token_id> in, cons
 };
 
 namespace detail {
+/// The memory lock of a lifecycle used from one thread: nothing to lock.
+struct no_shared_mutex {
+  void lock() noexcept {}
+  void unlock() noexcept {}
+  void lock_shared() noexcept {}
+  void unlock_shared() noexcept {}
+};
+
 /// What a request keeps of its lower-tier hit (nothing for a one-tier store).
 template <class Store>
 struct host_hit_of {
@@ -195,7 +224,12 @@ class request_lifecycle {
     st.copy_tokens(e, std::int64_t{0}, e, std::int64_t{0}, std::int64_t{0}, std::int64_t{0});
     st.append_pages(e, std::int64_t{0}, std::int64_t{0}, std::int64_t{0}, v);
     { st.tokens_per_page() } -> std::convertible_to<std::int64_t>;
+    { st.attention_layers() } -> std::convertible_to<std::int64_t>;
   };
+  using lock_type = typename Cache::lock_type;
+  /// The memory lock (see the file comment): a reader-writer mutex when the cache is shared
+  /// between threads, empty otherwise.
+  using memory_mutex = std::conditional_t<std::is_same_v<lock_type, no_lock>, detail::no_shared_mutex, std::shared_mutex>;
 
 
   /// A reserved checkpoint slot: the state after token `position` goes here (`position` 0
@@ -216,6 +250,9 @@ class request_lifecycle {
     std::vector<kv_extent> kv;           ///< the reservation's segments, in token order
     std::vector<std::int64_t> kv_tokens; ///< tokens of each segment
     std::vector<checkpoint_slot> checkpoints;  ///< one per plan site, then the end slot
+    /// Positions of begin_options::extra_checkpoints at or before plan.prefill_start: this
+    /// request resumes after them and cannot capture them, so they are not planned.
+    std::int64_t extra_skipped = 0;
     /// Room for the splits `finish` makes (one token's KV each: a paged store copies the
     /// block a split falls inside into a fresh one); freed just before the insert.
     std::vector<kv_extent> split_room;
@@ -237,14 +274,36 @@ class request_lifecycle {
   };
 
   /// @param cache  the cache the requests go through; must outlive this object
-  explicit request_lifecycle(Cache& cache) : cache_(&cache), tickets_(next_tag(), 16), states_(16) {}
+  explicit request_lifecycle(Cache& cache) : cache_(&cache), tickets_(next_tag(), 16), states_(16) {
+    clear_link_.fn = [](void* self) noexcept { static_cast<request_lifecycle*>(self)->end_all_requests(); };
+    clear_link_.context = this;
+    std::lock_guard<lock_type> guard(cache_->lock_);
+    cache_->add_clear_listener(clear_link_);
+  }
   request_lifecycle(const request_lifecycle&) = delete;
   request_lifecycle& operator=(const request_lifecycle&) = delete;
   /// Aborts every request still in flight.
   ~request_lifecycle() {
+    const std::unique_lock<memory_mutex> memory(memory_);
     std::lock_guard<lock_type> guard(cache_->lock_);
     for (std::uint32_t i = 0; i < states_.size(); ++i)
       if (tickets_.is_live(i)) give_back(states_[i], /*release_pin=*/true);
+    cache_->remove_clear_listener(clear_link_);
+  }
+
+  /// Held (shared) by a thread while it reads or writes the bytes of pool units it resolved
+  /// from this lifecycle's block tables, checkpoints or states: the calls that allocate or
+  /// free (begin, grow, finish, abort, clear) wait for it. Release it before calling one of
+  /// those. Costs one shared lock (nothing with no_lock).
+  [[nodiscard]] std::shared_lock<memory_mutex> memory_read_lock() const { return std::shared_lock<memory_mutex>(memory_); }
+
+  /// Empties the cache (`prefix_cache::clear`) under the memory lock: every request in
+  /// flight ends, its reservation goes back, and every call on its ticket reports
+  /// stale_handle. O(n + requests in flight).
+  void clear() {
+    const std::unique_lock<memory_mutex> memory(memory_);
+    std::lock_guard<lock_type> guard(cache_->lock_);
+    cache_->clear_locked();
   }
 
   /// Starts a request. Errors (nothing changed but the lookup's tick): empty prompt, a bad
@@ -272,7 +331,7 @@ class request_lifecycle {
       for (;;) {
         {
           std::lock_guard<lock_type> guard(cache_->lock_);
-          if (const errc e = tickets_.validate(t.handle); e != errc::ok) return unexpected(e);
+          if (const errc e = tickets_.validate(t.handle); e != errc::ok) return ticket_error(e);
           request_state& s = states_[t.handle.index()];
           if (s.loaded_at == 0) return {};
           const auto r = cache_->store_.loaded(s.host_hit);
@@ -283,7 +342,7 @@ class request_lifecycle {
       }
     } else {
       std::lock_guard<lock_type> guard(cache_->lock_);
-      if (const errc e = tickets_.validate(t.handle); e != errc::ok) return unexpected(e);
+      if (const errc e = tickets_.validate(t.handle); e != errc::ok) return ticket_error(e);
       if constexpr (requires { cache_->store_.wait_loaded(states_[0].host_hit); }) {
         request_state& s = states_[t.handle.index()];
         if (s.loaded_at > 0) return cache_->store_.wait_loaded(s.host_hit);
@@ -306,7 +365,7 @@ class request_lifecycle {
       for (;;) {
         {
           std::lock_guard<lock_type> guard(cache_->lock_);
-          if (const errc e = tickets_.validate(t.handle); e != errc::ok) return unexpected(e);
+          if (const errc e = tickets_.validate(t.handle); e != errc::ok) return ticket_error(e);
           request_state& s = states_[t.handle.index()];
           if (s.loaded_at == 0) return {};
           if constexpr (std::is_same_v<lock_type, no_lock>) return cache_->store_.wait_layer(s.host_hit, k, layer);
@@ -327,12 +386,13 @@ class request_lifecycle {
   /// what it points to (reserved_tokens, kv), nothing else does.
   [[nodiscard]] expected<const request_state*> state(request_ticket t) const {
     std::lock_guard<lock_type> guard(cache_->lock_);
-    if (const errc e = tickets_.validate(t.handle); e != errc::ok) return unexpected(e);
+    if (const errc e = tickets_.validate(t.handle); e != errc::ok) return ticket_error(e);
     return &states_[t.handle.index()];
   }
 
-  /// Reserves KV for `tokens` more tokens (a new segment). out_of_capacity leaves the
-  /// request as it was.
+  /// Reserves KV for `tokens` more tokens (a new segment). Errors, each leaving the request
+  /// as it was: tokens <= 0, or a reservation end past int64 -> invalid_argument; no room
+  /// beside the pinned paths and the other reservations -> out_of_capacity.
   [[nodiscard]] expected<void> grow(request_ticket t, std::int64_t tokens);
 
   /// Ends a request: adopts its pages for `sequence` (= prompt ++ output, at most the
@@ -346,8 +406,9 @@ class request_lifecycle {
   /// Ends a request without inserting anything: the reservation goes back, the pin is
   /// released.
   expected<void> abort(request_ticket t) {
+    const std::unique_lock<memory_mutex> memory(memory_);
     std::lock_guard<lock_type> guard(cache_->lock_);
-    if (const errc e = tickets_.validate(t.handle); e != errc::ok) return unexpected(e);
+    if (const errc e = tickets_.validate(t.handle); e != errc::ok) return ticket_error(e);
     give_back(states_[t.handle.index()], /*release_pin=*/true);
     (void)tickets_.release(t.handle);
     return {};
@@ -362,17 +423,18 @@ class request_lifecycle {
   /// Only for stores that lay KV out by position (`pool_state_store`), and for trees whose
   /// nodes were inserted through this lifecycle (the KV of a plain `commit` is never written
   /// by a runtime). O(path + blocks); `out` is cleared first and grows as needed.
+  /// A layer outside [0, attention layers) -> invalid_argument, `out` unchanged.
   template <class Page>
   [[nodiscard]] expected<void> block_table(request_ticket t, std::int64_t layer, std::vector<Page>& out) const
     requires pages_by_position
   {
     std::lock_guard<lock_type> guard(cache_->lock_);
-    if (const errc e = tickets_.validate(t.handle); e != errc::ok) return unexpected(e);
+    if (const errc e = tickets_.validate(t.handle); e != errc::ok) return ticket_error(e);
+    if (layer < 0 || layer >= cache_->store_.attention_layers())
+      return unexpected(errc::invalid_argument, "block_table: layer must lie in [0, attention layers)", layer);
     const request_state& s = states_[t.handle.index()];
     const std::int64_t P = cache_->store_.tokens_per_page();
     out.clear();
-    // A cache cleared under the request: its matched path is gone, not just unpinned.
-    if (!s.match.pin.is_null() && cache_->pins_.validate(s.match.pin) != errc::ok) return unexpected(errc::stale_handle);
     if (const node_id deepest = tail_node(s); deepest != no_node) {
       path_scratch_.clear();
       for (node_id n = deepest; n != Cache::tree_type::root(); n = cache_->tree_.at(n).parent) path_scratch_.push_back(n);
@@ -398,18 +460,18 @@ class request_lifecycle {
   /// not_found here. O(1).
   [[nodiscard]] expected<const checkpoint_handle*> resume_checkpoint(request_ticket t) const {
     std::lock_guard<lock_type> guard(cache_->lock_);
-    if (const errc e = tickets_.validate(t.handle); e != errc::ok) return unexpected(e);
+    if (const errc e = tickets_.validate(t.handle); e != errc::ok) return ticket_error(e);
     const request_state& s = states_[t.handle.index()];
     if constexpr (host_tier_store<store_type>) {
       if (s.loaded_at > 0) {  // loaded from the host tier into the slot reserved for it
         for (const auto& c : s.checkpoints)
           if (c.position == s.loaded_at && holds(c.handle)) return &c.handle;
-        return unexpected(errc::not_found);
+        return unexpected(errc::not_found, "resume_checkpoint: no slot holds the loaded state", s.loaded_at);
       }
     }
-    if (s.loaded_at > 0) return unexpected(errc::not_found);  // in the staging room: store().staged(host_hit)
+    if (s.loaded_at > 0)  // in the staging room
+      return unexpected(errc::not_found, "resume_checkpoint: the state was loaded below HBM: read store().staged(state.host_hit)");
     if (s.match.node == no_node || s.match.pin.is_null()) return static_cast<const checkpoint_handle*>(nullptr);
-    if (cache_->pins_.validate(s.match.pin) != errc::ok) return unexpected(errc::stale_handle);  // cache cleared
     return &cache_->tree_.at(s.match.node).checkpoint;
   }
 
@@ -436,8 +498,6 @@ class request_lifecycle {
       else return false;
     }
   }
-  using lock_type = typename Cache::lock_type;
-
   static std::uint32_t next_tag() noexcept {
     static std::atomic<std::uint32_t> counter{0};
     return 128u + (counter.fetch_add(1, std::memory_order_relaxed) & 0x7fu);
@@ -681,7 +741,60 @@ class request_lifecycle {
   errc adopt(request_state& s, std::span<const token_id> seq, std::span<const std::int64_t> captured,
              finish_result& out);
 
+  /// The error for a ticket that is not in flight, with what happened to it.
+  static unexpected ticket_error(errc e) noexcept {
+    switch (e) {
+      case errc::double_free: return unexpected(e, "request_lifecycle: the ticket's request already ended (finish or abort)");
+      case errc::stale_handle: return unexpected(e, "request_lifecycle: the ticket's request was ended by clear()");
+      case errc::foreign_handle: return unexpected(e, "request_lifecycle: the ticket belongs to another lifecycle");
+      default: return unexpected(e);
+    }
+  }
+
+  /// The cache's clear() (under its lock): every request in flight gives back what it
+  /// holds and its ticket is retired (calls on it report stale_handle).
+  void end_all_requests() noexcept {
+    for (std::uint32_t i = 0; i < states_.size(); ++i)
+      if (tickets_.is_live(i)) give_back(states_[i], /*release_pin=*/true);
+    tickets_.release_all();
+  }
+
+  /// The argument checks of begin, before anything is looked at.
+  static error_info check_begin(std::span<const token_id> prompt, const begin_options& o) noexcept;
+  /// The largest reservation (tokens of KV) the store could ever hold, so that sizes past
+  /// it are refused before any byte count is computed (no overflow). Saturates.
+  std::int64_t max_reservable_tokens() const noexcept;
+  /// begin with the reuse the match found (the HBM state, its KV-only tail, a hit below
+  /// HBM): plan and reserve.
+  template <class AcceptHit>
+  error_info reserve_with_hits(request_state& s, std::span<const token_id> prompt, const begin_options& o,
+                               AcceptHit& accept);
+  /// begin's fallback when that does not fit: the same state alone, then shallower cached
+  /// states on the path (the deepest that fits, by bisection), then none.
+  error_info reserve_reusing_less(request_state& s, std::span<const token_id> prompt, const begin_options& o,
+                                  bool had_holds);
+  /// Plans prefill from `resume` and computes what the reservation needs (s.plan,
+  /// s.reserved_tokens, s.extra_skipped); out_of_capacity for a reservation past
+  /// max_reservable_tokens. `as_empty`: the plan an empty cache would make.
+  error_info plan_request(request_state& s, std::span<const token_id> prompt, const begin_options& o,
+                          const match_result& resume, std::int64_t lower_branch, side_bytes& need,
+                          bool as_empty = false);
+  /// The last resort of a request alone in the cache (no other request, no pin): with a
+  /// two-sided store whose current split cannot place `need` even once everything is
+  /// evicted, but whose empty pool could, evict until the store has re-split its free
+  /// chunks and `need` fits. False (nothing evicted) when an empty cache could not hold it.
+  bool evict_until_fits_alone(const side_bytes& need);
+  /// Whether `need` fits beside the pinned paths once eviction has run (nothing changes
+  /// but free chunks the store may move between its sides).
+  bool fits(const side_bytes& need) {
+    cache_->prepare_placement(need);
+    return cache_->fits_after_eviction(need, nullptr);
+  }
+
   Cache* cache_;
+  mutable memory_mutex memory_;
+  typename Cache::clear_listener clear_link_;
+  std::vector<node_id> candidates_;  // reserve_reusing_less's shallower states
   generation_table tickets_;
   // A deque: growing it never moves a request's state, so the pointer `state()` hands out
   // stays valid while other threads begin requests.

@@ -122,6 +122,7 @@ class prefix_cache {
         admission_(std::move(admission)),
         cfg_(cfg),
         pins_(next_pin_tag(), 64) {
+    if constexpr (model_checked_store<Store, Model>) store_.check_model(model_);
     if (store_.capacity_bytes() < store_.checkpoint_bytes())
       throw capacity_error("prefix_cache: store capacity " + std::to_string(store_.capacity_bytes()) +
                            " B is smaller than one SSM checkpoint (" + std::to_string(store_.checkpoint_bytes()) +
@@ -145,12 +146,14 @@ class prefix_cache {
 
   /// Empties the cache: every node's KV and checkpoint go back to the store, the tree keeps
   /// only its root, and every outstanding match becomes stale (its release or commit
-  /// reports `errc::stale_handle`). Counters and the clock keep running. O(n), no allocation.
+  /// reports `errc::stale_handle`). Requests in flight in a `request_lifecycle` over this
+  /// cache end too: their reservations go back to the store and every call on their tickets
+  /// reports `errc::stale_handle` (a runtime computing on another thread calls
+  /// `request_lifecycle::clear()` instead, which also takes the memory lock). Counters and
+  /// the clock keep running. O(n + requests in flight), no allocation.
   void clear() {
     std::lock_guard<Lock> guard(lock_);
-    drop_all_nodes();
-    pins_.release_all();
-    std::fill(pin_node_.begin(), pin_node_.end(), no_node);
+    clear_locked();
   }
 
   // --- runtime API ---------------------------------------------------------------------
@@ -334,11 +337,77 @@ class prefix_cache {
 
   /// `plan` into `out`, reusing its capacity (the lifecycle plans into a request's state
   /// without allocating in steady state).
-  /// `lower_branch`: insertion_view::lower_branch_point (0: none).
+  /// `lower_branch`: insertion_view::lower_branch_point (0: none). `as_empty`: plan as an
+  /// empty cache would (a miss that sees no cached branch point): the lifecycle's last
+  /// fallback, so that what the cache holds never adds a site an empty cache would not.
   errc plan_into(std::span<const token_id> input, const match_result& m, std::span<const std::int64_t> extra,
-                 checkpoint_plan& out, std::int64_t lower_branch = 0);
+                 checkpoint_plan& out, std::int64_t lower_branch = 0, bool as_empty = false);
 
   void drop_all_nodes() noexcept { detail::drop_all_nodes(tree_, store_, scorer_); }
+
+  /// `clear`'s body, under the lock: the lifecycles over this cache give their requests
+  /// back first (their reservations are not the tree's), then the tree and the pins go.
+  void clear_locked() noexcept {
+    for (clear_listener* l = clear_listeners_; l != nullptr; l = l->next) l->fn(l->context);
+    drop_all_nodes();
+    pins_.release_all();
+    std::fill(pin_node_.begin(), pin_node_.end(), no_node);
+  }
+
+  /// A request_lifecycle over this cache, told (under the lock) when `clear` empties it.
+  /// Intrusive: the lifecycle owns the node and links it while it lives. O(1) to add,
+  /// O(lifecycles) to remove.
+  struct clear_listener {
+    void (*fn)(void* context) noexcept = nullptr;
+    void* context = nullptr;
+    clear_listener* next = nullptr;
+  };
+  void add_clear_listener(clear_listener& l) noexcept {
+    l.next = clear_listeners_;
+    clear_listeners_ = &l;
+  }
+  void remove_clear_listener(clear_listener& l) noexcept {
+    for (clear_listener** p = &clear_listeners_; *p != nullptr; p = &(*p)->next)
+      if (*p == &l) {
+        *p = l.next;
+        return;
+      }
+  }
+
+  /// Moves a live match's pin to `use` (a usable node on its path, or no_node for none),
+  /// so that a request reuses less than `match` found: the lifecycle's fallback when the
+  /// longer reuse cannot fit. The counters `match` added for the hit are corrected to what
+  /// is reused now. O(1).
+  void repin_match(match_result& m, node_id use) noexcept {
+    if (m.node == use) return;
+    count_hit(m, -1);
+    if (!m.pin.is_null()) unpin(m.pin);
+    m.pin = packed_handle{};
+    m.node = no_node;
+    m.reusable_tokens = 0;
+    m.flops_saved = 0;
+    if (use == no_node) return;
+    m.node = use;
+    m.reusable_tokens = tree_.at(use).end;
+    m.flops_saved = saturating_flops(m.reusable_tokens);
+    const packed_handle h = *pins_.acquire();  // the slot unpin just freed
+    pin_node_[h.index()] = use;
+    m.pin = h;
+    tree_.pin(use);
+    scorer_.on_update(tree_, use);
+    count_hit(m, +1);
+  }
+
+  /// Adds (+1) or takes back (-1) what a hit counts: hits, tokens skipped, FLOPs saved
+  /// (saturating), checkpoints reused. Nothing for a miss. O(1).
+  void count_hit(const match_result& m, int sign) noexcept {
+    if (!m.hit()) return;
+    counters_.hits += sign;
+    counters_.tokens_skipped += sign * m.reusable_tokens;
+    counters_.flops_saved = sign > 0 ? sat_add(counters_.flops_saved, m.flops_saved)
+                                     : counters_.flops_saved - std::min(counters_.flops_saved, m.flops_saved);
+    counters_.checkpoints_reused += sign;
+  }
 
   /// Shows a request about to be inserted to a scorer that watches the stream
   /// (`request_observer`: the adaptive selector's shadows). Nothing of the cache changes.
@@ -696,6 +765,7 @@ class prefix_cache {
   std::vector<node_id> pinned_scratch_;             // the nodes of live pins, for protect_
   std::vector<std::int64_t> committed_;             // committed_checkpoints()
   eviction_listener listener_{};
+  clear_listener* clear_listeners_ = nullptr;       // the lifecycles over this cache
 };
 
 }  // namespace hybridcache::prefix

@@ -48,9 +48,12 @@
 #include <utility>
 #include <vector>
 
+#include "hybridcache/core/checked_math.hpp"
 #include "hybridcache/core/error.hpp"
 #include "hybridcache/core/expected.hpp"
 #include "hybridcache/memory/asymmetric_pool.hpp"
+#include "hybridcache/memory/units.hpp"
+#include "hybridcache/model/cost_model.hpp"
 #include "hybridcache/memory/pool.hpp"
 #include "hybridcache/concepts/state_store.hpp"
 #include "hybridcache/core/hash.hpp"
@@ -65,6 +68,14 @@ struct host_copier {
   void operator()(std::byte* dst, const std::byte* src, std::size_t n) const noexcept {
     if (dst != nullptr && src != nullptr) std::memcpy(dst, src, n);
   }
+};
+
+/// How a `pool_state_store` lays a model out in its pool (aggregate).
+struct pool_store_options {
+  /// Tokens one KV page holds: the pool's KV unit must be `kv_page_bytes(model, tokens_per_page)`.
+  std::int64_t tokens_per_page = 16;
+  /// The host tier below the pool (kv_pages 0: none).
+  host_tier_config host_tier{};
 };
 
 /// `state_store` over a `kv_ssm_pool` (non-owning: the pool must outlive the store).
@@ -91,20 +102,76 @@ class pool_state_store {
       : pool_state_store(pool, tokens_per_page, attention_layers, recurrent_layers, host_tier_config{}, copier) {}
 
   /// The same with a host tier (`host`: its size; see "Host tier" in the file comment).
-  /// @throws invalid_argument on non-positive counts or a negative host size; bad_alloc.
+  /// @throws invalid_argument on non-positive counts, a page that tokens_per_page does not
+  ///         divide, a pool one of whose sides can never hold a page set or a checkpoint,
+  ///         or a negative host size; bad_alloc.
   pool_state_store(Pool& pool, std::int64_t tokens_per_page, std::int64_t attention_layers,
                    std::int64_t recurrent_layers, const host_tier_config& host, Copier copier = {})
       : pool_(&pool), tpp_(tokens_per_page), layers_(attention_layers), rec_(recurrent_layers), copy_(copier) {
-    HYBRIDCACHE_EXPECTS(tokens_per_page > 0, invalid_argument, "pool_state_store: tokens_per_page must be > 0");
-    HYBRIDCACHE_EXPECTS(attention_layers > 0, invalid_argument, "pool_state_store: attention_layers must be > 0");
-    HYBRIDCACHE_EXPECTS(recurrent_layers > 0, invalid_argument, "pool_state_store: recurrent_layers must be > 0");
+    HYBRIDCACHE_EXPECTS(tokens_per_page > 0, invalid_argument,
+                        "pool_state_store: tokens_per_page must be > 0, got " + std::to_string(tokens_per_page));
+    HYBRIDCACHE_EXPECTS(attention_layers > 0, invalid_argument,
+                        "pool_state_store: attention_layers must be > 0, got " + std::to_string(attention_layers));
+    HYBRIDCACHE_EXPECTS(recurrent_layers > 0, invalid_argument,
+                        "pool_state_store: recurrent_layers must be > 0, got " + std::to_string(recurrent_layers));
+    const std::uint64_t page = pool.stats(pool_kind::kv).unit_bytes;
+    HYBRIDCACHE_EXPECTS(page % static_cast<std::uint64_t>(tokens_per_page) == 0, invalid_argument,
+                        "pool_state_store: tokens_per_page " + std::to_string(tokens_per_page) +
+                            " does not divide the pool's " + std::to_string(page) + "-byte KV page");
+    const std::uint64_t kv_units = max_units(pool_kind::kv), ssm_units = max_units(pool_kind::ssm);
+    HYBRIDCACHE_EXPECTS(kv_units >= static_cast<std::uint64_t>(attention_layers), invalid_argument,
+                        "pool_state_store: the pool's KV side holds at most " + std::to_string(kv_units) +
+                            " pages, fewer than one block's " + std::to_string(attention_layers) + " (one per attention layer)");
+    HYBRIDCACHE_EXPECTS(ssm_units >= static_cast<std::uint64_t>(recurrent_layers), invalid_argument,
+                        "pool_state_store: the pool's SSM side holds at most " + std::to_string(ssm_units) +
+                            " blocks, fewer than one checkpoint's " + std::to_string(recurrent_layers) +
+                            " (one per recurrent layer)");
+    HYBRIDCACHE_EXPECTS(host.kv_pages >= 0 && host.checkpoint_blocks >= 0, invalid_argument,
+                        "pool_state_store: host tier sizes must be >= 0");
     HYBRIDCACHE_EXPECTS(host.kv_pages == 0 || host.checkpoint_blocks >= recurrent_layers, invalid_argument,
-                        "pool_state_store: a host tier needs room for at least one checkpoint");
+                        "pool_state_store: a host tier needs room for at least one checkpoint (" +
+                            std::to_string(recurrent_layers) + " blocks), got " + std::to_string(host.checkpoint_blocks));
     host_ = detail::pool_host_tier(host, pool.stats(pool_kind::kv).unit_bytes, pool.stats(pool_kind::ssm).unit_bytes);
   }
 
+  /// The store for `model`'s layers, checked against the model (`check_model`): the way to
+  /// build one that cannot be laid out wrong.
+  /// @throws invalid_argument as the other constructors and `check_model`; bad_alloc.
+  pool_state_store(Pool& pool, const cost_model& model, const pool_store_options& options = {}, Copier copier = {})
+      : pool_state_store(pool, options.tokens_per_page, model.attention_layers(), model.recurrent_layers(),
+                         options.host_tier, copier) {
+    check_model(model);
+  }
+
+  /// Checks that this store lays `model` out right: its layer counts, a KV page of exactly
+  /// tokens_per_page tokens of one attention layer (`kv_page_bytes(model, tokens_per_page)`),
+  /// a state block that holds one recurrent layer's checkpoint (`checkpoint_block_bytes`).
+  /// prefix_cache's constructor calls it. @throws invalid_argument naming what differs.
+  void check_model(const cost_model& model) const {
+    const std::string name = "'" + model.spec().name + "'";
+    HYBRIDCACHE_EXPECTS(model.attention_layers() == layers_, invalid_argument,
+                        "pool_state_store: attention_layers is " + std::to_string(layers_) + " but model " + name +
+                            " has " + std::to_string(model.attention_layers()));
+    HYBRIDCACHE_EXPECTS(model.recurrent_layers() == rec_, invalid_argument,
+                        "pool_state_store: recurrent_layers is " + std::to_string(rec_) + " but model " + name + " has " +
+                            std::to_string(model.recurrent_layers()));
+    const std::uint64_t page = pool_->stats(pool_kind::kv).unit_bytes;
+    const std::uint64_t want = kv_page_bytes(model, tpp_);
+    HYBRIDCACHE_EXPECTS(page == want, invalid_argument,
+                        "pool_state_store: the pool's KV page is " + std::to_string(page) + " B but " +
+                            std::to_string(tpp_) + " tokens per page of model " + name + " need " + std::to_string(want) +
+                            " B (memory::kv_page_bytes(model, tokens_per_page))");
+    const std::uint64_t block = pool_->stats(pool_kind::ssm).unit_bytes;
+    const auto state = static_cast<std::uint64_t>(model.ssm_checkpoint_bytes_per_layer());
+    HYBRIDCACHE_EXPECTS(block >= state, invalid_argument,
+                        "pool_state_store: the pool's state block is " + std::to_string(block) + " B, smaller than one " +
+                            "recurrent layer's checkpoint of model " + name + " (" + std::to_string(state) +
+                            " B; memory::checkpoint_block_bytes(model))");
+  }
+
   [[nodiscard]] expected<kv_extent> allocate_kv(std::int64_t tokens) noexcept {
-    if (tokens <= 0) return unexpected(errc::invalid_argument);
+    if (tokens <= 0) return unexpected(errc::invalid_argument, "allocate_kv: tokens must be > 0", tokens);
+    if (!could_hold(0, tokens)) return unexpected(errc::out_of_capacity, "allocate_kv: more pages than the pool holds (tokens)", tokens);
     kv_extent e{tokens, 0, {}};
     e.pages.resize(static_cast<std::size_t>(blocks(tokens) * layers_));
     if (auto r = take(pool_kind::kv, e.pages); !r) return unexpected(r.error());
@@ -118,8 +185,11 @@ class pool_state_store {
   /// slots before `first_token` are left to the caller (the request lifecycle copies the
   /// cached tokens of a shared partial block there: copy-on-write). O(pages).
   [[nodiscard]] expected<kv_extent> allocate_kv_at(std::int64_t first_token, std::int64_t tokens) noexcept {
-    if (tokens <= 0 || first_token < 0) return unexpected(errc::invalid_argument);
+    if (tokens <= 0) return unexpected(errc::invalid_argument, "allocate_kv_at: tokens must be > 0", tokens);
+    if (first_token < 0) return unexpected(errc::invalid_argument, "allocate_kv_at: first_token must be >= 0", first_token);
     const std::int64_t offset = first_token % tpp_;
+    if (!could_hold(offset, tokens))
+      return unexpected(errc::out_of_capacity, "allocate_kv_at: more pages than the pool holds (tokens)", tokens);
     kv_extent e{tokens, offset, {}};
     e.pages.resize(static_cast<std::size_t>(blocks(offset + tokens) * layers_));
     if (auto r = take(pool_kind::kv, e.pages); !r) return unexpected(r.error());
@@ -158,6 +228,10 @@ class pool_state_store {
 
   /// Tokens one page holds.
   [[nodiscard]] std::int64_t tokens_per_page() const noexcept { return tpp_; }
+  /// Attention layers (pages per block).
+  [[nodiscard]] std::int64_t attention_layers() const noexcept { return layers_; }
+  /// Recurrent layers (state blocks per checkpoint).
+  [[nodiscard]] std::int64_t recurrent_layers() const noexcept { return rec_; }
 
   void free_kv(kv_extent&& e) noexcept {
     for (packed_handle h : e.pages) (void)pool_->free(h);
@@ -222,9 +296,9 @@ class pool_state_store {
     c.blocks.clear();
   }
 
-  /// Bytes a new extent of `tokens` tokens takes (whole pages).
+  /// Bytes a new extent of `tokens` tokens takes (whole pages; saturates at int64 max).
   [[nodiscard]] std::int64_t kv_bytes(std::int64_t tokens) const noexcept {
-    return blocks(tokens) * layers_ * static_cast<std::int64_t>(pool_->stats(pool_kind::kv).unit_bytes);
+    return saturating_mul(saturating_mul(blocks(tokens), layers_), static_cast<std::int64_t>(pool_->stats(pool_kind::kv).unit_bytes));
   }
   [[nodiscard]] std::int64_t checkpoint_bytes() const noexcept {
     return rec_ * static_cast<std::int64_t>(pool_->stats(pool_kind::ssm).unit_bytes);
@@ -241,7 +315,7 @@ class pool_state_store {
   /// `first_token` on (one page set more than `kv_bytes(tokens)` when the run straddles a
   /// block it does not fill).
   [[nodiscard]] std::int64_t kv_bytes_at(std::int64_t first_token, std::int64_t tokens) const noexcept {
-    return blocks(first_token % tpp_ + tokens) * layers_ * static_cast<std::int64_t>(pool_->stats(pool_kind::kv).unit_bytes);
+    return kv_bytes(saturating_add(first_token % tpp_, tokens));
   }
 
   /// True when `need` can be placed with the pool's current split between the KV and SSM
@@ -249,6 +323,15 @@ class pool_state_store {
   /// cover that side's need (prefix/concepts: side_placing_store). O(1).
   [[nodiscard]] bool placement_fits(prefix::side_bytes need, prefix::side_bytes freed) const noexcept {
     return side_fits(pool_kind::kv, need.kv, freed.kv) && side_fits(pool_kind::ssm, need.checkpoint, freed.checkpoint);
+  }
+
+  /// Whether `need` could be placed once every unit of the pool is free, with the split
+  /// its rebalancer can make (each side within what it can ever map): what an empty cache
+  /// of this size could hold. O(1).
+  [[nodiscard]] bool placement_fits_when_empty(prefix::side_bytes need) const noexcept {
+    const std::uint64_t kv = units_for(pool_kind::kv, need.kv), ssm = units_for(pool_kind::ssm, need.checkpoint);
+    if constexpr (requires { pool_->could_place_when_empty(kv, ssm); }) return pool_->could_place_when_empty(kv, ssm);
+    else return kv <= max_units(pool_kind::kv) && ssm <= max_units(pool_kind::ssm);
   }
 
   /// For a side whose free units do not cover `need` now, asks the pool's rebalancer for
@@ -432,7 +515,19 @@ class pool_state_store {
   [[nodiscard]] const Pool& pool() const noexcept { return *pool_; }
 
  private:
-  [[nodiscard]] std::int64_t blocks(std::int64_t tokens) const noexcept { return (tokens + tpp_ - 1) / tpp_; }
+  [[nodiscard]] std::int64_t blocks(std::int64_t tokens) const noexcept { return ceil_div(tokens, tpp_); }
+
+  /// The most units of `k` the pool could ever map (its whole budget on that side).
+  [[nodiscard]] std::uint64_t max_units(pool_kind k) const noexcept {
+    if constexpr (requires { pool_->max_units(k); }) return pool_->max_units(k);
+    else return pool_->stats(k).total_units;
+  }
+  /// Whether an extent of `tokens` tokens from in-block `offset` could ever be placed: its
+  /// page list is sized before allocation, so a size past the pool is refused first.
+  [[nodiscard]] bool could_hold(std::int64_t offset, std::int64_t tokens) const noexcept {
+    const std::int64_t pages = saturating_mul(blocks(saturating_add(offset, tokens)), layers_);
+    return static_cast<std::uint64_t>(pages) <= max_units(pool_kind::kv);
+  }
 
   [[nodiscard]] std::uint64_t units_for(pool_kind k, std::int64_t bytes) const noexcept {
     const std::uint64_t unit = pool_->stats(k).unit_bytes;

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <limits>
 #include <span>
 #include <utility>
 #include <vector>
@@ -17,25 +18,55 @@
 namespace hybridcache::prefix {
 
 template <class Cache>
+error_info
+request_lifecycle<Cache>::check_begin(std::span<const token_id> prompt, const begin_options& o) noexcept {
+  const auto n = static_cast<std::int64_t>(prompt.size());
+  if (n == 0) return {errc::invalid_argument, false, "begin: the prompt is empty"};
+  if (o.output_tokens < 0) return {errc::invalid_argument, true, "begin: output_tokens must be >= 0", o.output_tokens};
+  if (o.output_tokens > std::numeric_limits<std::int64_t>::max() - n)
+    return {errc::invalid_argument, true, "begin: |prompt| + output_tokens overflows int64", o.output_tokens};
+  for (const std::int64_t p : o.extra_checkpoints)
+    if (p < 1 || p > n) return {errc::invalid_argument, true, "begin: an extra checkpoint lies outside [1, |prompt|]", p};
+  return {};
+}
+
+template <class Cache>
+std::int64_t
+request_lifecycle<Cache>::max_reservable_tokens() const noexcept {
+  // kv_bytes(1) is the store's smallest KV allocation: one token, or one page set of
+  // tokens_per_page tokens for a paged store. More units than the capacity holds never fit.
+  const std::int64_t unit = cache_->store_.kv_bytes(1);
+  if (unit <= 0) return std::numeric_limits<std::int64_t>::max();  // no attention layers: KV costs nothing
+  std::int64_t per_unit = 1;
+  if constexpr (pages_by_position) per_unit = cache_->store_.tokens_per_page();
+  const std::int64_t units = cache_->store_.capacity_bytes() / unit + 1;
+  return units > std::numeric_limits<std::int64_t>::max() / per_unit ? std::numeric_limits<std::int64_t>::max()
+                                                                      : units * per_unit;
+}
+
+template <class Cache>
 template <class AcceptHit>
 expected<request_ticket>
 request_lifecycle<Cache>::begin(std::span<const token_id> prompt, const begin_options& o, AcceptHit&& accept) {
-  if (prompt.empty() || o.output_tokens < 0) return unexpected(errc::invalid_argument);
+  if (const error_info e = check_begin(prompt, o); e.code != errc::ok) return unexpected(e);
+  const std::unique_lock<memory_mutex> memory(memory_);
   // One critical section from the match to the reservation: the lookup below HBM and the
   // KV-only tail's pin use the match's common prefix, which another thread's eviction or
   // insert would make stale (tokens neither pinned, loaded nor computed: a node adopting
   // pages nobody wrote, or a finish refused because the tree's KV ends before kv_from).
   std::lock_guard<lock_type> guard(cache_->lock_);
   auto m = cache_->match_locked(prompt, o.salt);
-  if (!m) return unexpected(m.error());
-  auto refuse = [&](errc e) {
+  if (!m) return unexpected(m.info());
+  auto refuse = [&](const error_info& e) {
     if (!m->pin.is_null()) cache_->unpin(m->pin);
     return unexpected(e);
   };
   try {
     if (tickets_.free_count() == 0) grow_table();
+    if (cache_->pins_.free_count() == 0) cache_->grow_pins();  // the slot pin_kv_tail takes
+    detail::reserve_geometric(candidates_, 16);
   } catch (...) {
-    (void)refuse(errc::out_of_capacity);
+    (void)refuse(error_info{errc::out_of_capacity});
     throw;
   }
   // The request's state is built in its slot, reusing the vectors of the request that
@@ -46,15 +77,47 @@ request_lifecycle<Cache>::begin(std::span<const token_id> prompt, const begin_op
   s.loaded_at = 0;
   s.kv_from = m->reusable_tokens;
   s.kv_pin = packed_handle{};
-  match_result resume = *m;  // where prefill starts: after the HBM hit, or the host hit
-  try {
-    if (cache_->pins_.free_count() == 0) cache_->grow_pins();  // the slot pin_kv_tail takes
-    if constexpr (lower_tier_store<store_type>) s.host_hit = cache_->store_.lookup(prompt, *m);
-  } catch (...) {
-    (void)tickets_.release(h);
-    (void)refuse(errc::out_of_capacity);
-    throw;
+  s.extra_skipped = 0;
+  if constexpr (lower_tier_store<store_type>) {
+    try {
+      s.host_hit = cache_->store_.lookup(prompt, *m);
+    } catch (...) {
+      (void)tickets_.release(h);
+      (void)refuse(error_info{errc::out_of_capacity});
+      throw;
+    }
   }
+  error_info e = reserve_with_hits(s, prompt, o, accept);
+  if (e.code == errc::out_of_capacity) {
+    const bool had_holds = s.loaded_at > 0 || !s.kv_pin.is_null();
+    release_holds(s);
+    s.kv_from = s.match.reusable_tokens;
+    e = reserve_reusing_less(s, prompt, o, had_holds);
+  }
+  if (e.code != errc::ok) {
+    release_holds(s);
+    if (!s.match.pin.is_null()) cache_->unpin(s.match.pin);
+    s.match.pin = packed_handle{};
+    (void)tickets_.release(h);
+    return unexpected(e);
+  }
+  if constexpr (host_tier_store<store_type>) {
+    if (s.loaded_at > 0) {  // the host entries' KV into the reservation, their state into its slot
+      checkpoint_slot* slot = slot_for(s, s.loaded_at);
+      HYBRIDCACHE_ASSERT(slot != nullptr && !s.kv.empty());
+      cache_->store_.load_host_hit(s.host_hit, s.kv.front(), s.kv_from, s.kv_from, s.loaded_at, slot->handle);
+    }
+  }
+  return request_ticket{h};
+}
+
+template <class Cache>
+template <class AcceptHit>
+error_info
+request_lifecycle<Cache>::reserve_with_hits(request_state& s, std::span<const token_id> prompt, const begin_options& o,
+                                            AcceptHit& accept) {
+  const match_result& m = s.match;
+  match_result resume = m;  // where prefill starts: after the HBM hit, or the host hit
   if constexpr (lower_tier_store<store_type>) {
     if (s.host_hit.host_tokens > 0) {
       if (take_hit(accept, s.host_hit) && cache_->store_.load(s.host_hit)) {
@@ -66,7 +129,7 @@ request_lifecycle<Cache>::begin(std::span<const token_id> prompt, const begin_op
     }
   }
   if constexpr (host_tier_store<store_type>) {
-    cache_->store_.find_host_hit(prompt, *m, s.host_hit);  // pins the entries it found
+    cache_->store_.find_host_hit(prompt, m, s.host_hit);  // pins the entries it found
     if (s.host_hit.host_tokens > 0 && accept(std::as_const(s.host_hit))) {
       s.loaded_at = s.host_hit.reusable_tokens;
       resume.reusable_tokens = s.loaded_at;
@@ -80,8 +143,8 @@ request_lifecycle<Cache>::begin(std::span<const token_id> prompt, const begin_op
     // a chain that starts beyond the tree's KV is given up.
     if (s.loaded_at > 0 && s.host_hit.kv_start > s.kv_from) {
       release_holds(s);
-      s.kv_from = m->reusable_tokens;
-      resume.reusable_tokens = m->reusable_tokens;
+      s.kv_from = m.reusable_tokens;
+      resume.reusable_tokens = m.reusable_tokens;
       pin_kv_tail(s, prompt);
     }
   }
@@ -90,45 +153,129 @@ request_lifecycle<Cache>::begin(std::span<const token_id> prompt, const begin_op
   // (insertion_view::lower_branch_point; judicious admission keeps a state there).
   std::int64_t lower_branch = 0;
   if constexpr (requires { s.host_hit.kv_reach; }) lower_branch = s.host_hit.kv_reach;
-  if (const errc e = cache_->plan_into(prompt, resume, o.extra_checkpoints, s.plan, lower_branch); e != errc::ok) {
-    release_holds(s);
-    (void)tickets_.release(h);
-    return refuse(e);
+  side_bytes need;
+  if (const error_info e = plan_request(s, prompt, o, resume, lower_branch, need); e.code != errc::ok) return e;
+  if (const errc e = reserve(s, need, static_cast<std::int64_t>(s.plan.sites.size())); e != errc::ok) return {e};
+  return {};
+}
+
+template <class Cache>
+error_info
+request_lifecycle<Cache>::reserve_reusing_less(request_state& s, std::span<const token_id> prompt,
+                                               const begin_options& o, bool had_holds) {
+  Cache& c = *cache_;
+  side_bytes need;
+  const auto sites = [&] { return static_cast<std::int64_t>(s.plan.sites.size()); };
+  // The same state without what it held beyond it.
+  if (had_holds && s.match.hit()) {
+    if (const error_info e = plan_request(s, prompt, o, s.match, 0, need); e.code != errc::ok) return e;
+    if (fits(need)) return {reserve(s, need, sites())};
   }
+  // Shallower cached states on the path, deepest first, then none (no_node): the deepest
+  // that fits, by bisection over the fit check (a shallower state pins less and reserves
+  // more; where that is not monotone the bisection may settle for less than the best).
+  candidates_.clear();
+  if (s.match.node != no_node)
+    for (node_id n = c.tree_.at(s.match.node).parent; n != Cache::tree_type::root(); n = c.tree_.at(n).parent)
+      if (c.usable(n)) candidates_.push_back(n);  // capacity reserved at begin; grows only with depth
+  candidates_.push_back(no_node);
+  auto fits_at = [&](std::size_t i) -> error_info {
+    c.repin_match(s.match, candidates_[i]);
+    s.kv_from = s.match.reusable_tokens;
+    if (const error_info e = plan_request(s, prompt, o, s.match, 0, need); e.code != errc::ok) return e;
+    return fits(need) ? error_info{} : error_info{errc::out_of_capacity};
+  };
+  const std::size_t none = candidates_.size() - 1;
+  if (error_info e = fits_at(none); e.code != errc::ok) {
+    if (e.code != errc::out_of_capacity || e.what != nullptr) return e;
+    // No reuse, and the plan an empty cache would make: sites the cache's branch points
+    // add (and their split room) are dropped before the request is.
+    e = plan_request(s, prompt, o, s.match, 0, need, /*as_empty=*/true);
+    if (e.code != errc::ok) return e;
+    if (fits(need)) return {reserve(s, need, sites())};
+    // Nothing is pinned for this request now: what stands in the way is other requests'
+    // pins and reservations, or the request itself.
+    const bool alone = tickets_.live_count() == 1 && c.pins_.live_count() == 0;
+    if (alone && evict_until_fits_alone(need)) return {reserve(s, need, sites())};
+    if (alone) return {errc::out_of_capacity, true, "begin: the request does not fit in this cache even when empty (bytes needed)", need.total()};
+    return {errc::out_of_capacity, true, "begin: no room beside the requests in flight; retry when one ends (bytes needed)", need.total()};
+  }
+  std::size_t lo = 0, hi = none;  // hi fits; find the smallest index that fits
+  while (lo < hi) {
+    const std::size_t mid = lo + (hi - lo) / 2;
+    const error_info e = fits_at(mid);
+    if (e.code == errc::ok) hi = mid;
+    else if (e.code == errc::out_of_capacity) lo = mid + 1;
+    else return e;
+  }
+  if (const error_info e = fits_at(hi); e.code != errc::ok) return e;
+  return {reserve(s, need, sites())};
+}
+
+template <class Cache>
+bool
+request_lifecycle<Cache>::evict_until_fits_alone(const side_bytes& need) {
+  Cache& c = *cache_;
+  if constexpr (requires { c.store_.placement_fits_when_empty(need); }) {
+    // Nothing else holds room: every node may go, and the pool may re-split its free chunks
+    // as they empty. Evict one victim at a time (letting the store move free chunks to the
+    // short side) until the request fits, which an empty cache of this size guarantees.
+    if (need.total() > c.store_.capacity_bytes() || !c.store_.placement_fits_when_empty(need)) return false;
+    commit_result scratch;
+    bool round = false;
+    while (!fits(need)) {
+      if (!round) {
+        round = true;
+        c.begin_eviction_round();
+      }
+      if (c.evict_one(scratch) < 0) return false;
+    }
+    return true;
+  } else {
+    (void)need;  // one-sided store: the fit check already counted every evictable node
+    return false;
+  }
+}
+
+template <class Cache>
+error_info
+request_lifecycle<Cache>::plan_request(request_state& s, std::span<const token_id> prompt, const begin_options& o,
+                                       const match_result& resume, std::int64_t lower_branch, side_bytes& need,
+                                       bool as_empty) {
+  if (const errc e = cache_->plan_into(prompt, resume, o.extra_checkpoints, s.plan, lower_branch, as_empty); e != errc::ok)
+    return {e};
+  s.extra_skipped = 0;
+  for (const std::int64_t p : o.extra_checkpoints) s.extra_skipped += p <= s.plan.prefill_start ? 1 : 0;
   s.prompt_tokens = static_cast<std::int64_t>(prompt.size());
   s.prompt_hash = hash_tokens(prompt);
-  s.reserved_tokens = s.prompt_tokens + o.output_tokens - s.kv_from;
+  s.reserved_tokens = s.prompt_tokens + o.output_tokens - s.kv_from;  // check_begin: no overflow
+  if (s.reserved_tokens > max_reservable_tokens())
+    return {errc::out_of_capacity, true, "begin: the request's KV alone is larger than the cache (tokens to reserve)",
+            s.reserved_tokens};
   const auto sites = static_cast<std::int64_t>(s.plan.sites.size());
   const std::int64_t slots = sites + 1 + (s.loaded_at > 0 ? 1 : 0);
-  const side_bytes need{kv_bytes_at(s.kv_from, s.reserved_tokens) + split_room_for(sites) * cache_->store_.kv_bytes(1),
-                        slots * cache_->store_.checkpoint_bytes()};
-  if (const errc e = reserve(s, need, sites); e != errc::ok) {
-    release_holds(s);
-    s.match.pin = packed_handle{};
-    (void)tickets_.release(h);
-    return refuse(e);
-  }
-  if constexpr (host_tier_store<store_type>) {
-    if (s.loaded_at > 0) {  // the host entries' KV into the reservation, their state into its slot
-      checkpoint_slot* slot = slot_for(s, s.loaded_at);
-      HYBRIDCACHE_ASSERT(slot != nullptr && !s.kv.empty());
-      cache_->store_.load_host_hit(s.host_hit, s.kv.front(), s.kv_from, s.kv_from, s.loaded_at, slot->handle);
-    }
-  }
-  return request_ticket{h};
+  need = side_bytes{kv_bytes_at(s.kv_from, s.reserved_tokens) + split_room_for(sites) * cache_->store_.kv_bytes(1),
+                    slots * cache_->store_.checkpoint_bytes()};
+  return {};
 }
 
 template <class Cache>
 expected<void>
 request_lifecycle<Cache>::grow(request_ticket t, std::int64_t tokens) {
+  const std::unique_lock<memory_mutex> memory(memory_);
   std::lock_guard<lock_type> guard(cache_->lock_);
-  if (const errc e = tickets_.validate(t.handle); e != errc::ok) return unexpected(e);
-  if (tokens <= 0) return unexpected(errc::invalid_argument);
+  if (const errc e = tickets_.validate(t.handle); e != errc::ok) return ticket_error(e);
+  if (tokens <= 0) return unexpected(errc::invalid_argument, "grow: tokens must be > 0", tokens);
   request_state& s = states_[t.handle.index()];
   const std::int64_t first = s.kv_from + s.reserved_tokens;
+  if (tokens > std::numeric_limits<std::int64_t>::max() - first)
+    return unexpected(errc::invalid_argument, "grow: the reservation's end overflows int64", tokens);
+  if (tokens > max_reservable_tokens())
+    return unexpected(errc::out_of_capacity, "grow: more KV than the whole cache holds (tokens)", tokens);
   const side_bytes need{kv_bytes_at(first, tokens), 0};
-  cache_->prepare_placement(need);
-  if (!cache_->fits_after_eviction(need, nullptr)) return unexpected(errc::out_of_capacity);
+  if (!fits(need))
+    return unexpected(errc::out_of_capacity, "grow: no room beside the pinned paths and the reservations (bytes needed)",
+                      need.total());
   commit_result scratch;
   bool round = false;
   cache_->evict_until_placeable(need, round, scratch);
@@ -159,18 +306,26 @@ template <class Cache>
 expected<finish_result>
 request_lifecycle<Cache>::finish(request_ticket t, std::span<const token_id> sequence,
     std::span<const std::int64_t> captured) {
+  const std::unique_lock<memory_mutex> memory(memory_);
   std::lock_guard<lock_type> guard(cache_->lock_);
-  if (const errc e = tickets_.validate(t.handle); e != errc::ok) return unexpected(e);
+  if (const errc e = tickets_.validate(t.handle); e != errc::ok) return ticket_error(e);
   request_state& s = states_[t.handle.index()];
   const auto len = static_cast<std::int64_t>(sequence.size());
   const std::int64_t from = s.match.reusable_tokens;
-  if (len < s.prompt_tokens || len > s.kv_from + s.reserved_tokens) return unexpected(errc::invalid_argument);
+  if (len < s.prompt_tokens)
+    return unexpected(errc::invalid_argument, "finish: the sequence is shorter than the prompt (tokens)", len);
+  if (len > s.kv_from + s.reserved_tokens)
+    return unexpected(errc::invalid_argument, "finish: the sequence is longer than the reservation; grow first (tokens)", len);
   if (hash_tokens(sequence.first(static_cast<std::size_t>(s.prompt_tokens))) != s.prompt_hash)
-    return unexpected(errc::invalid_argument);  // not this request's prompt
+    return unexpected(errc::invalid_argument, "finish: the sequence does not start with this request's prompt");
   for (std::size_t i = 0; i < captured.size(); ++i) {
     const std::int64_t p = captured[i];
-    if (p <= from || p > len || (i > 0 && p <= captured[i - 1])) return unexpected(errc::invalid_argument);
-    if (p != len && slot_for(s, p) == nullptr) return unexpected(errc::invalid_argument);
+    if (p <= from || p > len)
+      return unexpected(errc::invalid_argument, "finish: a captured position lies outside (reused prefix, |sequence|]", p);
+    if (i > 0 && p <= captured[i - 1])
+      return unexpected(errc::invalid_argument, "finish: captured positions must ascend", p);
+    if (p != len && slot_for(s, p) == nullptr)
+      return unexpected(errc::invalid_argument, "finish: a captured position has no reserved slot (not a planned site)", p);
   }
   cache_->salt_ = s.match.salt;
   cache_->observe(sequence, s.prompt_tokens);  // before anything changes (may throw bad_alloc)
@@ -188,15 +343,14 @@ request_lifecycle<Cache>::finish(request_ticket t, std::span<const token_id> seq
   for (std::size_t i = 0; i < s.kv.size(); ++i) out.tokens_returned += s.kv_tokens[i];
   give_back(s, /*release_pin=*/e != errc::ok);
   (void)tickets_.release(t.handle);
-  if (e != errc::ok) return unexpected(e);
+  if (e != errc::ok) return unexpected(e, "finish: the store refused a split or a join of the reservation; the request was aborted");
   return out;
 }
 
 template <class Cache>
 errc
 request_lifecycle<Cache>::reserve(request_state& s, const side_bytes& need, std::int64_t sites) {
-  cache_->prepare_placement(need);
-  if (!cache_->fits_after_eviction(need, nullptr)) return errc::out_of_capacity;
+  if (!fits(need)) return errc::out_of_capacity;
   // Make the room in one eviction round (the reference's rule), then allocate.
   const std::int64_t deficit = cache_->store_.used_bytes() + need.total() - cache_->store_.capacity_bytes();
   commit_result scratch;

@@ -52,12 +52,7 @@ prefix_cache<Model, Admission, Scorer, Store, Lock>::match_locked(std::span<cons
   }
   ++counters_.matches;
   counters_.tokens_matched += r.input_tokens;
-  if (r.hit()) {
-    ++counters_.hits;
-    counters_.tokens_skipped += r.reusable_tokens;
-    counters_.flops_saved = sat_add(counters_.flops_saved, r.flops_saved);
-    ++counters_.checkpoints_reused;
-  }
+  count_hit(r, +1);
   last_match_ = r;
   return r;
 }
@@ -185,12 +180,16 @@ template <prefix_cost_model Model, admission_policy Admission, class Scorer, sta
   requires utility_scorer<Scorer, radix_tree<Store>>
 errc
 prefix_cache<Model, Admission, Scorer, Store, Lock>::plan_into(std::span<const token_id> input, const match_result& m,
-    std::span<const std::int64_t> extra, checkpoint_plan& out, std::int64_t lower_branch) {
+    std::span<const std::int64_t> extra, checkpoint_plan& out, std::int64_t lower_branch, bool as_empty) {
   if (input.empty()) return errc::invalid_argument;
   const auto n = static_cast<std::int64_t>(input.size());
   for (std::int64_t p : extra)
     if (p < 1 || p > n) return errc::invalid_argument;
-  const walk_result w = walk(input);
+  walk_result w = walk(input);
+  if (as_empty) {
+    w = walk_result{};
+    path_.clear();
+  }
   insertion_view v = make_view(w, n, n, std::min(m.reusable_tokens, n));
   if (lower_branch > w.common_prefix && lower_branch < n) v.lower_branch_point = lower_branch;
   select_positions(v, extra);
