@@ -28,14 +28,14 @@
 // threaded runtime must respect, and this one does: a page's address is valid only while no
 // allocation can move it. The pool runs with compaction on, so when one side needs room the
 // rebalancer moves live units out of a sparse chunk of the other side (the detail line
-// counts them). So compute holds a shared lock on the memory (any number of requests at once)
-// and resolves every address under it; a lifecycle call that allocates or frees (grow,
-// finish, abort) takes it exclusively; after re-taking the shared lock a request resolves its
-// block tables and slots again. The cache's own lock (mutex_lock) serialises the lifecycle's
-// bookkeeping. CI runs this mode under ThreadSanitizer (4 threads, 160 requests). What that
-// run proves is the cache's and the lifecycle's locking under concurrent calls; it cannot
-// prove the memory lock necessary: a host pool's moved-from unit keeps its bytes until reused,
-// so a stale address still reads the right values (a device pool would fault).
+// counts them). The lifecycle's rule (docs/runtime.md, "Threads"): compute holds
+// `requests.memory_read_lock()` (any number of requests at once) and resolves every address
+// under it; the lifecycle calls that allocate or free (begin, grow, finish, abort) take that
+// lock exclusively themselves, so compute releases it before calling them and, after taking
+// it again, resolves its block tables and slots again. The cache's own lock (mutex_lock)
+// serialises the lifecycle's bookkeeping. CI runs this mode under ThreadSanitizer (4
+// threads, 160 requests); tests/prefix/test_lifecycle_contract.cpp runs begin concurrently
+// with other threads' compute on a compacting pool.
 //
 // Exactness. Output tokens must be identical. Logits cannot be bit-identical on a hit: the
 // cached run's prefix KV and resumed state were computed by earlier requests, whose chunks
@@ -74,7 +74,6 @@
 #include <atomic>
 #include <exception>
 #include <mutex>
-#include <shared_mutex>
 #include <string>
 #include <span>
 #include <thread>
@@ -438,7 +437,6 @@ struct runtime {
   const model& m;
   pool_t& pool;
   lifecycle_t& requests;
-  std::shared_mutex& memory;  // shared: compute (addresses valid); exclusive: calls that allocate
   std::atomic<std::int64_t> grows{0};
 
   float* address(hc::packed_handle h) const {
@@ -462,7 +460,7 @@ struct runtime {
   /// false when a grow was refused (the request was aborted and must be retried).
   bool serve(hc::prefix::request_ticket t, std::span<const token_id> prompt, int decode, run_result& out,
              std::vector<token_id>& sequence) {
-    std::shared_lock computing(memory);
+    auto computing = requests.memory_read_lock();  // addresses stay valid while held
     const auto* s = *requests.state(t);
     // Prefill starts after the pool hit, or after the host hit begin loaded into the reservation.
     const std::int64_t from = s->plan.prefill_start, n = static_cast<std::int64_t>(prompt.size());
@@ -498,13 +496,10 @@ struct runtime {
       const auto p = static_cast<std::int64_t>(sequence.size()) - 1;
       s = *requests.state(t);
       if (p >= s->kv_from + s->reserved_tokens) {
-        computing.unlock();
-        {
-          std::unique_lock allocating(memory);
-          if (!requests.grow(t, 2)) {
-            (void)requests.abort(t);
-            return false;
-          }
+        computing.unlock();  // grow takes the memory lock exclusively
+        if (!requests.grow(t, 2)) {
+          (void)requests.abort(t);
+          return false;
         }
         ++grows;
         computing.lock();
@@ -520,10 +515,9 @@ struct runtime {
       std::memcpy(address(end_slot.handle.blocks[static_cast<std::size_t>(l)]), states[static_cast<std::size_t>(l)].data(),
                   kStateFloats * sizeof(float));
     captured.push_back(static_cast<std::int64_t>(sequence.size()));
-    computing.unlock();
-    std::unique_lock allocating(memory);
+    computing.unlock();  // finish takes the memory lock exclusively
     auto f = requests.finish(t, sequence, captured);
-    if (!f) throw hc::invalid_argument(std::string("finish failed: ") + std::string(hc::to_string(f.error())));
+    if (!f) throw hc::invalid_argument("finish failed: " + f.message());
     return true;
   }
 };
@@ -589,10 +583,9 @@ static int run(const run_options& options) {
     const auto block_bytes = static_cast<long>(pool.stats(hc::memory::pool_kind::ssm).unit_bytes);
     const hc::memory::host_tier_config host{.kv_pages = options.host_tier_bytes / 2 / page_bytes,
                                             .checkpoint_blocks = options.host_tier_bytes / 2 / block_bytes};
-    cache_t cache(spec, store_t(pool, kTokensPerPage, kAttnLayers, kGdnLayers, host), hc::prefix::lru_scorer{});
+    cache_t cache(spec, store_t(pool, spec, {.tokens_per_page = kTokensPerPage, .host_tier = host}), hc::prefix::lru_scorer{});
     lifecycle_t requests(cache);
-    std::shared_mutex memory;
-    runtime rt{m, pool, requests, memory};
+    runtime rt{m, pool, requests};
 
     prng wl{42};
     auto words = [&](int n) {
@@ -641,7 +634,7 @@ static int run(const run_options& options) {
         auto t = requests.begin(r.prompt, {.output_tokens = kReservedOutput});
         if (!t) {
           if (t.error() != hc::errc::out_of_capacity || batch.empty()) {
-            std::printf("begin refused with nothing in flight: %s\n", std::string(hc::to_string(t.error())).c_str());
+            std::printf("begin refused with nothing in flight: %s\n", t.message().c_str());
             return 1;
           }
           if (pending.empty()) pending.push_back(std::move(r));
