@@ -22,11 +22,11 @@ def key_of(demangled):
     if not m:
         return None
     name = m.group(1)
-    t = re.search(r"(delta_rule|linear_rule), \(hybridcache::cuda::state_layout\)(\d), (\d+), (\d+), (?:hybridcache::cuda::)?(\w+)", demangled)
+    t = re.search(r"(delta_rule|linear_rule), \(hybridcache::attention::state_layout\)(\d), (\d+), (\d+), (?:hybridcache::attention::)?(\w+)", demangled)
     if t:
         layout = "v_major" if t.group(2) == "1" else "k_major"
         return f"{name}|{t.group(1)}|{layout}|{t.group(3)}|{t.group(5)}"
-    io = re.search(r"kernels::\w+<(?:hybridcache::cuda::)?(\w+)[,>]", demangled)
+    io = re.search(r"kernels::\w+<(?:hybridcache::attention::)?(\w+)[,>]", demangled)
     return f"{name}|-|-|0|{io.group(1)}"
 
 

@@ -7,7 +7,7 @@
 
 #include "hybridcache/attention/kernel_bodies.hpp"
 
-using namespace hybridcache::cuda;
+using namespace hybridcache::attention;
 
 namespace {
 constexpr int kv_positions = 171 - 1 + 8, drafts = 8, chunk = 64;

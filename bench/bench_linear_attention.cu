@@ -35,7 +35,7 @@
 #include "hybridcache/attention/cuda/linear_attention_kernels.cuh"
 #include "roofline.hpp"
 
-namespace hc = hybridcache::cuda;
+namespace hc = hybridcache::attention;
 namespace rb = hybridcache::bench;
 
 namespace {
@@ -94,12 +94,12 @@ double median(std::vector<double> v) {
 }
 
 template <class T>
-hc::device_array<T> random_device(std::size_t n, float lo, float hi, std::uint64_t seed) {
+hybridcache::device_array<T> random_device(std::size_t n, float lo, float hi, std::uint64_t seed) {
   std::mt19937_64 rng(seed);
   std::uniform_real_distribution<float> u(lo, hi);
   std::vector<T> h(n);
   for (auto& x : h) x = hc::from_float<T>(u(rng));
-  hc::device_array<T> d(n);
+  hybridcache::device_array<T> d(n);
   HYBRIDCACHE_CUDA_TRY(cudaMemcpy(d.data(), h.data(), n * sizeof(T), cudaMemcpyHostToDevice));
   return d;
 }
@@ -128,7 +128,7 @@ double time_kernel(const options& o, F&& launch) {
 
 double copy_bandwidth(const options& o) {
   const std::size_t bytes = std::size_t{1} << 30;
-  hc::device_array<char> src(bytes), dst(bytes);
+  hybridcache::device_array<char> src(bytes), dst(bytes);
   HYBRIDCACHE_CUDA_TRY(cudaMemset(src.data(), 1, bytes));
   const double t = time_kernel(o, [&] {
     HYBRIDCACHE_CUDA_TRY(cudaMemcpyAsync(dst.data(), src.data(), bytes, cudaMemcpyDeviceToDevice));
@@ -180,7 +180,7 @@ int main(int argc, char** argv) try {
   auto q = random_device<bf16>(tokens * H * D, -1, 1, 1), k = random_device<bf16>(tokens * H * D, -1, 1, 2);
   auto v = random_device<bf16>(tokens * HV * D, -1, 1, 3);
   auto g = random_device<float>(tokens * HV, -1.0f, -0.01f, 4), beta = random_device<float>(tokens * HV, 0.1f, 0.9f, 5);
-  hc::device_array<float> out(tokens * HV * D);
+  hybridcache::device_array<float> out(tokens * HV * D);
   auto states = random_device<float>(static_cast<std::size_t>(max_batch) * HV * D * D, -0.1f, 0.1f, 6);
   const hc::state_pool pool{states.data(), max_batch, HV, D, D, V};
   const auto qk = hc::qwen3_next_qk(D);
@@ -189,7 +189,7 @@ int main(int argc, char** argv) try {
   for (int batch : o.batches) {
     std::vector<std::int32_t> slots(static_cast<std::size_t>(batch));
     for (int i = 0; i < batch; ++i) slots[i] = i;
-    hc::device_array<std::int32_t> d_slots(slots.size());
+    hybridcache::device_array<std::int32_t> d_slots(slots.size());
     HYBRIDCACHE_CUDA_TRY(cudaMemcpy(d_slots.data(), slots.data(), slots.size() * 4, cudaMemcpyHostToDevice));
     auto io = [&](int n) {
       return hc::step_io<bf16, float>{d_slots.data(), batch, n, H, HV, q.data(), k.data(), v.data(), g.data(),
@@ -226,7 +226,7 @@ int main(int argc, char** argv) try {
     std::printf("  kvbuffer speedup over recurrent: %.2fx (model 1.77x, goal >= 1.6x at batch 256)\n", t_rec / (t_cycle / B));
 
     // Verification of 4 drafts: per-draft states (baseline) vs one KVBuffer pass (m = 8).
-    hc::device_array<float> inter(static_cast<std::size_t>(batch) * DRAFTS * HV * D * D);
+    hybridcache::device_array<float> inter(static_cast<std::size_t>(batch) * DRAFTS * HV * D * D);
     const double t_vrec = time_kernel(o, [&] {
       hc::launch_recurrent_step<hc::delta_rule, V, D, D>(io(DRAFTS), pool, slots, inter.data());
     });
@@ -264,13 +264,14 @@ int main(int argc, char** argv) try {
     auto pq = random_device<bf16>(tokens_p * H * D, -1, 1, 11), pk = random_device<bf16>(tokens_p * H * D, -1, 1, 12);
     auto pv = random_device<bf16>(tokens_p * HV * D, -1, 1, 13);
     auto pg = random_device<float>(tokens_p * HV, -1.0f, -0.01f, 14), pb = random_device<float>(tokens_p * HV, 0.1f, 0.9f, 15);
-    hc::device_array<float> po(tokens_p * HV * D), pw(static_cast<std::size_t>(hc::prefill_workspace_floats(tokens_p, seqs, HV, 64)));
+    hybridcache::device_array<float> po(tokens_p * HV * D),
+        pw(static_cast<std::size_t>(hc::prefill_workspace_floats(tokens_p, seqs, HV, 64)));
     std::vector<std::int64_t> cu(seqs + 1), starts(seqs, 0);
     std::vector<std::int32_t> pslots(seqs);
     for (int i = 0; i <= seqs; ++i) cu[i] = static_cast<std::int64_t>(i) * T;
     for (int i = 0; i < seqs; ++i) pslots[i] = i;
-    hc::device_array<std::int64_t> dcu(cu.size()), dst(starts.size());
-    hc::device_array<std::int32_t> dsl(pslots.size());
+    hybridcache::device_array<std::int64_t> dcu(cu.size()), dst(starts.size());
+    hybridcache::device_array<std::int32_t> dsl(pslots.size());
     HYBRIDCACHE_CUDA_TRY(cudaMemcpy(dcu.data(), cu.data(), cu.size() * 8, cudaMemcpyHostToDevice));
     HYBRIDCACHE_CUDA_TRY(cudaMemcpy(dst.data(), starts.data(), starts.size() * 8, cudaMemcpyHostToDevice));
     HYBRIDCACHE_CUDA_TRY(cudaMemcpy(dsl.data(), pslots.data(), pslots.size() * 4, cudaMemcpyHostToDevice));

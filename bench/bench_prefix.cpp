@@ -26,6 +26,7 @@
 
 using namespace hybridcache;
 using namespace hybridcache::prefix;
+using namespace hybridcache::stores;
 
 // Heap allocations counted while armed (bm_lifecycle_10k_nodes). GCC flags the replaced
 // pair as mismatched when it inlines them (a false positive: both sides are malloc/free).
@@ -75,8 +76,8 @@ flop_aware_scorer make_scorer<flop_aware_scorer>() {
   return flop_aware_scorer(model(), {.alpha = 1.0});
 }
 template <>
-reference_flop_scorer make_scorer<reference_flop_scorer>() {
-  return reference_flop_scorer(model(), {.alpha = 1.0});
+sim::reference_flop_scorer make_scorer<sim::reference_flop_scorer>() {
+  return sim::reference_flop_scorer(model(), {.alpha = 1.0});
 }
 template <>
 gdsf_scorer make_scorer<gdsf_scorer>() {
@@ -102,7 +103,7 @@ BENCHMARK(bm_memcmp_32k);
 template <class Admission>
 static void bm_match_32k(benchmark::State& state) {
   const auto seq = random_tokens(k32, 1);
-  prefix_cache<cost_model, Admission, lru_scorer> c(model(), big_store(2048, 2 * k32), lru_scorer{});
+  prefix_cache<cost_model, Admission, lru_scorer, counting_store> c(model(), big_store(2048, 2 * k32), lru_scorer{});
   if (!c.commit(seq, k32)) state.SkipWithError("commit failed");
   const auto query = seq;  // a different buffer, like a new request's tokens
   for (auto _ : state) {
@@ -121,7 +122,7 @@ BENCHMARK(bm_match_32k<every_block_admission<32>>)->Name("bm_match_32k/every_32_
 template <class Scorer>
 static void bm_commit_1k_extension(benchmark::State& state) {
   const auto base = random_tokens(4096, 2);
-  prefix_cache<cost_model, judicious_admission, Scorer> c(model(), big_store(70, 4096 + 64 * 1024), make_scorer<Scorer>());
+  prefix_cache<cost_model, judicious_admission, Scorer, counting_store> c(model(), big_store(70, 4096 + 64 * 1024), make_scorer<Scorer>());
   if (!c.commit(base, 4096)) state.SkipWithError("commit failed");
   std::vector<token_id> seq = base;
   seq.resize(4096 + 1024);
@@ -147,7 +148,7 @@ template <class Scorer>
 static void bm_evict_100k(benchmark::State& state) {
   constexpr int prefixes = 1000, leaves = 100;
   const std::int64_t nodes = prefixes * (leaves + 1);
-  prefix_cache<cost_model, judicious_admission, Scorer> c(model(), big_store(nodes, prefixes * (16 + leaves * 8)),
+  prefix_cache<cost_model, judicious_admission, Scorer, counting_store> c(model(), big_store(nodes, prefixes * (16 + leaves * 8)),
                                                           make_scorer<Scorer>());
   std::mt19937_64 rng(4);
   std::vector<std::vector<token_id>> roots;
@@ -186,7 +187,7 @@ static void bm_evict_100k(benchmark::State& state) {
 }
 BENCHMARK(bm_evict_100k<lru_scorer>)->Name("bm_evict_100k/lru")->Unit(benchmark::kMicrosecond);
 BENCHMARK(bm_evict_100k<flop_aware_scorer>)->Name("bm_evict_100k/flop_aware_a1")->Unit(benchmark::kMicrosecond);
-BENCHMARK(bm_evict_100k<reference_flop_scorer>)
+BENCHMARK(bm_evict_100k<sim::reference_flop_scorer>)
     ->Name("bm_evict_100k/naive_reference_a1")
     ->Unit(benchmark::kMicrosecond)
     ->Iterations(100);
@@ -199,7 +200,7 @@ BENCHMARK(bm_evict_100k<reference_flop_scorer>)
 template <class Scorer>
 static void bm_evict_adversarial_100k(benchmark::State& state) {
   constexpr int half = 50'000;
-  prefix_cache<cost_model, judicious_admission, Scorer> c(model(), big_store(2 * half, half * 50 + half * 10),
+  prefix_cache<cost_model, judicious_admission, Scorer, counting_store> c(model(), big_store(2 * half, half * 50 + half * 10),
                                                           make_scorer<Scorer>());
   int next = 1;
   auto leaf = [&](int tokens) {
@@ -274,7 +275,7 @@ BENCHMARK(bm_evict_adversarial_100k<switching_flop_scorer>)
 // request (operator new is replaced in this executable; only the timed loop is counted).
 template <class Scorer>
 static void bm_lifecycle_10k_nodes(benchmark::State& state) {
-  using cache_t = prefix_cache<cost_model, judicious_admission, Scorer>;
+  using cache_t = prefix_cache<cost_model, judicious_admission, Scorer, counting_store>;
   // Room for about 10k nodes (each holds a checkpoint and ~50 tokens of KV).
   cache_t c(model(), big_store(10'500, 10'500 * 60), make_scorer<Scorer>());
   request_lifecycle<cache_t> requests(c);

@@ -59,7 +59,7 @@ void chat_sglang_plus_node_id_ties(benchmark::State& s) {
 void chat_vllm_plus(benchmark::State& s) { run<pc::every_block_admission<32>>(s, chat_trace(), 5'000'000'000, 1, heapq_lru); }
 void chat_marconi_alpha1(benchmark::State& s) { run<pc::judicious_admission>(s, chat_trace(), 5'000'000'000, 1, flop_alpha1); }
 void chat_marconi_auto(benchmark::State& s) {
-  run<pc::judicious_admission>(s, chat_trace(), 5'000'000'000, 1, flop_alpha0, pc::tuning_config{.threads = 1});
+  run<pc::judicious_admission>(s, chat_trace(), 5'000'000'000, 1, flop_alpha0, hc::compose::tuning_config{.threads = 1});
 }
 // The adaptive selector (what --policy marconi runs by default) against one fixed policy at
 // the same capacity: issue #14's loop-time ratio, side by side in one run.

@@ -31,6 +31,8 @@
 
 using namespace hybridcache;
 using namespace hybridcache::tiered;
+using namespace hybridcache::stores;
+using namespace hybridcache::sim;
 
 namespace {
 std::vector<tier_config> tiers(std::int64_t hbm, std::int64_t host) {
@@ -189,9 +191,9 @@ tiered_replay_result run_one(const replay_setup& c, const std::vector<sim::reque
   const flop_prefill_time prefill(m);
   switch (c.pol) {
     case policy::marconi: {
-      prefix::adaptive_config cfg;
+      compose::adaptive_config cfg;
       cfg.tokens_per_id = reqs.front().tokens_per_id;
-      return run_tiered_replay<prefix::judicious_admission>(reqs, m, o, prefix::make_marconi_adaptive_scorer(m, cfg),
+      return run_tiered_replay<prefix::judicious_admission>(reqs, m, o, compose::make_marconi_adaptive_scorer(m, cfg),
                                                             prefill);
     }
     case policy::marconi_a1:
@@ -324,8 +326,8 @@ static void bm_prefix_tiered_mooncake(benchmark::State& state) {
   for (auto _ : state) {
     input = from_hbm = from_host = 0;
     if (host == 0) {
-      prefix::prefix_cache<cost_model, ADM, prefix::lru_scorer> c(
-          m, prefix::counting_store(hbm, kv_per_id, m.ssm_checkpoint_bytes()), prefix::lru_scorer{});
+      prefix::prefix_cache<cost_model, ADM, prefix::lru_scorer, counting_store> c(
+          m, stores::counting_store(hbm, kv_per_id, m.ssm_checkpoint_bytes()), prefix::lru_scorer{});
       for (const auto& r : reqs) {
         auto mt = c.match(r.input);
         from_hbm += tokens(r, mt->reusable_tokens);
@@ -390,7 +392,7 @@ static void bm_prefix_tiered_bytes(benchmark::State& state) {
       if (load && h.host_tokens > 0 && !cache.store().load(h)) state.SkipWithError("load failed");
       reused += h.reusable_tokens;
       input += static_cast<std::int64_t>(r.input.size());
-      std::vector<prefix::token_id> seq = r.input;
+      std::vector<token_id> seq = r.input;
       seq.insert(seq.end(), r.output.begin(), r.output.end());
       (void)cache.commit(seq, static_cast<std::int64_t>(r.input.size()), &*mt);
       cache.store().settle(cache.tree(), seq, h);

@@ -189,7 +189,7 @@ void replay(benchmark::State& state, int policy) {
   const std::int64_t capacity = 2'000'000'000;
   switch (policy) {
     case 0: replay_bench::run<pc::judicious_admission>(state, *bpe_trace(), capacity, 1, replay_bench::marconi_selector); break;
-    case 3: replay_bench::run<pc::judicious_admission>(state, *bpe_trace(), capacity, 1, replay_bench::flop_alpha0, pc::tuning_config{.threads = 1}); break;
+    case 3: replay_bench::run<pc::judicious_admission>(state, *bpe_trace(), capacity, 1, replay_bench::flop_alpha0, hc::compose::tuning_config{.threads = 1}); break;
     case 1: replay_bench::run<pc::judicious_admission>(state, *bpe_trace(), capacity, 1, replay_bench::heapq_lru); break;
     default: replay_bench::run<pc::every_block_admission<32>>(state, *bpe_trace(), capacity, 1, replay_bench::heapq_lru); break;
   }

@@ -38,8 +38,8 @@ inline const hc::cost_model& model() {
 template <class Cache>
 struct adapter {
   Cache& c;
-  pc::match_result match(std::span<const pc::token_id> in) { return *c.match(in); }
-  void commit(std::span<const pc::token_id> s, std::int64_t n, const pc::match_result& m) { (void)c.commit(s, n, &m); }
+  pc::match_result match(std::span<const hybridcache::token_id> in) { return *c.match(in); }
+  void commit(std::span<const hybridcache::token_id> s, std::int64_t n, const pc::match_result& m) { (void)c.commit(s, n, &m); }
   [[nodiscard]] pc::cache_counters counters() const { return c.counters(); }
   [[nodiscard]] double alpha() const { return c.alpha(); }
   [[nodiscard]] std::int64_t used_bytes() const { return c.store().used_bytes(); }
@@ -50,20 +50,20 @@ struct adapter {
 /// token hit rate and the request count as counters.
 template <class Admission, class MakeScorer>
 void run(benchmark::State& state, const hc::sim::replay_trace& trace, std::int64_t capacity, std::int64_t kv_scale,
-         MakeScorer make_scorer, std::optional<pc::tuning_config> tuning = {}) {
-  using cache_type = pc::prefix_cache<hc::cost_model, Admission, decltype(make_scorer()), pc::counting_store>;
+         MakeScorer make_scorer, std::optional<hc::compose::tuning_config> tuning = {}) {
+  using cache_type = pc::prefix_cache<hc::cost_model, Admission, decltype(make_scorer()), hc::stores::counting_store>;
   double hit = 0;
   for (auto _ : state) {
-    pc::counting_store store(capacity, model().kv_bytes_per_token() * kv_scale, model().ssm_checkpoint_bytes());
+    hc::stores::counting_store store(capacity, model().kv_bytes_per_token() * kv_scale, model().ssm_checkpoint_bytes());
     store.allow_overflow(true);
     const pc::prefix_cache_config cfg{.admit_oversized = true};
     auto replay_with = [&](auto& cache) {
       adapter<std::remove_reference_t<decltype(cache)>> a{cache};
       hit = hc::sim::replay(a, trace, model()).token_hit_rate;  // read after the loop: not optimised away
     };
-    if constexpr (pc::alpha_tunable_scorer<decltype(make_scorer())>) {
+    if constexpr (hc::compose::alpha_tunable_scorer<decltype(make_scorer())>) {
       if (tuning) {
-        pc::alpha_tuned_cache<cache_type> cache(model(), std::move(store), make_scorer(), Admission{}, cfg, *tuning);
+        hc::compose::alpha_tuned_cache<cache_type> cache(model(), std::move(store), make_scorer(), Admission{}, cfg, *tuning);
         replay_with(cache);
         continue;
       }
@@ -82,6 +82,6 @@ inline auto node_id_lru = [] { return pc::lru_scorer{}; };
 inline auto flop_alpha1 = [] { return pc::flop_aware_scorer(model(), {.alpha = 1.0}); };
 inline auto flop_alpha0 = [] { return pc::flop_aware_scorer(model(), {.alpha = 0.0}); };
 /// What `hcbench --policy marconi` (--alpha auto) runs: the adaptive selector's default candidates.
-inline auto marconi_selector = [] { return pc::make_marconi_adaptive_scorer(model()); };
+inline auto marconi_selector = [] { return hc::compose::make_marconi_adaptive_scorer(model()); };
 
 }  // namespace replay_bench

@@ -86,8 +86,8 @@
 namespace {
 
 namespace hc = hybridcache;
-namespace la = hybridcache::cuda;  // the attention/ forms (host + device code)
-using hc::prefix::token_id;
+namespace la = hybridcache::attention;  // the attention/ forms (host + device code)
+using hc::token_id;
 
 // ---- shapes ------------------------------------------------------------------------------
 constexpr int kVocab = 256;
@@ -428,7 +428,7 @@ run_result run_uncached(const model& m, std::span<const token_id> prompt, int de
 
 // ---- the runtime ------------------------------------------------------------------------------
 using pool_t = hc::memory::host_asymmetric_pool<hc::memory::threshold_rebalancer>;
-using store_t = hc::memory::pool_state_store<pool_t>;
+using store_t = hc::stores::pool_state_store<pool_t>;
 using cache_t = hc::prefix::prefix_cache<hc::cost_model, hc::prefix::judicious_admission, hc::prefix::lru_scorer, store_t,
                                          hc::prefix::mutex_lock>;
 using lifecycle_t = hc::prefix::request_lifecycle<cache_t>;
@@ -566,8 +566,8 @@ static int run(const run_options& options) {
                .compaction = true},
               hc::memory::threshold_rebalancer({.threshold_low = 0.02, .threshold_high = 0.10, .migration_batch_size = 8,
                                                 .min_rebalance_interval_ops = 0, .size_to_demand = true}));
-  if (pool.stats(hc::memory::pool_kind::kv).unit_bytes != kTokensPerPage * kSlotFloats * sizeof(float) ||
-      pool.stats(hc::memory::pool_kind::ssm).unit_bytes != kStateFloats * sizeof(float)) {
+  if (pool.stats(hc::pool_kind::kv).unit_bytes != kTokensPerPage * kSlotFloats * sizeof(float) ||
+      pool.stats(hc::pool_kind::ssm).unit_bytes != kStateFloats * sizeof(float)) {
     std::printf("unexpected unit sizes\n");
     return 1;
   }
@@ -575,13 +575,13 @@ static int run(const run_options& options) {
   double max_rel = 0.0;
   std::int64_t prompt_tokens = 0, reused_tokens = 0, evictions = 0;
   std::uint64_t rebalances = 0, units_moved = 0;
-  hc::memory::host_tier_counters host_counters;
+  hc::stores::host_tier_counters host_counters;
   std::int64_t grows = 0, sites_captured = 0, rolled_forward = 0;
   {
     // The host tier: half its bytes for KV pages, half for checkpoint blocks.
-    const auto page_bytes = static_cast<long>(pool.stats(hc::memory::pool_kind::kv).unit_bytes);
-    const auto block_bytes = static_cast<long>(pool.stats(hc::memory::pool_kind::ssm).unit_bytes);
-    const hc::memory::host_tier_config host{.kv_pages = options.host_tier_bytes / 2 / page_bytes,
+    const auto page_bytes = static_cast<long>(pool.stats(hc::pool_kind::kv).unit_bytes);
+    const auto block_bytes = static_cast<long>(pool.stats(hc::pool_kind::ssm).unit_bytes);
+    const hc::stores::host_tier_config host{.kv_pages = options.host_tier_bytes / 2 / page_bytes,
                                             .checkpoint_blocks = options.host_tier_bytes / 2 / block_bytes};
     cache_t cache(spec, store_t(pool, spec, {.tokens_per_page = kTokensPerPage, .host_tier = host}), hc::prefix::lru_scorer{});
     lifecycle_t requests(cache);

@@ -32,6 +32,7 @@
 
 using namespace hybridcache;
 using namespace hybridcache::tiered;
+using namespace hybridcache::sim;
 
 namespace {
 

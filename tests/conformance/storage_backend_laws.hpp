@@ -1,4 +1,4 @@
-// Conformance suite of `hybridcache::tiered::storage_backend` (concepts/storage_backend.hpp),
+// Conformance suite of `hybridcache::storage_backend` (concepts/storage_backend.hpp),
 // one typed test case over every model. tests/conformance/test_storage_backend.cpp
 // instantiates it for the reference model and the disk tier; the Redis tier needs a server
 // and hiredis, so tests/backends/test_redis_backend.cpp instantiates it there.

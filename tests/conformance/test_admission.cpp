@@ -1,4 +1,4 @@
-// Conformance suite of `hybridcache::prefix::admission_policy`: every policy against the
+// Conformance suite of `hybridcache::admission_policy`: every policy against the
 // concept's contract (concepts/prefix.hpp) on random insertion views of the shape the
 // prefix cache builds (`make_view`):
 //
@@ -22,6 +22,7 @@
 #include "hybridcache/prefix/admission.hpp"
 
 using namespace hybridcache::prefix;
+using namespace hybridcache;
 
 namespace {
 

@@ -1,4 +1,4 @@
-// Conformance suite of `hybridcache::tiered::tier_copy_engine` (tiered/copy_plan.hpp):
+// Conformance suite of `hybridcache::tier_copy_engine` (tiered/copy_plan.hpp):
 // every engine carries the tickets of a real `tiered_store` (three tiers: HBM, host, CXL)
 // through the two-phase move protocol. Laws:
 //

@@ -1,4 +1,4 @@
-// Conformance suite of `hybridcache::tiered::demotion_scorer`: every scorer against what
+// Conformance suite of `hybridcache::demotion_scorer`: every scorer against what
 // `tiered_store` relies on (tiered/demotion_policy.hpp, tiered/tiered_store.hpp). The store
 // keeps evictable entries in an ordered index under the key computed when a row changes
 // (insert, touch, score update) and takes the smallest first, so:

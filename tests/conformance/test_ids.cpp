@@ -1,5 +1,5 @@
-// The id types of concepts/ids.hpp. `tiered::entry_id` is a strong type (a scoped enum over
-// 64 bits): it must not convert implicitly from or to an integer or from `prefix::node_id`,
+// The id types of concepts/ids.hpp. `entry_id` is a strong type (a scoped enum over
+// 64 bits): it must not convert implicitly from or to an integer or from `node_id`,
 // so that a tree slot, a token count or a byte count cannot be passed where a cache-table
 // row is meant (or the other way round). The checks below fail at compile time if it ever
 // becomes a plain alias again. It must still key the standard containers the store and the
@@ -17,11 +17,11 @@
 
 #include "hybridcache/concepts/ids.hpp"
 
-using hybridcache::prefix::node_id;
-using hybridcache::tiered::entry_id;
-using hybridcache::tiered::make_entry_id;
-using hybridcache::tiered::no_entry;
-using hybridcache::tiered::to_underlying;
+using hybridcache::node_id;
+using hybridcache::entry_id;
+using hybridcache::make_entry_id;
+using hybridcache::no_entry;
+using hybridcache::to_underlying;
 
 // No implicit conversion either way, from any integer or from a tree slot.
 static_assert(!std::is_convertible_v<entry_id, std::uint64_t>);

@@ -1,4 +1,4 @@
-// Conformance suite of `hybridcache::prefix::state_store`: every model is run through the
+// Conformance suite of `hybridcache::state_store`: every model is run through the
 // same laws, taken from the concept's contract (concepts/prefix.hpp), on random operation
 // sequences. The prefix cache relies on exactly these: it evicts `kv_bytes(n)` /
 // `checkpoint_bytes()` before allocating, retries after a failed allocation, rolls a commit
@@ -34,7 +34,7 @@ constexpr std::int64_t kv_per_token = 256;  // the pool fixture's page: 4 tokens
 constexpr std::int64_t ckpt_bytes = 3 * 1024;
 
 struct counting_fixture {
-  using store_type = prefix::counting_store;
+  using store_type = stores::counting_store;
   static constexpr bool byte_budget = true;
   static constexpr bool exact_split = true;
   store_type store{48 * 1024, kv_per_token, ckpt_bytes};
@@ -43,7 +43,7 @@ struct counting_fixture {
 template <class Rebalancer>
 struct pool_fixture {
   using pool_type = memory::host_asymmetric_pool<Rebalancer>;
-  using store_type = memory::pool_state_store<pool_type>;
+  using store_type = stores::pool_state_store<pool_type>;
   static constexpr bool byte_budget = false;
   static constexpr bool exact_split = false;
   // 4 tokens per 512 B page, 2 attention layers (1 KiB per block), 3 recurrent layers of
@@ -53,10 +53,10 @@ struct pool_fixture {
 };
 
 struct tiered_fixture {
-  using store_type = tiered::tiered_state_store<>;
+  using store_type = stores::tiered_state_store<>;
   static constexpr bool byte_budget = true;
   static constexpr bool exact_split = true;
-  store_type store{tiered::tiered_state_store_config{
+  store_type store{stores::tiered_state_store_config{
       .hbm_bytes = 48 * 1024, .host_bytes = 16 * 1024, .kv_bytes_per_token = kv_per_token, .checkpoint_bytes = ckpt_bytes}};
 };
 
@@ -95,7 +95,7 @@ auto take(V& v, std::size_t i) {
 }  // namespace
 
 TEST_CASE_TEMPLATE_DEFINE("state_store conformance", F, state_store_conformance) {
-  static_assert(prefix::state_store<typename F::store_type>);
+  static_assert(state_store<typename F::store_type>);
   using store_t = typename F::store_type;
 
   SUBCASE("kv_bytes(n) is exactly what allocate_kv(n) adds, and free_kv gives it back") {
@@ -341,7 +341,7 @@ TEST_CASE_TEMPLATE_INVOKE(state_store_conformance, counting_fixture, pool_fixtur
 // instead of borrowing; preparing a placement moves no live unit.
 
 TEST_CASE_TEMPLATE_DEFINE("side_placing_store conformance", F, side_placing_store_conformance) {
-  static_assert(prefix::side_placing_store<typename F::store_type>);
+  static_assert(side_placing_store<typename F::store_type>);
   F f;
   auto& s = f.store;
   const std::int64_t page_set = s.kv_bytes(1), ckpt = s.checkpoint_bytes();
@@ -359,20 +359,20 @@ TEST_CASE_TEMPLATE_DEFINE("side_placing_store conformance", F, side_placing_stor
   SUBCASE("placement_fits agrees with what each side can allocate, with the split held") {
     s.hold_split(true);
     std::vector<typename F::store_type::kv_extent> kv;
-    while (s.placement_fits(prefix::side_bytes{page_set, 0}, prefix::side_bytes{})) {
+    while (s.placement_fits(side_bytes{page_set, 0}, side_bytes{})) {
       auto e = s.allocate_kv(1);
       REQUIRE(e);  // what the check promised is there
       kv.push_back(std::move(*e));
     }
     CHECK_FALSE(s.allocate_kv(1));  // and nothing more: the KV side is full
-    const auto unit = static_cast<std::int64_t>(f.pool.stats(memory::pool_kind::kv).unit_bytes);
-    const std::int64_t missing = page_set - static_cast<std::int64_t>(f.pool.stats(memory::pool_kind::kv).free_units) * unit;
+    const auto unit = static_cast<std::int64_t>(f.pool.stats(pool_kind::kv).unit_bytes);
+    const std::int64_t missing = page_set - static_cast<std::int64_t>(f.pool.stats(pool_kind::kv).free_units) * unit;
     REQUIRE(missing > 0);
-    CHECK(s.placement_fits(prefix::side_bytes{page_set, 0}, prefix::side_bytes{missing, 0}));  // once that is freed
-    CHECK_FALSE(s.placement_fits(prefix::side_bytes{page_set, 0}, prefix::side_bytes{missing - 1, 0}));  // whole units only
-    CHECK(s.placement_fits(prefix::side_bytes{0, ckpt}, prefix::side_bytes{}));  // the other side is free
+    CHECK(s.placement_fits(side_bytes{page_set, 0}, side_bytes{missing, 0}));  // once that is freed
+    CHECK_FALSE(s.placement_fits(side_bytes{page_set, 0}, side_bytes{missing - 1, 0}));  // whole units only
+    CHECK(s.placement_fits(side_bytes{0, ckpt}, side_bytes{}));  // the other side is free
     const auto live = f.pool.live_handles();
-    s.prepare_placement(prefix::side_bytes{2 * page_set, 0});  // may borrow free chunks, never moves a live unit
+    s.prepare_placement(side_bytes{2 * page_set, 0});  // may borrow free chunks, never moves a live unit
     CHECK(f.pool.live_handles() == live);
     s.hold_split(false);
     for (auto& e : kv) s.free_kv(std::move(e));
@@ -382,7 +382,7 @@ TEST_CASE_TEMPLATE_DEFINE("side_placing_store conformance", F, side_placing_stor
 
 TEST_CASE_TEMPLATE_INVOKE(side_placing_store_conformance, pool_fixture<memory::no_rebalancer>,
                           pool_fixture<memory::threshold_rebalancer>);
-static_assert(!prefix::side_placing_store<prefix::counting_store>, "one side: the byte check is all there is");
+static_assert(!side_placing_store<stores::counting_store>, "one side: the byte check is all there is");
 
 // --- negative cases: one missing or wrong call and the type is not a state_store ---------
 
@@ -445,9 +445,9 @@ struct mutable_byte_queries : full_store {
 
 }  // namespace
 
-static_assert(prefix::state_store<full_store>, "the reference shape must model the concept");
-static_assert(!prefix::state_store<no_used_bytes>);
-static_assert(!prefix::state_store<throwing_allocate>);
-static_assert(!prefix::state_store<join_returns_void>);
-static_assert(!prefix::state_store<handle_without_empty_state>);
-static_assert(!prefix::state_store<mutable_byte_queries>);
+static_assert(state_store<full_store>, "the reference shape must model the concept");
+static_assert(!state_store<no_used_bytes>);
+static_assert(!state_store<throwing_allocate>);
+static_assert(!state_store<join_returns_void>);
+static_assert(!state_store<handle_without_empty_state>);
+static_assert(!state_store<mutable_byte_queries>);

@@ -1,4 +1,4 @@
-// Conformance suite of `hybridcache::prefix::utility_scorer`: every scorer drives a real
+// Conformance suite of `hybridcache::utility_scorer`: every scorer drives a real
 // `prefix_cache` over a `counting_store` through random branching request streams (shared
 // prefixes, partial hits, matches held across other requests' commits), wrapped in
 // `checked_scorer`, which forwards every call and checks each answer the cache acts on:
@@ -39,6 +39,8 @@
 
 using namespace hybridcache;
 using namespace hybridcache::prefix;
+using namespace hybridcache::stores;
+using namespace hybridcache::compose;
 
 namespace {
 
@@ -202,9 +204,9 @@ struct gdsf_fixture {
 };
 template <intermediate_eviction Mode>
 struct reference_fixture {
-  using scorer_type = reference_flop_scorer;
+  using scorer_type = sim::reference_flop_scorer;
   static scorer_type make(const cost_model& m, std::mt19937_64& rng) {
-    return reference_flop_scorer(m, {.alpha = static_cast<double>(rng() % 21) / 10.0, .intermediate = Mode});
+    return sim::reference_flop_scorer(m, {.alpha = static_cast<double>(rng() % 21) / 10.0, .intermediate = Mode});
   }
 };
 

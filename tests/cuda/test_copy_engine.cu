@@ -35,7 +35,7 @@ __global__ void check_layer(const std::uint8_t* data, std::int64_t bytes, std::u
 
 TEST_CASE("cuda copy engine: demotion and promotion carry the bytes; bandwidth measured") {
   tiered_store<> s(tiers(32, 64), page);
-  cuda::copy_engine e(tiers(32, 64), page, {.probe_bytes = 1 << 20});
+  tiered::copy_engine e(tiers(32, 64), page, {.probe_bytes = 1 << 20});
   MESSAGE("measured D2H " << e.measured_gbps(tier_id{1}, copy_stream::offload) << " GB/s, H2D "
                           << e.measured_gbps(tier_id{1}, copy_stream::onboard) << " GB/s");
   CHECK(e.measured_gbps(tier_id{1}, copy_stream::offload) > 0.0);
@@ -60,7 +60,7 @@ TEST_CASE("cuda copy engine: demotion and promotion carry the bytes; bandwidth m
 
 TEST_CASE("cuda copy engine: cross-stream hazards equal submission order (no host syncs)") {
   const std::int64_t pages = 16;
-  cuda::copy_engine e(tiers(pages, pages), page, {.measure_bandwidth = false});
+  tiered::copy_engine e(tiers(pages, pages), page, {.measure_bandwidth = false});
   std::vector<std::vector<std::uint8_t>> shadow(2, std::vector<std::uint8_t>(static_cast<std::size_t>(pages * page)));
   std::mt19937_64 rng(3);
   for (auto& b : shadow[0]) b = static_cast<std::uint8_t>(rng());
@@ -83,7 +83,7 @@ TEST_CASE("cuda copy engine: cross-stream hazards equal submission order (no hos
 }
 
 TEST_CASE("cuda copy engine: bad input and failed CUDA calls") {
-  cuda::copy_engine e(tiers(4, 4), page, {.measure_bandwidth = false});
+  tiered::copy_engine e(tiers(4, 4), page, {.measure_bandwidth = false});
   move_ticket t;
   t.src = hbm_tier;
   t.dst = tier_id{1};
@@ -91,23 +91,23 @@ TEST_CASE("cuda copy engine: bad input and failed CUDA calls") {
   t.src_pages = page_list::contiguous(0, 1);
   t.dst_pages = page_list::contiguous(99, 1);
   CHECK(e.submit(t).error() == errc::invalid_argument);
-  CHECK_THROWS_AS(cuda::copy_engine(tiers(4, 4), page, {.device = 9999}), cuda_error);
+  CHECK_THROWS_AS(tiered::copy_engine(tiers(4, 4), page, {.device = 9999}), cuda_error);
   try {
-    cuda::copy_engine bad(tiers(4, 4), page, {.device = 9999});
+    tiered::copy_engine bad(tiers(4, 4), page, {.device = 9999});
   } catch (const cuda_error& err) {
     CHECK(std::string(err.what()).find("cudaSetDevice") != std::string::npos);
   }
-  CHECK_THROWS_AS(cuda::cuda_layer_event_ring(0), invalid_argument);
+  CHECK_THROWS_AS(tiered::cuda_layer_event_ring(0), invalid_argument);
 }
 
 TEST_CASE("cuda layer events: compute of layer l waits only for layer l's copy") {
   const int layers = 8;
   const std::int64_t layer_bytes = 2 * page;
-  cuda::copy_engine e(tiers(layers * 2, layers * 2), page, {.measure_bandwidth = false});
+  tiered::copy_engine e(tiers(layers * 2, layers * 2), page, {.measure_bandwidth = false});
   for (int l = 0; l < layers; ++l) std::memset(e.base(tier_id{1}) + l * layer_bytes, 10 + l, static_cast<std::size_t>(layer_bytes));
   cudaStream_t compute;
   HYBRIDCACHE_CUDA_TRY(cudaStreamCreateWithFlags(&compute, cudaStreamNonBlocking));
-  cuda::cuda_layer_event_ring ring(layers, 3);
+  tiered::cuda_layer_event_ring ring(layers, 3);
   auto set = ring.begin();
   REQUIRE(set.has_value());
   int* bad = nullptr;
@@ -141,12 +141,12 @@ TEST_CASE("cuda layer events: a wait issued before the loader records the layer 
   // the layer before the copy; now the wait blocks until the record, then orders the kernel.
   const int layers = 4;
   const std::int64_t layer_bytes = 2 * page;
-  cuda::copy_engine e(tiers(layers * 2, layers * 2), page, {.measure_bandwidth = false});
+  tiered::copy_engine e(tiers(layers * 2, layers * 2), page, {.measure_bandwidth = false});
   for (int l = 0; l < layers; ++l) std::memset(e.base(tier_id{1}) + l * layer_bytes, 40 + l, static_cast<std::size_t>(layer_bytes));
   HYBRIDCACHE_CUDA_TRY(cudaMemset(e.base(hbm_tier), 0, static_cast<std::size_t>(layers * layer_bytes)));
   cudaStream_t compute;
   HYBRIDCACHE_CUDA_TRY(cudaStreamCreateWithFlags(&compute, cudaStreamNonBlocking));
-  cuda::cuda_layer_event_ring ring(layers, 2);
+  tiered::cuda_layer_event_ring ring(layers, 2);
   // Use set 0 once so its events hold a completed record from an earlier use.
   const auto first = ring.begin();
   REQUIRE(first.has_value());
@@ -193,7 +193,7 @@ TEST_CASE("cuda copy engine: a multi-layer load lands layer by layer (wait_segme
   const std::vector<tier_config> t2{{.kind = tier_kind::hbm, .capacity_bytes = layers * pages_per_layer * big_page},
                                     {.kind = tier_kind::host, .capacity_bytes = layers * pages_per_layer * big_page}};
   tiered_store<> s(t2, big_page);
-  cuda::copy_engine e(t2, big_page, {.measure_bandwidth = false});
+  tiered::copy_engine e(t2, big_page, {.measure_bandwidth = false});
   REQUIRE(s.insert(entry_id{1}, layers * pages_per_layer * big_page, tier_id{1}, {}, false, layers).has_value());
   const auto row = s.find(entry_id{1});
   const std::int64_t layer_bytes = pages_per_layer * big_page;
@@ -251,7 +251,7 @@ TEST_CASE("cuda copy engine: a group lands layer 0 of every entry first (submit_
   const std::vector<tier_config> t2{{.kind = tier_kind::hbm, .capacity_bytes = 2 * entry_bytes},
                                     {.kind = tier_kind::host, .capacity_bytes = 2 * entry_bytes}};
   tiered_store<> s(t2, big_page);
-  cuda::copy_engine e(t2, big_page, {.measure_bandwidth = false});
+  tiered::copy_engine e(t2, big_page, {.measure_bandwidth = false});
   for (std::uint64_t id : {1u, 2u}) {
     REQUIRE(s.insert(entry_id{id}, entry_bytes, tier_id{1}, {}, false, layers).has_value());
     std::int64_t i = 0;

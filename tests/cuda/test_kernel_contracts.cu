@@ -19,18 +19,18 @@
 #include "hybridcache/memory/cuda/vmm_backing.cuh"
 #include "reference.hpp"
 
-namespace hc = hybridcache::cuda;
+namespace hc = hybridcache::attention;
 
 namespace {
 
 template <class T>
-hc::device_array<T> upload(const std::vector<T>& host) {
-  hc::device_array<T> d(host.size());
+hybridcache::device_array<T> upload(const std::vector<T>& host) {
+  hybridcache::device_array<T> d(host.size());
   HYBRIDCACHE_CUDA_TRY(cudaMemcpy(d.data(), host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice));
   return d;
 }
 template <class T>
-std::vector<T> download(const hc::device_array<T>& d) {
+std::vector<T> download(const hybridcache::device_array<T>& d) {
   std::vector<T> host(d.size());
   HYBRIDCACHE_CUDA_TRY(cudaMemcpy(host.data(), d.data(), d.size() * sizeof(T), cudaMemcpyDeviceToHost));
   return host;
@@ -76,7 +76,7 @@ TEST_CASE("device: KVBuffer decode with B = 1 is bit-identical to recurrent deco
     auto dq = upload(q), dk = upload(k), dv = upload(v);
     auto dg = upload(g), db = upload(beta);
     auto ds = upload(slots);
-    hc::device_array<float> o1(2 * HV * DV), o2(2 * HV * DV);
+    hybridcache::device_array<float> o1(2 * HV * DV), o2(2 * HV * DV);
     const hc::step_io<bf16, float> a{ds.data(), 2, 1, H, HV, dq.data(), dk.data(), dv.data(), dg.data(), db.data(),
                                      o1.data(), d_rec.data(), hc::qwen3_next_qk(DK)};
     auto b = a;
@@ -110,7 +110,7 @@ TEST_CASE("device: chunked prefill with g = -inf resets matches the host program
   auto dg = upload(g), db = upload(beta), ds = upload(states);
   auto dcu = upload(cu), dst = upload(starts);
   auto dsl = upload(slots);
-  hc::device_array<float> d_o(tokens * HV * DV), d_ws(static_cast<std::size_t>(hc::prefill_workspace_floats(tokens, 1, HV, 64)));
+  hybridcache::device_array<float> d_o(tokens * HV * DV), d_ws(static_cast<std::size_t>(hc::prefill_workspace_floats(tokens, 1, HV, 64)));
   hc::prefill_io<bf16, float> io;
   io.num_seqs = 1;
   io.num_k_heads = H;
@@ -171,10 +171,10 @@ TEST_CASE("device: kv_commit launches for 70,000 entries (a 1-D grid past gridDi
 
 TEST_CASE("device: VMM compaction waits for kernels still running on a non-blocking stream") {
   using pool_t = hybridcache::memory::asymmetric_pool<hybridcache::memory::unit_handle_table,
-                                                      hybridcache::memory::kv_pages_store<hc::vmm_backing>,
-                                                      hybridcache::memory::ssm_blocks_store<hc::vmm_backing>,
+                                                      hybridcache::memory::kv_pages_store<hybridcache::memory::vmm_backing>,
+                                                      hybridcache::memory::ssm_blocks_store<hybridcache::memory::vmm_backing>,
                                                       hybridcache::memory::threshold_rebalancer>;
-  const std::uint64_t g = hc::vmm_granularity(0);
+  const std::uint64_t g = hybridcache::memory::vmm_granularity(0);
   cudaStream_t compute = nullptr;
   HYBRIDCACHE_CUDA_TRY(cudaStreamCreateWithFlags(&compute, cudaStreamNonBlocking));
   {
@@ -183,13 +183,13 @@ TEST_CASE("device: VMM compaction waits for kernels still running on a non-block
                  .ssm_fraction = 0.5, .granularity_bytes = g, .compaction = true});
     pool.arena().set_ordering({.copy_stream = nullptr, .users = {compute}});
     std::vector<hybridcache::packed_handle> live;
-    for (std::uint64_t i = 0; i < pool.stats(hybridcache::memory::pool_kind::kv).total_units; ++i) {
+    for (std::uint64_t i = 0; i < pool.stats(hybridcache::pool_kind::kv).total_units; ++i) {
       live.push_back(pool.allocate_kv().value());
       fill_words<<<64, 256, 0, compute>>>(reinterpret_cast<std::uint32_t*>(pool.resolve(live.back()).value()),
                                           g / 2 / 4, static_cast<std::uint32_t>(1000 * (i + 1)), 200);
     }
     for (std::size_t i = 1; i < live.size(); i += 2) REQUIRE(pool.free(live[i]).has_value());
-    REQUIRE(pool.rebalance(hybridcache::memory::pool_kind::ssm, 1) == 1);
+    REQUIRE(pool.rebalance(hybridcache::pool_kind::ssm, 1) == 1);
     HYBRIDCACHE_CUDA_TRY(cudaStreamSynchronize(compute));
     for (std::size_t i = 0; i < live.size(); i += 2) {
       std::uint32_t first = 0;

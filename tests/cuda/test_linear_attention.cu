@@ -10,24 +10,24 @@
 #include "hybridcache/attention/cuda/linear_attention_kernels.cuh"
 #include "reference.hpp"
 
-namespace hc = hybridcache::cuda;
+namespace hc = hybridcache::attention;
 
 namespace {
 
 template <class T>
-hc::device_array<T> upload(const std::vector<T>& host) {
-  hc::device_array<T> d(host.size());
+hybridcache::device_array<T> upload(const std::vector<T>& host) {
+  hybridcache::device_array<T> d(host.size());
   HYBRIDCACHE_CUDA_TRY(cudaMemcpy(d.data(), host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice));
   return d;
 }
 template <class T>
-std::vector<T> download(const hc::device_array<T>& d) {
+std::vector<T> download(const hybridcache::device_array<T>& d) {
   std::vector<T> host(d.size());
   HYBRIDCACHE_CUDA_TRY(cudaMemcpy(host.data(), d.data(), d.size() * sizeof(T), cudaMemcpyDeviceToHost));
   return host;
 }
 template <class T>
-void copy_in(hc::device_array<T>& d, const std::vector<T>& host) {
+void copy_in(hybridcache::device_array<T>& d, const std::vector<T>& host) {
   HYBRIDCACHE_CUDA_TRY(cudaMemcpy(d.data(), host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice));
 }
 
@@ -60,9 +60,9 @@ struct step_data {
 };
 
 struct device_step {
-  hc::device_array<bf16> q, k, v;
-  hc::device_array<float> g, beta, o;
-  hc::device_array<std::int32_t> slots;
+  hybridcache::device_array<bf16> q, k, v;
+  hybridcache::device_array<float> g, beta, o;
+  hybridcache::device_array<std::int32_t> slots;
   device_step(const step_data& d, const std::vector<std::int32_t>& s, float fill)
       : q(upload(d.q)), k(upload(d.k)), v(upload(d.v)), g(upload(d.g)), beta(upload(d.beta)),
         o(upload(std::vector<float>(d.v.size(), fill))), slots(upload(s)) {}
@@ -91,7 +91,7 @@ TEST_CASE("device: recurrent decode and per-draft-state verification match the h
     const step_data d(batch, n, 100 + n);
     auto d_states = upload(states);
     device_step dev(d, slots, sentinel);
-    hc::device_array<float> inter(static_cast<std::size_t>(batch) * n * HV * NS);
+    hybridcache::device_array<float> inter(static_cast<std::size_t>(batch) * n * HV * NS);
     const hc::state_pool pool{d_states.data(), 8, HV, DK, DV, V};
     hc::launch_recurrent_step<hc::delta_rule, V, DK, DV>(dev.io(batch, n, d_states.data()), pool, slots,
                                                          n > 1 ? inter.data() : nullptr);
@@ -197,7 +197,7 @@ TEST_CASE("device: chunked prefill with checkpoints matches the host chunkwise f
     auto g = random_floats(tokens * HV, 8, -1.0f, 0.0f);
     auto beta = random_floats(tokens * HV, 9, 0.05f, 0.95f);
     auto states = random_floats(2 * HV * NS, 10, -0.3f, 0.3f);
-    hc::device_array<float> d_o(tokens * HV * DV), d_ck(ck_pos.size() * HV * NS);
+    hybridcache::device_array<float> d_o(tokens * HV * DV), d_ck(ck_pos.size() * HV * NS);
     auto dq = upload(q), dk = upload(k), dv = upload(v);
     auto dg = upload(g), db = upload(beta), ds = upload(states);
     auto dcu = upload(cu), dst = upload(starts), dck_off = upload(ck_off), dck_pos = upload(ck_pos);
@@ -219,11 +219,11 @@ TEST_CASE("device: chunked prefill with checkpoints matches the host chunkwise f
     io.checkpoint_offsets = dck_off.data();
     io.checkpoint_positions = dck_pos.data();
     io.checkpoint_states = d_ck.data();
-    hc::device_array<float> d_u(tokens * HV * DV);
+    hybridcache::device_array<float> d_u(tokens * HV * DV);
     HYBRIDCACHE_CUDA_TRY(cudaMemset(d_u.data(), 0, d_u.size() * sizeof(float)));
     io.u_out = d_u.data();
     io.qk = hc::qwen3_next_qk(DK);
-    hc::device_array<float> d_ws(static_cast<std::size_t>(hc::prefill_workspace_floats(tokens, 3, HV, chunk)));
+    hybridcache::device_array<float> d_ws(static_cast<std::size_t>(hc::prefill_workspace_floats(tokens, 3, HV, chunk)));
     io.workspace = d_ws.data();
     hc::launch_chunked_prefill<hc::delta_rule, V, DK, DV>(io, hc::state_pool{ds.data(), 2, HV, DK, DV, V},
                                                           hc::prefill_host_view{cu, starts, slots, ck_off, ck_pos});
@@ -286,7 +286,7 @@ TEST_CASE("device: Qwen3-Next gates; bad input is rejected before launch") {
   const auto a_log = random_floats(HV, 3, -1, 1), dt_bias = random_floats(HV, 4, -1, 1);
   auto da = upload(a), db = upload(b);
   auto dal = upload(a_log), ddt = upload(dt_bias);
-  hc::device_array<float> dg(64 * HV), dbeta(64 * HV);
+  hybridcache::device_array<float> dg(64 * HV), dbeta(64 * HV);
   hc::launch_qwen3_next_gates(da.data(), db.data(), dal.data(), ddt.data(), dg.data(), dbeta.data(), 64, HV);
   const auto g = download(dg), beta = download(dbeta);
   for (int i = 0; i < 64 * HV; ++i) {
@@ -296,12 +296,12 @@ TEST_CASE("device: Qwen3-Next gates; bad input is rejected before launch") {
   const std::vector<std::int32_t> slots{0};
   const step_data d(1, 1, 5);
   device_step dev(d, slots, sentinel);
-  hc::device_array<float> st(2 * HV * NS);
+  hybridcache::device_array<float> st(2 * HV * NS);
   const auto io = dev.io(1, 1, st.data());
   {  // fused gating == gates kernel + precomputed g, beta (batch 1 uses the first HV gate inputs)
     const auto init = random_floats(2 * HV * NS, 12, -0.3f, 0.3f);
     auto s1 = upload(init), s2 = upload(init);
-    hc::device_array<float> o1(HV * DV), o2(HV * DV);
+    hybridcache::device_array<float> o1(HV * DV), o2(HV * DV);
     auto pre = dev.io(1, 1, s1.data());
     pre.log_decay = dg.data();
     pre.beta = dbeta.data();
@@ -367,7 +367,7 @@ TEST_CASE("device: linear attention with decay, K-major state, d 64, GVA 2: recu
     const auto q = random_floats(3 * h * d, 500 + step, -1, 1), k = random_floats(3 * h * d, 600 + step, -1, 1);
     const auto v = random_floats(3 * hv * d, 700 + step, -1, 1), g = random_floats(3 * hv, 800 + step, -0.5f, 0.0f);
     auto dq = upload(q), dk = upload(k), dv = upload(v), dg = upload(g);
-    hc::device_array<float> d_o(3 * hv * d), d_o_rec(3 * hv * d);
+    hybridcache::device_array<float> d_o(3 * hv * d), d_o_rec(3 * hv * d);
     const hc::step_io<float, float> dio{d_slots.data(), 3, 1, h, hv, dq.data(), dk.data(), dv.data(), dg.data(),
                                         nullptr, d_o.data(), d_states.data(), qk};
     auto dio_rec = dio;

@@ -20,10 +20,10 @@ using namespace hybridcache::memory;
 
 namespace {
 
-using vmm_pool = asymmetric_pool<unit_handle_table, kv_pages_store<cuda::vmm_backing>,
-                                 ssm_blocks_store<cuda::vmm_backing>, threshold_rebalancer>;
+using vmm_pool = asymmetric_pool<unit_handle_table, kv_pages_store<memory::vmm_backing>,
+                                 ssm_blocks_store<memory::vmm_backing>, threshold_rebalancer>;
 
-__global__ void stamp_units(cuda::vmm_unit_ref ref, const std::uint32_t* units, std::uint32_t n, std::uint32_t seed) {
+__global__ void stamp_units(memory::vmm_unit_ref ref, const std::uint32_t* units, std::uint32_t n, std::uint32_t seed) {
   const std::uint32_t i = blockIdx.x;
   if (i >= n) return;
   auto* p = reinterpret_cast<std::uint32_t*>(ref.address(units[i]));
@@ -39,7 +39,7 @@ std::uint32_t first_word(const vmm_pool& pool, packed_handle h) {
 }  // namespace
 
 TEST_CASE("vmm_backing: remapping moves capacity, data stays, reserved = budget") {
-  const std::uint64_t g = cuda::vmm_granularity(0);
+  const std::uint64_t g = memory::vmm_granularity(0);
   REQUIRE(g > 0);
   const std::uint64_t budget = 32 * g;
   vmm_pool pool({.budget_bytes = budget, .kv_page_bytes = 65536, .ssm_block_bytes = 262144, .ssm_fraction = 0.5,
@@ -59,7 +59,7 @@ TEST_CASE("vmm_backing: remapping moves capacity, data stays, reserved = budget"
   std::uint32_t* d_units = nullptr;
   HYBRIDCACHE_CUDA_TRY(cudaMalloc(&d_units, units.size() * sizeof(std::uint32_t)));
   HYBRIDCACHE_CUDA_TRY(cudaMemcpy(d_units, units.data(), units.size() * 4, cudaMemcpyHostToDevice));
-  const auto ref = cuda::make_unit_ref(pool.kv_store());
+  const auto ref = memory::make_unit_ref(pool.kv_store());
   stamp_units<<<static_cast<unsigned>(units.size()), 128>>>(ref, d_units, static_cast<std::uint32_t>(units.size()), 77);
   HYBRIDCACHE_CUDA_TRY(cudaGetLastError());
   HYBRIDCACHE_CUDA_TRY(cudaDeviceSynchronize());
@@ -82,15 +82,15 @@ TEST_CASE("vmm_backing: remapping moves capacity, data stays, reserved = budget"
 }
 
 TEST_CASE("vmm_backing: bad chunk size is rejected, device errors name the call") {
-  const std::uint64_t g = cuda::vmm_granularity(0);
-  CHECK_THROWS_AS(cuda::vmm_backing::arena(2, g + 4096), invalid_argument);
-  CHECK_THROWS_WITH_AS(cuda::device_backing::arena(1, std::uint64_t{1} << 52), doctest::Contains("cudaMalloc"),
+  const std::uint64_t g = memory::vmm_granularity(0);
+  CHECK_THROWS_AS(memory::vmm_backing::arena(2, g + 4096), invalid_argument);
+  CHECK_THROWS_WITH_AS(memory::device_backing::arena(1, std::uint64_t{1} << 52), doctest::Contains("cudaMalloc"),
                        cuda_error);
-  CHECK_THROWS_WITH_AS(cuda::vmm_backing::arena(1, g << 20), doctest::Contains("cuMemCreate"), cuda_error);  // 2 TiB
+  CHECK_THROWS_WITH_AS(memory::vmm_backing::arena(1, g << 20), doctest::Contains("cuMemCreate"), cuda_error);  // 2 TiB
 }
 
 TEST_CASE("device_backing: fixed_dual_pool is one cudaMalloc per pool, units are writable") {
-  fixed_dual_pool<cuda::device_backing> pool(
+  fixed_dual_pool<memory::device_backing> pool(
       {.budget_bytes = 64u << 20, .kv_page_bytes = 65536, .ssm_block_bytes = 262144, .ssm_ratio = 0.5});
   CHECK(pool.reserved_bytes() == (64u << 20));
   auto k = pool.allocate(pool_kind::kv).value();

@@ -1,5 +1,5 @@
 // Device test (skips without a GPU): the prefix cache over `tiered_state_store<lru_demotion,
-// cuda::copy_engine>`. A conversation evicted from HBM is copied D2H into pinned host memory,
+// tiered::copy_engine>`. A conversation evicted from HBM is copied D2H into pinned host memory,
 // its host hit is loaded H2D into the staging room by `load`, and `settle` gives the staged
 // device pages to the tree: the bytes the runtime wrote come back, byte for byte. The same
 // flow runs on the host engine in tests/tiered/test_prefix_tiered_bytes.cpp.
@@ -24,10 +24,10 @@ using namespace hybridcache;
 
 namespace {
 
-using store_t = tiered::tiered_state_store<tiered::lru_demotion, cuda::copy_engine>;
+using store_t = stores::tiered_state_store<tiered::lru_demotion, tiered::copy_engine>;
 
 /// Copies an entry's logical bytes out of (or into) its tier's arena, page by page.
-std::vector<std::uint8_t> read_entry(const cuda::copy_engine& e, const store_t& s, tiered::entry_id id) {
+std::vector<std::uint8_t> read_entry(const tiered::copy_engine& e, const store_t& s, entry_id id) {
   const auto row = s.table().find(id);
   REQUIRE(row.has_value());
   REQUIRE(row->home() != nullptr);
@@ -40,7 +40,7 @@ std::vector<std::uint8_t> read_entry(const cuda::copy_engine& e, const store_t& 
   }
   return out;
 }
-void write_entry(const cuda::copy_engine& e, const store_t& s, tiered::entry_id id, const std::vector<std::uint8_t>& v) {
+void write_entry(const tiered::copy_engine& e, const store_t& s, entry_id id, const std::vector<std::uint8_t>& v) {
   const auto row = s.table().find(id);
   REQUIRE(row.has_value());
   REQUIRE(row->home() != nullptr);
@@ -62,22 +62,22 @@ std::vector<std::uint8_t> fill(std::size_t n, std::uint8_t seed) {
 TEST_CASE("cuda: a conversation demoted D2H, loaded H2D into staging and adopted by the tree keeps its bytes") {
   const cost_model m(test::tiny_hybrid_spec());
   const std::int64_t kv = m.kv_bytes_per_token(), ck = m.ssm_checkpoint_bytes();
-  const tiered::tiered_state_store_config cfg{.hbm_bytes = 40 * kv + 2 * ck,
+  const stores::tiered_state_store_config cfg{.hbm_bytes = 40 * kv + 2 * ck,
                                               .host_bytes = 400 * kv,
                                               .kv_bytes_per_token = kv,
                                               .checkpoint_bytes = ck,
                                               .staging_bytes = 40 * kv + 2 * ck};
-  cuda::copy_engine engine(store_t::tiers_for(cfg), store_t::page_bytes_for(cfg), {.measure_bandwidth = false});
+  tiered::copy_engine engine(store_t::tiers_for(cfg), store_t::page_bytes_for(cfg), {.measure_bandwidth = false});
   prefix::prefix_cache<cost_model, prefix::judicious_admission, prefix::lru_scorer, store_t> c(
       m, store_t(cfg, engine), prefix::lru_scorer{});
-  const std::vector<prefix::token_id> a(30, 1), b(30, 2);
+  const std::vector<token_id> a(30, 1), b(30, 2);
 
   // a: one node of 30 tokens with a checkpoint at its end; the runtime writes its bytes.
   auto ma = c.match(a);
   REQUIRE(ma);
   REQUIRE(c.commit(a, 30, &*ma));
   c.store().settle(c.tree(), a);
-  std::vector<prefix::node_id> path;
+  std::vector<node_id> path;
   (void)c.tree().walk(a, path);
   REQUIRE(path.size() == 1);
   const auto a_kv = fill(static_cast<std::size_t>(30 * kv), 1), a_ck = fill(static_cast<std::size_t>(ck), 2);
@@ -92,7 +92,7 @@ TEST_CASE("cuda: a conversation demoted D2H, loaded H2D into staging and adopted
   REQUIRE(c.store().host_entries() == 2);
 
   // a again (+1 token): a host hit of 30 tokens, loaded into the HBM staging room.
-  std::vector<prefix::token_id> again = a;
+  std::vector<token_id> again = a;
   again.push_back(3);
   auto mt = c.match(again);
   REQUIRE(mt);
@@ -101,7 +101,7 @@ TEST_CASE("cuda: a conversation demoted D2H, loaded H2D into staging and adopted
   REQUIRE(c.store().load(h).has_value());
   REQUIRE(c.store().wait_loaded(h).has_value());  // the copies are asynchronous
   for (const auto& s : c.store().staged(h)) {
-    CHECK(c.store().table().locate(s.id)->first == tiered::hbm_tier);
+    CHECK(c.store().table().locate(s.id)->first == hbm_tier);
     CHECK(read_entry(engine, c.store(), s.id) == (s.checkpoint ? a_ck : a_kv));
   }
   REQUIRE(c.commit(again, 31, &*mt));

@@ -24,7 +24,7 @@ inline std::set<std::string>& emulated_kernels() {
 /// Runs `body(lane)` for every thread of `shape` (the launcher's own shape function) and
 /// records `kernel` as emulated.
 template <class Body>
-void emulate(const char* kernel, const hybridcache::cuda::kernel_launch_shape& shape, Body&& body,
+void emulate(const char* kernel, const hybridcache::attention::kernel_launch_shape& shape, Body&& body,
              const emu::options& opt = {}) {
   emu::launch({shape.blocks, shape.threads, shape.shared_bytes}, body, opt);
   emulated_kernels().insert(kernel);

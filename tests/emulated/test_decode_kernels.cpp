@@ -17,7 +17,7 @@
 #include "hybridcache/attention/kernel_bodies.hpp"
 #include "reference.hpp"
 
-namespace hc = hybridcache::cuda;
+namespace hc = hybridcache::attention;
 namespace emu = hctest::emu;
 
 namespace {

@@ -24,7 +24,8 @@
 #include "hybridcache/tiered/cuda/copy_engine.cuh"
 #include "hybridcache/tiered/tiered_store.hpp"
 
-namespace hc = hybridcache::cuda;
+namespace la = hybridcache::attention;
+namespace tr = hybridcache::tiered;
 namespace mem = hybridcache::memory;
 using fake_cuda::gpu;
 
@@ -69,7 +70,7 @@ void compaction_under_load(bool name_the_stream) {
       fill_later(compute, *pool.resolve(*h), 256 * 1024, value.back());
     }
     // One chunk keeps 2 pages, the other 3: neither is empty, the first is the sparsest.
-    const std::uint32_t upc = pool.region(mem::pool_kind::kv).units_per_chunk();
+    const std::uint32_t upc = pool.region(hybridcache::pool_kind::kv).units_per_chunk();
     std::vector<int> kept, seen_in(2, 0);
     std::uint32_t first_slot = *pool.unit_of(live[0]) / upc;
     for (int i = 0; i < 16; ++i) {
@@ -78,7 +79,7 @@ void compaction_under_load(bool name_the_stream) {
       else REQUIRE(pool.free(live[static_cast<std::size_t>(i)]).has_value());
     }
     REQUIRE(kept.size() == 5);
-    REQUIRE(pool.rebalance(mem::pool_kind::ssm, 2) == 1);
+    REQUIRE(pool.rebalance(hybridcache::pool_kind::ssm, 2) == 1);
     CHECK(pool.counters().compactions == 1);
     CHECK(pool.counters().units_moved == 2);
     gpu::get().run_all();
@@ -103,19 +104,19 @@ void compaction_under_load(bool name_the_stream) {
 }  // namespace
 
 TEST_CASE("vmm_backing: compaction copies after the kernels that wrote the units, unmaps after both") {
-  SUBCASE("the compute stream named in the ordering") { compaction_under_load<hc::vmm_backing>(true); }
-  SUBCASE("no stream named: the whole device") { compaction_under_load<hc::vmm_backing>(false); }
+  SUBCASE("the compute stream named in the ordering") { compaction_under_load<mem::vmm_backing>(true); }
+  SUBCASE("no stream named: the whole device") { compaction_under_load<mem::vmm_backing>(false); }
 }
 
 TEST_CASE("device_backing: compaction copies after the kernels that wrote the units") {
-  SUBCASE("the compute stream named in the ordering") { compaction_under_load<hc::device_backing>(true); }
-  SUBCASE("no stream named: the whole device") { compaction_under_load<hc::device_backing>(false); }
+  SUBCASE("the compute stream named in the ordering") { compaction_under_load<mem::device_backing>(true); }
+  SUBCASE("no stream named: the whole device") { compaction_under_load<mem::device_backing>(false); }
 }
 
 TEST_CASE("vmm_backing: a 6 MiB chunk (80 fp32 value heads of 128 x 128) reserves, maps and moves") {
   gpu::get().reset();
   const std::uint64_t block = 80ull * 128 * 128 * 4;  // 5 MiB: chunks round up to 6 MiB
-  device_pool<hc::vmm_backing> pool({.budget_bytes = 4 * 6 * MiB, .kv_page_bytes = 64 * 1024, .ssm_block_bytes = block,
+  device_pool<mem::vmm_backing> pool({.budget_bytes = 4 * 6 * MiB, .kv_page_bytes = 64 * 1024, .ssm_block_bytes = block,
                                      .ssm_fraction = 0.5});
   CHECK(pool.chunk_bytes() == 6 * MiB);
   auto a = pool.allocate_ssm(), b = pool.allocate_ssm();
@@ -125,15 +126,15 @@ TEST_CASE("vmm_backing: a 6 MiB chunk (80 fp32 value heads of 128 x 128) reserve
   const auto pb = reinterpret_cast<std::uintptr_t>(*pool.resolve(*b));
   CHECK(pa % (2 * MiB) == 0);  // chunk starts on the granularity
   CHECK((pa > pb ? pa - pb : pb - pa) == 6 * MiB);
-  CHECK(pool.rebalance(mem::pool_kind::ssm, 1) == 1);  // a KV chunk moves over (unmap + map)
+  CHECK(pool.rebalance(hybridcache::pool_kind::ssm, 1) == 1);  // a KV chunk moves over (unmap + map)
   CHECK(pool.allocate_ssm().has_value());
   CHECK(gpu::get().violations().empty());
 }
 
 namespace {
 constexpr std::int64_t page = 64 * 1024;
-std::vector<hybridcache::tiered::tier_config> two_tiers() {
-  using hybridcache::tiered::tier_kind;
+std::vector<tr::tier_config> two_tiers() {
+  using tr::tier_kind;
   return {{.kind = tier_kind::hbm, .capacity_bytes = 8 * page}, {.kind = tier_kind::host, .capacity_bytes = 8 * page}};
 }
 }  // namespace
@@ -142,12 +143,12 @@ TEST_CASE("copy engine: the caller's current device is left as it was; events li
   gpu::get().reset(2);
   REQUIRE(cudaSetDevice(1) == cudaSuccess);
   {
-    hc::copy_engine e(two_tiers(), page, {.device = 0, .measure_bandwidth = true, .probe_bytes = page});
+    tr::copy_engine e(two_tiers(), page, {.device = 0, .measure_bandwidth = true, .probe_bytes = page});
     CHECK(gpu::get().current_device() == 1);
     // A move made while device 1 is current: its event is created on device 0 (else the
     // record on device 0's stream fails).
-    const auto ev = e.submit(hybridcache::tiered::tier_id{0}, hybridcache::tiered::tier_id{1}, {{0, 0, page}},
-                             hybridcache::tiered::copy_stream::offload);
+    const auto ev = e.submit(hybridcache::tier_id{0}, hybridcache::tier_id{1}, {{0, 0, page}},
+                             tr::copy_stream::offload);
     REQUIRE(ev.has_value());
     CHECK(e.wait(*ev).has_value());
     CHECK(gpu::get().current_device() == 1);
@@ -155,7 +156,7 @@ TEST_CASE("copy engine: the caller's current device is left as it was; events li
   CHECK(gpu::get().current_device() == 1);
   // A constructor that throws gives the device back too.
   gpu::get().fail_next("cudaHostAlloc", cudaErrorMemoryAllocation);
-  CHECK_THROWS_AS(hc::copy_engine(two_tiers(), page, {.device = 0}), hybridcache::cuda_error);
+  CHECK_THROWS_AS(tr::copy_engine(two_tiers(), page, {.device = 0}), hybridcache::cuda_error);
   CHECK(gpu::get().current_device() == 1);
 }
 
@@ -164,7 +165,7 @@ TEST_CASE("copy engine: a failure while measuring bandwidth leaks no event, stre
     CAPTURE(call);
     gpu::get().reset();
     gpu::get().fail_next(call, cudaErrorLaunchFailure, 1);
-    CHECK_THROWS_AS(hc::copy_engine(two_tiers(), page, {.probe_bytes = page}), hybridcache::cuda_error);
+    CHECK_THROWS_AS(tr::copy_engine(two_tiers(), page, {.probe_bytes = page}), hybridcache::cuda_error);
     CHECK(gpu::get().live_events() == 0);
     CHECK(gpu::get().live_streams() == 0);
   }
@@ -179,7 +180,7 @@ TEST_CASE("layer event ring: compute waits for the layer recorded in this use of
   REQUIRE(cudaStreamCreateWithFlags(&copy, cudaStreamNonBlocking) == cudaSuccess);
   REQUIRE(cudaStreamCreateWithFlags(&compute, cudaStreamNonBlocking) == cudaSuccess);
   {
-    hc::cuda_layer_event_ring ring(2, 1);
+    tr::cuda_layer_event_ring ring(2, 1);
     const auto s = ring.begin();
     REQUIRE(s.has_value());
     ring.record(*s, 0, copy);
@@ -211,10 +212,10 @@ TEST_CASE("device_kv_buffer_table: uploads from a pinned mirror, never rewritten
   cudaStream_t s = nullptr;
   REQUIRE(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) == cudaSuccess);
   {
-    hc::kv_buffer_table table({.num_slots = 4, .num_blocks = 12, .block_tokens = 4, .flush_interval = 4,
+    la::kv_buffer_table table({.num_slots = 4, .num_blocks = 12, .block_tokens = 4, .flush_interval = 4,
                                .max_new_tokens = 2, .kv_only_crossover = 6});
     REQUIRE(table.open(1, false));
-    hc::device_kv_buffer_table dev(table);
+    la::device_kv_buffer_table dev(table);
     const auto n = static_cast<std::size_t>(4 * table.max_blocks_per_slot());
     auto device_view = [&] {
       std::vector<std::int32_t> out(n + 8);
@@ -251,9 +252,10 @@ TEST_CASE("device_kv_buffer_table: uploads from a pinned mirror, never rewritten
 }
 
 TEST_CASE("copy engine: a multi-layer move lands layer by layer (an event per segment; layered_copy_engine)") {
+  using namespace hybridcache;
   using namespace hybridcache::tiered;
   gpu::get().reset(1);
-  hc::copy_engine e(two_tiers(), page, {.device = 0, .measure_bandwidth = false});
+  tr::copy_engine e(two_tiers(), page, {.device = 0, .measure_bandwidth = false});
   // 4 layer segments of one page each, host pages 4..7 -> HBM pages 0..3 (not adjacent in
   // the ticket's order: HBM 3, 2, 1, 0, so no span crosses a segment either way).
   move_ticket t;
@@ -299,9 +301,10 @@ TEST_CASE("copy engine: a multi-layer move lands layer by layer (an event per se
 }
 
 TEST_CASE("copy engine: a group's layer segments are issued layer-major across its tickets (grouped_copy_engine)") {
+  using namespace hybridcache;
   using namespace hybridcache::tiered;
   gpu::get().reset(1);
-  hc::copy_engine e(two_tiers(), page, {.device = 0, .measure_bandwidth = false});
+  tr::copy_engine e(two_tiers(), page, {.device = 0, .measure_bandwidth = false});
   // Ticket A: 4 layers, host pages 0..3 -> HBM 0..3; ticket B: 2 layers, host 4..5 -> HBM 4..5.
   auto ticket = [](std::uint32_t src, std::uint32_t dst, std::int32_t layers) {
     move_ticket t;

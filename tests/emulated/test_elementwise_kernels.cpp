@@ -12,7 +12,7 @@
 #include "emulated_kernels.hpp"
 #include "hybridcache/attention/kernel_bodies.hpp"
 
-namespace hc = hybridcache::cuda;
+namespace hc = hybridcache::attention;
 namespace emu = hctest::emu;
 
 TEST_CASE("emulated count_nonfinite: NaN and +-inf counted across CTAs; -inf allowed for log decays") {

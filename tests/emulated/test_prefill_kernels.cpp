@@ -15,7 +15,7 @@
 #include "hybridcache/attention/linear_attention_forms.hpp"
 #include "reference.hpp"
 
-namespace hc = hybridcache::cuda;
+namespace hc = hybridcache::attention;
 namespace emu = hctest::emu;
 
 namespace {

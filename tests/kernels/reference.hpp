@@ -14,7 +14,7 @@
 
 namespace hctest {
 
-namespace hc = hybridcache::cuda;
+namespace hc = hybridcache::attention;
 
 /// One sequence: q, k [T][H][dk], v [T][HV][dv], g, beta [T][HV], initial states [HV][dk][dv]
 /// (K-major, double). Values are random and never zero.

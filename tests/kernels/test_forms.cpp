@@ -10,7 +10,7 @@
 #include "hybridcache/prefix/types.hpp"
 #include "reference.hpp"
 
-namespace hc = hybridcache::cuda;
+namespace hc = hybridcache::attention;
 using hctest::problem;
 
 namespace {

@@ -13,7 +13,7 @@
 #include "hybridcache/attention/linear_attention_forms.hpp"
 #include "reference.hpp"
 
-namespace hc = hybridcache::cuda;
+namespace hc = hybridcache::attention;
 using hctest::problem;
 
 namespace {

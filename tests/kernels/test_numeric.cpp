@@ -12,7 +12,7 @@
 
 #include "hybridcache/attention/numeric.hpp"
 
-namespace hc = hybridcache::cuda;
+namespace hc = hybridcache::attention;
 
 namespace {
 

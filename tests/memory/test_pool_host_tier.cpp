@@ -16,7 +16,7 @@
 #include "hybridcache/stores/detail/pool_host_tier.hpp"
 
 using namespace hybridcache;
-using namespace hybridcache::memory;
+using namespace hybridcache::stores;
 
 namespace {
 

@@ -16,6 +16,7 @@
 
 using namespace hybridcache;
 using namespace hybridcache::memory;
+using namespace hybridcache::stores;
 
 namespace {
 
@@ -35,7 +36,7 @@ template <class Cache>
 std::vector<std::int64_t> replay(Cache& c) {
   std::vector<std::int64_t> skipped;
   for (const auto& r : trace()) {
-    std::vector<prefix::token_id> seq = r.input;
+    std::vector<token_id> seq = r.input;
     seq.insert(seq.end(), r.output.begin(), r.output.end());
     auto m = c.match(r.input);
     REQUIRE(m);
@@ -130,14 +131,14 @@ TEST_CASE("fixture trace through prefix_cache<..., pool_state_store<asymmetric_p
   const cost_model m(presets::jamba_1_5_mini());
   using pool_t = simulated_vmm_pool<threshold_rebalancer>;
   using store_t = pool_state_store<pool_t>;
-  static_assert(prefix::state_store<store_t>);
+  static_assert(state_store<store_t>);
 
   // Ample budget: nothing is evicted, so hits must equal the byte-counting store's.
   pool_t big(pool_for(m, 16 * GiB));
   prefix::prefix_cache<cost_model, prefix::judicious_admission, prefix::lru_scorer, store_t> pooled(
       m, store_t(big, 16, m.attention_layers(), m.recurrent_layers()), prefix::lru_scorer{});
-  prefix::prefix_cache<cost_model, prefix::judicious_admission, prefix::lru_scorer> counted(
-      m, prefix::counting_store(16 * static_cast<std::int64_t>(GiB), m.kv_bytes_per_token(), m.ssm_checkpoint_bytes()),
+  prefix::prefix_cache<cost_model, prefix::judicious_admission, prefix::lru_scorer, counting_store> counted(
+      m, stores::counting_store(16 * static_cast<std::int64_t>(GiB), m.kv_bytes_per_token(), m.ssm_checkpoint_bytes()),
       prefix::lru_scorer{});
   const auto got = replay(pooled);
   const auto want = replay(counted);
@@ -188,11 +189,11 @@ TEST_CASE("one checkpoint size: SSM + conv state, the same in the cost model, th
     const pool_state_store<host_asymmetric_pool<no_rebalancer>> store(pool, 16, m.attention_layers(),
                                                                       m.recurrent_layers());
     CHECK(store.checkpoint_bytes() == m.ssm_checkpoint_bytes());
-    const tiered::tiered_state_store_config tc{.hbm_bytes = std::int64_t{1} << 30,
+    const stores::tiered_state_store_config tc{.hbm_bytes = std::int64_t{1} << 30,
                                                .host_bytes = std::int64_t{1} << 30,
                                                .kv_bytes_per_token = m.kv_bytes_per_token(),
                                                .checkpoint_bytes = m.ssm_checkpoint_bytes()};
-    const tiered::tiered_state_store<> tiered_store(tc);
+    const stores::tiered_state_store<> tiered_store(tc);
     CHECK(tiered_store.checkpoint_bytes() == m.ssm_checkpoint_bytes());
   }
   CHECK(cost_model(presets::jamba_1_5_mini()).ssm_checkpoint_bytes() == 9'175'040);

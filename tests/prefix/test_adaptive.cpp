@@ -30,6 +30,8 @@
 
 using namespace hybridcache;
 using namespace hybridcache::prefix;
+using namespace hybridcache::stores;
+using namespace hybridcache::compose;
 
 namespace {
 
@@ -98,7 +100,7 @@ TEST_CASE("switching_scorer following one rule throughout equals that scorer alo
     // The paper's candidate rule merges single-child nodes often: the merged node's time
     // must carry over to its child in each part's own table, as the tree does.
     const flop_candidates cands = seed % 2 == 0 ? flop_candidates::paper : flop_candidates::protect_branches;
-    prefix_cache<cost_model, judicious_admission, lru_flop_gdsf_scorer> both(
+    prefix_cache<cost_model, judicious_admission, lru_flop_gdsf_scorer, counting_store> both(
         m, counting_store(cap, kv, ck), library_parts(alpha, rule, flop_index::bounded_walk, cands));
     std::vector<seq_t> seen;
     auto run = [&](auto& alone) {
@@ -109,14 +111,14 @@ TEST_CASE("switching_scorer following one rule throughout equals that scorer alo
       }
     };
     if (rule == 0) {
-      prefix_cache<cost_model, judicious_admission, lru_scorer> alone(m, counting_store(cap, kv, ck), lru_scorer{});
+      prefix_cache<cost_model, judicious_admission, lru_scorer, counting_store> alone(m, counting_store(cap, kv, ck), lru_scorer{});
       run(alone);
     } else if (rule == 1) {
-      prefix_cache<cost_model, judicious_admission, flop_aware_scorer> alone(
+      prefix_cache<cost_model, judicious_admission, flop_aware_scorer, counting_store> alone(
           m, counting_store(cap, kv, ck), flop_aware_scorer(m, {.alpha = alpha, .candidates = cands}));
       run(alone);
     } else {
-      prefix_cache<cost_model, judicious_admission, gdsf_scorer> alone(m, counting_store(cap, kv, ck),
+      prefix_cache<cost_model, judicious_admission, gdsf_scorer, counting_store> alone(m, counting_store(cap, kv, ck),
                                                                        gdsf_scorer(m, {.candidates = cands}));
       run(alone);
     }
@@ -127,18 +129,18 @@ TEST_CASE("switching_scorer following one rule throughout equals that scorer alo
 TEST_CASE("switching_scorer switched at random picks the naive models' victims") {
   const cost_model& m = model();
   const std::int64_t kv = m.kv_bytes_per_token(), ck = m.ssm_checkpoint_bytes();
-  using naive_parts = switching_scorer<test::naive_lru, reference_flop_scorer, test::naive_gdsf>;
+  using naive_parts = switching_scorer<test::naive_lru, sim::reference_flop_scorer, test::naive_gdsf>;
   std::int64_t evictions = 0, switches = 0;
   for (std::uint64_t seed = 1; seed <= 80; ++seed) {
     CAPTURE(seed);
     std::mt19937_64 rng(seed * 31337);
     const std::int64_t cap = 6 * ck + 250 * kv;
     // The exact threshold walk: the reference scan is the exact argmin.
-    prefix_cache<cost_model, judicious_admission, lru_flop_gdsf_scorer> fast(
+    prefix_cache<cost_model, judicious_admission, lru_flop_gdsf_scorer, counting_store> fast(
         m, counting_store(cap, kv, ck), library_parts(0.0, 0, flop_index::threshold_walk));
-    prefix_cache<cost_model, judicious_admission, naive_parts> naive(
+    prefix_cache<cost_model, judicious_admission, naive_parts, counting_store> naive(
         m, counting_store(cap, kv, ck),
-        naive_parts(test::naive_lru{}, reference_flop_scorer(m, {}), test::naive_gdsf(m)));
+        naive_parts(test::naive_lru{}, sim::reference_flop_scorer(m, {}), test::naive_gdsf(m)));
     std::vector<seq_t> seen;
     for (int op = 0; op < 80; ++op) {
       if (rng() % 3 == 0) {
@@ -252,7 +254,7 @@ TEST_CASE("adaptive_scorer equals a naive selector built from independent caches
     plain_cache<flop_aware_scorer> s3(m, counting_store(cap, kv, ck), flop_aware_scorer(m, {.alpha = 2.0}));
     plain_cache<gdsf_scorer> s4(m, counting_store(cap, kv, ck), gdsf_scorer(m));
     naive_selector rule(cfg);
-    prefix_cache<cost_model, judicious_admission, lru_flop_gdsf_scorer> follower(m, counting_store(cap, kv, ck),
+    prefix_cache<cost_model, judicious_admission, lru_flop_gdsf_scorer, counting_store> follower(m, counting_store(cap, kv, ck),
                                                                                  library_parts(0.0, 0));
     std::vector<seq_t> seen;
     for (int op = 0; op < 120; ++op) {

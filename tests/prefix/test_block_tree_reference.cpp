@@ -1,4 +1,4 @@
-// block_tree_reference: the Marconi reference simulator's vLLM+ block tree
+// sim::block_tree_reference: the Marconi reference simulator's vLLM+ block tree
 // (radix_cache_vllm.py @ 08016617). Unit tests of its rules on tiny trees, and its rows on
 // synth-v1 traces (marconi_7b, match(input) then insert(input ++ output) per request),
 // checked against the reference run side by side (docs/replay.md).
@@ -24,19 +24,19 @@ namespace {
 using tokens = std::vector<token_id>;
 
 // Blocks of 4 ids; a node costs 10 (state) + its ids (KV 1 B per id).
-block_tree_reference small_tree(std::int64_t capacity, std::int64_t block = 4) {
-  return block_tree_reference(
+sim::block_tree_reference small_tree(std::int64_t capacity, std::int64_t block = 4) {
+  return sim::block_tree_reference(
       {.block_ids = block, .capacity_bytes = capacity, .kv_bytes_per_id = 1, .recurrent_layers = 2, .state_bytes_per_layer = 5});
 }
 
-std::int64_t skipped(block_tree_reference& t, const tokens& in) { return t.match(in).reusable_tokens; }
+std::int64_t skipped(sim::block_tree_reference& t, const tokens& in) { return t.match(in).reusable_tokens; }
 
-tokens node_tokens(const block_tree_reference& t, node_id n) {
+tokens node_tokens(const sim::block_tree_reference& t, node_id n) {
   const auto s = t.tokens(n);
   return {s.begin(), s.end()};
 }
 
-std::vector<std::int64_t> replay(block_tree_reference& t, const std::vector<sim::synth_request>& trace) {
+std::vector<std::int64_t> replay(sim::block_tree_reference& t, const std::vector<sim::synth_request>& trace) {
   std::vector<std::int64_t> out;
   out.reserve(trace.size());
   for (const auto& r : trace) {
@@ -231,12 +231,12 @@ class naive_block_tree {
   std::unique_ptr<node> root_ = std::make_unique<node>();
 };
 
-void leaf_stamps(const block_tree_reference& t, node_id n, std::vector<time_point>& out) {
+void leaf_stamps(const sim::block_tree_reference& t, node_id n, std::vector<time_point>& out) {
   if (t.children(n).empty()) out.push_back(t.last_access(n));
   for (node_id k : t.children(n)) leaf_stamps(t, k, out);
 }
 
-std::string dump(const block_tree_reference& t, node_id n) {
+std::string dump(const sim::block_tree_reference& t, node_id n) {
   std::string out = "(" + std::to_string(t.last_access(n)) + ":";
   for (token_id x : t.tokens(n)) out += std::to_string(x) + ",";
   for (node_id k : t.children(n)) out += dump(t, k);
@@ -331,7 +331,7 @@ TEST_CASE("block tree: a parent whose last child goes is a candidate in the same
 
 TEST_CASE("block tree: bad input throws and leaves the tree unchanged") {
   CHECK_THROWS_AS(small_tree(100, 0), invalid_argument);
-  CHECK_THROWS_AS(block_tree_reference({.block_ids = 4, .capacity_bytes = -1}), invalid_argument);
+  CHECK_THROWS_AS(sim::block_tree_reference({.block_ids = 4, .capacity_bytes = -1}), invalid_argument);
   auto t = small_tree(1'000);
   t.insert(tokens{1, 2, 3});
   const auto before = t.used_bytes();
@@ -395,7 +395,7 @@ TEST_CASE("block tree on the fixture (chat, seed 7, 12 sessions, 5e8 B) reproduc
   const auto trace = sim::generate_synth_v1(
       {.profile = sim::synth_profile::chat, .seed = 7, .sessions = 12, .session_gap_ms = 1000});
   const cost_model m(presets::marconi_7b());
-  auto t = block_tree_reference::from_costs(m, 500'000'000);
+  auto t = sim::block_tree_reference::from_costs(m, 500'000'000);
   const std::vector<std::int64_t> reference_row = {
       0, 0, 672, 0, 0, 736, 0, 0, 0, 736, 0, 0, 0, 0, 0, 0, 0, 0, 0, 672, 0, 736, 0, 0, 0, 0, 0, 0,
       0, 0, 0, 0, 672, 0, 0, 2788, 736, 0, 3317, 0, 0, 736, 0, 0, 0, 0, 0, 0, 4913, 0, 0, 0, 0, 0, 0, 672,
@@ -411,7 +411,7 @@ TEST_CASE("block tree on chat seed 1 (100 sessions, 692 requests, 5e9 B) reprodu
       {.profile = sim::synth_profile::chat, .seed = 1, .sessions = 100, .session_gap_ms = 2000});
   REQUIRE(trace.size() == 692);
   const cost_model m(presets::marconi_7b());
-  auto t = block_tree_reference::from_costs(m, 5'000'000'000);
+  auto t = sim::block_tree_reference::from_costs(m, 5'000'000'000);
   const auto row = replay(t, trace);
   CHECK(std::accumulate(row.begin(), row.end(), std::int64_t{0}) == 172331);  // 6.9811 % of 2,468,524
   CHECK(row_hash(row) == 4714765332734285891ull);  // the reference's per-request row, hashed

@@ -27,6 +27,7 @@
 
 using namespace hybridcache;
 using namespace hybridcache::prefix;
+using namespace hybridcache::stores;
 
 namespace {
 
@@ -72,7 +73,7 @@ Scorer make_scorer(const cost_model& m) {
 TEST_CASE_TEMPLATE("a salted cache answers each tenant exactly as the tenant's own cache", Scorer, lru_scorer,
                    flop_aware_scorer) {
   const cost_model m(presets::marconi_7b());
-  using cache_t = prefix_cache<cost_model, judicious_admission, Scorer>;
+  using cache_t = prefix_cache<cost_model, judicious_admission, Scorer, counting_store>;
   const auto store = [&] { return counting_store(1'000'000'000'000, m.kv_bytes_per_token(), m.ssm_checkpoint_bytes()); };
   for (std::uint32_t seed = 1; seed <= 3; ++seed) {
     cache_t shared(m, store(), make_scorer<Scorer>(m));
@@ -107,7 +108,7 @@ TEST_CASE_TEMPLATE("a salted cache answers each tenant exactly as the tenant's o
 TEST_CASE_TEMPLATE("under eviction no hit exceeds what the same salt committed", Scorer, lru_scorer, flop_aware_scorer) {
   const cost_model m(presets::marconi_7b());
   const std::int64_t kv = m.kv_bytes_per_token(), ck = m.ssm_checkpoint_bytes();
-  prefix_cache<cost_model, judicious_admission, Scorer> c(m, counting_store(3000 * kv + 12 * ck, kv, ck),
+  prefix_cache<cost_model, judicious_admission, Scorer, counting_store> c(m, counting_store(3000 * kv + 12 * ck, kv, ck),
                                                           make_scorer<Scorer>(m));
   conversation_source src(11);
   std::mt19937 pick(5);
@@ -143,7 +144,7 @@ TEST_CASE_TEMPLATE("under eviction no hit exceeds what the same salt committed",
 
 TEST_CASE("a commit names its namespace once: a match of one salt cannot commit into another") {
   const cost_model m(presets::marconi_7b());
-  prefix_cache<cost_model, judicious_admission, lru_scorer> c(
+  prefix_cache<cost_model, judicious_admission, lru_scorer, counting_store> c(
       m, counting_store(1'000'000'000, m.kv_bytes_per_token(), m.ssm_checkpoint_bytes()), lru_scorer{});
   const std::vector<token_id> a(50, 7);
   auto ma = c.match(a, cache_salt{1});

@@ -25,6 +25,7 @@
 
 using namespace hybridcache;
 using namespace hybridcache::prefix;
+using namespace hybridcache::stores;
 
 namespace {
 
@@ -74,7 +75,7 @@ TEST_CASE_TEMPLATE("commit refuses up front what cannot fit beside the prefix it
     if constexpr (std::is_same_v<Scorer, lru_scorer>) return lru_scorer{};
     else return flop_aware_scorer(m, {.alpha = 1.0});
   };
-  prefix_cache<cost_model, judicious_admission, Scorer> c(
+  prefix_cache<cost_model, judicious_admission, Scorer, counting_store> c(
       m, counting_store(1'000'000'000, m.kv_bytes_per_token(), m.ssm_checkpoint_bytes()), make_scorer());
   const auto a = random_tokens(10'000, 1);
   {
@@ -231,7 +232,7 @@ TEST_CASE("the eviction listener hears every eviction step, and a commit says wh
   struct heard {
     std::int64_t events = 0, checkpoints = 0, leaves = 0, merged = 0, kv_tokens_freed = 0;
   } h;
-  prefix_cache<cost_model, judicious_admission, flop_aware_scorer> c(m, counting_store(600 * kv + 3 * ck, kv, ck),
+  prefix_cache<cost_model, judicious_admission, flop_aware_scorer, counting_store> c(m, counting_store(600 * kv + 3 * ck, kv, ck),
                                                                      flop_aware_scorer(m, {.alpha = 1.0}));
   c.set_eviction_listener({.fn = [](void* ctx, const eviction_event& e) noexcept {
                              auto& s = *static_cast<heard*>(ctx);
@@ -286,7 +287,7 @@ TEST_CASE("protected_bytes (pinned paths only) equals the O(n) scan of every nod
   // guarded nodes, both scorer kinds (leaves only / inner nodes).
   const cost_model m(presets::marconi_7b());
   const std::int64_t kv = m.kv_bytes_per_token(), ck = m.ssm_checkpoint_bytes();
-  prefix_cache<cost_model, every_block_admission<8>, lru_scorer> c(m, counting_store(1'000'000'000'000, kv, ck),
+  prefix_cache<cost_model, every_block_admission<8>, lru_scorer, counting_store> c(m, counting_store(1'000'000'000'000, kv, ck),
                                                                    lru_scorer{});
   std::mt19937 rng(17);
   std::vector<std::vector<token_id>> seqs;
@@ -340,7 +341,7 @@ TEST_CASE_TEMPLATE("break 4: a commit after a hit keeps no state inside the reus
     if constexpr (std::is_same_v<Scorer, lru_scorer>) return lru_scorer{};
     else return flop_aware_scorer(m, {.alpha = 1.0});
   };
-  prefix_cache<cost_model, every_block_admission<16>, Scorer> c(m, counting_store(2000 * kv + 40 * ck, kv, ck),
+  prefix_cache<cost_model, every_block_admission<16>, Scorer, counting_store> c(m, counting_store(2000 * kv + 40 * ck, kv, ck),
                                                                make_scorer());
   std::mt19937 rng(23);
   std::vector<std::vector<token_id>> seqs{random_tokens(48, 5)};

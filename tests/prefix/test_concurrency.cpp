@@ -15,6 +15,7 @@
 
 using namespace hybridcache;
 using namespace hybridcache::prefix;
+using namespace hybridcache::stores;
 
 TEST_SUITE("concurrency") {
   TEST_CASE("mutex_lock: threads matching, committing and releasing stay consistent") {

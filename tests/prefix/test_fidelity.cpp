@@ -19,6 +19,8 @@
 
 using namespace hybridcache;
 using namespace hybridcache::prefix;
+using namespace hybridcache::stores;
+using namespace hybridcache::compose;
 
 namespace {
 
@@ -96,7 +98,7 @@ TEST_CASE("fixture trace: 70 requests, 227,356 input tokens") {
 
 TEST_CASE("SGLang+ (judicious + lru) reproduces the reference row exactly") {
   const cost_model m(presets::marconi_7b());
-  prefix_cache<cost_model, judicious_admission, lru_scorer> c(
+  prefix_cache<cost_model, judicious_admission, lru_scorer, counting_store> c(
       m, fixture_store(m), lru_scorer({.ties = lru_ties::python_heapq}), {}, {.admit_oversized = true});
   const auto skipped = replay(c);
   CHECK_MESSAGE(skipped == sglang_row, diff(skipped, sglang_row));
@@ -109,8 +111,8 @@ TEST_CASE("Marconi with the reference's quirks reproduces the fixed-alpha rows e
     const double alpha = cse.first;  // (no structured bindings: clang 14 cannot capture them)
     const std::vector<std::int64_t>& row = cse.second;
     CAPTURE(alpha);
-    prefix_cache<cost_model, judicious_admission, reference_flop_scorer> c(
-        m, fixture_store(m), reference_flop_scorer(m, {.alpha = alpha, .quirks = true}), {}, {.admit_oversized = true});
+    prefix_cache<cost_model, judicious_admission, sim::reference_flop_scorer, counting_store> c(
+        m, fixture_store(m), sim::reference_flop_scorer(m, {.alpha = alpha, .quirks = true}), {}, {.admit_oversized = true});
     const auto skipped = replay(c);
     CHECK_MESSAGE(skipped == row, diff(skipped, row));
   }
@@ -121,7 +123,7 @@ TEST_CASE("vLLM+ (every_block<32> + lru) reproduces the reference row exactly") 
   // in place, dropping the state at its old end; its byte estimate counts the root as a
   // block), but on this trace none of those paths changes a decision: the rows are equal.
   const cost_model m(presets::marconi_7b());
-  prefix_cache<cost_model, every_block_admission<32>, lru_scorer> c(
+  prefix_cache<cost_model, every_block_admission<32>, lru_scorer, counting_store> c(
       m, fixture_store(m), lru_scorer({.ties = lru_ties::python_heapq}), {}, {.admit_oversized = true});
   const auto skipped = replay(c);
   CHECK_MESSAGE(skipped == vllm_row, diff(skipped, vllm_row));
@@ -133,7 +135,7 @@ TEST_CASE("SGLang+ with deterministic node-id ties: pinned (one request differs 
   // the new leaf at the same tick); heapq pops them in an order set by the DFS layout, the
   // default breaks ties by node id. Request 8 then hits 740 instead of 1371.
   const cost_model m(presets::marconi_7b());
-  prefix_cache<cost_model, judicious_admission, lru_scorer> c(m, fixture_store(m), lru_scorer{}, {},
+  prefix_cache<cost_model, judicious_admission, lru_scorer, counting_store> c(m, fixture_store(m), lru_scorer{}, {},
                                                               {.admit_oversized = true});
   auto expected = sglang_row;
   expected[8] = 740;
@@ -157,11 +159,11 @@ TEST_CASE("Marconi, correct FLOP-aware scorer: pinned rows; threshold walk == na
     const std::vector<std::int64_t>& row = cse.second;
     CAPTURE(alpha);
     // The paper's candidate rule (the library's default protects branch points: below).
-    prefix_cache<cost_model, judicious_admission, flop_aware_scorer> fast(
+    prefix_cache<cost_model, judicious_admission, flop_aware_scorer, counting_store> fast(
         m, fixture_store(m), flop_aware_scorer(m, {.alpha = alpha, .candidates = flop_candidates::paper}), {},
         {.admit_oversized = true});
-    prefix_cache<cost_model, judicious_admission, reference_flop_scorer> naive(
-        m, fixture_store(m), reference_flop_scorer(m, {.alpha = alpha, .candidates = flop_candidates::paper}), {},
+    prefix_cache<cost_model, judicious_admission, sim::reference_flop_scorer, counting_store> naive(
+        m, fixture_store(m), sim::reference_flop_scorer(m, {.alpha = alpha, .candidates = flop_candidates::paper}), {},
         {.admit_oversized = true});
     std::vector<commit_result> cf, cn;
     const auto a = replay(fast, &cf);
@@ -179,8 +181,8 @@ TEST_CASE("Marconi, correct FLOP-aware scorer: pinned rows; threshold walk == na
 TEST_CASE("Marconi V2 with online tuning (reference quirks, bootstrap multiplier 2) picks alpha 1.5") {
   // Reference: "V2 (bootstrap multiplier 2): tunes alpha=1.5 -> 13.8954%".
   const cost_model m(presets::marconi_7b());
-  alpha_tuned_cache<prefix_cache<cost_model, judicious_admission, reference_flop_scorer>> c(
-      m, fixture_store(m), reference_flop_scorer(m, {.alpha = 0.0, .quirks = true}), {}, {.admit_oversized = true},
+  alpha_tuned_cache<prefix_cache<cost_model, judicious_admission, sim::reference_flop_scorer, counting_store>> c(
+      m, fixture_store(m), sim::reference_flop_scorer(m, {.alpha = 0.0, .quirks = true}), {}, {.admit_oversized = true},
       {.enabled = true, .bootstrap_multiplier = 2});
   const auto skipped = replay(c);
   REQUIRE(c.tuning_history().size() == 1);
@@ -199,7 +201,7 @@ TEST_CASE("Marconi V2 with online tuning (reference quirks, bootstrap multiplier
 
 TEST_CASE("alpha tuning: hit-rate objective and periodic re-tuning over a sliding window") {
   const cost_model m(presets::marconi_7b());
-  alpha_tuned_cache<prefix_cache<cost_model, judicious_admission, flop_aware_scorer>> c(
+  alpha_tuned_cache<prefix_cache<cost_model, judicious_admission, flop_aware_scorer, counting_store>> c(
       m, fixture_store(m), flop_aware_scorer(m, {.alpha = 0.0}), {}, {.admit_oversized = true},
       {.enabled = true,
        .bootstrap_multiplier = 2,
@@ -233,7 +235,7 @@ TEST_CASE("alpha tuning: the replay is deterministic whatever the thread count" 
   const cost_model m(presets::marconi_7b());
   std::vector<double> first;
   for (unsigned threads : {1u, 4u}) {
-    alpha_tuned_cache<prefix_cache<cost_model, judicious_admission, flop_aware_scorer>> c(
+    alpha_tuned_cache<prefix_cache<cost_model, judicious_admission, flop_aware_scorer, counting_store>> c(
         m, fixture_store(m), flop_aware_scorer(m, {.alpha = 0.0}), {}, {.admit_oversized = true},
         {.enabled = true, .bootstrap_multiplier = 2, .threads = threads});
     (void)replay(c);
@@ -250,7 +252,7 @@ TEST_CASE("vLLM+ block-tree quirk 'partial block filled in place' (pinned: we ke
   // then diverges reuses 40 tokens here; the reference would reuse 32.
   const cost_model m(presets::marconi_7b());
   const std::int64_t ck = m.ssm_checkpoint_bytes(), kv = m.kv_bytes_per_token();
-  prefix_cache<cost_model, every_block_admission<32>, lru_scorer> c(m, counting_store(100 * ck + 1000 * kv, kv, ck),
+  prefix_cache<cost_model, every_block_admission<32>, lru_scorer, counting_store> c(m, counting_store(100 * ck + 1000 * kv, kv, ck),
                                                                     lru_scorer{});
   std::vector<token_id> a(40);
   for (std::size_t i = 0; i < a.size(); ++i) a[i] = static_cast<token_id>(i + 1);
@@ -299,17 +301,17 @@ TEST_CASE("larger synth traces at 5 GB: the reference driver's logged rates (anc
     const auto tr = sim::generate_synth_v1(
         {.profile = sim::synth_profile::agent, .seed = 2, .sessions = 100, .session_gap_ms = 4000});
     REQUIRE(tr.size() == 570);
-    prefix_cache<cost_model, judicious_admission, lru_scorer> v1(m, store_5gb(m), heapq_lru, {}, cfg);
+    prefix_cache<cost_model, judicious_admission, lru_scorer, counting_store> v1(m, store_5gb(m), heapq_lru, {}, cfg);
     CHECK(hit_rate_percent(v1, tr) == 83.03);
-    alpha_tuned_cache<prefix_cache<cost_model, judicious_admission, reference_flop_scorer>> v2(
-        m, store_5gb(m), reference_flop_scorer(m, {.quirks = true}), {}, cfg, {.enabled = true, .bootstrap_multiplier = 5});
+    alpha_tuned_cache<prefix_cache<cost_model, judicious_admission, sim::reference_flop_scorer, counting_store>> v2(
+        m, store_5gb(m), sim::reference_flop_scorer(m, {.quirks = true}), {}, cfg, {.enabled = true, .bootstrap_multiplier = 5});
     CHECK(hit_rate_percent(v2, tr) == 83.26);
     CHECK(v2.requests_before_first_eviction() == 54);
     CHECK(v2.alpha() == 0.0);
     for (const auto& [alpha, rate] : std::vector<std::pair<double, double>>{
              {0.0, 83.26}, {0.5, 69.90}, {1.0, 66.41}, {1.5, 52.97}, {2.0, 52.71}}) {
-      prefix_cache<cost_model, judicious_admission, reference_flop_scorer> v3(
-          m, store_5gb(m), reference_flop_scorer(m, {.alpha = alpha, .quirks = true}), {}, cfg);
+      prefix_cache<cost_model, judicious_admission, sim::reference_flop_scorer, counting_store> v3(
+          m, store_5gb(m), sim::reference_flop_scorer(m, {.alpha = alpha, .quirks = true}), {}, cfg);
       CHECK(hit_rate_percent(v3, tr) == rate);
     }
     // vLLM+: the reference logs 28.66 %. Its block tree (radix_cache_vllm.py) estimates the bytes of
@@ -318,31 +320,31 @@ TEST_CASE("larger synth traces at 5 GB: the reference driver's logged rates (anc
     // that we evict; it also duplicates the KV of a block shared only in part (16 tokens per session
     // after the 1200-token prompt) and fills partial blocks in place. 14 of 570 requests reuse one
     // block (32 tokens) less here. Pinned:
-    prefix_cache<cost_model, every_block_admission<32>, lru_scorer> vllm(m, store_5gb(m), heapq_lru, {}, cfg);
+    prefix_cache<cost_model, every_block_admission<32>, lru_scorer, counting_store> vllm(m, store_5gb(m), heapq_lru, {}, cfg);
     CHECK(hit_rate_percent(vllm, tr) == 28.64);
   }
   SUBCASE("chat profile, seed 1, 100 sessions, gap 2000 ms (692 requests)") {
     const auto tr = sim::generate_synth_v1(
         {.profile = sim::synth_profile::chat, .seed = 1, .sessions = 100, .session_gap_ms = 2000});
     REQUIRE(tr.size() == 692);
-    prefix_cache<cost_model, judicious_admission, lru_scorer> v1(m, store_5gb(m), heapq_lru, {}, cfg);
+    prefix_cache<cost_model, judicious_admission, lru_scorer, counting_store> v1(m, store_5gb(m), heapq_lru, {}, cfg);
     CHECK(hit_rate_percent(v1, tr) == 33.65);
-    alpha_tuned_cache<prefix_cache<cost_model, judicious_admission, reference_flop_scorer>> v2(
-        m, store_5gb(m), reference_flop_scorer(m, {.quirks = true}), {}, cfg, {.enabled = true, .bootstrap_multiplier = 5});
+    alpha_tuned_cache<prefix_cache<cost_model, judicious_admission, sim::reference_flop_scorer, counting_store>> v2(
+        m, store_5gb(m), sim::reference_flop_scorer(m, {.quirks = true}), {}, cfg, {.enabled = true, .bootstrap_multiplier = 5});
     CHECK(hit_rate_percent(v2, tr) == 29.77);
     CHECK(v2.requests_before_first_eviction() == 63);
     CHECK(v2.alpha() == 1.6);  // 1.6 and 1.7 tie; the reference also chose 1.6
     for (const auto& [alpha, rate] : std::vector<std::pair<double, double>>{
              {0.0, 33.76}, {0.3, 35.59}, {0.5, 32.80}, {1.0, 32.78}, {2.0, 31.45}}) {
-      prefix_cache<cost_model, judicious_admission, reference_flop_scorer> v3(
-          m, store_5gb(m), reference_flop_scorer(m, {.alpha = alpha, .quirks = true}), {}, cfg);
+      prefix_cache<cost_model, judicious_admission, sim::reference_flop_scorer, counting_store> v3(
+          m, store_5gb(m), sim::reference_flop_scorer(m, {.alpha = alpha, .quirks = true}), {}, cfg);
       CHECK(hit_rate_percent(v3, tr) == rate);
     }
     // The correct FLOP-aware scorer (no reference defects): FLOP awareness now pays off on this
     // trace, rising with alpha above LRU (33.65 %), where the defective efficiency fell below it.
     for (const auto& [alpha, rate] :
          std::vector<std::pair<double, double>>{{0.0, 33.89}, {1.0, 36.09}, {2.0, 37.21}}) {
-      prefix_cache<cost_model, judicious_admission, flop_aware_scorer> ok(
+      prefix_cache<cost_model, judicious_admission, flop_aware_scorer, counting_store> ok(
           m, store_5gb(m), flop_aware_scorer(m, {.alpha = alpha, .candidates = flop_candidates::paper}), {}, cfg);
       CHECK(hit_rate_percent(ok, tr) == rate);
     }
@@ -350,12 +352,12 @@ TEST_CASE("larger synth traces at 5 GB: the reference driver's logged rates (anc
     // system prompt's checkpoint is no longer merged while sessions below it are hot.
     for (const auto& [alpha, rate] :
          std::vector<std::pair<double, double>>{{0.0, 34.34}, {1.0, 38.41}, {2.0, 38.82}}) {
-      prefix_cache<cost_model, judicious_admission, flop_aware_scorer> ok(
+      prefix_cache<cost_model, judicious_admission, flop_aware_scorer, counting_store> ok(
           m, store_5gb(m), flop_aware_scorer(m, {.alpha = alpha}), {}, cfg);
       CHECK(hit_rate_percent(ok, tr) == rate);
     }
     // vLLM+: reference 6.98 % (same block-tree accounting as above). Pinned:
-    prefix_cache<cost_model, every_block_admission<32>, lru_scorer> vllm(m, store_5gb(m), heapq_lru, {}, cfg);
+    prefix_cache<cost_model, every_block_admission<32>, lru_scorer, counting_store> vllm(m, store_5gb(m), heapq_lru, {}, cfg);
     CHECK(hit_rate_percent(vllm, tr) == 6.95);
   }
 }

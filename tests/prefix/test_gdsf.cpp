@@ -21,6 +21,7 @@
 
 using namespace hybridcache;
 using namespace hybridcache::prefix;
+using namespace hybridcache::stores;
 using hybridcache::test::naive_gdsf;
 
 namespace {
@@ -43,8 +44,8 @@ TEST_CASE("gdsf_scorer picks the naive full scan's victims on random branching s
     const gdsf_config cfg{.intermediate = seed % 3 == 0 ? intermediate_eviction::tombstone : intermediate_eviction::merge,
                           .candidates = seed % 2 == 0 ? flop_candidates::paper : flop_candidates::protect_branches};
     const std::int64_t cap = 6 * ck + 300 * kv;
-    prefix_cache<cost_model, judicious_admission, gdsf_scorer> fast(m, counting_store(cap, kv, ck), gdsf_scorer(m, cfg));
-    prefix_cache<cost_model, judicious_admission, naive_gdsf> naive(m, counting_store(cap, kv, ck), naive_gdsf(m, cfg));
+    prefix_cache<cost_model, judicious_admission, gdsf_scorer, counting_store> fast(m, counting_store(cap, kv, ck), gdsf_scorer(m, cfg));
+    prefix_cache<cost_model, judicious_admission, naive_gdsf, counting_store> naive(m, counting_store(cap, kv, ck), naive_gdsf(m, cfg));
     std::vector<std::vector<token_id>> seen{random_tokens(rng, 30, 3)};
     for (int op = 0; op < 60; ++op) {
       std::vector<token_id> s = seen[rng() % seen.size()];
@@ -81,7 +82,7 @@ TEST_CASE("gdsf_scorer: frequency and inflation — a node hit often outlives a 
   const cost_model m(presets::marconi_7b());
   const std::int64_t kv = m.kv_bytes_per_token(), ck = m.ssm_checkpoint_bytes();
   // Room for two conversations of 100 tokens; a third evicts one of them.
-  prefix_cache<cost_model, judicious_admission, gdsf_scorer> c(m, counting_store(2 * ck + 210 * kv, kv, ck), gdsf_scorer(m));
+  prefix_cache<cost_model, judicious_admission, gdsf_scorer, counting_store> c(m, counting_store(2 * ck + 210 * kv, kv, ck), gdsf_scorer(m));
   std::vector<token_id> a(100, 1), b(100, 2), x(100, 3);
   for (auto* s : {&a, &b}) {
     auto r = c.match(*s);

@@ -27,6 +27,7 @@
 using namespace hybridcache;
 using namespace hybridcache::prefix;
 using namespace hybridcache::memory;
+using namespace hybridcache::stores;
 
 namespace {
 

@@ -30,6 +30,7 @@
 
 using namespace hybridcache;
 using namespace hybridcache::prefix;
+using namespace hybridcache::stores;
 
 namespace {
 

@@ -33,6 +33,7 @@
 using namespace hybridcache;
 using namespace hybridcache::prefix;
 using namespace hybridcache::memory;
+using namespace hybridcache::stores;
 using test::random_tokens;
 
 namespace {

@@ -31,6 +31,7 @@
 using namespace hybridcache;
 using namespace hybridcache::prefix;
 using namespace hybridcache::memory;
+using namespace hybridcache::stores;
 
 namespace {
 

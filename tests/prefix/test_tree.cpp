@@ -18,6 +18,8 @@
 
 using namespace hybridcache;
 using namespace hybridcache::prefix;
+using namespace hybridcache::stores;
+using namespace hybridcache::compose;
 
 namespace {
 
@@ -155,7 +157,7 @@ TEST_CASE("concepts: models satisfy them, broken models do not") {
   static_assert(admission_policy<no_admission>);
   static_assert(utility_scorer<lru_scorer, radix_tree<counting_store>>);
   static_assert(utility_scorer<flop_aware_scorer, radix_tree<counting_store>>);
-  static_assert(utility_scorer<reference_flop_scorer, radix_tree<counting_store>>);
+  static_assert(utility_scorer<sim::reference_flop_scorer, radix_tree<counting_store>>);
   static_assert(lock_policy<no_lock> && lock_policy<mutex_lock>);
   static_assert(prefix_cost_model<cost_model>);
   struct no_select {};
@@ -179,7 +181,7 @@ TEST_CASE("randomized: judicious tree == naive prefix/checkpoint model (no evict
     CAPTURE(seed);
     std::mt19937_64 rng(seed);
     const int vocab = 2 + static_cast<int>(seed % 4);
-    prefix_cache<cost_model, judicious_admission, lru_scorer> c(
+    prefix_cache<cost_model, judicious_admission, lru_scorer, counting_store> c(
         m, counting_store(std::int64_t{1} << 60, m.kv_bytes_per_token(), m.ssm_checkpoint_bytes()), lru_scorer{});
     naive_prefixes model;
     std::vector<seq_t> seen;
@@ -230,11 +232,11 @@ TEST_CASE("randomized: FLOP-aware threshold walk picks the naive scorer's victim
     const std::int64_t cap = 6 * ck + 200 * kv;
     // Both candidate rules: the paper's, and branch points protected (the default).
     const auto rule = seed % 2 == 0 ? flop_candidates::paper : flop_candidates::protect_branches;
-    prefix_cache<cost_model, judicious_admission, flop_aware_scorer> fast(
+    prefix_cache<cost_model, judicious_admission, flop_aware_scorer, counting_store> fast(
         m, counting_store(cap, kv, ck), flop_aware_scorer(m, {.alpha = alpha, .intermediate = mode, .candidates = rule}));
-    prefix_cache<cost_model, judicious_admission, reference_flop_scorer> naive(
+    prefix_cache<cost_model, judicious_admission, sim::reference_flop_scorer, counting_store> naive(
         m, counting_store(cap, kv, ck),
-        reference_flop_scorer(m, {.alpha = alpha, .intermediate = mode, .candidates = rule}));
+        sim::reference_flop_scorer(m, {.alpha = alpha, .intermediate = mode, .candidates = rule}));
     std::vector<seq_t> seen;
     for (int op = 0; op < 50; ++op) {
       const seq_t s = related_seq(rng, seen, 60, 3);
@@ -271,8 +273,8 @@ TEST_CASE("randomized: LRU heap == naive O(n) LRU scan") {
     CAPTURE(seed);
     std::mt19937_64 rng(seed * 104729);
     const std::int64_t cap = 5 * ck + 150 * kv;
-    prefix_cache<cost_model, every_block_admission<8>, lru_scorer> fast(m, counting_store(cap, kv, ck), lru_scorer{});
-    prefix_cache<cost_model, every_block_admission<8>, naive_lru> naive(m, counting_store(cap, kv, ck), naive_lru{});
+    prefix_cache<cost_model, every_block_admission<8>, lru_scorer, counting_store> fast(m, counting_store(cap, kv, ck), lru_scorer{});
+    prefix_cache<cost_model, every_block_admission<8>, naive_lru, counting_store> naive(m, counting_store(cap, kv, ck), naive_lru{});
     std::vector<seq_t> seen;
     for (int op = 0; op < 50; ++op) {
       const seq_t s = related_seq(rng, seen, 50, 3);
@@ -299,7 +301,7 @@ TEST_CASE("randomized: LRU heap == naive O(n) LRU scan") {
 TEST_CASE("pinned nodes are never evicted") {
   const cost_model m = small_model();
   const std::int64_t ck = m.ssm_checkpoint_bytes(), kv = m.kv_bytes_per_token();
-  prefix_cache<cost_model, judicious_admission, flop_aware_scorer> c(m, counting_store(3 * ck + 100 * kv, kv, ck),
+  prefix_cache<cost_model, judicious_admission, flop_aware_scorer, counting_store> c(m, counting_store(3 * ck + 100 * kv, kv, ck),
                                                                      flop_aware_scorer(m, {.alpha = 1.0}));
   const seq_t a = {1, 2, 3, 4, 5, 6, 7, 8};
   REQUIRE(c.commit(a, 8));
@@ -321,7 +323,7 @@ TEST_CASE("pinned nodes are never evicted") {
 TEST_CASE("bad input: clear error, tree and store unchanged") {
   const cost_model m = small_model();
   const std::int64_t ck = m.ssm_checkpoint_bytes(), kv = m.kv_bytes_per_token();
-  prefix_cache<cost_model, judicious_admission, lru_scorer> c(m, counting_store(10 * ck + 1000 * kv, kv, ck),
+  prefix_cache<cost_model, judicious_admission, lru_scorer, counting_store> c(m, counting_store(10 * ck + 1000 * kv, kv, ck),
                                                               lru_scorer{});
   const seq_t a = {1, 2, 3, 4, 5, 6};
   REQUIRE(c.commit(a, 4));
@@ -357,7 +359,7 @@ TEST_CASE("bad input: clear error, tree and store unchanged") {
   check_invariants(c);
 
   SUBCASE("a result from another cache") {
-    prefix_cache<cost_model, judicious_admission, lru_scorer> other(m, counting_store(10 * ck + 1000 * kv, kv, ck),
+    prefix_cache<cost_model, judicious_admission, lru_scorer, counting_store> other(m, counting_store(10 * ck + 1000 * kv, kv, ck),
                                                                     lru_scorer{});
     CHECK(other.release(*m1).error() == errc::foreign_handle);
     CHECK(other.commit(seq_t{1, 2, 3, 4, 5, 6, 7}, 7, &*m1).error() == errc::foreign_handle);
@@ -379,7 +381,7 @@ TEST_CASE("bad input: capacity smaller than one checkpoint") {
 TEST_CASE("bad input: a store that refuses allocation") {
   const cost_model m = small_model();
   const std::int64_t ck = m.ssm_checkpoint_bytes(), kv = m.kv_bytes_per_token();
-  prefix_cache<cost_model, judicious_admission, lru_scorer> c(m, counting_store(10 * ck + 1000 * kv, kv, ck),
+  prefix_cache<cost_model, judicious_admission, lru_scorer, counting_store> c(m, counting_store(10 * ck + 1000 * kv, kv, ck),
                                                               lru_scorer{});
   const seq_t a = {1, 2, 3, 4, 5, 6};
   // Nothing evictable: the commit fails and nothing changes (apart from the clock's ticks).
@@ -403,7 +405,7 @@ TEST_CASE("bad input: a store that refuses allocation") {
 TEST_CASE("plan: checkpoint sites with chunk boundary and roll-forward") {
   const cost_model m = small_model();  // marconi_7b: scan_chunk from the preset
   const std::int64_t ck = m.ssm_checkpoint_bytes(), kv = m.kv_bytes_per_token();
-  prefix_cache<cost_model, judicious_admission, lru_scorer> c(m, counting_store(100 * ck + 100000 * kv, kv, ck),
+  prefix_cache<cost_model, judicious_admission, lru_scorer, counting_store> c(m, counting_store(100 * ck + 100000 * kv, kv, ck),
                                                               lru_scorer{});
   seq_t sys(300);
   for (std::size_t i = 0; i < sys.size(); ++i) sys[i] = static_cast<token_id>(i + 10);
@@ -444,7 +446,7 @@ TEST_CASE("plan: checkpoint sites with chunk boundary and roll-forward") {
 TEST_CASE("every_block admission: states every B tokens and at the end") {
   const cost_model m = small_model();
   const std::int64_t ck = m.ssm_checkpoint_bytes(), kv = m.kv_bytes_per_token();
-  prefix_cache<cost_model, every_block_admission<4>, lru_scorer> c(m, counting_store(100 * ck + 1000 * kv, kv, ck),
+  prefix_cache<cost_model, every_block_admission<4>, lru_scorer, counting_store> c(m, counting_store(100 * ck + 1000 * kv, kv, ck),
                                                                    lru_scorer{});
   const seq_t a = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10};
   auto r = c.commit(a, 10);
@@ -457,7 +459,7 @@ TEST_CASE("every_block admission: states every B tokens and at the end") {
 TEST_CASE("no_admission: KV only, never a hit; extra positions still apply") {
   const cost_model m = small_model();
   const std::int64_t ck = m.ssm_checkpoint_bytes(), kv = m.kv_bytes_per_token();
-  prefix_cache<cost_model, no_admission, lru_scorer> c(m, counting_store(100 * ck + 1000 * kv, kv, ck), lru_scorer{});
+  prefix_cache<cost_model, no_admission, lru_scorer, counting_store> c(m, counting_store(100 * ck + 1000 * kv, kv, ck), lru_scorer{});
   const seq_t a = {1, 2, 3, 4, 5, 6};
   REQUIRE(c.commit(a, 6));
   auto r = c.match(a);
@@ -472,7 +474,7 @@ TEST_CASE("tombstone eviction keeps the KV and drops the checkpoint") {
   const cost_model m = small_model();
   const std::int64_t ck = m.ssm_checkpoint_bytes(), kv = m.kv_bytes_per_token();
   // Room for 2 checkpoints and 10 tokens: the 3rd checkpoint forces one eviction.
-  prefix_cache<cost_model, judicious_admission, flop_aware_scorer> c(
+  prefix_cache<cost_model, judicious_admission, flop_aware_scorer, counting_store> c(
       m, counting_store(2 * ck + 10 * kv, kv, ck),
       flop_aware_scorer(m, {.alpha = 0.0, .intermediate = intermediate_eviction::tombstone}));
   REQUIRE(c.commit(seq_t{1, 2, 3, 4}, 4));
@@ -489,7 +491,7 @@ TEST_CASE("tombstone eviction keeps the KV and drops the checkpoint") {
 TEST_CASE("merge eviction moves the KV into the child") {
   const cost_model m = small_model();
   const std::int64_t ck = m.ssm_checkpoint_bytes(), kv = m.kv_bytes_per_token();
-  prefix_cache<cost_model, judicious_admission, flop_aware_scorer> c(m, counting_store(2 * ck + 10 * kv, kv, ck),
+  prefix_cache<cost_model, judicious_admission, flop_aware_scorer, counting_store> c(m, counting_store(2 * ck + 10 * kv, kv, ck),
                                                                      flop_aware_scorer(m, {.alpha = 0.0}));
   REQUIRE(c.commit(seq_t{1, 2, 3, 4}, 4));
   REQUIRE(c.commit(seq_t{1, 2, 3, 4, 5, 6}, 6));
@@ -678,9 +680,9 @@ TEST_CASE("randomized: FLOP-aware efficiency classes pick the naive class-head m
     std::mt19937_64 rng(seed * 104729);
     const double alpha = static_cast<double>(rng() % 21) / 10.0;
     const std::int64_t cap = 6 * ck + 200 * kv;
-    prefix_cache<cost_model, judicious_admission, flop_aware_scorer> fast(
+    prefix_cache<cost_model, judicious_admission, flop_aware_scorer, counting_store> fast(
         m, counting_store(cap, kv, ck), flop_aware_scorer(m, {.alpha = alpha, .index = flop_index::efficiency_classes}));
-    prefix_cache<cost_model, judicious_admission, naive_class_scorer> naive(m, counting_store(cap, kv, ck),
+    prefix_cache<cost_model, judicious_admission, naive_class_scorer, counting_store> naive(m, counting_store(cap, kv, ck),
                                                                             naive_class_scorer(m, alpha));
     std::vector<seq_t> seen;
     for (int op = 0; op < 50; ++op) {
@@ -718,10 +720,10 @@ TEST_CASE("randomized: the bounded walk picks the naive model's victims, exact u
     const double alpha = static_cast<double>(rng() % 21) / 10.0;
     const std::int64_t limit = 1 + static_cast<std::int64_t>(rng() % 3);  // small: the walk is cut often
     const std::int64_t cap = 6 * ck + 200 * kv;
-    prefix_cache<cost_model, judicious_admission, flop_aware_scorer> fast(
+    prefix_cache<cost_model, judicious_admission, flop_aware_scorer, counting_store> fast(
         m, counting_store(cap, kv, ck),
         flop_aware_scorer(m, {.alpha = alpha, .index = flop_index::bounded_walk, .walk_limit = limit}));
-    prefix_cache<cost_model, judicious_admission, naive_class_scorer> naive(m, counting_store(cap, kv, ck),
+    prefix_cache<cost_model, judicious_admission, naive_class_scorer, counting_store> naive(m, counting_store(cap, kv, ck),
                                                                             naive_class_scorer(m, alpha, limit));
     std::vector<seq_t> seen;
     for (int op = 0; op < 50; ++op) {

@@ -28,7 +28,7 @@ struct fake_cache {
     for (const auto& s : committed)
       if (s.size() <= in.size() && std::equal(s.begin(), s.end(), in.begin()))
         m.reusable_tokens = std::max<std::int64_t>(m.reusable_tokens, static_cast<std::int64_t>(s.size()));
-    m.node = m.reusable_tokens > 0 ? 1 : prefix::no_node;
+    m.node = m.reusable_tokens > 0 ? 1 : no_node;
     ++pinned;
     max_pinned = std::max(max_pinned, pinned);
     log.push_back("match " + std::to_string(in.size()));

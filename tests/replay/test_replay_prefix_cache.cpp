@@ -17,12 +17,12 @@ namespace {
 template <class Cache>
 struct adapter {
   Cache& c;
-  prefix::match_result match(std::span<const prefix::token_id> in) {
+  prefix::match_result match(std::span<const token_id> in) {
     auto m = c.match(in);
     REQUIRE(m);
     return *m;
   }
-  void commit(std::span<const prefix::token_id> s, std::int64_t n, const prefix::match_result& m) {
+  void commit(std::span<const token_id> s, std::int64_t n, const prefix::match_result& m) {
     auto r = c.commit(s, n, &m);
     REQUIRE(r);
   }
@@ -42,8 +42,8 @@ const sim::replay_trace& fixture() {  // synth-v1 chat, seed 7, 12 sessions, 1 s
   return t;
 }
 
-prefix::counting_store store(const cost_model& m, std::int64_t capacity = 500'000'000) {
-  prefix::counting_store s(capacity, m.kv_bytes_per_token(), m.ssm_checkpoint_bytes());
+stores::counting_store store(const cost_model& m, std::int64_t capacity = 500'000'000) {
+  stores::counting_store s(capacity, m.kv_bytes_per_token(), m.ssm_checkpoint_bytes());
   s.allow_overflow(true);  // as the reference: a sequence larger than the cache is inserted anyway
   return s;
 }
@@ -55,7 +55,7 @@ TEST_CASE("replay of the synth-v1 seed-7 fixture at 5e8 B gives the reference's 
   using heapq = prefix::lru_scorer;
   const prefix::lru_config ties{.ties = prefix::lru_ties::python_heapq};
   {
-    prefix::prefix_cache<cost_model, prefix::judicious_admission, heapq> c(m, store(m), heapq(ties), {},
+    prefix::prefix_cache<cost_model, prefix::judicious_admission, heapq, stores::counting_store> c(m, store(m), heapq(ties), {},
                                                                            {.admit_oversized = true});
     adapter<decltype(c)> a{c};
     const auto r = sim::replay(a, fixture(), m);
@@ -69,7 +69,7 @@ TEST_CASE("replay of the synth-v1 seed-7 fixture at 5e8 B gives the reference's 
     CHECK(r.cache.peak_bytes > 500'000'000);  // the 8k-token requests alone exceed 5e8 B
   }
   {
-    prefix::prefix_cache<cost_model, prefix::every_block_admission<32>, heapq> c(m, store(m), heapq(ties), {},
+    prefix::prefix_cache<cost_model, prefix::every_block_admission<32>, heapq, stores::counting_store> c(m, store(m), heapq(ties), {},
                                                                                  {.admit_oversized = true});
     adapter<decltype(c)> a{c};
     const auto r = sim::replay(a, fixture(), m);
@@ -85,7 +85,7 @@ TEST_CASE("replay with N requests in flight on a real cache: each pin is handed 
   std::int64_t previous = -1;
   for (std::int64_t n : {1, 2, 8, 70}) {
     CAPTURE(n);
-    prefix::prefix_cache<cost_model, prefix::judicious_admission, prefix::lru_scorer> c(
+    prefix::prefix_cache<cost_model, prefix::judicious_admission, prefix::lru_scorer, stores::counting_store> c(
         m, store(m, 5'000'000'000), prefix::lru_scorer{}, {}, {.admit_oversized = true});
     adapter<decltype(c)> a{c};
     const auto r = sim::replay(a, fixture(), m, {.concurrency = n});

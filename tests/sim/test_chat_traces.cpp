@@ -40,7 +40,7 @@ void write_json(std::string& out, const json_value& v) {
         out.append(buf, r.ptr);
       }
       return;
-    case json_kind::string: chat_detail::append_json_string(out, v.as_string()); return;
+    case json_kind::string: detail::append_json_string(out, v.as_string()); return;
     case json_kind::array: {
       out += "[";
       bool first = true;
@@ -58,7 +58,7 @@ void write_json(std::string& out, const json_value& v) {
       for (const auto& [k, e] : v.as_object()) {
         if (!first) out += ", ";
         first = false;
-        chat_detail::append_json_string(out, k);
+        detail::append_json_string(out, k);
         out += ": ";
         write_json(out, e);
       }

@@ -164,7 +164,7 @@ inline void code_points(const std::string& s, std::vector<std::uint32_t>& cps, s
   at.clear();
   for (std::size_t i = 0; i < s.size();) {
     std::size_t len = 0;
-    cps.push_back(hybridcache::sim::bpe_detail::decode_at(reinterpret_cast<const unsigned char*>(s.data()) + i, len));
+    cps.push_back(hybridcache::sim::detail::decode_at(reinterpret_cast<const unsigned char*>(s.data()) + i, len));
     at.push_back(i);
     i += len;
   }
@@ -175,10 +175,10 @@ inline void code_points(const std::string& s, std::vector<std::uint32_t>& cps, s
 // id = the byte, each followed by a comma.
 inline std::string byte_vocab_json() {
   std::string vocab;
-  const auto map = hybridcache::sim::bpe_detail::byte_to_unicode();
+  const auto map = hybridcache::sim::detail::byte_to_unicode();
   for (std::size_t b = 0; b < 256; ++b) {
     std::string c;
-    hybridcache::sim::bpe_detail::append_utf8(c, map[b]);
+    hybridcache::sim::detail::append_utf8(c, map[b]);
     if (c == "\"" || c == "\\") c = "\\" + c;
     vocab += "\"" + c + "\":" + std::to_string(b) + ",";
   }

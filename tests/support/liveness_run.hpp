@@ -17,7 +17,7 @@ namespace hybridcache::test::liveness {
 
 using prefix::begin_options;
 using prefix::request_ticket;
-using prefix::token_id;
+using hybridcache::token_id;
 
 struct run_counts {
   int admitted = 0, refused_never = 0, waited = 0, fallbacks = 0, host_loads = 0;

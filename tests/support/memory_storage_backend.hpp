@@ -31,9 +31,9 @@ class memory_storage_backend {
   explicit memory_storage_backend(std::int64_t capacity_bytes, std::int32_t depth = 64)
       : capacity_(capacity_bytes), slots_(static_cast<std::size_t>(depth)) {}
 
-  expected<tiered::io_ticket> put(const tiered::storage_key& k, const tiered::value_meta& m,
+  expected<io_ticket> put(const storage_key& k, const value_meta& m,
                                   std::span<const std::byte> payload) {
-    using tiered::io_status;
+    using hybridcache::io_status;
     if (!key_ok(k) || !meta_ok(k, m)) return unexpected(errc::invalid_argument);
     if (!has_free_slot()) return busy();
     const std::int64_t need = 64 + static_cast<std::int64_t>(payload.size());
@@ -55,8 +55,8 @@ class memory_storage_backend {
     return issue({io_status::ok, static_cast<std::int64_t>(payload.size()), {}});
   }
 
-  expected<tiered::io_ticket> get(const tiered::storage_key& k, std::span<std::byte> into) {
-    using tiered::io_status;
+  expected<io_ticket> get(const storage_key& k, std::span<std::byte> into) {
+    using hybridcache::io_status;
     if (!key_ok(k)) return unexpected(errc::invalid_argument);
     if (!has_free_slot()) return busy();
     counters_.gets += 1;
@@ -79,7 +79,7 @@ class memory_storage_backend {
     return issue({io_status::ok, n, it->meta});
   }
 
-  expected<tiered::io_ticket> exists(std::span<const tiered::storage_key> keys, std::span<std::uint8_t> found) {
+  expected<io_ticket> exists(std::span<const storage_key> keys, std::span<std::uint8_t> found) {
     if (keys.size() != found.size()) return unexpected(errc::invalid_argument);
     if (!has_free_slot()) return busy();
     std::int64_t n = 0;
@@ -90,76 +90,76 @@ class memory_storage_backend {
     counters_.exists_calls += 1;
     counters_.exists_keys += static_cast<std::int64_t>(keys.size());
     counters_.exists_found += n;
-    return issue({tiered::io_status::ok, n, {}});
+    return issue({io_status::ok, n, {}});
   }
 
-  expected<tiered::io_ticket> remove(const tiered::storage_key& k) {
+  expected<io_ticket> remove(const storage_key& k) {
     if (!key_ok(k)) return unexpected(errc::invalid_argument);
     if (!has_free_slot()) return busy();
-    if (!erase(k)) return issue({tiered::io_status::not_found, 0, {}});
+    if (!erase(k)) return issue({io_status::not_found, 0, {}});
     counters_.removes += 1;
-    return issue({tiered::io_status::ok, 1, {}});
+    return issue({io_status::ok, 1, {}});
   }
 
-  expected<bool> poll(tiered::io_ticket t) const {
+  expected<bool> poll(io_ticket t) const {
     if (!live(t)) return unexpected(errc::stale_handle);
     return true;
   }
-  expected<tiered::io_result> wait(tiered::io_ticket t) {
+  expected<io_result> wait(io_ticket t) {
     if (!live(t)) return unexpected(errc::stale_handle);
     slot& s = slots_[t.slot];
     s.used = false;
     s.generation += 1;
     return s.result;
   }
-  expected<tiered::io_result> wait_for(tiered::io_ticket t, std::chrono::nanoseconds) { return wait(t); }
+  expected<io_result> wait_for(io_ticket t, std::chrono::nanoseconds) { return wait(t); }
 
-  tiered::backend_counters counters() const { return counters_; }
+  backend_counters counters() const { return counters_; }
   std::int64_t capacity_bytes() const { return capacity_; }
   std::int64_t used_bytes() const { return used_; }
 
   /// Flips one stored byte of `k`'s payload (a test's corruption); false when absent or empty.
-  bool corrupt(const tiered::storage_key& k) {
+  bool corrupt(const storage_key& k) {
     const auto it = find(k);
     if (it == values_.end() || it->bytes.empty()) return false;
     it->bytes[it->bytes.size() / 2] ^= std::byte{0x20};
     return true;
   }
   /// Keys held, least recently used first.
-  std::vector<tiered::storage_key> keys() const {
-    std::vector<tiered::storage_key> out;
+  std::vector<storage_key> keys() const {
+    std::vector<storage_key> out;
     for (const auto& v : values_) out.push_back(v.key);
     return out;
   }
 
  private:
   struct value {
-    tiered::storage_key key;
-    tiered::value_meta meta;
+    storage_key key;
+    value_meta meta;
     std::vector<std::byte> bytes;
     std::uint32_t crc;
   };
   struct slot {
     bool used = false;
     std::uint32_t generation = 1;
-    tiered::io_result result;
+    io_result result;
   };
 
-  static bool key_ok(const tiered::storage_key& k) {
-    return k.tokens >= 0 && (k.kind == tiered::value_kind::kv || k.kind == tiered::value_kind::checkpoint);
+  static bool key_ok(const storage_key& k) {
+    return k.tokens >= 0 && (k.kind == value_kind::kv || k.kind == value_kind::checkpoint);
   }
-  static bool meta_ok(const tiered::storage_key& k, const tiered::value_meta& m) {
-    const bool span = k.kind == tiered::value_kind::checkpoint ? m.span_begin == k.tokens
+  static bool meta_ok(const storage_key& k, const value_meta& m) {
+    const bool span = k.kind == value_kind::checkpoint ? m.span_begin == k.tokens
                                                                : m.span_begin >= 0 && m.span_begin <= k.tokens;
     return span && static_cast<int>(m.layout.order) <= 2;
   }
-  std::list<value>::iterator find(const tiered::storage_key& k) {
+  std::list<value>::iterator find(const storage_key& k) {
     return std::find_if(values_.begin(), values_.end(), [&](const value& v) { return v.key == k; });
   }
-  std::list<value>::const_iterator find(const tiered::storage_key& k) const {
+  std::list<value>::const_iterator find(const storage_key& k) const {
     return std::find_if(values_.begin(), values_.end(), [&](const value& v) { return v.key == k; });
   }
-  bool erase(const tiered::storage_key& k) {
+  bool erase(const storage_key& k) {
     const auto it = find(k);
     if (it == values_.end()) return false;
     used_ -= 64 + static_cast<std::int64_t>(it->bytes.size());
@@ -169,20 +169,20 @@ class memory_storage_backend {
   bool has_free_slot() const {
     return std::any_of(slots_.begin(), slots_.end(), [](const slot& s) { return !s.used; });
   }
-  expected<tiered::io_ticket> busy() {
+  expected<io_ticket> busy() {
     counters_.rejected_busy += 1;
     return unexpected(errc::busy);
   }
-  expected<tiered::io_ticket> issue(const tiered::io_result& r) {
+  expected<io_ticket> issue(const io_result& r) {
     for (std::size_t i = 0; i < slots_.size(); ++i) {
       if (slots_[i].used) continue;
       slots_[i].used = true;
       slots_[i].result = r;
-      return tiered::io_ticket{static_cast<std::uint32_t>(i), slots_[i].generation};
+      return io_ticket{static_cast<std::uint32_t>(i), slots_[i].generation};
     }
     return busy();
   }
-  bool live(tiered::io_ticket t) const {
+  bool live(io_ticket t) const {
     return t.generation != 0 && t.slot < slots_.size() && slots_[t.slot].used && slots_[t.slot].generation == t.generation;
   }
 
@@ -190,9 +190,9 @@ class memory_storage_backend {
   std::int64_t used_ = 0;
   std::list<value> values_;  // least recently used first
   std::vector<slot> slots_;
-  tiered::backend_counters counters_;
+  backend_counters counters_;
 };
 
-static_assert(tiered::storage_backend<memory_storage_backend>);
+static_assert(storage_backend<memory_storage_backend>);
 
 }  // namespace hybridcache::test

@@ -17,10 +17,10 @@
 
 namespace hybridcache::test {
 
-using prefix::evict_action;
-using prefix::no_node;
-using prefix::node_id;
-using prefix::time_point;
+using hybridcache::evict_action;
+using hybridcache::no_node;
+using hybridcache::node_id;
+using hybridcache::time_point;
 
 /// SGLang+'s leaf LRU: a lookup stamps the whole matched path and the partly matched child,
 /// a commit its path; the victim is the unpinned leaf with the oldest time (ties: lowest id).

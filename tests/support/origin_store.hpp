@@ -99,6 +99,6 @@ class origin_store {
   std::uint64_t serial_ = 0;
   std::int64_t live_kv_ = 0, live_ck_ = 0;
 };
-static_assert(prefix::state_store<origin_store>);
+static_assert(state_store<origin_store>);
 
 }  // namespace hybridcache::test

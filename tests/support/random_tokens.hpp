@@ -11,10 +11,10 @@
 
 namespace hybridcache::test {
 
-inline std::vector<prefix::token_id> random_tokens(std::size_t n, std::uint32_t seed) {
+inline std::vector<token_id> random_tokens(std::size_t n, std::uint32_t seed) {
   std::mt19937 rng(seed);
-  std::vector<prefix::token_id> v(n);
-  for (auto& t : v) t = static_cast<prefix::token_id>(rng() % 50000);
+  std::vector<token_id> v(n);
+  for (auto& t : v) t = static_cast<token_id>(rng() % 50000);
   return v;
 }
 

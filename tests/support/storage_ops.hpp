@@ -16,6 +16,7 @@
 namespace hybridcache::test::storage_ops {
 
 using namespace hybridcache::tiered;
+using namespace hybridcache;
 
 inline std::vector<std::byte> random_bytes(std::mt19937_64& rng, std::size_t n) {
   std::vector<std::byte> v(n);

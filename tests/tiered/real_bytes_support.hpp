@@ -34,8 +34,8 @@ inline std::vector<sim::request> sessions(int count, int turns, std::uint64_t se
 }
 
 /// One prefill engine over `spec`, every lower-tier hit loaded.
-inline tiered::tiered_replay_options options(const std::string& spec) {
-  tiered::tiered_replay_options o;
+inline sim::tiered_replay_options options(const std::string& spec) {
+  sim::tiered_replay_options o;
   o.tiers = tiered::parse_tiers(spec, 1);
   o.prefill_engines = 1;
   return o;

@@ -35,6 +35,8 @@
 
 using namespace hybridcache;
 using namespace hybridcache::prefix;
+using namespace hybridcache::stores;
+using namespace hybridcache::compose;
 
 namespace {
 
@@ -45,9 +47,9 @@ const cost_model& model() {
 
 /// A store of `hbm` bytes (+ `staging` room) over one host tier of `host` bytes; the
 /// watermark cleaner off unless `cleaner`.
-tiered::tiered_state_store_config store_config(std::int64_t hbm, std::int64_t host, std::int64_t staging,
+stores::tiered_state_store_config store_config(std::int64_t hbm, std::int64_t host, std::int64_t staging,
                                                bool cleaner = false) {
-  tiered::tiered_state_store_config c{.hbm_bytes = hbm,
+  stores::tiered_state_store_config c{.hbm_bytes = hbm,
                                       .host_bytes = host,
                                       .kv_bytes_per_token = model().kv_bytes_per_token(),
                                       .checkpoint_bytes = model().ssm_checkpoint_bytes(),
@@ -117,8 +119,8 @@ TEST_CASE("a tier-aware shadow equals a naive two-tier LRU on random document st
     // request evicts exactly one document when HBM is full and none otherwise.
     const auto cfg = store_config(static_cast<std::int64_t>(hbm_docs) * doc + doc / 2 + 2 * m.ssm_checkpoint_bytes(),
                                   static_cast<std::int64_t>(host_docs) * doc, 2 * doc);
-    using store_t = tiered::tiered_state_store<>;
-    prefix::detail::tiered_shadow<cost_model, judicious_admission, lru_scorer, store_t> shadow(
+    using store_t = stores::tiered_state_store<>;
+    compose::detail::tiered_shadow<cost_model, judicious_admission, lru_scorer, store_t> shadow(
         m, store_t(cfg), lru_scorer{}, judicious_admission{}, prefix_cache_config{});
     naive_two_tier naive{hbm_docs, host_docs};
     for (int r = 0; r < 150; ++r) {
@@ -148,7 +150,7 @@ TEST_CASE("a tier-aware shadow equals a naive two-tier LRU on random document st
 
 namespace {
 
-using live_cache = prefix_cache<cost_model, judicious_admission, marconi_adaptive_scorer, tiered::tiered_state_store<>>;
+using live_cache = prefix_cache<cost_model, judicious_admission, marconi_adaptive_scorer, stores::tiered_state_store<>>;
 
 struct selector_run {
   double live_flops = 0.0;                 ///< what the live two-tier cache saved
@@ -161,10 +163,10 @@ struct selector_run {
 /// The tiered replay's request loop, one request at a time: begin (the host hit loaded),
 /// finish with the replay's captured states, the cleaner; a refused request is shown to
 /// the selector (observe_refused) and computed uncached.
-selector_run run_selector(const std::vector<sim::synth_request>& reqs, const tiered::tiered_state_store_config& sc,
+selector_run run_selector(const std::vector<sim::synth_request>& reqs, const stores::tiered_state_store_config& sc,
                           adaptive_config cfg) {
   const cost_model& m = model();
-  live_cache cache(m, tiered::tiered_state_store<>(sc), make_marconi_adaptive_scorer(m, std::move(cfg)));
+  live_cache cache(m, stores::tiered_state_store<>(sc), make_marconi_adaptive_scorer(m, std::move(cfg)));
   request_lifecycle<live_cache> requests(cache);
   selector_run out;
   std::vector<token_id> seq;
@@ -210,7 +212,7 @@ namespace {
 /// bytes over a 4x host, the cleaner on (the replay's defaults), staging for the largest request.
 struct stream_case {
   std::vector<sim::synth_request> reqs;
-  tiered::tiered_state_store_config store;
+  stores::tiered_state_store_config store;
 };
 stream_case make_case(sim::synth_profile profile, std::uint64_t seed, std::int64_t hbm) {
   const cost_model& m = model();
@@ -226,8 +228,8 @@ stream_case make_case(sim::synth_profile profile, std::uint64_t seed, std::int64
 template <class Scorer>
 double plain_tiered_flops(const stream_case& c, Scorer scorer) {
   const cost_model& m = model();
-  using cache_t = prefix_cache<cost_model, judicious_admission, Scorer, tiered::tiered_state_store<>>;
-  cache_t cache(m, tiered::tiered_state_store<>(c.store), std::move(scorer));
+  using cache_t = prefix_cache<cost_model, judicious_admission, Scorer, stores::tiered_state_store<>>;
+  cache_t cache(m, stores::tiered_state_store<>(c.store), std::move(scorer));
   request_lifecycle<cache_t> requests(cache);
   double flops = 0.0;
   std::vector<token_id> seq;
@@ -320,7 +322,7 @@ TEST_CASE("over tiers the selector leaves LRU for the rule its tier-aware shadow
 TEST_CASE("the selector's default decay follows its shadows: longer memory over tiers, an explicit one everywhere") {
   const cost_model& m = model();
   const auto tiered_cfg = store_config(1'000'000'000, 4'000'000'000, 200'000'000);
-  const tiered::tiered_state_store<> with_host(tiered_cfg);
+  const stores::tiered_state_store<> with_host(tiered_cfg);
   const counting_store flat(1'000'000'000, m.kv_bytes_per_token(), m.ssm_checkpoint_bytes());
   auto unset = make_marconi_adaptive_scorer(m);
   CHECK(unset.decay() == single_tier_decay);
@@ -348,11 +350,11 @@ TEST_CASE("adaptive_config::shadow_host_bytes: bad values are refused and change
   const cost_model& m = model();
   CHECK_THROWS_AS(make_marconi_adaptive_scorer(m, {.shadow_host_bytes = -1}), invalid_argument);
   const auto tiered_cfg = store_config(1'000'000'000, 4'000'000'000, 200'000'000);
-  const tiered::tiered_state_store<> with_host(tiered_cfg);
+  const stores::tiered_state_store<> with_host(tiered_cfg);
   auto hbm_only_cfg = tiered_cfg;
   hbm_only_cfg.host_bytes = 0;
   hbm_only_cfg.staging_bytes = 0;
-  const tiered::tiered_state_store<> hbm_only(hbm_only_cfg);
+  const stores::tiered_state_store<> hbm_only(hbm_only_cfg);
   REQUIRE(hbm_only.tier_count() == 1);
   const counting_store flat(1'000'000'000, m.kv_bytes_per_token(), m.ssm_checkpoint_bytes());
 

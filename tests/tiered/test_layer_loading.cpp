@@ -31,6 +31,7 @@
 
 using namespace hybridcache;
 using namespace hybridcache::tiered;
+using namespace hybridcache::stores;
 
 namespace {
 
@@ -252,7 +253,7 @@ TEST_CASE("host copy engine: a multi-layer copy lands layer by layer (landed_seg
 
 namespace {
 using namespace hybridcache::test::tiered_bytes;
-using prefix::token_id;
+using hybridcache::token_id;
 using locked_cache =
     prefix::prefix_cache<cost_model, prefix::judicious_admission, prefix::lru_scorer, store_t, prefix::mutex_lock>;
 
@@ -348,7 +349,7 @@ TEST_CASE("layer-wise loading through the store and the lifecycle: layer 0 of a 
   const auto seq_a = run(a, 10, 1);
   const std::int64_t layer_bytes = static_cast<std::int64_t>(seq_a.size()) * kv / cfg.attention_layers;
   c.with_store([&](store_t& st) {
-    std::vector<prefix::node_id> path;
+    std::vector<node_id> path;
     (void)c.tree().walk(seq_a, path);
     REQUIRE(path.size() == 1);
     const bytes_view view{engine, st};
@@ -366,7 +367,7 @@ TEST_CASE("layer-wise loading through the store and the lifecycle: layer 0 of a 
   REQUIRE(t);
   const auto* s = *requests.state(*t);
   REQUIRE(s->loaded_at == static_cast<std::int64_t>(seq_a.size()));
-  tiered::entry_id staged_kv = no_entry;
+  entry_id staged_kv = no_entry;
   c.with_store([&](store_t& st) {
     std::lock_guard l(gate.m);
     for (const staged_entry& x : st.staged(s->host_hit)) {
@@ -508,7 +509,7 @@ TEST_CASE("shorten_hit: a model without recurrent layers loads part of a hit (ac
                                       .staging_bytes = 400 * kv,
                                       .attention_layers = 32,
                                       .recurrent_layers = 1};  // (no checkpoint bytes: segments of nothing)
-  using meta_store = tiered::tiered_state_store<>;
+  using meta_store = stores::tiered_state_store<>;
   using cache_t = prefix::prefix_cache<cost_model, prefix::judicious_admission, prefix::lru_scorer, meta_store>;
   cache_t c(m, meta_store(cfg), prefix::lru_scorer{});
   prefix::request_lifecycle<cache_t> requests(c);
@@ -591,7 +592,7 @@ TEST_CASE("shorten_hit: a model without recurrent layers loads part of a hit (ac
 
 TEST_CASE("shorten_hit: a hybrid model resumes only at its checkpoint") {
   const tiered_state_store_config cfg = tiny_two_tiers();
-  using meta_store = tiered::tiered_state_store<>;
+  using meta_store = stores::tiered_state_store<>;
   using cache_t = prefix::prefix_cache<cost_model, prefix::judicious_admission, prefix::lru_scorer, meta_store>;
   cache_t c(tiny(), meta_store(cfg), prefix::lru_scorer{});
   prefix::request_lifecycle<cache_t> requests(c);

@@ -22,11 +22,11 @@ namespace {
 template <class Scorer>
 struct tiered_rig {
   using cache_type = prefix::prefix_cache<cost_model, prefix::judicious_admission, Scorer, store_t>;
-  tiered::tiered_state_store_config cfg;
+  stores::tiered_state_store_config cfg;
   engine_t engine;
   cache_type cache;
   prefix::request_lifecycle<cache_type> requests;
-  static tiered::tiered_state_store_config config(std::int64_t hbm, std::int64_t host) {
+  static stores::tiered_state_store_config config(std::int64_t hbm, std::int64_t host) {
     return {.hbm_bytes = hbm,
             .host_bytes = host,
             .kv_bytes_per_token = tiny().kv_bytes_per_token(),

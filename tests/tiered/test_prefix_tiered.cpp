@@ -25,7 +25,7 @@
 #include "hybridcache/stores/tiered_state_store.hpp"
 
 using namespace hybridcache;
-using prefix::token_id;
+using hybridcache::token_id;
 
 namespace {
 
@@ -40,8 +40,8 @@ const cost_model& model() {
   return m;
 }
 
-tiered::tiered_state_store<> make_store(std::int64_t hbm, std::int64_t host) {
-  return tiered::tiered_state_store<>({.hbm_bytes = hbm,
+stores::tiered_state_store<> make_store(std::int64_t hbm, std::int64_t host) {
+  return stores::tiered_state_store<>({.hbm_bytes = hbm,
                                        .host_bytes = host,
                                        .kv_bytes_per_token = model().kv_bytes_per_token(),
                                        .checkpoint_bytes = model().ssm_checkpoint_bytes()});
@@ -71,8 +71,8 @@ std::int64_t common_prefix(const std::vector<token_id>& a, const std::vector<tok
 /// Single-tier run: HBM reuse per request.
 template <class Scorer>
 std::vector<std::int64_t> single_tier(std::int64_t hbm) {
-  prefix::prefix_cache<cost_model, prefix::judicious_admission, Scorer> c(
-      model(), prefix::counting_store(hbm, model().kv_bytes_per_token(), model().ssm_checkpoint_bytes()),
+  prefix::prefix_cache<cost_model, prefix::judicious_admission, Scorer, stores::counting_store> c(
+      model(), stores::counting_store(hbm, model().kv_bytes_per_token(), model().ssm_checkpoint_bytes()),
       make_scorer<Scorer>());
   std::vector<std::int64_t> out;
   for (const auto& r : fixture()) {
@@ -87,12 +87,12 @@ std::vector<std::int64_t> single_tier(std::int64_t hbm) {
 struct tiered_run {
   std::vector<std::int64_t> hbm, total;
   std::int64_t host_tokens = 0, host_hits = 0;
-  tiered::tiered_state_counters counters;
+  stores::tiered_state_counters counters;
 };
 
 template <class Scorer>
 tiered_run two_tier(std::int64_t hbm, std::int64_t host) {
-  using store_t = tiered::tiered_state_store<>;
+  using store_t = stores::tiered_state_store<>;
   prefix::prefix_cache<cost_model, prefix::judicious_admission, Scorer, store_t> c(model(), make_store(hbm, host),
                                                                                    make_scorer<Scorer>());
   tiered_run run;
@@ -100,7 +100,7 @@ tiered_run two_tier(std::int64_t hbm, std::int64_t host) {
   for (const auto& r : fixture()) {
     auto m = c.match(r.input);
     REQUIRE(m);
-    const tiered::tiered_hit h = c.store().lookup(r.input, *m);
+    const stores::tiered_hit h = c.store().lookup(r.input, *m);
     CHECK(h.hbm_tokens == m->reusable_tokens);
     CHECK(h.reusable_tokens == h.hbm_tokens + h.host_tokens);
     CHECK(h.reusable_tokens <= static_cast<std::int64_t>(r.input.size()));
@@ -118,7 +118,7 @@ tiered_run two_tier(std::int64_t hbm, std::int64_t host) {
     const auto seq = joined(r);
     REQUIRE(c.commit(seq, static_cast<std::int64_t>(r.input.size()), &*m));
     c.store().settle(c.tree(), seq, h);
-    std::vector<prefix::node_id> path;
+    std::vector<node_id> path;
     const auto w = c.tree().walk(seq, path);
     CHECK(c.store().host_kv_within(seq, w.common_prefix) == 0);  // no KV in both tiers
     committed.push_back(seq);
@@ -178,8 +178,8 @@ struct failing_cascades {
     bool fail = false;
   };
   std::int64_t cascade_attempts = 0;
-  [[nodiscard]] expected<event> submit(const tiered::move_ticket& t) noexcept {
-    const bool cascade = t.src == tiered::tier_id{1} && t.dst == tiered::tier_id{2};
+  [[nodiscard]] expected<event> submit(const move_ticket& t) noexcept {
+    const bool cascade = t.src == tier_id{1} && t.dst == tier_id{2};
     cascade_attempts += cascade ? 1 : 0;
     return event{cascade};
   }
@@ -189,15 +189,15 @@ struct failing_cascades {
     return {};
   }
 };
-static_assert(tiered::tier_copy_engine<failing_cascades>);
+static_assert(tier_copy_engine<failing_cascades>);
 
 TEST_CASE("tiered_state_store: a cascade copy that always fails is tried once per attempt to make room, not retried") {
   // Before: make_room picked the same victim again after its failed move and retried it up
   // to 2^20 times per call (a helper's real-bytes run spent 17 million copies on one entry).
   const std::int64_t kv = model().kv_bytes_per_token(), ck = model().ssm_checkpoint_bytes();
   const std::int64_t hbm = 1000 * kv + 3 * ck;
-  using store_t = tiered::tiered_state_store<tiered::lru_demotion, failing_cascades>;
-  const tiered::tiered_state_store_config cfg{
+  using store_t = stores::tiered_state_store<tiered::lru_demotion, failing_cascades>;
+  const stores::tiered_state_store_config cfg{
       .hbm_bytes = hbm,
       .kv_bytes_per_token = kv,
       .checkpoint_bytes = ck,
@@ -231,7 +231,7 @@ TEST_CASE("tiered_state_store: evicted conversation comes back from the host tie
   // HBM holds one 1,000-token sequence with its checkpoints, not two.
   const std::int64_t kv = model().kv_bytes_per_token(), ck = model().ssm_checkpoint_bytes();
   const std::int64_t hbm = 1000 * kv + 3 * ck;
-  prefix::prefix_cache<cost_model, prefix::judicious_admission, prefix::lru_scorer, tiered::tiered_state_store<>> c(
+  prefix::prefix_cache<cost_model, prefix::judicious_admission, prefix::lru_scorer, stores::tiered_state_store<>> c(
       model(), make_store(hbm, 8 * hbm), prefix::lru_scorer{});
   std::vector<token_id> a(1000), b(1000);
   for (int i = 0; i < 1000; ++i) a[static_cast<std::size_t>(i)] = 7 + 3 * i, b[static_cast<std::size_t>(i)] = 100000 + i;
@@ -279,7 +279,7 @@ TEST_CASE_TEMPLATE("lifecycle: a branch point found below HBM is a planned check
   // resumes at the branch instead of recomputing it.
   const std::int64_t kv = model().kv_bytes_per_token(), ck = model().ssm_checkpoint_bytes();
   const std::int64_t hbm = 1000 * kv + 3 * ck;
-  using cache_t = prefix::prefix_cache<cost_model, Admission, prefix::lru_scorer, tiered::tiered_state_store<>>;
+  using cache_t = prefix::prefix_cache<cost_model, Admission, prefix::lru_scorer, stores::tiered_state_store<>>;
   cache_t c(model(), make_store(hbm, 8 * hbm), prefix::lru_scorer{});
   std::vector<token_id> a(600), b(1000);
   for (int i = 0; i < 600; ++i) a[static_cast<std::size_t>(i)] = 7 + 3 * i;
@@ -309,7 +309,7 @@ TEST_CASE_TEMPLATE("lifecycle: a branch point found below HBM is a planned check
 
 TEST_CASE("tiered_state_store: bad sizes are clear errors; a refused allocation changes nothing") {
   const std::int64_t kv = model().kv_bytes_per_token(), ck = model().ssm_checkpoint_bytes();
-  using S = tiered::tiered_state_store<>;
+  using S = stores::tiered_state_store<>;
   CHECK_THROWS_AS(S({.hbm_bytes = 0, .host_bytes = ck, .kv_bytes_per_token = kv, .checkpoint_bytes = ck}),
                   invalid_argument);
   CHECK_THROWS_AS(S({.hbm_bytes = 4 * ck, .host_bytes = -1, .kv_bytes_per_token = kv, .checkpoint_bytes = ck}),
@@ -346,7 +346,7 @@ TEST_CASE("tiered_state_store: bad sizes are clear errors; a refused allocation 
   CHECK(s.used_bytes() == used + 100 * kv);
   REQUIRE(s.join_kv(*head, std::move(*e)));
   CHECK(head->tokens == 100);
-  CHECK(e->id == tiered::no_entry);
+  CHECK(e->id == no_entry);
   s.free_kv(std::move(*head));
   s.free_checkpoint(std::move(*a));
   CHECK(s.used_bytes() == 0);
@@ -362,7 +362,7 @@ template <class Scorer>
 void random_two_tier(std::uint64_t seed, std::int64_t hbm, std::int64_t host) {
   std::mt19937_64 rng(seed);
   const std::int64_t kv = model().kv_bytes_per_token(), ck = model().ssm_checkpoint_bytes();
-  prefix::prefix_cache<cost_model, prefix::judicious_admission, Scorer, tiered::tiered_state_store<>> c(
+  prefix::prefix_cache<cost_model, prefix::judicious_admission, Scorer, stores::tiered_state_store<>> c(
       model(), make_store(hbm, host), make_scorer<Scorer>());
   std::vector<std::vector<token_id>> committed;
   std::vector<std::vector<token_id>> roots;
@@ -412,14 +412,14 @@ void random_two_tier(std::uint64_t seed, std::int64_t hbm, std::int64_t host) {
         continue;
       }
       c.store().settle(c.tree(), seq, h);
-      std::vector<prefix::node_id> path;
+      std::vector<node_id> path;
       const auto w = c.tree().walk(seq, path);
       REQUIRE(c.store().host_kv_within(seq, w.common_prefix) == 0);
       committed.push_back(std::move(seq));
     }
     const std::string bad = c.store().check_invariants(c.tree());
     REQUIRE_MESSAGE(bad.empty(), bad);
-    REQUIRE(c.store().table().usage(tiered::hbm_tier).used_bytes <= hbm);
+    REQUIRE(c.store().table().usage(hbm_tier).used_bytes <= hbm);
   }
   const auto& k = c.store().counters();
   MESSAGE("seed " << seed << ": host hits " << host_hits << ", refused " << refused << ", demoted " << k.demoted_entries << ", promoted "
@@ -442,7 +442,7 @@ TEST_CASE("tiered_state_store: a looked-up host entry is pinned, so demotions du
   const std::int64_t kv = model().kv_bytes_per_token(), ck = model().ssm_checkpoint_bytes();
   const std::int64_t hbm = 1000 * kv + 3 * ck;
   // The host tier holds exactly one demoted 1,000-token sequence (KV + at most two checkpoints).
-  prefix::prefix_cache<cost_model, prefix::judicious_admission, prefix::lru_scorer, tiered::tiered_state_store<>> c(
+  prefix::prefix_cache<cost_model, prefix::judicious_admission, prefix::lru_scorer, stores::tiered_state_store<>> c(
       model(), make_store(hbm, 1000 * kv + 2 * ck), prefix::lru_scorer{});
   std::vector<token_id> a(1000), b(1000);
   for (int i = 0; i < 1000; ++i) a[static_cast<std::size_t>(i)] = 11 + 5 * i, b[static_cast<std::size_t>(i)] = 200000 + i;
@@ -488,7 +488,7 @@ TEST_CASE("tiered_state_store: a looked-up host entry is pinned, so demotions du
 TEST_CASE("cache salts: a tenant never hits another tenant's demoted entries; its own still come back") {
   // Two tenants send the same conversations. HBM holds little, so most of each tenant's
   // state is demoted to the host tier; a host hit must be state the same tenant committed.
-  using store_t = tiered::tiered_state_store<>;
+  using store_t = stores::tiered_state_store<>;
   const std::int64_t ck = model().ssm_checkpoint_bytes(), kv = model().kv_bytes_per_token();
   prefix::prefix_cache<cost_model, prefix::judicious_admission, prefix::lru_scorer, store_t> c(
       model(), make_store(8 * ck + 20000 * kv, 400 * ck), prefix::lru_scorer{});
@@ -504,7 +504,7 @@ TEST_CASE("cache salts: a tenant never hits another tenant's demoted entries; it
       if (k == 1 && pick() % 2 == 0) break;
       auto m = c.match(r.input, tenants[t]);
       REQUIRE(m);
-      const tiered::tiered_hit h = c.store().lookup(r.input, *m);
+      const stores::tiered_hit h = c.store().lookup(r.input, *m);
       CHECK(h.salt == tenants[t]);
       std::int64_t best = 0;
       for (const auto& s : committed[t]) best = std::max(best, common_prefix(s, r.input));
@@ -518,7 +518,7 @@ TEST_CASE("cache salts: a tenant never hits another tenant's demoted entries; it
         continue;
       }
       c.store().settle(c.tree(), seq, h);
-      std::vector<prefix::node_id> path;
+      std::vector<node_id> path;
       const auto w = c.tree().walk(seq, path, c.tree().namespace_of(tenants[t]));
       CHECK(c.store().host_kv_within(seq, w.common_prefix, tenants[t]) == 0);
       committed[t].push_back(seq);

@@ -32,7 +32,7 @@
 #include "tiered_bytes_support.hpp"
 
 using namespace hybridcache;
-using prefix::token_id;
+using hybridcache::token_id;
 
 namespace {
 using namespace hybridcache::test::tiered_bytes;
@@ -44,7 +44,7 @@ template <class Scorer>
 run_stats random_run(std::uint64_t seed, std::int64_t hbm, std::int64_t host, int fail_every = 0,
                      int slow_span_us = 0) {
   const std::int64_t kv = tiny().kv_bytes_per_token(), ck = tiny().ssm_checkpoint_bytes();
-  const tiered::tiered_state_store_config cfg{.hbm_bytes = hbm,
+  const stores::tiered_state_store_config cfg{.hbm_bytes = hbm,
                                               .host_bytes = host,
                                               .kv_bytes_per_token = kv,
                                               .checkpoint_bytes = ck,
@@ -106,7 +106,7 @@ run_stats random_run(std::uint64_t seed, std::int64_t hbm, std::int64_t host, in
         // What prefill reads from HBM: the staged entries hold the input's bytes.
         for (const auto& s : c.store().staged(h)) {
           REQUIRE(s.end <= static_cast<std::int64_t>(input.size()));
-          REQUIRE(c.store().table().locate(s.id)->first == tiered::hbm_tier);
+          REQUIRE(c.store().table().locate(s.id)->first == hbm_tier);
           const auto sb = b(s.id);
           if (s.checkpoint) {
             for (std::int64_t j = 0; j < ck; ++j)
@@ -122,7 +122,7 @@ run_stats random_run(std::uint64_t seed, std::int64_t hbm, std::int64_t host, in
         REQUIRE(fail_every > 0);  // staging is as large as HBM: only an injected failure refuses
         REQUIRE(r.error() == errc::busy);
         REQUIRE(c.store().staged(h).empty());
-        h = tiered::tiered_hit{.reusable_tokens = m->reusable_tokens, .hbm_tokens = m->reusable_tokens};
+        h = stores::tiered_hit{.reusable_tokens = m->reusable_tokens, .hbm_tokens = m->reusable_tokens};
         ++st.failures;
       }
     }
@@ -131,13 +131,13 @@ run_stats random_run(std::uint64_t seed, std::int64_t hbm, std::int64_t host, in
       REQUIRE(c.release(*m));
     } else {
       // Before commit: which entries and pages the tree holds, and what `load` staged.
-      std::set<tiered::entry_id> old_kv, old_ckpts;
-      std::map<std::uint32_t, tiered::entry_id> old_page_owner;
-      for (prefix::node_id n = 1; n < c.tree().id_bound(); ++n) {
+      std::set<entry_id> old_kv, old_ckpts;
+      std::map<std::uint32_t, entry_id> old_page_owner;
+      for (node_id n = 1; n < c.tree().id_bound(); ++n) {
         if (!c.tree().live(n)) continue;
         const auto& nd = c.tree().at(n);
         if (nd.has_checkpoint) old_ckpts.insert(nd.checkpoint.id);
-        if (nd.kv.id == tiered::no_entry) continue;
+        if (nd.kv.id == no_entry) continue;
         old_kv.insert(nd.kv.id);
         const auto row = c.store().table().find(nd.kv.id);
         for (auto pg : bytes_view::pages_of(row->home()->pages)) old_page_owner[pg] = nd.kv.id;
@@ -155,12 +155,12 @@ run_stats random_run(std::uint64_t seed, std::int64_t hbm, std::int64_t host, in
         ++st.refused;
         continue;
       }
-      std::set<tiered::entry_id> live_kv;
-      for (prefix::node_id n = 1; n < c.tree().id_bound(); ++n)
+      std::set<entry_id> live_kv;
+      for (node_id n = 1; n < c.tree().id_bound(); ++n)
         if (c.tree().live(n)) live_kv.insert(c.tree().at(n).kv.id);
       // An extent holds carried bytes if it existed before the commit or was split off one
       // that did and still does (same pages); anything else is new and holds garbage.
-      const auto carried = [&](tiered::entry_id id) {
+      const auto carried = [&](entry_id id) {
         if (old_kv.contains(id)) return true;
         const auto pages = bytes_view::pages_of(c.store().table().find(id)->home()->pages);
         const auto o = old_page_owner.find(pages.front());
@@ -169,12 +169,12 @@ run_stats random_run(std::uint64_t seed, std::int64_t hbm, std::int64_t host, in
           if (const auto q = old_page_owner.find(pg); q == old_page_owner.end() || q->second != o->second) return false;
         return true;
       };
-      std::vector<prefix::node_id> path;
+      std::vector<node_id> path;
       (void)c.tree().walk(seq, path);
-      std::set<tiered::entry_id> fresh_kv;
-      for (prefix::node_id n : path) {
+      std::set<entry_id> fresh_kv;
+      for (node_id n : path) {
         const auto& nd = c.tree().at(n);
-        if (nd.kv.id != tiered::no_entry && !carried(nd.kv.id)) {
+        if (nd.kv.id != no_entry && !carried(nd.kv.id)) {
           fresh_kv.insert(nd.kv.id);
           const auto kvb = b(nd.kv.id);
           for (std::int64_t i = 0; i < nd.edge() * kv; ++i) kvb[i] = std::byte{0xcd};
@@ -196,7 +196,7 @@ run_stats random_run(std::uint64_t seed, std::int64_t hbm, std::int64_t host, in
         return false;
       };
       (void)c.tree().walk(seq, path);
-      for (prefix::node_id n : path) {
+      for (node_id n : path) {
         const auto& nd = c.tree().at(n);
         const auto kvb = b(nd.kv.id);
         for (std::int64_t t = nd.begin(); t < nd.end; ++t) {
@@ -274,7 +274,7 @@ TEST_CASE("tiered_state_store over a host copy engine: failed copies drop or kee
 
 TEST_CASE("tiered_state_store::load: a mismatched engine, bad tickets, a staging room too small, and a second call") {
   const std::int64_t kv = tiny().kv_bytes_per_token(), ck = tiny().ssm_checkpoint_bytes();
-  tiered::tiered_state_store_config cfg{.hbm_bytes = 40 * kv + 2 * ck,
+  stores::tiered_state_store_config cfg{.hbm_bytes = 40 * kv + 2 * ck,
                                         .host_bytes = 400 * kv,
                                         .kv_bytes_per_token = kv,
                                         .checkpoint_bytes = ck,
@@ -307,7 +307,7 @@ TEST_CASE("tiered_state_store::load: a mismatched engine, bad tickets, a staging
   REQUIRE(m);
   const auto h = c.store().lookup(again, *m);
   REQUIRE(h.host_tokens == 30);
-  CHECK(c.store().load(tiered::tiered_hit{}).error() == errc::stale_handle);
+  CHECK(c.store().load(stores::tiered_hit{}).error() == errc::stale_handle);
   auto forged = h;
   forged.ticket += 1;
   CHECK(c.store().load(forged).error() == errc::stale_handle);
@@ -352,7 +352,7 @@ TEST_CASE("tiered_state_store::load: a mismatched engine, bad tickets, a staging
 
 TEST_CASE("tiered_state_store: a staged entry the committed sequence does not cover goes; its host copy stays intact") {
   const std::int64_t kv = tiny().kv_bytes_per_token(), ck = tiny().ssm_checkpoint_bytes();
-  const tiered::tiered_state_store_config cfg{.hbm_bytes = 40 * kv + 2 * ck,
+  const stores::tiered_state_store_config cfg{.hbm_bytes = 40 * kv + 2 * ck,
                                               .host_bytes = 400 * kv,
                                               .kv_bytes_per_token = kv,
                                               .checkpoint_bytes = ck,
@@ -370,7 +370,7 @@ TEST_CASE("tiered_state_store: a staged entry the committed sequence does not co
     c.store().settle(c.tree(), s);
   };
   commit(a);
-  std::vector<prefix::node_id> path;
+  std::vector<node_id> path;
   (void)c.tree().walk(a, path);
   REQUIRE(path.size() == 1);
   REQUIRE(c.tree().at(path[0]).has_checkpoint);
@@ -382,7 +382,7 @@ TEST_CASE("tiered_state_store: a staged entry the committed sequence does not co
   commit(other);  // demotes a (KV + checkpoint) to the host tier
   REQUIRE(c.store().host_entries() == 2);
 
-  const auto loaded_and_checked = [&](const tiered::tiered_hit& h) {
+  const auto loaded_and_checked = [&](const stores::tiered_hit& h) {
     REQUIRE(c.store().load(h));
     REQUIRE(c.store().wait_loaded(h));
     REQUIRE(c.store().staged(h).size() == 2);
@@ -408,7 +408,7 @@ TEST_CASE("tiered_state_store: a staged entry the committed sequence does not co
   diverged.insert(diverged.end(), 8, 5);
   REQUIRE(c.commit(diverged, static_cast<std::int64_t>(diverged.size()), &*m));
   (void)c.tree().walk(diverged, path);
-  for (prefix::node_id n : path) {  // not computed yet
+  for (node_id n : path) {  // not computed yet
     const auto nb = b(c.tree().at(n).kv.id);
     for (std::int64_t i = 0; i < c.tree().at(n).edge() * kv; ++i) nb[i] = std::byte{0xcd};
   }
@@ -431,7 +431,7 @@ TEST_CASE("tiered_state_store: an entry larger than the host tier is dropped alo
   // Host tier: 45 tokens of KV. a (10 tokens) is demoted first and fits; b's 60-token KV
   // can never fit, so it must be dropped without dropping a's entries to make room.
   const std::int64_t kv = tiny().kv_bytes_per_token(), ck = tiny().ssm_checkpoint_bytes();
-  using meta_store = tiered::tiered_state_store<>;
+  using meta_store = stores::tiered_state_store<>;
   prefix::prefix_cache<cost_model, prefix::judicious_admission, prefix::lru_scorer, meta_store> c(
       tiny(),
       meta_store({.hbm_bytes = 70 * kv + 2 * ck, .host_bytes = 45 * kv, .kv_bytes_per_token = kv, .checkpoint_bytes = ck}),
@@ -461,7 +461,7 @@ TEST_CASE("tiered_state_store: several host hits outstanding at once, each loade
   // Two requests in flight hit two different demoted conversations. Before, the second
   // lookup silently released the first hit: its pins went, and its load reported stale.
   const std::int64_t kv = tiny().kv_bytes_per_token(), ck = tiny().ssm_checkpoint_bytes();
-  const tiered::tiered_state_store_config cfg{.hbm_bytes = 70 * kv + 3 * ck,
+  const stores::tiered_state_store_config cfg{.hbm_bytes = 70 * kv + 3 * ck,
                                               .host_bytes = 400 * kv,
                                               .kv_bytes_per_token = kv,
                                               .checkpoint_bytes = ck,
@@ -477,7 +477,7 @@ TEST_CASE("tiered_state_store: several host hits outstanding at once, each loade
     REQUIRE(m);
     REQUIRE(c.commit(s, static_cast<std::int64_t>(s.size()), &*m));
     c.store().settle(c.tree(), s);
-    std::vector<prefix::node_id> path;
+    std::vector<node_id> path;
     (void)c.tree().walk(s, path);
     const auto& nd = c.tree().at(path.back());
     const auto kvb = b(nd.kv.id);
@@ -537,7 +537,7 @@ TEST_CASE("tiered_state_store: several host hits outstanding at once, each loade
   // committed paths (judicious admission keeps 31), so they return to the host tier intact.
   CHECK(c.store().counters().adopted_entries == 2);
   for (const auto& [q, p] : {std::pair{&qa, &pa}, std::pair{&qd, &pd}}) {
-    std::vector<prefix::node_id> path;
+    std::vector<node_id> path;
     (void)c.tree().walk(*q, path);
     const auto& first = c.tree().at(path[0]);
     REQUIRE(first.end >= 30);
@@ -552,7 +552,7 @@ TEST_CASE("tiered_state_store: several host hits outstanding at once, each loade
 
 TEST_CASE("lifecycle over the tiered store: a host hit is loaded at begin, prefill resumes after it, finish adopts the loaded pages (issue #13 item 5)") {
   const std::int64_t kv = tiny().kv_bytes_per_token(), ck = tiny().ssm_checkpoint_bytes();
-  const tiered::tiered_state_store_config cfg{.hbm_bytes = 70 * kv + 3 * ck,
+  const stores::tiered_state_store_config cfg{.hbm_bytes = 70 * kv + 3 * ck,
                                               .host_bytes = 400 * kv,
                                               .kv_bytes_per_token = kv,
                                               .checkpoint_bytes = ck,
@@ -636,7 +636,7 @@ TEST_CASE("lifecycle over the tiered store: a host hit is loaded at begin, prefi
   CHECK(c.store().counters().adopted_entries == adopted_before + 2);  // a's KV and state, no copy
   CHECK(c.store().outstanding_hits() == 0);
   // The tree holds q: [0, 30) = a's loaded KV with the loaded state at 30, then token 30.
-  std::vector<prefix::node_id> path;
+  std::vector<node_id> path;
   (void)c.tree().walk(q, path);
   REQUIRE(path.size() == 2);
   const auto& head = c.tree().at(path[0]);
@@ -668,7 +668,7 @@ struct lifecycle_stats {
 template <class Scorer>
 lifecycle_stats random_lifecycle_run(std::uint64_t seed, std::int64_t hbm, std::int64_t host) {
   const std::int64_t kv = tiny().kv_bytes_per_token(), ck = tiny().ssm_checkpoint_bytes();
-  const tiered::tiered_state_store_config cfg{
+  const stores::tiered_state_store_config cfg{
       .hbm_bytes = hbm, .host_bytes = host, .kv_bytes_per_token = kv, .checkpoint_bytes = ck, .staging_bytes = hbm};
   engine_t engine(store_t::tiers_for(cfg), store_t::page_bytes_for(cfg), {.measure_bandwidth = false});
   Scorer scorer = [] {
@@ -792,7 +792,7 @@ TEST_CASE("tiered_state_store: two hits on the same host entries share one load 
   // first one's copies: the bytes cross the link once, and the second hit gets its own
   // staged copy inside HBM once they landed, so each hit's pages go to its own nodes.
   const std::int64_t kv = tiny().kv_bytes_per_token(), ck = tiny().ssm_checkpoint_bytes();
-  const tiered::tiered_state_store_config cfg{.hbm_bytes = 100 * kv + 4 * ck,
+  const stores::tiered_state_store_config cfg{.hbm_bytes = 100 * kv + 4 * ck,
                                               .host_bytes = 400 * kv,
                                               .kv_bytes_per_token = kv,
                                               .checkpoint_bytes = ck,
@@ -807,7 +807,7 @@ TEST_CASE("tiered_state_store: two hits on the same host entries share one load 
     auto m = c.match(a);
     REQUIRE(c.commit(a, 30, &*m));
     c.store().settle(c.tree(), a);
-    std::vector<prefix::node_id> path;
+    std::vector<node_id> path;
     (void)c.tree().walk(a, path);
     const auto kvb = b(c.tree().at(path[0]).kv.id);
     for (std::int64_t t = 0; t < 30; ++t)
@@ -849,12 +849,12 @@ TEST_CASE("tiered_state_store: two hits on the same host entries share one load 
   }
   CHECK(c.store().check_invariants(c.tree()).empty());
   // q1 finishes first while q2 still reads its own staged copy: q1's pages go to q1's nodes.
-  auto finish = [&](const std::vector<token_id>& q, const prefix::match_result& m, const tiered::tiered_hit& h) {
+  auto finish = [&](const std::vector<token_id>& q, const prefix::match_result& m, const stores::tiered_hit& h) {
     REQUIRE(c.commit(q, static_cast<std::int64_t>(q.size()), &m));
     c.store().settle(c.tree(), q, h);
-    std::vector<prefix::node_id> path;
+    std::vector<node_id> path;
     (void)c.tree().walk(q, path);
-    for (prefix::node_id n : path) {
+    for (node_id n : path) {
       const auto& nd = c.tree().at(n);
       if (nd.end > 30) continue;
       const auto kb = b(nd.kv.id);

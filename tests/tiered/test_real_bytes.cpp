@@ -22,6 +22,7 @@
 
 using namespace hybridcache;
 using namespace hybridcache::tiered;
+using namespace hybridcache::sim;
 
 TEST_CASE("real bytes: a replay over hbm, host and a disk tier has the modelled run's hits and loaded bytes") {
   const cost_model m(test::tiny_hybrid_spec());

@@ -19,6 +19,8 @@
 
 using namespace hybridcache;
 using namespace hybridcache::tiered;
+using namespace hybridcache::stores;
+using namespace hybridcache::sim;
 
 namespace {
 constexpr std::int64_t B = 512;

@@ -30,7 +30,7 @@
 #include "tiered_bytes_support.hpp"
 
 using namespace hybridcache;
-using prefix::token_id;
+using hybridcache::token_id;
 
 namespace {
 using namespace hybridcache::test::tiered_bytes;
@@ -49,10 +49,10 @@ struct read_span {
 };
 
 /// The HBM pages of an entry (called under the cache's lock).
-std::vector<std::uint32_t> hbm_pages(const store_t& st, tiered::entry_id id) {
+std::vector<std::uint32_t> hbm_pages(const store_t& st, entry_id id) {
   const auto e = st.table().find(id);
   if (!e) return {};
-  const tiered::tier_copy* c = e->in(tiered::hbm_tier);
+  const tier_copy* c = e->in(hbm_tier);
   return c == nullptr ? std::vector<std::uint32_t>{} : bytes_view::pages_of(c->pages);
 }
 
@@ -84,10 +84,10 @@ struct concurrency_stats {
                cleaned_bytes = 0, passes = 0, bytes_checked = 0;
 };
 
-concurrency_stats run_concurrent(std::uint64_t seed, tiered::write_policy write, int threads, int requests_each) {
+concurrency_stats run_concurrent(std::uint64_t seed, stores::write_policy write, int threads, int requests_each) {
   const std::int64_t kv = tiny().kv_bytes_per_token(), ck = tiny().ssm_checkpoint_bytes();
   const std::int64_t hbm = 600 * kv + 12 * ck;
-  const tiered::tiered_state_store_config cfg{.hbm_bytes = hbm,
+  const stores::tiered_state_store_config cfg{.hbm_bytes = hbm,
                                               .host_bytes = 2500 * kv + 40 * ck,
                                               .kv_bytes_per_token = kv,
                                               .checkpoint_bytes = ck,
@@ -99,7 +99,7 @@ concurrency_stats run_concurrent(std::uint64_t seed, tiered::write_policy write,
   engine.set_fault_hook([&](const tiered::copy_span&) { return spans.fetch_add(1) % 61 == 60; });
   cache_t c(tiny(), store_t(cfg, engine), prefix::lru_scorer{});
   lifecycle_t requests(c);
-  tiered::tiered_offloader<cache_t> offloader(c);
+  stores::tiered_offloader<cache_t> offloader(c);
   offloader.start(std::chrono::microseconds(200));
 
   std::vector<std::vector<token_id>> roots;
@@ -112,7 +112,7 @@ concurrency_stats run_concurrent(std::uint64_t seed, tiered::write_policy write,
     }
   }
   shared_run run;
-  std::byte* const hbm_base = engine.base(tiered::hbm_tier);
+  std::byte* const hbm_base = engine.base(hbm_tier);
   const std::int64_t page = c.store().page_bytes();
   auto byte_at = [&](const std::vector<std::uint32_t>& pages, std::int64_t i) -> std::byte& {
     return hbm_base[static_cast<std::int64_t>(pages[static_cast<std::size_t>(i / page)]) * page + i % page];
@@ -171,13 +171,13 @@ concurrency_stats run_concurrent(std::uint64_t seed, tiered::write_policy write,
           reads.push_back({hbm_pages(st, x.id), x.begin, x.end, x.checkpoint, "staged entry", static_cast<std::int64_t>(x.id)});
         const auto& tree = c.tree();
         const std::int64_t hbm_reach = s->match.reusable_tokens;
-        for (prefix::node_id n = s->match.node; n != prefix::no_node && n != cache_t::tree_type::root();
+        for (node_id n = s->match.node; n != no_node && n != cache_t::tree_type::root();
              n = tree.at(n).parent) {
           const auto& nd = tree.at(n);
-          if (nd.kv.id != tiered::no_entry && nd.begin() < hbm_reach)
+          if (nd.kv.id != no_entry && nd.begin() < hbm_reach)
             reads.push_back({hbm_pages(st, nd.kv.id), nd.begin(), std::min(nd.end, hbm_reach), false, "path node", static_cast<std::int64_t>(n)});
         }
-        if (s->loaded_at == 0 && s->match.node != prefix::no_node && hbm_reach > 0) {
+        if (s->loaded_at == 0 && s->match.node != no_node && hbm_reach > 0) {
           const auto& nd = tree.at(s->match.node);
           if (nd.has_checkpoint) reads.push_back({hbm_pages(st, nd.checkpoint.id), nd.end, nd.end, true});
         }
@@ -272,8 +272,8 @@ concurrency_stats run_concurrent(std::uint64_t seed, tiered::write_policy write,
 
 TEST_CASE("tiered cache under concurrent requests, an offload thread and failing copies: every byte read is right" *
           doctest::test_suite("concurrency")) {
-  for (const auto write : {tiered::write_policy::write_back, tiered::write_policy::write_through}) {
-    CAPTURE(tiered::to_string(write));
+  for (const auto write : {stores::write_policy::write_back, stores::write_policy::write_through}) {
+    CAPTURE(stores::to_string(write));
     concurrency_stats total;
     for (std::uint64_t seed = 1; seed <= 2; ++seed) {
       const auto st = run_concurrent(seed, write, 3, 120);
@@ -287,7 +287,7 @@ TEST_CASE("tiered cache under concurrent requests, an offload thread and failing
       total.passes += st.passes;
       total.bytes_checked += st.bytes_checked;
     }
-    MESSAGE(tiered::to_string(write) << ": " << total.finished << " finished, " << total.host_hits << " host hits loaded ("
+    MESSAGE(stores::to_string(write) << ": " << total.finished << " finished, " << total.host_hits << " host hits loaded ("
                                      << total.failed_loads << " failed), " << total.copy_failures << " copy failures, "
                                      << total.write_backs << " write-backs, " << total.replicas << " replicas, "
                                      << total.cleaned_bytes << " B cleaned in " << total.passes << " passes, "
@@ -296,7 +296,7 @@ TEST_CASE("tiered cache under concurrent requests, an offload thread and failing
     CHECK(total.host_hits > 10);
     CHECK(total.copy_failures > 0);
     CHECK(total.bytes_checked > 0);
-    if (write == tiered::write_policy::write_back) {
+    if (write == stores::write_policy::write_back) {
       CHECK(total.write_backs > 0);
       CHECK(total.cleaned_bytes > 0);  // the cleaner copied cold dirty entries down
     } else {

@@ -19,7 +19,7 @@
 
 namespace hybridcache::test::tiered_bytes {
 
-using prefix::token_id;
+using hybridcache::token_id;
 
 inline const cost_model& tiny() {
   static const cost_model m(test::tiny_hybrid_spec());
@@ -27,7 +27,7 @@ inline const cost_model& tiny() {
 }
 
 using engine_t = tiered::host_copy_engine;
-using store_t = tiered::tiered_state_store<tiered::lru_demotion, engine_t>;
+using store_t = stores::tiered_state_store<tiered::lru_demotion, engine_t>;
 
 /// The bytes a runtime computes: KV of token t and the state after token t are functions of
 /// tokens [0, t] (here: of a hash of them), so equal prefixes give equal bytes.
@@ -57,7 +57,7 @@ struct bytes_view {
       return base[static_cast<std::int64_t>(pages.at(static_cast<std::size_t>(i / page))) * page + i % page];
     }
   };
-  entry_bytes operator()(tiered::entry_id id) const {
+  entry_bytes operator()(entry_id id) const {
     const auto e = store.table().find(id);
     REQUIRE(e.has_value());
     REQUIRE(e->home() != nullptr);
@@ -68,13 +68,13 @@ struct bytes_view {
     l.for_each_page([&](std::uint32_t p) { v.push_back(p); });
     return v;
   }
-  std::byte& at(tiered::entry_id id, std::int64_t i) const { return (*this)(id)[i]; }
+  std::byte& at(entry_id id, std::int64_t i) const { return (*this)(id)[i]; }
 };
 
 /// Tokens from the root to the end of node `n`.
 template <class Tree>
-std::vector<token_id> tokens_of(const Tree& tree, prefix::node_id n) {
-  std::vector<prefix::node_id> chain;
+std::vector<token_id> tokens_of(const Tree& tree, node_id n) {
+  std::vector<node_id> chain;
   for (; n != Tree::root(); n = tree.at(n).parent) chain.push_back(n);
   std::vector<token_id> out;
   for (auto it = chain.rbegin(); it != chain.rend(); ++it)
@@ -85,7 +85,7 @@ std::vector<token_id> tokens_of(const Tree& tree, prefix::node_id n) {
 /// Every live node's KV and checkpoint hold the bytes of its token prefix.
 template <class Tree>
 void check_tree_bytes(const Tree& tree, const bytes_view& b, std::int64_t kv, std::int64_t ck) {
-  for (prefix::node_id n = 1; n < tree.id_bound(); ++n) {
+  for (node_id n = 1; n < tree.id_bound(); ++n) {
     if (!tree.live(n)) continue;
     const auto& nd = tree.at(n);
     const auto toks = tokens_of(tree, n);

@@ -71,7 +71,7 @@ int main(int argc, char** argv) {
         hybridcache::sim::nfc_normalizer::get().normalize(clean, normalized, scratch);
         for (std::size_t i = 0; i < normalized.size();) {
           std::size_t len = 0;
-          got.push_back(static_cast<int>(hybridcache::sim::bpe_detail::decode_at(
+          got.push_back(static_cast<int>(hybridcache::sim::detail::decode_at(
               reinterpret_cast<const unsigned char*>(normalized.data()) + i, len)));
           i += len;
         }

@@ -18,14 +18,14 @@ using namespace hybridcache::sim;
 
 namespace {
 // The GPT-2 pattern read off its alternatives one code point at a time, classes by binary
-// search (bpe_detail::classify): the reference for the split's table and fast paths.
+// search (detail::classify): the reference for the split's table and fast paths.
 std::vector<std::string> naive_split(const std::string& s) {
   std::vector<std::uint32_t> cps;
   std::vector<std::size_t> at;
   bpe_test::code_points(s, cps, at);
   const std::size_t n = cps.size();
-  auto cls = [&](std::size_t k) { return bpe_detail::classify(cps[k]); };
-  auto run = [&](std::size_t k, bpe_detail::cclass c) {
+  auto cls = [&](std::size_t k) { return detail::classify(cps[k]); };
+  auto run = [&](std::size_t k, detail::cclass c) {
     while (k < n && cls(k) == c) ++k;
     return k;
   };
@@ -37,12 +37,12 @@ std::vector<std::string> naive_split(const std::string& s) {
       e = p + 2;
     } else if (is(p, '\'') && ((is(p + 1, 'r') && is(p + 2, 'e')) || (is(p + 1, 'v') && is(p + 2, 'e')) || (is(p + 1, 'l') && is(p + 2, 'l')))) {
       e = p + 3;
-    } else if (cls(p) != bpe_detail::cclass::space) {
+    } else if (cls(p) != detail::cclass::space) {
       e = run(p, cls(p));
-    } else if (is(p, ' ') && p + 1 < n && cls(p + 1) != bpe_detail::cclass::space) {
+    } else if (is(p, ' ') && p + 1 < n && cls(p + 1) != detail::cclass::space) {
       e = run(p + 1, cls(p + 1));
     } else {
-      e = run(p, bpe_detail::cclass::space);
+      e = run(p, detail::cclass::space);
       if (e < n && e - p >= 2) --e;  // \s+(?!\S) leaves the last space to the next piece
     }
     out.push_back(s.substr(at[p], at[e] - at[p]));
@@ -95,23 +95,23 @@ TEST_CASE("the GPT-2 split") {
 TEST_CASE("the split equals the pattern read naively, three-byte fast path included") {
   // The fast path's claim: a block marked single-class holds only code points of that
   // class, and every overlong or surrogate prefix is marked mixed.
-  const auto& table = bpe_detail::class_table::get();
+  const auto& table = detail::class_table::get();
   std::size_t single = 0;
   for (std::uint32_t lead = 0xE0; lead <= 0xEF; ++lead) {
     for (std::uint32_t b1 = 0x80; b1 <= 0xBF; ++b1) {
       const std::uint8_t c = table.block3(static_cast<unsigned char>(lead), static_cast<unsigned char>(b1));
       if ((lead == 0xE0 && b1 < 0xA0) || (lead == 0xED && b1 >= 0xA0)) {
-        REQUIRE(c == bpe_detail::class_table::mixed);
+        REQUIRE(c == detail::class_table::mixed);
         continue;
       }
-      if (c == bpe_detail::class_table::mixed) continue;
+      if (c == detail::class_table::mixed) continue;
       ++single;
       const std::uint32_t first = ((lead & 0x0Fu) << 12) | ((b1 & 0x3Fu) << 6);
-      for (std::uint32_t cp = first; cp < first + 64; ++cp) REQUIRE(static_cast<std::uint8_t>(bpe_detail::classify(cp)) == c);
+      for (std::uint32_t cp = first; cp < first + 64; ++cp) REQUIRE(static_cast<std::uint8_t>(detail::classify(cp)) == c);
     }
   }
   CHECK(single >= 7 * 64);  // U+5000-U+9FFF, U+B000-U+CFFF at least
-  CHECK(table.block3(0xE4, 0xB8) == static_cast<std::uint8_t>(bpe_detail::cclass::letter));  // U+4E00: the ideographs start
+  CHECK(table.block3(0xE4, 0xB8) == static_cast<std::uint8_t>(detail::cclass::letter));  // U+4E00: the ideographs start
   // Random texts of letters, digits, spaces, punctuation and three-byte characters from
   // single-class and mixed ranges, with ill-formed sequences among them half the time.
   std::mt19937_64 rng(1919);
@@ -126,7 +126,7 @@ TEST_CASE("the split equals the pattern read naively, three-byte fast path inclu
       const auto pick = rng() % 10;
       if (pick < 5) {
         const auto& [lo, hi] = ranges[rng() % ranges.size()];
-        bpe_detail::append_utf8(s, lo + static_cast<std::uint32_t>(rng() % (hi - lo + 1)));
+        detail::append_utf8(s, lo + static_cast<std::uint32_t>(rng() % (hi - lo + 1)));
       } else if (pick < 9 || t % 2 == 0) {
         s += ascii[rng() % ascii.size()];
       } else {

@@ -135,12 +135,12 @@ TEST_CASE("the fast encoder with a merger for characters outside its trie equals
 namespace {
 // A random model as a tokenizer.json (vocab spelled in GPT-2's byte alphabet, merges as pairs).
 std::string model_json(const random_model& m) {
-  const auto map = bpe_detail::byte_to_unicode();
+  const auto map = detail::byte_to_unicode();
   auto spell = [&](const std::string& bytes) {
     std::string out = "\"";
     for (const char c : bytes) {
       std::string u;
-      bpe_detail::append_utf8(u, map[static_cast<unsigned char>(c)]);
+      detail::append_utf8(u, map[static_cast<unsigned char>(c)]);
       out += u == "\"" || u == "\\" ? "\\" + u : u;
     }
     return out + "\"";

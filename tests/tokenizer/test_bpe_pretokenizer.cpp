@@ -32,12 +32,12 @@ pieces llama3(std::string_view s, std::size_t digits = 3) {
 // \s*[\r\n]+|\s+(?!\S)|\s+ over code points, each alternative tried in order at each
 // position, its greedy quantifiers backtracking from longest to shortest.
 pieces naive_llama3(const std::string& s, std::size_t max_digits) {
-  using bpe_detail::cclass;
+  using detail::cclass;
   std::vector<std::uint32_t> cps;
   std::vector<std::size_t> at;
   bpe_test::code_points(s, cps, at);
   const std::size_t n = cps.size();
-  auto cls = [&](std::size_t k) { return bpe_detail::classify(cps[k]); };
+  auto cls = [&](std::size_t k) { return detail::classify(cps[k]); };
   auto fold = [&](std::size_t k) -> std::uint32_t {  // simple case folding of what the contractions use
     if (k >= n) return 0;
     const std::uint32_t c = cps[k];
@@ -265,7 +265,7 @@ TEST_CASE("NFC with the package's data, by hand") {
   for (std::uint32_t cp = 0; cp <= 0x10FFFF; ++cp) {
     if (cp >= 0xD800 && cp <= 0xDFFF) continue;
     std::string c;
-    bpe_detail::append_utf8(c, cp);
+    detail::append_utf8(c, cp);
     const auto want = nfc.attention(cp) ? nfc_normalizer::text_state::changes : nfc_normalizer::text_state::inert;
     REQUIRE(nfc.scan(c) == want);
     REQUIRE(nfc.scan("x" + c + "y") == want);

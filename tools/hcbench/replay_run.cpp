@@ -54,14 +54,14 @@
 
 namespace hcbench {
 
-std::string candidate_name(const hybridcache::prefix::candidate_rule& c) {
+std::string candidate_name(const hc::compose::candidate_rule& c) {
   if (c.rule == 0) return "sglang+";
   if (c.rule == 2) return "gdsf";
   return "marconi alpha " + json::number(c.alpha);
 }
 
-std::vector<hybridcache::prefix::candidate_rule> parse_candidates(const std::string& text) {
-  std::vector<hybridcache::prefix::candidate_rule> out;
+std::vector<hc::compose::candidate_rule> parse_candidates(const std::string& text) {
+  std::vector<hc::compose::candidate_rule> out;
   std::size_t from = 0;
   while (from <= text.size()) {
     const std::size_t comma = std::min(text.find(',', from), text.size());
@@ -293,12 +293,12 @@ class engine_adapter : public adapter_base<Cache> {
 
  public:
   explicit engine_adapter(Cache& c) : adapter_base<Cache>(c) {}
-  pc::match_result match(std::span<const pc::token_id> in) {
+  pc::match_result match(std::span<const hybridcache::token_id> in) {
     auto m = c_.match(in);
     if (!m) throw hc::invalid_argument("replay: match failed (" + std::string(hc::to_string(m.error())) + ")");
     return *m;
   }
-  void commit(std::span<const pc::token_id> seq, std::int64_t input_ids, const pc::match_result& m) {
+  void commit(std::span<const hybridcache::token_id> seq, std::int64_t input_ids, const pc::match_result& m) {
     auto r = c_.commit(seq, input_ids, &m);
     if (r) return;
     if (r.error() == hc::errc::out_of_capacity) {
@@ -325,7 +325,7 @@ class lifecycle_adapter : public adapter_base<Cache> {
 
  public:
   explicit lifecycle_adapter(Cache& c) : adapter_base<Cache>(c), requests_(c) {}
-  pc::match_result match(std::span<const pc::token_id> in) {
+  pc::match_result match(std::span<const hybridcache::token_id> in) {
     auto t = requests_.begin(in);
     if (!t) {
       if (t.error() != hc::errc::out_of_capacity)
@@ -340,7 +340,7 @@ class lifecycle_adapter : public adapter_base<Cache> {
     live_.push_back({s.match.at, *t});
     return s.match;
   }
-  void commit(std::span<const pc::token_id> seq, std::int64_t /*input_ids*/, const pc::match_result& m) {
+  void commit(std::span<const hybridcache::token_id> seq, std::int64_t /*input_ids*/, const pc::match_result& m) {
     if (m.at == 0) return;  // refused at begin
     const auto it = std::find_if(live_.begin(), live_.end(), [&](const auto& e) { return e.first == m.at; });
     if (it == live_.end()) throw hc::invalid_argument("replay: commit of a request that did not begin");
@@ -364,7 +364,7 @@ class lifecycle_adapter : public adapter_base<Cache> {
 
  private:
   pc::request_lifecycle<Cache> requests_;
-  std::vector<std::pair<pc::time_point, pc::request_ticket>> live_;  // in flight (at most --concurrency)
+  std::vector<std::pair<hybridcache::time_point, pc::request_ticket>> live_;  // in flight (at most --concurrency)
   std::vector<std::int64_t> captured_;
 };
 
@@ -375,9 +375,9 @@ struct run_context {
   std::int32_t tokens_per_id;
 };
 
-pc::counting_store make_store(const run_context& ctx) {
+hc::stores::counting_store make_store(const run_context& ctx) {
   const std::int64_t kv = hc::checked_mul(ctx.costs.kv_bytes_per_token(), ctx.tokens_per_id, "KV bytes per id");
-  pc::counting_store s(ctx.job.capacity_bytes, kv, ctx.costs.ssm_checkpoint_bytes());
+  hc::stores::counting_store s(ctx.job.capacity_bytes, kv, ctx.costs.ssm_checkpoint_bytes());
   s.allow_overflow(!ctx.job.strict_capacity);
   return s;
 }
@@ -404,12 +404,12 @@ hc::sim::run_metrics replay_through(const run_context& ctx, Cache& cache) {
 /// One policy run: a prefix_cache over a counting store, wrapped in an alpha_tuned_cache
 /// when `tuning` is given (Marconi's --alpha auto).
 template <class Admission, class Scorer>
-hc::sim::run_metrics run_with(const run_context& ctx, Scorer scorer, std::optional<pc::tuning_config> tuning = {}) {
+hc::sim::run_metrics run_with(const run_context& ctx, Scorer scorer, std::optional<hc::compose::tuning_config> tuning = {}) {
   const pc::prefix_cache_config cfg{.admit_oversized = !ctx.job.strict_capacity};
-  using cache_type = pc::prefix_cache<hc::cost_model, Admission, Scorer, pc::counting_store>;
-  if constexpr (pc::alpha_tunable_scorer<Scorer>) {
+  using cache_type = pc::prefix_cache<hc::cost_model, Admission, Scorer, hc::stores::counting_store>;
+  if constexpr (hc::compose::alpha_tunable_scorer<Scorer>) {
     if (tuning) {
-      pc::alpha_tuned_cache<cache_type> cache(ctx.costs, make_store(ctx), std::move(scorer), Admission{}, cfg, *tuning);
+      hc::compose::alpha_tuned_cache<cache_type> cache(ctx.costs, make_store(ctx), std::move(scorer), Admission{}, cfg, *tuning);
       return replay_through(ctx, cache);
     }
   }
@@ -420,13 +420,14 @@ hc::sim::run_metrics run_with(const run_context& ctx, Scorer scorer, std::option
 }
 
 /// marconi --alpha auto with the shadow tuner: the library's adaptive Marconi scorer.
-hc::sim::run_metrics run_adaptive(const run_context& ctx, std::optional<pc::adaptive_overhead>& overhead,
+hc::sim::run_metrics run_adaptive(const run_context& ctx, std::optional<hc::compose::adaptive_overhead>& overhead,
                                   std::string& followed, std::vector<std::pair<std::string, double>>& candidates) {
   const pc::prefix_cache_config cfg{.admit_oversized = !ctx.job.strict_capacity};
-  using cache_type = pc::prefix_cache<hc::cost_model, pc::judicious_admission, pc::marconi_adaptive_scorer, pc::counting_store>;
-  pc::adaptive_config selector = ctx.job.selector;
+  using cache_type = pc::prefix_cache<hc::cost_model, pc::judicious_admission, hc::compose::marconi_adaptive_scorer,
+                                      hc::stores::counting_store>;
+  hc::compose::adaptive_config selector = ctx.job.selector;
   selector.tokens_per_id = ctx.tokens_per_id;  // Mooncake: one id per block of tokens
-  cache_type cache(ctx.costs, make_store(ctx), pc::make_marconi_adaptive_scorer(ctx.costs, std::move(selector)),
+  cache_type cache(ctx.costs, make_store(ctx), hc::compose::make_marconi_adaptive_scorer(ctx.costs, std::move(selector)),
                    pc::judicious_admission{}, cfg);
   hc::sim::run_metrics m = ctx.job.driver == replay_driver::lifecycle ? replay_through<lifecycle_adapter>(ctx, cache)
                                                                        : replay_through(ctx, cache);
@@ -450,7 +451,7 @@ hc::sim::run_metrics run_every_block(const run_context& ctx) {
 /// vllm+ --reference-quirks: the reference simulator's block tree (its byte estimate,
 /// in-place partial blocks, duplicated partly shared blocks), for its exact rows.
 hc::sim::run_metrics run_block_tree_reference(const run_context& ctx) {
-  auto tree = pc::block_tree_reference::from_costs(ctx.costs, ctx.job.capacity_bytes, ctx.job.vllm_block,
+  auto tree = hc::sim::block_tree_reference::from_costs(ctx.costs, ctx.job.capacity_bytes, ctx.job.vllm_block,
                                                    ctx.tokens_per_id);
   const hc::sim::replay_options opt{.concurrency = ctx.job.concurrency, .keep_per_request = ctx.job.keep_per_request};
   if (!ctx.job.progress) return hc::sim::replay(tree, ctx.trace, ctx.costs, opt);
@@ -497,18 +498,18 @@ replay_result run_replay(const replay_job& job) {
   const run_context ctx{job, trace, costs, per_id};
 
   hc::sim::run_metrics m;
-  std::optional<pc::adaptive_overhead> selector;
+  std::optional<hc::compose::adaptive_overhead> selector;
   std::string followed;
   std::vector<std::pair<std::string, double>> candidates;
   const bool shadow = job.policy == "marconi" && !job.alpha && job.tuner == alpha_tuner::shadow && !job.reference_quirks;
   if (shadow) {
     m = run_adaptive(ctx, selector, followed, candidates);
   } else if (job.policy == "marconi") {
-    std::optional<pc::tuning_config> tuning;
-    if (!job.alpha.has_value()) tuning = pc::tuning_config{.threads = job.tuning_threads};
+    std::optional<hc::compose::tuning_config> tuning;
+    if (!job.alpha.has_value()) tuning = hc::compose::tuning_config{.threads = job.tuning_threads};
     if (job.reference_quirks)
       m = run_with<pc::judicious_admission>(
-          ctx, pc::reference_flop_scorer(costs, {.alpha = job.alpha.value_or(0.0), .quirks = true}), tuning);
+          ctx, hc::sim::reference_flop_scorer(costs, {.alpha = job.alpha.value_or(0.0), .quirks = true}), tuning);
     else
       m = run_with<pc::judicious_admission>(
           ctx,

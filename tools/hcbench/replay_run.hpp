@@ -64,7 +64,7 @@ struct replay_job {
   alpha_tuner tuner = alpha_tuner::shadow;  ///< what --alpha auto means
   /// --alpha auto with the shadow tuner: candidates, decay and hysteresis (empty candidates:
   /// the library's default set)
-  hybridcache::prefix::adaptive_config selector{};
+  hybridcache::compose::adaptive_config selector{};
   std::int64_t vllm_block = 32;             ///< vllm+: tokens per checkpointed block
   std::int64_t concurrency = 1;             ///< requests in flight (matches pinned until they finish)
   bool progress = false;                    ///< progress bar on stderr
@@ -79,7 +79,7 @@ struct replay_job {
   bool reference_lru_ties = true;
   bool keep_per_request = false;            ///< fill metrics.skipped_per_request
   /// marconi: score with the reference's three defects (naive O(n) scorer), to reproduce
-  /// the reference simulator's V2/V3 rows. vllm+: replay on prefix::block_tree_reference
+  /// the reference simulator's V2/V3 rows. vllm+: replay on sim::block_tree_reference
   /// (the reference's block tree: fractional byte estimate, in-place partial blocks,
   /// duplicated partly shared blocks) for its exact vLLM+ rows. Not for choosing a policy.
   bool reference_quirks = false;
@@ -104,7 +104,7 @@ struct replay_result {
   /// marconi --alpha auto: "shadow" or "one-shot"; empty for a fixed alpha or another policy.
   std::string tuner{};
   /// The adaptive selector's overhead and decisions (tuner "shadow" only).
-  std::optional<hybridcache::prefix::adaptive_overhead> selector{};
+  std::optional<hybridcache::compose::adaptive_overhead> selector{};
   /// The candidate the selector followed at the end, as text ("marconi alpha 0.5").
   std::string selector_followed{};
   /// Each candidate (as text) and the FLOPs its shadow saved over the whole trace.
@@ -112,10 +112,10 @@ struct replay_result {
 };
 
 /// A candidate of the library's selector as text: "sglang+", "marconi alpha 0.5", "gdsf".
-[[nodiscard]] std::string candidate_name(const hybridcache::prefix::candidate_rule& c);
+[[nodiscard]] std::string candidate_name(const hybridcache::compose::candidate_rule& c);
 /// Parses a comma-separated candidate list: sglang+, gdsf, marconi:ALPHA (e.g.
 /// "sglang+,marconi:0,marconi:1,gdsf"). @throws hybridcache::invalid_argument.
-[[nodiscard]] std::vector<hybridcache::prefix::candidate_rule> parse_candidates(const std::string& text);
+[[nodiscard]] std::vector<hybridcache::compose::candidate_rule> parse_candidates(const std::string& text);
 
 /// Runs `job`. @throws hybridcache::invalid_argument (unknown policy, bad alpha),
 /// hybridcache::capacity_error (capacity below one checkpoint plus one block of KV).

@@ -67,25 +67,25 @@ double parse_spread_seconds(const std::string& s) {
 /// The tiered replay of one policy (the same compositions as the single-tier replay).
 /// The modelled replay, or (storage != nullptr) the real-bytes one over those backends.
 template <class Admission, class Scorer>
-tr::tiered_replay_result run_one(const std::vector<hc::sim::request>& reqs, const hc::cost_model& m,
-                                 const tr::tiered_replay_options& o, Scorer scorer, const chosen_prefill_time& prefill,
+hc::sim::tiered_replay_result run_one(const std::vector<hc::sim::request>& reqs, const hc::cost_model& m,
+                                 const hc::sim::tiered_replay_options& o, Scorer scorer, const chosen_prefill_time& prefill,
                                  std::vector<hc::sim::storage_tier_io>* storage) {
   if (storage != nullptr)
-    return tr::run_tiered_replay_real_bytes<Admission>(reqs, m, o, std::move(*storage), std::move(scorer), prefill);
-  return tr::run_tiered_replay<Admission>(reqs, m, o, std::move(scorer), prefill);
+    return hc::sim::run_tiered_replay_real_bytes<Admission>(reqs, m, o, std::move(*storage), std::move(scorer), prefill);
+  return hc::sim::run_tiered_replay<Admission>(reqs, m, o, std::move(scorer), prefill);
 }
 
-tr::tiered_replay_result run_policy(const std::vector<hc::sim::request>& reqs, const hc::cost_model& m,
-                                    const tr::tiered_replay_options& o, const tiered_policy& p,
+hc::sim::tiered_replay_result run_policy(const std::vector<hc::sim::request>& reqs, const hc::cost_model& m,
+                                    const hc::sim::tiered_replay_options& o, const tiered_policy& p,
                                     const chosen_prefill_time& prefill,
                                     std::vector<hc::sim::storage_tier_io>* storage = nullptr) {
   const auto lru = [&] {
     return pc::lru_scorer({.ties = p.reference_lru_ties ? pc::lru_ties::python_heapq : pc::lru_ties::by_node_id});
   };
   if (p.name == "marconi" && p.selector) {
-    hc::prefix::adaptive_config cfg = *p.selector;
+    hc::compose::adaptive_config cfg = *p.selector;
     cfg.tokens_per_id = reqs.empty() ? 1 : reqs.front().tokens_per_id;  // Mooncake: one id per block
-    return run_one<pc::judicious_admission>(reqs, m, o, pc::make_marconi_adaptive_scorer(m, std::move(cfg)), prefill,
+    return run_one<pc::judicious_admission>(reqs, m, o, hc::compose::make_marconi_adaptive_scorer(m, std::move(cfg)), prefill,
                                             storage);
   }
   if (p.name == "marconi") {
@@ -109,7 +109,7 @@ tr::tiered_replay_result run_policy(const std::vector<hc::sim::request>& reqs, c
                              " ids is not compiled in (1 or 32 ids: 32-token blocks, or one per Mooncake block)");
 }
 
-void print_row(const char* name, const tr::tiered_replay_result& r) {
+void print_row(const char* name, const hc::sim::tiered_replay_result& r) {
   std::printf("%-12s %9lld %8.2f%% %13lld %13lld %12.1f %12.1f %8.1f%% %6.1f%% %8zu\n", name,
               static_cast<long long>(r.requests), 100.0 * r.token_hit_rate(), static_cast<long long>(r.hbm_hit_tokens),
               static_cast<long long>(r.host_hit_tokens), r.ttft_p50_ms, r.ttft_p95_ms, 100.0 * r.pipeline_hidden_fraction,
@@ -126,7 +126,7 @@ void run_tiered_replay_command(const std::string& trace, const std::string& form
   if (!(t.link_gbps > 0)) throw hc::invalid_argument("--link-gbps: link bandwidth must be > 0");
   if (policy.name != "marconi" && policy.alpha)
     throw hc::invalid_argument("--alpha applies to --policy marconi only");
-  tr::tiered_replay_options multi = make_tiered_replay_options(t.tiers, t.link_gbps, t.scheduler, t.prefetch, t.sparsify);
+  hc::sim::tiered_replay_options multi = make_tiered_replay_options(t.tiers, t.link_gbps, t.scheduler, t.prefetch, t.sparsify);
   multi.demotion = parse_demotion(t.demotion);
   multi.write = parse_write_policy(t.write_policy);
   if (t.write_through_hits < 1 || t.write_through_hits > 1'000'000)
@@ -172,17 +172,17 @@ void run_tiered_replay_command(const std::string& trace, const std::string& form
   // Disk and redis tiers without :gbps= / :lat_us= are measured now (a failed probe is an error).
   const std::vector<tier_link_row> links = measure_tier_links(multi.tiers, multi.link_gbps.has_value());
   // Both runs on the same engines: the single-tier baseline's load decides the default.
-  if (auto_engines) multi.prefill_engines = tr::auto_prefill_engines(requests, multi, prefill);
-  tr::tiered_replay_options single = multi;
+  if (auto_engines) multi.prefill_engines = hc::sim::auto_prefill_engines(requests, multi, prefill);
+  hc::sim::tiered_replay_options single = multi;
   single.tiers.resize(1);  // HBM alone: parse_tiers puts it first
-  single.prefetch = tr::prefetch_kind::none;
+  single.prefetch = hc::sim::prefetch_kind::none;
   const std::string tokenizer = tokenizer_label(format, load);
   const bool tty = progress_enabled();
   if (tty) std::fprintf(stderr, "\r[1/2] multi-tier replay of %zu requests", requests.size());
-  const tr::tiered_replay_result r = run_policy(requests, model, multi, policy, prefill);
+  const hc::sim::tiered_replay_result r = run_policy(requests, model, multi, policy, prefill);
   if (tty) std::fprintf(stderr, "\r[2/2] single-tier baseline of %zu requests", requests.size());
-  const tr::tiered_replay_result b = run_policy(requests, model, single, policy, prefill);
-  std::optional<tr::tiered_replay_result> real;
+  const hc::sim::tiered_replay_result b = run_policy(requests, model, single, policy, prefill);
+  std::optional<hc::sim::tiered_replay_result> real;
   if (t.real_bytes) {
     if (multi.tiers.size() < 2) throw hc::invalid_argument("--real-bytes needs a tier below hbm");
     const real_bytes_backends backends(multi.tiers);

@@ -1,6 +1,6 @@
 // `hcbench replay ... --tiers hbm=BYTES,host=BYTES`: the timed multi-tier replay.
 //
-// With --tiers, `hcbench replay` runs `tiered::run_tiered_replay` (sim/tiered_replay.hpp)
+// With --tiers, `hcbench replay` runs `sim::run_tiered_replay` (sim/tiered_replay.hpp)
 // twice over the same requests, both through the library's prefix cache with the policy
 // of --policy (and --alpha, --flop-candidates, --flop-index, --lru-ties): over every tier
 // given, and over the HBM tier alone (the single-tier baseline of the same policy), so one
@@ -49,7 +49,7 @@ struct tiered_policy {
   std::string name = "marconi";       ///< marconi | sglang+ | vllm+ | lru | gdsf
   std::optional<double> alpha;        ///< marconi: a fixed FLOP weight (nullopt: the selector)
   /// marconi --alpha auto: the adaptive selector's settings (compose/adaptive_scorer.hpp)
-  std::optional<hybridcache::prefix::adaptive_config> selector;
+  std::optional<hybridcache::compose::adaptive_config> selector;
   std::string flop_candidates = "protect-branches";
   std::string flop_index = "bounded";
   bool reference_lru_ties = true;

@@ -29,10 +29,10 @@ namespace hcbench {
 struct selector_cli {
   std::string tuner = "shadow";
   std::string candidates;
-  double decay = hybridcache::prefix::single_tier_decay;  // applied only when given (the default depends on the shadows)
-  double margin = hybridcache::prefix::adaptive_config{}.switch_margin;
-  std::int64_t dwell = hybridcache::prefix::adaptive_config{}.min_dwell;
-  double confidence = hybridcache::prefix::adaptive_config{}.confidence;
+  double decay = hybridcache::compose::single_tier_decay;  // applied only when given (the default depends on the shadows)
+  double margin = hybridcache::compose::adaptive_config{}.switch_margin;
+  std::int64_t dwell = hybridcache::compose::adaptive_config{}.min_dwell;
+  double confidence = hybridcache::compose::adaptive_config{}.confidence;
 };
 
 inline void add_selector_options(CLI::App& sub, selector_cli& o) {

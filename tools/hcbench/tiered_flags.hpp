@@ -18,13 +18,13 @@
 namespace hcbench {
 
 using hybridcache::invalid_argument;
-using hybridcache::tiered::demotion_kind;
+using hybridcache::sim::demotion_kind;
 using hybridcache::tiered::parse_tiers;
-using hybridcache::tiered::prefetch_kind;
-using hybridcache::tiered::scheduler_kind;
-using hybridcache::tiered::sparsify_kind;
-using hybridcache::tiered::tiered_replay_options;
-using hybridcache::tiered::write_policy;
+using hybridcache::sim::prefetch_kind;
+using hybridcache::sim::scheduler_kind;
+using hybridcache::sim::sparsify_kind;
+using hybridcache::sim::tiered_replay_options;
+using hybridcache::stores::write_policy;
 
 /// Parses `fcfs` / `car`. @throws invalid_argument listing the valid names.
 [[nodiscard]] inline scheduler_kind parse_scheduler(std::string_view s) {

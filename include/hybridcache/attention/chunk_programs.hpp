@@ -33,7 +33,7 @@
 #include "hybridcache/attention/kernel_context.hpp"
 #include "hybridcache/attention/linear_attention_common.hpp"
 
-namespace hybridcache::cuda {
+namespace hybridcache::attention {
 
 /// Read-only view of one head's token sequence. Token t's vectors start at `q + t*q_stride`
 /// etc. (strides in elements, so [T][H][D] tensors are viewed without copies).
@@ -554,4 +554,4 @@ static_assert(detail::chunk_bank_ways(64, 64, 128, 2, 2) <= 2, "chunk programs: 
 static_assert(detail::chunk_bank_ways(64, 64, 128, 4, 2) <= 2, "chunk programs: shared-memory bank conflicts");
 static_assert(detail::chunk_bank_ways(16, 16, 64, 4, 2) <= 2, "chunk programs: shared-memory bank conflicts");
 
-}  // namespace hybridcache::cuda
+}  // namespace hybridcache::attention

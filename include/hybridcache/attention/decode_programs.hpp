@@ -35,7 +35,7 @@
 #include "hybridcache/attention/kv_buffer.hpp"
 #include "hybridcache/attention/linear_attention_common.hpp"
 
-namespace hybridcache::cuda {
+namespace hybridcache::attention {
 
 /// Common inputs of a batched decode-time step.
 template <class In, class Out>
@@ -563,4 +563,4 @@ void kv_commit_host(const std::int32_t* slots, const std::int32_t* accepted, int
     }
 }
 
-}  // namespace hybridcache::cuda
+}  // namespace hybridcache::attention

@@ -24,7 +24,7 @@
 #include "hybridcache/attention/kv_buffer.hpp"
 #include "hybridcache/attention/linear_attention_common.hpp"
 
-namespace hybridcache::cuda {
+namespace hybridcache::attention {
 
 namespace kernel_bodies {
 
@@ -228,4 +228,4 @@ kernel_launch_shape chunk_scan_shape(int num_seqs, int num_v_heads, int chunk) {
           program::workspace_bytes(chunk, kWarps)};
 }
 
-}  // namespace hybridcache::cuda
+}  // namespace hybridcache::attention

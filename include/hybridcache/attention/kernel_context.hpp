@@ -31,7 +31,7 @@
 
 #include "hybridcache/core/config.hpp"
 
-namespace hybridcache::cuda {
+namespace hybridcache::attention {
 
 /// Threads per CTA of every batched kernel (4 warps).
 inline constexpr int kThreads = 128;
@@ -139,4 +139,4 @@ constexpr int bank_ways(const ByteOf& byte_of) {
   return worst;
 }
 
-}  // namespace hybridcache::cuda
+}  // namespace hybridcache::attention

@@ -31,7 +31,7 @@
 #include "hybridcache/core/error.hpp"
 #include "hybridcache/core/expected.hpp"
 
-namespace hybridcache::cuda {
+namespace hybridcache::attention {
 
 /// Result of moving a cursor by `accepted` tokens.
 struct cursor_step {
@@ -253,4 +253,4 @@ class kv_buffer_table {
   std::uint64_t version_ = 0;
 };
 
-}  // namespace hybridcache::cuda
+}  // namespace hybridcache::attention

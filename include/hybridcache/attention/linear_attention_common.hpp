@@ -23,7 +23,7 @@
 #include "hybridcache/core/config.hpp"
 #include "hybridcache/attention/numeric.hpp"
 
-namespace hybridcache::cuda {
+namespace hybridcache::attention {
 
 /// How one head's d_k x d_v fp32 state is stored.
 enum class state_layout : unsigned char {
@@ -359,4 +359,4 @@ HYBRIDCACHE_HD_INLINE float recurrent_row_step(float (&s)[N], const float (&k)[N
   return group_dot(s, q, g);
 }
 
-}  // namespace hybridcache::cuda
+}  // namespace hybridcache::attention

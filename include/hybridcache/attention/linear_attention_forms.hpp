@@ -28,7 +28,7 @@
 #include "hybridcache/attention/kernel_context.hpp"
 #include "hybridcache/attention/linear_attention_common.hpp"
 
-namespace hybridcache::cuda {
+namespace hybridcache::attention {
 
 /// Recurrent form over one head's sequence, rows [row_begin, d_v) step row_step: updates the
 /// state in place, writes every output, and emits checkpoints (`start` = absolute position of
@@ -207,4 +207,4 @@ void parallel_head(const head_input<In>& in, const head_output<Out>& out, const 
   detail::chunked_head_host<Rule>(in, out, s, opt, in.length, 0, checkpoint_sink{}, tables, ws);
 }
 
-}  // namespace hybridcache::cuda
+}  // namespace hybridcache::attention

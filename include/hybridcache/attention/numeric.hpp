@@ -18,7 +18,7 @@
 
 #include "hybridcache/core/config.hpp"
 
-namespace hybridcache::cuda {
+namespace hybridcache::attention {
 
 /// IEEE 754 binary16 storage (same bits as `__half`).
 struct half_t {
@@ -125,4 +125,4 @@ HYBRIDCACHE_HD_INLINE bool is_finite(float x) {
   return (detail::float_bits(x) & 0x7F800000u) != 0x7F800000u;
 }
 
-}  // namespace hybridcache::cuda
+}  // namespace hybridcache::attention

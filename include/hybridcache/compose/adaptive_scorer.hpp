@@ -81,7 +81,7 @@
 #include "hybridcache/prefix/switching_scorer.hpp"
 #include "hybridcache/stores/counting_store.hpp"
 
-namespace hybridcache::prefix {
+namespace hybridcache::compose {
 
 /// One candidate of the adaptive selector: a part of the switching scorer and, for a part
 /// with a FLOP weight, its alpha.
@@ -146,9 +146,9 @@ struct adaptive_overhead {
 template <admission_policy Admission, class... Scorers>
   requires(replicable_scorer<Scorers> && ...)
 class adaptive_scorer {
-  using live_type = switching_scorer<Scorers...>;
+  using live_type = prefix::switching_scorer<Scorers...>;
   template <class S>
-  using shadow_cache = prefix_cache<cost_model, Admission, S, counting_store, no_lock>;
+  using shadow_cache = prefix::prefix_cache<cost_model, Admission, S, stores::counting_store, prefix::no_lock>;
   using shadow_ptr = std::variant<std::unique_ptr<shadow_cache<Scorers>>...>;
 
  public:
@@ -190,7 +190,7 @@ class adaptive_scorer {
   /// > 0 and the store has no tier below HBM, or what the replica's store throws for that
   /// size; the selector is unchanged then (the shadows are built aside, then swapped in).
   template <class Store>
-  void attach_store(const Store& store, const prefix_cache_config& cache_cfg) {
+  void attach_store(const Store& store, const prefix::prefix_cache_config& cache_cfg) {
     const std::optional<std::int64_t>& host = cfg_.shadow_host_bytes;
     if constexpr (requires { store.metadata_replica(store.config()); }) {
       if (store.tier_count() > 1 && (!host || *host > 0)) {
@@ -210,7 +210,7 @@ class adaptive_scorer {
     std::vector<shadow_ptr> built;
     built.reserve(cfg_.candidates.size());
     for (const candidate_rule& c : cfg_.candidates) {
-      counting_store st(store.capacity_bytes(), store.kv_bytes(1), store.checkpoint_bytes());
+      stores::counting_store st(store.capacity_bytes(), store.kv_bytes(1), store.checkpoint_bytes());
       st.allow_overflow(cache_cfg.admit_oversized);
       built.push_back(make_shadow(c, std::move(st), cache_cfg));
     }
@@ -335,7 +335,7 @@ class adaptive_scorer {
 
  private:
   template <std::size_t I = 0>
-  shadow_ptr make_shadow(const candidate_rule& c, counting_store&& st, const prefix_cache_config& cache_cfg) {
+  shadow_ptr make_shadow(const candidate_rule& c, stores::counting_store&& st, const prefix::prefix_cache_config& cache_cfg) {
     if constexpr (I < sizeof...(Scorers)) {
       if (c.rule != I) return make_shadow<I + 1>(c, std::move(st), cache_cfg);
       using S = std::tuple_element_t<I, std::tuple<Scorers...>>;
@@ -350,7 +350,7 @@ class adaptive_scorer {
 
   template <class Store, std::size_t I = 0>
   std::unique_ptr<detail::tiered_shadow_base> make_tiered_shadow(const candidate_rule& c, Store&& st,
-                                                                  const prefix_cache_config& cache_cfg) {
+                                                                  const prefix::prefix_cache_config& cache_cfg) {
     if constexpr (I < sizeof...(Scorers)) {
       if (c.rule != I) return make_tiered_shadow<Store, I + 1>(c, std::move(st), cache_cfg);
       using S = std::tuple_element_t<I, std::tuple<Scorers...>>;
@@ -422,7 +422,7 @@ class adaptive_scorer {
 
 /// The library's adaptive Marconi scorer: judicious admission's shadows over SGLang+'s LRU,
 /// Marconi's FLOP-aware rule and GDSF.
-using marconi_adaptive_scorer = adaptive_scorer<judicious_admission, lru_scorer, flop_aware_scorer, gdsf_scorer>;
+using marconi_adaptive_scorer = adaptive_scorer<prefix::judicious_admission, prefix::lru_scorer, prefix::flop_aware_scorer, prefix::gdsf_scorer>;
 
 /// `marconi_adaptive_scorer` with the library's parts: LRU (node-id ties), the FLOP-aware
 /// rule with its defaults (branch points protected, the bounded walk: O(log n) per victim
@@ -431,12 +431,12 @@ using marconi_adaptive_scorer = adaptive_scorer<judicious_admission, lru_scorer,
                                                                           adaptive_config cfg = {}) {
   return marconi_adaptive_scorer(
       model,
-      lru_flop_gdsf_scorer(lru_scorer{}, flop_aware_scorer(model),
-                           gdsf_scorer(model)),
+      prefix::lru_flop_gdsf_scorer(prefix::lru_scorer{}, prefix::flop_aware_scorer(model),
+                           prefix::gdsf_scorer(model)),
       std::move(cfg));
 }
 
-static_assert(utility_scorer<marconi_adaptive_scorer, radix_tree<state_store_archetype>>);
+static_assert(utility_scorer<marconi_adaptive_scorer, prefix::radix_tree<state_store_archetype>>);
 static_assert(request_observer<marconi_adaptive_scorer>);
 
-}  // namespace hybridcache::prefix
+}  // namespace hybridcache::compose

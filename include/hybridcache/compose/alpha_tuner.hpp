@@ -42,7 +42,7 @@
 #include "hybridcache/prefix/prefix_cache.hpp"
 #include "hybridcache/stores/counting_store.hpp"
 
-namespace hybridcache::prefix {
+namespace hybridcache::compose {
 
 /// What alpha tuning optimises in each replay of the window.
 enum class tuning_objective : unsigned char {
@@ -102,7 +102,7 @@ class alpha_tuned_cache {
   /// @throws invalid_argument on a bad tuning configuration (nothing is built);
   /// @throws capacity_error from the cache.
   alpha_tuned_cache(model_type model, store_type store, scorer_type scorer, admission_type admission = {},
-                    prefix_cache_config cfg = {}, tuning_config tuning = {})
+                    prefix::prefix_cache_config cfg = {}, tuning_config tuning = {})
       : tuning_(validated(tuning)),
         cache_(std::move(model), std::move(store), std::move(scorer), std::move(admission), cfg) {}
 
@@ -111,9 +111,9 @@ class alpha_tuned_cache {
 
   // --- the cache's request API ----------------------------------------------------------
 
-  [[nodiscard]] expected<match_result> match(std::span<const token_id> input) { return cache_.match(input); }
+  [[nodiscard]] expected<prefix::match_result> match(std::span<const token_id> input) { return cache_.match(input); }
 
-  [[nodiscard]] expected<checkpoint_plan> plan(std::span<const token_id> input, const match_result& m,
+  [[nodiscard]] expected<prefix::checkpoint_plan> plan(std::span<const token_id> input, const prefix::match_result& m,
                                                std::span<const std::int64_t> extra = {}) {
     return cache_.plan(input, m, extra);
   }
@@ -121,8 +121,8 @@ class alpha_tuned_cache {
   /// `prefix_cache::commit`, with the request recorded and, at a tuning point, alpha re-set
   /// before the insert. A commit the cache would refuse (bad arguments, stale pin,
   /// oversized) is neither recorded nor a tuning point, as in the reference.
-  [[nodiscard]] expected<commit_result> commit(std::span<const token_id> sequence, std::int64_t input_tokens,
-                                               const match_result* m = nullptr,
+  [[nodiscard]] expected<prefix::commit_result> commit(std::span<const token_id> sequence, std::int64_t input_tokens,
+                                               const prefix::match_result* m = nullptr,
                                                std::span<const std::int64_t> extra = {}) {
     if (tuning_.enabled) {
       if (const errc e = cache_.check_commit(sequence, input_tokens, m, extra); e != errc::ok) return unexpected(e);
@@ -131,7 +131,7 @@ class alpha_tuned_cache {
     return cache_.commit(sequence, input_tokens, m, extra);
   }
 
-  expected<void> release(const match_result& m) { return cache_.release(m); }
+  expected<void> release(const prefix::match_result& m) { return cache_.release(m); }
 
   // --- observers --------------------------------------------------------------------------
 
@@ -140,7 +140,7 @@ class alpha_tuned_cache {
   [[nodiscard]] const tree_type& tree() const noexcept { return cache_.tree(); }
   [[nodiscard]] const store_type& store() const noexcept { return cache_.store(); }
   [[nodiscard]] const scorer_type& scorer() const noexcept { return cache_.scorer(); }
-  [[nodiscard]] const cache_counters& counters() const noexcept { return cache_.counters(); }
+  [[nodiscard]] const prefix::cache_counters& counters() const noexcept { return cache_.counters(); }
   [[nodiscard]] double alpha() const noexcept { return cache_.alpha(); }
   [[nodiscard]] std::int64_t requests_before_first_eviction() const noexcept {
     return cache_.requests_before_first_eviction();
@@ -226,9 +226,9 @@ class alpha_tuned_cache {
   /// capacity and byte costs) at fixed alpha; returns the objective over the last
   /// `score_last` requests.
   double replay_score(double a, std::int64_t from) const {
-    using replica = prefix_cache<model_type, admission_type, scorer_type, counting_store, no_lock>;
+    using replica = prefix::prefix_cache<model_type, admission_type, scorer_type, stores::counting_store, prefix::no_lock>;
     const store_type& live = cache_.store();
-    counting_store st(live.capacity_bytes(), live.kv_bytes(1), live.checkpoint_bytes());
+    stores::counting_store st(live.capacity_bytes(), live.kv_bytes(1), live.checkpoint_bytes());
     st.allow_overflow(cache_.config().admit_oversized);
     replica r(cache_.model(), std::move(st), cache_.scorer().with_alpha(a), cache_.admission(), cache_.config());
     const auto n = static_cast<std::int64_t>(history_.size());
@@ -258,4 +258,4 @@ class alpha_tuned_cache {
   std::vector<tuning_event> tunings_;
 };
 
-}  // namespace hybridcache::prefix
+}  // namespace hybridcache::compose

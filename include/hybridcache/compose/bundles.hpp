@@ -24,7 +24,7 @@
 // Each is an alias: the cache's API, costs and guarantees are `prefix_cache`'s. With no
 // `Store` the alias uses counting_store (bytes only, for simulation).
 //
-//   hybridcache::prefix::marconi_cache<pool_state_store<...>> cache(
+//   hybridcache::compose::marconi_cache<pool_state_store<...>> cache(
 //       cost_model(presets::jamba_1_5_mini()), store, flop_aware_scorer(costs, {.alpha = 1.0}));
 #pragma once
 
@@ -41,30 +41,30 @@
 #include "hybridcache/prefix/prefix_cache.hpp"
 #include "hybridcache/stores/counting_store.hpp"
 
-namespace hybridcache::prefix {
+namespace hybridcache::compose {
 
 /// Marconi: judicious admission + FLOP-aware eviction.
-template <state_store Store = counting_store, lock_policy Lock = no_lock>
-using marconi_cache = prefix_cache<cost_model, judicious_admission, flop_aware_scorer, Store, Lock>;
+template <state_store Store = stores::counting_store, lock_policy Lock = prefix::no_lock>
+using marconi_cache = prefix::prefix_cache<cost_model, prefix::judicious_admission, prefix::flop_aware_scorer, Store, Lock>;
 
 /// Marconi with the adaptive selector over SGLang+'s rule, FLOP-aware alphas and GDSF.
-template <state_store Store = counting_store, lock_policy Lock = no_lock>
-using marconi_adaptive_cache = prefix_cache<cost_model, judicious_admission, marconi_adaptive_scorer, Store, Lock>;
+template <state_store Store = stores::counting_store, lock_policy Lock = prefix::no_lock>
+using marconi_adaptive_cache = prefix::prefix_cache<cost_model, prefix::judicious_admission, marconi_adaptive_scorer, Store, Lock>;
 
 /// Marconi with alpha tuned once online (Marconi §4.3).
-template <state_store Store = counting_store, lock_policy Lock = no_lock>
+template <state_store Store = stores::counting_store, lock_policy Lock = prefix::no_lock>
 using marconi_tuned_cache = alpha_tuned_cache<marconi_cache<Store, Lock>>;
 
 /// GDSF: judicious admission + GreedyDual-Size-Frequency over FLOPs saved per byte.
-template <state_store Store = counting_store, lock_policy Lock = no_lock>
-using gdsf_cache = prefix_cache<cost_model, judicious_admission, gdsf_scorer, Store, Lock>;
+template <state_store Store = stores::counting_store, lock_policy Lock = prefix::no_lock>
+using gdsf_cache = prefix::prefix_cache<cost_model, prefix::judicious_admission, prefix::gdsf_scorer, Store, Lock>;
 
 /// SGLang+: judicious admission + LRU eviction.
-template <state_store Store = counting_store, lock_policy Lock = no_lock>
-using sglang_cache = prefix_cache<cost_model, judicious_admission, lru_scorer, Store, Lock>;
+template <state_store Store = stores::counting_store, lock_policy Lock = prefix::no_lock>
+using sglang_cache = prefix::prefix_cache<cost_model, prefix::judicious_admission, prefix::lru_scorer, Store, Lock>;
 
 /// vLLM+: a checkpoint every `Block` tokens + LRU eviction.
-template <state_store Store = counting_store, std::int64_t Block = 32, lock_policy Lock = no_lock>
-using vllm_cache = prefix_cache<cost_model, every_block_admission<Block>, lru_scorer, Store, Lock>;
+template <state_store Store = stores::counting_store, std::int64_t Block = 32, lock_policy Lock = prefix::no_lock>
+using vllm_cache = prefix::prefix_cache<cost_model, prefix::every_block_admission<Block>, prefix::lru_scorer, Store, Lock>;
 
-}  // namespace hybridcache::prefix
+}  // namespace hybridcache::compose

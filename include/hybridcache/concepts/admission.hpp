@@ -8,7 +8,7 @@
 #include <cstdint>
 #include <vector>
 
-namespace hybridcache::prefix {
+namespace hybridcache {
 
 /// What speculative insertion knows about a sequence before it is committed. Positions
 /// count tokens from the start of the sequence (position p = the state after token p).
@@ -40,4 +40,4 @@ concept admission_policy = requires(const A& a, const insertion_view& v, std::ve
   { a.select(v, out) } noexcept -> std::same_as<void>;
 };
 
-}  // namespace hybridcache::prefix
+}  // namespace hybridcache

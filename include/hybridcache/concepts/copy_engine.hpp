@@ -3,7 +3,7 @@
 // `tier_copy_engine`: what moves an entry's bytes between two tiers of the tiered store,
 // and `move_ticket`, the move it is handed. Models: metadata_only_copies
 // (tiered/copy_plan.hpp), host_copy_engine (tiered/host_copy_engine.hpp),
-// cuda::copy_engine (tiered/cuda/copy_engine.cuh).
+// tiered::copy_engine (tiered/cuda/copy_engine.cuh).
 #pragma once
 
 #include <concepts>
@@ -15,7 +15,7 @@
 #include "hybridcache/concepts/tier_entry.hpp"
 #include "hybridcache/core/expected.hpp"
 
-namespace hybridcache::tiered {
+namespace hybridcache {
 
 /// A copy in flight: returned by `tiered_store::prepare_move` / `prepare_copy` /
 /// `prepare_extract`, consumed by `complete_move`. It fills the copy of entry `id` in tier
@@ -39,7 +39,7 @@ struct move_ticket {
 /// What copies an entry's bytes between tiers: `submit(ticket)` enqueues the copies of a
 /// prepared move and returns an event or an error; `query(event)` says, without blocking,
 /// whether they ran; `wait(event)` blocks until they ran and reports a failed copy.
-/// Modelled by `host_copy_engine`, `cuda::copy_engine`, `metadata_only_copies` and the
+/// Modelled by `host_copy_engine`, `tiered::copy_engine`, `metadata_only_copies` and the
 /// simulator's timed engine (sim/timed_copy_engine.hpp).
 template <class E>
 concept tier_copy_engine = requires(E& e, const move_ticket& t) {
@@ -80,4 +80,4 @@ concept grouped_copy_engine =
       { e.submit_group(tickets, events) } -> std::same_as<expected<void>>;
     };
 
-}  // namespace hybridcache::tiered
+}  // namespace hybridcache

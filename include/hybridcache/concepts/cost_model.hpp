@@ -7,7 +7,7 @@
 #include <concepts>
 #include <cstdint>
 
-namespace hybridcache::prefix {
+namespace hybridcache {
 
 /// What the cache reads from its cost model (`hybridcache::cost_model` models it).
 ///
@@ -27,4 +27,4 @@ concept prefix_cost_model = requires(const M& m, std::int64_t n) {
   { m.spec().scan_chunk } -> std::convertible_to<std::int64_t>;
 };
 
-}  // namespace hybridcache::prefix
+}  // namespace hybridcache

@@ -11,7 +11,7 @@
 
 #include "hybridcache/concepts/tier_entry.hpp"
 
-namespace hybridcache::tiered {
+namespace hybridcache {
 
 /// A demotion scorer: `key(entry)` gives the entry's demotion order (smallest first).
 template <class S>
@@ -27,4 +27,4 @@ concept demotion_sizer = requires(const S& s, const cache_entry& e) {
   { s.stored_bytes(e) } -> std::same_as<std::int64_t>;
 };
 
-}  // namespace hybridcache::tiered
+}  // namespace hybridcache

@@ -10,7 +10,7 @@
 #include "hybridcache/core/expected.hpp"
 #include "hybridcache/core/handle.hpp"
 
-namespace hybridcache::memory {
+namespace hybridcache {
 
 /// What a pool needs from its handle table.
 template <class T>
@@ -25,4 +25,4 @@ concept handle_table = requires(T& t, const T& ct, packed_handle h, std::uint32_
   { ct.pool_tag() } noexcept -> std::convertible_to<std::uint32_t>;
 };
 
-}  // namespace hybridcache::memory
+}  // namespace hybridcache

@@ -3,15 +3,16 @@
 // The id types the seams speak in, defined once:
 //   token_id          one token of a sequence (every index, trace reader and replay uses it)
 //   cache_salt        a tenant's cache namespace (vLLM's cache_salt); make_cache_salt(string)
-//   prefix::node_id   a slot of the prefix cache's radix tree (32 bits: the tree is dense)
-//   prefix::no_node   its "no node" sentinel
-//   prefix::time_point a tick of the prefix cache's logical clock
-//   tiered::entry_id  a row of the tiered store's cache table, chosen by the caller (a tree
+//   node_id           a slot of the prefix cache's radix tree (32 bits: the tree is dense)
+//   no_node           its "no node" sentinel
+//   time_point        a tick of the prefix cache's logical clock
+//   entry_id          a row of the tiered store's cache table, chosen by the caller (a tree
 //                     node's store id, a block hash): 64 bits, and a strong type (a scoped
 //                     enum) so that it cannot be mixed up with node_id or any integer: the
 //                     two index different tables
-//   tiered::make_entry_id / to_underlying / to_string / no_entry  its conversions and the
+//   make_entry_id / to_underlying / to_string / no_entry  its conversions and the
 //                     "empty handle" value
+// All in namespace hybridcache: the vocabulary every part shares.
 #pragma once
 
 #include <cstdint>
@@ -42,14 +43,6 @@ using cache_salt = std::optional<std::uint64_t>;
   return h ^ (h >> 31);
 }
 
-}  // namespace hybridcache
-
-namespace hybridcache::prefix {
-
-using hybridcache::cache_salt;
-using hybridcache::make_cache_salt;
-using hybridcache::token_id;
-
 /// Index of a node slot in the radix tree. Slots are reused after a node is freed.
 using node_id = std::uint32_t;
 
@@ -59,15 +52,11 @@ inline constexpr node_id no_node = std::numeric_limits<node_id>::max();
 /// A time point of the cache's logical clock.
 using time_point = std::uint64_t;
 
-}  // namespace hybridcache::prefix
-
-namespace hybridcache::tiered {
-
 /// Identifier of a cache-table entry (a radix-tree node's store id, a block hash, ...).
 /// Chosen by the caller.
 ///
 /// A scoped enum over 64 bits: it never converts implicitly from or to an integer, so a
-/// `prefix::node_id`, a token count or a byte count cannot be passed where an entry id is
+/// `node_id`, a token count or a byte count cannot be passed where an entry id is
 /// expected (nor the other way round). It compares with `==`, `<` and `<=>`, orders a
 /// `std::set`/`std::map`, and keys an `std::unordered_map` through `std::hash<entry_id>`.
 /// Code that computes ids (a counter, a hash of tokens) keeps a `std::uint64_t` and crosses
@@ -88,4 +77,4 @@ inline constexpr entry_id no_entry{0};
 /// The id's value in decimal, for messages (`std::to_string` of the value).
 [[nodiscard]] inline std::string to_string(entry_id id) { return std::to_string(to_underlying(id)); }
 
-}  // namespace hybridcache::tiered
+}  // namespace hybridcache

@@ -6,7 +6,7 @@
 
 #include <concepts>
 
-namespace hybridcache::prefix {
+namespace hybridcache {
 
 /// Serialises `match`, `plan`, `commit` and `release` when several threads share a cache.
 /// The cache holds the lock for the whole call (`lock()` ... `unlock()`); `no_lock` makes
@@ -17,4 +17,4 @@ concept lock_policy = std::default_initializable<L> && requires(L& l) {
   { l.unlock() } -> std::same_as<void>;
 };
 
-}  // namespace hybridcache::prefix
+}  // namespace hybridcache

@@ -13,7 +13,7 @@
 #include "hybridcache/concepts/pool.hpp"
 #include "hybridcache/core/expected.hpp"
 
-namespace hybridcache::memory {
+namespace hybridcache {
 
 /// What a pool needs from a store.
 template <class S>
@@ -31,4 +31,4 @@ concept physical_store = requires(S& s, const S& cs, std::uint32_t u, typename S
   { cs.region() } -> std::same_as<const typename S::region_type&>;
 };
 
-}  // namespace hybridcache::memory
+}  // namespace hybridcache

@@ -15,7 +15,7 @@
 #include "hybridcache/core/expected.hpp"
 #include "hybridcache/core/handle.hpp"
 
-namespace hybridcache::memory {
+namespace hybridcache {
 
 /// Which of the two pools a unit lives in.
 enum class pool_kind : std::uint8_t {
@@ -74,4 +74,4 @@ concept kv_ssm_pool = requires(P& p, const P& cp, pool_kind k, packed_handle h, 
   { cp.counters() } noexcept -> std::same_as<const rebalance_counters&>;
 };
 
-}  // namespace hybridcache::memory
+}  // namespace hybridcache

@@ -13,7 +13,7 @@
 
 #include "hybridcache/core/expected.hpp"
 
-namespace hybridcache::prefix {
+namespace hybridcache {
 
 /// Where the cached state lives. A node of the tree owns one `kv_extent` (the KV of its
 /// edge's tokens, in every attention layer) and at most one `checkpoint_handle` (the SSM
@@ -114,4 +114,4 @@ struct state_store_archetype {
 };
 static_assert(state_store<state_store_archetype>);
 
-}  // namespace hybridcache::prefix
+}  // namespace hybridcache

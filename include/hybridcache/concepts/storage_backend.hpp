@@ -44,7 +44,7 @@
 
 #include "hybridcache/core/expected.hpp"
 
-namespace hybridcache::tiered {
+namespace hybridcache {
 
 /// What a stored value holds.
 enum class value_kind : std::uint8_t {
@@ -160,4 +160,4 @@ concept storage_backend =
       { cb.used_bytes() } -> std::same_as<std::int64_t>;
     };
 
-}  // namespace hybridcache::tiered
+}  // namespace hybridcache

@@ -23,7 +23,7 @@
 #include "hybridcache/concepts/ids.hpp"
 #include "hybridcache/core/page_runs.hpp"
 
-namespace hybridcache::tiered {
+namespace hybridcache {
 
 /// Strongly typed tier index (0 = HBM). Never converted implicitly from an integer, so a
 /// tier cannot be swapped with a node id or a page count by argument order.
@@ -127,4 +127,4 @@ struct cache_entry {
   }
 };
 
-}  // namespace hybridcache::tiered
+}  // namespace hybridcache

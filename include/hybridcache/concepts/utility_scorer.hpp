@@ -19,7 +19,7 @@
 
 #include "hybridcache/concepts/ids.hpp"
 
-namespace hybridcache::prefix {
+namespace hybridcache {
 
 /// How eviction takes a victim node.
 enum class evict_action : unsigned char {
@@ -86,4 +86,4 @@ concept request_observer = requires(S& s, std::span<const token_id> seq, std::in
   s.observe_request(seq, n, salt);
 };
 
-}  // namespace hybridcache::prefix
+}  // namespace hybridcache

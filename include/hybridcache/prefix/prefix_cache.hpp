@@ -77,9 +77,6 @@
 
 namespace hybridcache::prefix {
 
-/// The simulation store (stores/counting_store.hpp), the default `Store`. Declared here so
-/// that prefix/ does not depend on stores/ above it; include that header to use the default.
-class counting_store;
 template <class Cache>
 class request_lifecycle;
 
@@ -100,10 +97,10 @@ struct prefix_cache_config {
 /// @tparam Model      cost model (`prefix_cost_model`), normally `hybridcache::cost_model`
 /// @tparam Admission  `judicious_admission`, `every_block_admission<B>`, `no_admission`
 /// @tparam Scorer     `lru_scorer`, `flop_aware_scorer`, `reference_flop_scorer`
-/// @tparam Store      `counting_store` or a real store (`state_store`)
+/// @tparam Store      a `state_store`: `stores::counting_store` (bytes only, for simulation)
+///                    or a real store (`stores::pool_state_store`, `stores::tiered_state_store`)
 /// @tparam Lock       `no_lock` (default) or `mutex_lock`
-template <prefix_cost_model Model = cost_model, admission_policy Admission = judicious_admission,
-          class Scorer = lru_scorer, state_store Store = counting_store, lock_policy Lock = no_lock>
+template <prefix_cost_model Model, admission_policy Admission, class Scorer, state_store Store, lock_policy Lock = no_lock>
   requires utility_scorer<Scorer, radix_tree<Store>>
 class prefix_cache {
  public:

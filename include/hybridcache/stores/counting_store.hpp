@@ -14,7 +14,7 @@
 #include "hybridcache/core/expected.hpp"
 #include "hybridcache/concepts/state_store.hpp"
 
-namespace hybridcache::prefix {
+namespace hybridcache::stores {
 
 /// Byte-counting store. KV costs `kv_bytes_per_token` per token, a checkpoint
 /// `checkpoint_bytes`; allocation fails with `errc::out_of_capacity` when it would exceed
@@ -109,4 +109,4 @@ class counting_store {
 
 static_assert(state_store<counting_store>);
 
-}  // namespace hybridcache::prefix
+}  // namespace hybridcache::stores

@@ -60,7 +60,7 @@
 #include "hybridcache/prefix/types.hpp"
 #include "hybridcache/stores/detail/pool_host_tier.hpp"
 
-namespace hybridcache::memory {
+namespace hybridcache::stores {
 
 /// Copies bytes of host-resident units (no-op for counting backings, whose addresses are
 /// null). Device pools pass a copier that calls cudaMemcpy.
@@ -156,7 +156,7 @@ class pool_state_store {
                         "pool_state_store: recurrent_layers is " + std::to_string(rec_) + " but model " + name + " has " +
                             std::to_string(model.recurrent_layers()));
     const std::uint64_t page = pool_->stats(pool_kind::kv).unit_bytes;
-    const std::uint64_t want = kv_page_bytes(model, tpp_);
+    const std::uint64_t want = memory::kv_page_bytes(model, tpp_);
     HYBRIDCACHE_EXPECTS(page == want, invalid_argument,
                         "pool_state_store: the pool's KV page is " + std::to_string(page) + " B but " +
                             std::to_string(tpp_) + " tokens per page of model " + name + " need " + std::to_string(want) +
@@ -321,14 +321,14 @@ class pool_state_store {
   /// True when `need` can be placed with the pool's current split between the KV and SSM
   /// sides once `freed` has been given back: each side's free units plus its freed units
   /// cover that side's need (prefix/concepts: side_placing_store). O(1).
-  [[nodiscard]] bool placement_fits(prefix::side_bytes need, prefix::side_bytes freed) const noexcept {
+  [[nodiscard]] bool placement_fits(side_bytes need, side_bytes freed) const noexcept {
     return side_fits(pool_kind::kv, need.kv, freed.kv) && side_fits(pool_kind::ssm, need.checkpoint, freed.checkpoint);
   }
 
   /// Whether `need` could be placed once every unit of the pool is free, with the split
   /// its rebalancer can make (each side within what it can ever map): what an empty cache
   /// of this size could hold. O(1).
-  [[nodiscard]] bool placement_fits_when_empty(prefix::side_bytes need) const noexcept {
+  [[nodiscard]] bool placement_fits_when_empty(side_bytes need) const noexcept {
     const std::uint64_t kv = units_for(pool_kind::kv, need.kv), ssm = units_for(pool_kind::ssm, need.checkpoint);
     if constexpr (requires { pool_->could_place_when_empty(kv, ssm); }) return pool_->could_place_when_empty(kv, ssm);
     else return kv <= max_units(pool_kind::kv) && ssm <= max_units(pool_kind::ssm);
@@ -337,7 +337,7 @@ class pool_state_store {
   /// For a side whose free units do not cover `need` now, asks the pool's rebalancer for
   /// that side's shortfall (free chunks of the other side move over; no live unit moves),
   /// as a failed allocation would. Nothing else changes. O(chunks moved).
-  void prepare_placement(prefix::side_bytes need) noexcept {
+  void prepare_placement(side_bytes need) noexcept {
     if constexpr (requires { pool_->rebalance_on_failure(pool_kind::kv, std::uint64_t{1}); }) {
       for (const pool_kind k : {pool_kind::kv, pool_kind::ssm}) {
         const std::uint64_t want = units_for(k, k == pool_kind::kv ? need.kv : need.checkpoint);
@@ -372,14 +372,14 @@ class pool_state_store {
   /// cache's eviction before the units are freed. Dropped when the host tier is off or the
   /// leaf does not fit beside pinned entries. O(path + pages + blocks).
   template <class Tree>
-  void demote(const Tree& tree, prefix::node_id v) noexcept {
+  void demote(const Tree& tree, node_id v) noexcept {
     if (!host_.enabled()) return;
     const auto& nd = tree.at(v);
     if (nd.tokens.empty() || nd.kv.pages.empty()) return;
     // The content key of the path through the leaf's first token, hashed from the root.
     host_path_.clear();
     try {  // grows with the deepest path once
-      for (prefix::node_id n = nd.parent; n != Tree::root(); n = tree.at(n).parent) host_path_.push_back(n);
+      for (node_id n = nd.parent; n != Tree::root(); n = tree.at(n).parent) host_path_.push_back(n);
     } catch (...) {
       return;  // no memory for the walk: the leaf is dropped, not demoted
     }
@@ -389,7 +389,7 @@ class pool_state_store {
     const std::uint64_t key = content_key::next(h, nd.tokens.front());
     const std::size_t blocks = nd.has_checkpoint ? nd.checkpoint.blocks.size() : 0;
     const std::uint32_t id =
-        host_.make_entry(key, nd.begin(), nd.kv.offset, std::span<const prefix::token_id>(nd.tokens), nd.kv.pages.size(), blocks);
+        host_.make_entry(key, nd.begin(), nd.kv.offset, std::span<const token_id>(nd.tokens), nd.kv.pages.size(), blocks);
     if (id == detail::pool_host_tier::none) return;
     const auto& e = host_.at(id);
     const std::size_t page_bytes = pool_->stats(pool_kind::kv).unit_bytes, block_bytes = pool_->stats(pool_kind::ssm).unit_bytes;
@@ -407,7 +407,7 @@ class pool_state_store {
   /// `load_host_hit` or `release_host_hit`. `out.host_tokens` 0: none. The chain may start
   /// anywhere up to m.common_prefix (the tree holds the KV before it). O(|prompt| + Σ chain
   /// lengths) hash probes and token compares.
-  void find_host_hit(std::span<const prefix::token_id> prompt, const prefix::match_result& m, pool_host_hit& out) noexcept {
+  void find_host_hit(std::span<const token_id> prompt, const prefix::match_result& m, pool_host_hit& out) noexcept {
     release_host_hit(out);
     if (!host_.enabled()) return;
     const auto n = static_cast<std::int64_t>(prompt.size());
@@ -567,12 +567,12 @@ class pool_state_store {
   Copier copy_;
   bool split_held_ = false;  // hold_split
   detail::pool_host_tier host_;
-  std::vector<prefix::node_id> host_path_;  // demote's root-ward walk
+  std::vector<node_id> host_path_;  // demote's root-ward walk
 };
 
-static_assert(prefix::state_store<pool_state_store<simulated_vmm_pool<threshold_rebalancer>>>);
-static_assert(prefix::state_store<pool_state_store<host_asymmetric_pool<threshold_rebalancer>>>);
-static_assert(prefix::side_placing_store<pool_state_store<simulated_vmm_pool<threshold_rebalancer>>>);
-static_assert(prefix::side_placing_store<pool_state_store<host_asymmetric_pool<no_rebalancer>>>);
+static_assert(state_store<pool_state_store<memory::simulated_vmm_pool<memory::threshold_rebalancer>>>);
+static_assert(state_store<pool_state_store<memory::host_asymmetric_pool<memory::threshold_rebalancer>>>);
+static_assert(side_placing_store<pool_state_store<memory::simulated_vmm_pool<memory::threshold_rebalancer>>>);
+static_assert(side_placing_store<pool_state_store<memory::host_asymmetric_pool<memory::no_rebalancer>>>);
 
-}  // namespace hybridcache::memory
+}  // namespace hybridcache::stores

@@ -23,7 +23,7 @@
 
 #include "hybridcache/tiered/detail/background_pass.hpp"
 
-namespace hybridcache::tiered {
+namespace hybridcache::stores {
 
 /// Counters of a `tiered_offloader`.
 struct offloader_stats {
@@ -73,7 +73,7 @@ class tiered_offloader {
   Cache& cache_;
   mutable std::mutex mu_;
   offloader_stats stats_;
-  detail::background_pass worker_;  // last: joined before the members its pass uses go
+  tiered::detail::background_pass worker_;  // last: joined before the members its pass uses go
 };
 
-}  // namespace hybridcache::tiered
+}  // namespace hybridcache::stores

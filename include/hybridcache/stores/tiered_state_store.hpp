@@ -1,6 +1,6 @@
 // hybridcache/stores/tiered_state_store.hpp
 //
-// `tiered_state_store`: a `prefix::state_store` over an N-tier `tiered_store` (HBM, then
+// `tiered_state_store`: a `state_store` over an N-tier `tiered_store` (HBM, then
 // host, CXL, ...), so that `prefix_cache<Model, Admission, Scorer, tiered_state_store<...>>`
 // is the library's one multi-tier cache: the prefix cache keeps KV extents and SSM
 // checkpoints in HBM, and what its scorer evicts *demotes* to the tiers below instead of
@@ -91,20 +91,20 @@
 #include "hybridcache/tiered/sparsify.hpp"
 #include "hybridcache/tiered/tiered_store.hpp"
 
-namespace hybridcache::tiered {
+namespace hybridcache::stores {
 
 namespace detail {
 template <class Store, class Tree>
 std::string check_tiered_invariants(const Store& st, const Tree& tree);
 }  // namespace detail
 
-/// A `prefix::state_store` over N tiers. See the file comment. `Engine` copies the bytes
+/// A `state_store` over N tiers. See the file comment. `Engine` copies the bytes
 /// of every move (its arenas laid out from `tiers_for(config)` and `page_bytes_for(config)`);
 /// `Sizer` says how many bytes a demoted KV entry keeps (`keep_size`, or CaR's
 /// sparsification: a simulation model, whose sparsified entries are loaded but never
 /// adopted by the tree).
-template <demotion_scorer HostScorer = lru_demotion, tier_copy_engine Engine = metadata_only_copies,
-          demotion_sizer Sizer = keep_size>
+template <demotion_scorer HostScorer = tiered::lru_demotion, tier_copy_engine Engine = tiered::metadata_only_copies,
+          demotion_sizer Sizer = tiered::keep_size>
 class tiered_state_store {
  public:
   using kv_extent = tiered_kv_extent;
@@ -118,7 +118,7 @@ class tiered_state_store {
   /// @throws invalid_argument for a bad configuration; capacity_error when one checkpoint
   /// does not fit in HBM.
   explicit tiered_state_store(const tiered_state_store_config& c, Sizer sizer = Sizer{}, HostScorer host = HostScorer{})
-    requires std::same_as<Engine, metadata_only_copies>
+    requires std::same_as<Engine, tiered::metadata_only_copies>
       : tiered_state_store(c, no_copies(), std::move(sizer), std::move(host)) {}
 
   /// A store whose copies go through `engine` (which must outlive the store); `host` orders
@@ -129,7 +129,7 @@ class tiered_state_store {
 
   /// The tiers of a store built from `c`: HBM (budget + staging room), then the lower tiers.
   /// @throws invalid_argument for a bad configuration.
-  [[nodiscard]] static std::vector<tier_config> tiers_for(const tiered_state_store_config& c);
+  [[nodiscard]] static std::vector<tiered::tier_config> tiers_for(const tiered_state_store_config& c);
   /// The page size of a store built from `c`: gcd of one token's KV in one attention layer
   /// and one recurrent layer's state, so both are whole pages in every layer segment.
   [[nodiscard]] static std::int64_t page_bytes_for(const tiered_state_store_config& c);
@@ -137,7 +137,7 @@ class tiered_state_store {
   /// The metadata-only store of the same tier stack, demotion order and sizer: what a
   /// shadow of this cache runs on (the adaptive selector's tier-aware shadows,
   /// compose/adaptive_scorer.hpp). Its copies complete at once; nothing is copied.
-  using metadata_replica_type = tiered_state_store<HostScorer, metadata_only_copies, Sizer>;
+  using metadata_replica_type = tiered_state_store<HostScorer, tiered::metadata_only_copies, Sizer>;
   /// An empty `metadata_replica_type` built from `c` (usually `config()`, perhaps with
   /// other tier sizes) with copies of this store's host scorer and sizer.
   /// @throws as the constructor, for a bad `c`; this store is not touched.
@@ -152,7 +152,7 @@ class tiered_state_store {
   /// Waits for the copies in flight (their engine must not outlive their tickets).
   ~tiered_state_store() { drain(); }
 
-  // --- prefix::state_store -------------------------------------------------------------
+  // --- state_store -------------------------------------------------------------
 
   [[nodiscard]] expected<kv_extent> allocate_kv(std::int64_t tokens) noexcept {
     if (tokens <= 0) return unexpected(errc::invalid_argument);
@@ -193,19 +193,19 @@ class tiered_state_store {
   /// extents of free entries (any tier) that continue HBM's KV, then the deepest covered
   /// position with a checkpoint (the joint-min rule over all tiers). Pins what it uses in
   /// the tier it will be read from (hand the hit to `load`, `settle` or `release_hit`).
-  [[nodiscard]] tiered_hit lookup(std::span<const prefix::token_id> input, const prefix::match_result& m);
+  [[nodiscard]] tiered_hit lookup(std::span<const token_id> input, const prefix::match_result& m);
 
   /// What `lookup` would find, without pinning or counting anything: the position a hit
   /// below HBM would resume at (m.reusable_tokens when none). For a scheduler that sorts
   /// requests by where their reuse is (CaR's groups). O(|input|).
-  [[nodiscard]] std::int64_t probe(std::span<const prefix::token_id> input, const prefix::match_result& m) {
+  [[nodiscard]] std::int64_t probe(std::span<const token_id> input, const prefix::match_result& m) {
     entry_id ckpt = no_entry;
     return scan(input, m, ckpt);
   }
   /// `probe`, and where the bytes would come from: the tier `lookup` would read each entry
   /// from (its fastest valid copy) and the slowest of those (`tiered_hit::source_tier`), so a
   /// prefetcher prices the load with the right link. O(|input| + entries).
-  [[nodiscard]] tiered_probe probe_hit(std::span<const prefix::token_id> input, const prefix::match_result& m);
+  [[nodiscard]] tiered_probe probe_hit(std::span<const token_id> input, const prefix::match_result& m);
 
   /// Resumes `hit` at `tokens` instead (hbm_tokens < tokens <= reusable_tokens), before
   /// `load`: the KV of [tokens, reusable_tokens) is then recomputed instead of loaded. What a
@@ -286,7 +286,7 @@ class tiered_state_store {
   /// key, releases `hit`, erases lower-tier entries HBM now holds again, and starts the
   /// write-through copies the policy asks for.
   template <class Tree>
-  void settle(const Tree& tree, std::span<const prefix::token_id> sequence, const tiered_hit& hit = {});
+  void settle(const Tree& tree, std::span<const token_id> sequence, const tiered_hit& hit = {});
 
   /// Releases `hit` without a commit (request abandoned): pins go, what it staged goes
   /// (once its copies landed).
@@ -318,7 +318,7 @@ class tiered_state_store {
   // --- introspection -------------------------------------------------------------------
 
   [[nodiscard]] const tiered_state_counters& counters() const noexcept { return counters_; }
-  [[nodiscard]] const tiered_store<HostScorer>& table() const noexcept { return *store_; }
+  [[nodiscard]] const tiered::tiered_store<HostScorer>& table() const noexcept { return *store_; }
   [[nodiscard]] std::int64_t page_bytes() const noexcept { return page_; }
   [[nodiscard]] std::size_t tier_count() const noexcept { return store_->tier_count(); }
   /// Bytes (page granular) held in tier `t`, copies in flight included.
@@ -332,8 +332,8 @@ class tiered_state_store {
   /// Free KV entries whose span lies within the first `upto` tokens of `sequence` (0 after
   /// `settle(tree, sequence)` for upto = the tree's common prefix with it: no KV is held
   /// both in the tree and below). Diagnostic, O(|sequence|).
-  [[nodiscard]] std::int64_t host_kv_within(std::span<const prefix::token_id> sequence, std::int64_t upto,
-                                            const prefix::cache_salt& salt = std::nullopt) {
+  [[nodiscard]] std::int64_t host_kv_within(std::span<const token_id> sequence, std::int64_t upto,
+                                            const cache_salt& salt = std::nullopt) {
     hash_prefixes(sequence, salt);
     std::int64_t n = 0;
     for (std::int64_t p = 1; p <= std::min<std::int64_t>(upto, static_cast<std::int64_t>(sequence.size())); ++p)
@@ -381,7 +381,7 @@ class tiered_state_store {
     std::vector<std::uint64_t> interior{};
     std::uint32_t visits = 0; // settles that named it (selective write-through)
     entry_id src = no_entry;  // staged: the entry it was extracted from, and what (join key)
-    segment_range range{};
+    tiered::segment_range range{};
   };
   struct inflight {
     move_ticket t;
@@ -401,7 +401,7 @@ class tiered_state_store {
   };
   struct planned_load {
     detail::pinned_source src;
-    segment_range range;
+    tiered::segment_range range;
     std::int64_t begin, end;
     entry_id join;
   };
@@ -415,7 +415,7 @@ class tiered_state_store {
       m.reserve(n);
   }
   static Engine& no_copies() noexcept {
-    static metadata_only_copies none;  // stateless
+    static tiered::metadata_only_copies none;  // stateless
     return none;
   }
   [[nodiscard]] std::int64_t bytes_of(const meta& e) const noexcept {
@@ -449,7 +449,7 @@ class tiered_state_store {
   bool make_room(tier_id t, std::int64_t bytes) noexcept;
   void replicate(entry_id id) noexcept;
   void name(entry_id id, std::uint64_t key, std::int64_t begin, std::int64_t end);
-  std::int64_t scan(std::span<const prefix::token_id> input, const prefix::match_result& m, entry_id& ckpt);
+  std::int64_t scan(std::span<const token_id> input, const prefix::match_result& m, entry_id& ckpt);
   template <class ReadFrom, class Use>
   bool for_each_chain_source(std::int64_t best, std::int64_t covered, ReadFrom&& read_from, Use&& use);
   void promote(std::unordered_map<std::uint64_t, entry_id>::iterator it) noexcept;
@@ -475,7 +475,7 @@ class tiered_state_store {
   outstanding_hit* find_hit(std::uint64_t ticket) noexcept { return hits_.find(ticket); }
   const outstanding_hit* find_hit(std::uint64_t ticket) const noexcept { return hits_.find(ticket); }
   /// Content keys of every prefix of `s` (core/hash.hpp), in the model's and salt's seed.
-  void hash_prefixes(std::span<const prefix::token_id> s, const prefix::cache_salt& salt) {
+  void hash_prefixes(std::span<const token_id> s, const cache_salt& salt) {
     prefix_hash_.resize(s.size() + 1);
     std::uint64_t h = content_key::seed(model_id_, salt);
     prefix_hash_[0] = h;
@@ -492,12 +492,12 @@ class tiered_state_store {
   std::int32_t kv_segments_, ckpt_segments_;
   write_policy write_;
   std::int32_t write_through_hits_;
-  watermarks marks_;
+  tiered::watermarks marks_;
   std::uint64_t model_id_;
   std::int64_t used_ = 0;         // the tree's HBM bytes
   std::int64_t staged_used_ = 0;  // staging room in use
   std::int64_t draining_ = 0;     // HBM bytes of free entries waiting for their copy down
-  std::unique_ptr<tiered_store<HostScorer>> store_;  // heap: the table holds a mutex, the store must move
+  std::unique_ptr<tiered::tiered_store<HostScorer>> store_;  // heap: the table holds a mutex, the store must move
   Engine* engine_;
   Sizer sizer_;
   std::unordered_map<entry_id, meta> meta_;
@@ -511,7 +511,7 @@ class tiered_state_store {
   std::vector<entry_id> pending_;  // joins waiting for their source's copy to land
   std::vector<std::uint64_t> prefix_hash_;
   std::int64_t kv_reach_ = 0;  // scan's KV reach (lookup reports it)
-  std::vector<prefix::node_id> path_;
+  std::vector<node_id> path_;
   struct chain_link {  // scan's chain: a free KV entry and how far the input follows it
     entry_id id;
     std::int64_t reach;
@@ -525,9 +525,9 @@ class tiered_state_store {
   tiered_state_counters counters_;
 };
 
-static_assert(prefix::state_store<tiered_state_store<>>);
+static_assert(state_store<tiered_state_store<>>);
 
-}  // namespace hybridcache::tiered
+}  // namespace hybridcache::stores
 
 #include "hybridcache/stores/detail/tiered_state_store_impl.hpp"  // IWYU pragma: keep
 #include "hybridcache/stores/detail/tiered_state_invariants.hpp"  // IWYU pragma: keep

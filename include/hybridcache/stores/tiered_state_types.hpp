@@ -17,7 +17,7 @@
 #include "hybridcache/tiered/offload_engine.hpp"
 #include "hybridcache/tiered/tier.hpp"
 
-namespace hybridcache::tiered {
+namespace hybridcache::stores {
 
 /// When an HBM entry gets a copy in the tier below (SGLang HiCache's three policies).
 enum class write_policy : std::uint8_t {
@@ -48,7 +48,7 @@ struct tiered_state_store_config {
   std::int64_t staging_bytes = 0;
   /// Tiers below HBM, fastest first (host, CXL, ...), each with its size and link. Empty:
   /// one host tier of `host_bytes` at `link_gbps`.
-  std::vector<tier_config> lower_tiers{};
+  std::vector<tiered::tier_config> lower_tiers{};
   /// Layer segments of an entry (layer-major layout): KV entries have one segment per
   /// attention layer, checkpoints one per recurrent layer; each must divide its byte size.
   std::int32_t attention_layers = 1;
@@ -59,7 +59,7 @@ struct tiered_state_store_config {
   /// dirty entries down (clean replicas) until the entries that would leave first, down to
   /// `low`, are clean, so eviction frees HBM without a copy on the request path. high = 1
   /// turns the cleaner off.
-  watermarks offload{};
+  tiered::watermarks offload{};
   /// Content-key seed (core/hash.hpp): stores of one model agree. Use
   /// `model_identity(spec, weights)` (tiered/storage_format.hpp) to share keys with storage backends.
   std::uint64_t model_id = 0;
@@ -132,7 +132,7 @@ struct tiered_hit {
   /// does it).
   std::int64_t kv_reach = 0;
   std::uint64_t ticket = 0;          ///< pins to hand back to `settle` / `release_hit` (0 = nothing pinned)
-  prefix::cache_salt salt = std::nullopt;  ///< the match's namespace: `settle` names the path's entries in it
+  cache_salt salt = std::nullopt;  ///< the match's namespace: `settle` names the path's entries in it
 };
 
 /// What a hit below HBM would bring, from `tiered_state_store::probe_hit` (nothing pinned,
@@ -165,4 +165,4 @@ struct tiered_state_counters {
   std::int64_t write_back_waits = 0;                  ///< allocations that waited for a write-back to free HBM
 };
 
-}  // namespace hybridcache::tiered
+}  // namespace hybridcache::stores

@@ -10,7 +10,7 @@ int main() {
   // A Marconi cache through the named composition (compose/bundles.hpp), single-threaded:
   // the consumer links hybridcache::hybridcache alone.
   namespace pc = hybridcache::prefix;
-  pc::marconi_cache<> cache(m, pc::counting_store(10 * m.ssm_checkpoint_bytes(), m.kv_bytes_per_token(),
+  hybridcache::compose::marconi_cache<> cache(m, hybridcache::stores::counting_store(10 * m.ssm_checkpoint_bytes(), m.kv_bytes_per_token(),
                                                   m.ssm_checkpoint_bytes()),
                             pc::flop_aware_scorer(m, {.alpha = 1.0}));
   const std::vector<hybridcache::token_id> seq(300, 7);

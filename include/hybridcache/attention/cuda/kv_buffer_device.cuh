@@ -24,7 +24,7 @@
 #include "hybridcache/core/cuda/cuda_check.cuh"
 #include "hybridcache/attention/kv_buffer.hpp"
 
-namespace hybridcache::cuda {
+namespace hybridcache::attention {
 
 /// Device mirror of a `kv_buffer_table`'s arrays (block table, cursors, modes), shared by the
 /// buffers of all layers. `upload` sends them when the table changed since the last upload
@@ -113,4 +113,4 @@ class device_kv_buffer_pool {
   device_array<float> decays_;
 };
 
-}  // namespace hybridcache::cuda
+}  // namespace hybridcache::attention

@@ -37,7 +37,7 @@
 #include "hybridcache/attention/kv_buffer.hpp"
 #include "hybridcache/attention/linear_attention_forms.hpp"
 
-namespace hybridcache::cuda {
+namespace hybridcache::attention {
 
 /// The execution context of the kernel bodies on the device (kernel_context.hpp lists the
 /// interface; the host pass of nvcc sees inert stubs).
@@ -490,4 +490,4 @@ void launch_qwen3_next_gates(const In* a, const In* b, const float* a_log, const
                  dt_bias, log_decay, beta, tokens, num_v_heads);
 }
 
-}  // namespace hybridcache::cuda
+}  // namespace hybridcache::attention

@@ -33,7 +33,7 @@
 #include "hybridcache/prefix/prefix_cache.hpp"
 #include "hybridcache/prefix/types.hpp"
 
-namespace hybridcache::prefix::detail {
+namespace hybridcache::compose::detail {
 
 /// What the selector asks of a tier-aware shadow.
 class tiered_shadow_base {
@@ -56,11 +56,11 @@ class tiered_shadow_base {
 
 template <class Model, class Admission, class Scorer, class Store>
 class tiered_shadow final : public tiered_shadow_base {
-  using cache_type = prefix_cache<Model, Admission, Scorer, Store, no_lock>;
+  using cache_type = prefix::prefix_cache<Model, Admission, Scorer, Store, prefix::no_lock>;
 
  public:
   tiered_shadow(const Model& model, Store&& store, Scorer&& scorer, const Admission& admission,
-                const prefix_cache_config& cfg)
+                const prefix::prefix_cache_config& cfg)
       : cache_(model, std::move(store), std::move(scorer), admission, cfg), requests_(cache_) {}
 
   std::int64_t replay(std::span<const token_id> sequence, std::int64_t input_tokens, const cache_salt& salt) override {
@@ -96,8 +96,8 @@ class tiered_shadow final : public tiered_shadow_base {
 
  private:
   cache_type cache_;
-  request_lifecycle<cache_type> requests_;
+  prefix::request_lifecycle<cache_type> requests_;
   std::vector<std::int64_t> captured_;
 };
 
-}  // namespace hybridcache::prefix::detail
+}  // namespace hybridcache::compose::detail

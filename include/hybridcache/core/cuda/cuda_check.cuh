@@ -14,7 +14,7 @@
 
 #include "hybridcache/core/error.hpp"
 
-namespace hybridcache::cuda {
+namespace hybridcache {
 
 /// Throws `cuda_error` when `status` is not cudaSuccess. `call` is the failing expression.
 inline void throw_on_cuda_error(cudaError_t status, const char* call, const char* file, int line) {
@@ -101,9 +101,9 @@ class device_array {
   std::size_t count_ = 0;
 };
 
-}  // namespace hybridcache::cuda
+}  // namespace hybridcache
 
 /// Evaluates a CUDA runtime call and throws hybridcache::cuda_error if it fails.
 #ifndef HYBRIDCACHE_CUDA_TRY
-#define HYBRIDCACHE_CUDA_TRY(call) ::hybridcache::cuda::throw_on_cuda_error((call), #call, __FILE__, __LINE__)
+#define HYBRIDCACHE_CUDA_TRY(call) ::hybridcache::throw_on_cuda_error((call), #call, __FILE__, __LINE__)
 #endif

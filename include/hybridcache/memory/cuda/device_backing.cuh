@@ -29,7 +29,7 @@
 #include "hybridcache/memory/backing.hpp"
 #include "hybridcache/memory/cuda/remap_order.cuh"
 
-namespace hybridcache::cuda {
+namespace hybridcache::memory {
 
 /// Device memory from one cudaMalloc per arena.
 struct device_backing {
@@ -91,4 +91,4 @@ struct device_backing {
 
 static_assert(memory::memory_backing<device_backing>);
 
-}  // namespace hybridcache::cuda
+}  // namespace hybridcache::memory

@@ -32,7 +32,7 @@
 #include "hybridcache/core/error.hpp"
 #include "hybridcache/core/cuda/cuda_check.cuh"
 
-namespace hybridcache::cuda {
+namespace hybridcache::memory {
 
 /// What a pool's remaps are ordered against (see the header comment).
 struct remap_ordering {
@@ -142,4 +142,4 @@ class remap_fence {
   bool pending_copy_ = false;
 };
 
-}  // namespace hybridcache::cuda
+}  // namespace hybridcache::memory

@@ -47,7 +47,7 @@
 #include "hybridcache/memory/cuda/remap_order.cuh"
 #include "hybridcache/memory/stores.hpp"
 
-namespace hybridcache::cuda {
+namespace hybridcache::memory {
 
 namespace detail {
 
@@ -116,14 +116,14 @@ inline void throw_on_cu_error(CUresult status, const char* call, const char* fil
   throw cuda_error(std::string(call) + " failed: " + name + " (" + text + ") at " + file + ":" + std::to_string(line));
 }
 
-}  // namespace hybridcache::cuda
+}  // namespace hybridcache::memory
 
 /// Evaluates a CUDA driver call and throws hybridcache::cuda_error if it fails.
 #ifndef HYBRIDCACHE_CU_TRY
-#define HYBRIDCACHE_CU_TRY(call) ::hybridcache::cuda::throw_on_cu_error((call), #call, __FILE__, __LINE__)
+#define HYBRIDCACHE_CU_TRY(call) ::hybridcache::memory::throw_on_cu_error((call), #call, __FILE__, __LINE__)
 #endif
 
-namespace hybridcache::cuda {
+namespace hybridcache::memory {
 
 /// The allocation granularity (MINIMUM) of pinned device memory on `device`.
 /// @throws cuda_error.
@@ -293,10 +293,10 @@ struct vmm_unit_ref {
 
 /// The device view of `store`'s units (valid while the store lives; mappings may change
 /// when capacity moves, so take it again after a rebalance if slots were added).
-template <memory::pool_kind Kind>
+template <pool_kind Kind>
 [[nodiscard]] vmm_unit_ref make_unit_ref(const memory::paged_store<Kind, vmm_backing>& store) noexcept {
   return {store.view().base(), store.region().chunk_bytes(), store.region().unit_bytes(),
           store.region().units_per_chunk()};
 }
 
-}  // namespace hybridcache::cuda
+}  // namespace hybridcache::memory

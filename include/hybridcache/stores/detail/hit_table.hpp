@@ -13,7 +13,7 @@
 #include "hybridcache/core/error.hpp"
 #include "hybridcache/stores/tiered_state_types.hpp"
 
-namespace hybridcache::tiered::detail {
+namespace hybridcache::stores::detail {
 
 /// A lower-tier entry a hit pinned, and the tier of the copy it pinned.
 struct pinned_source {
@@ -81,4 +81,4 @@ class hit_table {
   std::uint64_t serial_ = 0;
 };
 
-}  // namespace hybridcache::tiered::detail
+}  // namespace hybridcache::stores::detail

@@ -40,7 +40,7 @@
 #include "hybridcache/core/error.hpp"
 #include "hybridcache/core/hash.hpp"
 
-namespace hybridcache::memory {
+namespace hybridcache::stores {
 
 /// Size of a `pool_state_store`'s host tier (aggregate; both 0 = no host tier).
 struct host_tier_config {
@@ -280,4 +280,4 @@ class pool_host_tier {
 };
 
 }  // namespace detail
-}  // namespace hybridcache::memory
+}  // namespace hybridcache::stores

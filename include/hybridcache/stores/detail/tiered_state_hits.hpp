@@ -15,10 +15,10 @@
 
 #include "hybridcache/stores/detail/tiered_state_store_impl.hpp"
 
-namespace hybridcache::tiered {
+namespace hybridcache::stores {
 
 template <demotion_scorer H, tier_copy_engine E, demotion_sizer S>
-std::int64_t tiered_state_store<H, E, S>::scan(std::span<const prefix::token_id> input, const prefix::match_result& m,
+std::int64_t tiered_state_store<H, E, S>::scan(std::span<const token_id> input, const prefix::match_result& m,
                                                entry_id& ckpt) {
   ckpt = no_entry;
   chain_.clear();
@@ -81,7 +81,7 @@ bool tiered_state_store<H, E, S>::for_each_chain_source(std::int64_t best, std::
 }
 
 template <demotion_scorer H, tier_copy_engine E, demotion_sizer S>
-tiered_probe tiered_state_store<H, E, S>::probe_hit(std::span<const prefix::token_id> input,
+tiered_probe tiered_state_store<H, E, S>::probe_hit(std::span<const token_id> input,
                                                     const prefix::match_result& m) {
   tiered_probe out;
   entry_id ckpt = no_entry;
@@ -110,7 +110,7 @@ tiered_probe tiered_state_store<H, E, S>::probe_hit(std::span<const prefix::toke
 }
 
 template <demotion_scorer H, tier_copy_engine E, demotion_sizer S>
-tiered_hit tiered_state_store<H, E, S>::lookup(std::span<const prefix::token_id> input, const prefix::match_result& m) {
+tiered_hit tiered_state_store<H, E, S>::lookup(std::span<const token_id> input, const prefix::match_result& m) {
   tiered_hit h;
   h.hbm_tokens = h.reusable_tokens = m.reusable_tokens;
   h.kv_reach = m.common_prefix;
@@ -586,7 +586,7 @@ expected<bool> tiered_state_store<H, E, S>::layer_pass(const tiered_hit& hit, la
 
 template <demotion_scorer H, tier_copy_engine E, demotion_sizer S>
 template <class Tree>
-void tiered_state_store<H, E, S>::settle(const Tree& tree, std::span<const prefix::token_id> sequence,
+void tiered_state_store<H, E, S>::settle(const Tree& tree, std::span<const token_id> sequence,
                                          const tiered_hit& hit) {
   hash_prefixes(sequence, hit.salt);
   const auto w = tree.walk(sequence, path_, tree.namespace_of(hit.salt));
@@ -599,7 +599,7 @@ void tiered_state_store<H, E, S>::settle(const Tree& tree, std::span<const prefi
     adopt_staged(tree, *slot);
     release_holds(*slot);
   }
-  for (const prefix::node_id n : path_) {
+  for (const node_id n : path_) {
     const auto& nd = tree.at(n);
     const std::uint64_t key = prefix_hash_[static_cast<std::size_t>(nd.end)];
     name(nd.kv.id, key, nd.end - nd.edge(), nd.end);
@@ -676,7 +676,7 @@ void tiered_state_store<H, E, S>::adopt_staged(const Tree& tree, outstanding_hit
     };
     bool ok = false, any = false;
     if (s.checkpoint) {
-      for (const prefix::node_id n : path_) {
+      for (const node_id n : path_) {
         const auto& nd = tree.at(n);
         if (nd.end != s.end) continue;
         ok = any = nd.has_checkpoint && fresh(nd.checkpoint.id) && hand(nd.checkpoint.id, 0, 0, pages);
@@ -684,7 +684,7 @@ void tiered_state_store<H, E, S>::adopt_staged(const Tree& tree, outstanding_hit
       }
     } else if (!path_.empty() && tree.at(path_.back()).end >= s.end) {  // the path covers it
       ok = true;
-      for (const prefix::node_id n : path_) {
+      for (const node_id n : path_) {
         const auto& nd = tree.at(n);
         const std::int64_t nb = nd.end - nd.edge();
         const std::int64_t lo = std::max(nb, s.begin), hi = std::min(nd.end, s.end);
@@ -753,4 +753,4 @@ void tiered_state_store<H, E, S>::release_holds(outstanding_hit& hit, bool keep_
   hits_.release(hit);
 }
 
-}  // namespace hybridcache::tiered
+}  // namespace hybridcache::stores

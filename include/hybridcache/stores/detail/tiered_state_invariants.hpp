@@ -13,7 +13,7 @@
 #include "hybridcache/concepts/tier_entry.hpp"
 #include "hybridcache/stores/tiered_state_types.hpp"
 
-namespace hybridcache::tiered::detail {
+namespace hybridcache::stores::detail {
 
 template <class Store, class Tree>
 std::string check_tiered_invariants(const Store& st, const Tree& tree) {
@@ -69,7 +69,7 @@ std::string check_tiered_invariants(const Store& st, const Tree& tree) {
     }
   // Every tree handle is a tree-role entry, and every tree-role entry is a tree handle.
   std::size_t handles = 0;
-  for (prefix::node_id n = 1; n < tree.id_bound(); ++n) {
+  for (node_id n = 1; n < tree.id_bound(); ++n) {
     if (!tree.live(n)) continue;
     const auto& nd = tree.at(n);
     const std::array<entry_id, 2> ids{nd.kv.id, nd.has_checkpoint ? nd.checkpoint.id : no_entry};
@@ -85,4 +85,4 @@ std::string check_tiered_invariants(const Store& st, const Tree& tree) {
   return {};
 }
 
-}  // namespace hybridcache::tiered::detail
+}  // namespace hybridcache::stores::detail

@@ -16,7 +16,7 @@
 
 #include "hybridcache/stores/tiered_state_store.hpp"
 
-namespace hybridcache::tiered {
+namespace hybridcache::stores {
 
 // --- construction ------------------------------------------------------------------------
 
@@ -34,7 +34,7 @@ tiered_state_store<H, E, S>::tiered_state_store(const tiered_state_store_config&
       write_through_hits_(c.write_through_hits),
       marks_(c.offload),
       model_id_(c.model_id),
-      store_(std::make_unique<tiered_store<H>>(tiers_for(c), page_bytes_for(c), std::move(host))),
+      store_(std::make_unique<tiered::tiered_store<H>>(tiers_for(c), page_bytes_for(c), std::move(host))),
       engine_(&engine),
       sizer_(std::move(sizer)) {
   HYBRIDCACHE_EXPECTS(c.write_through_hits >= 1, invalid_argument, "tiered_state_store: write_through_hits must be >= 1");
@@ -78,29 +78,29 @@ std::int64_t tiered_state_store<H, E, S>::page_bytes_for(const tiered_state_stor
 }
 
 template <demotion_scorer H, tier_copy_engine E, demotion_sizer S>
-std::vector<tier_config> tiered_state_store<H, E, S>::tiers_for(const tiered_state_store_config& c) {
+std::vector<tiered::tier_config> tiered_state_store<H, E, S>::tiers_for(const tiered_state_store_config& c) {
   HYBRIDCACHE_EXPECTS(c.hbm_bytes > 0, invalid_argument, "tiered_state_store: hbm_bytes must be > 0");
   HYBRIDCACHE_EXPECTS(c.staging_bytes >= 0, invalid_argument, "tiered_state_store: staging_bytes must be >= 0");
   HYBRIDCACHE_EXPECTS(c.host_bytes >= 0, invalid_argument, "tiered_state_store: host_bytes must be >= 0");
   HYBRIDCACHE_EXPECTS(c.lower_tiers.empty() || c.host_bytes == 0, invalid_argument,
                       "tiered_state_store: give host_bytes or lower_tiers, not both");
   const std::int64_t page = page_bytes_for(c);
-  std::vector<tier_config> out;
-  out.push_back(tier_config{.kind = tier_kind::hbm,
+  std::vector<tiered::tier_config> out;
+  out.push_back(tiered::tier_config{.kind = tiered::tier_kind::hbm,
                             .capacity_bytes = (c.hbm_bytes / page + c.staging_bytes / page) * page,
                             .link_gbps = 0.0});
   if (c.lower_tiers.empty()) {
     if (c.host_bytes > 0)  // else HBM only: what the cache evicts is dropped (the single-tier baseline)
-      out.push_back(tier_config{.kind = tier_kind::host,
+      out.push_back(tiered::tier_config{.kind = tiered::tier_kind::host,
                                 .capacity_bytes = std::max(c.host_bytes / page, std::int64_t{1}) * page,
                                 .link_gbps = c.link_gbps});
   } else {
-    for (tier_config t : c.lower_tiers) {
+    for (tiered::tier_config t : c.lower_tiers) {
       if (t.capacity_bytes > 0) t.capacity_bytes = std::max(t.capacity_bytes / page, std::int64_t{1}) * page;
       out.push_back(t);
     }
   }
-  validate_tiers(out, page);  // names the bad tier and field
+  tiered::validate_tiers(out, page);  // names the bad tier and field
   return out;
 }
 
@@ -588,6 +588,6 @@ std::int64_t tiered_state_store<H, E, S>::offload() noexcept {
   return started;
 }
 
-}  // namespace hybridcache::tiered
+}  // namespace hybridcache::stores
 
 #include "hybridcache/stores/detail/tiered_state_hits.hpp"  // IWYU pragma: keep

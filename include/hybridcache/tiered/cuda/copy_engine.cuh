@@ -51,12 +51,7 @@
 #include "hybridcache/tiered/host_memory.hpp"
 #include "hybridcache/tiered/tiered_store.hpp"
 
-namespace hybridcache::cuda {
-
-using tiered::copy_event;
-using tiered::copy_span;
-using tiered::copy_stream;
-using tiered::tier_id;
+namespace hybridcache::tiered {
 
 /// Options of the CUDA copy engine. Aggregate with defaults.
 struct copy_engine_options {
@@ -120,9 +115,9 @@ class copy_engine {
   /// ticket's layer segments; a full-size copy records an event after each segment, any other
   /// (a sparsified copy) lands them all at once. `invalid_argument` for a ticket outside the
   /// arenas. @throws cuda_error when a CUDA call fails.
-  [[nodiscard]] expected<copy_event> submit(const tiered::move_ticket& t) {
+  [[nodiscard]] expected<copy_event> submit(const move_ticket& t) {
     copy_event ev;
-    auto r = submit_group(std::span<const tiered::move_ticket>(&t, 1), std::span<copy_event>(&ev, 1));
+    auto r = submit_group(std::span<const move_ticket>(&t, 1), std::span<copy_event>(&ev, 1));
     if (!r) return unexpected(r.error());
     return ev;
   }
@@ -134,14 +129,14 @@ class copy_engine {
   /// stream runs them in that order, so layer 0 of every entry of a hit lands first.
   /// invalid_argument for a ticket outside the arenas, tickets of both directions, or sizes
   /// that differ (nothing submitted). @throws cuda_error when a CUDA call fails.
-  [[nodiscard]] expected<void> submit_group(std::span<const tiered::move_ticket> tickets, std::span<copy_event> events) {
+  [[nodiscard]] expected<void> submit_group(std::span<const move_ticket> tickets, std::span<copy_event> events) {
     if (tickets.empty() || tickets.size() != events.size()) return unexpected(errc::invalid_argument);
     const copy_stream s = tiered::stream_for(tickets.front());
     std::vector<group_part> parts;
     std::vector<tiered::layered_copies> plans;
     parts.reserve(tickets.size());
     plans.reserve(tickets.size());
-    for (const tiered::move_ticket& t : tickets) {
+    for (const move_ticket& t : tickets) {
       if (t.src.value >= arenas_.size() || t.dst.value >= arenas_.size() || tiered::stream_for(t) != s)
         return unexpected(errc::invalid_argument);
       parts.push_back({t.src, t.dst, std::max<std::int32_t>(1, t.segments)});
@@ -513,7 +508,7 @@ class copy_engine {
   std::mutex mu_;
 };
 
-static_assert(tiered::grouped_copy_engine<copy_engine>);
+static_assert(grouped_copy_engine<copy_engine>);
 
 /// Per-layer CUDA events in a ring of event sets (layer-wise loading; 3 sets by default,
 /// as SGLang HiCache): the loader records layer l's event on the onboard stream after
@@ -605,4 +600,4 @@ class cuda_layer_event_ring {
   mutable std::condition_variable cv_;
 };
 
-}  // namespace hybridcache::cuda
+}  // namespace hybridcache::tiered

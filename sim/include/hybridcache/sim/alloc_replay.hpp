@@ -234,7 +234,7 @@ class reference_avmp_pool {
     stores_[1].init(ssm_unit, budget, ssm_bytes);
   }
 
-  expected<void> allocate_n(memory::pool_kind kind, std::span<packed_handle> out, bool = true) {
+  expected<void> allocate_n(pool_kind kind, std::span<packed_handle> out, bool = true) {
     store& st = stores_[static_cast<int>(kind)];
     std::size_t got = 0;
     for (; got < out.size(); ++got) {
@@ -263,7 +263,7 @@ class reference_avmp_pool {
   }
 
   // Forced rebalance toward `kind` (the reference's _apply_rebalance); 1 on success.
-  std::uint32_t rebalance_on_failure(memory::pool_kind kind, std::uint64_t) {
+  std::uint32_t rebalance_on_failure(pool_kind kind, std::uint64_t) {
     store& recipient = stores_[static_cast<int>(kind)];
     store& donor = stores_[1 - static_cast<int>(kind)];
     const std::uint64_t donor_bytes = std::uint64_t{batch_} * donor.unit;
@@ -281,9 +281,9 @@ class reference_avmp_pool {
     return 1;
   }
 
-  [[nodiscard]] memory::pool_stats stats(memory::pool_kind kind) const noexcept {
+  [[nodiscard]] pool_stats stats(pool_kind kind) const noexcept {
     const store& st = stores_[static_cast<int>(kind)];
-    memory::pool_stats s;
+    pool_stats s;
     s.unit_bytes = st.unit;
     s.total_units = st.total;
     s.free_units = st.free_list.size();
@@ -291,7 +291,7 @@ class reference_avmp_pool {
     s.free_fraction = s.total_units ? static_cast<double>(s.free_units) / static_cast<double>(s.total_units) : 0.0;
     return s;
   }
-  [[nodiscard]] const memory::rebalance_counters& counters() const noexcept { return counters_; }
+  [[nodiscard]] const rebalance_counters& counters() const noexcept { return counters_; }
   /// Each store keeps a tensor of the whole budget.
   [[nodiscard]] std::uint64_t reserved_bytes() const noexcept { return 2 * budget_; }
 
@@ -328,7 +328,7 @@ class reference_avmp_pool {
     }
   };
   struct page_record {
-    memory::pool_kind kind;
+    pool_kind kind;
     std::uint32_t page;
     bool live;
   };
@@ -337,24 +337,24 @@ class reference_avmp_pool {
   std::uint32_t batch_;
   store stores_[2];
   std::vector<page_record> pages_;
-  memory::rebalance_counters counters_;
+  rebalance_counters counters_;
 };
 
 template <class Pool>
 std::uint64_t total_units(const Pool& pool, bool unified) {
-  return unified ? pool.stats(memory::pool_kind::kv).total_units
-                 : pool.stats(memory::pool_kind::kv).total_units + pool.stats(memory::pool_kind::ssm).total_units;
+  return unified ? pool.stats(pool_kind::kv).total_units
+                 : pool.stats(pool_kind::kv).total_units + pool.stats(pool_kind::ssm).total_units;
 }
 template <class Pool>
 std::uint64_t free_units_of(const Pool& pool, bool unified) {
-  return unified ? pool.stats(memory::pool_kind::kv).free_units
-                 : pool.stats(memory::pool_kind::kv).free_units + pool.stats(memory::pool_kind::ssm).free_units;
+  return unified ? pool.stats(pool_kind::kv).free_units
+                 : pool.stats(pool_kind::kv).free_units + pool.stats(pool_kind::ssm).free_units;
 }
 
 template <class Pool>
 alloc_replay_result run_alloc_replay(Pool& pool, const alloc_workload& w, const cost_model& model, ladder lad,
                                      bool unified, const alloc_replay_config& cfg, bool whole = false) {
-  using memory::pool_kind;
+  using hybridcache::pool_kind;
   const auto start = std::chrono::steady_clock::now();
   const std::int64_t page_tokens = cfg.tokens_per_page;
   const auto n = static_cast<std::uint32_t>(w.requests.size());
@@ -388,7 +388,7 @@ alloc_replay_result run_alloc_replay(Pool& pool, const alloc_workload& w, const 
   std::vector<packed_handle> handle_of_unit;
   std::vector<std::uint32_t> owner_of_unit, seen_stamp;
   if (id_reuse) {
-    const std::uint64_t units = pool.stats(memory::pool_kind::kv).total_units;
+    const std::uint64_t units = pool.stats(pool_kind::kv).total_units;
     handle_of_unit.resize(units);
     owner_of_unit.resize(units);
     seen_stamp.assign(units, 0xffffffffu);

@@ -115,7 +115,7 @@ class bpe_backtracking_encoder {
       list.push_back({t.rank, a, b, t.id});
     });
     if (!ok) return;
-    bpe_detail::sort_by_rank(list);
+    detail::sort_by_rank(list);
     // Which tokens are ever made (a merge whose input never is can never apply), and each
     // token's length in bytes: a worklist from the bytes over the merges by input, O(merges)
     // (an input may be made by a merge ranked after the one taking it).
@@ -435,7 +435,7 @@ class bpe_backtracking_encoder {
     for (std::size_t i = 0; i < n; ++k) {
       std::size_t len = 0;
       at[k] = static_cast<std::uint32_t>(i);
-      cp[k] = bpe_detail::decode_at(s + i, len);
+      cp[k] = detail::decode_at(s + i, len);
       i += len;
     }
     at[k] = static_cast<std::uint32_t>(n);

@@ -168,7 +168,7 @@ class bpe_char_trie {
       std::uint64_t* into = nullptr;  // the edge into `node` (none into the root)
       for (std::size_t i = 0; i < bytes.size();) {
         std::size_t l = 0;
-        const std::uint32_t cp = bpe_detail::decode_valid(bytes, i, l);
+        const std::uint32_t cp = detail::decode_valid(bytes, i, l);
         i += l;
         h = extend(h, cp);
         if (into != nullptr) *into |= inner;

@@ -266,7 +266,7 @@ class bpe_word_merger {
   std::vector<candidate> heap_;
 };
 
-namespace bpe_detail {
+namespace detail {
 
 // Sorts merges (anything with a `rank`, constructible from {rank, 0, 0, 0}) by rank. Ranks
 // are distinct (one per pair) and below the merge list's length, so each goes straight to
@@ -287,6 +287,6 @@ void sort_by_rank(std::vector<Merge>& list) {
     if (m.rank >= 0) list[k++] = m;
 }
 
-}  // namespace bpe_detail
+}  // namespace detail
 
 }  // namespace hybridcache::sim

@@ -81,7 +81,7 @@ enum class split_pattern : std::uint8_t { gpt2, llama3, qwen2 };
   return std::nullopt;
 }
 
-namespace bpe_detail {
+namespace detail {
 
 // The end of the case-insensitive contraction at s[p] ('s 't 're 've 'm 'll 'd; U+017F
 // LONG S folds to s), or 0.
@@ -96,7 +96,7 @@ namespace bpe_detail {
   return 0;
 }
 
-}  // namespace bpe_detail
+}  // namespace detail
 
 /// Calls `emit(piece)` for each piece of valid UTF-8 `text` split by the Llama 3 pattern
 /// (`max_digits` 3) or Qwen 2's (1). With `Checked`, `text` may be any bytes: the split
@@ -104,17 +104,17 @@ namespace bpe_detail {
 /// sequence; else it returns true.
 template <bool Checked = false, class Emit>
 bool llama3_split(std::string_view text, std::size_t max_digits, Emit&& emit) {
-  using bpe_detail::cclass;
-  using bpe_detail::class_at;
-  using bpe_detail::run_end;
-  const bpe_detail::class_table& table = bpe_detail::class_table::get();
+  using detail::cclass;
+  using detail::class_at;
+  using detail::run_end;
+  const detail::class_table& table = detail::class_table::get();
   const auto* s = reinterpret_cast<const unsigned char*>(text.data());
   const std::size_t n = text.size();
   auto crlf = [](unsigned char c) { return c == '\r' || c == '\n'; };
   bool bad = false;
   std::size_t p = 0, len = 0;
   while (p < n) {
-    std::size_t end = bpe_detail::contraction_end_ci(s, n, p);  // 1
+    std::size_t end = detail::contraction_end_ci(s, n, p);  // 1
     if (end == 0) {
       const cclass cls = class_at<Checked>(s, n, p, table, len, bad);
       std::size_t l2 = 0;
@@ -134,7 +134,7 @@ bool llama3_split(std::string_view text, std::size_t max_digits, Emit&& emit) {
         end = run_end<Checked>(s, n, cls == cclass::other ? p : p + 1, cclass::other, table, bad);
         while (end < n && crlf(s[end])) ++end;
       } else {  // whitespace: 5, else 6, else 7
-        const bpe_detail::space_run r = bpe_detail::whitespace_run<Checked>(s, n, p, table, bad);
+        const detail::space_run r = detail::whitespace_run<Checked>(s, n, p, table, bad);
         end = r.after_crlf != 0 ? r.after_crlf : r.end;
       }
     }
@@ -158,7 +158,7 @@ struct special_token_template {
   std::vector<token_id> suffix;  ///< after it (e.g. EOS)
 };
 
-namespace bpe_detail {
+namespace detail {
 
 [[noreturn]] inline void unsupported_component(const std::string& name, const std::string& what) {
   throw invalid_argument("tokenizer '" + name + "': " + what + " is not implemented (supported: byte-level BPE, see bpe_tokenizer.hpp)");
@@ -205,27 +205,27 @@ inline split_pattern split_of(const json_value& v, const std::string& name) {
   return *known;
 }
 
-}  // namespace bpe_detail
+}  // namespace detail
 
 /// The split a tokenizer.json's "pre_tokenizer" makes: ByteLevel with use_regex (GPT-2), or
 /// a Sequence of a Split by a known regex and ByteLevel without use_regex (a one-element
 /// Sequence reads as its element). Throws `invalid_argument` naming anything else.
 [[nodiscard]] inline split_pattern parse_pre_tokenizer(const json_value& v, const std::string& name) {
-  if (v.is_null()) bpe_detail::unsupported_component(name, "a null pre_tokenizer");
-  const std::string& type = bpe_detail::json_type(v, name, "pre_tokenizer");
+  if (v.is_null()) detail::unsupported_component(name, "a null pre_tokenizer");
+  const std::string& type = detail::json_type(v, name, "pre_tokenizer");
   if (type == "ByteLevel") {
-    if (!bpe_detail::byte_level_use_regex(v, name)) bpe_detail::unsupported_component(name, "ByteLevel use_regex = false without a Split before it");
+    if (!detail::byte_level_use_regex(v, name)) detail::unsupported_component(name, "ByteLevel use_regex = false without a Split before it");
     return split_pattern::gpt2;
   }
-  if (type != "Sequence") bpe_detail::unsupported_component(name, "pre_tokenizer '" + type + "'");
-  const auto& parts = bpe_detail::json_array(v, "pretokenizers", name, "pre_tokenizer Sequence");
+  if (type != "Sequence") detail::unsupported_component(name, "pre_tokenizer '" + type + "'");
+  const auto& parts = detail::json_array(v, "pretokenizers", name, "pre_tokenizer Sequence");
   if (parts.size() == 1) return parse_pre_tokenizer(parts[0], name);
-  if (parts.size() != 2 || bpe_detail::json_type(parts[0], name, "pre_tokenizer") != "Split" ||
-      bpe_detail::json_type(parts[1], name, "pre_tokenizer") != "ByteLevel")
-    bpe_detail::unsupported_component(name, "a pre_tokenizer Sequence other than [Split, ByteLevel]");
-  const split_pattern p = bpe_detail::split_of(parts[0], name);
-  if (bpe_detail::byte_level_use_regex(parts[1], name))
-    bpe_detail::unsupported_component(name, "ByteLevel use_regex = true after a Split (two splits)");
+  if (parts.size() != 2 || detail::json_type(parts[0], name, "pre_tokenizer") != "Split" ||
+      detail::json_type(parts[1], name, "pre_tokenizer") != "ByteLevel")
+    detail::unsupported_component(name, "a pre_tokenizer Sequence other than [Split, ByteLevel]");
+  const split_pattern p = detail::split_of(parts[0], name);
+  if (detail::byte_level_use_regex(parts[1], name))
+    detail::unsupported_component(name, "ByteLevel use_regex = true after a Split (two splits)");
   return p;
 }
 
@@ -233,15 +233,15 @@ inline split_pattern split_of(const json_value& v, const std::string& name) {
 /// NFC alone or in a one-element Sequence. Throws `invalid_argument` naming anything else.
 [[nodiscard]] inline bool parse_normalizer(const json_value& v, const std::string& name) {
   if (v.is_null()) return false;
-  const std::string& type = bpe_detail::json_type(v, name, "normalizer");
+  const std::string& type = detail::json_type(v, name, "normalizer");
   if (type == "NFC") return true;
   if (type == "Sequence") {
-    const auto& parts = bpe_detail::json_array(v, "normalizers", name, "normalizer Sequence");
+    const auto& parts = detail::json_array(v, "normalizers", name, "normalizer Sequence");
     if (parts.empty()) return false;
     if (parts.size() == 1) return parse_normalizer(parts[0], name);
-    bpe_detail::unsupported_component(name, "a normalizer Sequence of more than one normalizer");
+    detail::unsupported_component(name, "a normalizer Sequence of more than one normalizer");
   }
-  bpe_detail::unsupported_component(name, "normalizer '" + type + "'");
+  detail::unsupported_component(name, "normalizer '" + type + "'");
 }
 
 /// The special tokens a tokenizer.json's "post_processor" adds around one sequence: none for
@@ -253,18 +253,18 @@ inline split_pattern split_of(const json_value& v, const std::string& name) {
   if (v.is_null()) return out;
   bool have_template = false;
   auto one = [&](const json_value& p, auto& self) -> void {
-    const std::string& type = bpe_detail::json_type(p, name, "post_processor");
+    const std::string& type = detail::json_type(p, name, "post_processor");
     if (type == "ByteLevel") return;
     if (type == "Sequence") {
-      for (const json_value& q : bpe_detail::json_array(p, "processors", name, "post_processor Sequence")) self(q, self);
+      for (const json_value& q : detail::json_array(p, "processors", name, "post_processor Sequence")) self(q, self);
       return;
     }
-    if (type != "TemplateProcessing") bpe_detail::unsupported_component(name, "post_processor '" + type + "'");
-    if (have_template) bpe_detail::unsupported_component(name, "two TemplateProcessing post_processors");
+    if (type != "TemplateProcessing") detail::unsupported_component(name, "post_processor '" + type + "'");
+    if (have_template) detail::unsupported_component(name, "two TemplateProcessing post_processors");
     have_template = true;
     const json_value* specials = p.find("special_tokens");
     bool seen_sequence = false;
-    for (const json_value& item : bpe_detail::json_array(p, "single", name, "TemplateProcessing")) {
+    for (const json_value& item : detail::json_array(p, "single", name, "TemplateProcessing")) {
       if (item.kind() != json_kind::object) throw invalid_argument("tokenizer '" + name + "': a TemplateProcessing item must be an object");
       if (const json_value* seq = item.find("Sequence"); seq != nullptr) {
         const json_value* id = seq->kind() == json_kind::object ? seq->find("id") : nullptr;

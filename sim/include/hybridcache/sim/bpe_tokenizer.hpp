@@ -221,7 +221,7 @@ class bpe_tokenizer {
     return v;
   }
   [[noreturn]] static void unsupported(const std::string& name, const std::string& what) {
-    bpe_detail::unsupported_component(name, what);
+    detail::unsupported_component(name, what);
   }
 
   static void require_null_or(const json_value* v, const std::string& name, const std::string& what) {
@@ -229,7 +229,7 @@ class bpe_tokenizer {
   }
 
   static bool get_bool(const json_value& obj, std::string_view key, bool fallback, const std::string& name) {
-    return bpe_detail::json_bool(obj, key, fallback, name);
+    return detail::json_bool(obj, key, fallback, name);
   }
 
   void load(std::string_view text, const std::string& name) {
@@ -385,10 +385,10 @@ class bpe_tokenizer {
       merges_.add(ia, ib, static_cast<std::int32_t>(r), iab);  // a repeated pair: the last wins, as in the package
     }
     merges_.finish();
-    const auto map = bpe_detail::byte_to_unicode();
+    const auto map = detail::byte_to_unicode();
     for (std::size_t b = 0; b < 256; ++b) {
       std::string s;
-      bpe_detail::append_utf8(s, map[b]);
+      detail::append_utf8(s, map[b]);
       byte_ids_[b] = vocab_.find(s);
     }
     // An unknown token is emitted only for a byte the vocabulary lacks; with every byte in it
@@ -398,7 +398,7 @@ class bpe_tokenizer {
     if (ignore_merges_) {
       std::string bytes;
       vocab_.for_each([&](std::string_view token, token_id id) {
-        if (!bpe_detail::byte_level_to_bytes(token, bytes)) return;  // not spelled in the byte alphabet: never a piece
+        if (!detail::byte_level_to_bytes(token, bytes)) return;  // not spelled in the byte alphabet: never a piece
         by_bytes_.emplace(bytes, id);
         mark_whole_piece(bytes);
       });

@@ -5,7 +5,7 @@
 // template that renders it (`chat_template`, ChatML by default), the reader options
 // (`chat_options`) and the size caps (`chat_limits`), and the parsers that turn one
 // openai line, one SWE-agent .traj document or one tau-bench task into a conversation
-// (chat_detail::parse_*). The request recipe built on top is described in chat_trace.hpp
+// (detail::parse_*). The request recipe built on top is described in chat_trace.hpp
 // and docs/traces.md. Every parser is O(input) and throws `format_error` naming the line
 // and the field.
 #pragma once
@@ -162,7 +162,7 @@ struct chat_options {
   std::int64_t max_requests_per_session = 0;
 };
 
-namespace chat_detail {
+namespace detail {
 
 inline void append_json_string(std::string& out, std::string_view s) {
   out.push_back('"');
@@ -384,7 +384,7 @@ inline void parse_messages(json_cursor& c, std::string_view doc, const std::stri
   }
 }
 
-}  // namespace chat_detail
+}  // namespace detail
 
 /// Parses one openai line: {"messages": [...], "timestamp"?: seconds}; other keys skipped.
 inline void parse_openai_line(std::string_view text, std::int64_t line, chat_conversation& out) {
@@ -398,7 +398,7 @@ inline void parse_openai_line(std::string_view text, std::int64_t line, chat_con
   while (c.next_member(key)) {
     if (key == "messages") {
       c.mark_key(seen, k_messages, "messages");
-      chat_detail::parse_messages(c, text, "messages", out, {.timestamps = true, .swe_agent = false});
+      detail::parse_messages(c, text, "messages", out, {.timestamps = true, .swe_agent = false});
     } else if (key == "timestamp") {
       c.mark_key(seen, k_timestamp, "timestamp");
       const double t = c.read_double("timestamp");
@@ -425,7 +425,7 @@ inline void parse_swe_agent_traj(std::string_view text, chat_conversation& out) 
   while (c.next_member(key)) {
     if (key == "history") {
       c.mark_key(seen, 1, "history");
-      chat_detail::parse_messages(c, text, "history", out, {.timestamps = false, .swe_agent = true});
+      detail::parse_messages(c, text, "history", out, {.timestamps = false, .swe_agent = true});
     } else {
       c.skip_value(key);
     }
@@ -448,7 +448,7 @@ inline void parse_tau_bench_task(std::string_view text, std::int64_t line, chat_
       if (have_traj) c.fail(key, "duplicate trajectory (\"traj\" or \"messages\")");
       have_traj = true;
       const std::string field(key);
-      chat_detail::parse_messages(c, text, field, out, {.timestamps = false, .swe_agent = false});
+      detail::parse_messages(c, text, field, out, {.timestamps = false, .swe_agent = false});
     } else {
       c.skip_value(key);
     }

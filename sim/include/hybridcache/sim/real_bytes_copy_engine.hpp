@@ -65,23 +65,23 @@ namespace hybridcache::sim {
 /// The calls of one storage tier, type-erased so that the harness need not link a
 /// backend's library (a Redis tier is made where hiredis is linked): `storage_io_of`.
 struct storage_tier_io {
-  std::function<expected<tiered::io_ticket>(const tiered::storage_key&, const tiered::value_meta&,
+  std::function<expected<io_ticket>(const storage_key&, const value_meta&,
                                             std::span<const std::byte>)>
       put;
-  std::function<expected<tiered::io_ticket>(const tiered::storage_key&, std::span<std::byte>)> get;
-  std::function<expected<tiered::io_result>(tiered::io_ticket)> wait;
-  std::function<expected<tiered::io_ticket>(const tiered::storage_key&)> remove;
+  std::function<expected<io_ticket>(const storage_key&, std::span<std::byte>)> get;
+  std::function<expected<io_result>(io_ticket)> wait;
+  std::function<expected<io_ticket>(const storage_key&)> remove;
 };
 
 /// The calls of `backend` (which must outlive them).
 template <class Backend>
 [[nodiscard]] storage_tier_io storage_io_of(Backend& backend) {
-  return {[&backend](const tiered::storage_key& k, const tiered::value_meta& m, std::span<const std::byte> b) {
+  return {[&backend](const storage_key& k, const value_meta& m, std::span<const std::byte> b) {
             return backend.put(k, m, b);
           },
-          [&backend](const tiered::storage_key& k, std::span<std::byte> into) { return backend.get(k, into); },
-          [&backend](tiered::io_ticket t) { return backend.wait(t); },
-          [&backend](const tiered::storage_key& k) { return backend.remove(k); }};
+          [&backend](const storage_key& k, std::span<std::byte> into) { return backend.get(k, into); },
+          [&backend](io_ticket t) { return backend.wait(t); },
+          [&backend](const storage_key& k) { return backend.remove(k); }};
 }
 
 /// Options of the real-bytes engine. Aggregate with defaults.
@@ -122,7 +122,7 @@ class real_bytes_copy_engine : public timed_copy_engine {
   }
 
   /// Books the copy on its link (the timed engine) and moves its bytes now.
-  [[nodiscard]] expected<event> submit(const tiered::move_ticket& t) {
+  [[nodiscard]] expected<event> submit(const move_ticket& t) {
     auto ev = timed_copy_engine::submit(t);
     if (!ev) return ev;
     const auto w0 = std::chrono::steady_clock::now();
@@ -148,9 +148,9 @@ class real_bytes_copy_engine : public timed_copy_engine {
     return {};
   }
 
-  [[nodiscard]] const tiered::real_bytes_stats& real_stats() const noexcept { return stats_; }
+  [[nodiscard]] const sim::real_bytes_stats& real_stats() const noexcept { return stats_; }
   /// The arena of memory tier `t` (tests).
-  [[nodiscard]] std::byte* base(tiered::tier_id t) { return memory_->base(t); }
+  [[nodiscard]] std::byte* base(tier_id t) { return memory_->base(t); }
 
  private:
   struct entry_sum {
@@ -174,9 +174,9 @@ class real_bytes_copy_engine : public timed_copy_engine {
     std::unordered_map<std::uint64_t, stored_value> values;  // by entry id put under
   };
 
-  [[nodiscard]] bool is_memory(tiered::tier_id t) const noexcept { return t.value < memory_tiers_; }
-  [[nodiscard]] tiered::storage_key key_of(tiered::entry_id id) const noexcept {
-    return {model_, tiered::to_underlying(id), 1, tiered::value_kind::kv};
+  [[nodiscard]] bool is_memory(tier_id t) const noexcept { return t.value < memory_tiers_; }
+  [[nodiscard]] storage_key key_of(entry_id id) const noexcept {
+    return {model_, to_underlying(id), 1, value_kind::kv};
   }
   static std::vector<std::uint32_t> pages_of(const page_list& l) {
     std::vector<std::uint32_t> v;
@@ -184,7 +184,7 @@ class real_bytes_copy_engine : public timed_copy_engine {
     return v;
   }
   // Logical bytes [0, n) of `pages` in memory tier `t` into `out`, or `in` into them.
-  void gather(tiered::tier_id t, const std::vector<std::uint32_t>& pages, std::int64_t n, std::byte* out) {
+  void gather(tier_id t, const std::vector<std::uint32_t>& pages, std::int64_t n, std::byte* out) {
     std::byte* b = memory_->base(t);
     for (std::size_t k = 0; k < pages.size() && static_cast<std::int64_t>(k) * page_ < n; ++k) {
       const std::int64_t len = std::min(page_, n - static_cast<std::int64_t>(k) * page_);
@@ -192,7 +192,7 @@ class real_bytes_copy_engine : public timed_copy_engine {
                   static_cast<std::size_t>(len));
     }
   }
-  void scatter(tiered::tier_id t, const std::vector<std::uint32_t>& pages, std::int64_t n, const std::byte* in) {
+  void scatter(tier_id t, const std::vector<std::uint32_t>& pages, std::int64_t n, const std::byte* in) {
     std::byte* b = memory_->base(t);
     for (std::size_t k = 0; k < pages.size() && static_cast<std::int64_t>(k) * page_ < n; ++k) {
       const std::int64_t len = std::min(page_, n - static_cast<std::int64_t>(k) * page_);
@@ -201,15 +201,15 @@ class real_bytes_copy_engine : public timed_copy_engine {
     }
   }
   // The bytes an entry is computed with: a function of its id and the byte's position.
-  static void fill_pattern(tiered::entry_id id, std::span<std::byte> out) {
-    const std::uint64_t seed = splitmix64_mix(tiered::to_underlying(id) * 0x9e3779b97f4a7c15ULL + 0x51);
+  static void fill_pattern(entry_id id, std::span<std::byte> out) {
+    const std::uint64_t seed = splitmix64_mix(to_underlying(id) * 0x9e3779b97f4a7c15ULL + 0x51);
     for (std::size_t i = 0; i < out.size(); i += 8) {
       const std::uint64_t w = splitmix64_mix(seed + i);
       for (std::size_t b = 0; b < 8 && i + b < out.size(); ++b) out[i + b] = static_cast<std::byte>((w >> (8 * b)) & 0xff);
     }
   }
   // The source bytes of `t` (n of them, the ticket's page order) into buf_. false: a miss.
-  bool read_source(const tiered::move_ticket& t, std::int64_t n) {
+  bool read_source(const move_ticket& t, std::int64_t n) {
     const auto src_pages = pages_of(t.src_pages);
     if (is_memory(t.src)) {
       if (options_.write_computed_bytes && t.src.value == 0 && t.id == t.src_id &&
@@ -236,11 +236,11 @@ class real_bytes_copy_engine : public timed_copy_engine {
         if (v == st.values.end()) return false;
         const std::int64_t len = v->second.bytes;
         value_.resize(static_cast<std::size_t>(len));
-        const tiered::entry_id vid = tiered::make_entry_id(home->second.value);
+        const entry_id vid = make_entry_id(home->second.value);
         const auto tk = io.get(key_of(vid), value_);
         stats_.storage_gets += 1;
-        const auto r = tk ? io.wait(*tk) : expected<tiered::io_result>(unexpected(tk.error()));
-        if (!r || r->status != tiered::io_status::ok || r->bytes != len) {
+        const auto r = tk ? io.wait(*tk) : expected<io_result>(unexpected(tk.error()));
+        if (!r || r->status != io_status::ok || r->bytes != len) {
           stats_.storage_misses += 1;
           return false;
         }
@@ -261,7 +261,7 @@ class real_bytes_copy_engine : public timed_copy_engine {
   // copy reads the whole source (its CRC is known); a partial read (an extract of some
   // layers' pages) is covered by the backend's own check only. Records the bytes of a new
   // entry (a staged copy or an extract has its own id) and of a source seen first.
-  bool verify(const tiered::move_ticket& t, std::int64_t n) {
+  bool verify(const move_ticket& t, std::int64_t n) {
     const std::uint32_t crc = crc32c(std::span<const std::byte>(buf_.data(), static_cast<std::size_t>(n)));
     read_crc_ = crc;
     const auto src = sums_.find(to_underlying(t.src_id));
@@ -291,7 +291,7 @@ class real_bytes_copy_engine : public timed_copy_engine {
       st.pages.erase(page);
       if (--it->second.live > 0) return;
       if (v != id) {
-        if (const auto tk = storage_[tier].remove(key_of(tiered::make_entry_id(v)))) (void)storage_[tier].wait(*tk);
+        if (const auto tk = storage_[tier].remove(key_of(make_entry_id(v)))) (void)storage_[tier].wait(*tk);
         stats_.storage_removes += 1;
       }
       st.values.erase(it);
@@ -308,7 +308,7 @@ class real_bytes_copy_engine : public timed_copy_engine {
     for (std::size_t k = 0; k < pages.size(); ++k) st.pages[pages[k]] = {id, static_cast<std::uint32_t>(k)};
   }
 
-  bool copy(const tiered::move_ticket& t) {
+  bool copy(const move_ticket& t) {
     const std::int64_t n = std::min(t.src_bytes, t.dst_bytes);
     if (n <= 0) return false;
     if (static_cast<std::int64_t>(buf_.size()) < n) buf_.resize(static_cast<std::size_t>(n));
@@ -334,11 +334,11 @@ class real_bytes_copy_engine : public timed_copy_engine {
       return true;
     }
     auto& io = storage_[t.dst.value - memory_tiers_];
-    const auto tk = io.put(key_of(t.id), tiered::value_meta{}, std::span<const std::byte>(buf_.data(), static_cast<std::size_t>(n)));
+    const auto tk = io.put(key_of(t.id), value_meta{}, std::span<const std::byte>(buf_.data(), static_cast<std::size_t>(n)));
     if (!tk) return false;
     const auto r = io.wait(*tk);
     stats_.storage_puts += 1;
-    if (!r || r->status != tiered::io_status::ok) {
+    if (!r || r->status != io_status::ok) {
       stats_.storage_put_failures += 1;
       return false;
     }
@@ -358,9 +358,9 @@ class real_bytes_copy_engine : public timed_copy_engine {
   std::unordered_map<std::uint64_t, entry_sum> sums_;                     // by entry id
   std::vector<bool> failed_;                                              // by event index
   std::vector<std::byte> buf_, value_;
-  tiered::real_bytes_stats stats_;
+  sim::real_bytes_stats stats_;
 };
 
-static_assert(tiered::tier_copy_engine<real_bytes_copy_engine>);
+static_assert(tier_copy_engine<real_bytes_copy_engine>);
 
 }  // namespace hybridcache::sim

@@ -81,7 +81,7 @@ struct code_point {
 
 enum class char_class { letter, digit, space, other };
 
-[[nodiscard]] constexpr char_class classify(std::uint32_t cp) noexcept {
+[[nodiscard]] constexpr char_class classify_approx(std::uint32_t cp) noexcept {
   if ((cp >= 'a' && cp <= 'z') || (cp >= 'A' && cp <= 'Z')) return char_class::letter;
   if (cp >= '0' && cp <= '9') return char_class::digit;
   if (cp == ' ' || cp == '\t' || cp == '\n' || cp == '\r' || cp == '\v' || cp == '\f' || cp == 0xA0 || cp == 0x3000)
@@ -113,7 +113,7 @@ enum class char_class { letter, digit, space, other };
 inline void tokenize_text(std::string_view text, std::vector<token_id>& out) {
   auto class_at = [text](std::size_t i, detail::code_point& cp) {
     cp = detail::decode_utf8(text, i);
-    return cp.value == 0xFFFFFFFFu ? detail::char_class::other : detail::classify(cp.value);
+    return cp.value == 0xFFFFFFFFu ? detail::char_class::other : detail::classify_approx(cp.value);
   };
   // Emits the run of `cls` that starts at `run_begin`, cut into pieces of at most 6
   // letters or 3 digits; the first piece starts at `piece_begin` (a leading space).
@@ -166,7 +166,7 @@ inline void tokenize_text(std::string_view text, std::vector<token_id>& out) {
   detail::char_class previous = detail::char_class::space;
   for (std::size_t i = 0; i < text.size();) {
     const detail::code_point cp = detail::decode_utf8(text, i);
-    const detail::char_class cls = cp.value == 0xFFFFFFFFu ? detail::char_class::other : detail::classify(cp.value);
+    const detail::char_class cls = cp.value == 0xFFFFFFFFu ? detail::char_class::other : detail::classify_approx(cp.value);
     if ((cls == detail::char_class::letter || cls == detail::char_class::digit) && cls != previous) ++words;
     if (cls == detail::char_class::other && detail::is_cjk_word(cp.value)) ++words;
     previous = cls;

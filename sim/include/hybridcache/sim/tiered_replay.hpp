@@ -55,7 +55,7 @@
 #include "hybridcache/tiered/demotion_policy.hpp"
 #include "hybridcache/tiered/sparsify.hpp"
 
-namespace hybridcache::tiered {
+namespace hybridcache::sim {
 
 namespace detail {
 
@@ -67,7 +67,7 @@ class replay_demotion {
     if (k == demotion_kind::flop_aware) flop_.emplace(m);
   }
   [[nodiscard]] demotion_key key(const cache_entry& e) const {
-    if (!flop_) return lru_demotion{}.key(e);
+    if (!flop_) return tiered::lru_demotion{}.key(e);
     cache_entry s = e;
     s.info.prefix_begin *= per_id_;
     s.info.prefix_end *= per_id_;
@@ -75,7 +75,7 @@ class replay_demotion {
   }
 
  private:
-  std::optional<flop_aware_demotion> flop_;
+  std::optional<tiered::flop_aware_demotion> flop_;
   std::int64_t per_id_;
 };
 static_assert(demotion_scorer<replay_demotion>);
@@ -85,7 +85,7 @@ static_assert(demotion_scorer<replay_demotion>);
 class replay_sizer {
  public:
   replay_sizer() = default;
-  replay_sizer(std::optional<sparsify_on_demotion> s, std::int64_t per_id) : sparsify_(std::move(s)), per_id_(per_id) {}
+  replay_sizer(std::optional<tiered::sparsify_on_demotion> s, std::int64_t per_id) : sparsify_(std::move(s)), per_id_(per_id) {}
   [[nodiscard]] std::int64_t stored_bytes(const cache_entry& e) const {
     if (!sparsify_) return e.bytes();
     cache_entry s = e;
@@ -95,7 +95,7 @@ class replay_sizer {
   }
 
  private:
-  std::optional<sparsify_on_demotion> sparsify_;
+  std::optional<tiered::sparsify_on_demotion> sparsify_;
   std::int64_t per_id_ = 1;
 };
 static_assert(demotion_sizer<replay_sizer>);
@@ -104,14 +104,14 @@ static_assert(demotion_sizer<replay_sizer>);
 /// room (only when there is a tier below: `staging_fraction` of HBM, raised to hold the
 /// largest request's KV and checkpoint, at most half of HBM), the lower tiers, the layout
 /// per id.
-inline tiered_state_store_config replay_store_config(const cost_model& m, const tiered_replay_options& o,
+inline stores::tiered_state_store_config replay_store_config(const cost_model& m, const tiered_replay_options& o,
                                                      std::int32_t per_id, std::int64_t largest_request_bytes = 0) {
   HYBRIDCACHE_EXPECTS(!o.tiers.empty(), invalid_argument, "tiered replay: at least the hbm tier is required");
   HYBRIDCACHE_EXPECTS(!o.link_gbps || *o.link_gbps > 0.0, invalid_argument,
                       "tiered replay: link bandwidth must be > 0 GB/s");
   HYBRIDCACHE_EXPECTS(o.staging_fraction > 0.0 && o.staging_fraction < 1.0, invalid_argument,
                       "tiered replay: staging_fraction must be in (0, 1)");
-  tiered_state_store_config c;
+  stores::tiered_state_store_config c;
   const std::int64_t hbm = o.tiers.front().capacity_bytes;
   const bool lower = o.tiers.size() > 1;
   c.staging_bytes = lower ? std::min(std::max(static_cast<std::int64_t>(static_cast<double>(hbm) * o.staging_fraction),
@@ -120,9 +120,9 @@ inline tiered_state_store_config replay_store_config(const cost_model& m, const 
                           : 0;
   c.hbm_bytes = hbm - c.staging_bytes;
   for (std::size_t t = 1; t < o.tiers.size(); ++t) {
-    tier_config x = o.tiers[t];
+    tiered::tier_config x = o.tiers[t];
     // --link-gbps is the memory tiers' link; a storage tier or a tier's own :gbps= keeps its own.
-    if (o.link_gbps && !is_storage(x.kind) && !x.link_gbps_given) x.link_gbps = *o.link_gbps;
+    if (o.link_gbps && !tiered::is_storage(x.kind) && !x.link_gbps_given) x.link_gbps = *o.link_gbps;
     c.lower_tiers.push_back(x);
   }
   c.kv_bytes_per_token = m.kv_bytes_per_token() * per_id;
@@ -142,16 +142,16 @@ tiered_replay_result replay_with(std::span<const sim::request> requests, const c
                                  const tiered_replay_options& o, Scorer scorer, Admission admission,
                                  const Prefill& prefill, std::int32_t per_id, std::size_t engines,
                                  MakeEngine&& make_engine) {
-  using store_t = tiered_state_store<replay_demotion, Engine, replay_sizer>;
+  using store_t = stores::tiered_state_store<replay_demotion, Engine, replay_sizer>;
   using cache_t = prefix::prefix_cache<cost_model, Admission, Scorer, store_t>;
   std::int64_t largest = 0;
   for (const auto& q : requests)
     largest = std::max(largest, model.kv_bytes_per_token() * per_id * static_cast<std::int64_t>(q.input.size()));
-  const tiered_state_store_config cfg = replay_store_config(model, o, per_id, largest + model.ssm_checkpoint_bytes());
-  std::optional<sparsify_on_demotion> sparsify;
+  const stores::tiered_state_store_config cfg = replay_store_config(model, o, per_id, largest + model.ssm_checkpoint_bytes());
+  std::optional<tiered::sparsify_on_demotion> sparsify;
   if (o.sparsify == sparsify_kind::profile && model.attention_layers() > 0)
     sparsify.emplace(model,
-                     o.profile.sparsity.empty() ? sparsity_profile::car_linear(model.attention_layers()) : o.profile,
+                     o.profile.sparsity.empty() ? tiered::sparsity_profile::car_linear(model.attention_layers()) : o.profile,
                      o.sparsify_opts);
   std::unique_ptr<Engine> engine = make_engine(store_t::tiers_for(cfg), store_t::page_bytes_for(cfg),
                                                sim::timed_copy_options{.links = engines, .per_copy_us = o.per_copy_overhead_us});
@@ -178,7 +178,7 @@ tiered_replay_result replay_with(std::span<const sim::request> requests, const c
                                  const Prefill& prefill, std::int32_t per_id, std::size_t engines) {
   return replay_with<sim::timed_copy_engine>(
       requests, model, o, std::move(scorer), std::move(admission), prefill, per_id, engines,
-      [](std::vector<tier_config> t, std::int64_t page, sim::timed_copy_options to) {
+      [](std::vector<tiered::tier_config> t, std::int64_t page, sim::timed_copy_options to) {
         return std::make_unique<sim::timed_copy_engine>(std::move(t), page, to);
       });
 }
@@ -219,4 +219,4 @@ template <class Admission, class Scorer, prefill_time_model Prefill = linear_pre
                              engines);
 }
 
-}  // namespace hybridcache::tiered
+}  // namespace hybridcache::sim

@@ -22,7 +22,7 @@
 #include "hybridcache/tiered/sparsify.hpp"
 #include "hybridcache/tiered/tier.hpp"
 
-namespace hybridcache::tiered {
+namespace hybridcache::sim {
 
 /// Queue discipline of the replay (`--scheduler`).
 enum class scheduler_kind : std::uint8_t { fcfs, car };
@@ -38,7 +38,7 @@ enum class demotion_kind : std::uint8_t { automatic, lru, flop_aware };
 /// sglang+, ...) is the caller's: it picks the prefix cache the replay drives.
 struct tiered_replay_options {
   /// Tiers, HBM first (`parse_tiers`). One tier = the single-tier baseline.
-  std::vector<tier_config> tiers;
+  std::vector<tiered::tier_config> tiers;
   /// Link bandwidth (GB/s) between HBM and every host/CXL tier (`--link-gbps`) whose spec
   /// gave no `:gbps=`; disk and redis tiers always keep their own (given, measured or
   /// defaulted). nullopt keeps every tier's own `tier_config::link_gbps`. Must be > 0.
@@ -47,9 +47,9 @@ struct tiered_replay_options {
   prefetch_kind prefetch = prefetch_kind::none;
   sparsify_kind sparsify = sparsify_kind::off;
   demotion_kind demotion = demotion_kind::automatic;
-  write_policy write = write_policy::write_back;  ///< `--write-policy`
+  stores::write_policy write = stores::write_policy::write_back;  ///< `--write-policy`
   std::int32_t write_through_hits = 2;            ///< write_through_selective threshold
-  watermarks marks{};                             ///< the cleaner (asynchronous offload): 90 % / 80 %
+  tiered::watermarks marks{};                             ///< the cleaner (asynchronous offload): 90 % / 80 %
   double per_copy_overhead_us = 6.0;   ///< fixed cost of one copy call (anchors: 5-7 µs)
   bool layerwise = true;               ///< layer-wise pipelined loading
   bool recompute_when_faster = true;   ///< decline a lower-tier hit whose load is slower than recomputing it
@@ -74,8 +74,8 @@ struct tiered_replay_options {
   /// that keep a cache-less run of the trace under 90 % busy (`auto_prefill_engines`).
   std::size_t prefill_engines = 0;
   /// Sparsity profile for `sparsify = profile`; empty = CaR's linear 60 % -> 95 %.
-  sparsity_profile profile{};
-  sparsify_options sparsify_opts{};
+  tiered::sparsity_profile profile{};
+  tiered::sparsify_options sparsify_opts{};
   /// Keep per-request rows (`tiered_replay_result::per_request`).
   bool keep_per_request = false;
 };
@@ -211,4 +211,4 @@ template <prefill_time_model Prefill>
   return static_cast<std::size_t>(std::clamp(std::ceil(work / (busy * span)), 1.0, 4096.0));
 }
 
-}  // namespace hybridcache::tiered
+}  // namespace hybridcache::sim

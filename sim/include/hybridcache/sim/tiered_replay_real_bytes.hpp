@@ -24,7 +24,7 @@
 #include "hybridcache/sim/tiered_replay.hpp"
 #include "hybridcache/tiered/storage_format.hpp"
 
-namespace hybridcache::tiered {
+namespace hybridcache::sim {
 
 /// `run_tiered_replay` with real bytes: `storage` holds one `sim::storage_tier_io` per disk
 /// or redis tier of `options.tiers`, in order (`sim::storage_io_of(backend)`);
@@ -45,13 +45,13 @@ template <class Admission, class Scorer, prefill_time_model Prefill = linear_pre
                       "against the entry's bytes; run it modelled only");
   const std::size_t engines = detail::checked_engines(requests, options, prefill);
   const std::int32_t per_id = requests.empty() ? 1 : requests.front().tokens_per_id;
-  const std::uint64_t model_id = model_identity(model.spec(), "hybridcache real-bytes validation");
+  const std::uint64_t model_id = tiered::model_identity(model.spec(), "hybridcache real-bytes validation");
   return detail::replay_with<sim::real_bytes_copy_engine>(
       requests, model, options, std::move(scorer), std::move(admission), prefill, per_id, engines,
-      [&](std::vector<tier_config> t, std::int64_t page, sim::timed_copy_options to) {
+      [&](std::vector<tiered::tier_config> t, std::int64_t page, sim::timed_copy_options to) {
         return std::make_unique<sim::real_bytes_copy_engine>(std::move(t), page, to, std::move(storage), model_id,
                                                              std::move(engine_options));
       });
 }
 
-}  // namespace hybridcache::tiered
+}  // namespace hybridcache::sim

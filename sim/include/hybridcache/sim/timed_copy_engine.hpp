@@ -101,33 +101,33 @@ class timed_copy_engine {
     return best;
   }
   /// When the onboard queue of `engine`'s link to tier `t` frees.
-  [[nodiscard]] double onboard_free_at(std::size_t engine, tiered::tier_id t) const {
+  [[nodiscard]] double onboard_free_at(std::size_t engine, tier_id t) const {
     return queues_.at(std::min(engine, o_.links - 1) * tiers_.size() + t.value)[0];
   }
-  [[nodiscard]] double link_gbps(tiered::tier_id t) const { return tiers_.at(t.value).link_gbps; }
+  [[nodiscard]] double link_gbps(tier_id t) const { return tiers_.at(t.value).link_gbps; }
   [[nodiscard]] double per_copy_ms() const noexcept { return o_.per_copy_us / 1000.0; }
   /// Fixed time of one request to tier `t` (its `latency_us`), ms; 0 for HBM.
-  [[nodiscard]] double latency_ms(tiered::tier_id t) const {
+  [[nodiscard]] double latency_ms(tier_id t) const {
     return t.value == 0 ? 0.0 : tiers_.at(t.value).latency_us / 1000.0;
   }
   /// Bandwidth of a copy between two tiers, GB/s: the slower of their links (HBM's side is
   /// not the bottleneck).
-  [[nodiscard]] double copy_gbps(tiered::tier_id a, tiered::tier_id b) const {
+  [[nodiscard]] double copy_gbps(tier_id a, tier_id b) const {
     if (a.value == 0) return tiers_.at(b.value).link_gbps;
     if (b.value == 0) return tiers_.at(a.value).link_gbps;
     return std::min(tiers_.at(a.value).link_gbps, tiers_.at(b.value).link_gbps);
   }
   /// Modelled time of copying `bytes` from tier `from` to HBM in one object (no queue, no
   /// per-call overhead), ms: what a reload-or-recompute decision needs.
-  [[nodiscard]] double onboard_ms(tiered::tier_id from, double bytes) const {
-    return bytes / (copy_gbps(from, tiered::tier_id{0}) * 1e6) + latency_ms(from);
+  [[nodiscard]] double onboard_ms(tier_id from, double bytes) const {
+    return bytes / (copy_gbps(from, tier_id{0}) * 1e6) + latency_ms(from);
   }
 
   /// Fails the copies for which `f(ticket)` returns true (tests).
-  void set_fault(std::function<bool(const tiered::move_ticket&)> f) { fault_ = std::move(f); }
+  void set_fault(std::function<bool(const move_ticket&)> f) { fault_ = std::move(f); }
 
   /// Books the copy on its link. invalid_argument for an unknown tier.
-  [[nodiscard]] expected<event> submit(const tiered::move_ticket& t) {
+  [[nodiscard]] expected<event> submit(const move_ticket& t) {
     if (t.src.value >= tiers_.size() || t.dst.value >= tiers_.size()) return unexpected(errc::invalid_argument);
     const std::uint8_t lower = std::max(t.src.value, t.dst.value);
     const bool onboard = t.dst.value < t.src.value;
@@ -181,13 +181,13 @@ class timed_copy_engine {
   timed_copy_options o_;
   std::vector<std::array<double, 2>> queues_;  // per (link, tier): {onboard, offload} free time
   std::vector<job> jobs_;
-  std::function<bool(const tiered::move_ticket&)> fault_;
+  std::function<bool(const move_ticket&)> fault_;
   double now_ = 0.0;
   double waited_until_ = 0.0;
   std::size_t link_ = 0;
   timed_copy_stats stats_;
 };
 
-static_assert(tiered::tier_copy_engine<timed_copy_engine>);
+static_assert(tier_copy_engine<timed_copy_engine>);
 
 }  // namespace hybridcache::sim

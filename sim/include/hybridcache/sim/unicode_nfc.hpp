@@ -71,8 +71,8 @@ class nfc_normalizer {
         }
       }
       std::size_t len = 0;
-      const std::uint32_t cp = bpe_detail::decode_checked(s + i, n - i, len);
-      if (cp == bpe_detail::ill_formed) return text_state::ill_formed;
+      const std::uint32_t cp = detail::decode_checked(s + i, n - i, len);
+      if (cp == detail::ill_formed) return text_state::ill_formed;
       if (attention(cp)) state = text_state::changes;
       i += len;
     }
@@ -88,12 +88,12 @@ class nfc_normalizer {
     const auto* s = reinterpret_cast<const unsigned char*>(text.data());
     for (std::size_t i = 0; i < text.size();) {
       std::size_t len = 0;
-      decompose(bpe_detail::decode_at(s + i, len), cps);
+      decompose(detail::decode_at(s + i, len), cps);
       i += len;
     }
     reorder(cps);
     compose(cps);
-    for (const std::uint32_t cp : cps) bpe_detail::append_utf8(out, cp);
+    for (const std::uint32_t cp : cps) detail::append_utf8(out, cp);
   }
 
   /// True when NFC may change text holding `cp` (<= U+10FFFF): NFC changes it alone, it has
@@ -139,7 +139,7 @@ class nfc_normalizer {
     for (const auto& d : data::nfc_decompositions) {
       one.clear();
       normalized.clear();
-      bpe_detail::append_utf8(one, d.cp);
+      detail::append_utf8(one, d.cp);
       normalize(one, normalized, cps);
       if (normalized != one) mark(d.cp);
     }

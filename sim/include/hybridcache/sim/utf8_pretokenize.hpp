@@ -22,7 +22,7 @@
 
 namespace hybridcache::sim {
 
-namespace bpe_detail {
+namespace detail {
 
 /// Character classes of the pre-tokenizer regex.
 enum class cclass : std::uint8_t { other = 0, letter = 1, number = 2, space = 3 };
@@ -260,7 +260,7 @@ inline void append_utf8(std::string& out, std::uint32_t cp) {
   return true;
 }
 
-}  // namespace bpe_detail
+}  // namespace detail
 
 /// True when `s` is well-formed UTF-8. ASCII runs are checked 8 bytes at a time, two- and
 /// three-byte sequences without a restricted second byte by a masked compare.
@@ -290,7 +290,7 @@ inline void append_utf8(std::string& out, std::uint32_t cp) {
       i += 2;
       continue;
     }
-    const std::size_t len = bpe_detail::valid_sequence(s, i, sub);
+    const std::size_t len = detail::valid_sequence(s, i, sub);
     if (len == 0) return false;
     i += len;
   }
@@ -304,7 +304,7 @@ inline void utf8_replace_invalid(std::string_view in, std::string& out) {
   out.reserve(in.size());
   std::size_t sub = 0;
   for (std::size_t i = 0; i < in.size();) {
-    const std::size_t n = bpe_detail::valid_sequence(in, i, sub);
+    const std::size_t n = detail::valid_sequence(in, i, sub);
     if (n == 0) {
       out.append("\xEF\xBF\xBD");
       i += sub;
@@ -320,7 +320,7 @@ inline void utf8_replace_invalid(std::string_view in, std::string& out) {
 /// table, others by `class_table`. With `Checked`, `text` may be any bytes: the split stops
 /// (emitting nothing more) and returns false at the first piece holding an ill-formed
 /// sequence; else it returns true.
-namespace bpe_detail {
+namespace detail {
 
 inline constexpr std::array<cclass, 128> ascii_classes = [] {
   std::array<cclass, 128> t{};
@@ -392,12 +392,12 @@ HYBRIDCACHE_FORCEINLINE space_run whitespace_run(const unsigned char* s, std::si
   return r;
 }
 
-}  // namespace bpe_detail
+}  // namespace detail
 
 template <bool Checked = false, class Emit>
 bool byte_level_split(std::string_view text, Emit&& emit) {
-  using bpe_detail::cclass;
-  const bpe_detail::class_table& table = bpe_detail::class_table::get();
+  using detail::cclass;
+  const detail::class_table& table = detail::class_table::get();
   const auto* s = reinterpret_cast<const unsigned char*>(text.data());
   const std::size_t n = text.size();
   bool bad = false;
@@ -411,16 +411,16 @@ bool byte_level_split(std::string_view text, Emit&& emit) {
                ((s[p + 1] == 'r' && s[p + 2] == 'e') || (s[p + 1] == 'v' && s[p + 2] == 'e') || (s[p + 1] == 'l' && s[p + 2] == 'l'))) {
       end = p + 3;
     } else {
-      const cclass cls = bpe_detail::class_at<Checked>(s, n, p, table, len, bad);
+      const cclass cls = detail::class_at<Checked>(s, n, p, table, len, bad);
       std::size_t l2 = 0;
       cclass next = cclass::space;
-      if (s[p] == ' ' && p + 1 < n) next = bpe_detail::class_at<Checked>(s, n, p + 1, table, l2, bad);
+      if (s[p] == ' ' && p + 1 < n) next = detail::class_at<Checked>(s, n, p + 1, table, l2, bad);
       if (next != cclass::space) {  // " ?X+" with the space
-        end = bpe_detail::run_end<Checked>(s, n, p + 1 + l2, next, table, bad);
+        end = detail::run_end<Checked>(s, n, p + 1 + l2, next, table, bad);
       } else if (cls != cclass::space) {
-        end = bpe_detail::run_end<Checked>(s, n, p + len, cls, table, bad);
+        end = detail::run_end<Checked>(s, n, p + len, cls, table, bad);
       } else {
-        end = bpe_detail::whitespace_run<Checked>(s, n, p, table, bad).end;  // \s+(?!\S)|\s+
+        end = detail::whitespace_run<Checked>(s, n, p, table, bad).end;  // \s+(?!\S)|\s+
       }
     }
     if (Checked && bad) return false;

@@ -31,7 +31,7 @@
 #include "hybridcache/tiered/prefetch.hpp"
 #include "hybridcache/tiered/scheduler.hpp"
 
-namespace hybridcache::tiered::detail {
+namespace hybridcache::sim::detail {
 
 inline double percentile_of_sorted(const std::vector<double>& v, double q) {
   if (v.empty()) return 0.0;
@@ -198,7 +198,7 @@ class tiered_replayer {
   [[nodiscard]] bool prefetch_fits_free_hbm(const sim::request& q, const Hit& hit) const {
     const auto& store = cache_.store();
     const auto rest = static_cast<std::int64_t>(q.input.size() + q.output.size()) - hit.reusable_tokens;
-    return prefetch_has_room(store.tier_used_bytes(tier_id{0}), hit.bytes_to_load,
+    return tiered::prefetch_has_room(store.tier_used_bytes(tier_id{0}), hit.bytes_to_load,
                              store.kv_bytes(std::max<std::int64_t>(rest, 0)) + store.checkpoint_bytes(),
                              store.table().usage(tier_id{0}).capacity_bytes, store.config().offload.high);
   }
@@ -207,7 +207,7 @@ class tiered_replayer {
   template <class Hit>
   void load_arrivals(const Hit& hit, double now) {
     double start = std::numeric_limits<double>::infinity(), done = now, kv = 0.0, ckpt = 0.0;
-    cache_.store().for_each_load(hit, [&](const staged_entry& s, const sim::timed_copy_engine::event* ev) {
+    cache_.store().for_each_load(hit, [&](const stores::staged_entry& s, const sim::timed_copy_engine::event* ev) {
       if (ev == nullptr) return;  // landed already
       const auto& j = engine_.at(*ev);
       start = std::min(start, j.start_ms);
@@ -228,7 +228,7 @@ class tiered_replayer {
     }
     const auto m = cache_.peek(reqs[i].input);
     const std::int64_t lower = cache_.store().probe(reqs[i].input, m) - m.reusable_tokens;
-    (void)queue_.push(i, classify(m.reusable_tokens, lower));
+    (void)queue_.push(i, tiered::classify(m.reusable_tokens, lower));
   }
   [[nodiscard]] bool queue_empty() const noexcept {
     return o_.scheduler == scheduler_kind::fcfs ? fcfs_.empty() : queue_.empty();
@@ -277,19 +277,19 @@ class tiered_replayer {
   const tiered_replay_options& o_;
   std::size_t engines_;
   std::int32_t per_id_;
-  car_request_queue queue_;
+  tiered::car_request_queue queue_;
   std::deque<std::size_t> fcfs_;
   std::vector<layer_kind> mixers_;
   std::vector<double> compute_ms_, arrive_, layer_bytes_;
   std::span<const sim::request> all_;
   std::vector<double> arrivals_, engine_free_;
   std::priority_queue<running, std::vector<running>, std::greater<>> running_;
-  std::unordered_map<std::size_t, tiered_hit> prefetched_;
+  std::unordered_map<std::size_t, stores::tiered_hit> prefetched_;
   std::vector<token_id> seq_;
   std::vector<std::int64_t> captured_;
   std::int64_t finish_failures_ = 0;
 };
 
-}  // namespace hybridcache::tiered::detail
+}  // namespace hybridcache::sim::detail
 
 #include "hybridcache/sim/detail/tiered_replayer_run.hpp"  // IWYU pragma: keep

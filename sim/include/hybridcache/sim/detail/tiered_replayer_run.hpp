@@ -16,7 +16,7 @@
 
 #include "hybridcache/sim/detail/tiered_replayer.hpp"
 
-namespace hybridcache::tiered::detail {
+namespace hybridcache::sim::detail {
 
 template <class Cache, prefill_time_model Prefill>
 tiered_replay_result tiered_replayer<Cache, Prefill>::run(std::span<const sim::request> reqs) {
@@ -60,7 +60,7 @@ tiered_replay_result tiered_replayer<Cache, Prefill>::run(std::span<const sim::r
       engine_.use_link(e);
       engine_.clear_wait();
       (void)cache_.store().poll();
-      auto accept = [&](const tiered_hit& h) {
+      auto accept = [&](const stores::tiered_hit& h) {
         const std::int64_t at = resume_at(q, h, t0, e);
         declined = at <= h.hbm_tokens;
         split = at > h.hbm_tokens && at < h.reusable_tokens;
@@ -219,7 +219,7 @@ void tiered_replayer<Cache, Prefill>::maybe_prefetch(std::span<const sim::reques
     const std::size_t c = next[k];
     const sim::request& q = reqs[c];
     const auto m = cache_.peek(q.input);
-    const tiered_probe below = cache_.store().probe_hit(q.input, m);
+    const stores::tiered_probe below = cache_.store().probe_hit(q.input, m);
     const std::int64_t resume = below.resume_tokens;
     const std::int64_t lower = tokens_of(q, resume) - tokens_of(q, m.reusable_tokens);
     const double service = prefill_ms_after(prefill_, tokens_of(q, resume), q.input_tokens - tokens_of(q, resume));
@@ -238,15 +238,15 @@ void tiered_replayer<Cache, Prefill>::maybe_prefetch(std::span<const sim::reques
         const double bytes = static_cast<double>(cache_.store().kv_bytes(resume - m.common_prefix)) +
                              static_cast<double>(cache_.store().checkpoint_bytes());
         const double jobs = static_cast<double>(below.kv_entries + (below.checkpoint ? 1 : 0));
-        const running_request run[] = {{.timer_ms = now, .predicted_tokens = dispatch_at - now}};
-        const prefetch_context ctx{.now_ms = now,
+        const tiered::running_request run[] = {{.timer_ms = now, .predicted_tokens = dispatch_at - now}};
+        const tiered::prefetch_context ctx{.now_ms = now,
                                    .tpot_ms = 1.0,
                                    .running = run,
                                    .bytes = bytes,
                                    .bandwidth_bytes_per_ms = engine_.copy_gbps(from, tier_id{0}) * 1e6,
                                    .latency_ms = engine_.latency_ms(from) * jobs,
                                    .lower_hit_tokens = lower};
-        start = deadline_prefetch::fire_time(ctx);
+        start = tiered::deadline_prefetch::fire_time(ctx);
         if (start > (k == 0 ? std::numeric_limits<double>::infinity() : gpu_free)) break;  // decided at the next dispatch
       }
       engine_.set_now(std::max(now, start));
@@ -276,4 +276,4 @@ void tiered_replayer<Cache, Prefill>::maybe_prefetch(std::span<const sim::reques
   }
 }
 
-}  // namespace hybridcache::tiered::detail
+}  // namespace hybridcache::sim::detail

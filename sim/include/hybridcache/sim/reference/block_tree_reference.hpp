@@ -63,7 +63,7 @@
 #include "hybridcache/core/python_heapq.hpp"
 #include "hybridcache/prefix/types.hpp"
 
-namespace hybridcache::prefix {
+namespace hybridcache::sim {
 
 /// Sizes and capacity of a `block_tree_reference`.
 struct block_tree_reference_config {
@@ -102,10 +102,10 @@ class block_tree_reference {
 
   /// Lookup (one tick): the tokens a request with this input skips. `node` is the deepest
   /// node reached, `at` the tick. Nothing is pinned (the reference never pins).
-  [[nodiscard]] match_result match(std::span<const token_id> input) {
+  [[nodiscard]] prefix::match_result match(std::span<const token_id> input) {
     ++clock_;
     const walk w = lookup_walk(input);
-    match_result m;
+    prefix::match_result m;
     m.input_tokens = static_cast<std::int64_t>(input.size());
     m.reusable_tokens = w.tokens;
     m.common_prefix = w.tokens;
@@ -123,7 +123,7 @@ class block_tree_reference {
 
   /// The replay engine's commit: inserts `sequence` (input ++ output). The match is not
   /// needed (nothing was pinned). @throws invalid_argument when input_ids > sequence size.
-  void commit(std::span<const token_id> sequence, std::int64_t input_ids, const match_result& /*m*/) {
+  void commit(std::span<const token_id> sequence, std::int64_t input_ids, const prefix::match_result& /*m*/) {
     HYBRIDCACHE_EXPECTS(input_ids >= 0 && input_ids <= static_cast<std::int64_t>(sequence.size()), invalid_argument,
                         "block_tree_reference: input_ids exceeds the sequence length");
     insert(sequence);
@@ -150,7 +150,7 @@ class block_tree_reference {
     return live_nodes_ * state_bytes_ + stored_ids_ * cfg_.kv_bytes_per_id;
   }
   /// Running totals (checkpoints = nodes, each holds one state).
-  [[nodiscard]] cache_counters counters() const noexcept { return counters_; }
+  [[nodiscard]] prefix::cache_counters counters() const noexcept { return counters_; }
   /// Recency only: no FLOP weight.
   [[nodiscard]] double alpha() const noexcept { return 0.0; }
   /// Non-root nodes.
@@ -359,7 +359,7 @@ class block_tree_reference {
   std::int64_t live_nodes_ = 0;
   std::int64_t stored_ids_ = 0;
   time_point clock_ = 0;
-  cache_counters counters_{};
+  prefix::cache_counters counters_{};
 };
 
-}  // namespace hybridcache::prefix
+}  // namespace hybridcache::sim

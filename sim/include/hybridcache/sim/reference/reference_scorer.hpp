@@ -29,14 +29,14 @@
 #include "hybridcache/prefix/flop_aware_scorer.hpp"
 #include "hybridcache/prefix/radix_tree.hpp"
 
-namespace hybridcache::prefix {
+namespace hybridcache::sim {
 
 /// Configuration of `reference_flop_scorer`.
 struct reference_flop_config {
   double alpha = 0.0;
   bool quirks = false;  ///< reproduce the reference's three defects (see the file comment)
-  intermediate_eviction intermediate = intermediate_eviction::merge;
-  flop_candidates candidates = flop_candidates::protect_branches;  ///< as flop_aware_config (quirks: the paper rule)
+  prefix::intermediate_eviction intermediate = prefix::intermediate_eviction::merge;
+  prefix::flop_candidates candidates = prefix::flop_candidates::protect_branches;  ///< as flop_aware_config (quirks: the paper rule)
 };
 
 /// Naive O(n)-per-eviction FLOP-aware scorer. See the file comment.
@@ -55,7 +55,7 @@ class reference_flop_scorer {
   [[nodiscard]] double alpha() const noexcept { return cfg_.alpha; }
   [[nodiscard]] const cost_model& model() const noexcept { return model_; }
   [[nodiscard]] const reference_flop_config& config() const noexcept { return cfg_; }
-  [[nodiscard]] bool protects_branches() const noexcept { return cfg_.candidates == flop_candidates::protect_branches; }
+  [[nodiscard]] bool protects_branches() const noexcept { return cfg_.candidates == prefix::flop_candidates::protect_branches; }
   /// A fresh scorer with the same model and options at alpha `a` (tuning replays).
   [[nodiscard]] reference_flop_scorer with_alpha(double a) const {
     reference_flop_config c = cfg_;
@@ -63,9 +63,9 @@ class reference_flop_scorer {
     return reference_flop_scorer(model_, c);
   }
   void reserve(std::size_t ids) {
-    detail::reserve_geometric(candidates_, ids);
-    detail::reserve_geometric(effs_, ids);
-    detail::reserve_geometric(recs_, ids);
+    prefix::detail::reserve_geometric(candidates_, ids);
+    prefix::detail::reserve_geometric(effs_, ids);
+    prefix::detail::reserve_geometric(recs_, ids);
   }
 
   template <class Tree>
@@ -89,7 +89,7 @@ class reference_flop_scorer {
     candidates_.clear();
     tree.preorder([&](node_id n) {
       const auto& nd = tree.at(n);
-      const bool c = cfg_.quirks ? (nd.pins == 0 && nd.children <= 1) : detail::flop_candidate(tree, n, protects_branches());
+      const bool c = cfg_.quirks ? (nd.pins == 0 && nd.children <= 1) : prefix::detail::flop_candidate(tree, n, protects_branches());
       if (c) candidates_.push_back(n);  // capacity reserved
     });
     if (candidates_.empty()) return no_node;
@@ -98,7 +98,7 @@ class reference_flop_scorer {
     recs_.clear();
     for (node_id n : candidates_) {
       effs_.push_back(efficiency(tree, n));
-      recs_.push_back(detail::recency(now, tree.last_access(n)));
+      recs_.push_back(prefix::detail::recency(now, tree.last_access(n)));
     }
     const bool single = candidates_.size() == 1;
     const auto [emin, emax] = bounds(effs_);
@@ -106,8 +106,8 @@ class reference_flop_scorer {
     node_id best = no_node;
     double best_u = 0.0;
     for (std::size_t i = 0; i < candidates_.size(); ++i) {
-      const double u = detail::utility_no_fma(cfg_.alpha, detail::normalise(effs_[i], emin, emax, single),
-                                              detail::normalise(recs_[i], rmin, rmax, single));
+      const double u = prefix::detail::utility_no_fma(cfg_.alpha, prefix::detail::normalise(effs_[i], emin, emax, single),
+                                              prefix::detail::normalise(recs_[i], rmin, rmax, single));
       if (best == no_node || u < best_u) {
         best = candidates_[i];
         best_u = u;
@@ -118,7 +118,7 @@ class reference_flop_scorer {
 
   template <class Tree>
   [[nodiscard]] evict_action action(const Tree& tree, node_id n) const noexcept {
-    return detail::flop_action(tree, n, cfg_.intermediate);
+    return prefix::detail::flop_action(tree, n, cfg_.intermediate);
   }
 
   /// Bytes the eviction loop counts as freed for victim `n` (`actual` = what was really
@@ -143,7 +143,7 @@ class reference_flop_scorer {
 
   template <class Tree>
   double efficiency(const Tree& tree, node_id n) const noexcept {
-    if (!cfg_.quirks) return detail::node_efficiency(model_, tree, n);
+    if (!cfg_.quirks) return prefix::detail::node_efficiency(model_, tree, n);
     const auto& nd = tree.at(n);
     const std::int64_t lt = nd.end, lc = nd.edge(), lp = lt - lc;
     try {
@@ -164,6 +164,6 @@ class reference_flop_scorer {
   std::int64_t last_candidate_edge_ = 0;  // edge length of the last candidate scored
 };
 
-static_assert(utility_scorer<reference_flop_scorer, radix_tree<counting_store>>);
+static_assert(utility_scorer<reference_flop_scorer, prefix::radix_tree<stores::counting_store>>);
 
-}  // namespace hybridcache::prefix
+}  // namespace hybridcache::sim
