@@ -346,7 +346,7 @@ TEST_CASE("redis tier: a real-bytes replay over hbm, host, disk and redis has th
   disk_backend<> disk({.directory = dir.str() + "/values", .capacity_bytes = std::int64_t{64} << 20});
   redis_backend<> redis(config_for(server.port(), std::int64_t{256} << 20));
   const auto real = run_tiered_replay_real_bytes<prefix::judicious_admission>(
-      reqs, m, o, {sim::storage_io_of(disk), sim::storage_io_of(redis)}, prefix::lru_scorer{}, flop_prefill_time(m));
+      reqs, m, o, {tiered::storage_io_of(disk), tiered::storage_io_of(redis)}, prefix::lru_scorer{}, flop_prefill_time(m));
   CHECK(real.hbm_hit_tokens == modelled.hbm_hit_tokens);
   CHECK(real.host_hit_tokens == modelled.host_hit_tokens);
   CHECK(real.bytes_loaded == modelled.bytes_loaded);

@@ -36,7 +36,7 @@ TEST_CASE("real bytes: a replay over hbm, host and a disk tier has the modelled 
   CHECK(modelled.real.copies == 0);
   disk_backend<> disk({.directory = dir.str() + "/values", .capacity_bytes = std::int64_t{256} << 20});
   const auto real = run_tiered_replay_real_bytes<prefix::judicious_admission>(
-      reqs, m, o, {sim::storage_io_of(disk)}, prefix::lru_scorer{}, flop_prefill_time(m));
+      reqs, m, o, {tiered::storage_io_of(disk)}, prefix::lru_scorer{}, flop_prefill_time(m));
   CHECK(real.hbm_hit_tokens == modelled.hbm_hit_tokens);
   CHECK(real.host_hit_tokens == modelled.host_hit_tokens);
   CHECK(real.bytes_loaded == modelled.bytes_loaded);
@@ -67,7 +67,7 @@ TEST_CASE("real bytes: a wrong byte read from the disk tier fails that copy (a c
     ++flipped;
   };
   const auto real = run_tiered_replay_real_bytes<prefix::judicious_admission>(
-      reqs, m, o, {sim::storage_io_of(disk)}, prefix::lru_scorer{}, flop_prefill_time(m), {}, std::move(flip));
+      reqs, m, o, {tiered::storage_io_of(disk)}, prefix::lru_scorer{}, flop_prefill_time(m), {}, std::move(flip));
   REQUIRE(flipped > 0);
   CHECK(real.real.verify_failures == flipped);
   CHECK(real.real.failed_copies == flipped);
@@ -79,7 +79,7 @@ TEST_CASE("real bytes: a wrong byte read from the disk tier fails that copy (a c
   // Bad input: sparsification cannot be checked; a storage tier needs its backend.
   o.sparsify = sparsify_kind::profile;
   CHECK_THROWS_AS((void)run_tiered_replay_real_bytes<prefix::judicious_admission>(
-                      reqs, m, o, {sim::storage_io_of(disk)}, prefix::lru_scorer{}, flop_prefill_time(m)),
+                      reqs, m, o, {tiered::storage_io_of(disk)}, prefix::lru_scorer{}, flop_prefill_time(m)),
                   invalid_argument);
   o.sparsify = sparsify_kind::off;
   CHECK_THROWS_AS((void)run_tiered_replay_real_bytes<prefix::judicious_admission>(reqs, m, o, {}, prefix::lru_scorer{},

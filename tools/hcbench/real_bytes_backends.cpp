@@ -25,7 +25,7 @@ struct real_bytes_backends::impl {
   std::vector<std::unique_ptr<tr::redis_backend<>>> redis;
 #endif
   std::vector<std::string> dirs;
-  std::vector<hc::sim::storage_tier_io> io;
+  std::vector<hc::tiered::storage_tier_io> io;
 };
 
 real_bytes_backends::real_bytes_backends(const std::vector<tr::tier_config>& tiers) : impl_(std::make_unique<impl>()) {
@@ -54,7 +54,7 @@ real_bytes_backends::real_bytes_backends(const std::vector<tr::tier_config>& tie
         throw hc::error(who + ": " + e.what());
       }
       impl_->dirs.push_back(dir);
-      impl_->io.push_back(hc::sim::storage_io_of(*impl_->disks.back()));
+      impl_->io.push_back(hc::tiered::storage_io_of(*impl_->disks.back()));
       continue;
     }
 #if HCBENCH_HAS_REDIS
@@ -68,7 +68,7 @@ real_bytes_backends::real_bytes_backends(const std::vector<tr::tier_config>& tie
     } catch (const std::exception& e) {
       throw hc::error(who + ": " + e.what());
     }
-    impl_->io.push_back(hc::sim::storage_io_of(*impl_->redis.back()));
+    impl_->io.push_back(hc::tiered::storage_io_of(*impl_->redis.back()));
 #else
     throw hc::error(who + ": this hcbench was built without hiredis; a redis tier cannot move real bytes");
 #endif
@@ -84,6 +84,6 @@ real_bytes_backends::~real_bytes_backends() {
   }
 }
 
-std::vector<hc::sim::storage_tier_io> real_bytes_backends::io() const { return impl_->io; }
+std::vector<hc::tiered::storage_tier_io> real_bytes_backends::io() const { return impl_->io; }
 
 }  // namespace hcbench

@@ -11,7 +11,7 @@
 #include <memory>
 #include <vector>
 
-#include <hybridcache/sim/real_bytes_copy_engine.hpp>
+#include <hybridcache/tiered/storage_tier_io.hpp>
 #include <hybridcache/tiered/tier.hpp>
 
 namespace hcbench {
@@ -27,7 +27,7 @@ class real_bytes_backends {
   real_bytes_backends& operator=(const real_bytes_backends&) = delete;
 
   /// The calls of every backend, in tier order (valid while this object lives).
-  [[nodiscard]] std::vector<hybridcache::sim::storage_tier_io> io() const;
+  [[nodiscard]] std::vector<hybridcache::tiered::storage_tier_io> io() const;
 
  private:
   struct impl;

@@ -69,7 +69,7 @@ double parse_spread_seconds(const std::string& s) {
 template <class Admission, class Scorer>
 hc::sim::tiered_replay_result run_one(const std::vector<hc::sim::request>& reqs, const hc::cost_model& m,
                                  const hc::sim::tiered_replay_options& o, Scorer scorer, const chosen_prefill_time& prefill,
-                                 std::vector<hc::sim::storage_tier_io>* storage) {
+                                 std::vector<hc::tiered::storage_tier_io>* storage) {
   if (storage != nullptr)
     return hc::sim::run_tiered_replay_real_bytes<Admission>(reqs, m, o, std::move(*storage), std::move(scorer), prefill);
   return hc::sim::run_tiered_replay<Admission>(reqs, m, o, std::move(scorer), prefill);
@@ -78,7 +78,7 @@ hc::sim::tiered_replay_result run_one(const std::vector<hc::sim::request>& reqs,
 hc::sim::tiered_replay_result run_policy(const std::vector<hc::sim::request>& reqs, const hc::cost_model& m,
                                     const hc::sim::tiered_replay_options& o, const tiered_policy& p,
                                     const chosen_prefill_time& prefill,
-                                    std::vector<hc::sim::storage_tier_io>* storage = nullptr) {
+                                    std::vector<hc::tiered::storage_tier_io>* storage = nullptr) {
   const auto lru = [&] {
     return pc::lru_scorer({.ties = p.reference_lru_ties ? pc::lru_ties::python_heapq : pc::lru_ties::by_node_id});
   };

@@ -8,7 +8,8 @@
 //   - memory tiers (hbm, host, cxl: by the tier order, always the first tiers) are the
 //     arenas of a `host_copy_engine` (tier 0 stands in for HBM), copied page by page;
 //   - a storage tier (disk, redis) is a `storage_backend` (tiered/disk_backend.hpp,
-//     tiered/redis/redis_backend.hpp) behind `storage_tier_io`: one value per entry copy,
+//     tiered/redis/redis_backend.hpp) behind a `tiered::storage_tier_io`
+//     (tiered/storage_tier_io.hpp): one value per entry copy,
 //     put when a copy lands there, got when one is read from there.
 //
 // Keys: a value is keyed by the id of the entry whose copy put it (`storage_key{model, entry
@@ -59,30 +60,9 @@
 #include "hybridcache/sim/tiered_replay_options.hpp"
 #include "hybridcache/tiered/host_copy_engine.hpp"
 #include "hybridcache/tiered/storage_format.hpp"
+#include "hybridcache/tiered/storage_tier_io.hpp"
 
 namespace hybridcache::sim {
-
-/// The calls of one storage tier, type-erased so that the harness need not link a
-/// backend's library (a Redis tier is made where hiredis is linked): `storage_io_of`.
-struct storage_tier_io {
-  std::function<expected<io_ticket>(const storage_key&, const value_meta&,
-                                            std::span<const std::byte>)>
-      put;
-  std::function<expected<io_ticket>(const storage_key&, std::span<std::byte>)> get;
-  std::function<expected<io_result>(io_ticket)> wait;
-  std::function<expected<io_ticket>(const storage_key&)> remove;
-};
-
-/// The calls of `backend` (which must outlive them).
-template <class Backend>
-[[nodiscard]] storage_tier_io storage_io_of(Backend& backend) {
-  return {[&backend](const storage_key& k, const value_meta& m, std::span<const std::byte> b) {
-            return backend.put(k, m, b);
-          },
-          [&backend](const storage_key& k, std::span<std::byte> into) { return backend.get(k, into); },
-          [&backend](io_ticket t) { return backend.wait(t); },
-          [&backend](const storage_key& k) { return backend.remove(k); }};
-}
 
 /// Options of the real-bytes engine. Aggregate with defaults.
 struct real_bytes_engine_options {
@@ -98,11 +78,11 @@ struct real_bytes_engine_options {
 class real_bytes_copy_engine : public timed_copy_engine {
  public:
   /// @param tiers    the store's tiers (HBM first; the memory tiers first by tier order)
-  /// @param storage  one `storage_tier_io` per disk/redis tier, in tier order
+  /// @param storage  one `tiered::storage_tier_io` per disk/redis tier, in tier order
   /// @param model_id the `storage_key::model` of every value
   /// @throws invalid_argument for a bad tier list or a storage count that does not match.
   real_bytes_copy_engine(std::vector<tiered::tier_config> tiers, std::int64_t page_bytes, timed_copy_options o,
-                         std::vector<storage_tier_io> storage, std::uint64_t model_id,
+                         std::vector<tiered::storage_tier_io> storage, std::uint64_t model_id,
                          real_bytes_engine_options options = {})
       : timed_copy_engine(tiers, page_bytes, o), model_(model_id), page_(page_bytes), options_(std::move(options)) {
     std::size_t memory = 0;
@@ -111,7 +91,7 @@ class real_bytes_copy_engine : public timed_copy_engine {
                         "real_bytes_copy_engine: " + std::to_string(tiers.size() - memory) +
                             " storage tiers need as many storage_tier_io, got " + std::to_string(storage.size()));
     for (const auto& s : storage)
-      HYBRIDCACHE_EXPECTS(s.put && s.get && s.wait && s.remove, invalid_argument,
+      HYBRIDCACHE_EXPECTS(s.complete(), invalid_argument,
                           "real_bytes_copy_engine: a storage_tier_io lacks put, get, wait or remove");
     memory_tiers_ = memory;
     memory_ = std::make_unique<tiered::host_copy_engine>(
@@ -352,7 +332,7 @@ class real_bytes_copy_engine : public timed_copy_engine {
   real_bytes_engine_options options_;
   std::size_t memory_tiers_ = 0;
   std::unique_ptr<tiered::host_copy_engine> memory_;
-  std::vector<storage_tier_io> storage_;
+  std::vector<tiered::storage_tier_io> storage_;
   std::vector<storage_state> stored_;                                     // per storage tier
   std::uint32_t read_crc_ = 0;                                            // CRC of the last source read
   std::unordered_map<std::uint64_t, entry_sum> sums_;                     // by entry id

@@ -23,11 +23,12 @@
 #include "hybridcache/sim/real_bytes_copy_engine.hpp"
 #include "hybridcache/sim/tiered_replay.hpp"
 #include "hybridcache/tiered/storage_format.hpp"
+#include "hybridcache/tiered/storage_tier_io.hpp"
 
 namespace hybridcache::sim {
 
-/// `run_tiered_replay` with real bytes: `storage` holds one `sim::storage_tier_io` per disk
-/// or redis tier of `options.tiers`, in order (`sim::storage_io_of(backend)`);
+/// `run_tiered_replay` with real bytes: `storage` holds one `tiered::storage_tier_io` per disk
+/// or redis tier of `options.tiers`, in order (`tiered::storage_io_of(backend)`);
 /// `engine_options` are the engine's (tests: a read hook).
 /// @throws invalid_argument as run_tiered_replay, for a storage count that does not match
 ///         the tiers, or for `sparsify = profile` (a compacted copy is not the entry's
@@ -36,7 +37,7 @@ template <class Admission, class Scorer, prefill_time_model Prefill = linear_pre
 [[nodiscard]] tiered_replay_result run_tiered_replay_real_bytes(std::span<const sim::request> requests,
                                                                 const cost_model& model,
                                                                 const tiered_replay_options& options,
-                                                                std::vector<sim::storage_tier_io> storage,
+                                                                std::vector<tiered::storage_tier_io> storage,
                                                                 Scorer scorer, const Prefill& prefill = {},
                                                                 Admission admission = {},
                                                                 sim::real_bytes_engine_options engine_options = {}) {
