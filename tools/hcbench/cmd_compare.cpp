@@ -199,7 +199,6 @@ void run(const compare_cli& o, const CLI::App& sub) {
   files.add(table_path.string(), table);
   files.add(svg_path.string(), hit_rate_svg(results, title));
   files.commit("--out");
-  std::printf("%s", table.c_str());
   std::printf("\ntable: %s\ncsv:   %s\nplot:  %s\n", table_path.string().c_str(), csv_path.string().c_str(),
               svg_path.string().c_str());
 }
