@@ -5,11 +5,12 @@
 # clang, and recommends are not installed here), needed by .ci/fuzz.sh.
 # libhiredis-dev: the client of the opt-in Redis tier (hybridcache::redis); redis-server and
 # redis-tools: the servers and redis-cli its tests start (ctest label backends).
+# libcpp-httplib-dev, pkg-config: the HTTP server of hybridcache-llama (examples/llama_cpp).
 set -euo pipefail
 need=()
 have_pkg() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok installed"; }
 for p in cmake ninja-build g++ clang doctest-dev libcli11-dev libbenchmark-dev python3 python3-venv zlib1g-dev libclang-rt-14-dev \
-         libhiredis-dev redis-server redis-tools; do
+         libhiredis-dev redis-server redis-tools libcpp-httplib-dev pkg-config; do
   have_pkg "$p" || need+=("$p")
 done
 if ((${#need[@]})); then

@@ -10,12 +10,13 @@
 #   3. makes a Python venv with pinned packages: numpy, tokenizers (the version
 #      tests/tokenizer/hf_exact.py is measured with), jinja2, and the sdist's own gguf-py;
 #   4. writes the random-weight test models with scripts/llama_models.py;
-#   5. (later) builds our program hybridcache-llama against the prefix.
+#   5. builds our program hybridcache-llama (examples/llama_cpp, Release) against the prefix.
 #
 # Each step is reused when its stamp (the version, hashes and flags it was made from) matches,
 # so a second run takes seconds. The last lines on stdout are
 #   models=DIR          tokenizer.json, chat_cases.txt and the models
 #   prefix=PATH         the llama install prefix (CMake: -DHYBRIDCACHE_LLAMA_PREFIX=PATH)
+#   program=PATH        hybridcache-llama
 #   server=PATH         llama-server
 #   model.NAME=PATH     one per model (qwen35, nemotron_h)
 # Progress goes to stderr, build logs into the cache.
@@ -156,14 +157,25 @@ if [ "$(cat "$MODELS/stamp" 2>/dev/null)" != "$models_stamp" ]; then
   printf '%s' "$models_stamp" >"$MODELS/stamp"
 fi
 
-# --- 5. hybridcache-llama (issue #33, step 3) ---------------------------------------------
-# LATER: build examples/llama_cpp (program hybridcache-llama) here against "$PREFIX", e.g.
-#   cmake -S "$ROOT" -B "$CACHE/hybridcache-llama" -DHYBRIDCACHE_LLAMA_PREFIX="$PREFIX" ...
-# and print `program=PATH` with the lines below.
+# --- 5. hybridcache-llama ------------------------------------------------------------------
+# Our program (examples/llama_cpp), Release, against the prefix; incremental (ninja) on every
+# run, so it follows the checkout. Keyed by the checkout's path and the llama build.
+PKEY="$(printf '%s' "$ROOT $BKEY" | hash_of)"
+PBUILD="$CACHE/program/$PKEY"
+PROGRAM="$PBUILD/examples/llama_cpp/hybridcache-llama"
+mkdir -p "$PBUILD"
+if [ ! -f "$PBUILD/CMakeCache.txt" ]; then
+  log "configuring hybridcache-llama in $PBUILD"
+  run_logged "$PBUILD/configure.log" cmake -S "$ROOT" -B "$PBUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+    -DHYBRIDCACHE_BUILD_EXAMPLES=ON -DHYBRIDCACHE_ENABLE_CUDA=OFF -DHYBRIDCACHE_LLAMA_PREFIX="$PREFIX"
+fi
+run_logged "$PBUILD/build.log" cmake --build "$PBUILD" -j "$JOBS" --target hybridcache-llama
+[ -x "$PROGRAM" ] || die "hybridcache-llama was not built (log: $PBUILD/build.log)"
 
 log "ready in $(( $(date +%s) - t_start )) s"
 echo "models=$MODELS"
 echo "prefix=$PREFIX"
+echo "program=$PROGRAM"
 echo "server=$SERVER"
 while IFS='=' read -r name file; do
   [ -f "$MODELS/$file" ] || die "model $name ($MODELS/$file) is missing"

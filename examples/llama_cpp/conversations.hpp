@@ -42,7 +42,9 @@ inline const char* role_name(hybridcache::sim::chat_role r) {
     case hybridcache::sim::chat_role::system: return "system";
     case hybridcache::sim::chat_role::user: return "user";
     case hybridcache::sim::chat_role::assistant: return "assistant";
-    case hybridcache::sim::chat_role::tool: return "tool";
+    // A tool result is sent as a user message carrying its text: llama.cpp's built-in ChatML
+    // renderer and llama-server's Jinja template agree on plain text, not on tool roles.
+    case hybridcache::sim::chat_role::tool: return "user";
   }
   return "user";
 }

@@ -51,7 +51,7 @@
 namespace hybridcache_llama {
 
 using pool_t = hc::memory::host_asymmetric_pool<hc::memory::threshold_rebalancer>;
-using store_t = hc::memory::pool_state_store<pool_t>;
+using store_t = hc::stores::pool_state_store<pool_t>;
 
 /// The cache's configuration (aggregate).
 struct cache_options {
@@ -68,6 +68,10 @@ struct request_input {
   std::vector<llama_token> prompt;
   std::int32_t max_tokens = 16;
   hc::cache_salt salt = std::nullopt;
+  /// Positions in the prompt where a state is worth keeping (application-directed: message
+  /// boundaries, `loaded_model::message_boundaries`), ascending, in [1, |prompt|). The
+  /// prompt's end is always one.
+  std::vector<std::int64_t> checkpoints;
 };
 
 /// What became of it.

@@ -103,7 +103,7 @@ class cached_engine final : public engine {
         slots_(s.options().slots),
         batch_(static_cast<std::int32_t>(s.options().batch)) {
     // One token's K and V rows of one layer fill one page slot exactly.
-    const std::uint64_t slot_bytes = pool_.stats(hc::memory::pool_kind::kv).unit_bytes / static_cast<std::uint64_t>(o.tokens_per_page);
+    const std::uint64_t slot_bytes = pool_.stats(hc::pool_kind::kv).unit_bytes / static_cast<std::uint64_t>(o.tokens_per_page);
     if (slot_bytes != s_.layout().kv.front().token_bytes())
       throw hc::invalid_argument("engine: a page slot is " + std::to_string(slot_bytes) + " B but a token's K+V rows are " +
                                  std::to_string(s_.layout().kv.front().token_bytes()) + " B");
@@ -138,8 +138,8 @@ class cached_engine final : public engine {
 
   [[nodiscard]] std::string describe() const override {
     return name_ + ", pool " + std::to_string(opts_.hbm_bytes >> 20) + " MiB (KV page " +
-           std::to_string(pool_.stats(hc::memory::pool_kind::kv).unit_bytes) + " B, state block " +
-           std::to_string(pool_.stats(hc::memory::pool_kind::ssm).unit_bytes) + " B), host tier " +
+           std::to_string(pool_.stats(hc::pool_kind::kv).unit_bytes) + " B, state block " +
+           std::to_string(pool_.stats(hc::pool_kind::ssm).unit_bytes) + " B), host tier " +
            std::to_string(opts_.host_bytes >> 20) + " MiB";
   }
 
@@ -180,11 +180,11 @@ class cached_engine final : public engine {
   };
 
   // The host tier: half its bytes for KV pages, half for checkpoint blocks.
-  hc::memory::host_tier_config host_tier(const cache_options& o) const {
+  hc::stores::host_tier_config host_tier(const cache_options& o) const {
     if (o.host_bytes == 0) return {};
     const std::uint64_t page = hc::memory::kv_page_bytes(model_, o.tokens_per_page), block = hc::memory::checkpoint_block_bytes(model_);
     const auto rec = static_cast<std::uint64_t>(model_.recurrent_layers());
-    hc::memory::host_tier_config h{.kv_pages = static_cast<std::int64_t>(o.host_bytes / 2 / page),
+    hc::stores::host_tier_config h{.kv_pages = static_cast<std::int64_t>(o.host_bytes / 2 / page),
                                    .checkpoint_blocks = static_cast<std::int64_t>(o.host_bytes / 2 / block / rec * rec)};
     if (h.kv_pages == 0 || h.checkpoint_blocks == 0)
       throw hc::invalid_argument("--tiers host=" + std::to_string(o.host_bytes) + " B holds no page or no checkpoint (a checkpoint is " +
@@ -196,7 +196,23 @@ class cached_engine final : public engine {
     for (auto& sl : slots_) {
       if (sl.phase != slot_phase::idle || queue_.empty()) continue;
       request_input& r = queue_.front();
-      auto t = requests_.begin(r.prompt, {.output_tokens = r.max_tokens, .salt = r.salt});
+      // The prompt's end is where the next turn leaves this sequence (its prompt carries the
+      // reply as the client re-renders it), so a state is kept there (an application-directed
+      // checkpoint). A prompt cached whole is begun without its last token: logits need at
+      // least one token computed, and a recurrent state cannot be rewound.
+      const auto n = static_cast<std::int64_t>(r.prompt.size());
+      std::span<const llama_token> lifecycle_prompt(r.prompt);
+      extra_.clear();
+      for (const std::int64_t p : r.checkpoints)
+        if (p >= 1 && p < n) extra_.push_back(p);
+      extra_.push_back(n);
+      if (cache_.peek(r.prompt, r.salt).reusable_tokens >= n) {
+        lifecycle_prompt = lifecycle_prompt.first(static_cast<std::size_t>(n - 1));
+        extra_.pop_back();
+      }
+      const std::span<const std::int64_t> extra(extra_);
+      const std::int64_t outputs = r.max_tokens + (static_cast<std::int64_t>(lifecycle_prompt.size()) < n ? 1 : 0);
+      auto t = requests_.begin(lifecycle_prompt, {.output_tokens = outputs, .extra_checkpoints = extra, .salt = r.salt});
       if (!t && t.error() == hc::errc::out_of_capacity && requests_.in_flight() > 0) {
         ++stats_.waits;  // the slots in flight hold the room: wait for one to finish
         return;
@@ -461,19 +477,20 @@ class cached_engine final : public engine {
   std::vector<std::byte> state_buf_;
   full_state_view view_;
   std::vector<std::vector<hc::packed_handle>> tables_;
+  std::vector<std::int64_t> extra_;  // admit's application-directed checkpoints
 };
 
 inline std::unique_ptr<engine> make_engine(session& s, const cache_options& o) {
   const hc::model_spec spec = s.make_spec();
   const hc::cost_model m(spec);
   if (o.policy == "sglang+")
-    return std::make_unique<cached_engine<hc::prefix::sglang_cache<store_t>>>(s, spec, o, hc::prefix::lru_scorer{}, "sglang+");
+    return std::make_unique<cached_engine<hc::compose::sglang_cache<store_t>>>(s, spec, o, hc::prefix::lru_scorer{}, "sglang+");
   if (o.policy == "vllm+")
-    return std::make_unique<cached_engine<hc::prefix::vllm_cache<store_t>>>(s, spec, o, hc::prefix::lru_scorer{}, "vllm+");
+    return std::make_unique<cached_engine<hc::compose::vllm_cache<store_t>>>(s, spec, o, hc::prefix::lru_scorer{}, "vllm+");
   if (o.policy != "marconi") throw hc::invalid_argument("--policy '" + o.policy + "' (known: marconi, sglang+, vllm+)");
   if (o.alpha == "auto")
-    return std::make_unique<cached_engine<hc::prefix::marconi_adaptive_cache<store_t>>>(
-        s, spec, o, hc::prefix::make_marconi_adaptive_scorer(m), "marconi (adaptive selector)");
+    return std::make_unique<cached_engine<hc::compose::marconi_adaptive_cache<store_t>>>(
+        s, spec, o, hc::compose::make_marconi_adaptive_scorer(m), "marconi (adaptive selector)");
   std::size_t used = 0;
   double alpha = 0;
   try {
@@ -483,7 +500,7 @@ inline std::unique_ptr<engine> make_engine(session& s, const cache_options& o) {
   }
   if (used != o.alpha.size() || !std::isfinite(alpha) || alpha < 0)
     throw hc::invalid_argument("--alpha '" + o.alpha + "': auto or a FLOP weight >= 0");
-  return std::make_unique<cached_engine<hc::prefix::marconi_cache<store_t>>>(
+  return std::make_unique<cached_engine<hc::compose::marconi_cache<store_t>>>(
       s, spec, o, hc::prefix::flop_aware_scorer(m, {.alpha = alpha}), "marconi (alpha " + o.alpha + ")");
 }
 

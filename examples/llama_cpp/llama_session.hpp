@@ -15,6 +15,7 @@
 
 #include <llama.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <memory>
@@ -91,6 +92,32 @@ class loaded_model {
   /// generation prompt, then tokenized with specials parsed (llama-server's chat path).
   /// @throws hc::invalid_argument when the template or the tokenizer refuses.
   [[nodiscard]] std::vector<llama_token> chat_prompt(std::span<const std::pair<std::string, std::string>> messages) const {
+    return tokenize(render(messages, /*generation_prompt=*/true), /*special=*/true);
+  }
+
+  /// Where a chat prompt's messages end, as token positions of `prompt` (= chat_prompt of
+  /// the same messages): after the leading system message, and before the last message (the
+  /// new user turn). The states there are what later requests reuse when they share the
+  /// system prompt, or the history up to the last turn (llama-server checkpoints at the
+  /// start of the first and of the last user message for the same reason). A boundary whose
+  /// rendering is not a token prefix of the prompt is left out.
+  [[nodiscard]] std::vector<std::int64_t> message_boundaries(std::span<const std::pair<std::string, std::string>> messages,
+                                                             std::span<const llama_token> prompt) const {
+    std::vector<std::int64_t> out;
+    auto add = [&](std::size_t k) {
+      const auto t = tokenize(render(messages.first(k), /*generation_prompt=*/false), true);
+      if (!t.empty() && t.size() < prompt.size() && std::equal(t.begin(), t.end(), prompt.begin()))
+        out.push_back(static_cast<std::int64_t>(t.size()));
+    };
+    if (messages.size() >= 2 && messages[0].first == "system") add(1);
+    if (messages.size() >= 3) add(messages.size() - 1);
+    std::sort(out.begin(), out.end());
+    out.erase(std::unique(out.begin(), out.end()), out.end());
+    return out;
+  }
+
+  /// The conversation rendered with the model's chat template (text).
+  [[nodiscard]] std::string render(std::span<const std::pair<std::string, std::string>> messages, bool generation_prompt) const {
     std::vector<llama_chat_message> m;
     m.reserve(messages.size());
     std::size_t chars = 0;
@@ -99,14 +126,14 @@ class loaded_model {
       chars += role.size() + text.size();
     }
     std::string out(2 * chars + 256, '\0');
-    int n = llama_chat_apply_template(template_.c_str(), m.data(), m.size(), true, out.data(), static_cast<int32_t>(out.size()));
+    int n = llama_chat_apply_template(template_.c_str(), m.data(), m.size(), generation_prompt, out.data(), static_cast<int32_t>(out.size()));
     if (n > static_cast<int>(out.size())) {
       out.resize(static_cast<std::size_t>(n));
-      n = llama_chat_apply_template(template_.c_str(), m.data(), m.size(), true, out.data(), static_cast<int32_t>(out.size()));
+      n = llama_chat_apply_template(template_.c_str(), m.data(), m.size(), generation_prompt, out.data(), static_cast<int32_t>(out.size()));
     }
     if (n < 0) throw hc::invalid_argument("chat template: llama.cpp does not know this model's template");
     out.resize(static_cast<std::size_t>(n));
-    return tokenize(out, /*special=*/true);
+    return out;
   }
 
   /// Tokens of `text` (BOS added when the vocabulary asks for it).

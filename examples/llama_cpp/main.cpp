@@ -7,6 +7,12 @@
 //                            [--alpha auto] [--max-tokens 16] [--verify] [--json]
 //                            [--per-request FILE]
 //
+//   hybridcache-llama serve --model M.gguf [--host 127.0.0.1] [--port 8080] [--api-key KEY]...
+//                           [--slots 4] [--tiers ...] [--policy ...]
+//
+// serve: llama-server's POST /v1/chat/completions and /completion, GET /health and /metrics
+// (server.hpp), so a client of llama-server can be pointed at it unchanged.
+//
 // replay: every conversation of the trace becomes one request per assistant turn (the
 // history before it as the prompt, rendered with the model's template); up to --slots
 // requests run at once, one llama_decode batch across them; a conversation's next turn starts
@@ -30,6 +36,7 @@
 #include "conversations.hpp"
 #include "engine.hpp"
 #include "llama_session.hpp"
+#include "server.hpp"
 
 namespace hcl = hybridcache_llama;
 namespace hc = hybridcache;
@@ -124,7 +131,9 @@ int replay(replay_options& o) {
       const std::size_t upto = turns[c][next[c]];
       hcl::request_input in;
       in.id = ++id;
-      in.prompt = model.chat_prompt(std::span(convs[c].messages).first(upto));
+      const auto msgs = std::span(convs[c].messages).first(upto);
+      in.prompt = model.chat_prompt(msgs);
+      in.checkpoints = model.message_boundaries(msgs, in.prompt);
       in.max_tokens = o.max_tokens;
       refs[in.id] = {c, next[c]};
       if (o.verify) prompts[in.id] = in.prompt;
@@ -200,6 +209,90 @@ int replay(replay_options& o) {
   return failed == 0 && (!o.verify || identical == verified) ? 0 : 1;
 }
 
+/// JSON string literal of `s` (the server's escaper, valid UTF-8).
+std::string quoted(const std::string& s) { return hcl::detail::json_string(s); }
+
+struct requests_options {
+  std::string model, trace, format = "sharegpt";
+  std::size_t conversations = 1u << 20;
+};
+
+// The requests of a trace in the order a sequential client sends them (conversations
+// round-robin, one turn each per round), as JSON lines: messages, prompt tokens, and the
+// prefill a prefix cache that keeps everything needs (the prompt less its longest common
+// prefix with any earlier prompt, at least one token). The head-to-head client
+// (scripts/llama_head_to_head.py) sends exactly these to both servers.
+int list_requests(const requests_options& o) {
+  hcl::loaded_model model(o.model);
+  const auto convs = hcl::read_conversations(o.trace, o.format, o.conversations);
+  std::vector<std::vector<std::size_t>> turns;
+  std::size_t rounds = 0;
+  for (const auto& c : convs) {
+    turns.push_back(c.turns());
+    rounds = std::max(rounds, turns.back().size());
+  }
+  std::vector<std::vector<llama_token>> seen;
+  long long total = 0, bound = 0, id = 0;
+  for (std::size_t round = 0; round < rounds; ++round) {
+    for (std::size_t c = 0; c < convs.size(); ++c) {
+      if (round >= turns[c].size()) continue;
+      const auto msgs = std::span(convs[c].messages).first(turns[c][round]);
+      const auto prompt = model.chat_prompt(msgs);
+      std::size_t best = 0;
+      for (const auto& p : seen) {
+        std::size_t k = 0;
+        const std::size_t m = std::min(p.size(), prompt.size());
+        while (k < m && p[k] == prompt[k]) ++k;
+        best = std::max(best, k);
+      }
+      const long long need = static_cast<long long>(prompt.size() - std::min(best, prompt.size() - 1));
+      total += static_cast<long long>(prompt.size());
+      bound += need;
+      std::string line = "{\"id\": " + std::to_string(++id) + ", \"conversation\": " + std::to_string(c) + ", \"turn\": " +
+                         std::to_string(round) + ", \"prompt_tokens\": " + std::to_string(prompt.size()) +
+                         ", \"bound_prefill\": " + std::to_string(need) + ", \"messages\": [";
+      for (std::size_t i = 0; i < msgs.size(); ++i)
+        line += std::string(i ? ", " : "") + "{\"role\": " + quoted(msgs[i].first) + ", \"content\": " + quoted(msgs[i].second) + "}";
+      std::printf("%s]}\n", line.c_str());
+      seen.push_back(prompt);
+    }
+  }
+  std::fprintf(stderr, "requests: %lld, prompt tokens %lld, keep-everything prefill bound %lld\n", id, total, bound);
+  return 0;
+}
+
+struct serve_options {
+  std::string model, tiers = "hbm=256MiB";
+  hcl::cache_options cache;
+  hcl::context_options context;
+  hcl::server_options server;
+};
+
+int serve(serve_options& o) {
+  parse_tiers(o.tiers, o.cache);
+  hcl::loaded_model model(o.model);
+  hcl::session sess(model, o.context);
+  auto engine = hcl::make_engine(sess, o.cache);
+  o.server.max_tokens_limit = static_cast<std::int32_t>(std::min<std::uint32_t>(o.context.ctx_per_slot - 1, 1u << 20));
+  hcl::server srv(model, *engine, o.server);
+  srv.run();
+  return 0;
+}
+
+/// The options every subcommand takes for the model, the context and the cache.
+template <class Options>
+void add_engine_options(CLI::App* c, Options& o) {
+  c->add_option("--model", o.model, "GGUF model (a hybrid: qwen35, nemotron_h, ...)")->required();
+  c->add_option("--slots", o.context.slots, "requests computed at once")->capture_default_str()->check(CLI::Range(1, 64));
+  c->add_option("--threads", o.context.threads, "llama.cpp threads")->capture_default_str()->check(CLI::Range(1, 256));
+  c->add_option("--ctx", o.context.ctx_per_slot, "tokens per slot (prompt + output)")->capture_default_str()->check(CLI::Range(64, 1 << 20));
+  c->add_option("--tiers", o.tiers, "hbm=SIZE (the pool) [,host=SIZE (the host tier)]")->capture_default_str();
+  c->add_option("--tokens-per-page", o.cache.tokens_per_page, "tokens per KV page")->capture_default_str()->check(CLI::Range(1, 4096));
+  c->add_option("--policy", o.cache.policy, "marconi | sglang+ | vllm+")->capture_default_str();
+  c->add_option("--alpha", o.cache.alpha, "marconi: auto (the adaptive selector) or a FLOP weight")->capture_default_str();
+  c->add_flag("--no-flash-attn", [&o](std::int64_t) { o.context.flash_attn = false; }, "V transposed (llama.cpp without flash attention)");
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -207,22 +300,28 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   replay_options r;
   auto* rp = app.add_subcommand("replay", "replay a conversation trace through the cached engine");
-  rp->add_option("--model", r.model, "GGUF model (a hybrid: qwen35, nemotron_h, ...)")->required();
+  add_engine_options(rp, r);
   rp->add_option("--trace", r.trace, "conversation trace")->required();
   rp->add_option("--format", r.format, "openai | tau-bench | swe-agent | sharegpt")->capture_default_str();
   rp->add_option("--conversations", r.conversations, "at most this many conversations");
   rp->add_option("--max-tokens", r.max_tokens, "tokens generated per request (greedy)")->capture_default_str()->check(CLI::Range(1, 4096));
-  rp->add_option("--slots", r.context.slots, "requests computed at once")->capture_default_str()->check(CLI::Range(1, 64));
-  rp->add_option("--threads", r.context.threads, "llama.cpp threads")->capture_default_str()->check(CLI::Range(1, 256));
-  rp->add_option("--ctx", r.context.ctx_per_slot, "tokens per slot (prompt + output)")->capture_default_str()->check(CLI::Range(64, 1 << 20));
-  rp->add_option("--tiers", r.tiers, "hbm=SIZE (the pool) [,host=SIZE (the host tier)]")->capture_default_str();
-  rp->add_option("--tokens-per-page", r.cache.tokens_per_page, "tokens per KV page")->capture_default_str()->check(CLI::Range(1, 4096));
-  rp->add_option("--policy", r.cache.policy, "marconi | sglang+ | vllm+")->capture_default_str();
-  rp->add_option("--alpha", r.cache.alpha, "marconi: auto (the adaptive selector) or a FLOP weight")->capture_default_str();
-  rp->add_flag("--no-flash-attn", [&](std::int64_t) { r.context.flash_attn = false; }, "V transposed (llama.cpp without flash attention)");
   rp->add_flag("--verify", r.verify, "run every request again uncached; outputs must be identical");
   rp->add_flag("--json", r.json, "one JSON object");
   rp->add_option("--per-request", r.per_request, "CSV of every request");
+  serve_options sv;
+  auto* sp = app.add_subcommand("serve", "serve llama-server's HTTP API through the cached engine");
+  add_engine_options(sp, sv);
+  sp->add_option("--host", sv.server.host, "address to bind (loopback unless told otherwise)")->capture_default_str();
+  sp->add_option("--port", sv.server.port, "port")->capture_default_str()->check(CLI::Range(1, 65535));
+  sp->add_option("--api-key", sv.server.api_keys, "required as 'Authorization: Bearer KEY' (repeat for several; each is a cache namespace)");
+  sp->add_option("--max-body", sv.server.max_body_bytes, "largest request body (bytes; larger: 413)")->capture_default_str();
+  sp->add_option("--max-tokens", sv.server.default_max_tokens, "tokens generated when a request names none")->capture_default_str()->check(CLI::Range(1, 4096));
+  requests_options rq;
+  auto* qp = app.add_subcommand("requests", "print a trace's requests as the head-to-head client sends them (JSON lines)");
+  qp->add_option("--model", rq.model, "GGUF model (its template and tokenizer)")->required();
+  qp->add_option("--trace", rq.trace, "conversation trace")->required();
+  qp->add_option("--format", rq.format, "openai | tau-bench | swe-agent | sharegpt")->capture_default_str();
+  qp->add_option("--conversations", rq.conversations, "at most this many conversations");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -230,6 +329,8 @@ int main(int argc, char** argv) {
   }
   try {
     if (rp->parsed()) return replay(r);
+    if (sp->parsed()) return serve(sv);
+    if (qp->parsed()) return list_requests(rq);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "hybridcache-llama: %s\n", e.what());
     return 2;

@@ -1,0 +1,179 @@
+#!/usr/bin/env python3
+"""End-to-end tests of hybridcache-llama (ctest label llama), one model per run.
+
+  program_tests.py --program P --model M.gguf --trace SHAREGPT.jsonl --agent-dir DIR
+
+Checks, each with a failure that names what went wrong:
+  replay     a branching multi-turn trace (ShareGPT conversations: every turn continues the
+             history) through a small pool with a host tier below it, 3 slots: every request's
+             greedy output equals the uncached run's (--verify), with evictions and host-tier
+             loads; the same on agent trajectories (tau-bench and SWE-agent formats)
+  bad input  a missing model file, a trace of an unknown format, a prompt longer than a slot's
+             context: a clear error and a non-zero exit
+  serve      /health; /v1/chat/completions and /completion answer with llama-server's fields
+             (usage.prompt_tokens, timings.prompt_n, timings.cache_n); a repeated conversation
+             reuses its prefix; another cache_salt (tenant) reuses nothing of it; a missing API
+             key -> 401; bad JSON, an unknown field, sampling, streaming, a token id outside the
+             vocabulary, a prompt longer than the context -> 400 with a message; after the
+             refusals the cache's counters (/metrics) are as they were
+"""
+import argparse
+import json
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+
+failures = []
+
+
+def check(cond, what):
+    if not cond:
+        failures.append(what)
+        print(f"FAIL: {what}", flush=True)
+    return cond
+
+
+def run(args, timeout=900):
+    return subprocess.run(args, capture_output=True, text=True, timeout=timeout)
+
+
+def replay_case(a, trace, fmt, extra, name, need_host=True):
+    r = run([a.program, "replay", "--model", a.model, "--trace", trace, "--format", fmt, "--json", "--verify"] + extra)
+    if not check(r.returncode == 0, f"{name}: exit {r.returncode}: {r.stderr.strip()[-400:]}"):
+        return
+    j = json.loads(r.stdout)
+    print(f"{name}: {json.dumps(j)}", flush=True)
+    check(j["requests"] > 0 and j["failed"] == 0, f"{name}: {j['failed']} failed requests")
+    check(j["verified"] == j["requests"] and j["outputs_identical"] == j["requests"],
+          f"{name}: {j['outputs_identical']} of {j['requests']} outputs identical to uncached")
+    check(j["reused_tokens"] > 0, f"{name}: nothing reused")
+    check(j["evictions"] > 0, f"{name}: no eviction (the pool is meant to be too small)")
+    if need_host:
+        check(j["host_loads"] > 0, f"{name}: no host-tier load")
+
+
+def bad_input_cases(a):
+    r = run([a.program, "replay", "--model", "/nonexistent/model.gguf", "--trace", a.trace])
+    check(r.returncode != 0 and "cannot load" in r.stderr, f"missing model: exit {r.returncode}, {r.stderr.strip()[-200:]}")
+    r = run([a.program, "replay", "--model", a.model, "--trace", a.trace, "--format", "mooncake"])
+    check(r.returncode != 0 and "--format 'mooncake'" in r.stderr, f"unknown format: {r.stderr.strip()[-200:]}")
+    r = run([a.program, "replay", "--model", a.model, "--trace", a.trace, "--conversations", "2", "--ctx", "64"])
+    check(r.returncode != 0 and "exceeds the context" in r.stderr, f"prompt longer than the context: {r.stderr.strip()[-200:]}")
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def http(url, body=None, key=None, raw=None):
+    data = raw if raw is not None else (json.dumps(body).encode() if body is not None else None)
+    req = urllib.request.Request(url, data=data, headers={"Content-Type": "application/json"})
+    if key:
+        req.add_header("Authorization", f"Bearer {key}")
+    try:
+        with urllib.request.urlopen(req, timeout=300) as r:
+            return r.status, r.read().decode()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read().decode()
+
+
+def serve_cases(a):
+    port = free_port()
+    key = "test-key"
+    proc = subprocess.Popen([a.program, "serve", "--model", a.model, "--port", str(port), "--api-key", key, "--slots", "2",
+                             "--ctx", "2048", "--tiers", "hbm=64MiB"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        for _ in range(600):
+            if proc.poll() is not None:
+                check(False, f"serve exited with {proc.returncode}: {proc.stderr.read()[-400:]}")
+                return
+            try:
+                if http(base + "/health")[0] == 200:
+                    break
+            except urllib.error.URLError:
+                time.sleep(0.1)
+        chat = base + "/v1/chat/completions"
+        conv = [{"role": "system", "content": "You are a careful assistant. " * 20},
+                {"role": "user", "content": "Summarise the plot of a long novel about the sea in three sentences."}]
+        status, body = http(chat, {"messages": conv, "max_tokens": 4, "temperature": 0}, key)
+        check(status == 200, f"chat: {status} {body[:200]}")
+        first = json.loads(body)
+        for f in ("prompt_tokens",):
+            check(f in first["usage"], f"chat: usage.{f} missing")
+        for f in ("prompt_n", "cache_n"):
+            check(f in first["timings"], f"chat: timings.{f} missing")
+        # The next turn of the same conversation reuses its history.
+        turn2 = conv + [{"role": "assistant", "content": "It is a story."}, {"role": "user", "content": "And the ending?"}]
+        status, body = http(chat, {"messages": turn2, "max_tokens": 4, "temperature": 0}, key)
+        second = json.loads(body)
+        check(status == 200 and second["timings"]["cache_n"] >= first["usage"]["prompt_tokens"] - 1,
+              f"second turn reused {second['timings'].get('cache_n')} of the first turn's {first['usage']['prompt_tokens']} tokens")
+        check(second["timings"]["prompt_n"] + second["timings"]["cache_n"] == second["usage"]["prompt_tokens"],
+              "prompt_n + cache_n != prompt_tokens")
+        # Another tenant reuses nothing of it; the same tenant twice does.
+        status, body = http(chat, {"messages": turn2, "max_tokens": 2, "temperature": 0, "cache_salt": "tenant-b"}, key)
+        check(status == 200 and json.loads(body)["timings"]["cache_n"] == 0, f"another cache_salt reused: {body[:200]}")
+        status, body = http(chat, {"messages": turn2, "max_tokens": 2, "temperature": 0, "cache_salt": "tenant-b"}, key)
+        check(status == 200 and json.loads(body)["timings"]["cache_n"] > 0, f"the same cache_salt did not reuse: {body[:200]}")
+        status, body = http(base + "/completion", {"prompt": "Once upon a time there was", "n_predict": 3, "temperature": 0}, key)
+        check(status == 200 and "content" in json.loads(body) and "tokens_evaluated" in json.loads(body), f"/completion: {status} {body[:200]}")
+        status, body = http(base + "/completion", {"prompt": [1, 2, 3, 4], "n_predict": 2, "temperature": 0}, key)
+        check(status == 200, f"/completion with token ids: {status} {body[:200]}")
+        # Refusals: each a clear error, nothing cached changes.
+        _, metrics_before = http(base + "/metrics", key=key)
+        cases = [
+            ("no API key", None, {"messages": conv}, None, 401, "API key"),
+            ("bad JSON", key, None, b'{"messages": [', 400, "bad JSON"),
+            ("unknown field", key, {"messages": conv, "frobnicate": 1}, None, 400, "frobnicate"),
+            ("sampling", key, {"messages": conv, "temperature": 0.7}, None, 400, "temperature"),
+            ("streaming", key, {"messages": conv, "stream": True}, None, 400, "stream"),
+            ("empty messages", key, {"messages": []}, None, 400, "messages"),
+            ("prompt longer than the context", key, {"messages": [{"role": "user", "content": "word " * 4000}]}, None, 400, "context"),
+        ]
+        for name, k, body, raw, want, text in cases:
+            status, resp = http(chat, body, k, raw)
+            check(status == want and text in resp, f"{name}: {status} {resp[:200]}")
+        status, resp = http(base + "/completion", {"prompt": [10 ** 9], "n_predict": 1}, key)
+        check(status == 400 and "vocabulary" in resp, f"token id outside the vocabulary: {status} {resp[:200]}")
+        _, metrics_after = http(base + "/metrics", key=key)
+        check(metrics_before == metrics_after, "a refused request changed the cache's counters")
+        check(http(base + "/metrics")[0] == 401, "/metrics without a key")
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--program", required=True)
+    ap.add_argument("--model", required=True)
+    ap.add_argument("--trace", required=True)
+    ap.add_argument("--agents", required=True, help="scripts/make_agent_traces.py")
+    a = ap.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        subprocess.run([sys.executable, a.agents, "--sharegpt", a.trace, "--out", tmp, "--episodes", "5", "--steps", "3-5"],
+                       check=True, capture_output=True)
+        small = ["--slots", "3", "--max-tokens", "4", "--tiers", "hbm=8MiB,host=16MiB"]
+        replay_case(a, a.trace, "sharegpt", ["--conversations", "8"] + small, "replay sharegpt")
+        replay_case(a, os.path.join(tmp, "tau_bench.json"), "tau-bench", small, "replay tau-bench")
+        replay_case(a, os.path.join(tmp, "swe_agent"), "swe-agent", ["--policy", "sglang+"] + small, "replay swe-agent (sglang+)",
+                    need_host=False)
+    bad_input_cases(a)
+    serve_cases(a)
+    print(f"{0 if failures else 1} passed, {1 if failures else 0} failed")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
