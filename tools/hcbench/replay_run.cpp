@@ -54,14 +54,14 @@
 
 namespace hcbench {
 
-std::string candidate_name(const hc::compose::candidate_rule& c) {
+std::string candidate_name(const hybridcache::compose::candidate_rule& c) {
   if (c.rule == 0) return "sglang+";
   if (c.rule == 2) return "gdsf";
   return "marconi alpha " + json::number(c.alpha);
 }
 
-std::vector<hc::compose::candidate_rule> parse_candidates(const std::string& text) {
-  std::vector<hc::compose::candidate_rule> out;
+std::vector<hybridcache::compose::candidate_rule> parse_candidates(const std::string& text) {
+  std::vector<hybridcache::compose::candidate_rule> out;
   std::size_t from = 0;
   while (from <= text.size()) {
     const std::size_t comma = std::min(text.find(',', from), text.size());
