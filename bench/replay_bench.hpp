@@ -38,8 +38,8 @@ inline const hc::cost_model& model() {
 template <class Cache>
 struct adapter {
   Cache& c;
-  pc::match_result match(std::span<const hybridcache::token_id> in) { return *c.match(in); }
-  void commit(std::span<const hybridcache::token_id> s, std::int64_t n, const pc::match_result& m) { (void)c.commit(s, n, &m); }
+  hybridcache::match_result match(std::span<const hybridcache::token_id> in) { return *c.match(in); }
+  void commit(std::span<const hybridcache::token_id> s, std::int64_t n, const hybridcache::match_result& m) { (void)c.commit(s, n, &m); }
   [[nodiscard]] pc::cache_counters counters() const { return c.counters(); }
   [[nodiscard]] double alpha() const { return c.alpha(); }
   [[nodiscard]] std::int64_t used_bytes() const { return c.store().used_bytes(); }

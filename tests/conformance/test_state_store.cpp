@@ -98,6 +98,22 @@ TEST_CASE_TEMPLATE_DEFINE("state_store conformance", F, state_store_conformance)
   static_assert(state_store<typename F::store_type>);
   using store_t = typename F::store_type;
 
+  SUBCASE("holds: an allocated checkpoint holds a state, the empty handle does not") {
+    F f;
+    store_t& s = f.store;
+    CHECK_FALSE(store_t::holds(typename store_t::checkpoint_handle{}));
+    std::vector<typename store_t::checkpoint_handle> held;
+    for (int i = 0; i < 3; ++i) {
+      auto c = s.allocate_checkpoint();
+      REQUIRE(c);
+      CHECK(store_t::holds(*c));
+      held.push_back(std::move(*c));
+    }
+    for (auto& c : held) CHECK(store_t::holds(c));  // moved into place, still held
+    for (auto& c : held) s.free_checkpoint(std::move(c));
+    CHECK(s.used_bytes() == 0);
+  }
+
   SUBCASE("kv_bytes(n) is exactly what allocate_kv(n) adds, and free_kv gives it back") {
     for (std::uint64_t seed = 1; seed <= 40; ++seed) {
       CAPTURE(seed);
@@ -336,9 +352,10 @@ TEST_CASE_TEMPLATE_INVOKE(state_store_conformance, counting_fixture, pool_fixtur
 
 // --- side_placing_store: a store with two sides (KV units, checkpoint units) -------------
 // The per-side fit check must agree with what the store can really allocate: `need` fits
-// exactly when each side's units can be taken, `freed` counts whole units given back, and
-// `kv_bytes_at` is what `allocate_kv_at` takes. With the split held, a full side fails
-// instead of borrowing; preparing a placement moves no live unit.
+// exactly when each side's units can be taken, `freed` counts whole units given back, what
+// fits now fits an empty store, and `kv_bytes_at` is what `allocate_kv_at` takes. With the
+// split held, a full side fails instead of borrowing; preparing a placement moves no live
+// unit.
 
 TEST_CASE_TEMPLATE_DEFINE("side_placing_store conformance", F, side_placing_store_conformance) {
   static_assert(side_placing_store<typename F::store_type>);
@@ -355,6 +372,14 @@ TEST_CASE_TEMPLATE_DEFINE("side_placing_store conformance", F, side_placing_stor
         s.free_kv(std::move(*e));
       }
     }
+  }
+  SUBCASE("placement_fits_when_empty: what fits an empty store now fits when empty; more than the store never does") {
+    for (std::int64_t k = 0; k <= 64; ++k) {
+      const side_bytes need{k * page_set, (k % 5) * ckpt};
+      if (s.placement_fits(need, side_bytes{})) CHECK(s.placement_fits_when_empty(need));
+    }
+    CHECK_FALSE(s.placement_fits_when_empty(side_bytes{s.capacity_bytes() + page_set, 0}));
+    CHECK_FALSE(s.placement_fits_when_empty(side_bytes{0, s.capacity_bytes() + ckpt}));
   }
   SUBCASE("placement_fits agrees with what each side can allocate, with the split held") {
     s.hold_split(true);
@@ -402,6 +427,7 @@ struct full_store {
   std::int64_t checkpoint_bytes() const noexcept { return 0; }
   std::int64_t used_bytes() const noexcept { return 0; }
   std::int64_t capacity_bytes() const noexcept { return 1; }
+  static bool holds(const checkpoint_handle&) noexcept { return true; }
 };
 
 struct no_used_bytes {
@@ -416,6 +442,7 @@ struct no_used_bytes {
   std::int64_t kv_bytes(std::int64_t) const noexcept { return 0; }
   std::int64_t checkpoint_bytes() const noexcept { return 0; }
   std::int64_t capacity_bytes() const noexcept { return 1; }
+  static bool holds(const checkpoint_handle&) noexcept { return true; }
 };
 
 // allocate_kv may throw: the cache calls it on its noexcept hot path.
@@ -443,6 +470,27 @@ struct mutable_byte_queries : full_store {
   std::int64_t used_bytes() noexcept { return 0; }
 };
 
+// The lifecycle cannot tell a reserved checkpoint slot from an empty one.
+struct no_holds {
+  struct kv_extent {};
+  struct checkpoint_handle {};
+  expected<kv_extent> allocate_kv(std::int64_t) noexcept { return kv_extent{}; }
+  void free_kv(kv_extent&&) noexcept {}
+  expected<kv_extent> split_kv(kv_extent&, std::int64_t) noexcept { return kv_extent{}; }
+  expected<void> join_kv(kv_extent&, kv_extent&&) noexcept { return {}; }
+  expected<checkpoint_handle> allocate_checkpoint() noexcept { return checkpoint_handle{}; }
+  void free_checkpoint(checkpoint_handle&&) noexcept {}
+  std::int64_t kv_bytes(std::int64_t) const noexcept { return 0; }
+  std::int64_t checkpoint_bytes() const noexcept { return 0; }
+  std::int64_t used_bytes() const noexcept { return 0; }
+  std::int64_t capacity_bytes() const noexcept { return 1; }
+};
+
+// holds must be a static, noexcept query of a handle (the lifecycle asks it on noexcept paths).
+struct holds_may_throw : full_store {
+  static bool holds(const checkpoint_handle&) { return true; }
+};
+
 }  // namespace
 
 static_assert(state_store<full_store>, "the reference shape must model the concept");
@@ -451,3 +499,5 @@ static_assert(!state_store<throwing_allocate>);
 static_assert(!state_store<join_returns_void>);
 static_assert(!state_store<handle_without_empty_state>);
 static_assert(!state_store<mutable_byte_queries>);
+static_assert(!state_store<no_holds>);
+static_assert(!state_store<holds_may_throw>);

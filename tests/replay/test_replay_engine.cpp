@@ -22,8 +22,8 @@ struct fake_cache {
   std::vector<std::string> log;
   std::int64_t pinned = 0, max_pinned = 0, used = 0;
 
-  prefix::match_result match(std::span<const sim::token_id> in) {
-    prefix::match_result m;
+  match_result match(std::span<const sim::token_id> in) {
+    match_result m;
     m.input_tokens = static_cast<std::int64_t>(in.size());
     for (const auto& s : committed)
       if (s.size() <= in.size() && std::equal(s.begin(), s.end(), in.begin()))
@@ -34,7 +34,7 @@ struct fake_cache {
     log.push_back("match " + std::to_string(in.size()));
     return m;
   }
-  void commit(std::span<const sim::token_id> seq, std::int64_t input_ids, const prefix::match_result&) {
+  void commit(std::span<const sim::token_id> seq, std::int64_t input_ids, const match_result&) {
     --pinned;  // commit hands the match's pin back first
     committed.emplace_back(seq.begin(), seq.end());
     used += static_cast<std::int64_t>(seq.size());

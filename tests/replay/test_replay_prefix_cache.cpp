@@ -17,12 +17,12 @@ namespace {
 template <class Cache>
 struct adapter {
   Cache& c;
-  prefix::match_result match(std::span<const token_id> in) {
+  match_result match(std::span<const token_id> in) {
     auto m = c.match(in);
     REQUIRE(m);
     return *m;
   }
-  void commit(std::span<const token_id> s, std::int64_t n, const prefix::match_result& m) {
+  void commit(std::span<const token_id> s, std::int64_t n, const match_result& m) {
     auto r = c.commit(s, n, &m);
     REQUIRE(r);
   }

@@ -26,6 +26,7 @@ class origin_store {
   struct checkpoint_handle {
     std::uint64_t serial = 0;  ///< 0 = empty
   };
+  [[nodiscard]] static bool holds(const checkpoint_handle& h) noexcept { return h.serial != 0; }
 
   origin_store(std::int64_t capacity, std::int64_t kv_per_token, std::int64_t checkpoint)
       : capacity_(capacity), kv_(kv_per_token), ck_(checkpoint) {}

@@ -849,7 +849,7 @@ TEST_CASE("tiered_state_store: two hits on the same host entries share one load 
   }
   CHECK(c.store().check_invariants(c.tree()).empty());
   // q1 finishes first while q2 still reads its own staged copy: q1's pages go to q1's nodes.
-  auto finish = [&](const std::vector<token_id>& q, const prefix::match_result& m, const stores::tiered_hit& h) {
+  auto finish = [&](const std::vector<token_id>& q, const match_result& m, const stores::tiered_hit& h) {
     REQUIRE(c.commit(q, static_cast<std::int64_t>(q.size()), &m));
     c.store().settle(c.tree(), q, h);
     std::vector<node_id> path;

@@ -293,12 +293,12 @@ class engine_adapter : public adapter_base<Cache> {
 
  public:
   explicit engine_adapter(Cache& c) : adapter_base<Cache>(c) {}
-  pc::match_result match(std::span<const hybridcache::token_id> in) {
+  hybridcache::match_result match(std::span<const hybridcache::token_id> in) {
     auto m = c_.match(in);
     if (!m) throw hc::invalid_argument("replay: match failed (" + std::string(hc::to_string(m.error())) + ")");
     return *m;
   }
-  void commit(std::span<const hybridcache::token_id> seq, std::int64_t input_ids, const pc::match_result& m) {
+  void commit(std::span<const hybridcache::token_id> seq, std::int64_t input_ids, const hybridcache::match_result& m) {
     auto r = c_.commit(seq, input_ids, &m);
     if (r) return;
     if (r.error() == hc::errc::out_of_capacity) {
@@ -325,13 +325,13 @@ class lifecycle_adapter : public adapter_base<Cache> {
 
  public:
   explicit lifecycle_adapter(Cache& c) : adapter_base<Cache>(c), requests_(c) {}
-  pc::match_result match(std::span<const hybridcache::token_id> in) {
+  hybridcache::match_result match(std::span<const hybridcache::token_id> in) {
     auto t = requests_.begin(in);
     if (!t) {
       if (t.error() != hc::errc::out_of_capacity)
         throw hc::invalid_argument("replay: begin failed (" + std::string(hc::to_string(t.error())) + ")");
       ++refused_;
-      pc::match_result m = c_.last_match();  // what the lookup found; nothing is pinned
+      hybridcache::match_result m = c_.last_match();  // what the lookup found; nothing is pinned
       m.pin = hc::packed_handle{};
       m.at = 0;
       return m;
@@ -340,7 +340,7 @@ class lifecycle_adapter : public adapter_base<Cache> {
     live_.push_back({s.match.at, *t});
     return s.match;
   }
-  void commit(std::span<const hybridcache::token_id> seq, std::int64_t /*input_ids*/, const pc::match_result& m) {
+  void commit(std::span<const hybridcache::token_id> seq, std::int64_t /*input_ids*/, const hybridcache::match_result& m) {
     if (m.at == 0) return;  // refused at begin
     const auto it = std::find_if(live_.begin(), live_.end(), [&](const auto& e) { return e.first == m.at; });
     if (it == live_.end()) throw hc::invalid_argument("replay: commit of a request that did not begin");

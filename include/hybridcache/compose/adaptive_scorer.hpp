@@ -70,6 +70,7 @@
 
 #include "hybridcache/compose/detail/tiered_shadow.hpp"
 #include "hybridcache/concepts/admission.hpp"
+#include "hybridcache/concepts/tier_store.hpp"
 #include "hybridcache/concepts/utility_scorer.hpp"
 #include "hybridcache/core/error.hpp"
 #include "hybridcache/model/cost_model.hpp"
@@ -192,7 +193,7 @@ class adaptive_scorer {
   template <class Store>
   void attach_store(const Store& store, const prefix::prefix_cache_config& cache_cfg) {
     const std::optional<std::int64_t>& host = cfg_.shadow_host_bytes;
-    if constexpr (requires { store.metadata_replica(store.config()); }) {
+    if constexpr (replicable_tier_store<Store>) {
       if (store.tier_count() > 1 && (!host || *host > 0)) {
         auto c = store.config();
         if (host) (c.lower_tiers.empty() ? c.host_bytes : c.lower_tiers.front().capacity_bytes) = *host;

@@ -111,9 +111,9 @@ class alpha_tuned_cache {
 
   // --- the cache's request API ----------------------------------------------------------
 
-  [[nodiscard]] expected<prefix::match_result> match(std::span<const token_id> input) { return cache_.match(input); }
+  [[nodiscard]] expected<match_result> match(std::span<const token_id> input) { return cache_.match(input); }
 
-  [[nodiscard]] expected<prefix::checkpoint_plan> plan(std::span<const token_id> input, const prefix::match_result& m,
+  [[nodiscard]] expected<prefix::checkpoint_plan> plan(std::span<const token_id> input, const match_result& m,
                                                std::span<const std::int64_t> extra = {}) {
     return cache_.plan(input, m, extra);
   }
@@ -122,7 +122,7 @@ class alpha_tuned_cache {
   /// before the insert. A commit the cache would refuse (bad arguments, stale pin,
   /// oversized) is neither recorded nor a tuning point, as in the reference.
   [[nodiscard]] expected<prefix::commit_result> commit(std::span<const token_id> sequence, std::int64_t input_tokens,
-                                               const prefix::match_result* m = nullptr,
+                                               const match_result* m = nullptr,
                                                std::span<const std::int64_t> extra = {}) {
     if (tuning_.enabled) {
       if (const errc e = cache_.check_commit(sequence, input_tokens, m, extra); e != errc::ok) return unexpected(e);
@@ -131,7 +131,7 @@ class alpha_tuned_cache {
     return cache_.commit(sequence, input_tokens, m, extra);
   }
 
-  expected<void> release(const prefix::match_result& m) { return cache_.release(m); }
+  expected<void> release(const match_result& m) { return cache_.release(m); }
 
   // --- observers --------------------------------------------------------------------------
 

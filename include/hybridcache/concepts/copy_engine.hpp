@@ -80,4 +80,19 @@ concept grouped_copy_engine =
       { e.submit_group(tickets, events) } -> std::same_as<expected<void>>;
     };
 
+/// An engine laid out for a store's pages: `page_bytes()` is the page size its copies
+/// address; the tiered state store refuses an engine whose page is not its own.
+template <class E>
+concept paged_copy_engine = tier_copy_engine<E> && requires(const E& ce) {
+  { ce.page_bytes() } -> std::convertible_to<std::int64_t>;
+};
+
+/// A paged engine that owns each tier's memory (an arena per tier): `arena_bytes(tier)` is
+/// that arena's size; the tiered state store refuses an engine whose arena is smaller than
+/// the tier (host_copy_engine, tiered::copy_engine).
+template <class E>
+concept arena_copy_engine = paged_copy_engine<E> && requires(const E& ce, tier_id t) {
+  { ce.arena_bytes(t) } -> std::convertible_to<std::int64_t>;
+};
+
 }  // namespace hybridcache

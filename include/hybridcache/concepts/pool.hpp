@@ -74,4 +74,19 @@ concept kv_ssm_pool = requires(P& p, const P& cp, pool_kind k, packed_handle h, 
   { cp.counters() } noexcept -> std::same_as<const rebalance_counters&>;
 };
 
+/// A `kv_ssm_pool` whose capacity can move between its two sides (asymmetric_pool): the
+/// pool store uses these to refuse a request that could never be placed and to move free
+/// chunks to a short side before anything is evicted.
+/// - `max_units(k)`: the most units of `k` the pool could ever map. O(1).
+/// - `could_place_when_empty(kv, ssm)`: whether `kv` pages and `ssm` blocks fit at once once
+///   every unit is free. O(1).
+/// - `rebalance_on_failure(k, units)`: asks the rebalancer for `units` more of `k` (free
+///   chunks of the other side move over; no live unit moves); returns the chunks moved.
+template <class P>
+concept rebalancing_pool = kv_ssm_pool<P> && requires(P& p, const P& cp, pool_kind k, std::uint64_t n) {
+  { cp.max_units(k) } noexcept -> std::same_as<std::uint64_t>;
+  { cp.could_place_when_empty(n, n) } noexcept -> std::same_as<bool>;
+  { p.rebalance_on_failure(k, n) } -> std::convertible_to<std::uint32_t>;
+};
+
 }  // namespace hybridcache

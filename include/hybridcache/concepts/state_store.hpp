@@ -3,6 +3,10 @@
 // `state_store`: where the prefix cache's KV of cached tokens and SSM checkpoints live.
 // Models (stores/): counting_store (bytes only, for simulation), pool_state_store (pages
 // and checkpoint blocks of the asymmetric pool), tiered_state_store (HBM + lower tiers).
+// What a store may offer beyond it, each a named concept the prefix cache and the request
+// lifecycle dispatch on (never a probe of a member): `paged_state_store` (KV at absolute
+// token positions: block tables), `side_placing_store` (two sides that cannot lend each
+// other units), `model_checked_store`; the lower-tier seams are in concepts/tier_store.hpp.
 // The typed conformance suite is tests/conformance.
 #pragma once
 
@@ -10,8 +14,10 @@
 #include <cstdint>
 #include <type_traits>
 #include <utility>
+#include <vector>
 
 #include "hybridcache/core/expected.hpp"
+#include "hybridcache/core/handle.hpp"
 
 namespace hybridcache {
 
@@ -36,14 +42,19 @@ namespace hybridcache {
 ///   can evict what is missing in one eviction round (the reference's rule) before it
 ///   allocates; `used_bytes()`, `capacity_bytes()`: current use and the budget.
 ///
-/// A counting store (`counting_store`) makes both handle types empty structs and only
+/// - `S::holds(h)` (static): whether checkpoint handle `h` holds a state; false for the
+///   empty (default-constructed, or moved-from) handle. The request lifecycle asks it of the
+///   slots it reserved, to tell those still its own from those handed to the tree. O(1).
+///
+/// A counting store (`counting_store`) makes both handle types near-empty structs and only
 /// counts bytes. A real store returns page lists / pool slots; both handle types must be
 /// default constructible (an empty handle) and movable.
 template <class S>
 concept state_store =
     std::default_initializable<typename S::kv_extent> && std::movable<typename S::kv_extent> &&
     std::default_initializable<typename S::checkpoint_handle> && std::movable<typename S::checkpoint_handle> &&
-    requires(S& s, const S& cs, typename S::kv_extent& kv, typename S::checkpoint_handle& ck, std::int64_t n) {
+    requires(S& s, const S& cs, typename S::kv_extent& kv, typename S::checkpoint_handle& ck,
+             const typename S::checkpoint_handle& cck, std::int64_t n) {
       { s.allocate_kv(n) } noexcept -> std::same_as<expected<typename S::kv_extent>>;
       { s.free_kv(std::move(kv)) } noexcept -> std::same_as<void>;
       { s.split_kv(kv, n) } noexcept -> std::same_as<expected<typename S::kv_extent>>;
@@ -54,6 +65,30 @@ concept state_store =
       { cs.checkpoint_bytes() } noexcept -> std::same_as<std::int64_t>;
       { cs.used_bytes() } noexcept -> std::same_as<std::int64_t>;
       { cs.capacity_bytes() } noexcept -> std::same_as<std::int64_t>;
+      { S::holds(cck) } noexcept -> std::same_as<bool>;
+    };
+
+/// A `state_store` that lays KV out at absolute token positions, so that the pages of a
+/// sequence's extents, block by block, form a kernel's block table (pool_state_store). The
+/// prefix cache then allocates every extent at its position, and the request lifecycle hands
+/// out block tables and copies a shared partial block on write.
+/// - `allocate_kv_at(first, n)`: KV for tokens [first, first + n), token t in slot
+///   t % tokens_per_page() of its block; `kv_bytes_at(first, n)` the bytes it takes.
+/// - `copy_tokens(src, src_first, dst, dst_first, from, to)`: copies the KV of positions
+///   [from, to) between two such extents (whose tokens start at src_first / dst_first).
+/// - `append_pages(e, first, layer, from_block, out)`: appends attention layer `layer`'s
+///   page of every block of `e` from absolute block `from_block` on.
+/// - `tokens_per_page()`, `attention_layers()`.
+template <class S>
+concept paged_state_store =
+    state_store<S> && requires(S& s, const S& cs, const typename S::kv_extent& e, std::int64_t n,
+                               std::vector<packed_handle>& out) {
+      { s.allocate_kv_at(n, n) } noexcept -> std::same_as<expected<typename S::kv_extent>>;
+      { cs.kv_bytes_at(n, n) } noexcept -> std::same_as<std::int64_t>;
+      s.copy_tokens(e, n, e, n, n, n);
+      cs.append_pages(e, n, n, n, out);
+      { cs.tokens_per_page() } noexcept -> std::same_as<std::int64_t>;
+      { cs.attention_layers() } noexcept -> std::same_as<std::int64_t>;
     };
 
 /// A request's bytes on each side of a store whose KV and checkpoints live in two pools that
@@ -76,11 +111,15 @@ struct side_bytes {
 ///   unit and no handle. O(chunks moved).
 /// - `hold_split(bool)`: while held, allocations never move capacity between the sides (a
 ///   migration there could take free units the other side was counted on). O(1).
+/// - `placement_fits_when_empty(need)`: true when `need` could be placed in an empty store
+///   (the sides re-split as units free up): the lifecycle's last resort, which evicts one
+///   victim at a time until a request that nothing else holds room for fits. O(1).
 /// - `kv_bytes_at(first, n)`: the bytes `allocate_kv_at(first, n)` takes (a run that starts
 ///   inside a block takes one more page set than `kv_bytes(n)`).
 template <class S>
 concept side_placing_store = state_store<S> && requires(S& s, const S& cs, side_bytes b, std::int64_t n, bool on) {
   { cs.placement_fits(b, b) } noexcept -> std::same_as<bool>;
+  { cs.placement_fits_when_empty(b) } noexcept -> std::same_as<bool>;
   { s.prepare_placement(b) } noexcept -> std::same_as<void>;
   { s.hold_split(on) } noexcept -> std::same_as<void>;
   { cs.kv_bytes_at(n, n) } noexcept -> std::same_as<std::int64_t>;
@@ -111,6 +150,7 @@ struct state_store_archetype {
   [[nodiscard]] std::int64_t checkpoint_bytes() const noexcept { return 0; }
   [[nodiscard]] std::int64_t used_bytes() const noexcept { return 0; }
   [[nodiscard]] std::int64_t capacity_bytes() const noexcept { return 0; }
+  [[nodiscard]] static bool holds(const checkpoint_handle&) noexcept { return false; }
 };
 static_assert(state_store<state_store_archetype>);
 

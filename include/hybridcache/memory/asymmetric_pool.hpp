@@ -449,6 +449,10 @@ class asymmetric_pool {
 
 static_assert(kv_ssm_pool<asymmetric_pool<unit_handle_table, kv_pages_store<counting_backing>,
                                           ssm_blocks_store<counting_backing>, threshold_rebalancer>>);
+static_assert(rebalancing_pool<asymmetric_pool<unit_handle_table, kv_pages_store<counting_backing>,
+                                               ssm_blocks_store<counting_backing>, threshold_rebalancer>>);
+static_assert(rebalancing_pool<asymmetric_pool<unit_handle_table, kv_pages_store<counting_backing>,
+                                               ssm_blocks_store<counting_backing>, no_rebalancer>>);
 
 /// The simulated-VMM pool: chunk logic of the CUDA VMM store, no memory (replay, tests).
 template <rebalancer Rebalancer = threshold_rebalancer>

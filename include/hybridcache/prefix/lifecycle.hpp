@@ -52,6 +52,11 @@
 //   released, and the error is returned.
 // abort: gives the reservation back and releases the pin.
 //
+// What the lifecycle does depends only on which named seams the store models (concepts/
+// state_store.hpp, concepts/tier_store.hpp): `paged_state_store` (block tables, copy-on-write
+// of a shared block), `side_placing_store` (per-side fit checks), `lower_tier_store` /
+// `layered_tier_store` or `host_tier_store` (below). It never probes a store's members.
+//
 // Lower tiers (a `lower_tier_store`: tiered_state_store). begin also asks the store for a
 // hit below HBM (`lookup`), lets the caller's `accept` filter decline it (a runtime that
 // would recompute those tokens faster than it loads them), and loads it into the store's
@@ -66,8 +71,8 @@
 // named so that its evicted nodes are demoted, not dropped. A hit that cannot be loaded
 // (declined, staging room full, a copy could not start) is given up and the request goes
 // on from its HBM hit; abort releases the staged entries.
-// A pool store with a host tier (`host_tier_store`: pool_state_store built with a
-// host_tier_config) keeps the pool as HBM: the leaves the cache evicts are demoted to host
+// A pool store with a host tier (`host_tier_store`, a `demoting_store`: pool_state_store built
+// with a host_tier_config) keeps the pool as HBM: the leaves the cache evicts are demoted to host
 // memory, and begin looks for host entries that continue the HBM match up to a checkpoint
 // (`find_host_hit`, pinned meanwhile). It then reserves as usual, with one more slot for
 // the loaded state, and copies the entries' KV of [kv_from, loaded_at) into the
@@ -115,6 +120,8 @@
 #include "hybridcache/core/expected.hpp"
 #include "hybridcache/core/handle.hpp"
 #include "hybridcache/core/hash.hpp"
+#include "hybridcache/concepts/state_store.hpp"
+#include "hybridcache/concepts/tier_store.hpp"
 #include "hybridcache/model/model_spec.hpp"
 #include "hybridcache/prefix/prefix_cache.hpp"
 #include "hybridcache/prefix/lock_policy.hpp"
@@ -135,34 +142,6 @@ struct begin_options {
   cache_salt salt = std::nullopt;
 };
 
-/// A store with a lower tier (tiered_state_store): `lookup` finds a host hit after the HBM
-/// match, `load` stages it in HBM, `settle` names a committed path (so that its evicted
-/// nodes are demoted, not dropped) and adopts the staged pages, `release_hit` gives a hit up.
-template <class Store>
-concept lower_tier_store = requires(Store& st, std::span<const token_id> in, const match_result& m) {
-  { st.lookup(in, m).host_tokens } -> std::convertible_to<std::int64_t>;
-  { st.lookup(in, m).reusable_tokens } -> std::convertible_to<std::int64_t>;
-  st.load(st.lookup(in, m));
-  st.release_hit(st.lookup(in, m));
-};
-
-/// A store whose lower tier is loaded into the request's own reservation (pool_state_store
-/// with a host tier): `find_host_hit` finds (and pins) host entries that continue the HBM
-/// match up to a checkpoint, `load_host_hit` copies their KV into the reserved pages and
-/// their checkpoint into a reserved slot, `release_host_hit` gives the hit up. The store
-/// demotes the leaves the cache evicts (`demote`, called by the eviction).
-template <class Store>
-concept host_tier_store = requires(Store& st, std::span<const token_id> in, const match_result& m,
-                                   typename Store::host_hit& h, const typename Store::kv_extent& e,
-                                   const typename Store::checkpoint_handle& c) {
-  st.find_host_hit(in, m, h);
-  st.load_host_hit(h, e, std::int64_t{0}, std::int64_t{0}, std::int64_t{0}, c);
-  st.release_host_hit(h);
-  { h.host_tokens } -> std::convertible_to<std::int64_t>;
-  { h.reusable_tokens } -> std::convertible_to<std::int64_t>;
-  { h.kv_start } -> std::convertible_to<std::int64_t>;
-};
-
 namespace detail {
 /// The memory lock of a lifecycle used from one thread: nothing to lock.
 struct no_shared_mutex {
@@ -173,18 +152,20 @@ struct no_shared_mutex {
 };
 
 /// What a request keeps of its lower-tier hit (nothing for a one-tier store).
-template <class Store>
+template <class Store, class Tree>
 struct host_hit_of {
   struct type {
     std::int64_t host_tokens = 0;
   };
 };
-template <lower_tier_store Store>
-struct host_hit_of<Store> {
-  using type = decltype(std::declval<Store&>().lookup(std::span<const token_id>{}, std::declval<const match_result&>()));
+template <class Store, class Tree>
+  requires lower_tier_store<Store, Tree>
+struct host_hit_of<Store, Tree> {
+  using type = lower_tier_hit_t<Store>;
 };
-template <host_tier_store Store>
-struct host_hit_of<Store> {
+template <class Store, class Tree>
+  requires host_tier_store<Store, Tree>
+struct host_hit_of<Store, Tree> {
   using type = typename Store::host_hit;
 };
 }  // namespace detail
@@ -218,14 +199,13 @@ class request_lifecycle {
   using kv_extent = typename store_type::kv_extent;
   using checkpoint_handle = typename store_type::checkpoint_handle;
 
+  using tree_type = typename Cache::tree_type;
   /// The store lays KV out at absolute token positions (pages form block tables).
-  static constexpr bool pages_by_position = requires(store_type& st, const kv_extent& e, std::vector<packed_handle>& v) {
-    st.allocate_kv_at(std::int64_t{0}, std::int64_t{1});
-    st.copy_tokens(e, std::int64_t{0}, e, std::int64_t{0}, std::int64_t{0}, std::int64_t{0});
-    st.append_pages(e, std::int64_t{0}, std::int64_t{0}, std::int64_t{0}, v);
-    { st.tokens_per_page() } -> std::convertible_to<std::int64_t>;
-    { st.attention_layers() } -> std::convertible_to<std::int64_t>;
-  };
+  static constexpr bool pages_by_position = paged_state_store<store_type>;
+  /// The store stages hits below HBM in its own HBM room (tiered_state_store).
+  static constexpr bool lower_tier = lower_tier_store<store_type, tree_type>;
+  /// The store copies hits below HBM into the request's reservation (pool_state_store).
+  static constexpr bool host_tier = host_tier_store<store_type, tree_type>;
   using lock_type = typename Cache::lock_type;
   /// The memory lock (see the file comment): a reader-writer mutex when the cache is shared
   /// between threads, empty otherwise.
@@ -264,7 +244,7 @@ class request_lifecycle {
     /// (`host_tier_store`) the hit was copied into this request's reservation and the slot
     /// at loaded_at during begin, and is released by then. host_tokens 0: no host hit (or
     /// it could not be loaded: the request goes on from its HBM hit).
-    typename detail::host_hit_of<store_type>::type host_hit{};
+    typename detail::host_hit_of<store_type, tree_type>::type host_hit{};
     /// Where the loaded state sits (0: no host hit).
     std::int64_t loaded_at = 0;
     /// The KV of [match.reusable_tokens, kv_from) that HBM holds beyond the matched
@@ -327,7 +307,7 @@ class request_lifecycle {
   /// it polls the store under the lock and sleeps between polls, so other threads' calls
   /// go on meanwhile.
   [[nodiscard]] expected<void> wait_loaded(request_ticket t) {
-    if constexpr (!std::is_same_v<lock_type, no_lock> && requires { cache_->store_.loaded(states_[0].host_hit); }) {
+    if constexpr (!std::is_same_v<lock_type, no_lock> && lower_tier) {
       for (;;) {
         {
           std::lock_guard<lock_type> guard(cache_->lock_);
@@ -343,7 +323,7 @@ class request_lifecycle {
     } else {
       std::lock_guard<lock_type> guard(cache_->lock_);
       if (const errc e = tickets_.validate(t.handle); e != errc::ok) return ticket_error(e);
-      if constexpr (requires { cache_->store_.wait_loaded(states_[0].host_hit); }) {
+      if constexpr (lower_tier) {
         request_state& s = states_[t.handle.index()];
         if (s.loaded_at > 0) return cache_->store_.wait_loaded(s.host_hit);
       }
@@ -361,7 +341,7 @@ class request_lifecycle {
   /// does not have (or `layer_kind::mlp`, which holds no state). With a real lock it polls
   /// and sleeps between polls, as `wait_loaded` does.
   [[nodiscard]] expected<void> wait_layer_loaded(request_ticket t, layer_kind k, std::int32_t layer) {
-    if constexpr (requires { cache_->store_.layer_loaded(states_[0].host_hit, k, layer); }) {
+    if constexpr (layered_tier_store<store_type, tree_type>) {
       for (;;) {
         {
           std::lock_guard<lock_type> guard(cache_->lock_);
@@ -462,10 +442,10 @@ class request_lifecycle {
     std::lock_guard<lock_type> guard(cache_->lock_);
     if (const errc e = tickets_.validate(t.handle); e != errc::ok) return ticket_error(e);
     const request_state& s = states_[t.handle.index()];
-    if constexpr (host_tier_store<store_type>) {
+    if constexpr (host_tier) {
       if (s.loaded_at > 0) {  // loaded from the host tier into the slot reserved for it
         for (const auto& c : s.checkpoints)
-          if (c.position == s.loaded_at && holds(c.handle)) return &c.handle;
+          if (c.position == s.loaded_at && store_type::holds(c.handle)) return &c.handle;
         return unexpected(errc::not_found, "resume_checkpoint: no slot holds the loaded state", s.loaded_at);
       }
     }
@@ -494,7 +474,7 @@ class request_lifecycle {
       const auto at = static_cast<std::int64_t>(accept(std::as_const(hit)));
       if (at <= hit.hbm_tokens) return false;
       if (at >= hit.reusable_tokens) return true;
-      if constexpr (requires { cache_->store_.shorten_hit(hit, at); }) return cache_->store_.shorten_hit(hit, at).has_value();
+      if constexpr (lower_tier) return cache_->store_.shorten_hit(hit, at).has_value();
       else return false;
     }
   }
@@ -514,7 +494,7 @@ class request_lifecycle {
   /// Bytes `allocate_kv_at(first, tokens)` takes (0 for no tokens).
   std::int64_t kv_bytes_at(std::int64_t first, std::int64_t tokens) const noexcept {
     if (tokens <= 0) return 0;
-    if constexpr (requires { cache_->store_.kv_bytes_at(first, tokens); }) return cache_->store_.kv_bytes_at(first, tokens);
+    if constexpr (pages_by_position) return cache_->store_.kv_bytes_at(first, tokens);
     else return cache_->store_.kv_bytes(tokens);
   }
 
@@ -542,14 +522,6 @@ class request_lifecycle {
       (void)s;
       (void)first;
     }
-  }
-
-  static bool holds(const checkpoint_handle& h) noexcept {
-    if constexpr (requires { h.held; }) return h.held;
-    else if constexpr (requires { h.serial; }) return h.serial != 0;
-    else if constexpr (requires { h.blocks; }) return !h.blocks.empty();
-    else if constexpr (requires { h.id; }) return h.id != checkpoint_handle{}.id;  // empty = default id
-    else return true;
   }
 
   void grow_table() {
@@ -648,12 +620,12 @@ class request_lifecycle {
   /// lower-tier hit (its staged entries return to the host tier).
   void release_holds(request_state& s) noexcept {
     release_kv_pin(s);
-    if constexpr (host_tier_store<store_type>) cache_->store_.release_host_hit(s.host_hit);
-    if constexpr (lower_tier_store<store_type>) {
+    if constexpr (host_tier) cache_->store_.release_host_hit(s.host_hit);
+    if constexpr (lower_tier) {
       cache_->store_.release_hit(s.host_hit);
       decltype(s.host_hit) none{};
-      if constexpr (requires { none.salt; }) none.salt = s.host_hit.salt;  // settle names in it
-      if constexpr (requires { none.kv_reach; }) none.kv_reach = s.host_hit.kv_reach;  // the branch below stays known
+      none.salt = s.host_hit.salt;          // settle names in it
+      none.kv_reach = s.host_hit.kv_reach;  // the branch below stays known
       s.host_hit = none;
     }
     s.loaded_at = 0;
@@ -661,7 +633,7 @@ class request_lifecycle {
 
   static checkpoint_slot* slot_for(request_state& s, std::int64_t p) noexcept {
     for (auto& c : s.checkpoints)
-      if (c.position == p && holds(c.handle)) return &c;
+      if (c.position == p && store_type::holds(c.handle)) return &c;
     return nullptr;
   }
 

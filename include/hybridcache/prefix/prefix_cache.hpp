@@ -653,7 +653,7 @@ class prefix_cache {
     Store* store;
     expected<typename Store::kv_extent> take_kv(std::int64_t begin, std::int64_t end) noexcept {
       // A store that lays KV out at absolute positions (pages usable as a block table).
-      if constexpr (requires { store->allocate_kv_at(begin, end - begin); })
+      if constexpr (paged_state_store<Store>)
         return store->allocate_kv_at(begin, end - begin);
       else
         return store->allocate_kv(end - begin);

@@ -30,6 +30,8 @@ class counting_store {
   struct checkpoint_handle {
     bool held = false;
   };
+  /// Whether `h` stands for an allocated checkpoint (`state_store::holds`). O(1).
+  [[nodiscard]] static bool holds(const checkpoint_handle& h) noexcept { return h.held; }
 
   /// @throws invalid_argument when a size is negative or the capacity is not positive;
   /// @throws capacity_error when one checkpoint alone does not fit in the capacity.
@@ -108,5 +110,6 @@ class counting_store {
 };
 
 static_assert(state_store<counting_store>);
+static_assert(!paged_state_store<counting_store> && !side_placing_store<counting_store>);
 
 }  // namespace hybridcache::stores

@@ -56,7 +56,9 @@
 #include "hybridcache/model/cost_model.hpp"
 #include "hybridcache/memory/pool.hpp"
 #include "hybridcache/concepts/state_store.hpp"
+#include "hybridcache/concepts/tier_store.hpp"
 #include "hybridcache/core/hash.hpp"
+#include "hybridcache/prefix/radix_tree.hpp"
 #include "hybridcache/prefix/types.hpp"
 #include "hybridcache/stores/detail/pool_host_tier.hpp"
 
@@ -92,6 +94,8 @@ class pool_state_store {
   struct checkpoint_handle {
     std::vector<packed_handle> blocks;
   };
+  /// Whether `h` holds a checkpoint (`state_store::holds`): it has its blocks. O(1).
+  [[nodiscard]] static bool holds(const checkpoint_handle& h) noexcept { return !h.blocks.empty(); }
 
   /// @param tokens_per_page   tokens one KV page holds (the pool's kv unit covers this many)
   /// @param attention_layers  pages per block (one per attention layer)
@@ -330,7 +334,7 @@ class pool_state_store {
   /// of this size could hold. O(1).
   [[nodiscard]] bool placement_fits_when_empty(side_bytes need) const noexcept {
     const std::uint64_t kv = units_for(pool_kind::kv, need.kv), ssm = units_for(pool_kind::ssm, need.checkpoint);
-    if constexpr (requires { pool_->could_place_when_empty(kv, ssm); }) return pool_->could_place_when_empty(kv, ssm);
+    if constexpr (rebalancing_pool<Pool>) return pool_->could_place_when_empty(kv, ssm);
     else return kv <= max_units(pool_kind::kv) && ssm <= max_units(pool_kind::ssm);
   }
 
@@ -338,7 +342,7 @@ class pool_state_store {
   /// that side's shortfall (free chunks of the other side move over; no live unit moves),
   /// as a failed allocation would. Nothing else changes. O(chunks moved).
   void prepare_placement(side_bytes need) noexcept {
-    if constexpr (requires { pool_->rebalance_on_failure(pool_kind::kv, std::uint64_t{1}); }) {
+    if constexpr (rebalancing_pool<Pool>) {
       for (const pool_kind k : {pool_kind::kv, pool_kind::ssm}) {
         const std::uint64_t want = units_for(k, k == pool_kind::kv ? need.kv : need.checkpoint);
         const std::uint64_t have = pool_->stats(k).free_units;
@@ -407,7 +411,7 @@ class pool_state_store {
   /// `load_host_hit` or `release_host_hit`. `out.host_tokens` 0: none. The chain may start
   /// anywhere up to m.common_prefix (the tree holds the KV before it). O(|prompt| + Σ chain
   /// lengths) hash probes and token compares.
-  void find_host_hit(std::span<const token_id> prompt, const prefix::match_result& m, pool_host_hit& out) noexcept {
+  void find_host_hit(std::span<const token_id> prompt, const match_result& m, pool_host_hit& out) noexcept {
     release_host_hit(out);
     if (!host_.enabled()) return;
     const auto n = static_cast<std::int64_t>(prompt.size());
@@ -519,7 +523,7 @@ class pool_state_store {
 
   /// The most units of `k` the pool could ever map (its whole budget on that side).
   [[nodiscard]] std::uint64_t max_units(pool_kind k) const noexcept {
-    if constexpr (requires { pool_->max_units(k); }) return pool_->max_units(k);
+    if constexpr (rebalancing_pool<Pool>) return pool_->max_units(k);
     else return pool_->stats(k).total_units;
   }
   /// Whether an extent of `tokens` tokens from in-block `offset` could ever be placed: its
@@ -574,5 +578,8 @@ static_assert(state_store<pool_state_store<memory::simulated_vmm_pool<memory::th
 static_assert(state_store<pool_state_store<memory::host_asymmetric_pool<memory::threshold_rebalancer>>>);
 static_assert(side_placing_store<pool_state_store<memory::simulated_vmm_pool<memory::threshold_rebalancer>>>);
 static_assert(side_placing_store<pool_state_store<memory::host_asymmetric_pool<memory::no_rebalancer>>>);
+static_assert(paged_state_store<pool_state_store<memory::host_asymmetric_pool<memory::threshold_rebalancer>>>);
+static_assert(host_tier_store<pool_state_store<memory::host_asymmetric_pool<memory::threshold_rebalancer>>,
+                              prefix::radix_tree<pool_state_store<memory::host_asymmetric_pool<memory::threshold_rebalancer>>>>);
 
 }  // namespace hybridcache::stores

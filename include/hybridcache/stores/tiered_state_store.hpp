@@ -79,6 +79,7 @@
 #include <vector>
 
 #include "hybridcache/concepts/state_store.hpp"
+#include "hybridcache/concepts/tier_store.hpp"
 #include "hybridcache/core/error.hpp"
 #include "hybridcache/core/expected.hpp"
 #include "hybridcache/core/hash.hpp"
@@ -109,6 +110,9 @@ class tiered_state_store {
  public:
   using kv_extent = tiered_kv_extent;
   using checkpoint_handle = tiered_checkpoint_handle;
+  /// Whether `h` holds a checkpoint (`state_store::holds`; a model without recurrent layers
+  /// holds one of 0 bytes, with no entry). O(1).
+  [[nodiscard]] static bool holds(const checkpoint_handle& h) noexcept { return h.held; }
   using engine_type = Engine;
   using event_type = std::remove_cvref_t<decltype(*std::declval<Engine&>().submit(std::declval<const move_ticket&>()))>;
 
@@ -193,19 +197,19 @@ class tiered_state_store {
   /// extents of free entries (any tier) that continue HBM's KV, then the deepest covered
   /// position with a checkpoint (the joint-min rule over all tiers). Pins what it uses in
   /// the tier it will be read from (hand the hit to `load`, `settle` or `release_hit`).
-  [[nodiscard]] tiered_hit lookup(std::span<const token_id> input, const prefix::match_result& m);
+  [[nodiscard]] tiered_hit lookup(std::span<const token_id> input, const match_result& m);
 
   /// What `lookup` would find, without pinning or counting anything: the position a hit
   /// below HBM would resume at (m.reusable_tokens when none). For a scheduler that sorts
   /// requests by where their reuse is (CaR's groups). O(|input|).
-  [[nodiscard]] std::int64_t probe(std::span<const token_id> input, const prefix::match_result& m) {
+  [[nodiscard]] std::int64_t probe(std::span<const token_id> input, const match_result& m) {
     entry_id ckpt = no_entry;
     return scan(input, m, ckpt);
   }
   /// `probe`, and where the bytes would come from: the tier `lookup` would read each entry
   /// from (its fastest valid copy) and the slowest of those (`tiered_hit::source_tier`), so a
   /// prefetcher prices the load with the right link. O(|input| + entries).
-  [[nodiscard]] tiered_probe probe_hit(std::span<const token_id> input, const prefix::match_result& m);
+  [[nodiscard]] tiered_probe probe_hit(std::span<const token_id> input, const match_result& m);
 
   /// Resumes `hit` at `tokens` instead (hbm_tokens < tokens <= reusable_tokens), before
   /// `load`: the KV of [tokens, reusable_tokens) is then recomputed instead of loaded. What a
@@ -449,7 +453,7 @@ class tiered_state_store {
   bool make_room(tier_id t, std::int64_t bytes) noexcept;
   void replicate(entry_id id) noexcept;
   void name(entry_id id, std::uint64_t key, std::int64_t begin, std::int64_t end);
-  std::int64_t scan(std::span<const token_id> input, const prefix::match_result& m, entry_id& ckpt);
+  std::int64_t scan(std::span<const token_id> input, const match_result& m, entry_id& ckpt);
   template <class ReadFrom, class Use>
   bool for_each_chain_source(std::int64_t best, std::int64_t covered, ReadFrom&& read_from, Use&& use);
   void promote(std::unordered_map<std::uint64_t, entry_id>::iterator it) noexcept;
@@ -526,6 +530,9 @@ class tiered_state_store {
 };
 
 static_assert(state_store<tiered_state_store<>>);
+static_assert(layered_tier_store<tiered_state_store<>, prefix::radix_tree<tiered_state_store<>>>);
+static_assert(replicable_tier_store<tiered_state_store<>>);
+static_assert(!paged_state_store<tiered_state_store<>> && !demoting_store<tiered_state_store<>, prefix::radix_tree<tiered_state_store<>>>);
 
 }  // namespace hybridcache::stores
 

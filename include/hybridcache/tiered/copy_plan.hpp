@@ -65,7 +65,7 @@ struct metadata_only_copies {
     return {};
   }
 };
-static_assert(grouped_copy_engine<metadata_only_copies>);
+static_assert(grouped_copy_engine<metadata_only_copies> && !paged_copy_engine<metadata_only_copies>);
 
 /// Transfers below this size count as small (per-call overhead dominates).
 inline constexpr std::int64_t default_min_transfer_bytes = std::int64_t{512} * 1024;

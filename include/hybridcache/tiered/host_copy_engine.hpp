@@ -441,7 +441,7 @@ class host_copy_engine {
   std::array<std::thread, 2> workers_;
 };
 
-static_assert(grouped_copy_engine<host_copy_engine>);
+static_assert(grouped_copy_engine<host_copy_engine> && arena_copy_engine<host_copy_engine>);
 
 /// Moves one entry to tier `dst` through the full protocol: prepare (reserve destination),
 /// submit, wait, complete. On any failure the entry stays at its source, intact, and the

@@ -78,7 +78,7 @@ request_lifecycle<Cache>::begin(std::span<const token_id> prompt, const begin_op
   s.kv_from = m->reusable_tokens;
   s.kv_pin = packed_handle{};
   s.extra_skipped = 0;
-  if constexpr (lower_tier_store<store_type>) {
+  if constexpr (lower_tier) {
     try {
       s.host_hit = cache_->store_.lookup(prompt, *m);
     } catch (...) {
@@ -101,7 +101,7 @@ request_lifecycle<Cache>::begin(std::span<const token_id> prompt, const begin_op
     (void)tickets_.release(h);
     return unexpected(e);
   }
-  if constexpr (host_tier_store<store_type>) {
+  if constexpr (host_tier) {
     if (s.loaded_at > 0) {  // the host entries' KV into the reservation, their state into its slot
       checkpoint_slot* slot = slot_for(s, s.loaded_at);
       HYBRIDCACHE_ASSERT(slot != nullptr && !s.kv.empty());
@@ -118,7 +118,7 @@ request_lifecycle<Cache>::reserve_with_hits(request_state& s, std::span<const to
                                             AcceptHit& accept) {
   const match_result& m = s.match;
   match_result resume = m;  // where prefill starts: after the HBM hit, or the host hit
-  if constexpr (lower_tier_store<store_type>) {
+  if constexpr (lower_tier) {
     if (s.host_hit.host_tokens > 0) {
       if (take_hit(accept, s.host_hit) && cache_->store_.load(s.host_hit)) {
         s.loaded_at = s.host_hit.reusable_tokens;
@@ -128,7 +128,7 @@ request_lifecycle<Cache>::reserve_with_hits(request_state& s, std::span<const to
       }
     }
   }
-  if constexpr (host_tier_store<store_type>) {
+  if constexpr (host_tier) {
     cache_->store_.find_host_hit(prompt, m, s.host_hit);  // pins the entries it found
     if (s.host_hit.host_tokens > 0 && accept(std::as_const(s.host_hit))) {
       s.loaded_at = s.host_hit.reusable_tokens;
@@ -138,7 +138,7 @@ request_lifecycle<Cache>::reserve_with_hits(request_state& s, std::span<const to
     }
   }
   pin_kv_tail(s, prompt);
-  if constexpr (host_tier_store<store_type>) {
+  if constexpr (host_tier) {
     // The host entries must bring every token between the tree's KV and the loaded state;
     // a chain that starts beyond the tree's KV is given up.
     if (s.loaded_at > 0 && s.host_hit.kv_start > s.kv_from) {
@@ -152,7 +152,7 @@ request_lifecycle<Cache>::reserve_with_hits(request_state& s, std::span<const to
   // the tree would have split at had it stayed in HBM: the admission policy sees it
   // (insertion_view::lower_branch_point; judicious admission keeps a state there).
   std::int64_t lower_branch = 0;
-  if constexpr (requires { s.host_hit.kv_reach; }) lower_branch = s.host_hit.kv_reach;
+  if constexpr (lower_tier) lower_branch = s.host_hit.kv_reach;
   side_bytes need;
   if (const error_info e = plan_request(s, prompt, o, resume, lower_branch, need); e.code != errc::ok) return e;
   if (const errc e = reserve(s, need, static_cast<std::int64_t>(s.plan.sites.size())); e != errc::ok) return {e};
@@ -216,7 +216,7 @@ template <class Cache>
 bool
 request_lifecycle<Cache>::evict_until_fits_alone(const side_bytes& need) {
   Cache& c = *cache_;
-  if constexpr (requires { c.store_.placement_fits_when_empty(need); }) {
+  if constexpr (side_placing_store<store_type>) {
     // Nothing else holds room: every node may go, and the pool may re-split its free chunks
     // as they empty. Evict one victim at a time (letting the store move free chunks to the
     // short side) until the request fits, which an empty cache of this size guarantees.
@@ -331,7 +331,7 @@ request_lifecycle<Cache>::finish(request_ticket t, std::span<const token_id> seq
   cache_->observe(sequence, s.prompt_tokens);  // before anything changes (may throw bad_alloc)
   finish_result out;
   const errc e = adopt(s, sequence, captured, out);
-  if constexpr (requires { cache_->store_.settle(cache_->tree_, sequence, s.host_hit); }) {
+  if constexpr (lower_tier) {
     if (e == errc::ok) {  // names the new path (evicted nodes demote) and adopts the staged pages
       cache_->store_.settle(cache_->tree_, sequence, s.host_hit);
       s.host_hit = {};
@@ -339,7 +339,7 @@ request_lifecycle<Cache>::finish(request_ticket t, std::span<const token_id> seq
     }
   }
   out.checkpoints_returned = 0;
-  for (auto& c : s.checkpoints) out.checkpoints_returned += holds(c.handle) ? 1 : 0;
+  for (auto& c : s.checkpoints) out.checkpoints_returned += store_type::holds(c.handle) ? 1 : 0;
   for (std::size_t i = 0; i < s.kv.size(); ++i) out.tokens_returned += s.kv_tokens[i];
   give_back(s, /*release_pin=*/e != errc::ok);
   (void)tickets_.release(t.handle);

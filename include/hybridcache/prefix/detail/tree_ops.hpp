@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "hybridcache/concepts/ids.hpp"
+#include "hybridcache/concepts/tier_store.hpp"
 #include "hybridcache/concepts/utility_scorer.hpp"
 #include "hybridcache/core/expected.hpp"
 #include "hybridcache/prefix/radix_tree.hpp"
@@ -66,7 +67,7 @@ std::int64_t apply_eviction(Tree& tree, Store& store, Scorer& scorer, const evic
   std::int64_t freed = 0;
   // A store with a lower tier copies a leaf it is about to lose there (its KV and its
   // checkpoint) before the units are freed (pool_state_store's host tier).
-  if constexpr (requires { store.demote(tree, v); })
+  if constexpr (demoting_store<Store, Tree>)
     if (act == evict_action::remove_leaf && nd.children == 0) store.demote(tree, v);
   if (nd.has_checkpoint) {
     freed += store.checkpoint_bytes();

@@ -18,7 +18,7 @@
 namespace hybridcache::stores {
 
 template <demotion_scorer H, tier_copy_engine E, demotion_sizer S>
-std::int64_t tiered_state_store<H, E, S>::scan(std::span<const token_id> input, const prefix::match_result& m,
+std::int64_t tiered_state_store<H, E, S>::scan(std::span<const token_id> input, const match_result& m,
                                                entry_id& ckpt) {
   ckpt = no_entry;
   chain_.clear();
@@ -82,7 +82,7 @@ bool tiered_state_store<H, E, S>::for_each_chain_source(std::int64_t best, std::
 
 template <demotion_scorer H, tier_copy_engine E, demotion_sizer S>
 tiered_probe tiered_state_store<H, E, S>::probe_hit(std::span<const token_id> input,
-                                                    const prefix::match_result& m) {
+                                                    const match_result& m) {
   tiered_probe out;
   entry_id ckpt = no_entry;
   out.resume_tokens = scan(input, m, ckpt);
@@ -110,7 +110,7 @@ tiered_probe tiered_state_store<H, E, S>::probe_hit(std::span<const token_id> in
 }
 
 template <demotion_scorer H, tier_copy_engine E, demotion_sizer S>
-tiered_hit tiered_state_store<H, E, S>::lookup(std::span<const token_id> input, const prefix::match_result& m) {
+tiered_hit tiered_state_store<H, E, S>::lookup(std::span<const token_id> input, const match_result& m) {
   tiered_hit h;
   h.hbm_tokens = h.reusable_tokens = m.reusable_tokens;
   h.kv_reach = m.common_prefix;

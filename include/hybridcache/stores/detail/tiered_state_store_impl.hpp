@@ -44,13 +44,13 @@ tiered_state_store<H, E, S>::tiered_state_store(const tiered_state_store_config&
     throw capacity_error("tiered_state_store: HBM capacity " + std::to_string(capacity_) +
                          " B is smaller than one SSM checkpoint (" + std::to_string(checkpoint_) + " B)");
   // An engine laid out for other tiers or pages would refuse or misplace every copy.
-  if constexpr (requires(const E& e) { e.page_bytes(); }) {
+  if constexpr (paged_copy_engine<E>) {
     if (engine.page_bytes() != page_)
       throw invalid_argument("tiered_state_store: the copy engine's page (" + std::to_string(engine.page_bytes()) +
                              " B) is not the store's (" + std::to_string(page_) +
                              " B): build it from tiers_for(config) and page_bytes_for(config)");
   }
-  if constexpr (requires(const E& e) { e.arena_bytes(hbm_tier); }) {
+  if constexpr (arena_copy_engine<E>) {
     for (std::size_t t = 0; t < store_->tier_count(); ++t) {
       const tier_id id{static_cast<std::uint8_t>(t)};
       if (engine.arena_bytes(id) < store_->config(id).capacity_bytes)

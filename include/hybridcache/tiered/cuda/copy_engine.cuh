@@ -508,7 +508,7 @@ class copy_engine {
   std::mutex mu_;
 };
 
-static_assert(grouped_copy_engine<copy_engine>);
+static_assert(grouped_copy_engine<copy_engine> && arena_copy_engine<copy_engine>);
 
 /// Per-layer CUDA events in a ring of event sets (layer-wise loading; 3 sets by default,
 /// as SGLang HiCache): the loader records layer l's event on the onboard stream after

@@ -134,14 +134,14 @@ class replay_trace {
   std::vector<entry> entries_;
 };
 
-/// What the engine needs from a cache: `match(input)` → `prefix::match_result` (pinned),
+/// What the engine needs from a cache: `match(input)` → `match_result` (pinned),
 /// `commit(sequence, input_ids, match)` (unpin the match, insert input ++ output; admission
 /// and eviction inside), and `counters()` → `prefix::cache_counters`, `alpha()`,
 /// `used_bytes()`. `prefix_cache` returns `expected` results; hcbench's runner adapts them.
 template <class C>
 concept replayable_cache = requires(C& c, const C& cc, std::span<const token_id> tokens, std::int64_t n,
-                                    const prefix::match_result& m) {
-  { c.match(tokens) } -> std::same_as<prefix::match_result>;
+                                    const match_result& m) {
+  { c.match(tokens) } -> std::same_as<match_result>;
   c.commit(tokens, n, m);
   { cc.counters() } -> std::convertible_to<prefix::cache_counters>;
   { cc.alpha() } -> std::convertible_to<double>;
@@ -177,7 +177,7 @@ template <class Cache, prefill_time_model PrefillTime = marconi_reference_ttft, 
 
   struct in_flight {
     std::size_t index;
-    prefix::match_result match;
+    match_result match;
   };
   std::deque<in_flight> running;
   auto finish_oldest = [&] {
@@ -193,7 +193,7 @@ template <class Cache, prefill_time_model PrefillTime = marconi_reference_ttft, 
   const auto start = std::chrono::steady_clock::now();
   for (std::size_t i = 0; i < n; ++i) {
     const auto& e = trace[i];
-    prefix::match_result m = cache.match(trace.input(i));
+    match_result m = cache.match(trace.input(i));
     const std::int64_t skipped = std::min<std::int64_t>(m.reusable_tokens * e.tokens_per_id, e.input_tokens);
     rec.record(e.input_tokens, skipped);
     if (options.keep_per_request) per_request.push_back(skipped);

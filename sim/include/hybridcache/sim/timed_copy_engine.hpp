@@ -188,6 +188,6 @@ class timed_copy_engine {
   timed_copy_stats stats_;
 };
 
-static_assert(tier_copy_engine<timed_copy_engine>);
+static_assert(paged_copy_engine<timed_copy_engine> && !arena_copy_engine<timed_copy_engine>);
 
 }  // namespace hybridcache::sim

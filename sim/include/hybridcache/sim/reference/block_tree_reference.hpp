@@ -102,10 +102,10 @@ class block_tree_reference {
 
   /// Lookup (one tick): the tokens a request with this input skips. `node` is the deepest
   /// node reached, `at` the tick. Nothing is pinned (the reference never pins).
-  [[nodiscard]] prefix::match_result match(std::span<const token_id> input) {
+  [[nodiscard]] match_result match(std::span<const token_id> input) {
     ++clock_;
     const walk w = lookup_walk(input);
-    prefix::match_result m;
+    match_result m;
     m.input_tokens = static_cast<std::int64_t>(input.size());
     m.reusable_tokens = w.tokens;
     m.common_prefix = w.tokens;
@@ -123,7 +123,7 @@ class block_tree_reference {
 
   /// The replay engine's commit: inserts `sequence` (input ++ output). The match is not
   /// needed (nothing was pinned). @throws invalid_argument when input_ids > sequence size.
-  void commit(std::span<const token_id> sequence, std::int64_t input_ids, const prefix::match_result& /*m*/) {
+  void commit(std::span<const token_id> sequence, std::int64_t input_ids, const match_result& /*m*/) {
     HYBRIDCACHE_EXPECTS(input_ids >= 0 && input_ids <= static_cast<std::int64_t>(sequence.size()), invalid_argument,
                         "block_tree_reference: input_ids exceeds the sequence length");
     insert(sequence);
