@@ -60,6 +60,9 @@ struct cache_options {
   std::int64_t tokens_per_page = 16;
   std::string policy = "marconi";  ///< marconi | sglang+ | vllm+
   std::string alpha = "auto";      ///< marconi: "auto" (the adaptive selector) or a FLOP weight
+  /// Fault injection for tests: before every n-th request (0: never), flip one byte of every
+  /// 7th page and block the host tier holds; the entries found changed are dropped, never loaded.
+  std::int64_t flip_host_every = 0;
 };
 
 /// A request as a client sends it.
@@ -90,6 +93,7 @@ struct request_output {
 struct engine_stats {
   std::int64_t requests = 0, prompt_tokens = 0, prefilled_tokens = 0, reused_tokens = 0;
   std::int64_t host_loads = 0, host_loaded_tokens = 0, evictions = 0, uncached = 0, waits = 0;
+  std::int64_t host_corrupt_dropped = 0;  ///< host entries whose bytes had changed (never loaded)
   std::int64_t snapshots = 0, restores = 0;
   double restore_ms = 0, snapshot_ms = 0, capture_ms = 0, bookkeeping_ms = 0, decode_ms = 0;
 };

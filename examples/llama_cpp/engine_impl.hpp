@@ -133,6 +133,7 @@ class cached_engine final : public engine {
     out.evictions = cache_.counters().evictions;
     out.host_loads = cache_.store().host_counters().loads;
     out.host_loaded_tokens = cache_.store().host_counters().tokens_loaded;
+    out.host_corrupt_dropped = cache_.store().host_counters().corrupt_dropped;
     return out;
   }
 
@@ -196,6 +197,7 @@ class cached_engine final : public engine {
     for (auto& sl : slots_) {
       if (sl.phase != slot_phase::idle || queue_.empty()) continue;
       request_input& r = queue_.front();
+      if (opts_.flip_host_every > 0 && ++admitted_ % opts_.flip_host_every == 0) flip_host_bytes();
       // The prompt's end is where the next turn leaves this sequence (its prompt carries the
       // reply as the client re-renders it), so a state is kept there (an application-directed
       // checkpoint). A prompt cached whole is begun without its last token: logits need at
@@ -237,6 +239,15 @@ class cached_engine final : public engine {
       }
       sl.phase = slot_phase::prefill;
     }
+  }
+
+  // Fault injection (cache_options::flip_host_every): one byte of every 7th host page and block.
+  void flip_host_bytes() {
+    const std::size_t page = pool_.stats(hc::pool_kind::kv).unit_bytes, block = pool_.stats(hc::pool_kind::ssm).unit_bytes;
+    auto kv = cache_.store().host_kv_memory();
+    auto ssm = cache_.store().host_ssm_memory();
+    for (std::size_t at = (admitted_ * 131) % page; at < kv.size(); at += 7 * page) kv[at] ^= std::byte{0x10};
+    for (std::size_t at = (admitted_ * 131) % block; at < ssm.size(); at += 7 * block) ssm[at] ^= std::byte{0x10};
   }
 
   void start(slot& sl, request_input&& r) {
@@ -478,6 +489,7 @@ class cached_engine final : public engine {
   full_state_view view_;
   std::vector<std::vector<hc::packed_handle>> tables_;
   std::vector<std::int64_t> extra_;  // admit's application-directed checkpoints
+  std::size_t admitted_ = 0;          // requests taken from the queue (fault injection)
 };
 
 inline std::unique_ptr<engine> make_engine(session& s, const cache_options& o) {

@@ -180,13 +180,14 @@ int replay(replay_options& o) {
   if (o.json) {
     std::printf(
         "{\"requests\": %lld, \"prompt_tokens\": %lld, \"prefilled_tokens\": %lld, \"reused_tokens\": %lld, "
-        "\"host_loads\": %lld, \"host_loaded_tokens\": %lld, \"disk_loads\": 0, \"evictions\": %lld, \"uncached\": %lld, "
+        "\"host_loads\": %lld, \"host_loaded_tokens\": %lld, \"host_corrupt_dropped\": %lld, \"disk_loads\": 0, "
+        "\"evictions\": %lld, \"uncached\": %lld, "
         "\"failed\": %lld, \"verified\": %lld, \"outputs_identical\": %lld, \"ttft_p50_ms\": %.3f, \"wall_s\": %.3f, "
         "\"peak_rss_bytes\": %lld, \"restore_ms\": %.3f, \"snapshot_ms\": %.3f, \"capture_ms\": %.3f, "
         "\"bookkeeping_ms\": %.3f, \"decode_ms\": %.3f, \"cache\": \"%s\"}\n",
         static_cast<long long>(st.requests), static_cast<long long>(st.prompt_tokens), static_cast<long long>(st.prefilled_tokens),
         static_cast<long long>(st.reused_tokens), static_cast<long long>(st.host_loads), static_cast<long long>(st.host_loaded_tokens),
-        static_cast<long long>(st.evictions), static_cast<long long>(st.uncached), static_cast<long long>(failed),
+        static_cast<long long>(st.host_corrupt_dropped), static_cast<long long>(st.evictions), static_cast<long long>(st.uncached), static_cast<long long>(failed),
         static_cast<long long>(verified), static_cast<long long>(identical), p50, wall, static_cast<long long>(peak_rss_bytes()),
         st.restore_ms, st.snapshot_ms, st.capture_ms, st.bookkeeping_ms, st.decode_ms, engine->describe().c_str());
   } else {
@@ -306,6 +307,9 @@ int main(int argc, char** argv) {
   rp->add_option("--conversations", r.conversations, "at most this many conversations");
   rp->add_option("--max-tokens", r.max_tokens, "tokens generated per request (greedy)")->capture_default_str()->check(CLI::Range(1, 4096));
   rp->add_flag("--verify", r.verify, "run every request again uncached; outputs must be identical");
+  rp->add_option("--fault-flip-host-every", r.cache.flip_host_every,
+                 "tests: before every N-th request flip a byte of every 7th host page and block (detected, never loaded)")
+      ->check(CLI::Range(0, 1 << 30));
   rp->add_flag("--json", r.json, "one JSON object");
   rp->add_option("--per-request", r.per_request, "CSV of every request");
   serve_options sv;

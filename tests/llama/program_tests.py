@@ -4,6 +4,8 @@
   program_tests.py --program P --model M.gguf --trace SHAREGPT.jsonl --agent-dir DIR
 
 Checks, each with a failure that names what went wrong:
+  integrity  bytes of the host tier flipped at rest before every third request: the entries
+             are found changed (CRC-32C), dropped and recomputed, outputs still identical
   replay     a branching multi-turn trace (ShareGPT conversations: every turn continues the
              history) through a small pool with a host tier below it, 3 slots: every request's
              greedy output equals the uncached run's (--verify), with evictions and host-tier
@@ -169,6 +171,14 @@ def main():
         replay_case(a, os.path.join(tmp, "tau_bench.json"), "tau-bench", small, "replay tau-bench")
         replay_case(a, os.path.join(tmp, "swe_agent"), "swe-agent", ["--policy", "sglang+"] + small, "replay swe-agent (sglang+)",
                     need_host=False)
+        # Bytes flipped in the host tier at rest: detected by their CRC, dropped, recomputed.
+        r = run([a.program, "replay", "--model", a.model, "--trace", a.trace, "--format", "sharegpt", "--json", "--verify",
+                 "--conversations", "8", "--fault-flip-host-every", "3"] + small)
+        if check(r.returncode == 0, f"flipped host bytes: exit {r.returncode}: {r.stderr.strip()[-300:]}"):
+            j = json.loads(r.stdout)
+            print(f"flipped host bytes: {json.dumps(j)}", flush=True)
+            check(j["host_corrupt_dropped"] > 0, "flipped host bytes: no corrupt entry detected")
+            check(j["outputs_identical"] == j["requests"], "flipped host bytes: an output differs from the uncached run")
     bad_input_cases(a)
     serve_cases(a)
     print(f"{0 if failures else 1} passed, {1 if failures else 0} failed")

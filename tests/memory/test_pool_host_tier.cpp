@@ -34,7 +34,7 @@ TEST_CASE("pool host tier: index, LRU eviction and pins agree with a list model 
   for (std::uint32_t seed : {1u, 2u, 3u}) {
     constexpr std::int64_t kPages = 40, kBlocks = 12;
     constexpr std::size_t kPage = 64, kBlock = 32;
-    detail::pool_host_tier tier({.kv_pages = kPages, .checkpoint_blocks = kBlocks}, kPage, kBlock);
+    stores::detail::pool_host_tier tier({.kv_pages = kPages, .checkpoint_blocks = kBlocks}, kPage, kBlock);
     std::list<model_entry> lru;  // front = least recently used
     std::mt19937 rng(seed);
     std::int64_t free_pages = kPages, free_blocks = kBlocks;
@@ -72,7 +72,7 @@ TEST_CASE("pool host tier: index, LRU eviction and pins agree with a list model 
           victims.push_back(it->key);
         }
         const std::uint32_t id = tier.make_entry(key, 0, 0, tokens, pages, blocks);
-        REQUIRE((id != detail::pool_host_tier::none) == fits);
+        REQUIRE((id != stores::detail::pool_host_tier::none) == fits);
         if (!fits) continue;
         if (in_model != lru.end()) drop(in_model);
         for (std::uint64_t v : victims)
@@ -103,7 +103,7 @@ TEST_CASE("pool host tier: index, LRU eviction and pins agree with a list model 
       for (std::uint64_t k = 0; k < 97; ++k) {
         const auto it = std::find_if(lru.begin(), lru.end(), [&](const model_entry& e) { return e.key == k; });
         const std::uint32_t id = tier.find(k);
-        REQUIRE((id != detail::pool_host_tier::none) == (it != lru.end()));
+        REQUIRE((id != stores::detail::pool_host_tier::none) == (it != lru.end()));
         if (it == lru.end()) continue;
         REQUIRE(id == it->id);
         REQUIRE(tier.at(id).pages.size() == it->pages);
@@ -117,13 +117,13 @@ TEST_CASE("pool host tier: index, LRU eviction and pins agree with a list model 
 }
 
 TEST_CASE("pool host tier: an entry larger than the tier is dropped, and a tier of size 0 keeps nothing") {
-  detail::pool_host_tier tier({.kv_pages = 4, .checkpoint_blocks = 2}, 64, 32);
+  stores::detail::pool_host_tier tier({.kv_pages = 4, .checkpoint_blocks = 2}, 64, 32);
   const std::vector<std::int32_t> tokens{1, 2, 3};
-  CHECK(tier.make_entry(7, 0, 0, tokens, 5, 0) == detail::pool_host_tier::none);
-  CHECK(tier.make_entry(7, 0, 0, tokens, 1, 3) == detail::pool_host_tier::none);
+  CHECK(tier.make_entry(7, 0, 0, tokens, 5, 0) == stores::detail::pool_host_tier::none);
+  CHECK(tier.make_entry(7, 0, 0, tokens, 1, 3) == stores::detail::pool_host_tier::none);
   CHECK(tier.counters().demotions_dropped == 2);
-  detail::pool_host_tier off({}, 64, 32);
+  stores::detail::pool_host_tier off({}, 64, 32);
   CHECK_FALSE(off.enabled());
-  CHECK(off.make_entry(7, 0, 0, tokens, 1, 0) == detail::pool_host_tier::none);
-  CHECK(off.find(7) == detail::pool_host_tier::none);
+  CHECK(off.make_entry(7, 0, 0, tokens, 1, 0) == stores::detail::pool_host_tier::none);
+  CHECK(off.find(7) == stores::detail::pool_host_tier::none);
 }

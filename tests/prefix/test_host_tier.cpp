@@ -199,3 +199,61 @@ TEST_CASE_TEMPLATE("host tier: evicted leaves come back into the reservation byt
   }
   CHECK(pool.live_handles() == 0);
 }
+
+TEST_CASE("host tier: a stored byte flipped is detected and the tokens recomputed, never loaded") {
+  const cost_model m(test::tiny_gdn_spec("host_tier_test"));
+  using pool_t = host_asymmetric_pool<threshold_rebalancer>;
+  using store_t = stores::pool_state_store<pool_t>;
+  using cache_type = prefix_cache<cost_model, judicious_admission, lru_scorer, store_t>;
+  constexpr std::int64_t tpp = 16;
+  pool_t pool({.budget_bytes = std::uint64_t{256} << 10, .kv_page_bytes = kv_page_bytes(m, tpp),
+               .ssm_block_bytes = checkpoint_block_bytes(m), .granularity_bytes = 32 << 10},
+              threshold_rebalancer({.threshold_low = 0.02, .threshold_high = 0.10, .migration_batch_size = 8,
+                                    .min_rebalance_interval_ops = 0, .size_to_demand = true}));
+  for (const bool flip : {false, true}) {
+    CAPTURE(flip);
+    cache_type c(m, store_t(pool, m, {.tokens_per_page = tpp, .host_tier = {.kv_pages = 64, .checkpoint_blocks = 16}}), lru_scorer{});
+    request_lifecycle<cache_type> requests(c);
+    // One conversation, then enough others to push it out of the pool into the host tier.
+    const auto a = random_tokens(70, 1);
+    auto commit = [&](const std::vector<token_id>& prompt) {
+      auto t = requests.begin(prompt, {.output_tokens = 2});
+      REQUIRE_MESSAGE(t, t.message());
+      auto seq = prompt;
+      seq.push_back(9);
+      const std::vector<std::int64_t> end{static_cast<std::int64_t>(seq.size())};
+      REQUIRE(requests.finish(*t, seq, end));
+      return seq;
+    };
+    const auto a_seq = commit(a);
+    for (std::uint32_t i = 0; i < 40 && c.peek(a_seq).reusable_tokens > 0; ++i) (void)commit(random_tokens(90, 100 + i));
+    REQUIRE(c.peek(a_seq).reusable_tokens == 0);  // no longer in the pool: demoted (LRU: it went first)
+    REQUIRE(c.store().host_counters().demotions > 0);
+    if (flip) {
+      // Flip one byte of every page and block the host tier holds: whatever entry the next
+      // lookup finds has changed at rest.
+      auto kv = c.store().host_kv_memory();
+      auto ssm = c.store().host_ssm_memory();
+      const std::size_t page = pool.stats(pool_kind::kv).unit_bytes, block = pool.stats(pool_kind::ssm).unit_bytes;
+      for (std::size_t at = 5; at < kv.size(); at += page) kv[at] ^= std::byte{0x40};
+      for (std::size_t at = 5; at < ssm.size(); at += block) ssm[at] ^= std::byte{0x40};
+    }
+    auto prompt = a_seq;
+    prompt.push_back(11);
+    prompt.push_back(12);
+    auto t = requests.begin(prompt, {.output_tokens = 2});
+    REQUIRE(t);
+    const auto* s = *requests.state(*t);
+    if (!flip) {
+      CHECK(s->loaded_at == static_cast<std::int64_t>(a_seq.size()));  // the host hit is loaded
+      CHECK(c.store().host_counters().corrupt_dropped == 0);
+    } else {
+      CHECK(s->loaded_at == 0);                 // never loaded
+      CHECK(s->plan.prefill_start == 0);        // recomputed from the start
+      CHECK(c.store().host_counters().loads == 0);
+      CHECK(c.store().host_counters().corrupt_dropped > 0);
+    }
+    REQUIRE(requests.abort(*t));
+  }
+  CHECK(pool.live_handles() == 0);
+}

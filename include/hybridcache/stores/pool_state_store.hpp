@@ -35,7 +35,8 @@
 // Handle lists are std::vector: an extent allocates its list once (the prefix cache keeps
 // extents in tree nodes). With a backing that can throw (CUDA), a failed driver call
 // during an allocation is reported as out_of_capacity, since these calls are noexcept.
-// Host tier: demote O(path + pages + blocks), find_host_hit O(|prompt| + chain entries),
+// Host tier: demote O(path + pages + blocks) (+ a CRC of the entry's bytes), find_host_hit
+// O(|prompt| + chain entries + chain bytes: the CRC check),
 // load_host_hit O(tokens loaded · layers + blocks); its memory is allocated at construction.
 #pragma once
 
@@ -409,61 +410,53 @@ class pool_state_store {
   /// namespace) and ends in a checkpoint after m.reusable_tokens and before |prompt| (a
   /// request computes at least its last prompt token). Its entries are pinned until
   /// `load_host_hit` or `release_host_hit`. `out.host_tokens` 0: none. The chain may start
-  /// anywhere up to m.common_prefix (the tree holds the KV before it). O(|prompt| + Σ chain
-  /// lengths) hash probes and token compares.
+  /// anywhere up to m.common_prefix (the tree holds the KV before it). Its entries' bytes are
+  /// checked against their CRC-32C first: a changed entry is dropped (counted in
+  /// `host_counters().corrupt_dropped`) and never loaded, and the search runs again without
+  /// it. O(|prompt| + Σ chain lengths) hash probes and token compares + O(chain bytes) for
+  /// the CRCs (per dropped entry, once more).
   void find_host_hit(std::span<const token_id> prompt, const match_result& m, pool_host_hit& out) noexcept {
     release_host_hit(out);
     if (!host_.enabled()) return;
-    const auto n = static_cast<std::int64_t>(prompt.size());
-    const std::int64_t reach = std::min<std::int64_t>(m.common_prefix, n - 1);
-    std::uint64_t h = content_key::seed(0, m.salt);
-    std::int64_t best = m.reusable_tokens, best_start = 0, best_len = 0;
-    for (std::int64_t s = 0; s <= reach; ++s) {
-      const std::uint64_t through = content_key::next(h, prompt[static_cast<std::size_t>(s)]);
-      if (host_.find(through) != detail::pool_host_tier::none) {
-        // Follow the chain from s, remembering its deepest usable checkpoint.
-        std::int64_t cur = s, len = 0;
-        std::uint64_t hc = h;
-        while (cur < n) {
-          const std::uint32_t id = host_.find(content_key::next(hc, prompt[static_cast<std::size_t>(cur)]));
-          if (id == detail::pool_host_tier::none) break;
-          const auto& e = host_.at(id);
-          if (e.begin != cur || e.end() > n ||
-              !std::equal(e.tokens.begin(), e.tokens.end(), prompt.begin() + static_cast<std::ptrdiff_t>(cur)))
-            break;
-          for (const auto t : e.tokens) hc = content_key::next(hc, t);
-          cur = e.end();
-          ++len;
-          if (!e.blocks.empty() && cur > best && cur < n) {
-            best = cur;
-            best_start = s;
-            best_len = len;
-          }
-        }
+    // The winning chain's entries are checked against their CRCs before they are pinned: an
+    // entry whose bytes changed at rest is dropped and the search runs again without it
+    // (each retry drops one entry, so this ends).
+    for (;;) {
+      const host_chain c = longest_host_chain(prompt, m);
+      if (c.entries == 0) return;
+      bool intact = true;
+      std::uint64_t h = content_key::seed(0, m.salt);
+      for (std::int64_t s = 0; s < c.start; ++s) h = content_key::next(h, prompt[static_cast<std::size_t>(s)]);
+      std::int64_t cur = c.start;
+      for (std::int64_t i = 0; i < c.entries && intact; ++i) {
+        const std::uint32_t id = host_.find(content_key::next(h, prompt[static_cast<std::size_t>(cur)]));
+        for (const auto t : host_.at(id).tokens) h = content_key::next(h, t);
+        cur = host_.at(id).end();
+        intact = host_.verify_or_drop(id);
       }
-      h = through;
+      if (!intact) continue;
+      // Walk the chain again, pinning its entries.
+      h = content_key::seed(0, m.salt);
+      for (std::int64_t s = 0; s < c.start; ++s) h = content_key::next(h, prompt[static_cast<std::size_t>(s)]);
+      cur = c.start;
+      try {
+        out.entries.reserve(static_cast<std::size_t>(c.entries));
+      } catch (...) {
+        return;  // no hit: the request goes on from its HBM match
+      }
+      for (std::int64_t i = 0; i < c.entries; ++i) {
+        const std::uint32_t id = host_.find(content_key::next(h, prompt[static_cast<std::size_t>(cur)]));
+        const auto& e = host_.at(id);
+        for (const auto t : e.tokens) h = content_key::next(h, t);
+        cur = e.end();
+        host_.pin(id);
+        out.entries.push_back(id);
+      }
+      out.kv_start = c.start;
+      out.reusable_tokens = c.reusable;
+      out.host_tokens = c.reusable - m.reusable_tokens;
+      return;
     }
-    if (best_len == 0) return;
-    // Walk the winning chain again, pinning its entries.
-    h = content_key::seed(0, m.salt);
-    for (std::int64_t s = 0; s < best_start; ++s) h = content_key::next(h, prompt[static_cast<std::size_t>(s)]);
-    std::int64_t cur = best_start;
-    try {
-      out.entries.reserve(static_cast<std::size_t>(best_len));
-    } catch (...) {
-      return;  // no hit: the request goes on from its HBM match
-    }
-    for (std::int64_t i = 0; i < best_len; ++i) {
-      const std::uint32_t id = host_.find(content_key::next(h, prompt[static_cast<std::size_t>(cur)]));
-      const auto& e = host_.at(id);
-      for (const auto t : e.tokens) h = content_key::next(h, t);
-      cur = e.end();
-      host_.pin(id);
-      out.entries.push_back(id);
-    }
-    out.kv_start = best_start;
-    out.reusable_tokens = best;
-    out.host_tokens = best - m.reusable_tokens;
   }
 
   /// Copies the KV of positions [from, to) of `hit` into `dst` (an extent laid out at
@@ -511,6 +504,11 @@ class pool_state_store {
     hit.kv_start = 0;
   }
 
+  /// The host tier's memory (KV pages, then SSM blocks), for inspection and for tests that
+  /// flip a stored byte (integrity: `host_counters().corrupt_dropped`). Empty without a host tier.
+  [[nodiscard]] std::span<std::byte> host_kv_memory() noexcept { return host_.kv_memory(); }
+  [[nodiscard]] std::span<std::byte> host_ssm_memory() noexcept { return host_.ssm_memory(); }
+
   /// What the host tier did.
   [[nodiscard]] const host_tier_counters& host_counters() const noexcept { return host_.counters(); }
   /// Entries in the host tier.
@@ -520,6 +518,40 @@ class pool_state_store {
 
  private:
   [[nodiscard]] std::int64_t blocks(std::int64_t tokens) const noexcept { return ceil_div(tokens, tpp_); }
+
+  /// The longest chain of host entries continuing `m` that ends in a checkpoint before the
+  /// prompt's last token: where it starts, how many entries, the state it reaches.
+  struct host_chain {
+    std::int64_t start = 0, entries = 0, reusable = 0;
+  };
+  host_chain longest_host_chain(std::span<const token_id> prompt, const match_result& m) const noexcept {
+    const auto n = static_cast<std::int64_t>(prompt.size());
+    const std::int64_t reach = std::min<std::int64_t>(m.common_prefix, n - 1);
+    std::uint64_t h = content_key::seed(0, m.salt);
+    host_chain best{0, 0, m.reusable_tokens};
+    for (std::int64_t s = 0; s <= reach; ++s) {
+      const std::uint64_t through = content_key::next(h, prompt[static_cast<std::size_t>(s)]);
+      if (host_.find(through) != detail::pool_host_tier::none) {
+        // Follow the chain from s, remembering its deepest usable checkpoint.
+        std::int64_t cur = s, len = 0;
+        std::uint64_t hc = h;
+        while (cur < n) {
+          const std::uint32_t id = host_.find(content_key::next(hc, prompt[static_cast<std::size_t>(cur)]));
+          if (id == detail::pool_host_tier::none) break;
+          const auto& e = host_.at(id);
+          if (e.begin != cur || e.end() > n ||
+              !std::equal(e.tokens.begin(), e.tokens.end(), prompt.begin() + static_cast<std::ptrdiff_t>(cur)))
+            break;
+          for (const auto t : e.tokens) hc = content_key::next(hc, t);
+          cur = e.end();
+          ++len;
+          if (!e.blocks.empty() && cur > best.reusable && cur < n) best = {s, len, cur};
+        }
+      }
+      h = through;
+    }
+    return best;
+  }
 
   /// The most units of `k` the pool could ever map (its whole budget on that side).
   [[nodiscard]] std::uint64_t max_units(pool_kind k) const noexcept {

@@ -14,6 +14,11 @@
 //   chain   entries that continue each other ([b, e), then the one starting at e, ...): what
 //           one lookup can bring back
 //
+// Integrity: an entry carries the CRC-32C of its page and block bytes, taken when it is
+// published; the chain a lookup found is checked against it before it is loaded, and an entry
+// whose bytes changed at rest is dropped (counted) and never loaded: the request recomputes
+// those tokens instead.
+//
 // Host memory is two fixed arrays of slots (KV pages and SSM blocks) allocated at
 // construction. A demotion that finds no room evicts the least recently used unpinned
 // entries (dropped: this is the last tier); an entry that cannot fit at all is dropped.
@@ -37,6 +42,7 @@
 #include <vector>
 
 #include "hybridcache/core/config.hpp"
+#include "hybridcache/core/crc32c.hpp"
 #include "hybridcache/core/error.hpp"
 #include "hybridcache/core/hash.hpp"
 
@@ -56,6 +62,7 @@ struct host_tier_counters {
   std::int64_t loads = 0;              ///< host hits loaded into a request's reservation
   std::int64_t tokens_loaded = 0;      ///< KV tokens copied back into the pool by those loads
   std::int64_t checkpoints_loaded = 0; ///< checkpoints copied back (one per load)
+  std::int64_t corrupt_dropped = 0;    ///< entries whose bytes no longer matched their CRC (dropped, never loaded)
 };
 
 /// A hit in the host tier, from `pool_state_store::find_host_hit` to its load or release:
@@ -111,6 +118,7 @@ class pool_host_tier {
     std::vector<std::uint32_t> pages;   ///< host page slots, block-major like the pool extent
     std::vector<std::uint32_t> blocks;  ///< host block slots of the checkpoint after end (empty: none)
     std::uint32_t pins = 0;
+    std::uint32_t crc = 0;                   ///< CRC-32C of the page bytes, then the block bytes
     std::uint32_t prev = none, next = none;  ///< LRU list (head = least recent)
     [[nodiscard]] std::int64_t end() const noexcept { return begin + static_cast<std::int64_t>(tokens.size()); }
   };
@@ -168,8 +176,9 @@ class pool_host_tier {
     }
     return id;
   }
-  /// Makes a filled entry findable (most recently used).
+  /// Makes a filled entry findable (most recently used), recording the CRC of its bytes.
   void publish(std::uint32_t id) noexcept {
+    entries_[id].crc = checksum(entries_[id]);
     put(entries_[id].key, id);
     link_tail(id);
     ++counters_.demotions;
@@ -203,6 +212,26 @@ class pool_host_tier {
       pinned_blocks_ -= e.blocks.size();
     }
   }
+  /// Whether entry `id`'s bytes still match the CRC taken when it was published; if not, the
+  /// entry is dropped and counted (its pins, if any, go with it). O(entry bytes).
+  [[nodiscard]] bool verify_or_drop(std::uint32_t id) noexcept {
+    entry& e = entries_[id];
+    if (checksum(e) == e.crc) return true;
+    if (e.pins > 0) {
+      pinned_pages_ -= e.pages.size();
+      pinned_blocks_ -= e.blocks.size();
+      e.pins = 0;
+    }
+    drop(id);
+    ++counters_.corrupt_dropped;
+    return false;
+  }
+
+  /// The host memory of KV pages and of SSM blocks, for inspection (and fault-injection
+  /// tests that flip a stored byte).
+  [[nodiscard]] std::span<std::byte> kv_memory() noexcept { return kv_; }
+  [[nodiscard]] std::span<std::byte> ssm_memory() noexcept { return ssm_; }
+
   /// Marks an entry used now (moves it to the LRU tail).
   void touch(std::uint32_t id) noexcept {
     unlink(id);
@@ -215,6 +244,12 @@ class pool_host_tier {
     std::uint64_t key = 0;
     std::uint32_t id = none;
   };
+  [[nodiscard]] std::uint32_t checksum(const entry& e) const noexcept {
+    std::uint32_t c = 0;
+    for (const auto p : e.pages) c = crc32c(std::span<const std::byte>(kv_.data() + p * page_bytes_, page_bytes_), c);
+    for (const auto b : e.blocks) c = crc32c(std::span<const std::byte>(ssm_.data() + b * block_bytes_, block_bytes_), c);
+    return c;
+  }
   [[nodiscard]] std::size_t kv_slots() const noexcept { return kv_.size() / std::max<std::size_t>(1, page_bytes_); }
   [[nodiscard]] std::size_t ssm_slots() const noexcept { return ssm_.size() / std::max<std::size_t>(1, block_bytes_); }
   [[nodiscard]] std::size_t home(std::uint64_t key) const noexcept {
