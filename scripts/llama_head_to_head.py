@@ -24,50 +24,12 @@ disagree on a prompt's token count (they would not be computing the same thing).
 import argparse
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
-import urllib.error
-import urllib.request
 
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def peak_rss(pid):
-    try:
-        with open(f"/proc/{pid}/status") as f:
-            for line in f:
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return 0
-
-
-def post(url, body, timeout=600):
-    req = urllib.request.Request(url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(req, timeout=timeout) as r:
-        return json.loads(r.read())
-
-
-def wait_healthy(url, proc, seconds=120):
-    deadline = time.time() + seconds
-    while time.time() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"the server exited with {proc.returncode} before it was ready")
-        try:
-            with urllib.request.urlopen(url + "/health", timeout=2) as r:
-                if r.status == 200:
-                    return
-        except (urllib.error.URLError, ConnectionError, TimeoutError):
-            pass
-        time.sleep(0.2)
-    raise RuntimeError("the server did not become healthy in time")
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from llama_http import free_port, http, peak_rss, stop, wait_healthy  # noqa: E402
 
 
 def run_config(name, argv, port, requests, max_tokens, log_dir):
@@ -80,7 +42,10 @@ def run_config(name, argv, port, requests, max_tokens, log_dir):
         t0 = time.perf_counter()
         for i, req in enumerate(requests):
             t = time.perf_counter()
-            r = post(url + "/v1/chat/completions", {"messages": req["messages"], "max_tokens": max_tokens, "temperature": 0})
+            status, text = http(url + "/v1/chat/completions", {"messages": req["messages"], "max_tokens": max_tokens, "temperature": 0})
+            if status != 200:
+                raise RuntimeError(f"{name}: request {req['id']} (conversation {req['conversation']}, turn {req['turn']}): {status} {text[:300]}")
+            r = json.loads(text)
             rows.append({
                 "prompt_tokens": r["usage"]["prompt_tokens"],
                 "prefilled": r["timings"]["prompt_n"],
@@ -95,11 +60,7 @@ def run_config(name, argv, port, requests, max_tokens, log_dir):
             print(file=sys.stderr)
         rss = peak_rss(proc.pid)
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        stop(proc)
         log.close()
     return {"name": name, "rows": rows, "wall_s": wall, "peak_rss_bytes": rss}
 
@@ -126,7 +87,9 @@ def main():
     log_dir = a.log_dir or os.path.join("/tmp", f"h2h-{os.getpid()}")
     os.makedirs(log_dir, exist_ok=True)
 
-    cmd = [a.program, "requests", "--model", a.model, "--trace", a.trace, "--format", a.format]
+    # A prompt must leave room for the output in a slot of either server.
+    cmd = [a.program, "requests", "--model", a.model, "--trace", a.trace, "--format", a.format,
+           "--max-prompt-tokens", str(a.ctx - a.max_tokens - 1)]
     if a.conversations:
         cmd += ["--conversations", str(a.conversations)]
     out = subprocess.run(cmd, check=True, capture_output=True, text=True)

@@ -216,6 +216,7 @@ std::string quoted(const std::string& s) { return hcl::detail::json_string(s); }
 struct requests_options {
   std::string model, trace, format = "sharegpt";
   std::size_t conversations = 1u << 20;
+  std::size_t max_prompt_tokens = 0;  ///< a turn with a longer prompt ends its conversation (0: no limit)
 };
 
 // The requests of a trace in the order a sequential client sends them (conversations
@@ -239,6 +240,10 @@ int list_requests(const requests_options& o) {
       if (round >= turns[c].size()) continue;
       const auto msgs = std::span(convs[c].messages).first(turns[c][round]);
       const auto prompt = model.chat_prompt(msgs);
+      if (o.max_prompt_tokens > 0 && prompt.size() > o.max_prompt_tokens) {
+        turns[c].resize(round);  // longer than a slot holds: the conversation ends here
+        continue;
+      }
       std::size_t best = 0;
       for (const auto& p : seen) {
         std::size_t k = 0;
@@ -326,6 +331,7 @@ int main(int argc, char** argv) {
   qp->add_option("--trace", rq.trace, "conversation trace")->required();
   qp->add_option("--format", rq.format, "openai | tau-bench | swe-agent | sharegpt")->capture_default_str();
   qp->add_option("--conversations", rq.conversations, "at most this many conversations");
+  qp->add_option("--max-prompt-tokens", rq.max_prompt_tokens, "end a conversation at its first longer prompt (0: no limit)");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

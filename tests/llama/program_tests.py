@@ -22,13 +22,12 @@ Checks, each with a failure that names what went wrong:
 import argparse
 import json
 import os
-import socket
 import subprocess
 import sys
 import tempfile
-import time
-import urllib.error
-import urllib.request
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts"))
+from llama_http import free_port, http, stop, wait_healthy  # noqa: E402
 
 failures = []
 
@@ -68,24 +67,6 @@ def bad_input_cases(a):
     check(r.returncode != 0 and "exceeds the context" in r.stderr, f"prompt longer than the context: {r.stderr.strip()[-200:]}")
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def http(url, body=None, key=None, raw=None):
-    data = raw if raw is not None else (json.dumps(body).encode() if body is not None else None)
-    req = urllib.request.Request(url, data=data, headers={"Content-Type": "application/json"})
-    if key:
-        req.add_header("Authorization", f"Bearer {key}")
-    try:
-        with urllib.request.urlopen(req, timeout=300) as r:
-            return r.status, r.read().decode()
-    except urllib.error.HTTPError as e:
-        return e.code, e.read().decode()
-
-
 def serve_cases(a):
     port = free_port()
     key = "test-key"
@@ -93,15 +74,11 @@ def serve_cases(a):
                              "--ctx", "2048", "--tiers", "hbm=64MiB"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     base = f"http://127.0.0.1:{port}"
     try:
-        for _ in range(600):
-            if proc.poll() is not None:
-                check(False, f"serve exited with {proc.returncode}: {proc.stderr.read()[-400:]}")
-                return
-            try:
-                if http(base + "/health")[0] == 200:
-                    break
-            except urllib.error.URLError:
-                time.sleep(0.1)
+        try:
+            wait_healthy(base, proc)
+        except RuntimeError as e:
+            check(False, f"serve: {e}: {proc.stderr.read()[-400:] if proc.poll() is not None else ''}")
+            return
         chat = base + "/v1/chat/completions"
         conv = [{"role": "system", "content": "You are a careful assistant. " * 20},
                 {"role": "user", "content": "Summarise the plot of a long novel about the sea in three sentences."}]
@@ -149,11 +126,7 @@ def serve_cases(a):
         check(metrics_before == metrics_after, "a refused request changed the cache's counters")
         check(http(base + "/metrics")[0] == 401, "/metrics without a key")
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        stop(proc)
 
 
 def main():

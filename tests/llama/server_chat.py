@@ -16,13 +16,14 @@ Exit status 0 when everything matched, 1 otherwise.
 import argparse
 import json
 import os
-import socket
 import subprocess
 import sys
 import tempfile
 import time
 import urllib.error
-import urllib.request
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts"))
+from llama_http import free_port, http, stop  # noqa: E402
 
 
 def read_cases(path):
@@ -50,17 +51,9 @@ def read_cases(path):
     return cases
 
 
-def free_port():
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def request(url, body=None, timeout=120):
-    data = None if body is None else json.dumps(body).encode("utf-8")
-    req = urllib.request.Request(url, data=data, headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(req, timeout=timeout) as r:
-        return r.status, json.loads(r.read().decode("utf-8") or "null")
+    status, text = http(url, body, timeout=timeout)
+    return status, json.loads(text or "null")
 
 
 def main():
@@ -114,12 +107,7 @@ def main():
                     failed.add(i)
                     print("case %d: /v1/chat/completions prompt_tokens %s, the tokenizers package has %d" % (i, n, len(ids)))
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop(proc)
         log.close()
     print("%s: %d conversations rendered and tokenized by llama-server, %d of them completed" %
           (os.path.basename(a.model), checked, min(a.completions, len(cases))))
