@@ -22,7 +22,8 @@
 # Progress goes to stderr, build logs into the cache.
 #
 # Environment: HYBRIDCACHE_CACHE (default ~/.cache/hybridcache), HYBRIDCACHE_LLAMA_JOBS
-# (build jobs, default 2), HYBRIDCACHE_TRACES (the trace the vocabulary is trained on; default
+# (build jobs, default 2), HYBRIDCACHE_LLAMA_PROGRAM=0 (skip step 5 and the program= line: the
+# test command builds its own Debug program in the test tree), HYBRIDCACHE_TRACES (the trace the vocabulary is trained on; default
 # ../shared/data/traces/sharegpt_zh_1k/sharegpt_zh_1K_format.jsonl beside the checkout).
 set -euo pipefail
 
@@ -160,22 +161,25 @@ fi
 # --- 5. hybridcache-llama ------------------------------------------------------------------
 # Our program (examples/llama_cpp), Release, against the prefix; incremental (ninja) on every
 # run, so it follows the checkout. Keyed by the checkout's path and the llama build.
-PKEY="$(printf '%s' "$ROOT $BKEY" | hash_of)"
-PBUILD="$CACHE/program/$PKEY"
-PROGRAM="$PBUILD/examples/llama_cpp/hybridcache-llama"
-mkdir -p "$PBUILD"
-if [ ! -f "$PBUILD/CMakeCache.txt" ]; then
-  log "configuring hybridcache-llama in $PBUILD"
-  run_logged "$PBUILD/configure.log" cmake -S "$ROOT" -B "$PBUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release \
-    -DHYBRIDCACHE_BUILD_EXAMPLES=ON -DHYBRIDCACHE_ENABLE_CUDA=OFF -DHYBRIDCACHE_LLAMA_PREFIX="$PREFIX"
+PROGRAM=
+if [ "${HYBRIDCACHE_LLAMA_PROGRAM:-1}" != 0 ]; then
+  PKEY="$(printf '%s' "$ROOT $BKEY" | hash_of)"
+  PBUILD="$CACHE/program/$PKEY"
+  PROGRAM="$PBUILD/examples/llama_cpp/hybridcache-llama"
+  mkdir -p "$PBUILD"
+  if [ ! -f "$PBUILD/CMakeCache.txt" ]; then
+    log "configuring hybridcache-llama in $PBUILD"
+    run_logged "$PBUILD/configure.log" cmake -S "$ROOT" -B "$PBUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+      -DHYBRIDCACHE_BUILD_EXAMPLES=ON -DHYBRIDCACHE_ENABLE_CUDA=OFF -DHYBRIDCACHE_LLAMA_PREFIX="$PREFIX"
+  fi
+  run_logged "$PBUILD/build.log" cmake --build "$PBUILD" -j "$JOBS" --target hybridcache-llama
+  [ -x "$PROGRAM" ] || die "hybridcache-llama was not built (log: $PBUILD/build.log)"
 fi
-run_logged "$PBUILD/build.log" cmake --build "$PBUILD" -j "$JOBS" --target hybridcache-llama
-[ -x "$PROGRAM" ] || die "hybridcache-llama was not built (log: $PBUILD/build.log)"
 
 log "ready in $(( $(date +%s) - t_start )) s"
 echo "models=$MODELS"
 echo "prefix=$PREFIX"
-echo "program=$PROGRAM"
+[ -z "$PROGRAM" ] || echo "program=$PROGRAM"
 echo "server=$SERVER"
 while IFS='=' read -r name file; do
   [ -f "$MODELS/$file" ] || die "model $name ($MODELS/$file) is missing"

@@ -9,7 +9,7 @@ cd "$(dirname "$0")/.."
 bash scripts/install-deps.sh
 [ -x /usr/local/cuda/bin/nvcc ] && export PATH="/usr/local/cuda/bin:$PATH"
 if [ "${HYBRIDCACHE_SKIP_LLAMA:-0}" != 1 ]; then
-  llama_out="$(bash scripts/llama.sh)"
+  llama_out="$(HYBRIDCACHE_LLAMA_PROGRAM=0 bash scripts/llama.sh)"
   HYBRIDCACHE_LLAMA_PREFIX="$(sed -n 's/^prefix=//p' <<<"$llama_out")"
   HYBRIDCACHE_LLAMA_MODELS="$(sed -n 's/^models=//p' <<<"$llama_out")"
   HYBRIDCACHE_LLAMA_SERVER="$(sed -n 's/^server=//p' <<<"$llama_out")"
