@@ -1,7 +1,7 @@
 // hybridcache/compose/adaptive_scorer.hpp
 //
 // `adaptive_scorer<Admission, Scorers...>`: eviction that follows whichever candidate rule
-// has recently saved the most prefill FLOPs on the live request stream (issue #14). It is a
+// has recently saved the most prefill FLOPs on the live request stream. It is a
 // `utility_scorer`: put it in any `prefix_cache` (compose/bundles.hpp names the library's
 // `marconi_adaptive_cache<Store>`) and drive that cache as usual — `commit`, or
 // `request_lifecycle` — nothing else changes for the runtime.
@@ -16,7 +16,7 @@
 //   live admission policy and a fresh copy of the candidate's scorer. Every request the
 //   live cache inserts (`observe_request`, called by the cache before it changes anything)
 //   is replayed on every shadow: a lookup, then the insert.
-// - Tier-aware shadows (issue #15). When the live store has tiers below HBM (a
+// - Tier-aware shadows. When the live store has tiers below HBM (a
 //   `tiered_state_store` with a host tier), what a rule evicts from HBM is demoted, not
 //   lost, and comes back from host at the cost of a load: a single-tier shadow of the HBM
 //   budget would credit each rule only for what HBM keeps. So then each shadow is instead
@@ -110,7 +110,7 @@ struct adaptive_config {
   std::int64_t tokens_per_id = 1;
   /// What the shadows model below HBM. Unset: the live store's tiers (a tiered store with
   /// a tier below HBM gets tier-aware shadows, any other store single-tier ones). 0:
-  /// single-tier shadows of the HBM budget whatever the store (the selector of issue #14).
+  /// single-tier shadows of the HBM budget whatever the store.
   /// > 0: tier-aware shadows whose first tier below HBM holds this many bytes (the live
   /// store must have one: invalid_argument at attach_store otherwise). < 0: invalid_argument.
   std::optional<std::int64_t> shadow_host_bytes{};

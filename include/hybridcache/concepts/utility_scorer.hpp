@@ -5,7 +5,7 @@
 // prefix/switching_scorer.hpp, compose/adaptive_scorer.hpp (and the reference simulator's
 // scorer in the harness, sim/reference/reference_scorer.hpp).
 //
-// Three refinements the adaptive selector (issue #14) is built from:
+// Three refinements the adaptive selector (compose/adaptive_scorer.hpp) is built from:
 // - `replicable_scorer`: makes a fresh, empty scorer with its own options (a shadow's);
 // - `switchable_scorer`: several eviction rules kept over one live index, one of them
 //   followed at a time, switched without rebuilding anything;

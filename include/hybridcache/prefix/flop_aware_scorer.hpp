@@ -9,9 +9,9 @@
 //   prompt, split by a later request) is not a candidate while it has a child: only the
 //   deepest matched node is refreshed on a hit, so such a node ages on its own timestamp
 //   while the conversations below it are hot, and merging it loses the shared prefix for
-//   every later session (measured in issue #14: 92-112 such merges per synth chat trace at
-//   1 GB). A single-child node that never branched (a previous turn's end, extended by the
-//   next turn) stays a candidate, as in the paper.
+//   every later session (docs/prefix-cache.md, "The branch-protecting rule, measured"). A
+//   single-child node that never branched (a previous turn's end, extended by the next
+//   turn) stays a candidate, as in the paper.
 // - Utility U(n) = alpha·eff'(n) + rec'(n), each term min-max normalised over the current
 //   candidates (x' = (x - min)/(max - min); all 1 when there is one candidate or all values
 //   are equal), computed in that order without FMA contraction so results equal the

@@ -18,10 +18,9 @@
 //   removed, a single-child node merged into its child (or tombstoned).
 // - Victim: the lowest H, ties by lowest node id. Evicting it sets L = H(victim).
 //
-// Why it is here: issue #14 measured GDSF at 2.1-2.9x SGLang+'s FLOPs saved on synth chat at
-// 1e9 B and 0.84-0.98x at 5e9-1e10: it is strong where the cache is small and recency alone
-// misleads, weak where it is large. It is one of the candidates an adaptive selector picks
-// among.
+// Why it is here: it is strong where the cache is small and recency alone misleads, weak
+// where it is large (docs/prefix-cache.md, "GDSF, measured"), so it is one of the
+// candidates an adaptive selector picks among.
 //
 // Costs: on_match O(path) to find the node + O(log n); on_update / on_erase O(log n);
 // select_victim O(1) (the index's minimum). Index nodes come from a pooled resource, so

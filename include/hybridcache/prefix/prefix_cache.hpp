@@ -503,7 +503,7 @@ class prefix_cache {
 
   /// Where the states a commit may keep start. A request that resumed from its match's
   /// checkpoint at `reusable` never computed a state at or before it, so a commit with a
-  /// pinned match keeps none there (issue #13, break 4): an admission position inside the
+  /// pinned match keeps none there: an admission position inside the
   /// reused prefix (a block boundary of every_block_admission, say) is dropped, not filled
   /// with a state nobody computed. The reference simulation mode (admit_oversized) keeps
   /// the reference's behaviour. -1 (no pinned match): 0.

@@ -1,6 +1,6 @@
 // hybridcache/stores/detail/pool_host_tier.hpp
 //
-// The host tier of `pool_state_store` (issue #13, "tiers in the same lifecycle"): when the
+// The host tier of `pool_state_store` (tiers in the same lifecycle as HBM): when the
 // prefix cache evicts a leaf from the pool, its KV pages and its checkpoint are demoted here
 // (copied into host page and block slots); `begin` of a later request whose prompt continues
 // past the HBM match into demoted entries loads them back into the request's reserved pages
