@@ -59,10 +59,19 @@ def run_config(name, argv, port, requests, max_tokens, log_dir):
         if sys.stderr.isatty():
             print(file=sys.stderr)
         rss = peak_rss(proc.pid)
+        metrics = {}
+        if name == "hybridcache":  # the cache's own time, from its /metrics
+            status, text = http(url + "/metrics")
+            if status != 200:
+                raise RuntimeError(f"{name}: GET /metrics: {status} {text[:300]}")
+            for line in text.splitlines():
+                if line.startswith("hybridcache_"):
+                    key, value = line.split()
+                    metrics[key[len("hybridcache_"):]] = float(value)
     finally:
         stop(proc)
         log.close()
-    return {"name": name, "rows": rows, "wall_s": wall, "peak_rss_bytes": rss}
+    return {"name": name, "rows": rows, "wall_s": wall, "peak_rss_bytes": rss, "metrics": metrics}
 
 
 def main():
@@ -134,6 +143,17 @@ def main():
     if base and results[0]["name"] == "hybridcache":
         same = sum(x["content"] == y["content"] for x, y in zip(results[0]["rows"], base["rows"]))
         print(f"hybridcache and llama-server produced the same text for {same} of {len(requests)} requests")
+    ours = results[0] if results and results[0]["name"] == "hybridcache" else None
+    if ours and base:
+        cache_s = sum(ours["metrics"].get(k, 0.0) for k in
+                      ("restore_seconds_total", "snapshot_seconds_total", "capture_seconds_total", "bookkeeping_seconds_total"))
+        saved_s = base["wall_s"] - ours["wall_s"]
+        share = f"{100.0 * cache_s / saved_s:.1f} % of the {saved_s:.1f} s it saved against llama-server" if saved_s > 0 else \
+            f"and saved nothing against llama-server ({saved_s:.1f} s)"
+        print(f"hybridcache's cache work (restore {ours['metrics'].get('restore_seconds_total', 0):.2f} s, snapshots "
+              f"{ours['metrics'].get('snapshot_seconds_total', 0):.2f} s, capture {ours['metrics'].get('capture_seconds_total', 0):.2f} s, "
+              f"bookkeeping {ours['metrics'].get('bookkeeping_seconds_total', 0):.2f} s): {cache_s:.2f} s, {share}")
+        ours["cache_work_s"] = cache_s
     if mismatched:
         print(f"ERROR: {mismatched} requests with different prompt token counts between the servers", file=sys.stderr)
     if a.json:

@@ -344,6 +344,19 @@ class server {
     add("host_loads_total", "hits loaded back from the host tier", s.host_loads);
     add("evictions_total", "cache evictions", s.evictions);
     add("uncached_requests_total", "requests larger than the cache could hold, computed uncached", s.uncached);
+    // Where the time went: what the cache costs (restoring hits, snapshotting recurrent states at
+    // checkpoint sites, capturing new KV rows, the cache's own calls) beside llama_decode.
+    auto seconds = [&](const char* name, const char* help, double ms) {
+      char v[64];
+      std::snprintf(v, sizeof v, "%.6f", ms / 1000.0);
+      m += std::string("# HELP hybridcache_") + name + " " + help + "\n# TYPE hybridcache_" + name + " counter\nhybridcache_" +
+           name + " " + v + "\n";
+    };
+    seconds("restore_seconds_total", "writing cache hits back into llama.cpp sequences", s.restore_ms);
+    seconds("snapshot_seconds_total", "snapshotting recurrent states at checkpoint sites", s.snapshot_ms);
+    seconds("capture_seconds_total", "copying computed KV rows and states into the cache", s.capture_ms);
+    seconds("bookkeeping_seconds_total", "the cache's own calls (match, plan, commit, evict)", s.bookkeeping_ms);
+    seconds("decode_seconds_total", "llama_decode (prefill and generation)", s.decode_ms);
     return m;
   }
 

@@ -124,6 +124,10 @@ def serve_cases(a):
         check(status == 400 and "vocabulary" in resp, f"token id outside the vocabulary: {status} {resp[:200]}")
         _, metrics_after = http(base + "/metrics", key=key)
         check(metrics_before == metrics_after, "a refused request changed the cache's counters")
+        for counter in ("reused_tokens_total", "restore_seconds_total", "snapshot_seconds_total", "capture_seconds_total",
+                        "bookkeeping_seconds_total", "decode_seconds_total"):
+            values = [line.split()[1] for line in metrics_after.splitlines() if line.startswith(f"hybridcache_{counter} ")]
+            check(len(values) == 1 and float(values[0]) > 0, f"/metrics {counter}: {values}")
         check(http(base + "/metrics")[0] == 401, "/metrics without a key")
     finally:
         stop(proc)
