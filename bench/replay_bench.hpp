@@ -1,15 +1,12 @@
 // bench/replay_bench.hpp: the replay loop the benchmarks time (bench_replay.cpp,
-// bench_tokenizer.cpp): a fresh prefix_cache over a counting store per iteration, driven
-// through hybridcache::sim::replay with the engine's calls on top of prefix_cache's
-// `expected` results, as hcbench does.
+// bench_tokenizer.cpp): a fresh prefix_cache over a counting store per iteration, replayed
+// through the adapter hcbench uses (sim/prefix_cache_replay.hpp: match, commit after decode).
 #pragma once
 
 #include <benchmark/benchmark.h>
 
 #include <cstdint>
 #include <optional>
-#include <span>
-#include <type_traits>
 #include <utility>
 
 #include <hybridcache/compose/adaptive_scorer.hpp>
@@ -20,6 +17,7 @@
 #include <hybridcache/prefix/flop_aware_scorer.hpp>
 #include <hybridcache/prefix/lru_scorer.hpp>
 #include <hybridcache/prefix/prefix_cache.hpp>
+#include <hybridcache/sim/prefix_cache_replay.hpp>
 #include <hybridcache/sim/replay.hpp>
 #include <hybridcache/stores/counting_store.hpp>
 
@@ -34,17 +32,6 @@ inline const hc::cost_model& model() {
   return m;
 }
 
-/// The engine's calls on top of prefix_cache's `expected` results (as hcbench does).
-template <class Cache>
-struct adapter {
-  Cache& c;
-  hybridcache::match_result match(std::span<const hybridcache::token_id> in) { return *c.match(in); }
-  void commit(std::span<const hybridcache::token_id> s, std::int64_t n, const hybridcache::match_result& m) { (void)c.commit(s, n, &m); }
-  [[nodiscard]] pc::cache_counters counters() const { return c.counters(); }
-  [[nodiscard]] double alpha() const { return c.alpha(); }
-  [[nodiscard]] std::int64_t used_bytes() const { return c.store().used_bytes(); }
-};
-
 /// Times one whole replay of `trace` per iteration at `capacity` bytes (`kv_scale` tokens per
 /// id); `tuning` wraps the cache in Marconi's online alpha tuner (--alpha auto). Reports the
 /// token hit rate and the request count as counters.
@@ -54,12 +41,10 @@ void run(benchmark::State& state, const hc::sim::replay_trace& trace, std::int64
   using cache_type = pc::prefix_cache<hc::cost_model, Admission, decltype(make_scorer()), hc::stores::counting_store>;
   double hit = 0;
   for (auto _ : state) {
-    hc::stores::counting_store store(capacity, model().kv_bytes_per_token() * kv_scale, model().ssm_checkpoint_bytes());
-    store.allow_overflow(true);
+    hc::stores::counting_store store = hc::sim::replay_store(model(), capacity, kv_scale, /*strict=*/false);
     const pc::prefix_cache_config cfg{.admit_oversized = true};
     auto replay_with = [&](auto& cache) {
-      adapter<std::remove_reference_t<decltype(cache)>> a{cache};
-      hit = hc::sim::replay(a, trace, model()).token_hit_rate;  // read after the loop: not optimised away
+      hit = hc::sim::replay_prefix_cache(cache, trace, model()).token_hit_rate;  // read after the loop: not optimised away
     };
     if constexpr (hc::compose::alpha_tunable_scorer<decltype(make_scorer())>) {
       if (tuning) {

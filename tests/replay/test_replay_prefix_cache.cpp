@@ -1,4 +1,5 @@
-// The engine on the real prefix_cache: the golden fixture's hit rates through replay() and
+// The engine on the real prefix_cache, through the adapter hcbench and the benchmarks replay
+// with (sim/prefix_cache_replay.hpp): the golden fixture's hit rates through replay() and
 // metrics_recorder, and the N-in-flight model on a real cache (pins hold, nothing leaks).
 #include <doctest/doctest.h>
 
@@ -6,30 +7,12 @@
 
 #include <hybridcache/model/presets.hpp>
 #include <hybridcache/prefix/prefix_cache.hpp>
-#include "hybridcache/stores/counting_store.hpp"
-#include <hybridcache/sim/replay.hpp>
+#include <hybridcache/sim/prefix_cache_replay.hpp>
 #include <hybridcache/sim/synth_v1.hpp>
 
 using namespace hybridcache;
 
 namespace {
-
-template <class Cache>
-struct adapter {
-  Cache& c;
-  match_result match(std::span<const token_id> in) {
-    auto m = c.match(in);
-    REQUIRE(m);
-    return *m;
-  }
-  void commit(std::span<const token_id> s, std::int64_t n, const match_result& m) {
-    auto r = c.commit(s, n, &m);
-    REQUIRE(r);
-  }
-  [[nodiscard]] prefix::cache_counters counters() const { return c.counters(); }
-  [[nodiscard]] double alpha() const { return c.alpha(); }
-  [[nodiscard]] std::int64_t used_bytes() const { return c.store().used_bytes(); }
-};
 
 const sim::replay_trace& fixture() {  // synth-v1 chat, seed 7, 12 sessions, 1 s apart (70 requests)
   static const sim::replay_trace t = [] {
@@ -43,9 +26,8 @@ const sim::replay_trace& fixture() {  // synth-v1 chat, seed 7, 12 sessions, 1 s
 }
 
 stores::counting_store store(const cost_model& m, std::int64_t capacity = 500'000'000) {
-  stores::counting_store s(capacity, m.kv_bytes_per_token(), m.ssm_checkpoint_bytes());
-  s.allow_overflow(true);  // as the reference: a sequence larger than the cache is inserted anyway
-  return s;
+  // Not strict, as the reference: a sequence larger than the cache is inserted anyway.
+  return sim::replay_store(m, capacity, 1, /*strict=*/false);
 }
 
 }  // namespace
@@ -57,8 +39,7 @@ TEST_CASE("replay of the synth-v1 seed-7 fixture at 5e8 B gives the reference's 
   {
     prefix::prefix_cache<cost_model, prefix::judicious_admission, heapq, stores::counting_store> c(m, store(m), heapq(ties), {},
                                                                            {.admit_oversized = true});
-    adapter<decltype(c)> a{c};
-    const auto r = sim::replay(a, fixture(), m);
+    const auto r = sim::replay_prefix_cache(c, fixture(), m);
     CHECK(r.requests == 70);
     CHECK(r.input_tokens == 227356);
     CHECK(r.skipped_tokens == 33360);  // 14.6730 %
@@ -67,29 +48,29 @@ TEST_CASE("replay of the synth-v1 seed-7 fixture at 5e8 B gives the reference's 
     CHECK(r.cache.checkpoints_reused == 20);
     CHECK(r.cache.evictions > 0);
     CHECK(r.cache.peak_bytes > 500'000'000);  // the 8k-token requests alone exceed 5e8 B
+    CHECK(r.cache.refused_commits == 0);  // not strict: nothing is refused
   }
   {
     prefix::prefix_cache<cost_model, prefix::every_block_admission<32>, heapq, stores::counting_store> c(m, store(m), heapq(ties), {},
                                                                                  {.admit_oversized = true});
-    adapter<decltype(c)> a{c};
-    const auto r = sim::replay(a, fixture(), m);
+    const auto r = sim::replay_prefix_cache(c, fixture(), m);
     CHECK(r.skipped_tokens == 27563);  // 12.1233 %
     CHECK(r.hit_requests == 16);
   }
 }
 
 TEST_CASE("replay with N requests in flight on a real cache: each pin is handed back exactly once") {
-  // commit() validates the match's pin (a stale or double-released pin fails the REQUIRE in
-  // the adapter), so 70 successful commits mean every pin was live until its request finished.
+  // commit() validates the match's pin (the adapter throws on a stale or double-released
+  // pin), so 70 successful commits mean every pin was live until its request finished.
   const cost_model m(presets::marconi_7b());
   std::int64_t previous = -1;
   for (std::int64_t n : {1, 2, 8, 70}) {
     CAPTURE(n);
     prefix::prefix_cache<cost_model, prefix::judicious_admission, prefix::lru_scorer, stores::counting_store> c(
         m, store(m, 5'000'000'000), prefix::lru_scorer{}, {}, {.admit_oversized = true});
-    adapter<decltype(c)> a{c};
-    const auto r = sim::replay(a, fixture(), m, {.concurrency = n});
+    const auto r = sim::replay_prefix_cache(c, fixture(), m, {.concurrency = n});
     CHECK(r.requests == 70);
+    CHECK(r.cache.refused_commits == 0);
     CHECK(c.counters().commits == 70);
     // On this fixture, turns that arrive while their predecessor is still in flight miss.
     if (previous >= 0) CHECK(r.skipped_tokens <= previous);

@@ -25,10 +25,8 @@
 #include <memory>
 #include <mutex>
 #include <optional>
-#include <span>
 
 #include <hybridcache/model/cost_model.hpp>
-#include <hybridcache/core/checked_math.hpp>
 #include <hybridcache/core/error.hpp>
 #include <hybridcache/compose/alpha_tuner.hpp>
 #include <hybridcache/prefix/admission.hpp>
@@ -36,17 +34,16 @@
 #include <hybridcache/stores/counting_store.hpp>
 #include <hybridcache/prefix/flop_aware_scorer.hpp>
 #include <hybridcache/prefix/gdsf_scorer.hpp>
-#include <hybridcache/prefix/lifecycle.hpp>
 #include <hybridcache/prefix/lru_scorer.hpp>
 #include <hybridcache/prefix/prefix_cache.hpp>
 #include <hybridcache/sim/reference/reference_scorer.hpp>
 #include <hybridcache/sim/marconi_trace.hpp>
 #include <hybridcache/sim/mooncake_trace.hpp>
+#include <hybridcache/sim/prefix_cache_replay.hpp>
 #include <hybridcache/sim/replay.hpp>
 #include <hybridcache/sim/sharegpt_trace.hpp>
 #include <hybridcache/sim/trace.hpp>
 #include <hybridcache/sim/synth_v1.hpp>
-#include <hybridcache/sim/trace.hpp>
 
 #include "cli_support.hpp"
 #include "replay_args.hpp"
@@ -267,107 +264,6 @@ namespace pc = hybridcache::prefix;
 
 using pc::last_token_admission;  // the `lru` policy's admission (prefix/admission.hpp)
 
-/// What both replay adapters report to the engine: the cache's counters, its alpha and its
-/// bytes, and the requests they refused.
-template <class Cache>
-class adapter_base {
- public:
-  explicit adapter_base(Cache& c) : c_(c) {}
-  [[nodiscard]] pc::cache_counters counters() const { return c_.counters(); }
-  [[nodiscard]] double alpha() const { return c_.alpha(); }
-  [[nodiscard]] std::int64_t used_bytes() const { return c_.store().used_bytes(); }
-  [[nodiscard]] std::int64_t refused() const noexcept { return refused_; }
-
- protected:
-  Cache& c_;
-  std::int64_t refused_ = 0;
-};
-
-/// Adapts prefix_cache's `expected` results to the engine's calls; a refused commit (under
-/// --strict-capacity: a state that does not fit beside the pinned paths and the prefix it
-/// extends) is counted, not fatal, and its match released.
-template <class Cache>
-class engine_adapter : public adapter_base<Cache> {
-  using adapter_base<Cache>::c_;
-  using adapter_base<Cache>::refused_;
-
- public:
-  explicit engine_adapter(Cache& c) : adapter_base<Cache>(c) {}
-  hybridcache::match_result match(std::span<const hybridcache::token_id> in) {
-    auto m = c_.match(in);
-    if (!m) throw hc::invalid_argument("replay: match failed (" + std::string(hc::to_string(m.error())) + ")");
-    return *m;
-  }
-  void commit(std::span<const hybridcache::token_id> seq, std::int64_t input_ids, const hybridcache::match_result& m) {
-    auto r = c_.commit(seq, input_ids, &m);
-    if (r) return;
-    if (r.error() == hc::errc::out_of_capacity) {
-      // Refused with nothing changed: the match is still pinned; hand it back.
-      if (auto released = c_.release(m); !released)
-        throw hc::invalid_argument("replay: release after a refused commit failed (" +
-                                   std::string(hc::to_string(released.error())) + ")");
-      ++refused_;
-      return;
-    }
-    throw hc::invalid_argument("replay: commit failed (" + std::string(hc::to_string(r.error())) + ")");
-  }
-};
-
-/// Drives a prefix_cache through `request_lifecycle` (--drive lifecycle): `match` begins the
-/// request (reserving the prompt's KV and its checkpoint slots), `commit` grows the
-/// reservation by the output's KV and finishes with every planned state captured. A
-/// request that cannot be reserved (or grown) is counted as refused and not cached; its
-/// lookup still counts, as a refused commit's does.
-template <class Cache>
-class lifecycle_adapter : public adapter_base<Cache> {
-  using adapter_base<Cache>::c_;
-  using adapter_base<Cache>::refused_;
-
- public:
-  explicit lifecycle_adapter(Cache& c) : adapter_base<Cache>(c), requests_(c) {}
-  hybridcache::match_result match(std::span<const hybridcache::token_id> in) {
-    auto t = requests_.begin(in);
-    if (!t) {
-      if (t.error() != hc::errc::out_of_capacity)
-        throw hc::invalid_argument("replay: begin failed (" + std::string(hc::to_string(t.error())) + ")");
-      ++refused_;
-      hybridcache::match_result m = c_.last_match();  // what the lookup found; nothing is pinned
-      m.pin = hc::packed_handle{};
-      m.at = 0;
-      return m;
-    }
-    const auto& s = **requests_.state(*t);
-    live_.push_back({s.match.at, *t});
-    return s.match;
-  }
-  void commit(std::span<const hybridcache::token_id> seq, std::int64_t /*input_ids*/, const hybridcache::match_result& m) {
-    if (m.at == 0) return;  // refused at begin
-    const auto it = std::find_if(live_.begin(), live_.end(), [&](const auto& e) { return e.first == m.at; });
-    if (it == live_.end()) throw hc::invalid_argument("replay: commit of a request that did not begin");
-    const pc::request_ticket t = it->second;
-    live_.erase(it);
-    const auto& s = **requests_.state(t);
-    const std::int64_t need = static_cast<std::int64_t>(seq.size()) - (s.kv_from + s.reserved_tokens);
-    if (need > 0 && !requests_.grow(t, need)) {  // decode ran out of room: the runtime aborts
-      (void)requests_.abort(t);
-      ++refused_;
-      return;
-    }
-    captured_.clear();
-    for (const auto& site : s.plan.sites) captured_.push_back(site.position);
-    captured_.push_back(static_cast<std::int64_t>(seq.size()));
-    std::sort(captured_.begin(), captured_.end());
-    captured_.erase(std::unique(captured_.begin(), captured_.end()), captured_.end());
-    auto f = requests_.finish(t, seq, captured_);
-    if (!f) throw hc::invalid_argument("replay: finish failed (" + std::string(hc::to_string(f.error())) + ")");
-  }
-
- private:
-  pc::request_lifecycle<Cache> requests_;
-  std::vector<std::pair<hybridcache::time_point, pc::request_ticket>> live_;  // in flight (at most --concurrency)
-  std::vector<std::int64_t> captured_;
-};
-
 struct run_context {
   const replay_job& job;
   const hc::sim::replay_trace& trace;
@@ -376,29 +272,21 @@ struct run_context {
 };
 
 hc::stores::counting_store make_store(const run_context& ctx) {
-  const std::int64_t kv = hc::checked_mul(ctx.costs.kv_bytes_per_token(), ctx.tokens_per_id, "KV bytes per id");
-  hc::stores::counting_store s(ctx.job.capacity_bytes, kv, ctx.costs.ssm_checkpoint_bytes());
-  s.allow_overflow(!ctx.job.strict_capacity);
-  return s;
+  return hc::sim::replay_store(ctx.costs, ctx.job.capacity_bytes, ctx.tokens_per_id, ctx.job.strict_capacity);
+}
+
+/// --progress: requests done so far, on stderr.
+void print_progress(std::size_t done, std::size_t total) {
+  std::fprintf(stderr, "\r%zu/%zu requests", done, total);
+  if (done == total) std::fprintf(stderr, "\n");
 }
 
 /// Replays the trace through `cache` (a prefix_cache or an alpha_tuned_cache) with `Adapter`.
-template <template <class> class Adapter = engine_adapter, class Cache>
+template <template <class> class Adapter = hc::sim::commit_adapter, class Cache>
 hc::sim::run_metrics replay_through(const run_context& ctx, Cache& cache) {
-  Adapter<Cache> adapter(cache);
   const hc::sim::replay_options opt{.concurrency = ctx.job.concurrency, .keep_per_request = ctx.job.keep_per_request};
-  hc::sim::run_metrics m;
-  if (ctx.job.progress) {
-    m = hc::sim::replay(adapter, ctx.trace, ctx.costs, opt, hc::marconi_reference_ttft{},
-                        [](std::size_t done, std::size_t total) {
-                          std::fprintf(stderr, "\r%zu/%zu requests", done, total);
-                          if (done == total) std::fprintf(stderr, "\n");
-                        });
-  } else {
-    m = hc::sim::replay(adapter, ctx.trace, ctx.costs, opt);
-  }
-  m.cache.refused_commits = adapter.refused();
-  return m;
+  if (ctx.job.progress) return hc::sim::replay_prefix_cache<Adapter>(cache, ctx.trace, ctx.costs, opt, print_progress);
+  return hc::sim::replay_prefix_cache<Adapter>(cache, ctx.trace, ctx.costs, opt);
 }
 
 /// One policy run: a prefix_cache over a counting store, wrapped in an alpha_tuned_cache
@@ -415,7 +303,7 @@ hc::sim::run_metrics run_with(const run_context& ctx, Scorer scorer, std::option
   }
   HYBRIDCACHE_EXPECTS(!tuning, hc::invalid_argument, "alpha tuning needs a FLOP-aware scorer");
   cache_type cache(ctx.costs, make_store(ctx), std::move(scorer), Admission{}, cfg);
-  if (ctx.job.driver == replay_driver::lifecycle) return replay_through<lifecycle_adapter>(ctx, cache);
+  if (ctx.job.driver == replay_driver::lifecycle) return replay_through<hc::sim::lifecycle_adapter>(ctx, cache);
   return replay_through(ctx, cache);
 }
 
@@ -429,7 +317,7 @@ hc::sim::run_metrics run_adaptive(const run_context& ctx, std::optional<hc::comp
   selector.tokens_per_id = ctx.tokens_per_id;  // Mooncake: one id per block of tokens
   cache_type cache(ctx.costs, make_store(ctx), hc::compose::make_marconi_adaptive_scorer(ctx.costs, std::move(selector)),
                    pc::judicious_admission{}, cfg);
-  hc::sim::run_metrics m = ctx.job.driver == replay_driver::lifecycle ? replay_through<lifecycle_adapter>(ctx, cache)
+  hc::sim::run_metrics m = ctx.job.driver == replay_driver::lifecycle ? replay_through<hc::sim::lifecycle_adapter>(ctx, cache)
                                                                        : replay_through(ctx, cache);
   overhead = cache.scorer().overhead();
   const auto& sel = cache.scorer();
@@ -455,11 +343,7 @@ hc::sim::run_metrics run_block_tree_reference(const run_context& ctx) {
                                                    ctx.tokens_per_id);
   const hc::sim::replay_options opt{.concurrency = ctx.job.concurrency, .keep_per_request = ctx.job.keep_per_request};
   if (!ctx.job.progress) return hc::sim::replay(tree, ctx.trace, ctx.costs, opt);
-  return hc::sim::replay(tree, ctx.trace, ctx.costs, opt, hc::marconi_reference_ttft{},
-                         [](std::size_t done, std::size_t total) {
-                           std::fprintf(stderr, "\r%zu/%zu requests", done, total);
-                           if (done == total) std::fprintf(stderr, "\n");
-                         });
+  return hc::sim::replay(tree, ctx.trace, ctx.costs, opt, hc::marconi_reference_ttft{}, print_progress);
 }
 
 }  // namespace

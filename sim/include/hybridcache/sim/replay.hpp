@@ -4,8 +4,10 @@
 // measured by a `metrics_recorder`.
 //
 //   sim::replay_trace trace(requests);              // flattens input ++ output once
-//   prefix_cache<...> cache(...);
-//   sim::run_metrics m = sim::replay(cache, trace, cost_model(spec));
+//   sim::run_metrics m = sim::replay(cache, trace, cost_model(spec));  // a replayable_cache
+//
+// A prefix_cache replays through prefix_cache_replay.hpp (replay_prefix_cache), which
+// adapts its `expected` results the way a runtime handles them.
 //
 // Per request (single stream, `concurrency = 1`, the Marconi reference's model):
 //
@@ -137,7 +139,7 @@ class replay_trace {
 /// What the engine needs from a cache: `match(input)` → `match_result` (pinned),
 /// `commit(sequence, input_ids, match)` (unpin the match, insert input ++ output; admission
 /// and eviction inside), and `counters()` → `prefix::cache_counters`, `alpha()`,
-/// `used_bytes()`. `prefix_cache` returns `expected` results; hcbench's runner adapts them.
+/// `used_bytes()`. `prefix_cache` returns `expected` results; prefix_cache_replay.hpp adapts them.
 template <class C>
 concept replayable_cache = requires(C& c, const C& cc, std::span<const token_id> tokens, std::int64_t n,
                                     const match_result& m) {
