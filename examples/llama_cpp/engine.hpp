@@ -47,6 +47,7 @@
 #include "hybridcache/prefix/lifecycle.hpp"
 #include "hybridcache/stores/pool_state_store.hpp"
 #include "llama_session.hpp"
+#include "shared_tier.hpp"
 
 namespace hybridcache_llama {
 
@@ -63,6 +64,13 @@ struct cache_options {
   /// Fault injection for tests: before every n-th request (0: never), flip one byte of every
   /// 7th page and block the host tier holds; the entries found changed are dropped, never loaded.
   std::int64_t flip_host_every = 0;
+  /// The tier below the host tier (a directory or a Redis server; shared_tier.hpp): prefixes
+  /// at the application's positions, written through, found by content key, so another
+  /// process serving the same model file hits them too.
+  shared_tier_options shared{};
+  /// The weights' identity in content keys (`weights_identity` of the model file); required
+  /// with a shared tier.
+  std::string weights_id;
 };
 
 /// A request as a client sends it.
@@ -75,6 +83,9 @@ struct request_input {
   /// boundaries, `loaded_model::message_boundaries`), ascending, in [1, |prompt|). The
   /// prompt's end is always one.
   std::vector<std::int64_t> checkpoints;
+  /// Where an earlier request of the conversation ended (`loaded_model::last_turn_start`; 0:
+  /// unknown): the shared tier looks there too, since that request stored its prompt's end.
+  std::int64_t earlier_end = 0;
 };
 
 /// What became of it.
@@ -84,6 +95,7 @@ struct request_output {
   std::int64_t prompt_tokens = 0;
   std::int64_t reused_tokens = 0;      ///< prompt tokens not computed (cache hit, host tier included)
   std::int64_t host_loaded_tokens = 0; ///< of which came back from the host tier
+  std::int64_t shared_loaded_tokens = 0; ///< of which came from the shared tier (disk or Redis)
   bool cached = true;                  ///< false: larger than the cache could ever hold; computed uncached
   double ttft_ms = 0, total_ms = 0;
   std::string error;                   ///< set when the request failed
@@ -96,6 +108,9 @@ struct engine_stats {
   std::int64_t host_corrupt_dropped = 0;  ///< host entries whose bytes had changed (never loaded)
   std::int64_t snapshots = 0, restores = 0;
   double restore_ms = 0, snapshot_ms = 0, capture_ms = 0, bookkeeping_ms = 0, decode_ms = 0;
+  std::int64_t shared_loaded_tokens = 0;  ///< prompt tokens loaded from the shared tier beyond the memory tiers' hit
+  shared_tier_counters shared{};  ///< the shared tier's (all 0 without one)
+  std::string shared_kind;        ///< "disk", "redis" or empty
 };
 
 /// The serving loop, whatever the policy. One thread calls it.
@@ -113,6 +128,10 @@ class engine {
   [[nodiscard]] virtual engine_stats stats() const = 0;
   /// A one-line description of the cache (policy, sizes).
   [[nodiscard]] virtual std::string describe() const = 0;
+  /// Waits for writes to the shared tier still in flight (before a run ends).
+  virtual void drain() = 0;
+  /// Whether a shared tier is configured (then `request_input::earlier_end` is worth computing).
+  [[nodiscard]] virtual bool has_shared_tier() const = 0;
 };
 
 /// The engine for `opts.policy`. @throws hc::invalid_argument for an unknown policy or a

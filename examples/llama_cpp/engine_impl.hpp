@@ -102,6 +102,10 @@ class cached_engine final : public engine {
         requests_(cache_),
         slots_(s.options().slots),
         batch_(static_cast<std::int32_t>(s.options().batch)) {
+    if (o.shared.kind != shared_tier_options::kind_t::none) {
+      if (o.weights_id.empty()) throw hc::invalid_argument("engine: a shared tier needs the weights' identity (weights_id)");
+      shared_ = make_shared_tier(o.shared, hc::tiered::model_identity(spec, o.weights_id), s_.layout());
+    }
     // One token's K and V rows of one layer fill one page slot exactly.
     const std::uint64_t slot_bytes = pool_.stats(hc::pool_kind::kv).unit_bytes / static_cast<std::uint64_t>(o.tokens_per_page);
     if (slot_bytes != s_.layout().kv.front().token_bytes())
@@ -134,6 +138,10 @@ class cached_engine final : public engine {
     out.host_loads = cache_.store().host_counters().loads;
     out.host_loaded_tokens = cache_.store().host_counters().tokens_loaded;
     out.host_corrupt_dropped = cache_.store().host_counters().corrupt_dropped;
+    if (shared_) {
+      out.shared = shared_->counters();
+      out.shared_kind = opts_.shared.kind == shared_tier_options::kind_t::disk ? "disk" : "redis";
+    }
     return out;
   }
 
@@ -141,8 +149,14 @@ class cached_engine final : public engine {
     return name_ + ", pool " + std::to_string(opts_.hbm_bytes >> 20) + " MiB (KV page " +
            std::to_string(pool_.stats(hc::pool_kind::kv).unit_bytes) + " B, state block " +
            std::to_string(pool_.stats(hc::pool_kind::ssm).unit_bytes) + " B), host tier " +
-           std::to_string(opts_.host_bytes >> 20) + " MiB";
+           std::to_string(opts_.host_bytes >> 20) + " MiB" + (shared_ ? ", " + shared_->describe() : std::string());
   }
+
+  /// Waits for the shared tier's stores in flight (so another process finds them).
+  void drain() override {
+    if (shared_) shared_->drain();
+  }
+  [[nodiscard]] bool has_shared_tier() const override { return shared_ != nullptr; }
 
   void step(std::vector<request_output>& done) override {
     admit(done);
@@ -175,6 +189,7 @@ class cached_engine final : public engine {
     std::vector<std::int64_t> cuts;                    ///< positions a batch must end at (sites, then |prompt|)
     std::size_t next_cut = 0;
     std::vector<std::int64_t> captured;                ///< sites whose snapshot was taken
+    std::vector<std::int64_t> shared_at;               ///< positions kept in the shared tier (ascending)
     std::int64_t take = 0;                             ///< tokens in this step's batch
     std::int32_t logits_at = -1;
     std::chrono::steady_clock::time_point t0;
@@ -208,9 +223,16 @@ class cached_engine final : public engine {
       for (const std::int64_t p : r.checkpoints)
         if (p >= 1 && p < n) extra_.push_back(p);
       extra_.push_back(n);
-      if (cache_.peek(r.prompt, r.salt).reusable_tokens >= n) {
+      const std::int64_t local = cache_.peek(r.prompt, r.salt).reusable_tokens;
+      if (local >= n) {
         lifecycle_prompt = lifecycle_prompt.first(static_cast<std::size_t>(n - 1));
         extra_.pop_back();
+      }
+      hit_.tokens = 0;
+      if (shared_ && local < n - 1) {
+        shared_positions(r, shared_at_);
+        shared_at_.pop_back();  // not the prompt's end: logits need one token computed
+        shared_->lookup(r.prompt, r.salt, shared_at_, local, hit_);
       }
       const std::span<const std::int64_t> extra(extra_);
       const std::int64_t outputs = r.max_tokens + (static_cast<std::int64_t>(lifecycle_prompt.size()) < n ? 1 : 0);
@@ -261,6 +283,7 @@ class cached_engine final : public engine {
     sl.cuts.clear();
     sl.next_cut = 0;
     sl.captured.clear();
+    sl.shared_at.clear();
     sl.take = 0;
     sl.t0 = std::chrono::steady_clock::now();
     llama_memory_seq_rm(s_.memory(), sl.seq, -1, -1);
@@ -277,6 +300,8 @@ class cached_engine final : public engine {
     if (sl.cuts.empty() || sl.cuts.back() != n) sl.cuts.push_back(n);
     sl.out.reused_tokens = r;
     sl.out.host_loaded_tokens = st->loaded_at > 0 ? st->loaded_at - st->match.reusable_tokens : 0;
+    if (shared_) add_shared_cuts(sl);
+    if (hit_.tokens > r) return restore_shared(sl, r, t0);
     if (r == 0) return true;
     const auto* resume = *requests_.resume_checkpoint(*sl.ticket);
     if (resume == nullptr) return false;  // a hit always has its state
@@ -303,6 +328,83 @@ class cached_engine final : public engine {
     ++stats_.restores;
     stats_.restore_ms += detail::ms_since(t0);
     return got == state_buf_.size();
+  }
+
+  // The positions a request keeps in the shared tier (ascending): the application's (message
+  // boundaries), the prompt's end, and the position before it (an identical prompt elsewhere
+  // then computes one token).
+  static void shared_positions(const request_input& r, std::vector<std::int64_t>& out) {
+    const auto n = static_cast<std::int64_t>(r.prompt.size());
+    out.clear();
+    for (const std::int64_t p : r.checkpoints)
+      if (p >= 1 && p < n - 1) out.push_back(p);
+    if (r.earlier_end >= 1 && r.earlier_end < n - 1) out.push_back(r.earlier_end);
+    if (n >= 2) out.push_back(n - 1);
+    out.push_back(n);
+    std::sort(out.begin(), out.end());
+    out.erase(std::unique(out.begin(), out.end()), out.end());
+  }
+
+  bool is_shared_position(const slot& sl, std::int64_t p) const {
+    return std::binary_search(sl.shared_at.begin(), sl.shared_at.end(), p);
+  }
+
+  // Prefill stops at every shared position beyond where it starts, so the state there can be
+  // read whole.
+  void add_shared_cuts(slot& sl) {
+    shared_positions(sl.in, sl.shared_at);
+    for (const std::int64_t p : sl.shared_at)
+      if (p > sl.cur) sl.cuts.push_back(p);
+    std::sort(sl.cuts.begin(), sl.cuts.end());
+    sl.cuts.erase(std::unique(sl.cuts.begin(), sl.cuts.end()), sl.cuts.end());
+  }
+
+  // The shared tier's hit [0, b) (deeper than the memory tiers' r) written into the slot's
+  // sequence as one rebuilt state; prefill resumes at b. Sites at or before b are not
+  // captured (this request computes nothing there); rows [kv_from, b) reach the pool at
+  // finish like computed ones.
+  bool restore_shared(slot& sl, std::int64_t r, std::chrono::steady_clock::time_point t0) {
+    const std::int64_t b = hit_.tokens;
+    sl.cur = b;
+    sl.cuts.erase(sl.cuts.begin(), std::upper_bound(sl.cuts.begin(), sl.cuts.end(), b));
+    sl.out.reused_tokens = b;
+    sl.out.shared_loaded_tokens = b - r;
+    const auto& layout = s_.layout();
+    std::vector<std::uint64_t> off(layout.kv.size() + 1, 0);
+    for (std::size_t l = 0; l < layout.kv.size(); ++l) off[l + 1] = off[l] + layout.kv[l].k_row + layout.kv[l].v_row;
+    std::vector<std::int32_t> ids(sl.in.prompt.begin(), sl.in.prompt.begin() + b);
+    write_full_state(
+        layout, layout.streams == 1 ? 0 : static_cast<std::uint32_t>(sl.seq), ids,
+        [&](std::int64_t p, std::size_t l, std::byte* k, std::byte* v) {
+          const std::byte* row = hit_.kv.data() + static_cast<std::uint64_t>(p) * off.back() + off[l];
+          std::memcpy(k, row, layout.kv[l].k_row);
+          std::memcpy(v, row + layout.kv[l].k_row, layout.kv[l].v_row);
+        },
+        [&](std::size_t i, std::byte* conv, std::byte* ssm) {
+          std::uint64_t at = 0;
+          for (std::size_t j = 0; j < i; ++j) at += layout.rec[j].r_row + layout.rec[j].s_row;
+          std::memcpy(conv, hit_.rec.data() + at, layout.rec[i].r_row);
+          std::memcpy(ssm, hit_.rec.data() + at + layout.rec[i].r_row, layout.rec[i].s_row);
+        },
+        state_buf_);
+    const std::size_t got = llama_state_seq_set_data_ext(s_.ctx(), reinterpret_cast<const std::uint8_t*>(state_buf_.data()),
+                                                         state_buf_.size(), sl.seq, 0);
+    ++stats_.restores;
+    stats_.restore_ms += detail::ms_since(t0);
+    return got == state_buf_.size();
+  }
+
+  // The slot's sequence holds [0, p) with the state after p - 1: into the shared tier.
+  void store_shared(slot& sl, std::int64_t p) {
+    const std::size_t size = llama_state_seq_get_size_ext(s_.ctx(), sl.seq, 0);
+    shared_buf_.resize(size);
+    if (llama_state_seq_get_data_ext(s_.ctx(), reinterpret_cast<std::uint8_t*>(shared_buf_.data()), size, sl.seq, 0) != size)
+      throw hc::invalid_argument("llama.cpp: a sequence state could not be read for the shared tier");
+    read_full_state(shared_buf_, s_.layout(), /*learn=*/false, shared_view_);
+    if (static_cast<std::int64_t>(shared_view_.pos.size()) != p || shared_view_.rec_pos != p - 1)
+      throw hc::invalid_argument("shared tier: the sequence holds " + std::to_string(shared_view_.pos.size()) + " cells at position " +
+                                 std::to_string(p));
+    shared_->store(sl.fed, sl.in.salt, p, shared_view_);
   }
 
   void plan_work(slot& sl) {
@@ -332,6 +434,7 @@ class cached_engine final : public engine {
       if (sl.cur < sl.cuts[sl.next_cut]) return;
       const auto n = static_cast<std::int64_t>(sl.in.prompt.size());
       if (sl.ticket && is_site(sl, sl.cur)) snapshot_site(sl, sl.cur);
+      if (shared_ && is_shared_position(sl, sl.cur)) store_shared(sl, sl.cur);
       ++sl.next_cut;
       if (sl.cur < n) return;
       sl.out.ttft_ms = detail::ms_since(sl.t0);
@@ -405,6 +508,7 @@ class cached_engine final : public engine {
     ++stats_.requests;
     stats_.prompt_tokens += sl.out.prompt_tokens;
     stats_.reused_tokens += sl.out.reused_tokens;
+    stats_.shared_loaded_tokens += sl.out.shared_loaded_tokens;
     done.push_back(std::move(sl.out));
     release(sl);
   }
@@ -489,6 +593,11 @@ class cached_engine final : public engine {
   full_state_view view_;
   std::vector<std::vector<hc::packed_handle>> tables_;
   std::vector<std::int64_t> extra_;  // admit's application-directed checkpoints
+  std::unique_ptr<shared_tier> shared_;   // below the host tier (none: nullptr)
+  shared_hit hit_;                        // admit's shared-tier hit, restored at once
+  std::vector<std::int64_t> shared_at_;   // admit's candidate positions
+  std::vector<std::byte> shared_buf_;     // a sequence state read for a store
+  full_state_view shared_view_;
   std::size_t admitted_ = 0;          // requests taken from the queue (fault injection)
 };
 

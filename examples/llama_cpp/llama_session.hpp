@@ -118,6 +118,21 @@ class loaded_model {
     return out;
   }
 
+  /// Where the last assistant message's text starts in `prompt`: the end of the prompt an
+  /// earlier request of this conversation was sent (the history before that reply, with the
+  /// generation prompt), when it is a prefix of `prompt`; 0 otherwise. One tokenization.
+  [[nodiscard]] std::int64_t last_turn_start(std::span<const std::pair<std::string, std::string>> messages,
+                                             std::span<const llama_token> prompt) const {
+    for (std::size_t k = messages.size(); k-- > 1;) {
+      if (messages[k].first != "assistant") continue;
+      const auto t = tokenize(render(messages.first(k), /*generation_prompt=*/true), true);
+      if (!t.empty() && t.size() < prompt.size() && std::equal(t.begin(), t.end(), prompt.begin()))
+        return static_cast<std::int64_t>(t.size());
+      return 0;
+    }
+    return 0;
+  }
+
   /// The conversation rendered with the model's chat template (text).
   [[nodiscard]] std::string render(std::span<const std::pair<std::string, std::string>> messages, bool generation_prompt) const {
     std::vector<llama_chat_message> m;

@@ -33,6 +33,7 @@
 #include <vector>
 
 #include "hybridcache/core/byte_size.hpp"
+#include "hybridcache/tiered/tier.hpp"
 #include "conversations.hpp"
 #include "engine.hpp"
 #include "llama_session.hpp"
@@ -51,28 +52,36 @@ std::int64_t peak_rss_bytes() {
   return 0;
 }
 
-/// --tiers hbm=SIZE[,host=SIZE]: the pool and the host tier below it.
-void parse_tiers(const std::string& spec, hcl::cache_options& o) {
-  std::size_t at = 0;
-  bool hbm = false;
-  while (at <= spec.size()) {
-    const std::size_t end = std::min(spec.find(',', at), spec.size());
-    const std::string item = spec.substr(at, end - at);
-    const std::size_t eq = item.find('=');
-    if (eq == std::string::npos) throw hc::invalid_argument("--tiers '" + spec + "': '" + item + "' is not NAME=SIZE");
-    const std::string name = item.substr(0, eq);
-    const auto bytes = static_cast<std::uint64_t>(hc::parse_byte_size_or_throw(item.substr(eq + 1), "--tiers " + name));
-    if (name == "hbm") {
-      o.hbm_bytes = bytes;
-      hbm = true;
-    } else if (name == "host") {
-      o.host_bytes = bytes;
-    } else {
-      throw hc::invalid_argument("--tiers '" + spec + "': unknown tier '" + name + "' (known: hbm, host)");
+/// --tiers in the library's grammar (tiered/tier.hpp): hbm=SIZE (the pool), then optionally
+/// host=SIZE (the pool store's host tier), then one of disk@DIR=SIZE or redis@HOST:PORT=SIZE
+/// (the shared tier). Anything the program would not use is an error, never ignored.
+void parse_tiers(const std::string& spec, const std::string& model_path, hcl::cache_options& o) {
+  namespace ht = hc::tiered;
+  const auto tiers = ht::parse_tiers(spec, 1);
+  for (std::size_t i = 0; i < tiers.size(); ++i) {
+    const auto& t = tiers[i];
+    const std::string who = "--tiers '" + spec + "': tier " + std::to_string(i) + " (" + std::string(ht::to_string(t.kind)) + ")";
+    if (t.link_gbps_given || t.latency_given)
+      throw hc::invalid_argument(who + ": :gbps= and :lat_us= describe a modelled link; this program copies real bytes");
+    if (t.numa_node != -1) throw hc::invalid_argument(who + ": NUMA binding is not supported here");
+    switch (t.kind) {
+      case ht::tier_kind::hbm: o.hbm_bytes = static_cast<std::uint64_t>(t.capacity_bytes); break;
+      case ht::tier_kind::host:
+        if (o.host_bytes != 0) throw hc::invalid_argument(who + ": one host tier at most");
+        o.host_bytes = static_cast<std::uint64_t>(t.capacity_bytes);
+        break;
+      case ht::tier_kind::disk:
+      case ht::tier_kind::redis:
+        if (o.shared.kind != hcl::shared_tier_options::kind_t::none)
+          throw hc::invalid_argument(who + ": one shared tier at most (disk or redis)");
+        o.shared = {.kind = t.kind == ht::tier_kind::disk ? hcl::shared_tier_options::kind_t::disk : hcl::shared_tier_options::kind_t::redis,
+                    .location = t.location,
+                    .capacity_bytes = t.capacity_bytes};
+        break;
+      default: throw hc::invalid_argument(who + ": not a tier this program has (hbm, host, disk, redis)");
     }
-    at = end + 1;
   }
-  if (!hbm) throw hc::invalid_argument("--tiers '" + spec + "': hbm=SIZE is required (the pool)");
+  if (o.shared.kind != hcl::shared_tier_options::kind_t::none) o.weights_id = hcl::weights_identity(model_path);
 }
 
 struct replay_options {
@@ -90,7 +99,7 @@ struct request_ref {
 
 int replay(replay_options& o) {
   const auto t0 = std::chrono::steady_clock::now();
-  parse_tiers(o.tiers, o.cache);
+  parse_tiers(o.tiers, o.model, o.cache);
   hcl::loaded_model model(o.model);
   const auto convs = hcl::read_conversations(o.trace, o.format, o.conversations);
   if (convs.empty()) throw hc::invalid_argument("--trace '" + o.trace + "': no conversation with an assistant turn");
@@ -118,7 +127,8 @@ int replay(replay_options& o) {
   if (!o.per_request.empty()) {
     per.open(o.per_request);
     if (!per) throw hc::invalid_argument("--per-request '" + o.per_request + "': cannot write");
-    per << "id,conversation,turn,prompt_tokens,reused_tokens,prefilled_tokens,host_loaded_tokens,cached,output_tokens,ttft_ms,total_ms,identical\n";
+    per << "id,conversation,turn,prompt_tokens,reused_tokens,prefilled_tokens,host_loaded_tokens,shared_loaded_tokens,cached,output_tokens,"
+           "ttft_ms,total_ms,identical\n";
   }
   std::vector<hcl::request_output> done;
   std::size_t finished = 0;
@@ -134,6 +144,7 @@ int replay(replay_options& o) {
       const auto msgs = std::span(convs[c].messages).first(upto);
       in.prompt = model.chat_prompt(msgs);
       in.checkpoints = model.message_boundaries(msgs, in.prompt);
+      if (o.cache.shared.kind != hcl::shared_tier_options::kind_t::none) in.earlier_end = model.last_turn_start(msgs, in.prompt);
       in.max_tokens = o.max_tokens;
       refs[in.id] = {c, next[c]};
       if (o.verify) prompts[in.id] = in.prompt;
@@ -169,10 +180,11 @@ int replay(replay_options& o) {
       }
       if (per)
         per << r.id << ',' << ref.conversation << ',' << ref.turn << ',' << r.prompt_tokens << ',' << r.reused_tokens << ','
-            << r.prompt_tokens - r.reused_tokens << ',' << r.host_loaded_tokens << ',' << (r.cached ? 1 : 0) << ','
+            << r.prompt_tokens - r.reused_tokens << ',' << r.host_loaded_tokens << ',' << r.shared_loaded_tokens << ',' << (r.cached ? 1 : 0) << ','
             << r.tokens.size() << ',' << r.ttft_ms << ',' << r.total_ms << ',' << (o.verify ? (same ? "1" : "0") : "") << '\n';
     }
   }
+  engine->drain();  // the shared tier's writes land before the run counts as done
   const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   std::sort(ttft.begin(), ttft.end());
   const double p50 = ttft.empty() ? 0.0 : ttft[ttft.size() / 2];
@@ -180,14 +192,19 @@ int replay(replay_options& o) {
   if (o.json) {
     std::printf(
         "{\"requests\": %lld, \"prompt_tokens\": %lld, \"prefilled_tokens\": %lld, \"reused_tokens\": %lld, "
-        "\"host_loads\": %lld, \"host_loaded_tokens\": %lld, \"host_corrupt_dropped\": %lld, \"disk_loads\": 0, "
+        "\"host_loads\": %lld, \"host_loaded_tokens\": %lld, \"host_corrupt_dropped\": %lld, \"disk_loads\": %lld, \"redis_loads\": %lld, "
+        "\"shared_loaded_tokens\": %lld, \"shared_stores\": %lld, \"shared_store_failures\": %lld, \"shared_dropped\": %lld, "
+        "\"shared_lookup_ms\": %.3f, \"shared_store_ms\": %.3f, "
         "\"evictions\": %lld, \"uncached\": %lld, "
         "\"failed\": %lld, \"verified\": %lld, \"outputs_identical\": %lld, \"ttft_p50_ms\": %.3f, \"wall_s\": %.3f, "
         "\"peak_rss_bytes\": %lld, \"restore_ms\": %.3f, \"snapshot_ms\": %.3f, \"capture_ms\": %.3f, "
         "\"bookkeeping_ms\": %.3f, \"decode_ms\": %.3f, \"cache\": \"%s\"}\n",
         static_cast<long long>(st.requests), static_cast<long long>(st.prompt_tokens), static_cast<long long>(st.prefilled_tokens),
         static_cast<long long>(st.reused_tokens), static_cast<long long>(st.host_loads), static_cast<long long>(st.host_loaded_tokens),
-        static_cast<long long>(st.host_corrupt_dropped), static_cast<long long>(st.evictions), static_cast<long long>(st.uncached), static_cast<long long>(failed),
+        static_cast<long long>(st.host_corrupt_dropped), static_cast<long long>(st.shared_kind == "disk" ? st.shared.loads : 0),
+        static_cast<long long>(st.shared_kind == "redis" ? st.shared.loads : 0), static_cast<long long>(st.shared_loaded_tokens),
+        static_cast<long long>(st.shared.stores), static_cast<long long>(st.shared.store_failures), static_cast<long long>(st.shared.dropped),
+        st.shared.lookup_ms, st.shared.store_ms, static_cast<long long>(st.evictions), static_cast<long long>(st.uncached), static_cast<long long>(failed),
         static_cast<long long>(verified), static_cast<long long>(identical), p50, wall, static_cast<long long>(peak_rss_bytes()),
         st.restore_ms, st.snapshot_ms, st.capture_ms, st.bookkeeping_ms, st.decode_ms, engine->describe().c_str());
   } else {
@@ -275,7 +292,7 @@ struct serve_options {
 };
 
 int serve(serve_options& o) {
-  parse_tiers(o.tiers, o.cache);
+  parse_tiers(o.tiers, o.model, o.cache);
   hcl::loaded_model model(o.model);
   hcl::session sess(model, o.context);
   auto engine = hcl::make_engine(sess, o.cache);
@@ -292,7 +309,8 @@ void add_engine_options(CLI::App* c, Options& o) {
   c->add_option("--slots", o.context.slots, "requests computed at once")->capture_default_str()->check(CLI::Range(1, 64));
   c->add_option("--threads", o.context.threads, "llama.cpp threads")->capture_default_str()->check(CLI::Range(1, 256));
   c->add_option("--ctx", o.context.ctx_per_slot, "tokens per slot (prompt + output)")->capture_default_str()->check(CLI::Range(64, 1 << 20));
-  c->add_option("--tiers", o.tiers, "hbm=SIZE (the pool) [,host=SIZE (the host tier)]")->capture_default_str();
+  c->add_option("--tiers", o.tiers, "hbm=SIZE (the pool) [,host=SIZE (its host tier)] [,disk@DIR=SIZE | ,redis@HOST:PORT=SIZE (the shared tier)]")
+      ->capture_default_str();
   c->add_option("--tokens-per-page", o.cache.tokens_per_page, "tokens per KV page")->capture_default_str()->check(CLI::Range(1, 4096));
   c->add_option("--policy", o.cache.policy, "marconi | sglang+ | vllm+")->capture_default_str();
   c->add_option("--alpha", o.cache.alpha, "marconi: auto (the adaptive selector) or a FLOP weight")->capture_default_str();

@@ -301,7 +301,10 @@ class server {
       for (auto& j : incoming) {
         try {
           j->in.prompt = j->chat ? model_.chat_prompt(j->messages) : !j->ids.empty() ? j->ids : model_.tokenize(j->prompt, true);
-          if (j->chat) j->in.checkpoints = model_.message_boundaries(j->messages, j->in.prompt);
+          if (j->chat) {
+            j->in.checkpoints = model_.message_boundaries(j->messages, j->in.prompt);
+            if (engine_.has_shared_tier()) j->in.earlier_end = model_.last_turn_start(j->messages, j->in.prompt);
+          }
           j->in.id = ++next_id;
           engine_.submit(j->in);
           running[j->in.id] = std::move(j);
@@ -344,6 +347,10 @@ class server {
     add("host_loads_total", "hits loaded back from the host tier", s.host_loads);
     add("evictions_total", "cache evictions", s.evictions);
     add("uncached_requests_total", "requests larger than the cache could hold, computed uncached", s.uncached);
+    add("shared_loads_total", "hits loaded from the shared tier (disk or Redis)", s.shared.loads);
+    add("shared_loaded_tokens_total", "prompt tokens loaded from the shared tier beyond the memory tiers' hit", s.shared_loaded_tokens);
+    add("shared_stores_total", "prefixes written to the shared tier", s.shared.stores);
+    add("shared_dropped_total", "shared-tier values found damaged or unreadable (recomputed)", s.shared.dropped);
     // Where the time went: what the cache costs (restoring hits, snapshotting recurrent states at
     // checkpoint sites, capturing new KV rows, the cache's own calls) beside llama_decode.
     auto seconds = [&](const char* name, const char* help, double ms) {

@@ -6,6 +6,10 @@
 Checks, each with a failure that names what went wrong:
   integrity  bytes of the host tier flipped at rest before every third request: the entries
              are found changed (CRC-32C), dropped and recomputed, outputs still identical
+  shared     a disk tier below a pool too small for the trace: loads, fewer tokens prefilled,
+             identical outputs; every value file damaged: nothing loaded, all recomputed; bad
+             tier specs refused; two processes on one redis-server (started here on loopback):
+             the second prefills at most 10 % of its prompt tokens
   replay     a branching multi-turn trace (ShareGPT conversations: every turn continues the
              history) through a small pool with a host tier below it, 3 slots: every request's
              greedy output equals the uncached run's (--verify), with evictions and host-tier
@@ -22,9 +26,12 @@ Checks, each with a failure that names what went wrong:
 import argparse
 import json
 import os
+import shutil
+import socket
 import subprocess
 import sys
 import tempfile
+import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts"))
 from llama_http import free_port, http, stop, wait_healthy  # noqa: E402
@@ -65,6 +72,77 @@ def bad_input_cases(a):
     check(r.returncode != 0 and "--format 'mooncake'" in r.stderr, f"unknown format: {r.stderr.strip()[-200:]}")
     r = run([a.program, "replay", "--model", a.model, "--trace", a.trace, "--conversations", "2", "--ctx", "64"])
     check(r.returncode != 0 and "exceeds the context" in r.stderr, f"prompt longer than the context: {r.stderr.strip()[-200:]}")
+
+
+def replay_json(a, args, name):
+    r = run([a.program, "replay", "--model", a.model, "--json"] + args)
+    if not check(r.returncode == 0, f"{name}: exit {r.returncode}: {r.stderr.strip()[-400:]}"):
+        return None
+    j = json.loads(r.stdout)
+    print(f"{name}: {json.dumps(j)}", flush=True)
+    check(j["failed"] == 0 and j["verified"] == j["requests"] and j["outputs_identical"] == j["requests"],
+          f"{name}: {j['outputs_identical']} of {j['requests']} outputs identical to uncached ({j['failed']} failed)")
+    return j
+
+
+def shared_tier_cases(a, tmp):
+    """The shared tier: a disk tier below a pool too small for the trace, its bytes damaged at
+    rest, and two processes sharing entries through a real redis-server on loopback."""
+    trace = ["--trace", a.trace, "--format", "sharegpt", "--conversations", "8", "--verify", "--slots", "3", "--max-tokens", "4"]
+    disk = os.path.join(tmp, "disk")
+    base = replay_json(a, trace + ["--tiers", "hbm=8MiB"], "pool only")
+    j = replay_json(a, trace + ["--tiers", f"hbm=8MiB,disk@{disk}=256MiB"], "disk tier")
+    if base and j:
+        check(j["disk_loads"] > 0 and j["shared_loaded_tokens"] > 0, "disk tier: nothing loaded from disk")
+        check(j["prefilled_tokens"] < base["prefilled_tokens"],
+              f"disk tier: prefilled {j['prefilled_tokens']}, not fewer than the pool alone ({base['prefilled_tokens']})")
+    # Every stored value damaged at rest: found corrupt when read, dropped, recomputed.
+    files = [os.path.join(d, f) for d, _, fs in os.walk(disk) for f in fs if f.endswith(".hcv")]
+    check(len(files) > 0, "disk tier: no value files written")
+    for f in files:
+        with open(f, "r+b") as h:
+            size = os.path.getsize(f)
+            h.seek(size - 1)
+            last = h.read(1)
+            h.seek(size - 1)
+            h.write(bytes([last[0] ^ 0x20]))
+    clean = j
+    j = replay_json(a, trace + ["--tiers", f"hbm=8MiB,disk@{disk}=256MiB"], "disk tier, every value damaged")
+    if j and clean:
+        # The run rewrites what it computes, so later requests hit its own fresh values: it
+        # must reuse no more than the run that started from an empty disk (a damaged value
+        # loaded would show as more reuse; outputs are checked against uncached above).
+        check(j["shared_dropped"] > 0, "damaged disk values: none was found damaged")
+        check(j["prefilled_tokens"] >= clean["prefilled_tokens"],
+              f"damaged disk values: prefilled {j['prefilled_tokens']} < {clean['prefilled_tokens']} from an empty disk")
+    # Bad tier specs: refused with the reason, never ignored.
+    for spec, text in ((f"hbm=8MiB,disk@{disk}=256MiB:gbps=2", "modelled link"), ("hbm=8MiB,redis@localhost=1GiB", "HOST:PORT"),
+                       (f"hbm=8MiB,disk@{disk}=64MiB,redis@127.0.0.1:1=64MiB", "one shared tier"), ("hbm=8MiB,cxl=1GiB", "not a tier")):
+        r = run([a.program, "replay", "--model", a.model, "--trace", a.trace, "--conversations", "1", "--tiers", spec])
+        check(r.returncode != 0 and text in r.stderr, f"--tiers {spec}: exit {r.returncode}, {r.stderr.strip()[-200:]}")
+    # Two processes, one Redis: the second finds what the first computed.
+    server = shutil.which("redis-server")
+    if not check(server is not None, "redis-server is not installed (Debian redis-server)"):
+        return
+    port = free_port()
+    proc = subprocess.Popen([server, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        for _ in range(100):
+            with socket.socket() as sk:
+                if sk.connect_ex(("127.0.0.1", port)) == 0:
+                    break
+            time.sleep(0.05)
+        tiers = ["--tiers", f"hbm=8MiB,redis@127.0.0.1:{port}=1GiB"]
+        first = replay_json(a, trace + tiers, "redis, first process")
+        second = replay_json(a, trace + tiers, "redis, second process")
+        if first and second:
+            check(second["redis_loads"] > 0, "redis: the second process loaded nothing")
+            check(second["prefilled_tokens"] <= 0.1 * second["prompt_tokens"],
+                  f"redis: the second process prefilled {second['prefilled_tokens']} of {second['prompt_tokens']} prompt tokens (> 10 %)")
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
 
 
 def serve_cases(a):
@@ -156,6 +234,7 @@ def main():
             print(f"flipped host bytes: {json.dumps(j)}", flush=True)
             check(j["host_corrupt_dropped"] > 0, "flipped host bytes: no corrupt entry detected")
             check(j["outputs_identical"] == j["requests"], "flipped host bytes: an output differs from the uncached run")
+        shared_tier_cases(a, tmp)
     bad_input_cases(a)
     serve_cases(a)
     print(f"{0 if failures else 1} passed, {1 if failures else 0} failed")
