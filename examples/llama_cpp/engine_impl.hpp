@@ -228,12 +228,7 @@ class cached_engine final : public engine {
         lifecycle_prompt = lifecycle_prompt.first(static_cast<std::size_t>(n - 1));
         extra_.pop_back();
       }
-      hit_.tokens = 0;
-      if (shared_ && local < n - 1) {
-        shared_positions(r, shared_at_);
-        shared_at_.pop_back();  // not the prompt's end: logits need one token computed
-        shared_->lookup(r.prompt, r.salt, shared_at_, local, hit_);
-      }
+
       const std::span<const std::int64_t> extra(extra_);
       const std::int64_t outputs = r.max_tokens + (static_cast<std::int64_t>(lifecycle_prompt.size()) < n ? 1 : 0);
       auto t = requests_.begin(lifecycle_prompt, {.output_tokens = outputs, .extra_checkpoints = extra, .salt = r.salt});
@@ -255,6 +250,14 @@ class cached_engine final : public engine {
         continue;
       }
       sl.ticket = *t;
+      // The shared tier, asked once the request is admitted, for positions beyond the memory
+      // tiers' hit (host loads included).
+      hit_.tokens = 0;
+      if (const std::int64_t from = (*requests_.state(*sl.ticket))->plan.prefill_start; shared_ && from < n - 1) {
+        shared_positions(sl.in, shared_at_);
+        shared_at_.pop_back();  // not the prompt's end: logits need one token computed
+        shared_->lookup(sl.in.prompt, sl.in.salt, shared_at_, from, hit_);
+      }
       if (!restore(sl)) {
         fail(sl, "restore: llama.cpp refused the rebuilt state", done);
         continue;
