@@ -314,6 +314,8 @@ class server {
       }
       done.clear();
       engine_.step(done);
+      // Idle: the shared tier's writes land now, so a server stopped while idle has lost none.
+      if (engine_.pending() == 0) engine_.drain();
       {
         std::lock_guard<std::mutex> g(mu_);
         published_ = engine_.stats();

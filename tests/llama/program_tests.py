@@ -140,6 +140,35 @@ def shared_tier_cases(a, tmp):
             check(second["redis_loads"] > 0, "redis: the second process loaded nothing")
             check(second["prefilled_tokens"] <= 0.1 * second["prompt_tokens"],
                   f"redis: the second process prefilled {second['prefilled_tokens']} of {second['prompt_tokens']} prompt tokens (> 10 %)")
+        # The same through serve: one server answers a conversation and is stopped; a second
+        # one, started afterwards on the same Redis, reuses all of it but the last token; a
+        # request of another tenant reuses nothing.
+        conv = [{"role": "system", "content": "You are a terse assistant."},
+                {"role": "user", "content": "Name three rivers of Europe and say which is longest, with its length."}]
+        served = []
+        for name in ("first server", "second server"):
+            sport = free_port()
+            sp = subprocess.Popen([a.program, "serve", "--model", a.model, "--port", str(sport), "--slots", "2", "--ctx", "2048"]
+                                  + tiers, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+            try:
+                wait_healthy(f"http://127.0.0.1:{sport}", sp)
+                status, body = http(f"http://127.0.0.1:{sport}/v1/chat/completions",
+                                    {"messages": conv, "max_tokens": 3, "temperature": 0, "cache_salt": "redis-test"})
+                check(status == 200, f"redis, {name}: {status} {body[:200]}")
+                served.append(json.loads(body) if status == 200 else None)
+                if name == "second server":
+                    status, body = http(f"http://127.0.0.1:{sport}/v1/chat/completions",
+                                        {"messages": conv, "max_tokens": 3, "temperature": 0, "cache_salt": "another-tenant"})
+                    check(status == 200 and json.loads(body)["timings"]["cache_n"] == 0,
+                          f"redis, another tenant reused the first tenant's entries: {body[:200]}")
+            finally:
+                stop(sp)
+        if len(served) == 2 and all(served):
+            first_s, second_s = served
+            check(second_s["timings"]["cache_n"] == second_s["usage"]["prompt_tokens"] - 1,
+                  f"redis, serve: the second server reused {second_s['timings']['cache_n']} of {second_s['usage']['prompt_tokens']} tokens")
+            check(second_s["choices"][0]["message"]["content"] == first_s["choices"][0]["message"]["content"],
+                  "redis, serve: the second server's answer differs from the first's")
     finally:
         proc.terminate()
         proc.wait(timeout=10)
