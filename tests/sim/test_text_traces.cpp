@@ -342,6 +342,33 @@ TEST_CASE("open_trace: format names, errors for missing files and unknown format
   CHECK_THROWS_AS((void)open_trace("/nonexistent/x.jsonl", trace_format::mooncake, {.mooncake = {.block_size = 100}}), invalid_argument);
 }
 
+TEST_CASE("the one list of trace formats: lookups, kinds and the names messages list") {
+  CHECK(find_trace_format("swe-agent") == trace_format::swe_agent);
+  CHECK_FALSE(find_trace_format("csv").has_value());
+  CHECK(trace_format_list() == "marconi, mooncake, sharegpt, azure, cachepawl, openai, swe-agent, tau-bench");
+  CHECK(trace_format_list(has_prefix_ids) == "marconi, mooncake, sharegpt, openai, swe-agent, tau-bench");
+  CHECK(trace_format_list(is_text_format) == "sharegpt, openai, swe-agent, tau-bench");
+  CHECK(trace_format_list(is_chat_format) == "openai, swe-agent, tau-bench");
+  const std::string listed = "(known: " + trace_format_list() + ")";
+  CHECK_THROWS_WITH_AS((void)parse_trace_format("csv"), doctest::Contains(listed.c_str()), invalid_argument);
+}
+
+TEST_CASE("open_trace from a stream: the same reader, and the line it is at") {
+  std::istringstream in(R"({"timestamp": 0, "input_length": 700, "output_length": 3, "hash_ids": [0, 1]})" "\n"
+                        R"({"timestamp": 10, "input_length": 100, "output_length": 3, "hash_ids": [0]})" "\n");
+  auto trace = open_trace(in, trace_format::mooncake, {.mooncake = {.block_size = 256}});
+  request r;
+  REQUIRE(trace.next(r));
+  CHECK(r.input_tokens == 700);
+  CHECK(trace.line_number() == 1);
+  REQUIRE(trace.next(r));
+  CHECK(trace.line_number() == 2);
+  CHECK_FALSE(trace.next(r));
+  std::istringstream chat(R"({"messages": [{"role": "user", "content": "hi"}]})" "\n");
+  auto openai = open_trace(chat, trace_format::openai);
+  CHECK(openai.line_number() == 0);  // the chat readers count no lines
+}
+
 TEST_CASE("open_trace reads every format from a file") {
   const std::filesystem::path dir = std::filesystem::temp_directory_path() / "hybridcache_test_sim_open_trace";
   std::filesystem::create_directories(dir);

@@ -25,6 +25,7 @@
 
 #include <hybridcache/core/error.hpp>
 #include <hybridcache/model/presets.hpp>
+#include <hybridcache/sim/trace.hpp>
 
 #include "atomic_file.hpp"
 #include "cli_support.hpp"
@@ -79,11 +80,13 @@ void run(const replay_cli& o, const CLI::App& sub) {
   const bool tiered = !o.tiered.tiers.empty();
   for (const char* name : tiered_only) reject_unless(tiered, sub, name, "without --tiers");
   for (const char* name : single_only) reject_unless(!tiered, sub, name, "with --tiers (the multi-tier replay)");
-  const bool chat = o.format == "openai" || o.format == "swe-agent" || o.format == "tau-bench";
-  reject_unless(o.format == "sharegpt" || chat, sub, "--sessions-per-second",
-                "to --format " + o.format + " (sharegpt, openai, swe-agent, tau-bench)");
+  namespace sim = hybridcache::sim;
+  const std::optional<sim::trace_format> format = sim::find_trace_format(o.format);  // unknown: load_trace says so
+  const bool chat = format && sim::is_chat_format(*format);
+  reject_unless(format && sim::is_text_format(*format), sub, "--sessions-per-second",
+                "to --format " + o.format + " (" + sim::trace_format_list(sim::is_text_format) + ")");
   for (const char* name : {"--chat-template", "--tool-time-mean", "--collapse-observations", "--max-turns"})
-    reject_unless(chat, sub, name, "to --format " + o.format + " (openai, swe-agent, tau-bench)");
+    reject_unless(chat, sub, name, "to --format " + o.format + " (" + sim::trace_format_list(sim::is_chat_format) + ")");
   trace_load_options load{0, o.sessions_per_second};
   load.tokenizer = o.tokenizer;
   load.chat_template = o.chat_template;

@@ -37,11 +37,8 @@
 #include <hybridcache/prefix/lru_scorer.hpp>
 #include <hybridcache/prefix/prefix_cache.hpp>
 #include <hybridcache/sim/reference/reference_scorer.hpp>
-#include <hybridcache/sim/marconi_trace.hpp>
-#include <hybridcache/sim/mooncake_trace.hpp>
 #include <hybridcache/sim/prefix_cache_replay.hpp>
 #include <hybridcache/sim/replay.hpp>
-#include <hybridcache/sim/sharegpt_trace.hpp>
 #include <hybridcache/sim/trace.hpp>
 #include <hybridcache/sim/synth_v1.hpp>
 
@@ -87,7 +84,8 @@ void check_policy(const std::string& name) {
 }
 
 std::string tokenizer_label(const std::string& format, const trace_load_options& options) {
-  if (format != "sharegpt" && format != "openai" && format != "swe-agent" && format != "tau-bench") return "";
+  const auto f = hybridcache::sim::find_trace_format(format);
+  if (!f || !hybridcache::sim::is_text_format(*f)) return "";
   return options.tokenizer.empty() ? std::string("built-in approximation") : "bpe:" + options.tokenizer;
 }
 
@@ -134,11 +132,10 @@ std::vector<hybridcache::sim::request> read_requests(const std::string& path, co
                                            !(options.sessions_per_second <= 1e6)))
     throw invalid_argument("--sessions-per-second: expected a finite number in [1e-06, 1e+06], got " +
                            json::number(options.sessions_per_second));
-  const bool text = f == sim::trace_format::sharegpt || f == sim::trace_format::openai ||
-                    f == sim::trace_format::swe_agent || f == sim::trace_format::tau_bench;
-  if (!text && !options.tokenizer.empty())
-    throw invalid_argument("--tokenizer applies to text formats only (sharegpt, openai, swe-agent, tau-bench), not " + format);
-  const bool chat = f == sim::trace_format::openai || f == sim::trace_format::swe_agent || f == sim::trace_format::tau_bench;
+  if (!sim::is_text_format(f) && !options.tokenizer.empty())
+    throw invalid_argument("--tokenizer applies to text formats only (" + sim::trace_format_list(sim::is_text_format) +
+                           "), not " + format);
+  const bool chat = sim::is_chat_format(f);
   if (chat) {
     if (!(options.sessions_per_second >= 1e-6) || !(options.sessions_per_second <= 1e6))
       throw invalid_argument("--sessions-per-second: expected a finite number in [1e-06, 1e+06], got " +
@@ -159,62 +156,24 @@ std::vector<hybridcache::sim::request> read_requests(const std::string& path, co
     chat_opts.max_requests_per_session = options.max_turns;
     if (!options.chat_template.empty()) chat_opts.chat = sim::chat_template::from_file(options.chat_template);
   }
+  sim::trace_options reader_options;
+  reader_options.mooncake = {.block_size = static_cast<std::int32_t>(block_size), .synthesize_output_ids = true};
+  reader_options.sharegpt = {.sessions_per_second = options.sessions_per_second};
+  reader_options.sharegpt.tokenizer = tokenizer;
+  reader_options.chat = chat_opts;
   std::vector<sim::request> out;
   auto sink = [&out](const sim::request& r) { out.push_back(r); };
   std::error_code ec;
   if (f == sim::trace_format::swe_agent && path != "-" && std::filesystem::is_directory(path, ec)) {
     // A directory of .traj files (read by path: not a stream).
-    sim::swe_agent_reader reader{std::filesystem::path(path), chat_opts};
+    sim::trace_reader reader = sim::open_trace(std::filesystem::path(path), f, reader_options);
     read_each(reader, path, sink);
     if (out.empty()) throw input_error(path, 0, "", "holds no requests");
     return out;
   }
-  trace_input input(path);
-  std::istream& in = input.stream();
-  switch (f) {
-    case sim::trace_format::marconi: {
-      sim::marconi_reader reader{in};
-      read_each(reader, path, sink);
-      break;
-    }
-    case sim::trace_format::mooncake: {
-      sim::mooncake_reader reader{in, sim::mooncake_options{.block_size = static_cast<std::int32_t>(block_size),
-                                                            .synthesize_output_ids = true}};
-      read_each(reader, path, sink);
-      break;
-    }
-    case sim::trace_format::sharegpt: {
-      sim::sharegpt_options so{.sessions_per_second = options.sessions_per_second};
-      so.tokenizer = tokenizer;
-      sim::sharegpt_reader reader{in, so};
-      read_each(reader, path, sink);
-      break;
-    }
-    case sim::trace_format::azure: {
-      sim::azure_reader reader{in};
-      read_each(reader, path, sink);
-      break;
-    }
-    case sim::trace_format::cachepawl: {
-      sim::cachepawl_reader reader{in};
-      read_each(reader, path, sink);
-      break;
-    }    case sim::trace_format::openai: {
-      sim::openai_reader reader{in, chat_opts};
-      read_each(reader, path, sink);
-      break;
-    }
-    case sim::trace_format::swe_agent: {
-      sim::swe_agent_reader reader{in, chat_opts};
-      read_each(reader, path, sink);
-      break;
-    }
-    case sim::trace_format::tau_bench: {
-      sim::tau_bench_reader reader{in, chat_opts};
-      read_each(reader, path, sink);
-      break;
-    }
-  }
+  trace_input input(path);  // a file, stdin or a .gz file
+  sim::trace_reader reader = sim::open_trace(input.stream(), f, reader_options);
+  read_each(reader, path, sink);
   if (out.empty()) {
     std::string why = "holds no requests";
     if (f == sim::trace_format::sharegpt)
@@ -228,15 +187,17 @@ std::vector<hybridcache::sim::request> read_requests(const std::string& path, co
 hybridcache::sim::replay_trace load_trace(const std::string& path, const std::string& format,
                                           const trace_load_options& options) {
   using namespace hybridcache;
-  bool known = false;
-  for (const auto& f : trace_formats()) known = known || f == format;
-  if (!known)
-    throw invalid_argument("unknown trace format '" + format + "' (known: marconi, mooncake, sharegpt, azure, cachepawl, openai, swe-agent, tau-bench)");
+  const sim::trace_format f = sim::parse_trace_format(format);
+  if (!sim::has_prefix_ids(f))
+    throw invalid_argument("trace format '" + format + "' holds lengths, not token ids: a prefix-cache replay reads " +
+                           sim::trace_format_list(sim::has_prefix_ids) + " (lengths replay with replay --tiers)");
   const std::vector<sim::request> requests = read_requests(path, format, options);
   sim::replay_trace out;
   // The prefix cache matches at least one id: an empty input is bad input, named here
   // rather than as a failed match in the middle of the replay.
-  const char* const input_field = format == "mooncake" ? "input_length" : format == "marconi" ? "input_tokens" : "";
+  const char* const input_field = f == sim::trace_format::mooncake  ? "input_length"
+                                  : f == sim::trace_format::marconi ? "input_tokens"
+                                                                    : "";
   for (const auto& r : requests) {
     if (r.input.empty())
       throw input_error(path, r.source_line, input_field, "expected at least one input token, got 0");

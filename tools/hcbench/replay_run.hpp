@@ -24,12 +24,6 @@ inline const std::vector<std::string>& policy_names() {
   return names;
 }
 
-/// The trace formats `--format` accepts.
-inline const std::vector<std::string>& trace_formats() {
-  static const std::vector<std::string> names{"marconi", "mooncake", "sharegpt", "openai", "swe-agent", "tau-bench"};
-  return names;
-}
-
 /// Throws hybridcache::invalid_argument unless `name` is a known policy.
 void check_policy(const std::string& name);
 
@@ -155,7 +149,8 @@ struct trace_load_options {
 /// @throws hybridcache::invalid_argument when it cannot be read or is not supported.
 [[nodiscard]] std::shared_ptr<hybridcache::sim::bpe_tokenizer> load_tokenizer(const std::string& path);
 
-/// Reads a whole trace (`format` one of trace_formats()).
+/// Reads a whole trace for a prefix-cache replay (`format` one of sim::trace_format_names
+/// that has_prefix_ids).
 /// @throws hybridcache::invalid_argument (missing file, unknown format, bad options),
 ///         hybridcache::format_error (malformed line).
 [[nodiscard]] hybridcache::sim::replay_trace load_trace(const std::string& path, const std::string& format,

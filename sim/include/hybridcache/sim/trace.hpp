@@ -1,8 +1,10 @@
 // hybridcache/sim/trace.hpp
 //
-// One entry point for every trace format: `open_trace(path, format, options)` returns a
-// `trace_reader`, a `request_source` that holds whichever reader the format needs (a
-// std::variant, so no virtual calls and no heap allocation per request).
+// One entry point for every trace format: `open_trace(path or stream, format, options)`
+// returns a `trace_reader`, a `request_source` that holds whichever reader the format needs
+// (a std::variant, so no virtual calls and no heap allocation per request). This header is
+// the one list of formats: their names, what each carries (has_prefix_ids, is_text_format,
+// is_chat_format) and its reader; hcbench's --format and its messages take them from here.
 //
 //   auto trace = hybridcache::sim::open_trace("conversation_trace.jsonl",
 //                                             hybridcache::sim::trace_format::mooncake,
@@ -22,7 +24,10 @@
 #pragma once
 
 #include <array>
+#include <cstdint>
 #include <filesystem>
+#include <istream>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -51,17 +56,52 @@ inline constexpr std::array<std::string_view, 8> trace_format_names = {"marconi"
   return trace_format_names[static_cast<std::size_t>(f)];
 }
 
-/// Parses a format name; throws `invalid_argument` listing the valid names otherwise.
-[[nodiscard]] inline trace_format parse_trace_format(std::string_view name) {
-  for (std::size_t i = 0; i < trace_format_names.size(); ++i)
-    if (trace_format_names[i] == name) return static_cast<trace_format>(i);
-  throw invalid_argument("unknown trace format '" + std::string(name) + "' (expected marconi, mooncake, sharegpt, azure, cachepawl, openai, swe-agent or tau-bench)");
-}
-
 /// True when the format carries ids, so a prefix cache can replay it (every format but the
 /// length-only azure and cachepawl).
 [[nodiscard]] constexpr bool has_prefix_ids(trace_format f) noexcept {
   return f != trace_format::azure && f != trace_format::cachepawl;
+}
+
+/// True for the chat formats: conversations of role messages through a chat template
+/// (openai, swe-agent, tau-bench; chat_trace.hpp).
+[[nodiscard]] constexpr bool is_chat_format(trace_format f) noexcept {
+  return f == trace_format::openai || f == trace_format::swe_agent || f == trace_format::tau_bench;
+}
+
+/// True for the formats whose requests are text, tokenized while reading (sharegpt and the
+/// chat formats): the ones a tokenizer applies to.
+[[nodiscard]] constexpr bool is_text_format(trace_format f) noexcept {
+  return f == trace_format::sharegpt || is_chat_format(f);
+}
+
+/// The format named `name` (one of trace_format_names), or nullopt.
+[[nodiscard]] constexpr std::optional<trace_format> find_trace_format(std::string_view name) noexcept {
+  for (std::size_t i = 0; i < trace_format_names.size(); ++i)
+    if (trace_format_names[i] == name) return static_cast<trace_format>(i);
+  return std::nullopt;
+}
+
+/// The names of the formats `keep(format)` accepts, in enum order, comma-separated
+/// ("marconi, mooncake, ..."): what a message listing valid formats says.
+template <class Keep>
+[[nodiscard]] std::string trace_format_list(Keep keep) {
+  std::string out;
+  for (std::size_t i = 0; i < trace_format_names.size(); ++i) {
+    if (!keep(static_cast<trace_format>(i))) continue;
+    if (!out.empty()) out += ", ";
+    out += trace_format_names[i];
+  }
+  return out;
+}
+/// Every format's name, comma-separated.
+[[nodiscard]] inline std::string trace_format_list() {
+  return trace_format_list([](trace_format) { return true; });
+}
+
+/// Parses a format name; throws `invalid_argument` listing the valid names otherwise.
+[[nodiscard]] inline trace_format parse_trace_format(std::string_view name) {
+  if (const auto f = find_trace_format(name)) return *f;
+  throw invalid_argument("unknown trace format '" + std::string(name) + "' (known: " + trace_format_list() + ")");
 }
 
 /// Per-format options (only the one for the opened format is used).
@@ -88,32 +128,55 @@ class trace_reader {
   /// The format being read.
   [[nodiscard]] trace_format format() const noexcept { return format_; }
 
+  /// The line the reader is at (1-based), for error messages; 0 for a reader that does not
+  /// count lines (the chat formats).
+  [[nodiscard]] std::int64_t line_number() const noexcept {
+    return std::visit(
+        [](const auto& reader) -> std::int64_t {
+          if constexpr (requires { reader.line_number(); }) return reader.line_number();
+          else return 0;
+        },
+        reader_);
+  }
+
  private:
   reader_variant reader_;
   trace_format format_;
 };
 static_assert(request_source<trace_reader>);
 
-/// Opens `path` as a trace of `format`. Throws `invalid_argument` when the file cannot be
-/// opened or an option is invalid; reading throws `format_error` on malformed lines.
-[[nodiscard]] inline trace_reader open_trace(const std::filesystem::path& path, trace_format format, const trace_options& options = {}) {
+namespace detail {
+/// The one switch from a format to its reader; `source` is a path (the reader opens it) or
+/// a std::istream& (the reader borrows it).
+template <class Source>
+[[nodiscard]] trace_reader open_trace_from(Source& source, trace_format format, const trace_options& options) {
+  using any = trace_reader::reader_variant;
   switch (format) {
-    case trace_format::marconi: return trace_reader(trace_reader::reader_variant(std::in_place_type<marconi_reader>, path), format);
-    case trace_format::mooncake:
-      return trace_reader(trace_reader::reader_variant(std::in_place_type<mooncake_reader>, path, options.mooncake), format);
-    case trace_format::sharegpt:
-      return trace_reader(trace_reader::reader_variant(std::in_place_type<sharegpt_reader>, path, options.sharegpt), format);
-    case trace_format::azure: return trace_reader(trace_reader::reader_variant(std::in_place_type<azure_reader>, path), format);
+    case trace_format::marconi: return trace_reader(any(std::in_place_type<marconi_reader>, source), format);
+    case trace_format::mooncake: return trace_reader(any(std::in_place_type<mooncake_reader>, source, options.mooncake), format);
+    case trace_format::sharegpt: return trace_reader(any(std::in_place_type<sharegpt_reader>, source, options.sharegpt), format);
+    case trace_format::azure: return trace_reader(any(std::in_place_type<azure_reader>, source), format);
     case trace_format::cachepawl:
-      return trace_reader(trace_reader::reader_variant(std::in_place_type<cachepawl_reader>, path, options.cachepawl), format);
-    case trace_format::openai:
-      return trace_reader(trace_reader::reader_variant(std::in_place_type<openai_reader>, path, options.chat), format);
-    case trace_format::swe_agent:
-      return trace_reader(trace_reader::reader_variant(std::in_place_type<swe_agent_reader>, path, options.chat), format);
-    case trace_format::tau_bench:
-      return trace_reader(trace_reader::reader_variant(std::in_place_type<tau_bench_reader>, path, options.chat), format);
+      return trace_reader(any(std::in_place_type<cachepawl_reader>, source, options.cachepawl), format);
+    case trace_format::openai: return trace_reader(any(std::in_place_type<openai_reader>, source, options.chat), format);
+    case trace_format::swe_agent: return trace_reader(any(std::in_place_type<swe_agent_reader>, source, options.chat), format);
+    case trace_format::tau_bench: return trace_reader(any(std::in_place_type<tau_bench_reader>, source, options.chat), format);
   }
   throw invalid_argument("unknown trace format");
+}
+}  // namespace detail
+
+/// Opens `path` as a trace of `format` (swe-agent: a .traj file or a directory of them).
+/// Throws `invalid_argument` when the file cannot be opened or an option is invalid;
+/// reading throws `format_error` on malformed lines.
+[[nodiscard]] inline trace_reader open_trace(const std::filesystem::path& path, trace_format format, const trace_options& options = {}) {
+  return detail::open_trace_from(path, format, options);
+}
+
+/// Reads a trace of `format` from `in` (a decompressed file, stdin), which must outlive
+/// the reader. Throws as the path overload does.
+[[nodiscard]] inline trace_reader open_trace(std::istream& in, trace_format format, const trace_options& options = {}) {
+  return detail::open_trace_from(in, format, options);
 }
 
 }  // namespace hybridcache::sim
