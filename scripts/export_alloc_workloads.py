@@ -5,7 +5,7 @@ Regenerates the four synthetic request streams of the AVMP reference harness
 (codepawl/cachepawl, benchmarks/harness/workloads.py; recipes in
 shared/anchors/avmp.md section 1.9) with numpy's Generator, checks each trace
 against the anchor's fingerprints, and writes
-include/hybridcache/sim/data/alloc_traces.hpp so that `hcbench alloc` needs no file
+sim/include/hybridcache/sim/data/alloc_traces.hpp so that `hcbench alloc` needs no file
 and no Python at run time.
 
 Run with Debian's numpy (apt-get install python3-numpy), not a pyenv python:
@@ -20,7 +20,7 @@ import numpy as np
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 SHAREGPT = ROOT.parent / "shared" / "data" / "traces" / "cachepawl" / "sharegpt_prompts.json"
-OUT = ROOT / "include" / "hybridcache" / "sim" / "alloc_traces.hpp"
+OUT = ROOT / "sim" / "include" / "hybridcache" / "sim" / "data" / "alloc_traces.hpp"
 
 # name -> (base seed, number of requests)
 WORKLOADS = {
