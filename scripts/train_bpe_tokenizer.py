@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Trains a byte-level BPE tokenizer.json (the kind sim/bpe_tokenizer.hpp reads) with the
+"""Trains a byte-level BPE tokenizer.json (the kind sim/tokenizer/bpe_tokenizer.hpp reads) with the
 Hugging Face `tokenizers` package on the text of traces, for replays with a real BPE when a
 model's own tokenizer.json cannot be downloaded.
 
@@ -53,7 +53,12 @@ SPLITS = {
 def train(corpus, vocab_size, split="gpt2", nfc=False):
     """A byte-level BPE Tokenizer trained on the strings `corpus` (also used by
     tests/tokenizer/hf_exact.py, so the test checks the tokenizers docs/replay.md uses)."""
-    from tokenizers import Regex, Tokenizer, models, normalizers, pre_tokenizers, trainers
+    try:
+        from tokenizers import Regex, Tokenizer, models, normalizers, pre_tokenizers, trainers
+    except ModuleNotFoundError:
+        sys.exit("train_bpe_tokenizer.py needs the Hugging Face `tokenizers` package: pip install tokenizers==0.23.3 "
+                 "(the version the tests are measured with), or run it with the venv scripts/llama.sh makes "
+                 "(~/.cache/hybridcache/venv/*/bin/python)")
     tok = Tokenizer(models.BPE())
     if nfc:
         tok.normalizer = normalizers.NFC()
