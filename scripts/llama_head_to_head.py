@@ -128,7 +128,7 @@ def main():
         mismatched += len(counts) > 1
     base = next((r for r in results if r["name"] == "llama-server"), None)
     label = a.label or os.path.basename(a.trace)
-    print(f"{label}: {len(requests)} requests, {prompt} prompt tokens, keep-everything bound {bound} prefilled")
+    print(f"{label}: {len(requests)} requests, {prompt} prompt tokens, keep-everything bound {bound} prefilled\n")
     print("| configuration | prefilled | / bound | / llama-server | wall s | / llama-server | peak RSS MiB | TTFT-ish p50 ms |")
     print("|---|---|---|---|---|---|---|---|")
     for res in results:
