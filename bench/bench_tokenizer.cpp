@@ -31,11 +31,11 @@
 #include <string>
 #include <vector>
 
-#include <hybridcache/sim/bpe_tokenizer.hpp>
+#include <hybridcache/sim/tokenizer/bpe_tokenizer.hpp>
 #include <hybridcache/sim/json.hpp>
 #include <hybridcache/sim/replay.hpp>
 #include <hybridcache/sim/sharegpt_trace.hpp>
-#include <hybridcache/sim/text_tokenizer.hpp>
+#include <hybridcache/sim/tokenizer/text_tokenizer.hpp>
 
 #include "replay_bench.hpp"
 

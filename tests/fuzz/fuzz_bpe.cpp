@@ -1,4 +1,4 @@
-// libFuzzer target: the byte-level BPE tokenizer (sim/include/hybridcache/sim/bpe_tokenizer.hpp).
+// libFuzzer target: the byte-level BPE tokenizer (sim/include/hybridcache/sim/tokenizer/bpe_tokenizer.hpp).
 // An input whose first byte is even is a tokenizer.json for `bpe_tokenizer::from_json` (it may
 // only be rejected with a hybridcache::error; a loaded one then encodes its own text). One whose
 // first byte is odd is text: encoded by a fixed random well-formed merge list
@@ -17,11 +17,11 @@
 #include <vector>
 
 #include <hybridcache/core/error.hpp>
-#include <hybridcache/sim/bpe_backtracking.hpp>
-#include <hybridcache/sim/bpe_merges.hpp>
-#include <hybridcache/sim/bpe_pretokenizer.hpp>
-#include <hybridcache/sim/bpe_tokenizer.hpp>
-#include <hybridcache/sim/unicode_nfc.hpp>
+#include <hybridcache/sim/tokenizer/bpe_backtracking.hpp>
+#include <hybridcache/sim/tokenizer/bpe_merges.hpp>
+#include <hybridcache/sim/tokenizer/bpe_pretokenizer.hpp>
+#include <hybridcache/sim/tokenizer/bpe_tokenizer.hpp>
+#include <hybridcache/sim/tokenizer/unicode_nfc.hpp>
 
 #include "../support/bpe_random_model.hpp"
 
@@ -43,7 +43,7 @@ void differential(std::string_view text) {
   static hybridcache::sim::bpe_word_merger merger;
   std::string clean;
   hybridcache::sim::utf8_replace_invalid(text, clean);
-  std::vector<hybridcache::sim::token_id> fast, merged;
+  std::vector<hybridcache::token_id> fast, merged;
   hybridcache::sim::byte_level_split(clean, [&](std::string_view piece) {
     fast.clear();
     merged.clear();
@@ -78,7 +78,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   }
   try {
     auto tok = hybridcache::sim::bpe_tokenizer::from_json(rest);
-    std::vector<hybridcache::sim::token_id> ids;
+    std::vector<hybridcache::token_id> ids;
     tok.encode_with_special_tokens(rest, ids);
   } catch (const hybridcache::error&) {
   }

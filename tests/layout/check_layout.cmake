@@ -5,7 +5,8 @@
 # A header may include headers of its own folder and of the layers below it, never above
 # and never a sibling part (prefix, memory, tiered and attention do not know each other:
 # they meet in stores/). A `<part>/cuda/` folder belongs to its part. Nothing under
-# include/ may include the simulation harness (sim/).
+# include/ may include the simulation harness (sim/). The harness's tokenizer
+# (sim/tokenizer/) includes of the harness only its own folder and the JSON reader.
 #
 # The opt-in Redis tier: only headers in a `redis/` folder may include hiredis
 # (<hiredis/...>), and only headers in a `redis/` folder may include one of them, so a
@@ -153,6 +154,15 @@ foreach(h IN LISTS headers)
       list(APPEND violations "${h}: sibling parts '${from}' and '${to}' must not depend on each other (${line})")
     endif()
   endforeach()
+  # The tokenizer is its own target (hybridcache::tokenizer, which hybridcache::sim links):
+  # of the harness it includes only its own folder and the JSON reader.
+  if(h MATCHES "^sim/include/hybridcache/sim/tokenizer/")
+    foreach(line IN LISTS lines)
+      if(line MATCHES "hybridcache/sim/" AND NOT line MATCHES "hybridcache/sim/(tokenizer/|json[.]hpp|json_value[.]hpp)")
+        list(APPEND violations "${h}: the tokenizer includes the harness beyond tokenizer/ and the JSON reader (${line})")
+      endif()
+    endforeach()
+  endif()
 endforeach()
 if(checked LESS 50)
   message(FATAL_ERROR "layout check: only ${checked} headers found under ${SOURCE_DIR}: wrong SOURCE_DIR?")

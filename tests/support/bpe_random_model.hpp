@@ -12,14 +12,14 @@
 #include <string>
 #include <vector>
 
-#include <hybridcache/sim/bpe_merges.hpp>
-#include <hybridcache/sim/utf8_pretokenize.hpp>
+#include <hybridcache/sim/tokenizer/bpe_merges.hpp>
+#include <hybridcache/sim/tokenizer/utf8_pretokenize.hpp>
 
 namespace bpe_test {
 
 using hybridcache::sim::bpe_merge_table;
 using hybridcache::sim::bpe_merge_target;
-using hybridcache::sim::token_id;
+using hybridcache::token_id;
 
 // A BPE model built by hand: byte tokens at ids 1000 + byte, merges ranked in order.
 struct random_model {

@@ -18,7 +18,7 @@
 #include <string>
 #include <vector>
 
-#include <hybridcache/sim/bpe_tokenizer.hpp>
+#include <hybridcache/sim/tokenizer/bpe_tokenizer.hpp>
 
 namespace {
 int hex(char c) { return c <= '9' ? c - '0' : (c | 0x20) - 'a' + 10; }
@@ -44,7 +44,7 @@ int main(int argc, char** argv) {
     std::ifstream in(argv[2]);
     std::string line;
     long total = 0, bad = 0;
-    std::vector<hybridcache::sim::token_id> got, want;
+    std::vector<hybridcache::token_id> got, want;
     double seconds = 0;
     while (std::getline(in, line)) {
       const auto tab = line.find('\t');

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Exactness test of sim/bpe_tokenizer.hpp against the Hugging Face `tokenizers` package.
+"""Exactness test of sim/tokenizer/bpe_tokenizer.hpp against the Hugging Face `tokenizers` package.
 
 1. Finds `tokenizers` (this interpreter, else a venv under --venv, created and filled from
    PyPI when missing). When it cannot be had, exits 77 (ctest: SKIPPED).
@@ -17,7 +17,7 @@
    Split ones, the pre-tokenizer's pieces, which the ids alone would not pin down: a
    boundary the vocabulary has no merge across gives the same ids either way); the
    tokenizer trained on the full byte alphabet must also use the fast encoder
-   (sim/bpe_backtracking.hpp), the one without it exercises the merge fallback.
+   (sim/tokenizer/bpe_backtracking.hpp), the one without it exercises the merge fallback.
 5. When the real ShareGPT trace is present (../shared/data/traces/sharegpt_zh_1k), trains the
    32k tokenizer docs/replay.md uses on it (scripts/train_bpe_tokenizer.py) and compares
    every message of the file, fast encoder required.
@@ -83,7 +83,7 @@ SPECIALS = ["<|im_start|>", "<|im_end|>", "<|endoftext|>"]
 ADDED = ["<tool_call>", "</tool_call>", "<im"]
 
 
-# The pre-tokenizer regexes models ship with (sim/bpe_pretokenizer.hpp recognises exactly these).
+# The pre-tokenizer regexes models ship with (sim/tokenizer/bpe_pretokenizer.hpp recognises exactly these).
 GPT2_REGEX = r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
 LLAMA3_REGEX = r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"""
 QWEN2_REGEX = LLAMA3_REGEX.replace(r"\p{N}{1,3}", r"\p{N}")

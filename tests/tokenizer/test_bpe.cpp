@@ -1,4 +1,4 @@
-// Unit tests of sim/bpe_tokenizer.hpp that need no Python: the UTF-8 replacement rule, the
+// Unit tests of sim/tokenizer/bpe_tokenizer.hpp that need no Python: the UTF-8 replacement rule, the
 // GPT-2 split, a hand-written tokenizer.json, and the rejection of unsupported components.
 // Exactness against the Hugging Face package: hf_exact.py (ctest tokenizer.hf_exact).
 #include <doctest/doctest.h>
@@ -10,11 +10,12 @@
 #include <utility>
 #include <vector>
 
-#include <hybridcache/sim/bpe_tokenizer.hpp>
+#include <hybridcache/sim/tokenizer/bpe_tokenizer.hpp>
 
 #include "../support/bpe_random_model.hpp"
 
 using namespace hybridcache::sim;
+using hybridcache::token_id;  // the tokenizer returns the library's one token_id
 
 namespace {
 // The GPT-2 pattern read off its alternatives one code point at a time, classes by binary

@@ -1,4 +1,4 @@
-// The fast BPE encoder (sim/bpe_backtracking.hpp) against the definition of BPE: random
+// The fast BPE encoder (sim/tokenizer/bpe_backtracking.hpp) against the definition of BPE: random
 // merge lists over a few ASCII and multi-byte characters (so merges overlap, tie, cross
 // character boundaries and make part-character tokens), random texts, and a naive reference
 // that merges the lowest-ranked pair, leftmost first, until none is left. The package-order
@@ -13,9 +13,9 @@
 #include <string_view>
 #include <vector>
 
-#include <hybridcache/sim/bpe_backtracking.hpp>
-#include <hybridcache/sim/bpe_merges.hpp>
-#include <hybridcache/sim/bpe_tokenizer.hpp>
+#include <hybridcache/sim/tokenizer/bpe_backtracking.hpp>
+#include <hybridcache/sim/tokenizer/bpe_merges.hpp>
+#include <hybridcache/sim/tokenizer/bpe_tokenizer.hpp>
 
 #include "../support/bpe_random_model.hpp"
 

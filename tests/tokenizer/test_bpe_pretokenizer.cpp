@@ -1,4 +1,4 @@
-// Unit tests of sim/bpe_pretokenizer.hpp that need no Python: the Llama 3 and Qwen 2 splits
+// Unit tests of sim/tokenizer/bpe_pretokenizer.hpp that need no Python: the Llama 3 and Qwen 2 splits
 // against the regex read naively (alternative by alternative, with its backtracking written
 // out), hand-picked pieces, and the tokenizer.json forms of pre-tokenizers and
 // post-processors that load or are rejected. Exactness against the package (ids and
@@ -11,12 +11,13 @@
 #include <string_view>
 #include <vector>
 
-#include <hybridcache/sim/bpe_tokenizer.hpp>
-#include <hybridcache/sim/unicode_nfc.hpp>
+#include <hybridcache/sim/tokenizer/bpe_tokenizer.hpp>
+#include <hybridcache/sim/tokenizer/unicode_nfc.hpp>
 
 #include "../support/bpe_random_model.hpp"
 
 using namespace hybridcache::sim;
+using hybridcache::token_id;  // the tokenizer returns the library's one token_id
 
 namespace {
 

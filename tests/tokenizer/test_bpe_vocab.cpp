@@ -1,4 +1,4 @@
-// The BPE vocabulary table (sim/bpe_vocab.hpp) against std::unordered_map on random
+// The BPE vocabulary table (sim/tokenizer/bpe_vocab.hpp) against std::unordered_map on random
 // spellings: lengths 0-40 (every tail of the 8-byte hash), bytes including NUL and non-ASCII,
 // repeated spellings re-assigned (the last id wins, first place kept), growth through many
 // doublings, absent spellings, first-insertion order, and find_from with right, wrong and
@@ -11,9 +11,10 @@
 #include <unordered_map>
 #include <vector>
 
-#include <hybridcache/sim/bpe_vocab.hpp>
+#include <hybridcache/sim/tokenizer/bpe_vocab.hpp>
 
 using namespace hybridcache::sim;
+using hybridcache::token_id;  // the tokenizer returns the library's one token_id
 
 TEST_CASE("bpe_vocab equals a std::unordered_map on random spellings") {
   std::mt19937_64 rng(1919);

@@ -11,7 +11,7 @@
 #include <hybridcache/compose/adaptive_scorer.hpp>
 #include <hybridcache/model/model_spec.hpp>
 #include <hybridcache/prefix/flop_aware_scorer.hpp>
-#include <hybridcache/sim/bpe_tokenizer.hpp>
+#include <hybridcache/sim/tokenizer/bpe_tokenizer.hpp>
 #include <hybridcache/sim/metrics.hpp>
 #include <hybridcache/sim/replay.hpp>
 #include <hybridcache/sim/request.hpp>

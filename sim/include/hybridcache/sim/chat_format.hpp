@@ -32,12 +32,12 @@
 
 #include "hybridcache/core/error.hpp"
 #include "hybridcache/core/hash.hpp"
-#include "hybridcache/sim/bpe_tokenizer.hpp"
+#include "hybridcache/sim/tokenizer/bpe_tokenizer.hpp"
 #include "hybridcache/sim/cachepawl_trace.hpp"
 #include "hybridcache/sim/json.hpp"
 #include "hybridcache/sim/line_reader.hpp"
 #include "hybridcache/sim/request.hpp"
-#include "hybridcache/sim/text_tokenizer.hpp"
+#include "hybridcache/sim/tokenizer/text_tokenizer.hpp"
 
 namespace hybridcache::sim {
 

@@ -55,7 +55,7 @@
 #include "hybridcache/sim/chat_format.hpp"
 #include "hybridcache/sim/line_reader.hpp"
 #include "hybridcache/sim/request.hpp"
-#include "hybridcache/sim/text_tokenizer.hpp"
+#include "hybridcache/sim/tokenizer/text_tokenizer.hpp"
 
 namespace hybridcache::sim {
 

@@ -40,11 +40,11 @@
 #include <vector>
 
 #include "hybridcache/core/error.hpp"
-#include "hybridcache/sim/bpe_tokenizer.hpp"
+#include "hybridcache/sim/tokenizer/bpe_tokenizer.hpp"
 #include "hybridcache/sim/json.hpp"
 #include "hybridcache/sim/line_reader.hpp"
 #include "hybridcache/sim/request.hpp"
-#include "hybridcache/sim/text_tokenizer.hpp"
+#include "hybridcache/sim/tokenizer/text_tokenizer.hpp"
 
 namespace hybridcache::sim {
 

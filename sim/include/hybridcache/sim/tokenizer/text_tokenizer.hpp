@@ -1,4 +1,4 @@
-// hybridcache/sim/text_tokenizer.hpp
+// hybridcache/sim/tokenizer/text_tokenizer.hpp
 //
 // A deterministic built-in tokenizer for replaying text traces (ShareGPT) without a model
 // vocabulary, and the word count behind the think-time model.
@@ -34,7 +34,7 @@
 #include <string_view>
 #include <vector>
 
-#include "hybridcache/sim/request.hpp"
+#include "hybridcache/concepts/ids.hpp"
 
 namespace hybridcache::sim {
 

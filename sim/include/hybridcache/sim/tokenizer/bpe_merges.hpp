@@ -1,4 +1,4 @@
-// hybridcache/sim/bpe_merges.hpp
+// hybridcache/sim/tokenizer/bpe_merges.hpp
 //
 // The merge side of the byte-level BPE tokenizer (bpe_tokenizer.hpp): the merge table (a
 // pair of ids -> its rank and the id it makes) and the merge of one pre-token in the
@@ -20,8 +20,8 @@
 #include <string_view>
 #include <vector>
 
+#include "hybridcache/concepts/ids.hpp"
 #include "hybridcache/core/hash.hpp"
-#include "hybridcache/sim/request.hpp"
 
 namespace hybridcache::sim {
 

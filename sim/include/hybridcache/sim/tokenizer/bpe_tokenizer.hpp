@@ -1,4 +1,4 @@
-// hybridcache/sim/bpe_tokenizer.hpp
+// hybridcache/sim/tokenizer/bpe_tokenizer.hpp
 //
 // A byte-level BPE tokenizer read from a Hugging Face `tokenizer.json`, for replaying text
 // traces with a model's real token ids instead of the built-in approximation
@@ -81,17 +81,17 @@
 #include <utility>
 #include <vector>
 
+#include "hybridcache/concepts/ids.hpp"
 #include "hybridcache/core/error.hpp"
 #include "hybridcache/core/hash.hpp"
-#include "hybridcache/sim/bpe_backtracking.hpp"
-#include "hybridcache/sim/bpe_merges.hpp"
-#include "hybridcache/sim/bpe_pretokenizer.hpp"
-#include "hybridcache/sim/bpe_vocab.hpp"
 #include "hybridcache/sim/json.hpp"
 #include "hybridcache/sim/json_value.hpp"
-#include "hybridcache/sim/request.hpp"
-#include "hybridcache/sim/unicode_nfc.hpp"
-#include "hybridcache/sim/utf8_pretokenize.hpp"
+#include "hybridcache/sim/tokenizer/bpe_backtracking.hpp"
+#include "hybridcache/sim/tokenizer/bpe_merges.hpp"
+#include "hybridcache/sim/tokenizer/bpe_pretokenizer.hpp"
+#include "hybridcache/sim/tokenizer/bpe_vocab.hpp"
+#include "hybridcache/sim/tokenizer/unicode_nfc.hpp"
+#include "hybridcache/sim/tokenizer/utf8_pretokenize.hpp"
 
 namespace hybridcache::sim {
 

@@ -1,4 +1,4 @@
-// hybridcache/sim/bpe_char_trie.hpp
+// hybridcache/sim/tokenizer/bpe_char_trie.hpp
 //
 // The tokens the fast BPE encoder (bpe_backtracking.hpp) may choose, in a trie walked one
 // UTF-8 character at a time, so that it can list the tokens starting at a position of the
@@ -29,9 +29,9 @@
 #include <utility>
 #include <vector>
 
+#include "hybridcache/concepts/ids.hpp"
 #include "hybridcache/core/hash.hpp"
-#include "hybridcache/sim/request.hpp"
-#include "hybridcache/sim/utf8_pretokenize.hpp"
+#include "hybridcache/sim/tokenizer/utf8_pretokenize.hpp"
 
 namespace hybridcache::sim {
 

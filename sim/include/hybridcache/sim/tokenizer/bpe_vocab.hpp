@@ -1,4 +1,4 @@
-// hybridcache/sim/bpe_vocab.hpp
+// hybridcache/sim/tokenizer/bpe_vocab.hpp
 //
 // The vocabulary of the byte-level BPE tokenizer (bpe_tokenizer.hpp): token spellings ->
 // ids, read once from a tokenizer.json of tens of thousands of entries and then looked up
@@ -21,8 +21,8 @@
 #include <string_view>
 #include <vector>
 
+#include "hybridcache/concepts/ids.hpp"
 #include "hybridcache/core/hash.hpp"
-#include "hybridcache/sim/request.hpp"
 
 namespace hybridcache::sim {
 

@@ -1,4 +1,4 @@
-// hybridcache/sim/bpe_pretokenizer.hpp
+// hybridcache/sim/tokenizer/bpe_pretokenizer.hpp
 //
 // The components of a byte-level BPE tokenizer.json (bpe_tokenizer.hpp) that sit around
 // the model: whether the text is normalized first (NFC, unicode_nfc.hpp), which regex
@@ -48,10 +48,10 @@
 #include <string_view>
 #include <vector>
 
+#include "hybridcache/concepts/ids.hpp"
 #include "hybridcache/core/error.hpp"
 #include "hybridcache/sim/json_value.hpp"
-#include "hybridcache/sim/request.hpp"
-#include "hybridcache/sim/utf8_pretokenize.hpp"
+#include "hybridcache/sim/tokenizer/utf8_pretokenize.hpp"
 
 namespace hybridcache::sim {
 

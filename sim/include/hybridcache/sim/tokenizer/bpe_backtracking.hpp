@@ -1,4 +1,4 @@
-// hybridcache/sim/bpe_backtracking.hpp
+// hybridcache/sim/tokenizer/bpe_backtracking.hpp
 //
 // A fast encoder for one pre-token that returns exactly what merging in the package's order
 // (bpe_merges.hpp) returns, without replaying the merges: it walks the text left to right,
@@ -70,12 +70,12 @@
 #include <utility>
 #include <vector>
 
+#include "hybridcache/concepts/ids.hpp"
 #include "hybridcache/core/config.hpp"
 #include "hybridcache/core/hash.hpp"
-#include "hybridcache/sim/bpe_char_trie.hpp"
-#include "hybridcache/sim/bpe_merges.hpp"
-#include "hybridcache/sim/request.hpp"
-#include "hybridcache/sim/utf8_pretokenize.hpp"
+#include "hybridcache/sim/tokenizer/bpe_char_trie.hpp"
+#include "hybridcache/sim/tokenizer/bpe_merges.hpp"
+#include "hybridcache/sim/tokenizer/utf8_pretokenize.hpp"
 
 namespace hybridcache::sim {
 

@@ -1,4 +1,4 @@
-// hybridcache/sim/utf8_pretokenize.hpp
+// hybridcache/sim/tokenizer/utf8_pretokenize.hpp
 //
 // The text side of the byte-level BPE tokenizer (bpe_tokenizer.hpp): UTF-8 validation and
 // replacement of invalid bytes with U+FFFD exactly as Python's errors="replace" decodes
@@ -18,7 +18,7 @@
 #include <vector>
 
 #include "hybridcache/core/config.hpp"
-#include "hybridcache/sim/data/unicode_ln.hpp"
+#include "hybridcache/sim/tokenizer/data/unicode_ln.hpp"
 
 namespace hybridcache::sim {
 

@@ -1,4 +1,4 @@
-// hybridcache/sim/unicode_nfc.hpp
+// hybridcache/sim/tokenizer/unicode_nfc.hpp
 //
 // Unicode Normalization Form C (UAX #15) for the byte-level BPE tokenizer's "NFC"
 // normalizer (bpe_tokenizer.hpp; Qwen 2, 2.5 and 3 ship it), with the data the `tokenizers`
@@ -30,8 +30,8 @@
 #include <unordered_map>
 #include <vector>
 
-#include "hybridcache/sim/data/unicode_nfc.hpp"
-#include "hybridcache/sim/utf8_pretokenize.hpp"
+#include "hybridcache/sim/tokenizer/data/unicode_nfc.hpp"
+#include "hybridcache/sim/tokenizer/utf8_pretokenize.hpp"
 
 namespace hybridcache::sim {
 
