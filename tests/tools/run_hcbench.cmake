@@ -125,7 +125,8 @@ elseif(CASE STREQUAL "errors")
   expect_error("does not exist" replay --trace ${WORK}/no-such-file.jsonl --format marconi --capacity 5e8 --policy lru)
   expect_error("unknown trace format" replay --trace ${FIXTURE} --format csv --capacity 5e8)
   expect_error("unknown model preset" replay --trace ${FIXTURE} --model gpt5 --capacity 5e8)
-  expect_error("unknown policy" replay --trace ${FIXTURE} --policy fifo --capacity 5e8)
+  expect_error("unknown policy 'fifo' (known: marconi, sglang+, vllm+, lru, gdsf)" replay --trace ${FIXTURE} --policy fifo --capacity 5e8)
+  expect_error("unknown subcommand 'frobnicate' (known: alloc, compare" frobnicate --trace ${FIXTURE})
   expect_error("capacity" replay --trace ${FIXTURE} --capacity 1MB --policy marconi)  # < one checkpoint
   expect_error("capacity 'lots'" replay --trace ${FIXTURE} --capacity lots)
   # One byte-size grammar (core/byte_size.hpp): a fraction of a byte is an error, not rounded.

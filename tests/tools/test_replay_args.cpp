@@ -167,3 +167,16 @@ TEST_CASE("CSV fields and SVG text are escaped") {
   CHECK(xml_escape("\xff") == "\xEF\xBF\xBD");
   CHECK(xml_escape("tab\there") == "tab\there");
 }
+
+TEST_CASE("trace_label names a trace the way a reader of the table recognises it") {
+  CHECK(hcbench::trace_label("-") == "stdin");
+  CHECK(hcbench::trace_label("data/chat_seed7.jsonl") == "chat_seed7");
+  CHECK(hcbench::trace_label("trajs/") == "trajs");     // a directory given with its slash
+  CHECK(hcbench::trace_label("runs/trajs//") == "trajs");
+  CHECK(hcbench::trace_label("/dev/fd/63") == "/dev/fd/63");  // bash's <(...) has no name of its own
+  CHECK(hcbench::trace_label("/proc/self/fd/5") == "/proc/self/fd/5");
+  CHECK(hcbench::trace_label("/") == "/");
+  CHECK(hcbench::count_of(1, "prefill engine") == "1 prefill engine");
+  CHECK(hcbench::count_of(4, "prefill engine") == "4 prefill engines");
+  CHECK(hcbench::count_of(0, "thread") == "0 threads");
+}

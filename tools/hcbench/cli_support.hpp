@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <ctime>
+#include <filesystem>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -77,6 +78,22 @@ class input_error : public std::runtime_error {
 inline std::vector<std::string>& invocation() {
   static std::vector<std::string> argv;
   return argv;
+}
+
+/// How a trace is named in tables, CSV, JSON and plots: "-" is stdin; a directory keeps its
+/// name whatever trailing slashes it is given with (`trajs/` -> trajs); a stream with no name
+/// of its own (bash's process substitution, /dev/fd/63) keeps its path; a file its stem.
+inline std::string trace_label(std::string path) {
+  if (path == "-") return "stdin";
+  while (path.size() > 1 && path.back() == '/') path.pop_back();
+  if (path.rfind("/dev/fd/", 0) == 0 || path.rfind("/proc/self/fd/", 0) == 0) return path;
+  const std::string stem = std::filesystem::path(path).stem().string();
+  return stem.empty() ? path : stem;
+}
+
+/// "1 prefill engine", "4 prefill engines" (English plurals by -s).
+inline std::string count_of(std::size_t n, std::string_view noun) {
+  return std::to_string(n) + " " + std::string(noun) + (n == 1 ? "" : "s");
 }
 
 /// Progress output is for people: only when stderr is a terminal.

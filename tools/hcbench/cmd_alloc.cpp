@@ -312,7 +312,8 @@ void run_sweep(const std::string& out_dir, unsigned threads, bool reference_quir
   {
     summary += "panel,workload,variant,seeds,oom_mean,completion_mean,completion_reference_mean,evicted_mean,"
            "rebalances_mean,migrated_mib_mean,fragmentation_mean,peak_reserved_bytes\n";
-    appendf(report, "sweep: %zu cells in %.2f s on %u threads -> %s\n\n", cells.size(), seconds, threads, out_dir.c_str());
+    appendf(report, "sweep: %s in %.2f s on %s -> %s\n\n", hcbench::count_of(cells.size(), "cell").c_str(), seconds,
+            hcbench::count_of(threads, "thread").c_str(), out_dir.c_str());
     for (const auto& panel : panels) {
       appendf(report, "%s: mean OOM events over seeds (completion, evictions counted)\n", panel.c_str());
       appendf(report, "| workload |");

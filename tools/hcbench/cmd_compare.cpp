@@ -105,7 +105,7 @@ void run(const compare_cli& o, const CLI::App& sub) {
     for (std::size_t i = 0; i < o.traces.size(); ++i) {
       const std::string& fmt = o.formats.size() == 1 ? o.formats[0] : o.formats[i];
       const std::int64_t block = fmt == "mooncake" && o.block_size > 0 ? o.block_size : 512;
-      std::string label = i < o.labels.size() ? o.labels[i] : std::filesystem::path(o.traces[i]).stem().string();
+      std::string label = i < o.labels.size() ? o.labels[i] : trace_label(o.traces[i]);
       trace_load_options load{block, o.sessions_per_second};
       load.tokenizer = o.tokenizer;
       load.chat_template = o.chat_template;

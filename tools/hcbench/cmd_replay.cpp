@@ -172,7 +172,7 @@ void run(const replay_cli& o, const CLI::App& sub) {
   load.block_size = mooncake_block;
   const auto requests = load_trace(o.trace, o.format, load);
   job.requests = &requests;
-  job.trace = o.trace == "-" ? std::string("stdin") : std::filesystem::path(o.trace).stem().string();
+  job.trace = trace_label(o.trace);
   replay_result r = run_replay(job);
   r.tokenizer = tokenizer_label(o.format, load);
   if (!o.per_request.empty()) {  // request index, input tokens, skipped tokens (replay order)

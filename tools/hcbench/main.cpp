@@ -31,6 +31,14 @@ int main(int argc, char** argv) {
   auto& cmds = hcbench::registry();
   std::sort(cmds.begin(), cmds.end(), [](const auto& a, const auto& b) { return a.name < b.name; });
   for (auto& c : cmds) c.setup(*app.add_subcommand(c.name, c.help));
+  // A first word that names no subcommand: say so (CLI11 would say "A subcommand is required").
+  if (argc > 1 && argv[1][0] != '-' &&
+      std::none_of(cmds.begin(), cmds.end(), [&](const auto& c) { return c.name == argv[1]; })) {
+    std::string known;
+    for (const auto& c : cmds) known += (known.empty() ? "" : ", ") + std::string(c.name);
+    std::fprintf(stderr, "hcbench: unknown subcommand '%s' (known: %s)\n", argv[1], known.c_str());
+    return 1;
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

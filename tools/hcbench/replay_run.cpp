@@ -80,7 +80,9 @@ std::vector<hybridcache::compose::candidate_rule> parse_candidates(const std::st
 void check_policy(const std::string& name) {
   for (const auto& p : policy_names())
     if (p == name) return;
-  throw hybridcache::invalid_argument("unknown policy '" + name + "' (known: marconi, sglang+, vllm+, lru)");
+  std::string known;
+  for (const auto& p : policy_names()) known += (known.empty() ? "" : ", ") + p;
+  throw hybridcache::invalid_argument("unknown policy '" + name + "' (known: " + known + ")");
 }
 
 std::string tokenizer_label(const std::string& format, const trace_load_options& options) {

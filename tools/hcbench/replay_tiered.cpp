@@ -272,9 +272,9 @@ void run_tiered_replay_command(const std::string& trace, const std::string& form
   }
   if (!tokenizer.empty()) std::printf("tokenizer: %s\n", tokenizer.c_str());
   print_tier_links(links);
-  std::printf("policy %s over %s; %zu prefill engines%s; arrivals %s\n", policy.name.c_str(),
+  std::printf("policy %s over %s; %s%s; arrivals %s\n", policy.name.c_str(),
               tier_spec_summary(multi.tiers).c_str(),
-              r.prefill_engines, auto_engines ? " (auto: the fewest that keep a cache-less run under 90 % busy)" : "",
+              count_of(r.prefill_engines, "prefill engine").c_str(), auto_engines ? " (auto: the fewest that keep a cache-less run under 90 % busy)" : "",
               arrivals.c_str());
   std::printf("%-12s %9s %9s %13s %13s %12s %12s %9s %7s %8s\n", "tiers", "requests", "hit rate", "hbm hit tok",
               "host hit tok", "TTFT p50 ms", "TTFT p95 ms", "hidden", "busy", "engines");
