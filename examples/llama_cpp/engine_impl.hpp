@@ -326,6 +326,12 @@ class cached_engine final : public engine {
           std::memcpy(ssm, b + layout.rec[i].r_row, layout.rec[i].s_row);
         },
         state_buf_);
+    return set_sequence(sl, t0);
+  }
+
+  // The rebuilt state in state_buf_ into the slot's sequence; false when llama.cpp does not
+  // take every byte.
+  bool set_sequence(const slot& sl, std::chrono::steady_clock::time_point t0) {
     const std::size_t got = llama_state_seq_set_data_ext(s_.ctx(), reinterpret_cast<const std::uint8_t*>(state_buf_.data()),
                                                          state_buf_.size(), sl.seq, 0);
     ++stats_.restores;
@@ -390,11 +396,7 @@ class cached_engine final : public engine {
           std::memcpy(ssm, hit_.rec.data() + at + layout.rec[i].r_row, layout.rec[i].s_row);
         },
         state_buf_);
-    const std::size_t got = llama_state_seq_set_data_ext(s_.ctx(), reinterpret_cast<const std::uint8_t*>(state_buf_.data()),
-                                                         state_buf_.size(), sl.seq, 0);
-    ++stats_.restores;
-    stats_.restore_ms += detail::ms_since(t0);
-    return got == state_buf_.size();
+    return set_sequence(sl, t0);
   }
 
   // The slot's sequence holds [0, p) with the state after p - 1: into the shared tier.
