@@ -379,8 +379,10 @@ class cached_engine final : public engine {
     sl.out.reused_tokens = b;
     sl.out.shared_loaded_tokens = b - r;
     const auto& layout = s_.layout();
-    std::vector<std::uint64_t> off(layout.kv.size() + 1, 0);
+    // Offsets of each layer's rows within one token's KV row and within the checkpoint value.
+    std::vector<std::uint64_t> off(layout.kv.size() + 1, 0), roff(layout.rec.size(), 0);
     for (std::size_t l = 0; l < layout.kv.size(); ++l) off[l + 1] = off[l] + layout.kv[l].k_row + layout.kv[l].v_row;
+    for (std::size_t i = 1; i < layout.rec.size(); ++i) roff[i] = roff[i - 1] + layout.rec[i - 1].r_row + layout.rec[i - 1].s_row;
     std::vector<std::int32_t> ids(sl.in.prompt.begin(), sl.in.prompt.begin() + b);
     write_full_state(
         layout, layout.streams == 1 ? 0 : static_cast<std::uint32_t>(sl.seq), ids,
@@ -390,10 +392,8 @@ class cached_engine final : public engine {
           std::memcpy(v, row + layout.kv[l].k_row, layout.kv[l].v_row);
         },
         [&](std::size_t i, std::byte* conv, std::byte* ssm) {
-          std::uint64_t at = 0;
-          for (std::size_t j = 0; j < i; ++j) at += layout.rec[j].r_row + layout.rec[j].s_row;
-          std::memcpy(conv, hit_.rec.data() + at, layout.rec[i].r_row);
-          std::memcpy(ssm, hit_.rec.data() + at + layout.rec[i].r_row, layout.rec[i].s_row);
+          std::memcpy(conv, hit_.rec.data() + roff[i], layout.rec[i].r_row);
+          std::memcpy(ssm, hit_.rec.data() + roff[i] + layout.rec[i].r_row, layout.rec[i].s_row);
         },
         state_buf_);
     return set_sequence(sl, t0);

@@ -193,7 +193,7 @@ int replay(replay_options& o) {
     std::printf(
         "{\"requests\": %lld, \"prompt_tokens\": %lld, \"prefilled_tokens\": %lld, \"reused_tokens\": %lld, "
         "\"host_loads\": %lld, \"host_loaded_tokens\": %lld, \"host_corrupt_dropped\": %lld, \"disk_loads\": %lld, \"redis_loads\": %lld, "
-        "\"shared_loaded_tokens\": %lld, \"shared_stores\": %lld, \"shared_store_failures\": %lld, \"shared_dropped\": %lld, "
+        "\"shared_lookups\": %lld, \"shared_loaded_tokens\": %lld, \"shared_stores\": %lld, \"shared_store_failures\": %lld, \"shared_dropped\": %lld, "
         "\"shared_lookup_ms\": %.3f, \"shared_store_ms\": %.3f, "
         "\"evictions\": %lld, \"uncached\": %lld, "
         "\"failed\": %lld, \"verified\": %lld, \"outputs_identical\": %lld, \"ttft_p50_ms\": %.3f, \"wall_s\": %.3f, "
@@ -202,7 +202,7 @@ int replay(replay_options& o) {
         static_cast<long long>(st.requests), static_cast<long long>(st.prompt_tokens), static_cast<long long>(st.prefilled_tokens),
         static_cast<long long>(st.reused_tokens), static_cast<long long>(st.host_loads), static_cast<long long>(st.host_loaded_tokens),
         static_cast<long long>(st.host_corrupt_dropped), static_cast<long long>(st.shared_kind == "disk" ? st.shared.loads : 0),
-        static_cast<long long>(st.shared_kind == "redis" ? st.shared.loads : 0), static_cast<long long>(st.shared_loaded_tokens),
+        static_cast<long long>(st.shared_kind == "redis" ? st.shared.loads : 0), static_cast<long long>(st.shared.lookups), static_cast<long long>(st.shared_loaded_tokens),
         static_cast<long long>(st.shared.stores), static_cast<long long>(st.shared.store_failures), static_cast<long long>(st.shared.dropped),
         st.shared.lookup_ms, st.shared.store_ms, static_cast<long long>(st.evictions), static_cast<long long>(st.uncached), static_cast<long long>(failed),
         static_cast<long long>(verified), static_cast<long long>(identical), p50, wall, static_cast<long long>(peak_rss_bytes()),

@@ -56,7 +56,6 @@ namespace hybridcache_llama {
 struct shared_tier_counters {
   std::int64_t lookups = 0;          ///< admissions that asked the tier
   std::int64_t loads = 0;            ///< hits loaded into a sequence
-  std::int64_t hit_tokens = 0;       ///< prefix tokens those hits cover (from token 0)
   std::int64_t stores = 0;           ///< prefixes handed to the backend
   std::int64_t store_failures = 0;   ///< stores the backend refused or failed (busy, no space, too large, unavailable)
   std::int64_t dropped = 0;          ///< values found but not usable (corrupt, unavailable, wrong size): recomputed
@@ -129,10 +128,7 @@ class backend_shared_tier final : public shared_tier {
           if (found_[i] != 0 && load(keys_[i], positions_[i], hit)) hit.tokens = positions_[i];
       }
     }
-    if (hit.tokens > 0) {
-      ++counters_.loads;
-      counters_.hit_tokens += hit.tokens;
-    }
+    if (hit.tokens > 0) ++counters_.loads;
     counters_.lookup_ms += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   }
 

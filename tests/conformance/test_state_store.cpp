@@ -413,22 +413,9 @@ static_assert(!side_placing_store<stores::counting_store>, "one side: the byte c
 
 namespace {
 
-// A complete model, then copies that each break one requirement.
-struct full_store {
-  struct kv_extent {};
-  struct checkpoint_handle {};
-  expected<kv_extent> allocate_kv(std::int64_t) noexcept { return kv_extent{}; }
-  void free_kv(kv_extent&&) noexcept {}
-  expected<kv_extent> split_kv(kv_extent&, std::int64_t) noexcept { return kv_extent{}; }
-  expected<void> join_kv(kv_extent&, kv_extent&&) noexcept { return {}; }
-  expected<checkpoint_handle> allocate_checkpoint() noexcept { return checkpoint_handle{}; }
-  void free_checkpoint(checkpoint_handle&&) noexcept {}
-  std::int64_t kv_bytes(std::int64_t) const noexcept { return 0; }
-  std::int64_t checkpoint_bytes() const noexcept { return 0; }
-  std::int64_t used_bytes() const noexcept { return 0; }
-  std::int64_t capacity_bytes() const noexcept { return 1; }
-  static bool holds(const checkpoint_handle&) noexcept { return true; }
-};
+// A complete model (the concept's archetype), then copies that each break one requirement:
+// those that shadow one member derive from it, those that lack one spell the rest out.
+struct full_store : state_store_archetype {};
 
 struct no_used_bytes {
   struct kv_extent {};
