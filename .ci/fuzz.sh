@@ -30,14 +30,22 @@ for t in "${targets[@]}"; do
   reg="tests/fuzz/regressions/$t"
   if [ -d "$reg" ] && [ -n "$(ls -A "$reg")" ]; then
     "$bin" -runs=0 "$reg"/* >/dev/null 2>"$BUILD/$t.regressions.log" || {
-      echo "fuzz: $t: a regression input fails again:"; tail -30 "$BUILD/$t.regressions.log"; status=1; }
+      echo "fuzz: $t: a regression input fails again:"; grep -m1 -A40 -E '^==[0-9]+==ERROR|runtime error|deadly signal' "$BUILD/$t.regressions.log" || tail -30 "$BUILD/$t.regressions.log"; status=1; }
   fi
   work="$BUILD/corpus/$t"
   rm -rf "$work" && mkdir -p "$work" "$BUILD/findings/$t"
   cp tests/fuzz/corpus/"$t"/* "$work"/
   if ! "$bin" -max_total_time="$SECONDS_PER_TARGET" -rss_limit_mb=2048 -timeout=10 -max_len=65536 \
        -print_final_stats=1 -artifact_prefix="$BUILD/findings/$t/" "$work" >"$BUILD/$t.log" 2>&1; then
-    echo "fuzz: $t: FINDING (input in $BUILD/findings/$t/):"; tail -40 "$BUILD/$t.log"; status=1
+    # The report's head (what and where: the stack frames) and the fuzzer's last lines.
+    echo "fuzz: $t: FINDING (input in $BUILD/findings/$t/):"
+    grep -m1 -A40 -E '^==[0-9]+==ERROR|^SUMMARY|runtime error|deadly signal' "$BUILD/$t.log" | grep -v -E '^  0x|Shadow|^ *(Addressable|Partially|Heap|Freed|Stack|Global|Poisoned|Container|Array|Intra|ASan|Left|Right)' || true
+    echo "..."; tail -8 "$BUILD/$t.log"
+    # The input itself (escaped, first 2 KB), so a finding on a CI machine can be committed.
+    for f in "$BUILD/findings/$t"/*; do
+      [ -f "$f" ] && python3 -c 'import sys; d=open(sys.argv[1],"rb").read(); print(len(d), "bytes:", repr(d[:2048]))' "$f"
+    done
+    status=1
   else
     echo "fuzz: $t: $(grep -m1 'stat::number_of_executed_units' "$BUILD/$t.log" | awk '{print $2}') runs, no finding"
   fi

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include <hybridcache/sim/chat_format.hpp>
 #include <hybridcache/sim/json.hpp>
 #include <hybridcache/sim/json_value.hpp>
 #include <hybridcache/sim/line_reader.hpp>
@@ -357,4 +358,38 @@ TEST_CASE("json: the plain-member and plain-string fast paths read what the gene
     errors += general.find("error") != std::string::npos ? 1 : 0;
   }
   CHECK(errors > 100);  // malformed documents were generated
+}
+
+TEST_CASE("json: skip_value names an escaped key in its errors after nested keys reuse the key buffer") {
+  // The key "k1" is unescaped into the cursor's key buffer; the value skipped under it holds
+  // a longer escaped key that reallocates that buffer, and then a syntax error. The error
+  // must still name "k1" (it read freed memory: a fuzz finding in the swe-agent reader).
+  const std::string long_key = "\\u0061" + std::string(200, 'b');
+  // A short name (in the string's own buffer) and a long one (on the heap: freed by the
+  // reallocation, which ASan reports).
+  for (const std::string& suffix : {std::string(), std::string(40, 'z')})
+    for (const std::string& tail : {std::string("x]"), std::string("1 2]")}) {
+      const std::string doc = R"({"k\u0031)" + suffix + R"(": [{")" + long_key + R"(": 1}, )" + tail + "}";
+      json_cursor c(doc);
+      c.begin_object("");
+      std::string_view key;
+      REQUIRE(c.next_member(key));
+      CHECK(key == "k1" + suffix);
+      try {
+        c.skip_value(key);
+        FAIL("expected a format_error");
+      } catch (const format_error& e) {
+        CHECK(e.field() == "k1" + suffix);
+      }
+    }
+  // The same through a reader: a swe-agent document whose skipped top-level key is escaped.
+  const std::string traj = R"({"inf\u006f": [{")" + long_key + R"(": 1}, x], "history": []})";
+  chat_conversation conv;
+  std::string field;
+  try {
+    parse_swe_agent_traj(traj, conv);
+  } catch (const format_error& e) {
+    field = e.field();
+  }
+  CHECK(field == "info");
 }

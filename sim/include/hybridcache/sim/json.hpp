@@ -28,6 +28,7 @@
 #include <cstdint>
 #include <cstring>
 #include <cstdio>
+#include <functional>
 #include <initializer_list>
 #include <limits>
 #include <string>
@@ -283,23 +284,16 @@ class json_cursor {
     }
   }
 
-  /// Skips one value of any kind, checking its syntax.
+  /// Skips one value of any kind, checking its syntax. `field` (named in errors) may be a
+  /// key `next_member` unescaped into the cursor's buffers: the nested keys and strings
+  /// skipped here reuse those buffers, so such a name is copied first (only escaped keys
+  /// are; a plain key is a view of the document).
   void skip_value(std::string_view field) {
-    switch (peek(field)) {
-      case json_kind::object: {
-        begin_object(field);
-        std::string_view key;
-        while (next_member(key)) skip_value(key);
-        return;
-      }
-      case json_kind::array:
-        begin_array(field);
-        while (next_element(field)) skip_value(field);
-        return;
-      case json_kind::string: (void)read_string(field); return;
-      case json_kind::boolean: (void)read_bool(field); return;
-      case json_kind::null: read_null(field); return;
-      case json_kind::number: (void)scan_number(field); return;
+    if (in_scratch(field)) {
+      const std::string stable(field);
+      skip_value_named(stable);
+    } else {
+      skip_value_named(field);
     }
   }
 
@@ -576,6 +570,33 @@ class json_cursor {
       out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
       out += static_cast<char>(0x80 | (cp & 0x3F));
     }
+  }
+
+  // skip_value with a name that no nested read can overwrite.
+  void skip_value_named(std::string_view field) {
+    switch (peek(field)) {
+      case json_kind::object: {
+        begin_object(field);
+        std::string_view key;
+        while (next_member(key)) skip_value(key);
+        return;
+      }
+      case json_kind::array:
+        begin_array(field);
+        while (next_element(field)) skip_value(field);
+        return;
+      case json_kind::string: (void)read_string(field); return;
+      case json_kind::boolean: (void)read_bool(field); return;
+      case json_kind::null: read_null(field); return;
+      case json_kind::number: (void)scan_number(field); return;
+    }
+  }
+
+  [[nodiscard]] bool in_scratch(std::string_view s) const noexcept {
+    const auto inside = [&](const std::string& b) {
+      return !s.empty() && std::less_equal<>{}(b.data(), s.data()) && std::less<>{}(s.data(), b.data() + b.capacity() + 1);
+    };
+    return inside(key_scratch_) || inside(string_scratch_);
   }
 
   // At the opening quote. Returns a view of the text itself when there is no escape.
