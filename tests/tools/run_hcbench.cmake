@@ -200,6 +200,29 @@ elseif(CASE STREQUAL "tiered")
   if(NOT agrees STREQUAL "ON" OR gets LESS 1 OR NOT real_host EQUAL modelled_host)
     message(FATAL_ERROR "replay --real-bytes: agrees ${agrees}, ${gets} disk reads, host hits ${real_host} vs ${modelled_host}:\n${out}")
   endif()
+  # A tier spec that fails leaves nothing behind (#34): the disk probe creates the tier's
+  # directory (and its missing parent) before a later step fails; that step may be the redis
+  # tier's probe, the policy (a vllm+ block the tiered replay has not compiled) or, under
+  # --real-bytes, the backend of a second disk tier after the first made its files.
+  set(fresh_parent "${WORK}/fresh_parent")
+  file(REMOVE_RECURSE "${fresh_parent}")
+  expect_error("tier 3 (redis@127.0.0.1:1): cannot measure the server (give :gbps= and :lat_us= to skip the probe): redis probe of"
+               replay --trace ${FIXTURE} --tiers hbm=1GiB,host=2GiB,disk@${fresh_parent}/disk=4GiB,redis@127.0.0.1:1=1GiB)
+  if(EXISTS "${fresh_parent}")
+    message(FATAL_ERROR "a failed --tiers run (unreachable redis) left the disk tier's directory ${fresh_parent}/disk")
+  endif()
+  expect_error("vllm+ with --tiers: a checkpoint block of 64 ids is not compiled in"
+               replay --trace ${FIXTURE} --policy vllm+ --block-size 64 --tiers hbm=2GiB,host=2GiB,disk@${fresh_parent}/disk=4GiB)
+  if(EXISTS "${fresh_parent}")
+    message(FATAL_ERROR "a failed --tiers run (vllm+ block) left the disk tier's directory ${fresh_parent}/disk")
+  endif()
+  expect_error("--real-bytes: tier 3 (disk@${FIXTURE}/x): disk_backend: cannot create directory"
+               replay --trace ${WORK}/chat_head25.jsonl --format marconi --model marconi_7b --real-bytes
+               --tiers hbm=300MB,host=200MB,disk@${fresh_parent}/disk=2GB:gbps=2:lat_us=50,disk@${FIXTURE}/x=4GB:gbps=1:lat_us=100)
+  if(EXISTS "${fresh_parent}")
+    file(GLOB_RECURSE left LIST_DIRECTORIES true "${fresh_parent}/*")
+    message(FATAL_ERROR "a failed --real-bytes run left ${fresh_parent}: ${left}")
+  endif()
   expect_error("comes after a slower disk tier" replay --trace ${FIXTURE} --tiers hbm=2GiB,disk@${disk_dir}=1GiB,host=1GiB)
   expect_error("needs its directory" replay --trace ${FIXTURE} --tiers hbm=2GiB,disk=1GiB)
   file(REMOVE_RECURSE "${disk_dir}")

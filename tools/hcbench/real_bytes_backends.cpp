@@ -14,6 +14,8 @@
 #include <hybridcache/tiered/redis/redis_backend.hpp>
 #endif
 
+#include "cli_support.hpp"
+
 namespace hcbench {
 
 namespace hc = hybridcache;
@@ -26,6 +28,20 @@ struct real_bytes_backends::impl {
 #endif
   std::vector<std::string> dirs;
   std::vector<hc::tiered::storage_tier_io> io;
+
+  // Closes the backends, then removes their directories (each DIR/hcbench-real-PID is ours).
+  // Also when the constructor fails part way (a later tier's backend): the ones made go.
+  ~impl() {
+    io.clear();
+    disks.clear();
+#if HCBENCH_HAS_REDIS
+    redis.clear();
+#endif
+    for (const auto& d : dirs) {
+      std::error_code ec;
+      std::filesystem::remove_all(d, ec);
+    }
+  }
 };
 
 real_bytes_backends::real_bytes_backends(const std::vector<tr::tier_config>& tiers) : impl_(std::make_unique<impl>()) {
@@ -48,12 +64,12 @@ real_bytes_backends::real_bytes_backends(const std::vector<tr::tier_config>& tie
                             t.location + ")";
     if (t.kind == tr::tier_kind::disk) {
       const std::string dir = (std::filesystem::path(t.location) / tag).string();
+      impl_->dirs.push_back(dir);  // before the backend: one that fails may have made it
       try {
         impl_->disks.push_back(std::make_unique<tr::disk_backend<>>(tr::disk_backend_config{.directory = dir, .capacity_bytes = cap}));
       } catch (const std::exception& e) {
-        throw hc::error(who + ": " + e.what());
+        throw hc::error(who + ": " + strip_library_prefix(e.what()));
       }
-      impl_->dirs.push_back(dir);
       impl_->io.push_back(hc::tiered::storage_io_of(*impl_->disks.back()));
       continue;
     }
@@ -66,7 +82,7 @@ real_bytes_backends::real_bytes_backends(const std::vector<tr::tier_config>& tie
     try {
       impl_->redis.push_back(std::make_unique<tr::redis_backend<>>(c));
     } catch (const std::exception& e) {
-      throw hc::error(who + ": " + e.what());
+      throw hc::error(who + ": " + strip_library_prefix(e.what()));
     }
     impl_->io.push_back(hc::tiered::storage_io_of(*impl_->redis.back()));
 #else
@@ -75,14 +91,7 @@ real_bytes_backends::real_bytes_backends(const std::vector<tr::tier_config>& tie
   }
 }
 
-real_bytes_backends::~real_bytes_backends() {
-  const auto dirs = impl_->dirs;
-  impl_.reset();  // close the backends first
-  for (const auto& d : dirs) {
-    std::error_code ec;
-    std::filesystem::remove_all(d, ec);
-  }
-}
+real_bytes_backends::~real_bytes_backends() = default;
 
 std::vector<hc::tiered::storage_tier_io> real_bytes_backends::io() const { return impl_->io; }
 

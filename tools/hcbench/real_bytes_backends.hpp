@@ -2,7 +2,8 @@
 //
 // The storage backends of `hcbench replay --tiers ... --real-bytes`: one per disk or redis
 // tier, in tier order, for sim/tiered_replay_real_bytes.hpp. A disk tier's values go under
-// DIR/hcbench-real-PID (removed when the object dies); a redis tier's under the key prefix
+// DIR/hcbench-real-PID (removed when the object dies, or by a constructor that fails after
+// making some; DIR itself is the caller's: tier_directories.hpp); a redis tier's under the key prefix
 // `hcbench-real-PID:` (its values stay until the server evicts them or is flushed). Each
 // backend may hold twice its tier's capacity, so that values of copies the store has
 // dropped (the engine is not told of drops) do not push out live ones.

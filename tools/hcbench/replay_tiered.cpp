@@ -25,6 +25,7 @@
 #include "cli_support.hpp"
 #include "replay_report.hpp"
 #include "real_bytes_backends.hpp"
+#include "tier_directories.hpp"
 #include "tier_links.hpp"
 #include "tiered_flags.hpp"
 
@@ -169,6 +170,9 @@ void run_tiered_replay_command(const std::string& trace, const std::string& form
   const auto requests = read_requests(trace, format, with_block);
   if (requests.empty()) throw hc::invalid_argument("replay: the trace holds no requests");
   const chosen_prefill_time prefill(model, t.prefill_time == "flops");
+  // From here on a disk tier's directory may be created (the probe, --real-bytes); if the run
+  // then fails, the directories it created go again (#34: bad input changes nothing).
+  const new_directories_guard new_directories(multi.tiers);
   // Disk and redis tiers without :gbps= / :lat_us= are measured now (a failed probe is an error).
   const std::vector<tier_link_row> links = measure_tier_links(multi.tiers, multi.link_gbps.has_value());
   // Both runs on the same engines: the single-tier baseline's load decides the default.

@@ -31,7 +31,7 @@ std::vector<tier_link_row> measure_tier_links(std::vector<tr::tier_config>& tier
       try {
         p = hc::sim::probe_disk(t.location);
       } catch (const std::exception& e) {
-        throw hc::error(who + ": cannot measure the disk (give :gbps= and :lat_us= to skip the probe): " + e.what());
+        throw hc::error(who + ": cannot measure the disk (give :gbps= and :lat_us= to skip the probe): " + strip_library_prefix(e.what()));
       }
       if (!t.link_gbps_given) t.link_gbps = std::min(p.read_gbps, p.write_gbps);
       if (!t.latency_given) t.latency_us = p.latency_us;
@@ -45,7 +45,7 @@ std::vector<tier_link_row> measure_tier_links(std::vector<tr::tier_config>& tier
       try {
         p = tr::probe_redis(t.location);
       } catch (const std::exception& e) {
-        throw hc::error(who + ": cannot measure the server (give :gbps= and :lat_us= to skip the probe): " + e.what());
+        throw hc::error(who + ": cannot measure the server (give :gbps= and :lat_us= to skip the probe): " + strip_library_prefix(e.what()));
       }
       if (!t.link_gbps_given) t.link_gbps = std::min(p.set_gbps, p.get_gbps);
       if (!t.latency_given) t.latency_us = p.round_trip_us;
