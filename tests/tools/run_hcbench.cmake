@@ -345,6 +345,65 @@ elseif(CASE STREQUAL "robustness")
   expect_error("--alpha does not apply to --policy lru (marconi only)" replay --trace ${FIXTURE} --capacity 5e8 --policy lru --alpha 1)
   expect_error("--capacity does not apply with --tiers" replay --trace ${FIXTURE} --capacity 5e8 --tiers hbm=2GiB,host=8GiB)
   expect_error("--sessions-per-second does not apply to --format marconi" replay --trace ${FIXTURE} --capacity 5e8 --sessions-per-second 2)
+  # --block-size is a mooncake trace's engine block size or vllm+'s checkpoint block (#34): it
+  # was accepted and ignored elsewhere, with and without --tiers, and 0 or less meant "default".
+  expect_error("--block-size does not apply to --policy sglang+ on --format marconi (it is a mooncake trace's engine block size, or vllm+'s checkpoint block)"
+               replay --trace ${FIXTURE} --capacity 5e8 --policy sglang+ --block-size 16)
+  expect_error("--block-size does not apply to --policy marconi on --format marconi"
+               replay --trace ${FIXTURE} --tiers hbm=2GiB,host=8GiB --block-size 16)
+  expect_error("--block-size: expected a positive number of tokens, got 0"
+               replay --trace ${FIXTURE} --capacity 5e8 --policy vllm+ --block-size 0)
+  expect_error("--block-size: expected a positive number of tokens, got -5"
+               replay --trace ${FIXTURE} --tiers hbm=2GiB,host=8GiB --policy vllm+ --block-size -5)
+  expect_error("--block-size does not apply without vllm+ in --policies or a mooncake --trace"
+               compare --policies sglang+,lru --capacities 5e8 --block-size 16)
+  expect_error("--block-size does not apply without vllm+ in --policies or a mooncake --trace"
+               compare --trace ${FIXTURE} --format marconi --policies marconi --capacities 5e8 --block-size 16)
+  expect_error("--block-size: expected a positive number of tokens, got 0"
+               compare --policies vllm+ --capacities 5e8 --block-size 0)
+  # compare's trace options apply to the formats that have them, as in replay.
+  expect_error("--sessions-per-second does not apply to the embedded synth-v1 workloads (sharegpt, openai, swe-agent, tau-bench)"
+               compare --policies sglang+ --capacities 5e8 --sessions-per-second 3)
+  expect_error("--sessions-per-second does not apply to --format marconi (sharegpt, openai"
+               compare --trace ${FIXTURE} --format marconi --policies sglang+ --capacities 5e8 --sessions-per-second 3)
+  expect_error("--max-turns does not apply to --format marconi (openai, swe-agent, tau-bench)"
+               compare --trace ${FIXTURE} --format marconi --policies sglang+ --capacities 5e8 --max-turns 3)
+  expect_error("--tokenizer does not apply to the embedded synth-v1 workloads"
+               compare --policies sglang+ --capacities 5e8 --tokenizer ${W}/tokenizer.json)
+  # Where it applies it runs: vllm+ on a marconi trace, sglang+ on a mooncake trace (engine
+  # blocks of 16 tokens); and compare replays vllm+ on a mooncake trace as replay does (its
+  # checkpoint block stays 32 tokens: compare used the engine block, 756 checkpoints for 388).
+  run_hcbench(out err rc replay --trace ${FIXTURE} --capacity 5e8 --policy vllm+ --block-size 16 --json)
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "replay --policy vllm+ --block-size 16 failed (${rc}): ${err}")
+  endif()
+  set(mc_lines "")
+  foreach(i RANGE 19)
+    math(EXPR ts "${i} * 1000")
+    math(EXPR own "100 + ${i}")
+    string(APPEND mc_lines "{\"timestamp\": ${ts}, \"input_length\": 2000, \"output_length\": 50, \"hash_ids\": [1, 2, 3, ${own}]}\n")
+  endforeach()
+  file(WRITE ${W}/mc_shared.jsonl "${mc_lines}")
+  run_hcbench(out err rc replay --trace ${W}/mc_shared.jsonl --format mooncake --capacity 5e9 --policy sglang+ --block-size 16 --json)
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "replay --format mooncake --policy sglang+ --block-size 16 failed (${rc}): ${err}")
+  endif()
+  run_hcbench(out err rc replay --trace ${W}/mc_shared.jsonl --format mooncake --capacity 5e9 --policy vllm+ --block-size 16 --json)
+  string(JSON replay_ckpts ERROR_VARIABLE jerr GET "${out}" checkpoints_admitted)
+  file(REMOVE_RECURSE ${W}/cmp_mc)
+  run_hcbench(out err rc2 compare --trace ${W}/mc_shared.jsonl --format mooncake --capacities 5e9 --policies vllm+
+              --block-size 16 --threads 1 --out ${W}/cmp_mc)
+  file(STRINGS ${W}/cmp_mc/results.csv rows)
+  list(GET rows 0 header)
+  list(GET rows 1 row)
+  string(REPLACE "," ";" header "${header}")
+  string(REPLACE "," ";" row "${row}")
+  list(FIND header checkpoints_admitted col)
+  list(GET row ${col} compare_ckpts)
+  if(NOT rc EQUAL 0 OR NOT rc2 EQUAL 0 OR NOT replay_ckpts EQUAL compare_ckpts)
+    message(FATAL_ERROR "mooncake vllm+ --block-size 16: replay admitted ${replay_ckpts} checkpoints (rc ${rc}), "
+                        "compare ${compare_ckpts} (rc ${rc2}): ${err}")
+  endif()
   expect_error("--out does not apply without --sweep" alloc --out ${W}/sweep)
   expect_error("--workload does not apply with --sweep" alloc --sweep --workload mixed_long)
   expect_error("--alpha does not apply without marconi in --policies" compare --policies lru --alpha 1 --capacities 5e8)

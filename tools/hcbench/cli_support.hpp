@@ -99,13 +99,16 @@ inline std::string count_of(std::size_t n, std::string_view noun) {
 /// Progress output is for people: only when stderr is a terminal.
 inline bool progress_enabled() { return ::isatty(STDERR_FILENO) != 0; }
 
+/// Whether the option `name` of `sub` was given on the command line.
+inline bool given(const CLI::App& sub, const std::string& name) {
+  const CLI::Option* opt = sub.get_option_no_throw(name);
+  return opt != nullptr && opt->count() > 0;
+}
+
 /// Throws `invalid_argument("OPTION does not apply WHY")` when `opt` was given on the
 /// command line and the mode it belongs to is off.
 inline void reject_unless(bool applies, const CLI::App& sub, const std::string& name, const std::string& why) {
-  if (applies) return;
-  const CLI::Option* opt = sub.get_option_no_throw(name);
-  if (opt != nullptr && opt->count() > 0)
-    throw hybridcache::invalid_argument(name + " does not apply " + why);
+  if (!applies && given(sub, name)) throw hybridcache::invalid_argument(name + " does not apply " + why);
 }
 
 /// Checks that a parsed double is finite and in [lo, hi]; names the option otherwise.

@@ -25,6 +25,7 @@
 
 #include <hybridcache/core/error.hpp>
 #include <hybridcache/model/presets.hpp>
+#include <hybridcache/sim/trace.hpp>
 
 #include "atomic_file.hpp"
 #include "cli_support.hpp"
@@ -63,6 +64,7 @@ struct loaded_trace {
   std::string label;
   hybridcache::sim::replay_trace requests;
   std::string tokenizer{};
+  bool mooncake = false;  // --block-size is its engine block size, not vllm+'s checkpoint block
 };
 
 void run(const compare_cli& o, const CLI::App& sub) {
@@ -78,7 +80,29 @@ void run(const compare_cli& o, const CLI::App& sub) {
   apply_selector_options(o.selector, sub, has_marconi && !alpha, false, selector_job,
                          has_marconi ? "with a fixed --alpha" : "without marconi in --policies");
   const bool reference_ties = parse_lru_ties(o.lru_ties);
-  if (o.block_size < 0) throw hybridcache::invalid_argument("--block-size must be > 0");
+  // The trace options apply to the formats that have them, as in replay: --block-size to a
+  // mooncake trace (its engine block size) or to vllm+ (its checkpoint block), the text and
+  // chat options to those formats. With a format this does not know, load_trace says so.
+  namespace sim = hybridcache::sim;
+  bool known = o.traces.empty() || !o.formats.empty(), mooncake = false, text = false, chat = false;
+  std::string formats;
+  for (const auto& name : o.formats) {
+    const std::optional<sim::trace_format> f = sim::find_trace_format(name);
+    known = known && f.has_value();
+    mooncake = mooncake || (f && *f == sim::trace_format::mooncake);
+    text = text || (f && sim::is_text_format(*f));
+    chat = chat || (f && sim::is_chat_format(*f));
+    formats += (formats.empty() ? "" : ",") + name;
+  }
+  const std::string to_these = o.traces.empty() ? "to the embedded synth-v1 workloads" : "to --format " + formats;
+  const bool has_vllm = std::find(policies.begin(), policies.end(), "vllm+") != policies.end();
+  reject_unless(!known || mooncake || has_vllm, sub, "--block-size",
+                std::string("without vllm+ in --policies or a mooncake --trace (") + block_size_meaning + ")");
+  if (given(sub, "--block-size")) check_block_size(o.block_size);
+  for (const char* name : {"--sessions-per-second", "--tokenizer"})
+    reject_unless(!known || text, sub, name, to_these + " (" + sim::trace_format_list(sim::is_text_format) + ")");
+  for (const char* name : {"--chat-template", "--tool-time-mean", "--collapse-observations", "--max-turns"})
+    reject_unless(!known || chat, sub, name, to_these + " (" + sim::trace_format_list(sim::is_chat_format) + ")");
   if (o.threads < 0) throw hybridcache::invalid_argument("--threads must be >= 0");
   if (o.concurrency < 1 || o.concurrency > 1'000'000)
     throw hybridcache::invalid_argument("--concurrency: expected 1..1000000, got " + std::to_string(o.concurrency));
@@ -112,7 +136,7 @@ void run(const compare_cli& o, const CLI::App& sub) {
       load.tool_time_mean_s = o.tool_time_mean_s;
       load.collapse_observations = o.collapse_observations;
       load.max_turns = o.max_turns;
-      traces.push_back({label, load_trace(o.traces[i], fmt, load), tokenizer_label(fmt, load)});
+      traces.push_back({label, load_trace(o.traces[i], fmt, load), tokenizer_label(fmt, load), fmt == "mooncake"});
     }
     default_caps = "1e9,2e9,5e9,1e10";
   }
@@ -141,7 +165,7 @@ void run(const compare_cli& o, const CLI::App& sub) {
         j.concurrency = o.concurrency;
         j.reference_lru_ties = reference_ties;
         j.tuning_threads = 1;  // the jobs already run in parallel
-        if (o.block_size > 0) j.vllm_block = o.block_size;
+        if (o.block_size > 0 && !t.mooncake) j.vllm_block = o.block_size;  // as replay: 32 tokens on mooncake
         jobs.push_back(std::move(j));
       }
 

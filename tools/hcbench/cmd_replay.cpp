@@ -82,11 +82,17 @@ void run(const replay_cli& o, const CLI::App& sub) {
   for (const char* name : single_only) reject_unless(!tiered, sub, name, "with --tiers (the multi-tier replay)");
   namespace sim = hybridcache::sim;
   const std::optional<sim::trace_format> format = sim::find_trace_format(o.format);  // unknown: load_trace says so
-  const bool chat = format && sim::is_chat_format(*format);
-  reject_unless(format && sim::is_text_format(*format), sub, "--sessions-per-second",
+  const bool chat = !format || sim::is_chat_format(*format);  // an unknown format: load_trace names it
+  reject_unless(!format || sim::is_text_format(*format), sub, "--sessions-per-second",
                 "to --format " + o.format + " (" + sim::trace_format_list(sim::is_text_format) + ")");
   for (const char* name : {"--chat-template", "--tool-time-mean", "--collapse-observations", "--max-turns"})
     reject_unless(chat, sub, name, "to --format " + o.format + " (" + sim::trace_format_list(sim::is_chat_format) + ")");
+  // --block-size is read twice: as a mooncake trace's engine block size (every policy) and,
+  // on the other formats, as vllm+'s checkpoint block. Anywhere else it would be ignored.
+  check_policy(o.policy);
+  reject_unless(!format || *format == sim::trace_format::mooncake || o.policy == "vllm+", sub, "--block-size",
+                "to --policy " + o.policy + " on --format " + o.format + " (" + block_size_meaning + ")");
+  if (given(sub, "--block-size")) check_block_size(o.block_size);
   trace_load_options load{0, o.sessions_per_second};
   load.tokenizer = o.tokenizer;
   load.chat_template = o.chat_template;
@@ -129,12 +135,10 @@ void run(const replay_cli& o, const CLI::App& sub) {
   reject_unless(o.policy == "marconi", sub, "--alpha", "to --policy " + o.policy + " (marconi only)");
   hcbench::replay_job job;
   job.model = hybridcache::presets::preset(o.model);  // throws naming an unknown preset
-  check_policy(o.policy);
   job.policy = o.policy;
   job.capacity_bytes = parse_capacity(o.capacity);
   job.alpha = parse_alpha(o.alpha);
   apply_selector_options(o.selector, sub, o.policy == "marconi" && !job.alpha, o.reference_quirks, job);
-  if (o.block_size < 0) throw hybridcache::invalid_argument("--block-size must be > 0");
   if (o.concurrency < 1 || o.concurrency > 1'000'000)
     throw hybridcache::invalid_argument("--concurrency: expected 1..1000000, got " + std::to_string(o.concurrency));
   const std::int64_t mooncake_block = o.format == "mooncake" && o.block_size > 0 ? o.block_size : 512;

@@ -65,6 +65,17 @@ inline std::string_view trim(std::string_view s) {
   throw hybridcache::invalid_argument("--lru-ties '" + std::string(s) + "': expected reference or node-id");
 }
 
+/// What --block-size sets, for the messages that refuse it where it does not apply.
+inline constexpr const char* block_size_meaning = "it is a mooncake trace's engine block size, or vllm+'s checkpoint block";
+
+/// Checks a --block-size given on the command line: a positive number of tokens (that it
+/// divides 512 for mooncake, and is a compiled block for vllm+, is checked where it is used).
+/// @throws hybridcache::invalid_argument naming the value.
+inline void check_block_size(std::int64_t tokens) {
+  if (tokens <= 0)
+    throw hybridcache::invalid_argument("--block-size: expected a positive number of tokens, got " + std::to_string(tokens));
+}
+
 /// Splits "a,b,c" into {"a","b","c"} (empty items dropped, whitespace trimmed).
 [[nodiscard]] inline std::vector<std::string> split_list(std::string_view s) {
   std::vector<std::string> out;
