@@ -90,6 +90,9 @@ TEST_CASE("expected and the logical clock") {
   CHECK_THROWS_AS((void)bad.value(), handle_error);
   CHECK(bad.value_or(9) == 9);
   CHECK(to_string(errc::double_free) == "double_free");
+  static_assert(to_string(errc::ok) == "ok" && to_string(errc::busy) == "busy");  // constexpr, both ends
+  CHECK(to_string(static_cast<errc>(8)) == "unknown");  // past the table
+  CHECK(to_string(static_cast<errc>(255)) == "unknown");
   logical_clock c;
   CHECK(c.now() == 0);
   CHECK(c.tick() == 1);

@@ -35,6 +35,7 @@
 //     `capacity_bytes()`, counting the bytes it wrote (header included).
 #pragma once
 
+#include <array>
 #include <chrono>
 #include <concepts>
 #include <cstddef>
@@ -42,6 +43,7 @@
 #include <span>
 #include <string_view>
 
+#include "hybridcache/core/enum_names.hpp"
 #include "hybridcache/core/expected.hpp"
 
 namespace hybridcache {
@@ -101,16 +103,10 @@ enum class io_status : std::uint8_t {
 };
 
 [[nodiscard]] constexpr std::string_view to_string(io_status s) noexcept {
-  switch (s) {
-    case io_status::pending: return "pending";
-    case io_status::ok: return "ok";
-    case io_status::not_found: return "not_found";
-    case io_status::corrupt: return "corrupt";
-    case io_status::unavailable: return "unavailable";
-    case io_status::no_space: return "no_space";
-    case io_status::too_large: return "too_large";
-  }
-  return "unknown";
+  constexpr std::array<std::string_view, 7> names{"pending", "ok", "not_found", "corrupt", "unavailable", "no_space",
+    "too_large"};
+  static_assert(names_every_enumerator(names, io_status::too_large));
+  return enum_name(s, names);
 }
 
 /// The outcome of one operation.

@@ -16,6 +16,7 @@
 // `expected<void>` carries only an error.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -25,6 +26,7 @@
 #include <type_traits>
 #include <utility>
 
+#include "hybridcache/core/enum_names.hpp"
 #include "hybridcache/core/error.hpp"
 
 namespace hybridcache {
@@ -43,17 +45,10 @@ enum class errc : unsigned char {
 
 /// Human-readable name of an error code.
 [[nodiscard]] constexpr std::string_view to_string(errc e) noexcept {
-  switch (e) {
-    case errc::ok: return "ok";
-    case errc::out_of_capacity: return "out_of_capacity";
-    case errc::stale_handle: return "stale_handle";
-    case errc::double_free: return "double_free";
-    case errc::foreign_handle: return "foreign_handle";
-    case errc::invalid_argument: return "invalid_argument";
-    case errc::not_found: return "not_found";
-    case errc::busy: return "busy";
-  }
-  return "unknown";
+  constexpr std::array<std::string_view, 8> names{"ok", "out_of_capacity", "stale_handle", "double_free",
+    "foreign_handle", "invalid_argument", "not_found", "busy"};
+  static_assert(names_every_enumerator(names, errc::busy));
+  return enum_name(e, names);
 }
 
 /// Why a call failed: the code, and where the caller passed something wrong, a short

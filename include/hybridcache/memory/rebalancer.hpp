@@ -24,12 +24,14 @@
 // Every call is O(1), noexcept and allocation-free.
 #pragma once
 
+#include <array>
 #include <concepts>
 #include <cstdint>
 #include <limits>
 #include <string>
 #include <string_view>
 
+#include "hybridcache/core/enum_names.hpp"
 #include "hybridcache/core/error.hpp"
 #include "hybridcache/memory/units.hpp"
 
@@ -74,15 +76,9 @@ enum class refusal : std::uint8_t {
 };
 
 [[nodiscard]] constexpr std::string_view to_string(refusal r) noexcept {
-  switch (r) {
-    case refusal::none: return "none";
-    case refusal::disabled: return "disabled";
-    case refusal::throttled: return "throttled";
-    case refusal::donor_busy: return "donor_busy";
-    case refusal::not_pressured: return "not_pressured";
-    case refusal::no_gain: return "no_gain";
-  }
-  return "unknown";
+  constexpr std::array<std::string_view, 6> names{"none", "disabled", "throttled", "donor_busy", "not_pressured", "no_gain"};
+  static_assert(names_every_enumerator(names, refusal::no_gain));
+  return enum_name(r, names);
 }
 
 /// A rebalancer's decision: move `donor_units` units' worth of the other pool's capacity

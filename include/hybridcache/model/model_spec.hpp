@@ -11,12 +11,14 @@
 #pragma once
 
 #include <algorithm>
+#include <array>
 #include <cstdint>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "hybridcache/core/checked_math.hpp"
+#include "hybridcache/core/enum_names.hpp"
 #include "hybridcache/core/error.hpp"
 
 namespace hybridcache {
@@ -35,14 +37,9 @@ enum class recurrent_family : std::uint8_t {
 };
 
 [[nodiscard]] constexpr std::string_view to_string(recurrent_family f) noexcept {
-  switch (f) {
-    case recurrent_family::none: return "none";
-    case recurrent_family::mamba1: return "mamba1";
-    case recurrent_family::mamba2: return "mamba2";
-    case recurrent_family::linear_attention: return "linear_attention";
-    case recurrent_family::gated_deltanet: return "gated_deltanet";
-  }
-  return "unknown";
+  constexpr std::array<std::string_view, 5> names{"none", "mamba1", "mamba2", "linear_attention", "gated_deltanet"};
+  static_assert(names_every_enumerator(names, recurrent_family::gated_deltanet));
+  return enum_name(f, names);
 }
 
 /// Shapes, dtypes and layer order of a (hybrid) model.

@@ -7,6 +7,7 @@
 // does not compile the store.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <string_view>
 #include <utility>
@@ -14,6 +15,7 @@
 
 #include "hybridcache/concepts/ids.hpp"
 #include "hybridcache/concepts/tier_entry.hpp"
+#include "hybridcache/core/enum_names.hpp"
 #include "hybridcache/tiered/offload_engine.hpp"
 #include "hybridcache/tiered/tier.hpp"
 
@@ -27,12 +29,9 @@ enum class write_policy : std::uint8_t {
 };
 
 [[nodiscard]] constexpr std::string_view to_string(write_policy w) noexcept {
-  switch (w) {
-    case write_policy::write_back: return "write_back";
-    case write_policy::write_through: return "write_through";
-    case write_policy::write_through_selective: return "write_through_selective";
-  }
-  return "unknown";
+  constexpr std::array<std::string_view, 3> names{"write_back", "write_through", "write_through_selective"};
+  static_assert(names_every_enumerator(names, write_policy::write_through_selective));
+  return enum_name(w, names);
 }
 
 /// Configuration of a `tiered_state_store`. Aggregate: use designated initializers; the

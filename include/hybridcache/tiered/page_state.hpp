@@ -25,10 +25,12 @@
 // All functions are constexpr and O(1).
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <string_view>
 
 #include "hybridcache/concepts/tier_entry.hpp"
+#include "hybridcache/core/enum_names.hpp"
 
 namespace hybridcache::tiered {
 
@@ -45,26 +47,16 @@ enum class page_event : std::uint8_t {
 };
 
 [[nodiscard]] constexpr std::string_view to_string(copy_state s) noexcept {
-  switch (s) {
-    case copy_state::valid: return "valid";
-    case copy_state::filling: return "filling";
-    case copy_state::writing: return "writing";
-  }
-  return "unknown";
+  constexpr std::array<std::string_view, 3> names{"valid", "filling", "writing"};
+  static_assert(names_every_enumerator(names, copy_state::writing));
+  return enum_name(s, names);
 }
 
 [[nodiscard]] constexpr std::string_view to_string(page_event e) noexcept {
-  switch (e) {
-    case page_event::pin: return "pin";
-    case page_event::unpin: return "unpin";
-    case page_event::read_begin: return "read_begin";
-    case page_event::read_end: return "read_end";
-    case page_event::complete_ok: return "complete_ok";
-    case page_event::complete_fail: return "complete_fail";
-    case page_event::drop: return "drop";
-    case page_event::publish: return "publish";
-  }
-  return "unknown";
+  constexpr std::array<std::string_view, 8> names{"pin", "unpin", "read_begin", "read_end", "complete_ok",
+    "complete_fail", "drop", "publish"};
+  static_assert(names_every_enumerator(names, page_event::publish));
+  return enum_name(e, names);
 }
 
 /// Result of applying an event: whether it is allowed, and the state after it. `drop` and

@@ -16,6 +16,7 @@
 // Costs: parsing is O(length of the string); nothing here is on a hot path.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <exception>
 #include <limits>
@@ -25,6 +26,7 @@
 
 #include "hybridcache/concepts/tier_entry.hpp"
 #include "hybridcache/core/byte_size.hpp"
+#include "hybridcache/core/enum_names.hpp"
 #include "hybridcache/core/error.hpp"
 
 namespace hybridcache::tiered {
@@ -40,14 +42,9 @@ enum class tier_kind : std::uint8_t {
 
 /// Name of a tier kind as it is spelled in option strings.
 [[nodiscard]] constexpr std::string_view to_string(tier_kind k) noexcept {
-  switch (k) {
-    case tier_kind::hbm: return "hbm";
-    case tier_kind::host: return "host";
-    case tier_kind::cxl: return "cxl";
-    case tier_kind::disk: return "disk";
-    case tier_kind::redis: return "redis";
-  }
-  return "unknown";
+  constexpr std::array<std::string_view, 5> names{"hbm", "host", "cxl", "disk", "redis"};
+  static_assert(names_every_enumerator(names, tier_kind::redis));
+  return enum_name(k, names);
 }
 
 /// True for the tiers that are not byte-addressable memory (a storage backend holds them).
