@@ -161,9 +161,7 @@ struct chunk_prepare_program {
   HYBRIDCACHE_HD_INLINE static std::size_t workspace_bytes(int c) {
     chunk_prepare_program p;
     p.capacity = c;
-    workspace_carver w;
-    p.carve(w);
-    return w.offset;
+    return carved_bytes(p);
   }
 
   HYBRIDCACHE_HD_INLINE void stage(int tid, int nthreads) const {
@@ -281,9 +279,7 @@ struct chunk_scan_program {
   HYBRIDCACHE_HD_INLINE static std::size_t workspace_bytes(int c, int groups) {
     chunk_scan_program p;
     p.chunk = c;
-    workspace_carver w;
-    p.carve(w, groups);
-    return w.offset;
+    return carved_bytes(p, groups);
   }
   HYBRIDCACHE_HD_INLINE float* group_scratch(int group) const { return scratch + 4 * static_cast<std::int64_t>(chunk) * group; }
 

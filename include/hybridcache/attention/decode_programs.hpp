@@ -182,9 +182,7 @@ struct kv_step_program {
     kv_step_program p;
     p.total = total_tokens;
     p.n = n_new;
-    workspace_carver w;
-    p.carve(w, groups);
-    return w.offset;
+    return carved_bytes(p, groups);
   }
 
   /// Binds the entry; false when it is skipped. Then `carve` the workspace.
@@ -389,9 +387,7 @@ struct kv_commit_program {
   HYBRIDCACHE_HD_INLINE static std::size_t workspace_bytes(int total_tokens) {
     kv_commit_program p;
     p.total = total_tokens;
-    workspace_carver w;
-    p.carve(w);
-    return w.offset;
+    return carved_bytes(p);
   }
   HYBRIDCACHE_HD_INLINE void carve(workspace_carver& w) {
     tok = w.take<std::int64_t>(total);

@@ -88,6 +88,15 @@ struct workspace_carver {
   }
 };
 
+/// Bytes of workspace `program.carve(carver, args...)` lays out (what a launcher sizes):
+/// the program's own carve with a counting carver, so size and layout cannot disagree.
+template <class Program, class... Args>
+HYBRIDCACHE_HD_INLINE std::size_t carved_bytes(Program program, Args... args) {
+  workspace_carver w;
+  program.carve(w, args...);
+  return w.offset;
+}
+
 /// A reusable, 16-byte aligned host buffer for the host drivers' workspaces (the kernels use
 /// dynamic shared memory instead).
 class workspace_buffer {

@@ -32,11 +32,14 @@ struct offloader_stats {
   std::int64_t cleaned_bytes = 0;  ///< bytes whose clean copies its passes started
 };
 
+/// `start(poll)` runs `run_once` in a background thread when notified (`notify()`, cheap:
+/// call it after each finish) or every `poll`; `stop()` joins it (idempotent). Copies in
+/// flight keep running on the store's engine.
 template <class Cache>
-class tiered_offloader {
+class tiered_offloader : public tiered::detail::background_passes<tiered_offloader<Cache>> {
  public:
   explicit tiered_offloader(Cache& cache) : cache_(cache) {}
-  ~tiered_offloader() { stop(); }
+  ~tiered_offloader() { this->stop(); }
   tiered_offloader(const tiered_offloader&) = delete;
   tiered_offloader& operator=(const tiered_offloader&) = delete;
 
@@ -52,18 +55,6 @@ class tiered_offloader {
     });
   }
 
-  /// Starts the background thread (idempotent): a pass when notified, or every `poll`.
-  void start(std::chrono::microseconds poll = std::chrono::milliseconds(1)) {
-    worker_.start(poll, [this] { run_once(); });
-  }
-  /// Wakes the thread for a pass (cheap: call after a request finished).
-  void notify() {
-    worker_.notify();
-  }
-  /// Stops and joins the thread (idempotent). Copies in flight keep running on the engine.
-  void stop() {
-    worker_.stop();
-  }
   [[nodiscard]] offloader_stats stats() const {
     std::lock_guard lock(mu_);
     return stats_;
@@ -73,7 +64,6 @@ class tiered_offloader {
   Cache& cache_;
   mutable std::mutex mu_;
   offloader_stats stats_;
-  tiered::detail::background_pass worker_;  // last: joined before the members its pass uses go
 };
 
 }  // namespace hybridcache::stores

@@ -234,12 +234,7 @@ class disk_backend : public backend_base<detail::disk_job, Scorer> {
 
  private:
   using base = backend_base<detail::disk_job, Scorer>;
-  using base::complete_now;
-  using base::counters_;
-  using base::index_;
-  using base::mu_;
-  using base::submit;
-  using base::writing_bytes_;
+  using base::complete_now, base::counters_, base::index_, base::mu_, base::submit, base::writing_bytes_;
   using job = detail::disk_job;
   using job_kind = detail::disk_job::kind_t;
   using path_buffer = std::array<char, 4096>;

@@ -65,6 +65,17 @@ struct copy_event {
   std::int32_t segments = 1;  ///< layer segments the job lands one by one (1: all at once)
 };
 
+/// `submit(t)` of an engine whose single move is a group of one (`submit_group` with one
+/// ticket, one event): both engines submit that way, so one move and a group of one
+/// behave alike.
+template <class Engine>
+[[nodiscard]] expected<copy_event> submit_as_group(Engine& engine, const move_ticket& t) {
+  copy_event ev;
+  auto r = engine.submit_group(std::span<const move_ticket>(&t, 1), std::span<copy_event>(&ev, 1));
+  if (!r) return unexpected(r.error());
+  return ev;
+}
+
 /// Counters since construction (or the last `take_stats`).
 struct copy_stats {
   std::int64_t jobs = 0;
@@ -149,10 +160,7 @@ class host_copy_engine {
   /// (a sparsified copy, pages that do not split evenly) all at once.
   /// Errors: invalid_argument when the ticket names an unknown tier or pages outside an arena.
   [[nodiscard]] expected<copy_event> submit(const move_ticket& t) {
-    copy_event ev;
-    auto r = submit_group(std::span<const move_ticket>(&t, 1), std::span<copy_event>(&ev, 1));
-    if (!r) return unexpected(r.error());
-    return ev;
+    return submit_as_group(*this, t);
   }
 
   /// Enqueues several prepared moves as one job whose layer segments land interleaved

@@ -61,15 +61,18 @@ struct offload_stats {
 };
 
 /// Watermark-driven demotion from HBM, synchronous (`run_once`) or in a background thread.
+/// `start()` runs `run_once` in a background thread whenever notified (`notify()`, cheap:
+/// call it after inserting into HBM) or every `poll`; it only acts above the high
+/// watermark. `stop()` joins it (idempotent).
 template <class Store, class Engine, demotion_sizer Sizer = keep_size>
-class offload_engine {
+class offload_engine : public detail::background_passes<offload_engine<Store, Engine, Sizer>> {
  public:
   offload_engine(Store& store, Engine& engine, watermarks marks = {}, Sizer sizer = Sizer{})
       : store_(store), engine_(engine), marks_(marks), sizer_(std::move(sizer)) {
     marks_.validate();
     HYBRIDCACHE_EXPECTS(store.tier_count() >= 2, invalid_argument, "offload_engine: needs at least two tiers");
   }
-  ~offload_engine() { stop(); }
+  ~offload_engine() { this->stop(); }
   offload_engine(const offload_engine&) = delete;
   offload_engine& operator=(const offload_engine&) = delete;
 
@@ -120,22 +123,6 @@ class offload_engine {
       }
     }
     return moved;
-  }
-
-  /// Starts the background thread (idempotent). It runs a pass whenever notified or every
-  /// `poll`, and only acts above the high watermark.
-  void start(std::chrono::microseconds poll = std::chrono::milliseconds(1)) {
-    worker_.start(poll, [this] { run_once(); });
-  }
-
-  /// Wakes the background thread (cheap; call after inserting into HBM).
-  void notify() {
-    worker_.notify();
-  }
-
-  /// Stops and joins the background thread (idempotent).
-  void stop() {
-    worker_.stop();
   }
 
   [[nodiscard]] offload_stats stats() const {
@@ -192,7 +179,6 @@ class offload_engine {
   Sizer sizer_;
   mutable std::mutex pass_mu_;
   offload_stats stats_;
-  detail::background_pass worker_;  // last: joined before the members its pass uses go
 };
 
 }  // namespace hybridcache::tiered

@@ -123,11 +123,7 @@ class tiered_store {
     if (need % segments != 0) return unexpected(errc::invalid_argument);
     auto& ts = tiers_[tier.value];
     if (ts.alloc.free_pages() < need) return unexpected(errc::out_of_capacity);
-    cache_entry e;
-    e.id = id;
-    e.info = info;
-    e.segments = segments;
-    e.last_access = ++clock_;
+    cache_entry e = fresh_entry(id, info, segments);
     e.copies.push_back(tier_copy{tier, writing ? copy_state::writing : copy_state::valid, 0, 0, bytes, {}, 0, {}});
     auto pages = ts.alloc.take(need);  // may throw: nothing changed yet
     e.copies.front().pages = std::move(*pages);
@@ -170,93 +166,84 @@ class tiered_store {
   /// Pins the fastest valid copy and returns its tier. not_found; busy while no copy is
   /// valid (writing, or only filling).
   [[nodiscard]] expected<tier_id> pin(entry_id id) {
-    std::lock_guard lock(mu_);
-    const auto it = entries_.find(id);
-    if (it == entries_.end()) return unexpected(errc::not_found);
-    for (auto& c : it->second.copies)
-      if (c.state == copy_state::valid) {
-        adjust(it->second, c, [](tier_copy& x) { x.pins += 1; });
-        it->second.last_access = ++clock_;
-        rekey_all(it->second);
-        return c.tier;
-      }
-    return unexpected(errc::busy);
+    return with_entry(id, [&](cache_entry& e) -> expected<tier_id> {
+      for (auto& c : e.copies)
+        if (c.state == copy_state::valid) {
+          adjust(e, c, [](tier_copy& x) { x.pins += 1; });
+          e.last_access = ++clock_;
+          rekey_all(e);
+          return c.tier;
+        }
+      return unexpected(errc::busy);
+    });
   }
 
   /// Pins the copy in `tier`, atomically: busy when that copy is absent or not valid, so a
   /// caller never pins an entry the offloader just moved elsewhere. not_found.
   [[nodiscard]] expected<void> pin_in(entry_id id, tier_id tier) {
-    std::lock_guard lock(mu_);
-    const auto it = entries_.find(id);
-    if (it == entries_.end()) return unexpected(errc::not_found);
-    tier_copy* c = copy_in(it->second, tier);
-    if (c == nullptr || !next_state(c->state, page_event::pin).allowed) return unexpected(errc::busy);
-    adjust(it->second, *c, [](tier_copy& x) { x.pins += 1; });
-    it->second.last_access = ++clock_;
-    rekey_all(it->second);
-    return {};
+    return with_entry(id, [&](cache_entry& e) -> expected<void> {
+      tier_copy* c = copy_in(e, tier);
+      if (c == nullptr || !next_state(c->state, page_event::pin).allowed) return unexpected(errc::busy);
+      adjust(e, *c, [](tier_copy& x) { x.pins += 1; });
+      e.last_access = ++clock_;
+      rekey_all(e);
+      return {};
+    });
   }
 
   /// Releases one pin of the fastest pinned copy. not_found; invalid_argument if no copy
   /// is pinned.
   [[nodiscard]] expected<void> unpin(entry_id id) {
-    std::lock_guard lock(mu_);
-    const auto it = entries_.find(id);
-    if (it == entries_.end()) return unexpected(errc::not_found);
-    for (auto& c : it->second.copies)
-      if (c.pins > 0) return unpin_copy(it->second, c);
-    return unexpected(errc::invalid_argument);
+    return with_entry(id, [&](cache_entry& e) -> expected<void> {
+      for (auto& c : e.copies)
+        if (c.pins > 0) return unpin_copy(e, c);
+      return unexpected(errc::invalid_argument);
+    });
   }
   /// Releases one pin of the copy in `tier`. not_found; invalid_argument if it is not pinned.
   [[nodiscard]] expected<void> unpin_in(entry_id id, tier_id tier) {
-    std::lock_guard lock(mu_);
-    const auto it = entries_.find(id);
-    if (it == entries_.end()) return unexpected(errc::not_found);
-    tier_copy* c = copy_in(it->second, tier);
-    if (c == nullptr || c->pins == 0) return unexpected(errc::invalid_argument);
-    return unpin_copy(it->second, *c);
+    return with_entry(id, [&](cache_entry& e) -> expected<void> {
+      tier_copy* c = copy_in(e, tier);
+      if (c == nullptr || c->pins == 0) return unexpected(errc::invalid_argument);
+      return unpin_copy(e, *c);
+    });
   }
 
   /// Makes a `writing` entry valid. not_found; invalid_argument unless it is writing.
   [[nodiscard]] expected<void> publish(entry_id id) {
-    std::lock_guard lock(mu_);
-    const auto it = entries_.find(id);
-    if (it == entries_.end()) return unexpected(errc::not_found);
-    auto& e = it->second;
-    if (e.copies.size() != 1 || e.copies.front().state != copy_state::writing) return unexpected(errc::invalid_argument);
-    e.last_access = ++clock_;
-    adjust(e, e.copies.front(), [](tier_copy& x) { x.state = copy_state::valid; });
-    return {};
+    return with_entry(id, [&](cache_entry& e) -> expected<void> {
+      if (e.copies.size() != 1 || e.copies.front().state != copy_state::writing) return unexpected(errc::invalid_argument);
+      e.last_access = ++clock_;
+      adjust(e, e.copies.front(), [](tier_copy& x) { x.state = copy_state::valid; });
+      return {};
+    });
   }
 
   /// Marks the entry used now (recency for LRU-like scorers).
   [[nodiscard]] expected<void> touch(entry_id id) {
-    std::lock_guard lock(mu_);
-    const auto it = entries_.find(id);
-    if (it == entries_.end()) return unexpected(errc::not_found);
-    it->second.last_access = ++clock_;
-    rekey_all(it->second);
-    return {};
+    return with_entry(id, [&](cache_entry& e) -> expected<void> {
+      e.last_access = ++clock_;
+      rekey_all(e);
+      return {};
+    });
   }
 
   /// Sets the token span a scorer reads (e.g. once the entry is named by its position).
   [[nodiscard]] expected<void> set_info(entry_id id, node_info info) {
-    std::lock_guard lock(mu_);
-    const auto it = entries_.find(id);
-    if (it == entries_.end()) return unexpected(errc::not_found);
-    it->second.info = info;
-    rekey_all(it->second);
-    return {};
+    return with_entry(id, [&](cache_entry& e) -> expected<void> {
+      e.info = info;
+      rekey_all(e);
+      return {};
+    });
   }
 
   /// Adds `delta` to CaR's score of the entry (see `car_score`).
   [[nodiscard]] expected<void> add_score(entry_id id, double delta) {
-    std::lock_guard lock(mu_);
-    const auto it = entries_.find(id);
-    if (it == entries_.end()) return unexpected(errc::not_found);
-    it->second.score += delta;
-    rekey_all(it->second);
-    return {};
+    return with_entry(id, [&](cache_entry& e) -> expected<void> {
+      e.score += delta;
+      rekey_all(e);
+      return {};
+    });
   }
 
   /// Starts moving the home copy to `dst`, storing `dst_bytes` there (0 = same size; fewer
@@ -265,12 +252,11 @@ class tiered_store {
   /// tier, dst_bytes < 0 or beyond the source); busy (no valid copy, or `dst` already has
   /// a copy: a clean replica, or one in flight); out_of_capacity (no free pages at dst).
   [[nodiscard]] expected<move_ticket> prepare_move(entry_id id, tier_id dst, std::int64_t dst_bytes = 0) {
-    std::lock_guard lock(mu_);
-    const auto it = entries_.find(id);
-    if (it == entries_.end()) return unexpected(errc::not_found);
-    const tier_copy* h = it->second.home();
-    if (h == nullptr) return unexpected(errc::busy);
-    return prepare(it->second, h->tier, dst, dst_bytes, /*drop_source=*/true);
+    return with_entry(id, [&](cache_entry& e) -> expected<move_ticket> {
+      const tier_copy* h = e.home();
+      if (h == nullptr) return unexpected(errc::busy);
+      return prepare(e, h->tier, dst, dst_bytes, /*drop_source=*/true);
+    });
   }
 
   /// Starts copying the copy in `src` to `dst` without dropping it: a replica. Errors as
@@ -317,11 +303,7 @@ class tiered_store {
     t.segments = segments;
     for (std::int32_t g = 0; g < segments; ++g) t.src_pages.append(sc->pages.slice(g * per + range.first, range.pages));
     t.src_bytes = t.dst_bytes = whole ? sc->bytes : need * page_bytes_;
-    cache_entry n;
-    n.id = new_id;
-    n.info = info;
-    n.segments = segments;
-    n.last_access = ++clock_;
+    cache_entry n = fresh_entry(new_id, info, segments);
     n.copies.push_back(tier_copy{dst, copy_state::filling, 0, 0, t.dst_bytes, {}, ++seq_, {}});
     t.seq = n.copies.front().seq;
     auto pages = ds.alloc.take(need);  // may throw: nothing changed yet
@@ -575,6 +557,25 @@ class tiered_store {
   [[nodiscard]] std::string check_invariants() const;  // detail/tiered_store_invariants.hpp
 
  private:
+  // A new entry without copies, used now (ticks the clock).
+  cache_entry fresh_entry(entry_id id, node_info info, std::int32_t segments) {
+    cache_entry e;
+    e.id = id;
+    e.info = info;
+    e.segments = segments;
+    e.last_access = ++clock_;
+    return e;
+  }
+
+  // f(entry) under the lock; not_found when `id` names no entry.
+  template <class F>
+  auto with_entry(entry_id id, F&& f) -> decltype(f(std::declval<cache_entry&>())) {
+    std::lock_guard lock(mu_);
+    const auto it = entries_.find(id);
+    if (it == entries_.end()) return unexpected(errc::not_found);
+    return f(it->second);
+  }
+
   struct tier_state {
     explicit tier_state(std::int64_t pages) : alloc(pages) {}
     page_allocator alloc;

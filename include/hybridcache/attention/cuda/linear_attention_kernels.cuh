@@ -39,79 +39,39 @@
 
 namespace hybridcache::attention {
 
+// The device expression in device code, the host stub's in the host pass (which never runs
+// these bodies but must compile them); undefined again after cuda_context.
+#if defined(__CUDA_ARCH__)
+#define HYBRIDCACHE_DEVICE_ELSE(device, host) (device)
+#else
+#define HYBRIDCACHE_DEVICE_ELSE(device, host) (host)
+#endif
+
 /// The execution context of the kernel bodies on the device (kernel_context.hpp lists the
 /// interface; the host pass of nvcc sees inert stubs).
 struct cuda_context {
-  HYBRIDCACHE_HD_INLINE std::uint32_t thread() const {
-#if defined(__CUDA_ARCH__)
-    return threadIdx.x;
-#else
-    return 0;
-#endif
-  }
-  HYBRIDCACHE_HD_INLINE std::uint32_t block_threads() const {
-#if defined(__CUDA_ARCH__)
-    return blockDim.x;
-#else
-    return 1;
-#endif
-  }
-  HYBRIDCACHE_HD_INLINE std::uint64_t block() const {
-#if defined(__CUDA_ARCH__)
-    return blockIdx.x;
-#else
-    return 0;
-#endif
-  }
-  HYBRIDCACHE_HD_INLINE std::uint64_t grid_blocks() const {
-#if defined(__CUDA_ARCH__)
-    return gridDim.x;
-#else
-    return 1;
-#endif
-  }
+  HYBRIDCACHE_HD_INLINE std::uint32_t thread() const { return HYBRIDCACHE_DEVICE_ELSE(threadIdx.x, 0); }
+  HYBRIDCACHE_HD_INLINE std::uint32_t block_threads() const { return HYBRIDCACHE_DEVICE_ELSE(blockDim.x, 1); }
+  HYBRIDCACHE_HD_INLINE std::uint64_t block() const { return HYBRIDCACHE_DEVICE_ELSE(blockIdx.x, 0); }
+  HYBRIDCACHE_HD_INLINE std::uint64_t grid_blocks() const { return HYBRIDCACHE_DEVICE_ELSE(gridDim.x, 1); }
   HYBRIDCACHE_HD_INLINE int lane_id() const { return static_cast<int>(thread() & 31u); }
   HYBRIDCACHE_HD_INLINE int warp_id() const { return static_cast<int>(thread() >> 5); }
-  HYBRIDCACHE_HD_INLINE void sync_threads() const {
-#if defined(__CUDA_ARCH__)
-    __syncthreads();
-#endif
-  }
-  HYBRIDCACHE_HD_INLINE void sync_warp() const {
-#if defined(__CUDA_ARCH__)
-    __syncwarp();
-#endif
-  }
+  HYBRIDCACHE_HD_INLINE void sync_threads() const { HYBRIDCACHE_DEVICE_ELSE(__syncthreads(), void()); }
+  HYBRIDCACHE_HD_INLINE void sync_warp() const { HYBRIDCACHE_DEVICE_ELSE(__syncwarp(), void()); }
   template <class T>
   HYBRIDCACHE_HD_INLINE T shfl_xor(T v, int lane_mask) const {
-#if defined(__CUDA_ARCH__)
-    return __shfl_xor_sync(0xFFFFFFFFu, v, lane_mask);
-#else
-    return (void)lane_mask, v;
-#endif
+    return HYBRIDCACHE_DEVICE_ELSE(__shfl_xor_sync(0xFFFFFFFFu, v, lane_mask), ((void)lane_mask, v));
   }
   template <class T>
   HYBRIDCACHE_HD_INLINE T shfl_up(T v, int delta) const {
-#if defined(__CUDA_ARCH__)
-    return __shfl_up_sync(0xFFFFFFFFu, v, static_cast<unsigned>(delta));
-#else
-    return (void)delta, v;
-#endif
+    return HYBRIDCACHE_DEVICE_ELSE(__shfl_up_sync(0xFFFFFFFFu, v, static_cast<unsigned>(delta)), ((void)delta, v));
   }
   template <class T>
   HYBRIDCACHE_HD_INLINE T shfl(T v, int src_lane) const {
-#if defined(__CUDA_ARCH__)
-    return __shfl_sync(0xFFFFFFFFu, v, src_lane);
-#else
-    return (void)src_lane, v;
-#endif
+    return HYBRIDCACHE_DEVICE_ELSE(__shfl_sync(0xFFFFFFFFu, v, src_lane), ((void)src_lane, v));
   }
   HYBRIDCACHE_HD_INLINE std::uint32_t ballot(bool p) const {
-#if defined(__CUDA_ARCH__)
-    return __ballot_sync(0xFFFFFFFFu, p);
-#else
-    return p ? 1u : 0u;
-#endif
+    return HYBRIDCACHE_DEVICE_ELSE(__ballot_sync(0xFFFFFFFFu, p), (p ? 1u : 0u));
   }
   HYBRIDCACHE_HD_INLINE bool any(bool p) const { return ballot(p) != 0; }
   HYBRIDCACHE_HD_INLINE bool all(bool p) const { return ballot(p) == 0xFFFFFFFFu; }
@@ -134,6 +94,7 @@ struct cuda_context {
 #endif
   }
 };
+#undef HYBRIDCACHE_DEVICE_ELSE
 
 /// Description of a state pool `[num_slots][num_v_heads][d_k*d_v]` fp32, for validation.
 struct state_pool {

@@ -116,10 +116,7 @@ class copy_engine {
   /// (a sparsified copy) lands them all at once. `invalid_argument` for a ticket outside the
   /// arenas. @throws cuda_error when a CUDA call fails.
   [[nodiscard]] expected<copy_event> submit(const move_ticket& t) {
-    copy_event ev;
-    auto r = submit_group(std::span<const move_ticket>(&t, 1), std::span<copy_event>(&ev, 1));
-    if (!r) return unexpected(r.error());
-    return ev;
+    return tiered::submit_as_group(*this, t);
   }
 
   /// Enqueues several prepared moves on one stream with their layer segments interleaved

@@ -181,12 +181,7 @@ class redis_backend : public backend_base<detail::redis_job, Scorer> {
 
  private:
   using base = backend_base<detail::redis_job, Scorer>;
-  using base::complete_now;
-  using base::counters_;
-  using base::index_;
-  using base::mu_;
-  using base::submit;
-  using base::writing_bytes_;
+  using base::complete_now, base::counters_, base::index_, base::mu_, base::submit, base::writing_bytes_;
   using job = detail::redis_job;
   using job_kind = detail::redis_job::kind_t;
 
