@@ -31,11 +31,13 @@
 // `parse_byte_size` never throw; `parse_byte_size_or_throw` builds its message only on error.
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <string>
 #include <string_view>
 
+#include "hybridcache/core/enum_names.hpp"
 #include "hybridcache/core/error.hpp"
 #include "hybridcache/core/expected.hpp"
 
@@ -57,19 +59,10 @@ enum class byte_size_error : unsigned char {
 
 /// Short name of a byte_size_error.
 [[nodiscard]] constexpr std::string_view to_string(byte_size_error e) noexcept {
-  switch (e) {
-    case byte_size_error::none: return "none";
-    case byte_size_error::empty: return "empty";
-    case byte_size_error::no_number: return "no_number";
-    case byte_size_error::sign: return "sign";
-    case byte_size_error::bad_exponent: return "bad_exponent";
-    case byte_size_error::unknown_unit: return "unknown_unit";
-    case byte_size_error::ambiguous_unit: return "ambiguous_unit";
-    case byte_size_error::trailing_text: return "trailing_text";
-    case byte_size_error::not_whole: return "not_whole";
-    case byte_size_error::too_large: return "too_large";
-  }
-  return "unknown";
+  constexpr std::array<std::string_view, 10> names{"none", "empty", "no_number", "sign", "bad_exponent",
+    "unknown_unit", "ambiguous_unit", "trailing_text", "not_whole", "too_large"};
+  static_assert(names_every_enumerator(names, byte_size_error::too_large));
+  return enum_name(e, names);
 }
 
 /// Result of `scan_byte_size`: the size, or why there is none.
@@ -103,33 +96,33 @@ constexpr int byte_size_prefix(char c) noexcept {
 }
 }  // namespace detail
 
-/// Reads `text` as a byte size (grammar above). Never throws, never allocates.
-[[nodiscard]] constexpr byte_size_result scan_byte_size(std::string_view text) noexcept {
+namespace detail {
+/// The pieces `scan_byte_size` reads, as positions in the text and powers.
+struct byte_size_parts {
+  std::size_t ib = 0, ie = 0;  ///< integer digits [ib, ie)
+  std::size_t fb = 0, fe = 0;  ///< fraction digits [fb, fe)
+  std::int64_t exp10 = 0;      ///< the exponent (saturated, see below)
+  int pow10 = 0;               ///< decimal unit: 10^pow10
+  int pow2 = 0;                ///< binary unit: 2^pow2
+};
+
+/// The mantissa and exponent from text[i] (past the leading space and sign check); `i`
+/// moves past them. An error, or a result with error none.
+constexpr byte_size_result scan_byte_size_number(std::string_view text, std::size_t& i, byte_size_parts& p) noexcept {
   using E = byte_size_error;
-  using detail::byte_size_digit;
-  using detail::byte_size_space;
   const std::size_t n = text.size();
-  std::size_t i = 0;
-  while (i < n && byte_size_space(text[i])) ++i;
-  if (i == n) return {0, E::empty, {}};
-  if (text[i] == '-' || text[i] == '+') return {0, E::sign, text.substr(i, 1)};
-
-  // Mantissa: integer digits [ib, ie), fraction digits [fb, fe).
-  const std::size_t ib = i;
+  p.ib = i;
   while (i < n && byte_size_digit(text[i])) ++i;
-  const std::size_t ie = i;
-  std::size_t fb = i, fe = i;
+  p.ie = p.fb = p.fe = i;
   if (i < n && text[i] == '.') {
-    fb = ++i;
+    p.fb = ++i;
     while (i < n && byte_size_digit(text[i])) ++i;
-    fe = i;
+    p.fe = i;
   }
-  if (ie == ib && fe == fb) return {0, E::no_number, {}};
-
+  if (p.ie == p.ib && p.fe == p.fb) return {0, E::no_number, {}};
   // Exponent. An 'e' not followed by a sign or digit starts a unit instead ("1e", "5EB"),
   // reported as an unknown unit. The exponent saturates at |length| + 100: beyond that
   // the value is 0, more than int64, or a fraction of a byte whatever its exact value.
-  std::int64_t exp10 = 0;
   if (i + 1 < n && (text[i] == 'e' || text[i] == 'E') &&
       (byte_size_digit(text[i + 1]) || text[i + 1] == '+' || text[i + 1] == '-')) {
     std::size_t j = i + 1;
@@ -139,50 +132,58 @@ constexpr int byte_size_prefix(char c) noexcept {
     const std::size_t len_cap = std::size_t{1} << 40;
     const std::int64_t cap = static_cast<std::int64_t>(n < len_cap ? n : len_cap) + 100;
     for (; j < n && byte_size_digit(text[j]); ++j)
-      if (exp10 <= cap) exp10 = exp10 * 10 + (text[j] - '0');
-    if (negative) exp10 = -exp10;
+      if (p.exp10 <= cap) p.exp10 = p.exp10 * 10 + (text[j] - '0');
+    if (negative) p.exp10 = -p.exp10;
     i = j;
   }
+  return {};
+}
 
-  // Unit: a letter followed by letters and digits (so "0x10" names 'x10' whole).
-  std::size_t k = i;
-  while (k < n && byte_size_space(text[k])) ++k;
-  int pow10 = 0;  // decimal unit: 10^pow10
-  int pow2 = 0;   // binary unit: 2^pow2
-  if (k < n && detail::byte_size_alpha(text[k])) {
-    std::size_t ue = k;
-    while (ue < n && (detail::byte_size_alpha(text[ue]) || byte_size_digit(text[ue]))) ++ue;
-    const std::string_view unit = text.substr(k, ue - k);
-    const int prefix = detail::byte_size_prefix(unit[0]);
-    const char last = detail::byte_size_lower(unit.back());
-    if (unit.size() == 1 && detail::byte_size_lower(unit[0]) == 'b') {
+/// The unit from text[i] (after space) and nothing but space after it.
+constexpr byte_size_result scan_byte_size_unit(std::string_view text, std::size_t i, byte_size_parts& p) noexcept {
+  using E = byte_size_error;
+  const std::size_t n = text.size();
+  while (i < n && byte_size_space(text[i])) ++i;
+  // A letter followed by letters and digits (so "0x10" names 'x10' whole).
+  if (i < n && byte_size_alpha(text[i])) {
+    std::size_t ue = i;
+    while (ue < n && (byte_size_alpha(text[ue]) || byte_size_digit(text[ue]))) ++ue;
+    const std::string_view unit = text.substr(i, ue - i);
+    const int prefix = byte_size_prefix(unit[0]);
+    const char last = byte_size_lower(unit.back());
+    if (unit.size() == 1 && byte_size_lower(unit[0]) == 'b') {
       // bytes
     } else if (unit.size() == 2 && prefix != 0 && last == 'b') {
-      pow10 = 3 * prefix;
-    } else if (unit.size() == 3 && prefix != 0 && detail::byte_size_lower(unit[1]) == 'i' && last == 'b') {
-      pow2 = 10 * prefix;
+      p.pow10 = 3 * prefix;
+    } else if (unit.size() == 3 && prefix != 0 && byte_size_lower(unit[1]) == 'i' && last == 'b') {
+      p.pow2 = 10 * prefix;
     } else if (prefix != 0 && (unit.size() == 1 || (unit.size() == 2 && last == 'i'))) {
       return {0, E::ambiguous_unit, unit};
     } else {
       return {0, E::unknown_unit, unit};
     }
-    k = ue;
-    while (k < n && byte_size_space(text[k])) ++k;
+    i = ue;
+    while (i < n && byte_size_space(text[i])) ++i;
   }
-  if (k != n) {
+  if (i != n) {
     std::size_t te = n;
-    while (te > k && byte_size_space(text[te - 1])) --te;
-    return {0, E::trailing_text, text.substr(k, te - k)};
+    while (te > i && byte_size_space(text[te - 1])) --te;
+    return {0, E::trailing_text, text.substr(i, te - i)};
   }
+  return {};
+}
 
+/// The exact value of the parts, or too_large / not_whole.
+constexpr byte_size_result byte_size_value(std::string_view text, const byte_size_parts& p) noexcept {
+  using E = byte_size_error;
   // Value = 0.d1 d2 ... dc x 10^point x 2^pow2, the digits being the integer digits then the
   // fraction digits, `point` digits of them before the decimal point.
-  const std::int64_t n_int = static_cast<std::int64_t>(ie - ib);
-  const std::int64_t count = n_int + static_cast<std::int64_t>(fe - fb);
+  const std::int64_t n_int = static_cast<std::int64_t>(p.ie - p.ib);
+  const std::int64_t count = n_int + static_cast<std::int64_t>(p.fe - p.fb);
   const auto digit = [&](std::int64_t idx) -> std::uint64_t {
     if (idx < 0 || idx >= count) return 0;
-    const char c = idx < n_int ? text[ib + static_cast<std::size_t>(idx)]
-                               : text[fb + static_cast<std::size_t>(idx - n_int)];
+    const char c = idx < n_int ? text[p.ib + static_cast<std::size_t>(idx)]
+                               : text[p.fb + static_cast<std::size_t>(idx - n_int)];
     return static_cast<std::uint64_t>(c - '0');
   };
   std::int64_t first = 0;  // first non-zero digit
@@ -190,7 +191,7 @@ constexpr int byte_size_prefix(char c) noexcept {
   if (first == count) return {0, E::none, {}};  // zero, whatever the exponent and unit
   std::int64_t last = count - 1;  // last non-zero digit
   while (digit(last) == 0) --last;
-  const std::int64_t point = n_int + exp10 + pow10;
+  const std::int64_t point = n_int + p.exp10 + p.pow10;
 
   // Whole part: the digits first .. point-1 (zeros past the last digit). A value of 20 or
   // more digits is at least 10^19 > INT64_MAX; 19 digits fit in uint64.
@@ -207,10 +208,10 @@ constexpr int byte_size_prefix(char c) noexcept {
   // p decimal places), so at most 50 digits are read. Horner from the last digit keeps every
   // step exact: when the final value is an integer, so is each tail times 2^pow2, hence any
   // remainder means a fraction of a byte. Every step stays below 10 x 2^50.
-  const std::uint64_t scale = std::uint64_t{1} << pow2;
+  const std::uint64_t scale = std::uint64_t{1} << p.pow2;
   std::uint64_t part = 0;
   if (last >= point) {
-    if (last + 1 - point > pow2) return {0, E::not_whole, {}};
+    if (last + 1 - point > p.pow2) return {0, E::not_whole, {}};
     for (std::int64_t idx = last; idx >= point; --idx) {
       const std::uint64_t v = digit(idx) * scale + part;
       if (v % 10 != 0) return {0, E::not_whole, {}};
@@ -219,6 +220,21 @@ constexpr int byte_size_prefix(char c) noexcept {
   }
   if (whole > (max - part) / scale) return {0, E::too_large, {}};
   return {static_cast<std::int64_t>(whole * scale + part), E::none, {}};
+}
+}  // namespace detail
+
+/// Reads `text` as a byte size (grammar above). Never throws, never allocates.
+[[nodiscard]] constexpr byte_size_result scan_byte_size(std::string_view text) noexcept {
+  using E = byte_size_error;
+  const std::size_t n = text.size();
+  std::size_t i = 0;
+  while (i < n && detail::byte_size_space(text[i])) ++i;
+  if (i == n) return {0, E::empty, {}};
+  if (text[i] == '-' || text[i] == '+') return {0, E::sign, text.substr(i, 1)};
+  detail::byte_size_parts parts;
+  if (const auto r = detail::scan_byte_size_number(text, i, parts); !r) return r;
+  if (const auto r = detail::scan_byte_size_unit(text, i, parts); !r) return r;
+  return detail::byte_size_value(text, parts);
 }
 
 /// Reads `text` as a byte size; errc::invalid_argument when it is not one (use

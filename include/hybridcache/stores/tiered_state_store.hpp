@@ -445,6 +445,11 @@ class tiered_state_store {
   void drop(entry_id id) noexcept;
   bool submit(move_ticket&& t, purpose p) noexcept;
   bool submit_group_loads(outstanding_hit& slot) noexcept;
+  std::int64_t plan_load(const outstanding_hit& slot);
+  void let_go(outstanding_hit& slot, const detail::pinned_source& src) noexcept;
+  expected<void> stage_planned(outstanding_hit& slot, planned_load p);
+  void join_planned(outstanding_hit& slot, const planned_load& p);
+  void read_from_below(outstanding_hit& slot, detail::pinned_source& src);
   void unstage(outstanding_hit& slot, const move_ticket& t, bool completed) noexcept;
   void finish_copy(std::size_t i) noexcept;
   void after_copy(const inflight& f, bool ok) noexcept;
@@ -464,6 +469,10 @@ class tiered_state_store {
   void start_join(entry_id id) noexcept;
   [[nodiscard]] bool joinable(entry_id id) const;
   bool drop_one_orphan() noexcept;
+  // Staging bytes a planned load takes: the stored copy (whole), or its pages' range.
+  [[nodiscard]] std::int64_t planned_bytes(const planned_load& p) const {
+    return p.range.pages < 0 ? stored_of(p.src) : p.range.pages * segments(meta_.at(p.src.id).k) * page_;
+  }
   [[nodiscard]] std::int64_t stored_of(const detail::pinned_source& src) const {
     const auto row = store_->find(src.id);
     const tier_copy* c = row ? row->in(src.tier) : nullptr;

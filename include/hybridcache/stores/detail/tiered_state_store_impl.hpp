@@ -2,8 +2,9 @@
 //
 // The member functions of `tiered_state_store` (stores/tiered_state_store.hpp) that are
 // too long to read inside the class: construction, allocation and release, the copies in
-// flight (submit, poll, finish), room in the lower tiers, lookup / load / settle, and the
-// watermark cleaner. Included at the end of the store's header; not for direct use.
+// flight (submit, poll, finish), room in the lower tiers and the watermark cleaner; the
+// hit path (lookup, settle) is tiered_state_hits.hpp, loading a hit tiered_state_loads.hpp.
+// Included at the end of the store's header; not for direct use.
 #pragma once
 
 #include <algorithm>
