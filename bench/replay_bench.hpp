@@ -41,7 +41,7 @@ void run(benchmark::State& state, const hc::sim::replay_trace& trace, std::int64
   using cache_type = pc::prefix_cache<hc::cost_model, Admission, decltype(make_scorer()), hc::stores::counting_store>;
   double hit = 0;
   for (auto _ : state) {
-    hc::stores::counting_store store = hc::sim::replay_store(model(), capacity, kv_scale, /*strict=*/false);
+    hc::stores::counting_store store = hc::sim::replay_store(model(), {.capacity_bytes = capacity, .tokens_per_id = kv_scale});
     const pc::prefix_cache_config cfg{.admit_oversized = true};
     auto replay_with = [&](auto& cache) {
       hit = hc::sim::replay_prefix_cache(cache, trace, model()).token_hit_rate;  // read after the loop: not optimised away

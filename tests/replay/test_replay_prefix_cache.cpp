@@ -27,7 +27,7 @@ const sim::replay_trace& fixture() {  // synth-v1 chat, seed 7, 12 sessions, 1 s
 
 stores::counting_store store(const cost_model& m, std::int64_t capacity = 500'000'000) {
   // Not strict, as the reference: a sequence larger than the cache is inserted anyway.
-  return sim::replay_store(m, capacity, 1, /*strict=*/false);
+  return sim::replay_store(m, {.capacity_bytes = capacity});
 }
 
 }  // namespace
@@ -57,6 +57,17 @@ TEST_CASE("replay of the synth-v1 seed-7 fixture at 5e8 B gives the reference's 
     CHECK(r.skipped_tokens == 27563);  // 12.1233 %
     CHECK(r.hit_requests == 16);
   }
+}
+
+TEST_CASE("replay_store: options by name, bad ones refused") {
+  const cost_model m(presets::marconi_7b());
+  const stores::counting_store loose = sim::replay_store(m, {.capacity_bytes = 1'000'000'000, .tokens_per_id = 512});
+  CHECK(loose.capacity_bytes() == 1'000'000'000);
+  CHECK(loose.kv_bytes(1) == m.kv_bytes_per_token() * 512);
+  CHECK(loose.checkpoint_bytes() == m.ssm_checkpoint_bytes());
+  CHECK_THROWS_AS((void)sim::replay_store(m, {.capacity_bytes = -1}), invalid_argument);
+  CHECK_THROWS_AS((void)sim::replay_store(m, {.capacity_bytes = 1, .tokens_per_id = 0}), invalid_argument);
+  CHECK_THROWS_AS((void)sim::replay_store(m, {.capacity_bytes = 1, .tokens_per_id = std::int64_t{1} << 62}), invalid_argument);
 }
 
 TEST_CASE("replay with N requests in flight on a real cache: each pin is handed back exactly once") {

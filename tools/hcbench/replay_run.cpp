@@ -235,7 +235,9 @@ struct run_context {
 };
 
 hc::stores::counting_store make_store(const run_context& ctx) {
-  return hc::sim::replay_store(ctx.costs, ctx.job.capacity_bytes, ctx.tokens_per_id, ctx.job.strict_capacity);
+  return hc::sim::replay_store(ctx.costs, {.capacity_bytes = ctx.job.capacity_bytes,
+                                           .tokens_per_id = ctx.tokens_per_id,
+                                           .strict_capacity = ctx.job.strict_capacity});
 }
 
 /// --progress: requests done so far, on stderr.

@@ -13,7 +13,7 @@
 //                      output's KV, finish with every planned state captured. A request that
 //                      cannot be reserved or grown is refused and not cached.
 //
-//   auto store = sim::replay_store(costs, capacity, tokens_per_id, /*strict=*/false);
+//   auto store = sim::replay_store(costs, {.capacity_bytes = capacity, .tokens_per_id = tokens_per_id});
 //   prefix::prefix_cache<cost_model, Admission, Scorer, stores::counting_store> cache(
 //       costs, std::move(store), scorer, Admission{}, {.admit_oversized = true});
 //   sim::run_metrics m = sim::replay_prefix_cache(cache, trace, costs, {.concurrency = 4});
@@ -42,16 +42,24 @@
 
 namespace hybridcache::sim {
 
-/// The byte-counting store a replay runs on: `capacity_bytes` shared by KV and SSM
-/// checkpoints, KV priced per id (`tokens_per_id` tokens: Mooncake block hashes stand for
-/// a block each). `strict = false` lets it run over capacity as the reference does (a
-/// sequence larger than the cache is inserted anyway); true refuses what does not fit.
-/// @throws invalid_argument when the KV bytes per id overflow.
-[[nodiscard]] inline stores::counting_store replay_store(const cost_model& costs, std::int64_t capacity_bytes,
-                                                         std::int64_t tokens_per_id, bool strict) {
-  const std::int64_t kv = checked_mul(costs.kv_bytes_per_token(), tokens_per_id, "KV bytes per id");
-  stores::counting_store s(capacity_bytes, kv, costs.ssm_checkpoint_bytes());
-  s.allow_overflow(!strict);
+/// What a replay's store is (`replay_store`).
+struct replay_store_options {
+  std::int64_t capacity_bytes = 0;  ///< shared by KV and SSM checkpoints
+  /// Tokens each id stands for: KV is priced per id (a Mooncake block hash is a block).
+  std::int64_t tokens_per_id = 1;
+  /// Refuse what does not fit. Off: run over capacity as the Marconi reference does (a
+  /// sequence larger than the cache is inserted anyway).
+  bool strict_capacity = false;
+};
+
+/// The byte-counting store a replay runs on. @throws invalid_argument for a negative
+/// capacity or tokens_per_id < 1, overflow_error when the KV bytes per id overflow int64.
+[[nodiscard]] inline stores::counting_store replay_store(const cost_model& costs, const replay_store_options& o) {
+  HYBRIDCACHE_EXPECTS(o.capacity_bytes >= 0 && o.tokens_per_id >= 1, invalid_argument,
+                      "replay_store: capacity_bytes must be >= 0 and tokens_per_id >= 1");
+  const std::int64_t kv = checked_mul(costs.kv_bytes_per_token(), o.tokens_per_id, "KV bytes per id");
+  stores::counting_store s(o.capacity_bytes, kv, costs.ssm_checkpoint_bytes());
+  s.allow_overflow(!o.strict_capacity);
   return s;
 }
 
