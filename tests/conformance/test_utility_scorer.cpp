@@ -73,7 +73,7 @@ class checked_scorer {
   explicit checked_scorer(Inner inner) : inner_(std::move(inner)) {}
 
   void reserve(std::size_t ids)
-    requires requires(Inner& i, std::size_t k) { i.reserve(k); }
+    requires reservable_scorer<Inner>
   {
     inner_.reserve(ids);
   }
@@ -140,20 +140,20 @@ class checked_scorer {
   }
 
   // What the cache asks of some scorers (the fit check, the adaptive selector's shadows).
-  static constexpr bool evicts_inner_nodes = requires { requires Inner::evicts_inner_nodes; };
+  static constexpr bool evicts_inner_nodes = inner_node_evicting_scorer<Inner>;
   [[nodiscard]] bool takes_inner_nodes() const noexcept
-    requires requires(const Inner& i) { i.takes_inner_nodes(); }
+    requires inner_node_reporting_scorer<Inner>
   {
     return inner_.takes_inner_nodes();
   }
   [[nodiscard]] bool protects_branches() const noexcept
-    requires requires(const Inner& i) { i.protects_branches(); }
+    requires branch_protecting_scorer<Inner>
   {
     return inner_.protects_branches();
   }
   template <class Store>
   void attach_store(const Store& store, const prefix_cache_config& cfg)
-    requires requires(Inner& i) { i.attach_store(store, cfg); }
+    requires store_aware_scorer<Inner, Store, prefix_cache_config>
   {
     inner_.attach_store(store, cfg);
   }
@@ -464,3 +464,44 @@ static_assert(!switchable_scorer<switch_may_throw, tree_t>);
 static_assert(!switchable_scorer<switch_returns_void, tree_t>);
 static_assert(!request_observer<full_scorer>);
 static_assert(!replicable_scorer<full_scorer>);
+
+// The optional capabilities: the bare shape has none; each is one member away, and the
+// hooks the cache calls from noexcept code must be noexcept.
+static_assert(!inner_node_evicting_scorer<full_scorer> && !inner_node_reporting_scorer<full_scorer> &&
+              !branch_protecting_scorer<full_scorer> && !alpha_settable_scorer<full_scorer> &&
+              !reservable_scorer<full_scorer> && !store_aware_scorer<full_scorer, counting_store, prefix_cache_config> &&
+              !refusal_observer<full_scorer> && !victim_observer<full_scorer, tree_t> &&
+              !byte_accounting_scorer<full_scorer, tree_t>);
+struct capable_shape : full_scorer {
+  static constexpr bool evicts_inner_nodes = true;
+  [[nodiscard]] bool takes_inner_nodes() const noexcept { return true; }
+  [[nodiscard]] bool protects_branches() const noexcept { return true; }
+  void set_alpha(double) {}
+  void reserve(std::size_t) {}
+  template <class Store, class Config>
+  void attach_store(const Store&, const Config&) {}
+  void observe_refused(std::span<const token_id>, std::int64_t, const cache_salt&) {}
+  template <class View>
+  void observe_victim(const View&, node_id) noexcept {}
+  template <class Tree>
+  [[nodiscard]] std::int64_t accounted_bytes(const Tree&, node_id, evict_action, std::int64_t actual) {
+    return actual;
+  }
+};
+static_assert(inner_node_evicting_scorer<capable_shape> && inner_node_reporting_scorer<capable_shape> &&
+              branch_protecting_scorer<capable_shape> && alpha_settable_scorer<capable_shape> &&
+              reservable_scorer<capable_shape> && store_aware_scorer<capable_shape, counting_store, prefix_cache_config> &&
+              refusal_observer<capable_shape> && victim_observer<capable_shape, tree_t> &&
+              byte_accounting_scorer<capable_shape, tree_t>);
+struct says_no_inner_nodes : full_scorer {
+  static constexpr bool evicts_inner_nodes = false;
+};
+struct reports_may_throw : full_scorer {
+  [[nodiscard]] bool takes_inner_nodes() const { return true; }
+  [[nodiscard]] bool protects_branches() const { return true; }
+};
+static_assert(!inner_node_evicting_scorer<says_no_inner_nodes>);
+static_assert(!inner_node_reporting_scorer<reports_may_throw> && !branch_protecting_scorer<reports_may_throw>);
+// The library's scorers, where each capability is used.
+static_assert(byte_accounting_scorer<hybridcache::sim::reference_flop_scorer, radix_tree<counting_store>>);
+static_assert(victim_observer<gdsf_scorer, radix_tree<counting_store>> && !victim_observer<lru_scorer, radix_tree<counting_store>>);

@@ -341,7 +341,7 @@ class adaptive_scorer {
       if (c.rule != I) return make_shadow<I + 1>(c, std::move(st), cache_cfg);
       using S = std::tuple_element_t<I, std::tuple<Scorers...>>;
       S scorer = live_.template part<I>().replica();
-      if constexpr (requires { scorer.set_alpha(c.alpha); }) scorer.set_alpha(c.alpha);
+      if constexpr (alpha_settable_scorer<S>) scorer.set_alpha(c.alpha);
       return shadow_ptr(std::in_place_index<I>, std::make_unique<shadow_cache<S>>(model_, std::move(st), std::move(scorer),
                                                                                    admission_, cache_cfg));
     } else {
@@ -356,7 +356,7 @@ class adaptive_scorer {
       if (c.rule != I) return make_tiered_shadow<Store, I + 1>(c, std::move(st), cache_cfg);
       using S = std::tuple_element_t<I, std::tuple<Scorers...>>;
       S scorer = live_.template part<I>().replica();
-      if constexpr (requires { scorer.set_alpha(c.alpha); }) scorer.set_alpha(c.alpha);
+      if constexpr (alpha_settable_scorer<S>) scorer.set_alpha(c.alpha);
       return std::make_unique<detail::tiered_shadow<cost_model, Admission, S, Store>>(model_, std::move(st),
                                                                                      std::move(scorer), admission_, cache_cfg);
     } else {
@@ -439,5 +439,8 @@ using marconi_adaptive_scorer = adaptive_scorer<prefix::judicious_admission, pre
 
 static_assert(utility_scorer<marconi_adaptive_scorer, prefix::radix_tree<state_store_archetype>>);
 static_assert(request_observer<marconi_adaptive_scorer>);
+static_assert(refusal_observer<marconi_adaptive_scorer> && inner_node_reporting_scorer<marconi_adaptive_scorer> &&
+              branch_protecting_scorer<marconi_adaptive_scorer> && reservable_scorer<marconi_adaptive_scorer> &&
+              store_aware_scorer<marconi_adaptive_scorer, stores::counting_store, prefix::prefix_cache_config>);
 
 }  // namespace hybridcache::compose

@@ -10,6 +10,12 @@
 // - `switchable_scorer`: several eviction rules kept over one live index, one of them
 //   followed at a time, switched without rebuilding anything;
 // - `request_observer`: sees every request the cache commits (the shadows' input).
+//
+// And the optional capabilities the cache (and the switching scorer, for its parts) uses
+// where a scorer has them, each a named concept here rather than an unnamed probe at the
+// call site: `inner_node_evicting_scorer`, `inner_node_reporting_scorer`,
+// `branch_protecting_scorer`, `alpha_settable_scorer`, `reservable_scorer`,
+// `store_aware_scorer`, `refusal_observer`, `victim_observer`, `byte_accounting_scorer`.
 #pragma once
 
 #include <concepts>
@@ -84,6 +90,64 @@ concept switchable_scorer = utility_scorer<S, Tree> && requires(S& s, const S& c
 template <class S>
 concept request_observer = requires(S& s, std::span<const token_id> seq, std::int64_t n, const cache_salt& salt) {
   s.observe_request(seq, n, salt);
+};
+
+// --- Optional capabilities. A scorer without one gets the default the comment names. ---
+
+/// `S::evicts_inner_nodes` is true: single-child nodes are victims too (merged into their
+/// child or tombstoned), so the cache's fit check may count every unpinned checkpoint as
+/// freeable. Default: leaves only.
+template <class S>
+concept inner_node_evicting_scorer = requires { requires S::evicts_inner_nodes; };
+
+/// Says at run time whether the rule it follows now takes inner nodes
+/// (`takes_inner_nodes()`, a switching scorer's followed part). Overrides
+/// `inner_node_evicting_scorer` where both hold.
+template <class S>
+concept inner_node_reporting_scorer = requires(const S& cs) {
+  { cs.takes_inner_nodes() } noexcept -> std::convertible_to<bool>;
+};
+
+/// `protects_branches()`: branch points are never candidates, so the fit check keeps them.
+/// Default: no protection.
+template <class S>
+concept branch_protecting_scorer = requires(const S& cs) {
+  { cs.protects_branches() } noexcept -> std::convertible_to<bool>;
+};
+
+/// A FLOP weight that can be set: `set_alpha(a)` (Marconi's tuner, the switching and
+/// adaptive scorers). Default: the weight is fixed.
+template <class S>
+concept alpha_settable_scorer = requires(S& s, double a) { s.set_alpha(a); };
+
+/// Sizes its index ahead of time: `reserve(ids)` with the node ids the tree may reach, so
+/// the hooks do not allocate in steady state. Default: the index grows as it goes.
+template <class S>
+concept reservable_scorer = requires(S& s, std::size_t ids) { s.reserve(ids); };
+
+/// Learns the cache's store and configuration once, when the cache is built:
+/// `attach_store(store, config)` (the adaptive selector builds its shadows from them).
+template <class S, class Store, class Config>
+concept store_aware_scorer = requires(S& s, const Store& store, const Config& cfg) { s.attach_store(store, cfg); };
+
+/// Sees the requests the lifecycle refused at begin (computed uncached):
+/// `observe_refused(sequence, input_tokens, salt)`, as `request_observer` sees the others.
+template <class S>
+concept refusal_observer = requires(S& s, std::span<const token_id> seq, std::int64_t n, const cache_salt& salt) {
+  s.observe_refused(seq, n, salt);
+};
+
+/// A switching scorer's part told each victim another part chose:
+/// `observe_victim(view, victim)` (GDSF advances its clock by it).
+template <class S, class View>
+concept victim_observer = requires(S& s, const View& view, node_id v) { s.observe_victim(view, v); };
+
+/// Counts an eviction's freed bytes its own way: `accounted_bytes(tree, victim, action,
+/// actual)` is what the cache subtracts from the bytes it still has to free (the
+/// reference simulator's accounting). Default: the bytes actually freed.
+template <class S, class Tree>
+concept byte_accounting_scorer = requires(S& s, const Tree& tree, node_id v, evict_action act, std::int64_t actual) {
+  { s.accounted_bytes(tree, v, act, actual) } -> std::convertible_to<std::int64_t>;
 };
 
 }  // namespace hybridcache

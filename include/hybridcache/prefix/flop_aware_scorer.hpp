@@ -426,5 +426,7 @@ class flop_aware_scorer {
 };
 
 static_assert(utility_scorer<flop_aware_scorer, radix_tree<state_store_archetype>>);
+static_assert(inner_node_evicting_scorer<flop_aware_scorer> && branch_protecting_scorer<flop_aware_scorer> &&
+              alpha_settable_scorer<flop_aware_scorer> && reservable_scorer<flop_aware_scorer>);
 
 }  // namespace hybridcache::prefix

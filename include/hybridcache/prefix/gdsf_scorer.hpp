@@ -179,5 +179,7 @@ class gdsf_scorer {
 };
 
 static_assert(utility_scorer<gdsf_scorer, radix_tree<state_store_archetype>>);
+static_assert(inner_node_evicting_scorer<gdsf_scorer> && branch_protecting_scorer<gdsf_scorer> && reservable_scorer<gdsf_scorer> &&
+              victim_observer<gdsf_scorer, radix_tree<state_store_archetype>> && !alpha_settable_scorer<gdsf_scorer>);
 
 }  // namespace hybridcache::prefix

@@ -241,5 +241,6 @@ class lru_scorer {
 };
 
 static_assert(utility_scorer<lru_scorer, radix_tree<state_store_archetype>>);
+static_assert(reservable_scorer<lru_scorer> && !inner_node_evicting_scorer<lru_scorer> && !alpha_settable_scorer<lru_scorer>);
 
 }  // namespace hybridcache::prefix

@@ -131,7 +131,7 @@ class prefix_cache {
         store_.checkpoint_bytes());
     reserve_indexes(64);
     // A scorer that runs shadow caches (compose/adaptive_scorer.hpp) sizes them like the store.
-    if constexpr (requires { scorer_.attach_store(store_, cfg_); }) scorer_.attach_store(store_, cfg_);
+    if constexpr (store_aware_scorer<Scorer, Store, prefix_cache_config>) scorer_.attach_store(store_, cfg_);
   }
 
   prefix_cache(const prefix_cache&) = delete;
@@ -285,7 +285,7 @@ class prefix_cache {
   /// itself does not change.
   void observe_refused(std::span<const token_id> sequence, std::int64_t input_tokens, const cache_salt& salt = {}) {
     std::lock_guard<Lock> guard(lock_);
-    if constexpr (requires { scorer_.observe_refused(sequence, input_tokens, salt); })
+    if constexpr (refusal_observer<Scorer>)
       scorer_.observe_refused(sequence, input_tokens, salt);
   }
   [[nodiscard]] const Scorer& scorer() const noexcept { return scorer_; }
@@ -731,7 +731,7 @@ class prefix_cache {
 
   void reserve_indexes(std::size_t ids) {
     tree_.reserve(ids);
-    if constexpr (requires { scorer_.reserve(ids); }) scorer_.reserve(ids * 2);
+    if constexpr (reservable_scorer<Scorer>) scorer_.reserve(ids * 2);
     detail::reserve_geometric(pending_ckpt_, positions_.capacity() + 2);
     detail::reserve_geometric(pending_kv_, positions_.capacity() + 2);
     detail::reserve_geometric(committed_, positions_.capacity());

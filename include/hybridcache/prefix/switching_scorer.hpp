@@ -139,7 +139,7 @@ class switching_scorer {
   bool switch_to(std::size_t rule, double alpha) noexcept {
     if (rule >= parts_count || !(std::isfinite(alpha) && alpha >= 0.0)) return false;
     visit(rule, [&](auto& part, detail::stamp_table&) noexcept {
-      if constexpr (requires { part.set_alpha(alpha); }) part.set_alpha(alpha);  // cannot throw: checked
+      if constexpr (alpha_settable_scorer<std::remove_cvref_t<decltype(part)>>) part.set_alpha(alpha);  // cannot throw: checked
     });
     active_ = rule;
     return true;
@@ -215,8 +215,7 @@ class switching_scorer {
   [[nodiscard]] bool takes_inner_nodes() const noexcept {
     bool inner = false;
     visit(active_, [&](const auto& part, detail::stamp_table&) noexcept {
-      using P = std::remove_cvref_t<decltype(part)>;
-      if constexpr (requires { requires P::evicts_inner_nodes; }) inner = true;
+      inner = inner_node_evicting_scorer<std::remove_cvref_t<decltype(part)>>;
     });
     return inner;
   }
@@ -224,7 +223,7 @@ class switching_scorer {
   [[nodiscard]] bool protects_branches() const noexcept {
     bool b = false;
     visit(active_, [&](const auto& part, detail::stamp_table&) noexcept {
-      if constexpr (requires { part.protects_branches(); }) b = part.protects_branches();
+      if constexpr (branch_protecting_scorer<std::remove_cvref_t<decltype(part)>>) b = part.protects_branches();
     });
     return b;
   }
@@ -232,11 +231,11 @@ class switching_scorer {
  private:
   template <class P>
   static void reserve_part(P& p, std::size_t ids) {
-    if constexpr (requires { p.reserve(ids); }) p.reserve(ids);
+    if constexpr (reservable_scorer<P>) p.reserve(ids);
   }
   template <class P, class View>
   static void tell_victim(P& p, const View& view, node_id v) noexcept {
-    if constexpr (requires { p.observe_victim(view, v); }) p.observe_victim(view, v);
+    if constexpr (victim_observer<P, View>) p.observe_victim(view, v);
   }
   /// Calls f(part, view) for every part, each with its own stamp view.
   template <class Tree, class F>
@@ -273,5 +272,7 @@ class switching_scorer {
 using lru_flop_gdsf_scorer = switching_scorer<lru_scorer, flop_aware_scorer, gdsf_scorer>;
 
 static_assert(switchable_scorer<lru_flop_gdsf_scorer, radix_tree<state_store_archetype>>);
+static_assert(inner_node_reporting_scorer<lru_flop_gdsf_scorer> && branch_protecting_scorer<lru_flop_gdsf_scorer> &&
+              reservable_scorer<lru_flop_gdsf_scorer>);
 
 }  // namespace hybridcache::prefix

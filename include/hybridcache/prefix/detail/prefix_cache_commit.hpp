@@ -247,15 +247,15 @@ prefix_cache<Model, Admission, Scorer, Store, Lock>::fits_after_eviction(const s
   bool fits_now = store_.used_bytes() + bytes <= store_.capacity_bytes();
   if constexpr (side_placing_store<Store>) fits_now = fits_now && store_.placement_fits(need, side_bytes{});
   if (fits_now) return true;
-  bool inner = requires { requires Scorer::evicts_inner_nodes; };
-  if constexpr (requires { scorer_.takes_inner_nodes(); }) inner = scorer_.takes_inner_nodes();  // switching scorers
+  bool inner = inner_node_evicting_scorer<Scorer>;
+  if constexpr (inner_node_reporting_scorer<Scorer>) inner = scorer_.takes_inner_nodes();  // switching scorers
   const node_id end = w != nullptr && !path_.empty() ? path_.back() : no_node;
   const node_id partial = w != nullptr ? w->partial : no_node;
   pinned_scratch_.clear();
   for (std::uint32_t i = 0; i < pin_node_.size(); ++i)
     if (pins_.is_live(i)) pinned_scratch_.push_back(pin_node_[i]);  // capacity: grow_pins
   bool branches = false;
-  if constexpr (requires { scorer_.protects_branches(); }) branches = scorer_.protects_branches();
+  if constexpr (branch_protecting_scorer<Scorer>) branches = scorer_.protects_branches();
   std::int64_t kept_checkpoints = 0;
   const std::int64_t kept =
       inner ? detail::protected_bytes<true>(tree_, store_, end, partial, pinned_scratch_, protect_, branches,

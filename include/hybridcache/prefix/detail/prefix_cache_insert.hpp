@@ -46,7 +46,7 @@ prefix_cache<Model, Admission, Scorer, Store, Lock>::evict_one(commit_result& re
   const evict_action act = scorer_.action(tree_, v);
   const std::int64_t actual = apply(v, act, res);
   std::int64_t accounted = actual;
-  if constexpr (requires { scorer_.accounted_bytes(tree_, v, act, actual); })
+  if constexpr (byte_accounting_scorer<Scorer, radix_tree<Store>>)
     accounted = scorer_.accounted_bytes(tree_, v, act, actual);
   ++res.evictions;
   res.bytes_evicted += actual;
