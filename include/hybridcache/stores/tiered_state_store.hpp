@@ -469,6 +469,16 @@ class tiered_state_store {
   void start_join(entry_id id) noexcept;
   [[nodiscard]] bool joinable(entry_id id) const;
   bool drop_one_orphan() noexcept;
+  // The table row of a staged entry loading `p` (kind k), held by the hit that loads it.
+  [[nodiscard]] static meta staged_meta(kind k, const planned_load& p) noexcept {
+    meta m;
+    m.k = k;
+    m.r = role::staged;
+    m.tokens = k == kind::checkpoint ? 0 : p.end - p.begin;
+    m.end = p.end;
+    m.holds = 1;
+    return m;
+  }
   // Staging bytes a planned load takes: the stored copy (whole), or its pages' range.
   [[nodiscard]] std::int64_t planned_bytes(const planned_load& p) const {
     return p.range.pages < 0 ? stored_of(p.src) : p.range.pages * segments(meta_.at(p.src.id).k) * page_;

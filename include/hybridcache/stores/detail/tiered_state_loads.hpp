@@ -135,12 +135,7 @@ expected<void> tiered_state_store<H, E, S>::stage_planned(outstanding_hit& slot,
   auto t = store_->prepare_extract(p.src.id, p.src.tier, p.range, id, hbm_tier, info);
   if (!t) return fail(errc::busy, true);
   const std::int64_t bytes = t->dst_bytes;
-  meta m;
-  m.k = k;
-  m.r = role::staged;
-  m.tokens = ckpt ? 0 : p.end - p.begin;
-  m.end = p.end;
-  m.holds = 1;
+  meta m = staged_meta(k, p);
   m.src = p.src.id;
   m.range = p.range;
   m.transferred = p.src.tier != hbm_tier ? bytes : 0;
@@ -172,12 +167,7 @@ void tiered_state_store<H, E, S>::join_planned(outstanding_hit& slot, const plan
     return;
   }
   const entry_id id = make_entry_id(++next_id_);
-  meta m;
-  m.k = k;
-  m.r = role::staged;
-  m.tokens = ckpt ? 0 : p.end - p.begin;
-  m.end = p.end;
-  m.holds = 1;
+  meta m = staged_meta(k, p);
   m.pending_src = p.join;
   m.pending_bytes = store_->find(p.join)->copies.front().bytes;
   meta_.emplace(id, m);
