@@ -329,6 +329,35 @@ elseif(CASE STREQUAL "robustness")
       message(FATAL_ERROR "replay --help does not show the default ${default}:\n${out}")
     endif()
   endforeach()
+  # What --help shows is what runs (#34): no "=0" where 0 stood for a default chosen elsewhere
+  # (--block-size: 512 or 32, alloc --seed: the workload's first bundled seed), no 0.995 for
+  # --selector-decay where --tiers runs 0.9995, and compare's --capacities shows its default.
+  function(expect_help sub)
+    cmake_parse_arguments(H "" "" "SHOWS;HIDES" ${ARGN})
+    run_hcbench(out err rc ${sub} --help)
+    foreach(text IN LISTS H_SHOWS)
+      string(FIND "${out}" "${text}" at)
+      if(NOT rc EQUAL 0 OR at EQUAL -1)
+        message(FATAL_ERROR "${sub} --help does not show '${text}':\n${out}")
+      endif()
+    endforeach()
+    foreach(text IN LISTS H_HIDES)
+      string(FIND "${out}" "${text}" at)
+      if(NOT at EQUAL -1)
+        message(FATAL_ERROR "${sub} --help shows '${text}', which is not what runs:\n${out}")
+      endif()
+    endforeach()
+  endfunction()
+  expect_help(replay SHOWS "engine block size, dividing 512 (default 512: one id per hash id)"
+                           "vllm+'s checkpoint block (default 32)" "(default 0.995, 0.9995 under --tiers, whose shadows are tier-aware)"
+                     HIDES "--block-size INT=" "--selector-decay FLOAT=")
+  expect_help(compare SHOWS "--capacities TEXT=1e9,2e9,5e9,1e10" "--selector-decay FLOAT=0.995"
+                            "vllm+'s checkpoint block (default 32)"
+                      HIDES "--block-size INT=" "under --tiers")
+  expect_help(alloc SHOWS "(default: the workload's first: uniform_short 1, mixed_long 2, agentic_burst 3, sharegpt_replay 4)"
+                    HIDES "--seed UINT=")
+  # 0 is no longer a stand-in for the default seed: it is a seed, and none is bundled.
+  expect_error("alloc workload 'mixed_long' has no bundled seed 0 (bundled: 2, 3, 4" alloc --workload mixed_long --seed 0)
   # gen: bounded sizes; the output is written whole or not at all.
   expect_error("--sessions: expected 1..1000000, got 1000000000000" gen --sessions 1000000000000 --out ${W}/g.jsonl)
   expect_error("--out: cannot write '/dev/full' (No space left on device)" gen --sessions 2 --out /dev/full)

@@ -358,7 +358,7 @@ const bool registered = hcbench::register_command(
          std::string model = "jamba_1_5_mini";
          std::string budget = "1GiB";
          std::string variant = "vmm_dynamic";
-         std::uint64_t seed = 0;
+         std::uint64_t seed = 0;  // used when given; otherwise the workload's first bundled seed
          bool json = false;
          bool sweep = false;
          bool reference_quirks = false;
@@ -372,14 +372,21 @@ const bool registered = hcbench::register_command(
        sub.add_option("--variant", o.variant,
                       "padded_unified | fixed_dual_mr05 | fixed_dual_mr09 | avmp_static_mr05 | avmp_dynamic_b128 | "
                       "vmm_dynamic");
-       sub.add_option("--seed", o.seed, "trace seed (default: the workload's base seed)");
+       // Each workload has its own bundled seeds: --help names the default of each, not "=0".
+       std::string seed_help = "trace seed, one of the workload's bundled seeds (default: the workload's first:";
+       const char* sep = " ";
+       for (const std::string_view w : sim::alloc_workload_names()) {
+         seed_help += sep + std::string(w) + " " + std::to_string(sim::alloc_workload_seeds(w).front());
+         sep = ", ";
+       }
+       sub.add_option("--seed", o.seed, seed_help + ")")->default_str("");
        sub.add_flag("--json", o.json, "print one JSON object");
        sub.add_flag("--reference-quirks", o.reference_quirks,
                     "reproduce the reference's defects: padded_unified frees by page id, avmp_dynamic_b128 runs on "
                     "an emulation of its tail-only stores (matches its published numbers)");
        sub.add_flag("--sweep", o.sweep, "run the whole grid in parallel; writes CSV + SVG into --out");
        sub.add_option("--out", o.out, "output directory of --sweep");
-       sub.add_option("--threads", o.threads, "sweep threads (default: hardware concurrency)");
+       sub.add_option("--threads", o.threads, "sweep threads; 0: hardware concurrency (the default)");
        sub.callback([&sub] {
          for (const char* name : {"--out", "--threads"})
            hcbench::reject_unless(o.sweep, sub, name, "without --sweep");
@@ -392,7 +399,7 @@ const bool registered = hcbench::register_command(
            return;
          }
          std::uint64_t seed = o.seed;
-         if (seed == 0) {
+         if (!hcbench::given(sub, "--seed")) {  // an unknown workload: bundled_alloc_workload names it
            const auto seeds = sim::alloc_workload_seeds(o.workload);
            if (!seeds.empty()) seed = seeds.front();
          }

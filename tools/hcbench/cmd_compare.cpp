@@ -42,7 +42,7 @@ struct compare_cli {
   std::vector<std::string> formats;
   std::vector<std::string> labels;
   std::string policies = "marconi,sglang+,vllm+,lru";
-  std::string capacities;  // default depends on the workload
+  std::string capacities = "1e9,2e9,5e9,1e10";
   std::string model = "marconi_7b";
   std::string alpha = "auto";
   std::int64_t block_size = 0;
@@ -113,16 +113,14 @@ void run(const compare_cli& o, const CLI::App& sub) {
     throw hybridcache::invalid_argument("--label given " + std::to_string(o.labels.size()) + " times for " +
                                         std::to_string(o.traces.size()) + " --trace");
 
-  if (!o.capacities.empty() && split_list(o.capacities).empty())
+  if (split_list(o.capacities).empty())
     throw hybridcache::invalid_argument("--capacities: expected a comma-separated list of byte sizes, got '" +
                                         o.capacities + "'");
   std::vector<loaded_trace> traces;
-  std::string default_caps;
   if (o.traces.empty()) {
     std::fprintf(stderr, "hcbench compare: no --trace given; replaying the embedded synth-v1 chat and agent workloads\n");
     traces.push_back({"synth-chat", synth_workload("chat", 1, 100, 2000)});
     traces.push_back({"synth-agent", synth_workload("agent", 2, 100, 4000)});
-    default_caps = "1e9,2e9,5e9,1e10";
   } else {
     if (!(o.formats.size() == 1 || o.formats.size() == o.traces.size()))
       throw hybridcache::invalid_argument("give one --format for all traces or one per --trace");
@@ -138,14 +136,9 @@ void run(const compare_cli& o, const CLI::App& sub) {
       load.max_turns = o.max_turns;
       traces.push_back({label, load_trace(o.traces[i], fmt, load), tokenizer_label(fmt, load), fmt == "mooncake"});
     }
-    default_caps = "1e9,2e9,5e9,1e10";
   }
   std::vector<std::int64_t> capacities;
-  for (const auto& c : split_list(o.capacities.empty() ? default_caps : o.capacities))
-    capacities.push_back(parse_capacity(c));
-  if (capacities.empty())
-    throw hybridcache::invalid_argument("--capacities: expected a comma-separated list of byte sizes, got '" +
-                                        o.capacities + "'");
+  for (const auto& c : split_list(o.capacities)) capacities.push_back(parse_capacity(c));
   std::sort(capacities.begin(), capacities.end());
 
   std::vector<replay_job> jobs;
@@ -235,11 +228,11 @@ const bool registered = hcbench::register_command(
        sub.add_option("--format", o.formats, "format of each --trace (one for all, or one per trace)");
        sub.add_option("--label", o.labels, "table label of each --trace (default: file stem)");
        sub.add_option("--policies", o.policies, "comma-separated: marconi,sglang+,vllm+,lru,gdsf");
-       sub.add_option("--capacities", o.capacities, "comma-separated byte capacities (default 1e9,2e9,5e9,1e10)");
+       sub.add_option("--capacities", o.capacities, "comma-separated byte capacities");
        sub.add_option("--model", o.model, "model preset (see `hcbench models`)");
        sub.add_option("--alpha", o.alpha, "marconi's FLOP-efficiency weight: a number, or auto");
        hcbench::add_selector_options(sub, o.selector);
-       sub.add_option("--block-size", o.block_size, "mooncake engine block size / vllm+ checkpoint block");
+       sub.add_option("--block-size", o.block_size, hcbench::block_size_help)->default_str("");  // see replay
        sub.add_option("--sessions-per-second", o.sessions_per_second,
                       "sharegpt, openai, swe-agent, tau-bench: conversations started per second");
        sub.add_option("--tokenizer", o.tokenizer,
@@ -247,10 +240,10 @@ const bool registered = hcbench::register_command(
        sub.add_option("--chat-template", o.chat_template, "openai, swe-agent, tau-bench: role prefix/suffix JSON file");
        sub.add_option("--tool-time-mean", o.tool_time_mean_s, "agent formats: Poisson mean tool time, s (default 5)");
        sub.add_option("--collapse-observations", o.collapse_observations,
-                      "agent formats: keep only the last K observations whole (default off)");
+                      "agent formats: keep only the last K observations whole; -1: off (the default)");
        sub.add_option("--max-turns", o.max_turns, "agent formats: at most this many requests per session (0: no limit)");
        sub.add_option("--concurrency", o.concurrency, "requests in flight per replay (see replay --help)");
-       sub.add_option("--threads", o.threads, "worker threads (default: hardware concurrency)");
+       sub.add_option("--threads", o.threads, "worker threads; 0: hardware concurrency (the default)");
        sub.add_option("--out", o.out, "output directory for results.csv, table.txt and hit_rate_vs_capacity.svg");
        sub.add_flag("--strict-capacity", o.strict_capacity, "never exceed the capacity (see replay --help)");
        sub.add_option("--lru-ties", o.lru_ties,

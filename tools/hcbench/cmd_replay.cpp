@@ -45,7 +45,7 @@ struct replay_cli {
   std::string capacity;
   std::string policy = "marconi";
   std::string alpha = "auto";
-  std::int64_t block_size = 0;  // 0: the format's default (mooncake 512 = one id per hash id; vllm+ 32)
+  std::int64_t block_size = 0;  // not given: the format's default (mooncake 512 = one id per hash id; vllm+ 32)
   std::int64_t concurrency = 1;
   double sessions_per_second = 1.0;
   std::string tokenizer;
@@ -228,10 +228,9 @@ const bool registered = hcbench::register_command(
        sub.add_option("--policy", o.policy, "marconi | sglang+ | vllm+ | lru | gdsf; default marconi");
        sub.add_option("--alpha", o.alpha, "marconi's FLOP-efficiency weight: a number, or auto (chosen online, see "
                                           "--tuner; default)");
-       hcbench::add_selector_options(sub, o.selector);
-       sub.add_option("--block-size", o.block_size,
-                      "mooncake: engine block size B dividing 512 (default 512); other formats: vllm+ "
-                      "checkpoint block in tokens (default 32)");
+       hcbench::add_selector_options(sub, o.selector, true);
+       // No "=0" in --help: 0 only marks "not given"; the defaults are the format's and policy's.
+       sub.add_option("--block-size", o.block_size, hcbench::block_size_help)->default_str("");
        sub.add_option("--sessions-per-second", o.sessions_per_second,
                       "sharegpt, openai, swe-agent, tau-bench: conversations started per second (default 1)");
        sub.add_option("--tokenizer", o.tokenizer,
@@ -242,8 +241,8 @@ const bool registered = hcbench::register_command(
        sub.add_option("--tool-time-mean", o.tool_time_mean_s,
                       "openai, swe-agent, tau-bench: Poisson mean of the tool time before a call, s (default 5)");
        sub.add_option("--collapse-observations", o.collapse_observations,
-                      "openai, swe-agent, tau-bench: keep only the last K observations whole (Marconi's SWE-bench: 5; "
-                      "default off)");
+                      "openai, swe-agent, tau-bench: keep only the last K observations whole (Marconi's SWE-bench: 5); "
+                      "-1: off (the default)");
        sub.add_option("--max-turns", o.max_turns,
                       "openai, swe-agent, tau-bench: at most this many requests per session (default 0: no limit)");
        sub.add_option("--concurrency", o.concurrency, "requests in flight; a match stays pinned until its "

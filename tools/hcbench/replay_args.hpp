@@ -65,6 +65,12 @@ inline std::string_view trim(std::string_view s) {
   throw hybridcache::invalid_argument("--lru-ties '" + std::string(s) + "': expected reference or node-id");
 }
 
+/// --block-size's --help text (replay and compare): its defaults depend on the format and
+/// the policy, so --help shows them here and no "=0".
+inline constexpr const char* block_size_help =
+    "tokens per block: a mooncake trace's engine block size, dividing 512 (default 512: one id per hash id), or "
+    "on the other formats vllm+'s checkpoint block (default 32); an error elsewhere";
+
 /// What --block-size sets, for the messages that refuse it where it does not apply.
 inline constexpr const char* block_size_meaning = "it is a mooncake trace's engine block size, or vllm+'s checkpoint block";
 

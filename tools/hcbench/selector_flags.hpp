@@ -35,7 +35,8 @@ struct selector_cli {
   double confidence = hybridcache::compose::adaptive_config{}.confidence;
 };
 
-inline void add_selector_options(CLI::App& sub, selector_cli& o) {
+/// `tiers`: the command has --tiers, whose tier-aware shadows decay more slowly by default.
+inline void add_selector_options(CLI::App& sub, selector_cli& o, bool tiers = false) {
   sub.add_option("--tuner", o.tuner,
                  "marconi --alpha auto: shadow (the adaptive selector: metadata-only shadows of SGLang+'s rule, "
                  "FLOP-aware alphas and GDSF, the cache following the leader; default) or one-shot (Marconi's "
@@ -43,9 +44,10 @@ inline void add_selector_options(CLI::App& sub, selector_cli& o) {
   sub.add_option("--candidates", o.candidates,
                  "--tuner shadow: comma-separated candidates, the first followed from the start: sglang+, gdsf, "
                  "marconi:ALPHA (default sglang+,marconi:0,marconi:0.5,marconi:1,marconi:2,gdsf)");
-  sub.add_option("--selector-decay", o.decay,
-                 "--tuner shadow: per-request decay of the shadows' FLOPs scores (default 0.995; 0.9995 with "
-                 "tier-aware shadows, under --tiers)");
+  CLI::Option* decay = sub.add_option("--selector-decay", o.decay,
+                                      std::string("--tuner shadow: per-request decay of the shadows' FLOPs scores") +
+                                          (tiers ? " (default 0.995, 0.9995 under --tiers, whose shadows are tier-aware)" : ""));
+  if (tiers) decay->default_str("");  // one "=0.995" would be wrong under --tiers
   sub.add_option("--switch-margin", o.margin,
                  "--tuner shadow: the leader must beat the followed candidate's score by this fraction");
   sub.add_option("--min-dwell", o.dwell, "--tuner shadow: requests between two switches");
