@@ -5,6 +5,7 @@
 #include <fstream>
 #include <limits>
 #include <string>
+#include <vector>
 
 #include <hybridcache/core/error.hpp>
 #include <hybridcache/sim/svg_chart.hpp>
@@ -12,6 +13,7 @@
 #include "atomic_file.hpp"
 #include "cli_support.hpp"
 #include "replay_args.hpp"
+#include "tier_directories.hpp"
 #include "tiered_flags.hpp"
 
 using hcbench::parse_capacity;
@@ -179,4 +181,47 @@ TEST_CASE("trace_label names a trace the way a reader of the table recognises it
   CHECK(hcbench::count_of(1, "prefill engine") == "1 prefill engine");
   CHECK(hcbench::count_of(4, "prefill engine") == "4 prefill engines");
   CHECK(hcbench::count_of(0, "thread") == "0 threads");
+}
+
+TEST_CASE("new_directories_guard removes the disk tiers' directories a failed run made, and nothing else") {
+  namespace fs = std::filesystem;
+  namespace tr = hybridcache::tiered;
+  const fs::path root = fs::temp_directory_path() / ("hcbench_guard_" + std::to_string(::getpid()));
+  fs::remove_all(root);
+  fs::create_directories(root / "existing");
+  const auto disk = [](const fs::path& p) {
+    tr::tier_config t;
+    t.kind = tr::tier_kind::disk;
+    t.location = p.string();
+    return t;
+  };
+  tr::tier_config hbm;
+  hbm.kind = tr::tier_kind::hbm;
+  const std::vector<tr::tier_config> tiers = {hbm, disk(root / "new" / "a" / ""), disk(root / "new" / "b"),
+                                              disk(root / "existing")};
+  const auto run = [&](bool fail) {
+    const hcbench::new_directories_guard guard(tiers);
+    for (const auto& t : tiers)
+      if (t.kind == tr::tier_kind::disk) fs::create_directories(t.location);
+    if (fail) throw hybridcache::error("a later tier failed");
+  };
+  // Failed: the two new directories and the parent made for them go; the one that was there stays.
+  CHECK_THROWS_AS(run(true), hybridcache::error);
+  CHECK_FALSE(fs::exists(root / "new"));
+  CHECK(fs::is_directory(root / "existing"));
+  // A file someone put in a new directory meanwhile keeps it (and its parent).
+  try {
+    const hcbench::new_directories_guard guard(tiers);
+    fs::create_directories(root / "new" / "b");
+    { std::ofstream(root / "new" / "b" / "theirs") << "x"; }
+    throw hybridcache::error("failed");
+  } catch (const hybridcache::error&) {
+  }
+  CHECK(fs::exists(root / "new" / "b" / "theirs"));
+  fs::remove_all(root / "new");
+  // Succeeded: the tiers keep their directories.
+  run(false);
+  CHECK(fs::is_directory(root / "new" / "a"));
+  CHECK(fs::is_directory(root / "new" / "b"));
+  fs::remove_all(root);
 }
