@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <fstream>
 #include <limits>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -181,6 +182,44 @@ TEST_CASE("trace_label names a trace the way a reader of the table recognises it
   CHECK(hcbench::count_of(1, "prefill engine") == "1 prefill engine");
   CHECK(hcbench::count_of(4, "prefill engine") == "4 prefill engines");
   CHECK(hcbench::count_of(0, "thread") == "0 threads");
+}
+
+TEST_CASE("round_axis_for: ticks at 1, 2 or 5 x 10^k, at most 5 steps, the top at or above the max") {
+  // The alloc SVG's ticks were 37.5, 62.5, 187.5 (a quarter of a top that was not round).
+  const auto check = [](double max, double step, int count) {
+    const hcbench::round_axis a = hcbench::round_axis_for(max);
+    CHECK(a.step == doctest::Approx(step));
+    CHECK(a.count == count);
+    CHECK(a.top() >= max * (1 - 1e-12));
+  };
+  check(250, 50, 5);
+  check(150, 50, 3);
+  check(37, 10, 4);
+  check(1, 0.2, 5);
+  check(3.2, 1, 4);
+  check(9, 2, 5);
+  check(10, 2, 5);
+  check(11, 5, 3);
+  check(750, 200, 4);
+  check(0.03, 0.01, 3);
+  check(0, 0.2, 5);  // nothing to show: 0..1
+  std::mt19937_64 rng(5);
+  std::uniform_real_distribution<double> exponent(-3, 6);
+  for (int i = 0; i < 2000; ++i) {
+    const double max = std::pow(10.0, exponent(rng));
+    const hcbench::round_axis a = hcbench::round_axis_for(max);
+    const double mantissa = a.step / std::pow(10.0, std::floor(std::log10(a.step) + 1e-9));
+    CHECK((std::abs(mantissa - 1) < 1e-9 || std::abs(mantissa - 2) < 1e-9 || std::abs(mantissa - 5) < 1e-9));
+    CHECK(a.count >= 1);
+    CHECK(a.count <= 5);
+    CHECK(a.top() >= max * (1 - 1e-12));
+    CHECK(a.step * (a.count - 1) < max);  // no empty step on top
+  }
+  const hcbench::round_axis a = hcbench::round_axis_for(250);
+  CHECK(a.label(0) == "0");
+  CHECK(a.label(3) == "150");
+  CHECK(hcbench::round_axis_for(1).label(2) == "0.4");
+  CHECK(hcbench::round_axis_for(0.03).label(3) == "0.03");
 }
 
 TEST_CASE("new_directories_guard removes the disk tiers' directories a failed run made, and nothing else") {

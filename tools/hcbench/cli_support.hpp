@@ -12,6 +12,7 @@
 // - Progress goes to stderr, only when stderr is a terminal (`progress_enabled`).
 #pragma once
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <cstdint>
@@ -94,6 +95,35 @@ inline std::string trace_label(std::string path) {
 /// "1 prefill engine", "4 prefill engines" (English plurals by -s).
 inline std::string count_of(std::size_t n, std::string_view noun) {
   return std::to_string(n) + " " + std::string(noun) + (n == 1 ? "" : "s");
+}
+
+/// A linear axis from 0 with ticks at round values: `step` is 1, 2 or 5 x 10^k, the
+/// smallest such that `count` <= 5 steps reach `max` (top = step x count >= max). A max of
+/// 0 or less (nothing to show) gives the axis 0..1 in 5 steps of 0.2.
+struct round_axis {
+  double step = 0.2;
+  int count = 5;
+  [[nodiscard]] double top() const noexcept { return step * count; }
+  /// Tick k's label: as many decimals as the step needs ("0", "50", "0.2", "0.05").
+  [[nodiscard]] std::string label(int k) const {
+    const int decimals = step >= 1 ? 0 : static_cast<int>(std::ceil(-std::log10(step) - 1e-9));
+    char b[48];
+    std::snprintf(b, sizeof b, "%.*f", decimals, step * k);
+    return b;
+  }
+};
+[[nodiscard]] inline round_axis round_axis_for(double max) {
+  if (!(max > 0) || !std::isfinite(max)) return {};
+  const double raw = max / 5;
+  const double mag = std::pow(10.0, std::floor(std::log10(raw)));
+  double step = 10 * mag;
+  for (const double m : {1.0, 2.0, 5.0})
+    if (m * mag >= raw * (1 - 1e-12)) {
+      step = m * mag;
+      break;
+    }
+  const int count = std::max(1, static_cast<int>(std::ceil(max / step - 1e-9)));
+  return {step, count};
 }
 
 /// Progress output is for people: only when stderr is a terminal.

@@ -152,19 +152,17 @@ std::string bar_chart_svg(const std::vector<std::string>& panels, const std::vec
         auto it = value.find(panels[p] + "|" + g + "|" + b);
         if (it != value.end()) vmax = std::max(vmax, it->second);
       }
-    const double mag = std::pow(10.0, std::floor(std::log10(vmax)));
-    double top = mag;
-    while (top < vmax) top += mag / (vmax / mag > 5 ? 1 : 2);
+    const hcbench::round_axis axis = hcbench::round_axis_for(vmax);  // ticks at 1, 2 or 5 x 10^k
+    const double top = axis.top();
     const int x0 = ox + ml, y0 = oy + ph - mb, pwid = pw - ml - mr, phgt = ph - mt - mb;
     o += "<text x=\"" + std::to_string(ox + pw / 2) + "\" y=\"" + std::to_string(oy + 20) +
          "\" text-anchor=\"middle\" font-size=\"13\">" + panels[p] + "</text>\n";
-    for (int t = 0; t <= 4; ++t) {
-      const double v = top * t / 4;
-      const int y = y0 - static_cast<int>(phgt * t / 4.0);
+    for (int t = 0; t <= axis.count; ++t) {
+      const int y = y0 - static_cast<int>(phgt * t / static_cast<double>(axis.count));
       o += "<line x1=\"" + std::to_string(x0) + "\" y1=\"" + std::to_string(y) + "\" x2=\"" + std::to_string(x0 + pwid) +
            "\" y2=\"" + std::to_string(y) + "\" stroke=\"#ddd\"/>\n";
       o += "<text x=\"" + std::to_string(x0 - 6) + "\" y=\"" + std::to_string(y + 4) +
-           "\" text-anchor=\"end\" font-size=\"11\">" + num(v) + "</text>\n";
+           "\" text-anchor=\"end\" font-size=\"11\">" + axis.label(t) + "</text>\n";
     }
     o += "<text x=\"" + std::to_string(ox + 14) + "\" y=\"" + std::to_string(oy + mt + phgt / 2) +
          "\" font-size=\"11\" transform=\"rotate(-90 " + std::to_string(ox + 14) + " " +
