@@ -30,6 +30,7 @@
 #include <CLI/CLI.hpp>
 
 #include <hybridcache/core/error.hpp>
+#include <hybridcache/sim/svg_chart.hpp>
 
 #ifndef HCBENCH_VERSION
 #define HCBENCH_VERSION "0.0.0"
@@ -114,14 +115,7 @@ struct round_axis {
 };
 [[nodiscard]] inline round_axis round_axis_for(double max) {
   if (!(max > 0) || !std::isfinite(max)) return {};
-  const double raw = max / 5;
-  const double mag = std::pow(10.0, std::floor(std::log10(raw)));
-  double step = 10 * mag;
-  for (const double m : {1.0, 2.0, 5.0})
-    if (m * mag >= raw * (1 - 1e-12)) {
-      step = m * mag;
-      break;
-    }
+  const double step = hybridcache::sim::round_step(max / 5);  // the compare plot's rule
   const int count = std::max(1, static_cast<int>(std::ceil(max / step - 1e-9)));
   return {step, count};
 }

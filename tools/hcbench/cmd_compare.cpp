@@ -101,7 +101,7 @@ void run(const compare_cli& o, const CLI::App& sub) {
   if (given(sub, "--block-size")) check_block_size(o.block_size);
   for (const char* name : {"--sessions-per-second", "--tokenizer"})
     reject_unless(!known || text, sub, name, to_these + " (" + sim::trace_format_list(sim::is_text_format) + ")");
-  for (const char* name : {"--chat-template", "--tool-time-mean", "--collapse-observations", "--max-turns"})
+  for (const char* name : chat_only_options)
     reject_unless(!known || chat, sub, name, to_these + " (" + sim::trace_format_list(sim::is_chat_format) + ")");
   if (o.threads < 0) throw hybridcache::invalid_argument("--threads must be >= 0");
   if (o.concurrency < 1 || o.concurrency > 1'000'000)

@@ -85,7 +85,7 @@ void run(const replay_cli& o, const CLI::App& sub) {
   const bool chat = !format || sim::is_chat_format(*format);  // an unknown format: load_trace names it
   reject_unless(!format || sim::is_text_format(*format), sub, "--sessions-per-second",
                 "to --format " + o.format + " (" + sim::trace_format_list(sim::is_text_format) + ")");
-  for (const char* name : {"--chat-template", "--tool-time-mean", "--collapse-observations", "--max-turns"})
+  for (const char* name : chat_only_options)
     reject_unless(chat, sub, name, "to --format " + o.format + " (" + sim::trace_format_list(sim::is_chat_format) + ")");
   // --block-size is read twice: as a mooncake trace's engine block size (every policy) and,
   // on the other formats, as vllm+'s checkpoint block. Anywhere else it would be ignored.

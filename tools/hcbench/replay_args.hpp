@@ -8,6 +8,7 @@
 // the text (a fraction of a byte is an error, never rounded).
 #pragma once
 
+#include <array>
 #include <cctype>
 #include <cmath>
 #include <cstdio>
@@ -73,6 +74,10 @@ inline constexpr const char* block_size_help =
 
 /// What --block-size sets, for the messages that refuse it where it does not apply.
 inline constexpr const char* block_size_meaning = "it is a mooncake trace's engine block size, or vllm+'s checkpoint block";
+
+/// The options only the chat formats read (replay and compare refuse them elsewhere).
+inline constexpr std::array<const char*, 4> chat_only_options{"--chat-template", "--tool-time-mean",
+                                                              "--collapse-observations", "--max-turns"};
 
 /// Checks a --block-size given on the command line: a positive number of tokens (that it
 /// divides 512 for mooncake, and is a compiled block for vllm+, is checked where it is used).

@@ -65,6 +65,14 @@ struct chart_style {
   int margin_bottom = 92;  ///< room for the x label and the legend
 };
 
+/// The smallest of 1, 2, 5 or 10 × 10^k that is >= raw (> 0): a round tick step.
+[[nodiscard]] inline double round_step(double raw) {
+  const double mag = std::pow(10.0, std::floor(std::log10(raw)));
+  for (double m : {1.0, 2.0, 5.0})
+    if (m * mag >= raw) return m * mag;
+  return 10 * mag;
+}
+
 namespace detail {
 
 // Length of the valid UTF-8 sequence at s[i], or 0 when the bytes there are not one.
@@ -133,11 +141,7 @@ inline std::string format_tick(double v, axis_format f) {
 /// Ticks at multiples of 1, 2 or 5 × 10^k covering [lo, hi], about `target` of them.
 inline std::vector<double> linear_ticks(double lo, double hi, int target = 6) {
   if (!(hi > lo)) return {lo};
-  const double raw = (hi - lo) / target;
-  const double mag = std::pow(10.0, std::floor(std::log10(raw)));
-  double step = mag;
-  for (double m : {1.0, 2.0, 5.0, 10.0})
-    if (m * mag >= raw) { step = m * mag; break; }
+  const double step = round_step((hi - lo) / target);
   std::vector<double> t;
   for (double v = std::ceil(lo / step - 1e-9) * step; v <= hi + step * 1e-9; v += step)
     t.push_back(std::fabs(v) < step * 1e-9 ? 0.0 : v);
