@@ -3,6 +3,11 @@
 //   hcbench compare [--trace PATH --format F]... [--policies marconi,sglang+,vllm+,lru]
 //                   [--capacities 1e9,2e9,5e9,1e10] [--model PRESET] [--alpha X|auto]
 //                   [--block-size N] [--threads N] [--out DIR]
+//                   [--drive commit|lifecycle] [--flop-candidates R] [--flop-index I] [--reference-quirks]
+//
+// The replay options that make sense per row apply to every row (single_tier_flags.hpp,
+// selector_flags.hpp); the others (compare_refuses, the --tiers ones) are errors naming what
+// to run instead.
 //
 // Prints an aligned table and writes DIR/results.csv and DIR/hit_rate_vs_capacity.svg.
 // With no --trace it replays the embedded workload: synth-v1 chat (seed 1, 100 sessions,
@@ -34,6 +39,8 @@
 #include "replay_report.hpp"
 #include "replay_run.hpp"
 #include "selector_flags.hpp"
+#include "single_tier_flags.hpp"
+#include "tiered_flags.hpp"
 
 namespace {
 
@@ -58,6 +65,24 @@ struct compare_cli {
   bool strict_capacity = false;
   std::string lru_ties = "reference";
   hcbench::selector_cli selector;
+  hcbench::single_tier_cli scan;  // --drive, --flop-candidates, --flop-index, --reference-quirks: every row
+  std::string refused;            // the value of an option compare refuses (see compare_refuses)
+  bool refused_flag = false;
+};
+
+/// replay's options that have no meaning per row of compare's table: each is an error that
+/// says what to run instead (CLI11 would only say "The following argument was not expected").
+struct refused_option {
+  const char* name;
+  bool flag;          // takes no value
+  const char* instead;
+};
+constexpr refused_option compare_refuses[] = {
+    {"--capacity", false, "compare runs each of --capacities LIST"},
+    {"--policy", false, "compare runs each of --policies LIST"},
+    {"--json", true, "compare writes every row to DIR/results.csv (--out); `hcbench replay --json` prints one run's object"},
+    {"--per-request", false, "it writes one file per replay: run `hcbench replay --per-request FILE` for the row you want"},
+    {"--tiers", false, "the multi-tier replay compares tiers, not policies: run `hcbench replay --tiers`"},
 };
 
 struct loaded_trace {
@@ -76,8 +101,15 @@ void run(const compare_cli& o, const CLI::App& sub) {
   const bool has_marconi = std::find(policies.begin(), policies.end(), "marconi") != policies.end();
   reject_unless(has_marconi, sub, "--alpha", "without marconi in --policies (marconi only)");
   const std::optional<double> alpha = parse_alpha(o.alpha);
-  replay_job selector_job;  // the tuner and selector options every marconi job gets
-  apply_selector_options(o.selector, sub, has_marconi && !alpha, false, selector_job,
+  for (const refused_option& r : compare_refuses)
+    if (given(sub, r.name)) throw hybridcache::invalid_argument(std::string(r.name) + " does not apply to compare: " + r.instead);
+  for (const char* name : tiered_only_options)
+    if (given(sub, name))
+      throw hybridcache::invalid_argument(std::string(name) + " does not apply to compare: it is a --tiers option (run `hcbench replay --tiers`)");
+  const bool has_vllm = std::find(policies.begin(), policies.end(), "vllm+") != policies.end();
+  replay_job row_options;  // the tuner, selector and scorer options every row gets (where they apply)
+  apply_single_tier_options(o.scan, sub, {has_marconi, has_vllm, "without marconi in --policies"}, row_options);
+  apply_selector_options(o.selector, sub, has_marconi && !alpha, o.scan.reference_quirks, row_options,
                          has_marconi ? "with a fixed --alpha" : "without marconi in --policies");
   const bool reference_ties = parse_lru_ties(o.lru_ties);
   // The trace options apply to the formats that have them, as in replay: --block-size to a
@@ -95,7 +127,6 @@ void run(const compare_cli& o, const CLI::App& sub) {
     formats += (formats.empty() ? "" : ",") + name;
   }
   const std::string to_these = o.traces.empty() ? "to the embedded synth-v1 workloads" : "to --format " + formats;
-  const bool has_vllm = std::find(policies.begin(), policies.end(), "vllm+") != policies.end();
   reject_unless(!known || mooncake || has_vllm, sub, "--block-size",
                 std::string("without vllm+ in --policies or a mooncake --trace (") + block_size_meaning + ")");
   if (given(sub, "--block-size")) check_block_size(o.block_size);
@@ -152,9 +183,13 @@ void run(const compare_cli& o, const CLI::App& sub) {
         j.capacity_bytes = cap;
         j.policy = p;
         j.alpha = alpha;
-        j.tuner = selector_job.tuner;
-        j.selector = selector_job.selector;
-        j.strict_capacity = o.strict_capacity || o.concurrency > 1;  // see replay's --concurrency
+        j.tuner = row_options.tuner;
+        j.selector = row_options.selector;
+        j.strict_capacity = o.strict_capacity || o.concurrency > 1 || row_options.strict_capacity;  // see replay's --concurrency, --drive
+        j.driver = row_options.driver;
+        j.flop_candidates = row_options.flop_candidates;
+        j.flop_index = row_options.flop_index;
+        j.reference_quirks = row_options.reference_quirks && (p == "marconi" || p == "vllm+");  // the rows it changes
         j.concurrency = o.concurrency;
         j.reference_lru_ties = reference_ties;
         j.tuning_threads = 1;  // the jobs already run in parallel
@@ -232,6 +267,7 @@ const bool registered = hcbench::register_command(
        sub.add_option("--model", o.model, "model preset (see `hcbench models`)");
        sub.add_option("--alpha", o.alpha, "marconi's FLOP-efficiency weight: a number, or auto");
        hcbench::add_selector_options(sub, o.selector);
+       hcbench::add_single_tier_options(sub, o.scan);
        sub.add_option("--block-size", o.block_size, hcbench::block_size_help)->default_str("");  // see replay
        sub.add_option("--sessions-per-second", o.sessions_per_second,
                       "sharegpt, openai, swe-agent, tau-bench: conversations started per second");
@@ -244,11 +280,22 @@ const bool registered = hcbench::register_command(
        sub.add_option("--max-turns", o.max_turns, "agent formats: at most this many requests per session (0: no limit)");
        sub.add_option("--concurrency", o.concurrency, "requests in flight per replay (see replay --help)");
        sub.add_option("--threads", o.threads, "worker threads; 0: hardware concurrency (the default)");
-       sub.add_option("--out", o.out, "output directory for results.csv, table.txt and hit_rate_vs_capacity.svg");
+       sub.add_option("--out", o.out,
+                      std::string("output directory: results.csv (one row per replay, columns ") +
+                          hcbench::fields::compare_csv +
+                          "), table.txt (the table printed) and hit_rate_vs_capacity.svg (token hit rate and P95 TTFT "
+                          "against capacity)");
        sub.add_flag("--strict-capacity", o.strict_capacity, "never exceed the capacity (see replay --help)");
        sub.add_option("--lru-ties", o.lru_ties,
                       "sglang+/vllm+/lru tie-breaking: reference (CPython heapq order, exact reference victims, "
                       "O(n) per eviction round; default) or node-id (O(log n))");
+       for (const refused_option& r : compare_refuses) {  // accepted only to be refused with a message
+         const std::string help = std::string("not in compare: ") + r.instead;
+         if (r.flag) sub.add_flag(r.name, o.refused_flag, help)->group("Refused (replay only)");
+         else sub.add_option(r.name, o.refused, help)->group("Refused (replay only)");
+       }
+       for (const char* name : hcbench::tiered_only_options)  // hidden: refused as --tiers options
+         (name == hcbench::tiered_only_flag ? sub.add_flag(name, o.refused_flag) : sub.add_option(name, o.refused))->group("");
        sub.callback([&sub] { run(o, sub); });
      }});
 

@@ -29,12 +29,15 @@
 
 #include "atomic_file.hpp"
 #include "cli_support.hpp"
+#include "output_fields.hpp"
 #include "command.hpp"
 #include "replay_args.hpp"
 #include "replay_report.hpp"
 #include "replay_run.hpp"
 #include "replay_tiered.hpp"
 #include "selector_flags.hpp"
+#include "single_tier_flags.hpp"
+#include "tiered_flags.hpp"
 
 namespace {
 
@@ -57,20 +60,13 @@ struct replay_cli {
   bool strict_capacity = false;
   std::string lru_ties = "reference";
   std::string per_request;
-  bool reference_quirks = false;
-  std::string drive = "commit";
-  std::string flop_candidates = "protect-branches";
-  std::string flop_index = "bounded";
+  hcbench::single_tier_cli scan;  // --drive, --flop-candidates, --flop-index, --reference-quirks
   hcbench::tiered_cli tiered;
   hcbench::selector_cli selector;
 };
 
-// Options that belong to one mode only; giving one in the other mode is an error.
-const char* const tiered_only[] = {"--link-gbps", "--scheduler", "--prefetch", "--sparsify", "--demotion",
-                                   "--write-policy", "--write-through-hits", "--watermarks", "--layerwise",
-                                   "--recompute-when-faster", "--staging-fraction", "--arrival-scale",
-                                   "--spread-arrivals", "--prefill-engines", "--prefetch-depth", "--prefill-time",
-                                   "--per-copy-us", "--real-bytes"};
+// Options that belong to one mode only; giving one in the other mode is an error (the --tiers
+// ones: tiered_flags.hpp's tiered_only_options, which compare refuses too).
 // The tiered replay drives the lifecycle with strict capacity on its own engines: these
 // single-tier knobs have no meaning there (--policy, --alpha and the scorer options do).
 const char* const single_only[] = {"--capacity", "--concurrency", "--strict-capacity", "--reference-quirks", "--drive"};
@@ -78,7 +74,7 @@ const char* const single_only[] = {"--capacity", "--concurrency", "--strict-capa
 void run(const replay_cli& o, const CLI::App& sub) {
   using namespace hcbench;
   const bool tiered = !o.tiered.tiers.empty();
-  for (const char* name : tiered_only) reject_unless(tiered, sub, name, "without --tiers");
+  for (const char* name : tiered_only_options) reject_unless(tiered, sub, name, "without --tiers");
   for (const char* name : single_only) reject_unless(!tiered, sub, name, "with --tiers (the multi-tier replay)");
   namespace sim = hybridcache::sim;
   const std::optional<sim::trace_format> format = sim::find_trace_format(o.format);  // unknown: load_trace says so
@@ -119,13 +115,10 @@ void run(const replay_cli& o, const CLI::App& sub) {
     reject_unless(o.tiered.prefetch != "none", sub, "--prefetch-depth", "with --prefetch none (the default)");
     reject_unless(o.policy == "marconi", sub, "--flop-candidates", "to --policy " + o.policy + " (marconi only)");
     reject_unless(o.policy == "marconi", sub, "--flop-index", "to --policy " + o.policy + " (marconi only)");
-    if (o.flop_candidates != "paper" && o.flop_candidates != "protect-branches")
-      throw hybridcache::invalid_argument("--flop-candidates: expected paper or protect-branches, got '" +
-                                          o.flop_candidates + "'");
-    if (o.flop_index != "bounded" && o.flop_index != "threshold" && o.flop_index != "classes")
-      throw hybridcache::invalid_argument("--flop-index: expected bounded, threshold or classes, got '" + o.flop_index + "'");
-    p.flop_candidates = o.flop_candidates;
-    p.flop_index = o.flop_index;
+    (void)parse_flop_candidates(o.scan.flop_candidates);  // refuses a bad value
+    (void)parse_flop_index(o.scan.flop_index);
+    p.flop_candidates = o.scan.flop_candidates;
+    p.flop_index = o.scan.flop_index;
     p.reference_lru_ties = parse_lru_ties(o.lru_ties);
     if (o.format != "mooncake" && o.block_size > 0) p.vllm_block = o.block_size;
     run_tiered_replay_command(o.trace, o.format, o.model, block, load, o.tiered, p, o.per_request, o.json);
@@ -138,7 +131,7 @@ void run(const replay_cli& o, const CLI::App& sub) {
   job.policy = o.policy;
   job.capacity_bytes = parse_capacity(o.capacity);
   job.alpha = parse_alpha(o.alpha);
-  apply_selector_options(o.selector, sub, o.policy == "marconi" && !job.alpha, o.reference_quirks, job);
+  apply_selector_options(o.selector, sub, o.policy == "marconi" && !job.alpha, o.scan.reference_quirks, job);
   if (o.concurrency < 1 || o.concurrency > 1'000'000)
     throw hybridcache::invalid_argument("--concurrency: expected 1..1000000, got " + std::to_string(o.concurrency));
   const std::int64_t mooncake_block = o.format == "mooncake" && o.block_size > 0 ? o.block_size : 512;
@@ -149,30 +142,9 @@ void run(const replay_cli& o, const CLI::App& sub) {
   // then runs the cache far past its capacity (1.79 GB at 5e8 B, concurrency 8). So with
   // more than one request in flight the capacity is a hard limit.
   job.strict_capacity = o.strict_capacity || o.concurrency > 1;
-  reject_unless(o.policy == "marconi", sub, "--flop-candidates", "to --policy " + o.policy + " (marconi only)");
-  reject_unless(!o.reference_quirks, sub, "--flop-candidates", "with --reference-quirks (the reference's own rule)");
-  if (o.flop_candidates == "paper")
-    job.flop_candidates = hybridcache::prefix::flop_candidates::paper;
-  else if (o.flop_candidates != "protect-branches")
-    throw hybridcache::invalid_argument("--flop-candidates: expected paper or protect-branches, got '" +
-                                        o.flop_candidates + "'");
-  reject_unless(o.policy == "marconi", sub, "--flop-index", "to --policy " + o.policy + " (marconi only)");
-  reject_unless(!o.reference_quirks, sub, "--flop-index", "with --reference-quirks (the reference's own scan)");
-  if (o.flop_index == "classes")
-    job.flop_index = hybridcache::prefix::flop_index::efficiency_classes;
-  else if (o.flop_index == "threshold")
-    job.flop_index = hybridcache::prefix::flop_index::threshold_walk;
-  else if (o.flop_index != "bounded")
-    throw hybridcache::invalid_argument("--flop-index: expected bounded, threshold or classes, got '" + o.flop_index + "'");
-  if (o.drive == "lifecycle") {
-    job.driver = replay_driver::lifecycle;
-    job.strict_capacity = true;  // it reserves before prefill: nothing runs over capacity
-  } else if (o.drive != "commit") {
-    throw hybridcache::invalid_argument("--drive: expected commit or lifecycle, got '" + o.drive + "'");
-  }
+  apply_single_tier_options(o.scan, sub, {o.policy == "marconi", o.policy == "vllm+", "to --policy " + o.policy}, job);
   job.reference_lru_ties = parse_lru_ties(o.lru_ties);
   job.keep_per_request = !o.per_request.empty();
-  job.reference_quirks = o.reference_quirks;
   load.block_size = mooncake_block;
   const auto requests = load_trace(o.trace, o.format, load);
   job.requests = &requests;
@@ -180,7 +152,7 @@ void run(const replay_cli& o, const CLI::App& sub) {
   replay_result r = run_replay(job);
   r.tokenizer = tokenizer_label(o.format, load);
   if (!o.per_request.empty()) {  // request index, input tokens, skipped tokens (replay order)
-    std::string csv = "request,input_tokens,skipped_tokens\n";
+    std::string csv = std::string(fields::per_request_csv) + "\n";
     for (std::size_t i = 0; i < r.metrics.skipped_per_request.size(); ++i)
       csv += std::to_string(i) + ',' + std::to_string(requests[i].input_tokens) + ',' +
              std::to_string(r.metrics.skipped_per_request[i]) + '\n';
@@ -248,28 +220,17 @@ const bool registered = hcbench::register_command(
        sub.add_option("--concurrency", o.concurrency, "requests in flight; a match stays pinned until its "
                                                       "request finishes (default 1, the reference's model); above 1 "
                                                       "the capacity is strict (see --strict-capacity)");
-       sub.add_flag("--json", o.json, "print one JSON object on stdout");
+       sub.add_flag("--json", o.json,
+                    std::string("print one JSON object on stdout; keys: ") + hcbench::fields::replay_json +
+                        ". With --tiers: " + hcbench::fields::tiered_json);
        sub.add_flag("--strict-capacity", o.strict_capacity,
                     "never exceed the capacity: do not cache a request whose state alone is larger "
                     "(default: insert it anyway, as the Marconi reference does)");
-       sub.add_option("--drive", o.drive,
-                      "how each request drives the cache: commit (match, then commit after decode: the "
-                      "reference's model; default) or lifecycle (begin reserves the prompt's KV and checkpoint "
-                      "slots before prefill, grow, finish: what a runtime does; strict capacity)");
-       sub.add_option("--flop-candidates", o.flop_candidates,
-                      "marconi: which single-child nodes eviction may merge: protect-branches (not a branch "
-                      "point while it has a child; default) or paper (every one with a checkpoint, as published)");
-       sub.add_option("--flop-index", o.flop_index,
-                      "marconi: bounded (the exact threshold walk for up to 64 steps, then efficiency classes: "
-                      "O(log n) worst case; default), threshold (always exact, worst case O(n)) or classes "
-                      "(efficiency classes only, may pick a near-optimal victim)");
-       sub.add_flag("--reference-quirks", o.reference_quirks,
-                    "marconi: reproduce the reference simulator's scoring defects (MLP term, whole-prefix KV "
-                    "bytes, leaf byte accounting); vllm+: replay on the reference's block tree; both to match "
-                    "its rows exactly, for validation only");
+       hcbench::add_single_tier_options(sub, o.scan);
        sub.add_option("--per-request", o.per_request,
-                      "write request,input_tokens,skipped_tokens per request (replay order) to this CSV file; with "
-                      "--tiers: request,input_tokens,hbm_hit_tokens,host_hit_tokens,bytes_loaded,ttft_ms");
+                      std::string("write one CSV row per request (replay order) to this file, columns ") +
+                          hcbench::fields::per_request_csv + "; with --tiers (dispatch order): " +
+                          hcbench::fields::tiered_per_request_csv);
        sub.add_option("--lru-ties", o.lru_ties,
                       "sglang+/vllm+/lru tie-breaking: reference (CPython heapq order, exact reference victims, "
                       "O(n) per eviction round; default) or node-id (O(log n))");

@@ -12,6 +12,7 @@
 #include <hybridcache/sim/svg_chart.hpp>
 
 #include "cli_support.hpp"
+#include "output_fields.hpp"
 #include "replay_args.hpp"
 #include "replay_run.hpp"
 
@@ -109,12 +110,8 @@ inline std::string json_number(double v) { return json::number(v); }
   return b;
 }
 
-/// CSV header matching csv_row().
-inline const char* csv_header() {
-  return "trace,model,policy,capacity_bytes,requests,input_tokens,skipped_tokens,token_hit_rate,request_hit_rate,"
-         "flops_saved,ttft_p5_ms,ttft_p50_ms,ttft_p95_ms,ttft_p95_no_cache_ms,checkpoints_admitted,checkpoints_reused,"
-         "checkpoints_evicted,kv_bytes_admitted,evictions,alpha,wall_seconds,cpu_seconds";
-}
+/// CSV header matching csv_row() (output_fields.hpp).
+inline const char* csv_header() { return fields::compare_csv; }
 
 [[nodiscard]] inline std::string csv_row(const replay_result& r) {
   const auto& m = r.metrics;

@@ -23,6 +23,7 @@
 
 #include "atomic_file.hpp"
 #include "cli_support.hpp"
+#include "output_fields.hpp"
 #include "replay_report.hpp"
 #include "real_bytes_backends.hpp"
 #include "tier_directories.hpp"
@@ -213,7 +214,7 @@ void run_tiered_replay_command(const std::string& trace, const std::string& form
   if (!per_request.empty()) {
     // One row per request in dispatch order; `request` is its index in the trace's request
     // list (the order of the rows differs from it under --scheduler car), refused ones included.
-    std::string csv = "request,refused,input_tokens,hbm_hit_tokens,host_hit_tokens,bytes_loaded,ttft_ms\n";
+    std::string csv = std::string(fields::tiered_per_request_csv) + "\n";
     for (const auto& x : r.per_request) {
       csv += std::to_string(x.request) + ',' + (x.refused ? '1' : '0') + ',' + std::to_string(x.input_tokens) + ',' + std::to_string(x.hbm_hit_tokens) + ',' +
              std::to_string(x.host_hit_tokens) + ',' + std::to_string(x.bytes_loaded) + ',' + json::number(x.ttft_ms) + '\n';

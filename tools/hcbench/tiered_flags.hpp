@@ -26,6 +26,15 @@ using hybridcache::sim::sparsify_kind;
 using hybridcache::sim::tiered_replay_options;
 using hybridcache::stores::write_policy;
 
+/// The options of the multi-tier replay (`replay --tiers`) only: replay refuses them without
+/// --tiers, compare always. `--real-bytes` is the one flag among them.
+inline constexpr const char* tiered_only_options[] = {
+    "--link-gbps",  "--scheduler",        "--prefetch",     "--sparsify",        "--demotion",
+    "--write-policy", "--write-through-hits", "--watermarks", "--layerwise",      "--recompute-when-faster",
+    "--staging-fraction", "--arrival-scale", "--spread-arrivals", "--prefill-engines", "--prefetch-depth",
+    "--prefill-time", "--per-copy-us",    "--real-bytes"};
+inline constexpr std::string_view tiered_only_flag = "--real-bytes";
+
 /// Parses `fcfs` / `car`. @throws invalid_argument listing the valid names.
 [[nodiscard]] inline scheduler_kind parse_scheduler(std::string_view s) {
   if (s == "fcfs") return scheduler_kind::fcfs;
