@@ -295,7 +295,7 @@ elseif(CASE STREQUAL "compare")
     message(FATAL_ERROR "results.csv has ${n} lines, expected 25")
   endif()
   # stdout (not a terminal here) holds the table once: one header, one row per replay.
-  string(REGEX MATCHALL "(^|\n)synth-(chat|agent) +[a-z+]+ +[0-9.]+[KMGT]?B " table_rows "${out}")
+  string(REGEX MATCHALL "(^|\n)synth-(chat|agent) +[a-z+]+ +[0-9.]+ [KMGT]?i?B " table_rows "${out}")
   list(LENGTH table_rows nt)
   string(REGEX MATCHALL "(^|\n)trace +policy +capacity" table_headers "${out}")
   list(LENGTH table_headers nh)
@@ -683,6 +683,75 @@ elseif(CASE STREQUAL "contract")
   file(STRINGS ${W}/cmp_mix/results.csv rows LIMIT_COUNT 1)
   string(REPLACE "," ";" columns "${rows}")
   expect_in_help(compare "the results.csv column" ${columns})
+  # #34 item 2: one output style (docs/replay.md, "Output conventions"). Units in the column
+  # headers, the same names in every table; sizes as the user typed them; the selector in
+  # --candidates syntax with alpha null/'-' when its candidate has none; hits split per tier.
+  function(expect_in text what)
+    foreach(pattern IN LISTS ARGN)
+      if(NOT text MATCHES "${pattern}")
+        message(FATAL_ERROR "${what}: no match for '${pattern}' in:\n${text}")
+      endif()
+    endforeach()
+  endfunction()
+  function(expect_not_in text what)
+    foreach(pattern IN LISTS ARGN)
+      if(text MATCHES "${pattern}")
+        message(FATAL_ERROR "${what}: '${pattern}' should not appear in:\n${text}")
+      endif()
+    endforeach()
+  endfunction()
+  file(REMOVE_RECURSE ${W}/cmp_style)
+  run_hcbench(out err rc compare --trace ${FIXTURE} --format marconi --policies marconi,sglang+ --capacities 5e8,1GiB
+              --threads 1 --out ${W}/cmp_style)
+  expect_in("${out}" "compare's table" "trace +policy +capacity +requests +token hit % +req hit % +FLOPs saved +TTFT p50 ms +TTFT p95 ms"
+            "\nchat_seed7 +sglang\\+ +500 MB +70 +14\\.67 +[0-9.]+ +[0-9.e+]+ +[0-9.]+ +[0-9.]+ +[0-9]+ +[0-9]+ +- "
+            "\nchat_seed7 +marconi +1 GiB ")
+  expect_not_in("${out}" "compare's table" "[0-9]%" "[0-9]\\.[0-9] ms" "500MB")
+  # The selector follows gdsf here at 5e8 (docs/replay.md): no alpha, not 0.00.
+  run_hcbench(out err rc replay --trace ${FIXTURE} --capacity 5e8 --json)
+  string(JSON followed GET "${out}" selector_followed)
+  string(JSON alpha_type TYPE "${out}" alpha)
+  string(JSON names_len LENGTH "${out}" selector_candidates)
+  set(names "")
+  math(EXPR last "${names_len} - 1")
+  foreach(i RANGE ${last})
+    string(JSON name GET "${out}" selector_candidates ${i} candidate)
+    list(APPEND names ${name})
+  endforeach()
+  if(NOT followed STREQUAL "gdsf" OR NOT alpha_type STREQUAL "NULL"
+     OR NOT names STREQUAL "sglang+;marconi:0;marconi:0.5;marconi:1;marconi:2;gdsf")
+    message(FATAL_ERROR "replay --json: followed '${followed}' (want gdsf), alpha ${alpha_type} (want null), "
+                        "candidates '${names}' (want --candidates syntax)")
+  endif()
+  run_hcbench(out err rc replay --trace ${FIXTURE} --capacity 5e8)
+  expect_in("${out}" "replay's text" "token hit % +req hit %" "following gdsf at the end" "KV admitted 14\\.8 GB; peak 601 MB"
+            "8192-16383 +1 request +98\\.54%" "over its 500 MB capacity" " +- +[0-9.]+\n")
+  # A run that follows marconi:A reports that alpha.
+  run_hcbench(out err rc replay --trace ${FIXTURE} --capacity 5e8 --candidates marconi:0.5 --json)
+  string(JSON followed GET "${out}" selector_followed)
+  string(JSON alpha GET "${out}" alpha)
+  if(NOT followed STREQUAL "marconi:0.5" OR NOT alpha STREQUAL "0.5")
+    message(FATAL_ERROR "replay --candidates marconi:0.5: followed '${followed}', alpha '${alpha}'")
+  endif()
+  # --tiers: the spec echoed as given, one hit column per tier, hits by tier summing to the total.
+  set(spec "hbm=300MB,host=200MB,disk@${W}/disk=2GB:gbps=2:lat_us=50")
+  run_hcbench(out err rc replay --trace ${FIXTURE} --tiers ${spec})
+  expect_in("${out}" "replay --tiers text" "over hbm=300MB,host=200MB,disk@[^ ]*/disk=2GB:gbps=2:lat_us=50; 1 prefill engine"
+            "tiers +requests +token hit % +hbm hit tok +host hit tok +disk hit tok +TTFT p50 ms +TTFT p95 ms +hidden % +busy % +engines"
+            "the selector followed (sglang\\+|gdsf|marconi:[0-9.]+) at the end" "[0-9.]+ [KMG]B loaded, [0-9.]+ [KMG]B offloaded")
+  expect_not_in("${out}" "replay --tiers text" "300000000" "[0-9] B loaded")
+  run_hcbench(out err rc replay --trace ${FIXTURE} --tiers ${spec} --json)
+  string(JSON tiers GET "${out}" tiers)
+  string(JSON hbm GET "${out}" hbm_hit_tokens)
+  string(JSON lower GET "${out}" host_hit_tokens)
+  string(JSON t0 GET "${out}" hit_tokens_by_tier 0 hit_tokens)
+  string(JSON t1 GET "${out}" hit_tokens_by_tier 1 hit_tokens)
+  string(JSON t2 GET "${out}" hit_tokens_by_tier 2 hit_tokens)
+  string(JSON n2 GET "${out}" hit_tokens_by_tier 2 name)
+  math(EXPR below "${t1} + ${t2}")
+  if(NOT tiers STREQUAL spec OR NOT t0 EQUAL hbm OR NOT below EQUAL lower OR NOT n2 STREQUAL "disk")
+    message(FATAL_ERROR "replay --tiers --json: tiers '${tiers}', hbm ${hbm} = ${t0}?, below ${lower} = ${t1} + ${t2}?, name ${n2}")
+  endif()
 elseif(CASE STREQUAL "chat")
   # The chat/agent formats on the bundled examples (docs/examples): 16 assistant calls in
   # each, the same requests, and the report names the tokenizer.

@@ -67,12 +67,30 @@ TEST_CASE("parse_capacity rejects what is not a positive whole number of bytes")
 TEST_CASE("split_list and format_bytes") {
   CHECK(hcbench::split_list("marconi, sglang+,,vllm+ ") == std::vector<std::string>{"marconi", "sglang+", "vllm+"});
   CHECK(hcbench::split_list("").empty());
-  CHECK(hcbench::format_bytes(500000000) == "500MB");
-  CHECK(hcbench::format_bytes(4LL << 30) == "4GiB");
-  CHECK(hcbench::format_bytes(5000000000) == "5GB");
-  CHECK(hcbench::format_bytes(1500000000) == "1500MB");  // exact whole units first
-  CHECK(hcbench::format_bytes(1234567890) == "1.23GB");
-  CHECK(hcbench::format_bytes(999) == "999B");
+  // docs/replay.md, "Output conventions": a number, a space, the unit; exact sizes in the unit
+  // the user would have typed, others to three significant digits in the user's family.
+  CHECK(hcbench::format_bytes(500000000) == "500 MB");
+  CHECK(hcbench::format_bytes(4LL << 30) == "4 GiB");
+  CHECK(hcbench::format_bytes(5000000000) == "5 GB");
+  CHECK(hcbench::format_bytes(1500000000) == "1500 MB");  // exact whole units first
+  CHECK(hcbench::format_bytes(1234567890) == "1.23 GB");
+  CHECK(hcbench::format_bytes(1234567890, hcbench::byte_units::binary) == "1.15 GiB");
+  CHECK(hcbench::format_bytes(14662631424) == "14.7 GB");
+  CHECK(hcbench::format_bytes(600621056) == "601 MB");
+  CHECK(hcbench::format_bytes(1072693248, hcbench::byte_units::binary) == "1023 MiB");  // exact
+  CHECK(hcbench::format_bytes(1073000000, hcbench::byte_units::binary) == "1073 MB");  // exact: as typed
+  CHECK(hcbench::format_bytes(1073000001, hcbench::byte_units::binary) == "1.00 GiB");  // not "1023 MiB"
+  CHECK(hcbench::format_bytes((1LL << 30) - 1, hcbench::byte_units::binary) == "1.00 GiB");  // not "1024 MiB"
+  CHECK(hcbench::format_bytes(1000LL << 20, hcbench::byte_units::binary) == "1000 MiB");  // exact
+  CHECK(hcbench::format_bytes((1000LL << 20) + 1, hcbench::byte_units::binary) == "0.98 GiB");
+  CHECK(hcbench::format_bytes(999999999) == "1.00 GB");  // not "1000 MB"
+  CHECK(hcbench::format_bytes(165644337152, hcbench::byte_units::binary) == "154 GiB");
+  CHECK(hcbench::format_bytes(999) == "999 B");
+  CHECK(hcbench::units_of("hbm=128GiB,host=512GiB") == hcbench::byte_units::binary);
+  CHECK(hcbench::units_of("5e8") == hcbench::byte_units::decimal);
+  CHECK(hcbench::units_of("4gib") == hcbench::byte_units::binary);
+  CHECK(hcbench::units_of("512 MiB") == hcbench::byte_units::binary);
+  CHECK(hcbench::units_of("hbm=1GB,disk@/usr/lib/x=5GB") == hcbench::byte_units::decimal);  // not the "ib" of lib
 }
 
 TEST_CASE("parse_lru_ties") {

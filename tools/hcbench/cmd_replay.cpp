@@ -167,25 +167,27 @@ void run(const replay_cli& o, const CLI::App& sub) {
     std::printf("tokenizer: %s\n", r.tokenizer == "built-in approximation"
                                         ? "built-in approximation (text_tokenizer.hpp; --tokenizer tokenizer.json for a model's own)"
                                         : r.tokenizer.c_str());
+  const byte_units units = units_of(o.capacity);  // sizes in the family the user gave --capacity in
   std::printf("\ntoken hit rate by input length:\n");
   for (const auto& b : r.metrics.by_input_length) {
     if (b.requests == 0) continue;
     const std::string range = b.hi == std::numeric_limits<std::int64_t>::max()
                                   ? ">= " + std::to_string(b.lo)
                                   : std::to_string(b.lo) + "-" + std::to_string(b.hi - 1);
-    std::printf("  %-14s %7lld requests  %6.2f%%\n", range.c_str(), static_cast<long long>(b.requests),
+    std::printf("  %-14s %16s  %6.2f%%\n", range.c_str(), count_of(static_cast<std::size_t>(b.requests), "request").c_str(),
                 100.0 * b.token_hit_rate());
   }
   std::printf("checkpoints: %lld admitted, %lld reused, %lld evicted; KV admitted %s; peak %s\n",
               static_cast<long long>(r.metrics.cache.checkpoints_admitted),
               static_cast<long long>(r.metrics.cache.checkpoints_reused),
               static_cast<long long>(r.metrics.cache.checkpoints_evicted),
-              format_bytes(r.metrics.cache.kv_bytes_admitted).c_str(), format_bytes(r.metrics.cache.peak_bytes).c_str());
+              format_bytes(r.metrics.cache.kv_bytes_admitted, units).c_str(),
+              format_bytes(r.metrics.cache.peak_bytes, units).c_str());
   std::printf("%s", selector_summary(r).c_str());
   if (r.metrics.cache.peak_bytes > r.capacity_bytes)
     std::printf("note: the cache peaked at %s, over its %s capacity: a request whose state alone exceeds the free "
                 "space is inserted anyway, as the Marconi reference does (--strict-capacity forbids it)\n",
-                format_bytes(r.metrics.cache.peak_bytes).c_str(), format_bytes(r.capacity_bytes).c_str());
+                format_bytes(r.metrics.cache.peak_bytes, units).c_str(), format_bytes(r.capacity_bytes, units).c_str());
 }
 
 const bool registered = hcbench::register_command(

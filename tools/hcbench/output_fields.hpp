@@ -36,10 +36,11 @@ inline constexpr const char* replay_json =
 
 /// replay --tiers --json (replay_tiered.cpp).
 inline constexpr const char* tiered_json =
-    "policy, tiers, model, tier_links [tier, kind, location, capacity_bytes, link_gbps, link_gbps_source, "
+    "policy, tiers (as given), model, tier_links [tier, kind, location, capacity_bytes, link_gbps, link_gbps_source, "
     "latency_us, latency_source, probe_write_gbps, probe_read_gbps, probe_method, probe_round_trip_us, "
-    "probe_set_gbps, probe_get_gbps, probe_bytes], alpha (marconi), requests, input_tokens, skipped_tokens, "
-    "token_hit_rate, hbm_hit_tokens, host_hit_tokens, recomputed_hit_tokens, recompute_instead_of_reload, "
+    "probe_set_gbps, probe_get_gbps, probe_bytes], alpha (marconi; with the selector the followed candidate's, null when it has none), requests, input_tokens, skipped_tokens, "
+    "token_hit_rate, hbm_hit_tokens, host_hit_tokens (every tier below HBM), hit_tokens_by_tier [tier, name, hit_tokens] "
+    "(a hit under the slowest tier it read from), recomputed_hit_tokens, recompute_instead_of_reload, "
     "bytes_loaded, bytes_offloaded, bytes_saved_by_sparsify, prefetches, prefetches_declined_for_room, ttft_p50_ms, "
     "ttft_p95_ms, pipeline_hidden_fraction, load_hidden_fraction, utilization, single_tier_token_hit_rate, "
     "single_tier_ttft_p50_ms, single_tier_ttft_p95_ms, ttft_p50_reduction, service_p50_ms, "
@@ -48,7 +49,8 @@ inline constexpr const char* tiered_json =
     "single_tier_flops_saved, write_policy, write_backs, replicas, clean_drops, joined_loads, copies, "
     "dropped_entries, stall_ms, refused, single_tier_refused, layerwise, cascades, copy_failures; with the "
     "selector: selector_shadow_seconds, selector_shadow_bytes, selector_switches, selector_tier_aware, "
-    "single_tier_selector_shadow_seconds, single_tier_selector_switches; --real-bytes: real_bytes [agrees, "
+    "single_tier_selector_shadow_seconds, single_tier_selector_switches, selector_followed, "
+    "single_tier_selector_followed (--candidates syntax); --real-bytes: real_bytes [agrees, "
     "hbm_hit_tokens, host_hit_tokens, bytes_loaded, copies, bytes, verified_copies, partial_copies, storage_puts, "
     "storage_gets, storage_misses, storage_put_failures, verify_failures, failed_copies, real_copy_wall_ms, "
     "modelled_copy_ms, late_ms]; tokenizer, command, version, date";

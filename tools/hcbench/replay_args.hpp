@@ -100,24 +100,55 @@ inline void check_block_size(std::int64_t tokens) {
   return out;
 }
 
-/// Formats a byte count compactly for tables: 500000000 -> "500MB", 4294967296 -> "4GiB".
-[[nodiscard]] inline std::string format_bytes(std::int64_t b) {
-  struct u {
+/// The unit family a size is printed in: the one the user wrote theirs in (docs/replay.md,
+/// "Output conventions").
+enum class byte_units { decimal, binary };
+
+/// The family of a size as the user wrote it: binary when it names a power-of-1024 unit
+/// ("128GiB", "hbm=64GiB,host=256GiB"), decimal otherwise ("5e8", "1GB").
+[[nodiscard]] inline byte_units units_of(std::string_view text) {
+  // A number, optional spaces, then K/M/G/T/P + "iB" (any case): not the "ib" of a path's "lib".
+  auto is = [&](std::size_t i, std::string_view set) { return set.find(text[i]) != std::string_view::npos; };
+  for (std::size_t i = 1; i + 2 < text.size(); ++i) {
+    if (!is(i, "kKmMgGtTpP") || !is(i + 1, "iI") || !is(i + 2, "bB")) continue;
+    std::size_t j = i;
+    while (j > 0 && text[j - 1] == ' ') --j;
+    if (j > 0 && is(j - 1, "0123456789.")) return byte_units::binary;
+  }
+  return byte_units::decimal;
+}
+
+/// A byte count for people (tables, text; JSON and CSV keep the exact bytes): a whole number
+/// of a unit when one divides it, as a user would have typed it ("500 MB", "128 GiB"), else
+/// three significant digits in `family` ("14.8 GB", "13.7 GiB"); below 1 KB, "512 B".
+[[nodiscard]] inline std::string format_bytes(std::int64_t b, byte_units family = byte_units::decimal) {
+  struct unit {
     std::int64_t scale;
     const char* name;
+    bool binary;
   };
-  static constexpr u units[] = {{1LL << 40, "TiB"}, {1000LL * 1000 * 1000 * 1000, "TB"}, {1LL << 30, "GiB"},
-                                {1000LL * 1000 * 1000, "GB"}, {1LL << 20, "MiB"}, {1000 * 1000, "MB"},
-                                {1LL << 10, "KiB"}, {1000, "kB"}};
-  for (const auto& x : units)  // exact, in a unit that keeps the number short
-    if (b >= x.scale && b % x.scale == 0 && b / x.scale < 10000) return std::to_string(b / x.scale) + x.name;
-  for (const auto& x : units)  // not whole: one decimal of the largest decimal unit
-    if (b >= x.scale && x.scale % 1000 == 0) {
-      char buf[32];
-      std::snprintf(buf, sizeof buf, "%.3g%s", static_cast<double>(b) / static_cast<double>(x.scale), x.name);
-      return buf;
+  static constexpr unit units[] = {{1LL << 50, "PiB", true}, {1000LL * 1000 * 1000 * 1000 * 1000, "PB", false},
+                                   {1LL << 40, "TiB", true}, {1000LL * 1000 * 1000 * 1000, "TB", false},
+                                   {1LL << 30, "GiB", true}, {1000LL * 1000 * 1000, "GB", false},
+                                   {1LL << 20, "MiB", true}, {1000 * 1000, "MB", false},
+                                   {1LL << 10, "KiB", true}, {1000, "KB", false}};
+  for (const auto& u : units)  // exact, in a unit that keeps the number short
+    if (b >= u.scale && b % u.scale == 0 && b / u.scale < 10000) return std::to_string(b / u.scale) + " " + u.name;
+  const bool binary = family == byte_units::binary;
+  for (std::size_t i = 0; i < std::size(units); ++i) {
+    const unit& u = units[i];
+    if (u.binary != binary || b < u.scale) continue;
+    double v = static_cast<double>(b) / static_cast<double>(u.scale);
+    const char* name = u.name;
+    if (v >= 999.5 && i >= 2) {  // 999.5 MB or 1000..1023 MiB would print 4 digits: 1.00 GB, 0.98 GiB
+      v /= binary ? 1024.0 : 1000.0;
+      name = units[i - 2].name;
     }
-  return std::to_string(b) + "B";
+    char buf[32];
+    std::snprintf(buf, sizeof buf, v < 9.995 ? "%.2f %s" : v < 99.95 ? "%.1f %s" : "%.0f %s", v, name);
+    return buf;
+  }
+  return std::to_string(b) + " B";
 }
 
 }  // namespace hcbench

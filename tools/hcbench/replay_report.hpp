@@ -125,34 +125,19 @@ inline const char* csv_header() { return fields::compare_csv; }
          n(m.cache.alpha) + "," + n(m.wall_seconds) + "," + n(m.cpu_seconds);
 }
 
-/// An aligned text table, one row per result (in the given order).
-[[nodiscard]] inline std::string format_table(const std::vector<replay_result>& results) {
-  std::vector<std::vector<std::string>> rows;
-  rows.push_back({"trace", "policy", "capacity", "requests", "token hit", "req hit", "FLOPs saved", "TTFT p50",
-                  "TTFT p95", "ckpt adm", "evictions", "alpha", "wall s"});
-  auto f = [](const char* fmt, double v) {
-    char b[48];
-    std::snprintf(b, sizeof b, fmt, v);
-    return std::string(b);
-  };
-  for (const auto& r : results) {
-    const auto& m = r.metrics;
-    rows.push_back({r.trace, r.policy, format_bytes(r.capacity_bytes), std::to_string(m.requests),
-                    f("%.2f%%", 100 * m.token_hit_rate), f("%.2f%%", 100 * m.request_hit_rate),
-                    f("%.3e", m.flops_saved), f("%.1f ms", m.ttft_p50_ms), f("%.1f ms", m.ttft_p95_ms),
-                    std::to_string(m.cache.checkpoints_admitted), std::to_string(m.cache.evictions),
-                    std::isfinite(m.cache.alpha) ? f("%.2f", m.cache.alpha) : std::string("-"),
-                    f("%.4f", m.wall_seconds)});
-  }
-  std::vector<std::size_t> w(rows[0].size(), 0);
+/// Rows (the first the header) as hcbench prints every table: columns two spaces apart, the
+/// first `text_columns` left-aligned, the rest (numbers) right-aligned, a rule under the header.
+[[nodiscard]] inline std::string aligned_table(const std::vector<std::vector<std::string>>& rows,
+                                               std::size_t text_columns) {
+  std::vector<std::size_t> w(rows.empty() ? 0 : rows[0].size(), 0);
   for (const auto& row : rows)
-    for (std::size_t c = 0; c < row.size(); ++c) w[c] = std::max(w[c], row[c].size());
+    for (std::size_t c = 0; c < row.size() && c < w.size(); ++c) w[c] = std::max(w[c], row[c].size());
   std::string out;
   for (std::size_t k = 0; k < rows.size(); ++k) {
-    for (std::size_t c = 0; c < rows[k].size(); ++c) {
+    for (std::size_t c = 0; c < rows[k].size() && c < w.size(); ++c) {
       const std::string& cell = rows[k][c];
       const std::string pad(w[c] - cell.size(), ' ');
-      out += c < 2 ? cell + pad : pad + cell;  // text left, numbers right
+      out += c < text_columns ? cell + pad : pad + cell;
       out += c + 1 < rows[k].size() ? "  " : "\n";
     }
     if (k == 0) {
@@ -162,6 +147,30 @@ inline const char* csv_header() { return fields::compare_csv; }
     }
   }
   return out;
+}
+
+/// An aligned text table, one row per result (in the given order).
+[[nodiscard]] inline std::string format_table(const std::vector<replay_result>& results) {
+  std::vector<std::vector<std::string>> rows;
+  // Units in the header, bare numbers in the cells; sizes carry their unit (docs/replay.md,
+  // "Output conventions"); `-`: no alpha followed.
+  rows.push_back({"trace", "policy", "capacity", "requests", "token hit %", "req hit %", "FLOPs saved", "TTFT p50 ms",
+                  "TTFT p95 ms", "ckpt adm", "evictions", "alpha", "wall s"});
+  auto f = [](const char* fmt, double v) {
+    char b[48];
+    std::snprintf(b, sizeof b, fmt, v);
+    return std::string(b);
+  };
+  for (const auto& r : results) {
+    const auto& m = r.metrics;
+    rows.push_back({r.trace, r.policy, format_bytes(r.capacity_bytes), std::to_string(m.requests),
+                    f("%.2f", 100 * m.token_hit_rate), f("%.2f", 100 * m.request_hit_rate),
+                    f("%.3e", m.flops_saved), f("%.1f", m.ttft_p50_ms), f("%.1f", m.ttft_p95_ms),
+                    std::to_string(m.cache.checkpoints_admitted), std::to_string(m.cache.evictions),
+                    std::isfinite(m.cache.alpha) ? f("%.2f", m.cache.alpha) : std::string("-"),
+                    f("%.4f", m.wall_seconds)});
+  }
+  return aligned_table(rows, 2);  // trace and policy left, numbers right
 }
 
 inline std::string detail_palette(std::size_t i) {

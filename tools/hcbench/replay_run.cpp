@@ -51,8 +51,10 @@ namespace hcbench {
 std::string candidate_name(const hybridcache::compose::candidate_rule& c) {
   if (c.rule == 0) return "sglang+";
   if (c.rule == 2) return "gdsf";
-  return "marconi alpha " + json::number(c.alpha);
+  return "marconi:" + json::number(c.alpha);  // as --candidates takes it
 }
+
+bool candidate_has_alpha(const hybridcache::compose::candidate_rule& c) { return c.rule == 1; }
 
 std::vector<hybridcache::compose::candidate_rule> parse_candidates(const std::string& text) {
   std::vector<hybridcache::compose::candidate_rule> out;
@@ -286,7 +288,11 @@ hc::sim::run_metrics run_adaptive(const run_context& ctx, std::optional<hc::comp
                                                                        : replay_through(ctx, cache);
   overhead = cache.scorer().overhead();
   const auto& sel = cache.scorer();
-  followed = candidate_name(sel.config().candidates[sel.followed()]);
+  const hc::compose::candidate_rule& last = sel.config().candidates[sel.followed()];
+  followed = candidate_name(last);
+  // The alpha the cache ran with at the end is the followed rule's; a rule without one
+  // (sglang+, gdsf) has none to report, not the 0 the switching scorer keeps for it.
+  if (!candidate_has_alpha(last)) m.cache.alpha = std::numeric_limits<double>::quiet_NaN();
   for (std::size_t i = 0; i < sel.config().candidates.size(); ++i)
     candidates.emplace_back(candidate_name(sel.config().candidates[i]), sel.shadow_flops()[i]);
   return m;

@@ -99,14 +99,16 @@ struct replay_result {
   std::string tuner{};
   /// The adaptive selector's overhead and decisions (tuner "shadow" only).
   std::optional<hybridcache::compose::adaptive_overhead> selector{};
-  /// The candidate the selector followed at the end, as text ("marconi alpha 0.5").
+  /// The candidate the selector followed at the end, in --candidates syntax ("marconi:0.5", "gdsf").
   std::string selector_followed{};
   /// Each candidate (as text) and the FLOPs its shadow saved over the whole trace.
   std::vector<std::pair<std::string, double>> selector_candidates{};
 };
 
-/// A candidate of the library's selector as text: "sglang+", "marconi alpha 0.5", "gdsf".
+/// A candidate of the library's selector in --candidates syntax: "sglang+", "marconi:0.5", "gdsf".
 [[nodiscard]] std::string candidate_name(const hybridcache::compose::candidate_rule& c);
+/// Whether the candidate's rule takes an alpha (marconi:ALPHA does; sglang+ and gdsf do not).
+[[nodiscard]] bool candidate_has_alpha(const hybridcache::compose::candidate_rule& c);
 /// Parses a comma-separated candidate list: sglang+, gdsf, marconi:ALPHA (e.g.
 /// "sglang+,marconi:0,marconi:1,gdsf"). @throws hybridcache::invalid_argument.
 [[nodiscard]] std::vector<hybridcache::compose::candidate_rule> parse_candidates(const std::string& text);

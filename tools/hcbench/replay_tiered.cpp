@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <limits>
 #include <exception>
 #include <optional>
 #include <string>
@@ -25,6 +26,7 @@
 #include "cli_support.hpp"
 #include "output_fields.hpp"
 #include "replay_report.hpp"
+#include "replay_run.hpp"
 #include "real_bytes_backends.hpp"
 #include "tier_directories.hpp"
 #include "tier_links.hpp"
@@ -111,11 +113,53 @@ hc::sim::tiered_replay_result run_policy(const std::vector<hc::sim::request>& re
                              " ids is not compiled in (1 or 32 ids: 32-token blocks, or one per Mooncake block)");
 }
 
-void print_row(const char* name, const hc::sim::tiered_replay_result& r) {
-  std::printf("%-12s %9lld %8.2f%% %13lld %13lld %12.1f %12.1f %8.1f%% %6.1f%% %8zu\n", name,
-              static_cast<long long>(r.requests), 100.0 * r.token_hit_rate(), static_cast<long long>(r.hbm_hit_tokens),
-              static_cast<long long>(r.host_hit_tokens), r.ttft_p50_ms, r.ttft_p95_ms, 100.0 * r.pipeline_hidden_fraction,
-              100.0 * r.utilization, r.prefill_engines);
+/// Each tier's name in the table and JSON: its kind ("host", "disk"), with its index when two
+/// tiers share a kind ("disk1", "disk2").
+std::vector<std::string> tier_names(const std::vector<tr::tier_config>& tiers) {
+  std::vector<std::string> names;
+  for (std::size_t i = 0; i < tiers.size(); ++i) {
+    std::size_t same = 0;
+    for (const auto& t : tiers) same += t.kind == tiers[i].kind ? 1 : 0;
+    names.push_back(std::string(to_string(tiers[i].kind)) + (same > 1 ? std::to_string(i) : ""));
+  }
+  return names;
+}
+
+/// A row's hit tokens in tier `t` (the single-tier run has none below HBM).
+std::int64_t hits_in(const hc::sim::tiered_replay_result& r, std::size_t t) {
+  return t < r.hit_tokens_by_tier.size() ? r.hit_tokens_by_tier[t] : 0;
+}
+
+/// The single-tier and multi-tier rows (and the real-bytes one), hits split per tier.
+std::string tiered_table(const std::vector<std::string>& names,
+                         const std::vector<std::pair<const char*, const hc::sim::tiered_replay_result*>>& runs) {
+  std::vector<std::vector<std::string>> rows;
+  std::vector<std::string> header{"tiers", "requests", "token hit %"};
+  for (const auto& n : names) header.push_back(n + " hit tok");
+  for (const char* h : {"TTFT p50 ms", "TTFT p95 ms", "hidden %", "busy %", "engines"}) header.emplace_back(h);
+  rows.push_back(std::move(header));
+  auto f = [](const char* fmt, double v) {
+    char b[48];
+    std::snprintf(b, sizeof b, fmt, v);
+    return std::string(b);
+  };
+  for (const auto& [name, r] : runs) {
+    std::vector<std::string> row{name, std::to_string(r->requests), f("%.2f", 100.0 * r->token_hit_rate())};
+    for (std::size_t t = 0; t < names.size(); ++t) row.push_back(std::to_string(hits_in(*r, t)));
+    row.push_back(f("%.1f", r->ttft_p50_ms));
+    row.push_back(f("%.1f", r->ttft_p95_ms));
+    row.push_back(f("%.1f", 100.0 * r->pipeline_hidden_fraction));
+    row.push_back(f("%.1f", 100.0 * r->utilization));
+    row.push_back(std::to_string(r->prefill_engines));
+    rows.push_back(std::move(row));
+  }
+  return aligned_table(rows, 1);
+}
+
+/// The candidate the selector followed at the end, in --candidates syntax ("" for a fixed rule).
+std::string followed_of(const hc::sim::tiered_replay_result& r) {
+  if (!r.selector_followed_rule) return "";
+  return candidate_name({*r.selector_followed_rule, r.selector_followed_alpha});
 }
 
 }  // namespace
@@ -206,6 +250,7 @@ void run_tiered_replay_command(const std::string& trace, const std::string& form
                    x == &b ? "single-tier" : "multi-tier", 100.0 * x->utilization, x->prefill_engines);
   const double cut = b.ttft_p50_ms > 0 ? 1.0 - r.ttft_p50_ms / b.ttft_p50_ms : 0.0;
   const std::int64_t skipped = r.hbm_hit_tokens + r.host_hit_tokens;
+  const std::vector<std::string> names = tier_names(multi.tiers);
   const std::string arrivals = (multi.spread_to_next_arrival ? std::string("spread to the next timestamp")
                                 : multi.spread_equal_arrivals_s > 0
                                     ? "equal timestamps spread over " + json::number(multi.spread_equal_arrivals_s) + " s"
@@ -223,12 +268,25 @@ void run_tiered_replay_command(const std::string& trace, const std::string& form
   }
   if (json) {
     json::object o;
-    o.str("policy", policy.name).str("tiers", tier_spec_summary(multi.tiers)).str("model", model_name);
+    o.str("policy", policy.name).str("tiers", t.tiers).str("model", model_name);  // the spec as given
     o.raw("tier_links", tier_links_json(links));
-    if (policy.name == "marconi") o.num("alpha", policy.alpha.value_or(1.0));
+    if (policy.name == "marconi") {  // the selector's: the followed candidate's alpha, null for one without
+      const bool has_alpha = !r.selector_followed_rule ||
+                             candidate_has_alpha({*r.selector_followed_rule, r.selector_followed_alpha});
+      o.num("alpha", !has_alpha ? std::numeric_limits<double>::quiet_NaN()
+                     : r.selector_followed_rule ? r.selector_followed_alpha
+                                                : policy.alpha.value_or(1.0));
+    }
     o.integer("requests", r.requests).integer("input_tokens", r.input_tokens).integer("skipped_tokens", skipped);
     o.num("token_hit_rate", r.token_hit_rate()).integer("hbm_hit_tokens", r.hbm_hit_tokens);
-    o.integer("host_hit_tokens", r.host_hit_tokens).integer("recomputed_hit_tokens", r.recomputed_hit_tokens);
+    o.integer("host_hit_tokens", r.host_hit_tokens);
+    std::string by_tier = "[";  // host_hit_tokens split by the slowest tier each hit read from
+    for (std::size_t i = 0; i < names.size(); ++i) {
+      json::object x;
+      x.integer("tier", static_cast<std::int64_t>(i)).str("name", names[i]).integer("hit_tokens", hits_in(r, i));
+      by_tier += (i > 0 ? ", " : "") + x.text();
+    }
+    o.raw("hit_tokens_by_tier", by_tier + "]").integer("recomputed_hit_tokens", r.recomputed_hit_tokens);
     o.integer("recompute_instead_of_reload", r.recompute_instead_of_reload).integer("bytes_loaded", r.bytes_loaded);
     o.integer("bytes_offloaded", r.bytes_offloaded).integer("bytes_saved_by_sparsify", r.bytes_saved_by_sparsify);
     o.integer("prefetches", r.prefetches).integer("prefetches_declined_for_room", r.prefetches_declined_for_room).num("ttft_p50_ms", r.ttft_p50_ms).num("ttft_p95_ms", r.ttft_p95_ms);
@@ -252,6 +310,7 @@ void run_tiered_replay_command(const std::string& trace, const std::string& form
       o.integer("selector_switches", r.selector_switches).raw("selector_tier_aware", r.selector_tier_aware ? "true" : "false");
       o.num("single_tier_selector_shadow_seconds", b.selector_shadow_seconds);
       o.integer("single_tier_selector_switches", b.selector_switches);
+      o.str("selector_followed", followed_of(r)).str("single_tier_selector_followed", followed_of(b));
     }
     if (real) {
       const auto& x = real->real;
@@ -277,29 +336,30 @@ void run_tiered_replay_command(const std::string& trace, const std::string& form
   }
   if (!tokenizer.empty()) std::printf("tokenizer: %s\n", tokenizer.c_str());
   print_tier_links(links);
-  std::printf("policy %s over %s; %s%s; arrivals %s\n", policy.name.c_str(),
-              tier_spec_summary(multi.tiers).c_str(),
-              count_of(r.prefill_engines, "prefill engine").c_str(), auto_engines ? " (auto: the fewest that keep a cache-less run under 90 % busy)" : "",
-              arrivals.c_str());
-  std::printf("%-12s %9s %9s %13s %13s %12s %12s %9s %7s %8s\n", "tiers", "requests", "hit rate", "hbm hit tok",
-              "host hit tok", "TTFT p50 ms", "TTFT p95 ms", "hidden", "busy", "engines");
-  print_row("single-tier", b);
-  print_row("multi-tier", r);
-  if (real) print_row("real bytes", *real);
-  std::printf("\nP50 TTFT %+.1f%% vs single-tier; FLOPs saved %.3g vs %.3g; %lld B loaded, %lld B offloaded "
-              "(%lld write-backs, %lld clean copies made ahead); recompute instead of reload in %lld requests (%lld "
-              "tokens)\n",
-              -100.0 * cut, r.flops_saved, b.flops_saved, static_cast<long long>(r.bytes_loaded),
-              static_cast<long long>(r.bytes_offloaded), static_cast<long long>(r.write_backs),
-              static_cast<long long>(r.replicas), static_cast<long long>(r.recompute_instead_of_reload),
-              static_cast<long long>(r.recomputed_hit_tokens));
+  const std::string selector = followed_of(r).empty() ? "" : " (the selector followed " + followed_of(r) + " at the end)";
+  std::printf("policy %s%s over %s; %s%s; arrivals %s\n", policy.name.c_str(), selector.c_str(), t.tiers.c_str(),
+              count_of(r.prefill_engines, "prefill engine").c_str(),
+              auto_engines ? " (auto: the fewest that keep a cache-less run under 90 % busy)" : "", arrivals.c_str());
+  std::vector<std::pair<const char*, const hc::sim::tiered_replay_result*>> runs{{"single-tier", &b}, {"multi-tier", &r}};
+  if (real) runs.emplace_back("real bytes", &*real);
+  std::printf("%s", tiered_table(names, runs).c_str());
+  if (multi.tiers.size() > 2)
+    std::printf("(a hit that reads from several tiers counts under the slowest: the tier its load waited on)\n");
+  const byte_units units = units_of(t.tiers);  // sizes in the family the tiers were given in
+  std::printf("\nP50 TTFT %+.1f%% vs single-tier; FLOPs saved %.3g vs %.3g; %s loaded, %s offloaded "
+              "(%s, %lld clean copies made ahead); recompute instead of reload in %s (%s)\n",
+              -100.0 * cut, r.flops_saved, b.flops_saved, format_bytes(r.bytes_loaded, units).c_str(),
+              format_bytes(r.bytes_offloaded, units).c_str(),
+              count_of(static_cast<std::size_t>(r.write_backs), "write-back").c_str(), static_cast<long long>(r.replicas),
+              count_of(static_cast<std::size_t>(r.recompute_instead_of_reload), "request").c_str(),
+              count_of(static_cast<std::size_t>(r.recomputed_hit_tokens), "token").c_str());
   if (real) {
     const auto& x = real->real;
-    std::printf("real bytes: %s the modelled run; %lld copies (%lld B), %lld whole-entry copies checked by CRC, %lld "
+    std::printf("real bytes: %s the modelled run; %lld copies (%s), %lld whole-entry copies checked by CRC, %lld "
                 "partial; storage %lld puts / %lld gets, %lld misses, %lld put failures, %lld wrong bytes; %lld failed "
                 "copies; %.1f ms of real copies against %.1f ms modelled (%.1f ms later than the model)\n",
                 agrees ? "agrees with" : "DISAGREES with", static_cast<long long>(x.copies),
-                static_cast<long long>(x.bytes), static_cast<long long>(x.verified_copies),
+                format_bytes(x.bytes, units).c_str(), static_cast<long long>(x.verified_copies),
                 static_cast<long long>(x.partial_copies), static_cast<long long>(x.storage_puts),
                 static_cast<long long>(x.storage_gets), static_cast<long long>(x.storage_misses),
                 static_cast<long long>(x.storage_put_failures), static_cast<long long>(x.verify_failures),

@@ -68,19 +68,6 @@ std::vector<tier_link_row> measure_tier_links(std::vector<tr::tier_config>& tier
   return rows;
 }
 
-std::string tier_spec_summary(const std::vector<tr::tier_config>& tiers) {
-  std::string s;
-  for (std::size_t i = 0; i < tiers.size(); ++i) {
-    const auto& t = tiers[i];
-    if (!s.empty()) s += ",";
-    s += std::string(to_string(t.kind));
-    if (!t.location.empty()) s += "@" + t.location;
-    s += "=" + std::to_string(t.capacity_bytes);
-    if (i > 0) s += ":gbps=" + json::number(t.link_gbps) + ":lat_us=" + json::number(t.latency_us);
-  }
-  return s;
-}
-
 std::string tier_links_json(const std::vector<tier_link_row>& rows) {
   std::string out = "[";
   for (const auto& r : rows) {
@@ -116,7 +103,7 @@ void print_tier_links(const std::vector<tier_link_row>& rows) {
                     r.get_gbps, static_cast<long long>(r.probe_bytes >> 20));
       probe = b;
     }
-    std::printf("%-5zu %-6s %-24s %10.3f %-11s %10.1f %-9s %s\n", r.index, std::string(to_string(r.tier.kind)).c_str(),
+    std::printf("%-5zu %-6s %-24s %10.3g %-11s %10.3g %-9s %s\n", r.index, std::string(to_string(r.tier.kind)).c_str(),
                 r.tier.location.empty() ? "-" : r.tier.location.c_str(), r.tier.link_gbps, r.gbps_source.c_str(),
                 r.tier.latency_us, r.latency_source.c_str(), probe.c_str());
   }

@@ -39,9 +39,6 @@ struct tier_link_row {
 std::vector<tier_link_row> measure_tier_links(std::vector<hybridcache::tiered::tier_config>& tiers,
                                               bool link_gbps_flag_applies);
 
-/// `kind@location=bytes:gbps=G:lat_us=L` of every tier, comma-separated.
-std::string tier_spec_summary(const std::vector<hybridcache::tiered::tier_config>& tiers);
-
 /// The rows as a JSON array (the `tier_links` key).
 std::string tier_links_json(const std::vector<tier_link_row>& rows);
 

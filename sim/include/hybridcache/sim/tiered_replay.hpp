@@ -168,6 +168,9 @@ tiered_replay_result replay_with(std::span<const sim::request> requests, const c
     r.selector_shadow_bytes = sel.shadow_bytes;
     r.selector_switches = sel.switches;
     r.selector_tier_aware = sel.tier_aware;
+    const auto& followed = cache.scorer().config().candidates[cache.scorer().followed()];
+    r.selector_followed_rule = followed.rule;
+    r.selector_followed_alpha = followed.alpha;
   }
   return r;
 }

@@ -108,6 +108,7 @@ struct tiered_request_row {
   std::int64_t host_hit_tokens = 0;
   std::int64_t bytes_loaded = 0;  ///< bytes this request moved over a link (joined loads excluded)
   double ttft_ms = 0.0;
+  std::size_t source_tier = 0;    ///< the slowest tier its lower-tier hit read from (0: none)
 };
 
 /// Results of a tiered replay.
@@ -116,6 +117,10 @@ struct tiered_replay_result {
   std::int64_t input_tokens = 0;
   std::int64_t hbm_hit_tokens = 0;         ///< reused tokens found in HBM
   std::int64_t host_hit_tokens = 0;        ///< reused tokens loaded from a lower tier
+  /// host_hit_tokens by tier (index: tier, 0 = HBM holds hbm_hit_tokens). A request whose hit
+  /// reads from several lower tiers counts under the slowest of them (its `source_tier`,
+  /// what prices its load), so a disk row is the hits that waited on the disk.
+  std::vector<std::int64_t> hit_tokens_by_tier;
   std::int64_t recomputed_hit_tokens = 0;  ///< lower-tier hit tokens recomputed (declined or split): recomputing was faster
   std::int64_t bytes_loaded = 0;           ///< lower tier -> HBM, for requests
   std::int64_t bytes_offloaded = 0;        ///< HBM -> lower tiers, and between lower tiers
@@ -158,6 +163,10 @@ struct tiered_replay_result {
   std::int64_t selector_shadow_bytes = 0;
   std::int64_t selector_switches = 0;
   bool selector_tier_aware = false;
+  /// The candidate it followed at the end (compose::candidate_rule's part index and alpha);
+  /// nullopt for a fixed rule.
+  std::optional<std::size_t> selector_followed_rule;
+  double selector_followed_alpha = 0.0;
 
   /// (hbm_hit_tokens + host_hit_tokens) / input_tokens.
   [[nodiscard]] double token_hit_rate() const noexcept {

@@ -25,6 +25,7 @@ tiered_replay_result tiered_replayer<Cache, Prefill>::run(std::span<const sim::r
   tiered_replay_result r;
   r.arrival_time_scale = o_.arrival_time_scale;
   r.prefill_engines = engines_;
+  r.hit_tokens_by_tier.assign(std::max<std::size_t>(o_.tiers.size(), 1), 0);
   std::vector<double> ttft, service;
   ttft.reserve(reqs.size());
   engine_free_.assign(engines_, 0.0);
@@ -140,10 +141,15 @@ tiered_replay_result tiered_replayer<Cache, Prefill>::run(std::span<const sim::r
     }
     r.hbm_hit_tokens += hbm_tok;
     r.host_hit_tokens += resume_tok - hbm_tok;
+    const std::size_t source = resume_tok > hbm_tok ? st.host_hit.source_tier.value : 0;
+    if (r.hit_tokens_by_tier.size() <= source) r.hit_tokens_by_tier.resize(source + 1, 0);
+    r.hit_tokens_by_tier[0] += hbm_tok;
+    r.hit_tokens_by_tier[source] += resume_tok - hbm_tok;
     r.bytes_loaded += loaded_bytes;
     r.flops_saved += static_cast<double>(m_.prefill_flops(resume_tok));
     if (o_.keep_per_request)
-      r.per_request.push_back({i, false, q.input_tokens, hbm_tok, resume_tok - hbm_tok, loaded_bytes, finish - arrival_ms(i)});
+      r.per_request.push_back(
+          {i, false, q.input_tokens, hbm_tok, resume_tok - hbm_tok, loaded_bytes, finish - arrival_ms(i), source});
     busy += finish - t0;
     last_finish = std::max(last_finish, finish);
     ttft.push_back(finish - arrival_ms(i));
