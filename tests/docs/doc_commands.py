@@ -11,9 +11,9 @@ a command block and must carry a marker, an HTML comment on the lines just above
     <!-- doc-test: skip reason="needs a GPU" -->   not run, and why
 
 A ```text block or a markdown table marked <!-- doc-test: output --> is quoted output of the sh
-run block above it (several may follow one block); in a ```console block the lines after a `$ `
-command are its quoted output. Each non-blank quoted line must occur in the output, numbers as
-printed, in order within stdout and within stderr; `...` stands for any text and a run of blanks
+run block above it (several may follow one block, each an excerpt in any order); in a ```console
+block the lines after the `$ ` commands are its quoted output. Each non-blank quoted line must occur
+in the output, numbers as printed, in order (within an excerpt, within stdout and within stderr); `...` stands for any text and a run of blanks
 for any run of blanks. expect="S" (repeatable) is a string the output
 must contain and the page must quote (in a table or the text).
 
@@ -68,6 +68,7 @@ class Block:
         self.marker, self.marker_line = marker, marker_line  # (kind, {key: [values]}) or None
         self.output = None                                  # quoted output lines
         self.output_at = []                                 # their 0-based line numbers in the file
+        self.chunks = []                                    # quoted excerpts: [lines], each in order
         self.updates = {}                                   # --update: line number -> new text
 
     @property
@@ -205,6 +206,7 @@ def check_file(path, rel, text):
                         errors.append(f"{b.where}: {e}")
                         continue
                     b.output = [l for _, out in b.commands for l in out]
+                    b.chunks = [b.output]
                     b.output_at = [b.line + k for k, l in enumerate(b.body)
                                    if not is_command_line(b.body, k)]
                 else:
@@ -220,6 +222,7 @@ def check_file(path, rel, text):
                 errors.append(f"{b.where}: doc-test output without a sh run block above it")
             else:
                 last_run.output = (last_run.output or []) + b.body
+                last_run.chunks.append(b.body)
                 first = b.line - 1 if b.lang == "table" else b.line
                 last_run.output_at += [first + k for k in range(len(b.body))]
         elif kind:
@@ -241,9 +244,14 @@ def propose_updates(b, streams):
     like it (after the previous quoted line's, in the same stream); a trailing `...` is kept in
     place of the output line's last field. Returns ({file line: text}, [lines left as they were])."""
     lines = [t.split("\n") for t in streams]
-    cursor = [0] * len(lines)
     updates, left = {}, []
-    for q, at in zip(b.output, b.output_at):
+    starts, off = set(), 0
+    for c in b.chunks:
+        starts.add(off)
+        off += len(c)
+    for i, (q, at) in enumerate(zip(b.output, b.output_at)):
+        if i in starts:
+            cursor = [0] * len(lines)  # each excerpt is looked for from the start
         qs = q.strip()
         if not qs or qs == "...":
             continue
@@ -431,12 +439,13 @@ def run_block(b, args, repo, shared):
         return f"FAIL {b.where}: exited {p.returncode} ({secs:.1f} s):\n{tail}"
     output = out + "\n" + err
     problems = []
-    if args.update and b.output and not reduced and match_quoted(b.output, [out, err], shape=False) is not None:
+    if args.update and b.output and not reduced and \
+            any(match_quoted(c, [out, err], shape=False) is not None for c in b.chunks):
         b.updates, left = propose_updates(b, [out, err])
         for q in left:
             print(f"  {b.where}: could not update, edit by hand: '{q.strip()}'")
-    if b.output:
-        miss = match_quoted(b.output, [out, err], shape=reduced)
+    for chunk in b.chunks:
+        miss = match_quoted(chunk, [out, err], shape=reduced)
         if miss is not None:
             problems.append(f"quoted line not in the output{' (shape: numbers any)' if reduced else ''}: '{miss}'")
     for s in attrs.get("check", []) if reduced else attrs.get("expect", []):
