@@ -409,7 +409,7 @@ def run_block(b, args, repo, shared):
     attrs = b.marker[1]
     reduced = bool(attrs.get("head") or attrs.get("set")) and not args.full
     head = int(attrs["head"][0]) if attrs.get("head") and not args.full else 0
-    text = "\n".join(b.body)
+    text = "\n".join(b.body + attrs.get("setup", []))
     if "../shared" in text and not os.path.isdir(shared):
         return "skipped: needs ../shared (absent)"
     try:
