@@ -242,7 +242,7 @@ def is_command_line(body, k):
 def propose_updates(b, streams):
     """--update: the quoted lines that no longer come out, each replaced by the output line most
     like it (after the previous quoted line's, in the same stream); a trailing `...` is kept in
-    place of the output line's last field. Returns ({file line: text}, [lines left as they were])."""
+    place of the fields after as many as the quote had before it. Returns ({file line: text}, [lines left as they were])."""
     lines = [t.split("\n") for t in streams]
     updates, left = {}, []
     starts, off = set(), 0
@@ -273,8 +273,11 @@ def propose_updates(b, streams):
         _, k, n = best
         cursor[k] = n + 1
         new = lines[k][n].rstrip()
-        if qs.endswith("...") and len(new.split()) > 1:
-            new = re.sub(r"\S+$", "...", new)
+        if qs.endswith("..."):  # keep as many fields as the quote had before its `...`
+            fields = list(re.finditer(r"\S+", new))
+            keep = len(qs[:-3].split())
+            if 0 < keep < len(fields):
+                new = new[:fields[keep].start()] + "..."
         updates[at] = new
     return updates, left
 

@@ -145,6 +145,21 @@ def main():
     fake_run(REDUCED.replace('set="--capacity 1e9"', 'set="--capacities 1e9"'),
              "set= of an option the block lacks fails", False)
 
+    # --update rewrites a drifted quoted number from the run, keeping the trailing `...`, and the
+    # page then passes.
+    upd = os.path.join(a.work, "update")
+    drifted = GOOD.replace("13.30%  588.0 ms", "13.31%  588.0 ms").replace(
+        "chat_seed7  marconi     13.31%  588.0 ms", "chat_seed7  marconi     13.31%  ...")
+    rc, out = run(a.checker, repo, fake, upd, drifted, ["--update"])
+    with open(os.path.join(upd, "page.md")) as f:
+        updated = f.read()
+    if rc != 1 or "chat_seed7  marconi     13.30%  ..." not in updated:
+        failures.append(f"--update did not rewrite the drifted line (exit {rc}):\n{out}\n{updated}")
+    else:
+        print("ok: --update rewrites a drifted quoted number (exit 1 on that run)")
+    rc, out = run(a.checker, repo, fake, upd, updated)
+    expect(True, "the updated page passes", rc, out)
+
     # A real page with the real hcbench: the blocks that quote output pass, and fail once one
     # quoted number is changed.
     with open(os.path.join(repo, a.page), encoding="utf-8") as f:
