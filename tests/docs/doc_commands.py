@@ -11,7 +11,7 @@ a command block and must carry a marker, an HTML comment on the lines just above
     <!-- doc-test: skip reason="needs a GPU" -->   not run, and why
 
 A ```text block or a markdown table marked <!-- doc-test: output --> is quoted output of the sh
-run block above it (several may follow one block, each an excerpt in any order); in a ```console
+run block above it (of="S": of the last one above whose commands contain S, not followed by a letter, digit or -) (several may follow one block, each an excerpt in any order); in a ```console
 block the lines after the `$ ` commands are its quoted output. Each non-blank quoted line must occur
 in the output, numbers as printed, in order (within an excerpt, within stdout and within stderr); `...` stands for any text and a run of blanks
 for any run of blanks. expect="S" (repeatable) is a string the output
@@ -19,7 +19,8 @@ must contain and the page must quote (in a table or the text).
 
 head=N runs the block on the first N lines of every JSONL trace under ../shared/data/traces, and
 set="--opt V" replaces that option's value in the block: a reduced run. setup="CMD" runs CMD
-first (e.g. to put a small fixture where the block names a file of your own). It checks the quoted
+first (e.g. to put a small fixture where the block names a file of your own). slow="WHY" marks a
+block only --full runs (a results page's long generating command: --full checks its tables). It checks the quoted
 output's shape (every number stands for any number, a byte size's unit for any unit) and check="S" strings exactly; expect strings
 and the quoted numbers are checked by --full, which runs blocks as written. The page must say so
 ("doc test") next to a reduced block.
@@ -53,9 +54,9 @@ BUILD_LINE = re.compile(r"^\s*cmake\s+(--preset|--build|--workflow|-S)\b")
 NUMBER = r"[-+]?(?:\d[\d,]*\.?\d*|\.\d+)(?:[eE][-+]?\d+)?"
 SIZE_UNIT = r"(?:\s?[KMGTPE]?i?B(?!\w))"
 NUMBER_TOKEN = re.compile(r"(?<![\w.])" + NUMBER + r"(?![\w])")
-KINDS = {"run": {"head", "set", "expect", "check", "timeout", "status", "setup"},
+KINDS = {"run": {"head", "set", "expect", "check", "timeout", "status", "setup", "slow"},
          "skip": {"reason"},
-         "output": set()}
+         "output": {"of"}}
 
 
 class DocError(Exception):
@@ -216,6 +217,10 @@ def check_file(path, rel, text):
             else:
                 last_run = None
         elif kind == "output":
+            of = b.marker[1].get("of")
+            if of:  # the output of an earlier run block: the last one whose commands contain it
+                word = re.compile(re.escape(of[0]) + r"(?![\w-])")
+                last_run = next((r for r in reversed(runs) if word.search("\n".join(r.body))), None)
             if b.lang not in ("text", "table"):
                 errors.append(f"{b.where}: doc-test output marks a ```text block or a table, not ```{b.lang}")
             elif last_run is None or last_run.lang == "console":
@@ -410,6 +415,8 @@ def build_script(b, full):
 def run_block(b, args, repo, shared):
     """'ok' | 'skipped: ...' | 'FAIL ...'."""
     attrs = b.marker[1]
+    if attrs.get("slow") and not args.full:
+        return f"not run: slow ({attrs['slow'][0]}); --full runs it"
     reduced = bool(attrs.get("head") or attrs.get("set")) and not args.full
     head = int(attrs["head"][0]) if attrs.get("head") and not args.full else 0
     text = "\n".join(b.body + attrs.get("setup", []))

@@ -140,6 +140,9 @@ def main():
     fake_run(REDUCED.replace("13.30%", "99.99%"), "a reduced run: a changed number still has the shape", True)
     fake_run(REDUCED.replace("13.30%", "99.99%"), "--full: the changed number fails", False, ["--full"])
     fake_run(REDUCED.replace("marconi ", "sglang+ "), "a reduced run: a changed word fails", False)
+    slow = REDUCED.replace('set="--capacity 1e9"', 'slow="long"').replace("13.30%", "99.99%")
+    fake_run(slow, "a slow block is not run by default", True)
+    fake_run(slow, "--full runs a slow block and checks it", False, ["--full"])
     fake_run(REDUCED.replace("The doc test runs this at 1e9.", "Runs at 1e9."),
              "a reduced block the page does not explain fails", False)
     fake_run(REDUCED.replace('set="--capacity 1e9"', 'set="--capacities 1e9"'),
