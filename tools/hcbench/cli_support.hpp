@@ -9,7 +9,7 @@
 // - JSON: one number style (shortest round-trip, `null` for a non-finite value) and the
 //   run's provenance: `command` (the command line), `version` (version and git describe),
 //   `date` (UTC, ISO 8601), as vLLM's benchmark --save-result records.
-// - Progress goes to stderr, only when stderr is a terminal (`progress_enabled`).
+// - Progress goes to stderr, for runs that take a while (progress.hpp's `progress_meter`).
 #pragma once
 
 #include <algorithm>
@@ -119,9 +119,6 @@ struct round_axis {
   const int count = std::max(1, static_cast<int>(std::ceil(max / step - 1e-9)));
   return {step, count};
 }
-
-/// Progress output is for people: only when stderr is a terminal.
-inline bool progress_enabled() { return ::isatty(STDERR_FILENO) != 0; }
 
 /// Whether the option `name` of `sub` was given on the command line.
 inline bool given(const CLI::App& sub, const std::string& name) {

@@ -30,6 +30,8 @@
 #include "atomic_file.hpp"
 #include "cli_support.hpp"
 #include "command.hpp"
+#include "progress.hpp"
+#include "replay_args.hpp"
 
 namespace {
 
@@ -96,8 +98,11 @@ std::string json_of(const cell& c) {
 
 void print_text(const cell& c) {
   const auto& r = c.result;
-  std::printf("%s / %s / %.3f GiB / seed %llu / %s\n", c.workload.c_str(), c.model.c_str(),
-              static_cast<double>(c.budget) / (1u << 30), static_cast<unsigned long long>(c.seed),
+  // Sizes as docs/replay.md's "Output conventions" say: exact ones as typed, others in binary
+  // units (the allocator's pages and blocks are); the JSON keeps the bytes.
+  auto size = [](auto bytes) { return hcbench::format_bytes(static_cast<std::int64_t>(bytes), hcbench::byte_units::binary); };
+  std::printf("%s / %s / %s / seed %llu / %s\n", c.workload.c_str(), c.model.c_str(), size(c.budget).c_str(),
+              static_cast<unsigned long long>(c.seed),
               std::string(sim::to_string(c.variant)).c_str());
   std::printf("  requests           %llu submitted, %llu allocate calls, %llu growth events\n",
               static_cast<unsigned long long>(r.submitted), static_cast<unsigned long long>(r.allocate_calls),
@@ -107,19 +112,17 @@ void print_text(const cell& c) {
               static_cast<unsigned long long>(r.completed), r.completion());
   std::printf("  completed (ref.)   %llu (%.4f; the reference's counting: evictions ignored)\n",
               static_cast<unsigned long long>(r.completed_reference), r.completion_reference());
-  std::printf("  evicted            %llu requests (%llu eviction events)\n", static_cast<unsigned long long>(r.evicted),
-              static_cast<unsigned long long>(r.eviction_events));
-  std::printf("  rebalances         %llu (%.1f MiB migrated, %llu B wasted, %llu compactions)\n",
-              static_cast<unsigned long long>(r.rebalances), static_cast<double>(r.bytes_migrated) / (1 << 20),
-              static_cast<unsigned long long>(r.bytes_wasted), static_cast<unsigned long long>(r.compactions));
-  if (r.padding_bytes_peak)
-    std::printf("  padding            %.1f MiB of live pages at peak\n", static_cast<double>(r.padding_bytes_peak) / (1 << 20));
+  std::printf("  evicted            %s (%s)\n", hcbench::count_of(r.evicted, "request").c_str(),
+              hcbench::count_of(r.eviction_events, "eviction event").c_str());
+  std::printf("  rebalances         %llu (%s migrated, %s wasted, %s)\n", static_cast<unsigned long long>(r.rebalances),
+              size(r.bytes_migrated).c_str(), size(r.bytes_wasted).c_str(),
+              hcbench::count_of(r.compactions, "compaction").c_str());
+  if (r.padding_bytes_peak) std::printf("  padding            %s of live pages at peak\n", size(r.padding_bytes_peak).c_str());
   std::printf("  fragmentation      mean %.4f, peak %.4f (free fraction under load); external %.4f\n",
               r.fragmentation_mean, r.fragmentation_peak, r.external_fragmentation_mean);
-  std::printf("  peak reserved      %llu B\n", static_cast<unsigned long long>(r.peak_reserved_bytes));
+  std::printf("  peak reserved      %s\n", size(r.peak_reserved_bytes).c_str());
   if (r.kv_bytes_end || r.ssm_bytes_end)
-    std::printf("  pools at end       KV %.3f MiB, SSM %.3f MiB\n", static_cast<double>(r.kv_bytes_end) / (1 << 20),
-                static_cast<double>(r.ssm_bytes_end) / (1 << 20));
+    std::printf("  pools at end       KV %s, SSM %s\n", size(r.kv_bytes_end).c_str(), size(r.ssm_bytes_end).c_str());
   std::printf("  wall               %.4f s\n", r.wall_seconds);
 }
 
@@ -214,9 +217,7 @@ void run_sweep(const std::string& out_dir, unsigned threads, bool reference_quir
 
   const auto start = std::chrono::steady_clock::now();
   std::atomic<std::size_t> next{0};
-  std::atomic<std::size_t> done{0};
-  std::mutex progress_mutex;
-  const bool tty = hcbench::progress_enabled();
+  hcbench::progress_meter meter({.total = cells.size(), .what = "sweep cells"});
   std::vector<std::thread> pool;
   std::vector<std::string> errors(threads);
   for (unsigned t = 0; t < threads; ++t)
@@ -230,18 +231,14 @@ void run_sweep(const std::string& out_dir, unsigned threads, bool reference_quir
           cfg.reference_avmp_stores = reference_quirks;
           c.result = sim::replay_alloc(traces.at(c.workload + "#" + std::to_string(c.seed)), presets::preset(c.model),
                                        c.variant, cfg);
-          const std::size_t d = ++done;
-          if (tty) {
-            std::lock_guard lock(progress_mutex);
-            std::fprintf(stderr, "\r[%zu/%zu] sweep cells done", d, cells.size());
-            if (d == cells.size()) std::fprintf(stderr, "\n");
-          }
+          meter.step();
         }
       } catch (const std::exception& e) {
         errors[t] = e.what();
       }
     });
   for (auto& th : pool) th.join();
+  meter.finish();
   for (const auto& e : errors)
     if (!e.empty()) throw error("sweep: " + e);
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -290,7 +287,7 @@ void run_sweep(const std::string& out_dir, unsigned threads, bool reference_quir
   };
   std::map<std::string, double> oom_value;
   for (const auto& c : cells) {
-    const std::string panel = c.model + " " + std::to_string(c.budget >> 30) + "GiB";
+    const std::string panel = c.model + " " + hcbench::format_bytes(static_cast<std::int64_t>(c.budget), hcbench::byte_units::binary);
     const std::string variant(sim::to_string(c.variant));
     add_unique(panels, panel);
     add_unique(groups, c.workload);

@@ -20,13 +20,11 @@
 #include <exception>
 #include <filesystem>
 #include <fstream>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <thread>
 #include <vector>
 
-#include <unistd.h>
 
 #include <hybridcache/core/error.hpp>
 #include <hybridcache/model/presets.hpp>
@@ -34,6 +32,7 @@
 
 #include "atomic_file.hpp"
 #include "cli_support.hpp"
+#include "progress.hpp"
 #include "command.hpp"
 #include "replay_args.hpp"
 #include "replay_report.hpp"
@@ -200,9 +199,8 @@ void run(const compare_cli& o, const CLI::App& sub) {
   // Parallel std::threads over a shared job index; results land in job order.
   std::vector<replay_result> results(jobs.size());
   std::vector<std::exception_ptr> errors(jobs.size());
-  std::atomic<std::size_t> next{0}, done{0};
-  const bool tty = isatty(STDERR_FILENO) != 0;
-  std::mutex progress_mutex;
+  std::atomic<std::size_t> next{0};
+  progress_meter meter({.total = jobs.size(), .what = "replays"});
   const std::size_t n_threads = std::min<std::size_t>(
       jobs.size(), o.threads > 0 ? static_cast<std::size_t>(o.threads) : std::max(1u, std::thread::hardware_concurrency()));
   auto worker = [&] {
@@ -212,17 +210,13 @@ void run(const compare_cli& o, const CLI::App& sub) {
       } catch (...) {
         errors[i] = std::current_exception();
       }
-      const std::size_t d = ++done;
-      if (tty) {
-        std::lock_guard lock(progress_mutex);
-        std::fprintf(stderr, "\r[%zu/%zu] replays done", d, jobs.size());
-        if (d == jobs.size()) std::fprintf(stderr, "\n");
-      }
+      meter.step();
     }
   };
   std::vector<std::thread> pool;
   for (std::size_t t = 0; t < n_threads; ++t) pool.emplace_back(worker);
   for (auto& t : pool) t.join();
+  meter.finish();
   for (auto& e : errors)
     if (e) std::rethrow_exception(e);
   for (std::size_t i = 0; i < results.size(); ++i) {

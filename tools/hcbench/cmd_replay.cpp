@@ -137,7 +137,7 @@ void run(const replay_cli& o, const CLI::App& sub) {
   const std::int64_t mooncake_block = o.format == "mooncake" && o.block_size > 0 ? o.block_size : 512;
   if (o.format != "mooncake" && o.block_size > 0) job.vllm_block = o.block_size;
   job.concurrency = o.concurrency;
-  job.progress = progress_enabled();
+  job.progress = true;  // progress.hpp shows it only for a run that takes a while
   // In-flight requests pin their matches, which cannot be evicted; letting commits overflow
   // then runs the cache far past its capacity (1.79 GB at 5e8 B, concurrency 8). So with
   // more than one request in flight the capacity is a hard limit.
@@ -276,6 +276,9 @@ const bool registered = hcbench::register_command(
                       "--tiers: flops (the cost model's FLOPs at Jamba-on-4xA100 throughput, prefix-aware; "
                       "default) | line (the measured Jamba-1.5-Mini line for every model)");
        sub.add_option("--per-copy-us", o.tiered.per_copy_us, "--tiers: fixed cost of one copy call, us (default 6)");
+       sub.add_option("--plot", o.tiered.plot,
+                      "--tiers: write the figure (TTFT distribution single tier vs tiers, token hits per tier) as SVG "
+                      "to this file (default: next to --per-request's CSV, as .svg; without either, none)");
        sub.add_flag("--real-bytes", o.tiered.real_bytes,
                     "--tiers: also run the multi-tier replay moving real bytes (memory tiers as host arenas of their "
                     "full size, disk/redis through their backends, every load checked) and fail unless its hits "

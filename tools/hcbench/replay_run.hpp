@@ -61,7 +61,7 @@ struct replay_job {
   hybridcache::compose::adaptive_config selector{};
   std::int64_t vllm_block = 32;             ///< vllm+: tokens per checkpointed block
   std::int64_t concurrency = 1;             ///< requests in flight (matches pinned until they finish)
-  bool progress = false;                    ///< progress bar on stderr
+  bool progress = false;                    ///< progress on stderr (progress.hpp; one replay per process)
   /// Keep the cache within capacity: a request whose new state alone exceeds the capacity
   /// is not cached (counted in refused_commits). Off (default): like the reference, it is
   /// inserted and the cache runs over capacity until later evictions.

@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <limits>
 #include <exception>
+#include <filesystem>
 #include <optional>
 #include <string>
 #include <vector>
@@ -25,12 +26,14 @@
 #include "atomic_file.hpp"
 #include "cli_support.hpp"
 #include "output_fields.hpp"
+#include "progress.hpp"
 #include "replay_report.hpp"
 #include "replay_run.hpp"
 #include "real_bytes_backends.hpp"
 #include "tier_directories.hpp"
 #include "tier_links.hpp"
 #include "tiered_flags.hpp"
+#include "tiered_plot.hpp"
 
 namespace hcbench {
 namespace {
@@ -226,20 +229,24 @@ void run_tiered_replay_command(const std::string& trace, const std::string& form
   single.tiers.resize(1);  // HBM alone: parse_tiers puts it first
   single.prefetch = hc::sim::prefetch_kind::none;
   const std::string tokenizer = tokenizer_label(format, load);
-  const bool tty = progress_enabled();
-  if (tty) std::fprintf(stderr, "\r[1/2] multi-tier replay of %zu requests", requests.size());
+  // The figure needs every request's row of both runs.
+  const std::string plot = !t.plot.empty() ? t.plot
+                           : per_request.empty() ? std::string()
+                                                 : std::filesystem::path(per_request).replace_extension(".svg").string();
+  multi.keep_per_request = single.keep_per_request = !per_request.empty() || !plot.empty();
+  // Progress over the requests of every run (the multi-tier one, the baseline, the real-bytes one).
+  progress_meter meter({.total = requests.size() * (t.real_bytes ? 3 : 2), .what = "requests replayed"});
+  multi.on_dispatch = single.on_dispatch = [&meter] { meter.step(); };
   const hc::sim::tiered_replay_result r = run_policy(requests, model, multi, policy, prefill);
-  if (tty) std::fprintf(stderr, "\r[2/2] single-tier baseline of %zu requests", requests.size());
   const hc::sim::tiered_replay_result b = run_policy(requests, model, single, policy, prefill);
   std::optional<hc::sim::tiered_replay_result> real;
   if (t.real_bytes) {
     if (multi.tiers.size() < 2) throw hc::invalid_argument("--real-bytes needs a tier below hbm");
     const real_bytes_backends backends(multi.tiers);
     auto io = backends.io();
-    if (tty) std::fprintf(stderr, "\r[3/3] multi-tier replay with real bytes of %zu requests", requests.size());
     real = run_policy(requests, model, multi, policy, prefill, &io);
   }
-  if (tty) std::fprintf(stderr, "\r[2/2] done%40s\n", "");
+  meter.finish();
   const bool agrees = !real || (real->hbm_hit_tokens == r.hbm_hit_tokens && real->host_hit_tokens == r.host_hit_tokens &&
                                 real->bytes_loaded == r.bytes_loaded && real->real.failed_copies == 0);
   for (const auto* x : {&b, &r})
@@ -251,6 +258,9 @@ void run_tiered_replay_command(const std::string& trace, const std::string& form
   const double cut = b.ttft_p50_ms > 0 ? 1.0 - r.ttft_p50_ms / b.ttft_p50_ms : 0.0;
   const std::int64_t skipped = r.hbm_hit_tokens + r.host_hit_tokens;
   const std::vector<std::string> names = tier_names(multi.tiers);
+  if (!plot.empty())
+    write_file_atomic(plot, tiered_svg(b, r, names, "hcbench replay --tiers " + t.tiers + ": " + policy.name + ", " + model_name),
+                      "--plot");
   const std::string arrivals = (multi.spread_to_next_arrival ? std::string("spread to the next timestamp")
                                 : multi.spread_equal_arrivals_s > 0
                                     ? "equal timestamps spread over " + json::number(multi.spread_equal_arrivals_s) + " s"
@@ -335,6 +345,7 @@ void run_tiered_replay_command(const std::string& trace, const std::string& form
     return;
   }
   if (!tokenizer.empty()) std::printf("tokenizer: %s\n", tokenizer.c_str());
+  if (!plot.empty()) std::printf("plot: %s\n", plot.c_str());
   print_tier_links(links);
   const std::string selector = followed_of(r).empty() ? "" : " (the selector followed " + followed_of(r) + " at the end)";
   std::printf("policy %s%s over %s; %s%s; arrivals %s\n", policy.name.c_str(), selector.c_str(), t.tiers.c_str(),

@@ -42,6 +42,7 @@ struct tiered_cli {
   std::string prefill_time = "flops"; ///< --prefill-time flops (cost model) | line (Jamba 4xA100 fit)
   double per_copy_us = 6.0;           ///< --per-copy-us
   bool real_bytes = false;            ///< --real-bytes: validate the multi-tier run with real bytes
+  std::string plot;                   ///< --plot FILE: the SVG (default: next to --per-request's CSV)
 };
 
 /// The cache policy of the tiered replay (the same names as the single-tier replay).

@@ -32,7 +32,7 @@ inline constexpr const char* tiered_only_options[] = {
     "--link-gbps",  "--scheduler",        "--prefetch",     "--sparsify",        "--demotion",
     "--write-policy", "--write-through-hits", "--watermarks", "--layerwise",      "--recompute-when-faster",
     "--staging-fraction", "--arrival-scale", "--spread-arrivals", "--prefill-engines", "--prefetch-depth",
-    "--prefill-time", "--per-copy-us",    "--real-bytes"};
+    "--prefill-time", "--per-copy-us",    "--plot",            "--real-bytes"};
 inline constexpr std::string_view tiered_only_flag = "--real-bytes";
 
 /// Parses `fcfs` / `car`. @throws invalid_argument listing the valid names.

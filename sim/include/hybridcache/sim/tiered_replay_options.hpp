@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <span>
 #include <vector>
@@ -78,6 +79,8 @@ struct tiered_replay_options {
   tiered::sparsify_options sparsify_opts{};
   /// Keep per-request rows (`tiered_replay_result::per_request`).
   bool keep_per_request = false;
+  /// Called once per request dispatched (a progress meter); empty: nothing is called.
+  std::function<void()> on_dispatch{};
 };
 
 /// What the real-bytes validation mode moved and checked (sim/real_bytes_copy_engine.hpp).

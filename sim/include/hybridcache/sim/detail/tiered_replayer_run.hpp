@@ -83,6 +83,7 @@ tiered_replay_result tiered_replayer<Cache, Prefill>::run(std::span<const sim::r
 
     r.requests += 1;
     r.input_tokens += q.input_tokens;
+    if (o_.on_dispatch) o_.on_dispatch();
     if (!ticket) {  // refused: computed from scratch, not cached
       ++r.refused;
       // A selector's tier-aware shadows still see it (they may well have room for it).
