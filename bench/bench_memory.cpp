@@ -36,18 +36,18 @@ using namespace hybridcache::memory;
 
 namespace {
 
-constexpr std::uint64_t GiB = std::uint64_t{1} << 30;
+constexpr byte_count GiB = byte_count{1} << 30;
 
-asymmetric_pool_config jamba_config(std::uint64_t budget = GiB) {
+asymmetric_pool_config jamba_config(byte_count budget = GiB) {
   const cost_model m(presets::jamba_1_5_mini());
-  return {.budget_bytes = budget, .kv_page_bytes = kv_page_bytes(m), .ssm_block_bytes = ssm_block_bytes(m)};
+  return {.capacity_bytes = budget, .kv_page_bytes = kv_page_bytes(m), .ssm_block_bytes = ssm_block_bytes(m)};
 }
 
 // Half-full pool, then time allocate + free pairs of `kind`.
 template <class Pool>
 void alloc_free_pair(benchmark::State& state, Pool& pool, pool_kind kind) {
   std::vector<packed_handle> held;
-  for (std::uint64_t i = 0; i < pool.stats(kind).total_units / 2; ++i) held.push_back(pool.allocate(kind).value());
+  for (std::int64_t i = 0; i < pool.stats(kind).total_units / 2; ++i) held.push_back(pool.allocate(kind).value());
   const std::uint64_t before = heap_allocs.load();
   for (auto _ : state) {
     auto h = pool.allocate(kind);
@@ -80,7 +80,7 @@ BENCHMARK(bm_asymmetric_host_kv_pair);
 
 void bm_fixed_dual_kv_pair(benchmark::State& state) {
   const cost_model m(presets::jamba_1_5_mini());
-  fixed_dual_pool<> pool({.budget_bytes = GiB, .kv_page_bytes = kv_page_bytes(m), .ssm_block_bytes = ssm_block_bytes(m),
+  fixed_dual_pool<> pool({.capacity_bytes = GiB, .kv_page_bytes = kv_page_bytes(m), .ssm_block_bytes = ssm_block_bytes(m),
                           .ssm_ratio = 0.5});
   alloc_free_pair(state, pool, pool_kind::kv);
 }
@@ -88,7 +88,7 @@ BENCHMARK(bm_fixed_dual_kv_pair);
 
 void bm_padded_unified_kv_pair(benchmark::State& state) {
   const cost_model m(presets::jamba_1_5_mini());
-  padded_unified_pool<> pool({.budget_bytes = GiB, .kv_page_bytes = kv_page_bytes(m),
+  padded_unified_pool<> pool({.capacity_bytes = GiB, .kv_page_bytes = kv_page_bytes(m),
                               .ssm_block_bytes = ssm_block_bytes(m)});
   alloc_free_pair(state, pool, pool_kind::kv);
 }

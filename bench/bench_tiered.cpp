@@ -338,7 +338,7 @@ static void bm_prefix_tiered_mooncake(benchmark::State& state) {
       using store_t = tiered_state_store<>;
       prefix::prefix_cache<cost_model, ADM, prefix::lru_scorer, store_t> c(
           m,
-          store_t({.hbm_bytes = hbm, .host_bytes = host, .kv_bytes_per_token = kv_per_id,
+          store_t({.capacity_bytes = hbm, .host_capacity_bytes = host, .kv_bytes_per_token = kv_per_id,
                    .checkpoint_bytes = m.ssm_checkpoint_bytes()}),
           prefix::lru_scorer{});
       for (const auto& r : reqs) {
@@ -376,8 +376,8 @@ static void bm_prefix_tiered_bytes(benchmark::State& state) {
   static const auto reqs = sim::generate_synth_v1(
       {.profile = sim::synth_profile::chat, .seed = 7, .sessions = 12, .session_gap_ms = 1000});
   const cost_model m(presets::marconi_7b());
-  const tiered_state_store_config cfg{.hbm_bytes = 1'000'000'000,
-                                      .host_bytes = 4'000'000'000,
+  const tiered_state_store_config cfg{.capacity_bytes = 1'000'000'000,
+                                      .host_capacity_bytes = 4'000'000'000,
                                       .kv_bytes_per_token = m.kv_bytes_per_token(),
                                       .checkpoint_bytes = m.ssm_checkpoint_bytes(),
                                       .staging_bytes = 1'000'000'000};

@@ -16,7 +16,7 @@ int main() {
   // blocks (one layer of one sequence); capacity moves between the two on demand.
   using pool_t = memory::host_asymmetric_pool<memory::threshold_rebalancer>;
   using store_t = stores::pool_state_store<pool_t>;
-  pool_t pool({.budget_bytes = std::uint64_t{2} << 30,
+  pool_t pool({.capacity_bytes = std::uint64_t{2} << 30,
                .kv_page_bytes = memory::kv_page_bytes(model),
                .ssm_block_bytes = memory::checkpoint_block_bytes(model)});
   prefix::prefix_cache<cost_model, prefix::judicious_admission, prefix::flop_aware_scorer, store_t> cache(

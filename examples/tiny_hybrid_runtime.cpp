@@ -561,7 +561,7 @@ static int run(const run_options& options) {
 
   // 1 MiB shared by KV pages (16 tokens x 256 B) and checkpoint blocks (one GDN layer's state,
   // 8 KiB), in 32 KiB chunks that the threshold rebalancer moves between the two sides.
-  pool_t pool({.budget_bytes = std::uint64_t{1} << 20, .kv_page_bytes = hc::memory::kv_page_bytes(spec, kTokensPerPage),
+  pool_t pool({.capacity_bytes = std::uint64_t{1} << 20, .kv_page_bytes = hc::memory::kv_page_bytes(spec, kTokensPerPage),
                .ssm_block_bytes = hc::memory::checkpoint_block_bytes(spec), .granularity_bytes = 32 << 10,
                .compaction = true},
               hc::memory::threshold_rebalancer({.threshold_low = 0.02, .threshold_high = 0.10, .migration_batch_size = 8,

@@ -56,8 +56,8 @@ using store_t = hc::stores::pool_state_store<pool_t>;
 
 /// The cache's configuration (aggregate).
 struct cache_options {
-  std::uint64_t hbm_bytes = std::uint64_t{256} << 20;  ///< the pool: KV pages + checkpoint blocks
-  std::uint64_t host_bytes = 0;                        ///< the host tier below it (0: none)
+  hc::byte_count capacity_bytes = hc::byte_count{256} << 20;  ///< the pool: KV pages + checkpoint blocks
+  hc::byte_count host_capacity_bytes = 0;                     ///< the host tier below it (0: none)
   std::int64_t tokens_per_page = 16;
   std::string policy = "marconi";  ///< marconi | sglang+ | vllm+
   std::string alpha = "auto";      ///< marconi: "auto" (the adaptive selector) or a FLOP weight

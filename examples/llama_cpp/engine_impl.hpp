@@ -92,10 +92,10 @@ class cached_engine final : public engine {
         model_(spec),
         opts_(o),
         name_(std::move(name)),
-        pool_({.budget_bytes = o.hbm_bytes,
+        pool_({.capacity_bytes = o.capacity_bytes,
                .kv_page_bytes = hc::memory::kv_page_bytes(model_, o.tokens_per_page),
                .ssm_block_bytes = hc::memory::checkpoint_block_bytes(model_),
-               .granularity_bytes = std::uint64_t{2} << 20},
+               .granularity_bytes = hc::byte_count{2} << 20},
               hc::memory::threshold_rebalancer({.threshold_low = 0.02, .threshold_high = 0.10, .migration_batch_size = 8,
                                                 .min_rebalance_interval_ops = 0, .size_to_demand = true})),
         cache_(model_, store_t(pool_, model_, {.tokens_per_page = o.tokens_per_page, .host_tier = host_tier(o)}), std::move(scorer)),
@@ -106,9 +106,10 @@ class cached_engine final : public engine {
       if (o.weights_id.empty()) throw hc::invalid_argument("engine: a shared tier needs the weights' identity (weights_id)");
       shared_ = make_shared_tier(o.shared, hc::tiered::model_identity(spec, o.weights_id), s_.layout());
     }
-    // One token's K and V rows of one layer fill one page slot exactly.
-    const std::uint64_t slot_bytes = pool_.stats(hc::pool_kind::kv).unit_bytes / static_cast<std::uint64_t>(o.tokens_per_page);
-    if (slot_bytes != s_.layout().kv.front().token_bytes())
+    // One token's K and V rows of one layer fill one page slot exactly. (llama.cpp's state
+    // format sizes rows as uint64; the library's byte amounts are byte_count.)
+    const hc::byte_count slot_bytes = pool_.stats(hc::pool_kind::kv).unit_bytes / o.tokens_per_page;
+    if (slot_bytes != static_cast<hc::byte_count>(s_.layout().kv.front().token_bytes()))
       throw hc::invalid_argument("engine: a page slot is " + std::to_string(slot_bytes) + " B but a token's K+V rows are " +
                                  std::to_string(s_.layout().kv.front().token_bytes()) + " B");
     for (std::size_t i = 0; i < slots_.size(); ++i) slots_[i].seq = static_cast<llama_seq_id>(i);
@@ -146,10 +147,10 @@ class cached_engine final : public engine {
   }
 
   [[nodiscard]] std::string describe() const override {
-    return name_ + ", pool " + std::to_string(opts_.hbm_bytes >> 20) + " MiB (KV page " +
+    return name_ + ", pool " + std::to_string(opts_.capacity_bytes >> 20) + " MiB (KV page " +
            std::to_string(pool_.stats(hc::pool_kind::kv).unit_bytes) + " B, state block " +
            std::to_string(pool_.stats(hc::pool_kind::ssm).unit_bytes) + " B), host tier " +
-           std::to_string(opts_.host_bytes >> 20) + " MiB" + (shared_ ? ", " + shared_->describe() : std::string());
+           std::to_string(opts_.host_capacity_bytes >> 20) + " MiB" + (shared_ ? ", " + shared_->describe() : std::string());
   }
 
   /// Waits for the shared tier's stores in flight (so another process finds them).
@@ -197,13 +198,14 @@ class cached_engine final : public engine {
 
   // The host tier: half its bytes for KV pages, half for checkpoint blocks.
   hc::stores::host_tier_config host_tier(const cache_options& o) const {
-    if (o.host_bytes == 0) return {};
-    const std::uint64_t page = hc::memory::kv_page_bytes(model_, o.tokens_per_page), block = hc::memory::checkpoint_block_bytes(model_);
-    const auto rec = static_cast<std::uint64_t>(model_.recurrent_layers());
-    hc::stores::host_tier_config h{.kv_pages = static_cast<std::int64_t>(o.host_bytes / 2 / page),
-                                   .checkpoint_blocks = static_cast<std::int64_t>(o.host_bytes / 2 / block / rec * rec)};
+    if (o.host_capacity_bytes == 0) return {};
+    const hc::byte_count page = hc::memory::kv_page_bytes(model_, o.tokens_per_page);
+    const hc::byte_count block = hc::memory::checkpoint_block_bytes(model_);
+    const std::int64_t rec = model_.recurrent_layers();
+    hc::stores::host_tier_config h{.kv_pages = o.host_capacity_bytes / 2 / page,
+                                   .checkpoint_blocks = o.host_capacity_bytes / 2 / block / rec * rec};
     if (h.kv_pages == 0 || h.checkpoint_blocks == 0)
-      throw hc::invalid_argument("--tiers host=" + std::to_string(o.host_bytes) + " B holds no page or no checkpoint (a checkpoint is " +
+      throw hc::invalid_argument("--tiers host=" + std::to_string(o.host_capacity_bytes) + " B holds no page or no checkpoint (a checkpoint is " +
                                  std::to_string(block * rec) + " B)");
     return h;
   }

@@ -65,10 +65,10 @@ void parse_tiers(const std::string& spec, const std::string& model_path, hcl::ca
       throw hc::invalid_argument(who + ": :gbps= and :lat_us= describe a modelled link; this program copies real bytes");
     if (t.numa_node != -1) throw hc::invalid_argument(who + ": NUMA binding is not supported here");
     switch (t.kind) {
-      case ht::tier_kind::hbm: o.hbm_bytes = static_cast<std::uint64_t>(t.capacity_bytes); break;
+      case ht::tier_kind::hbm: o.capacity_bytes = t.capacity_bytes; break;
       case ht::tier_kind::host:
-        if (o.host_bytes != 0) throw hc::invalid_argument(who + ": one host tier at most");
-        o.host_bytes = static_cast<std::uint64_t>(t.capacity_bytes);
+        if (o.host_capacity_bytes != 0) throw hc::invalid_argument(who + ": one host tier at most");
+        o.host_capacity_bytes = t.capacity_bytes;
         break;
       case ht::tier_kind::disk:
       case ht::tier_kind::redis:

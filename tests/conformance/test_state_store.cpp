@@ -48,7 +48,7 @@ struct pool_fixture {
   static constexpr bool exact_split = false;
   // 4 tokens per 512 B page, 2 attention layers (1 KiB per block), 3 recurrent layers of
   // 1 KiB (one checkpoint = 3 KiB); 12 chunks of 4 KiB.
-  pool_type pool{{.budget_bytes = 12 * 4096, .kv_page_bytes = 512, .ssm_block_bytes = 1024, .granularity_bytes = 4096}};
+  pool_type pool{{.capacity_bytes = 12 * 4096, .kv_page_bytes = 512, .ssm_block_bytes = 1024, .granularity_bytes = 4096}};
   store_type store{pool, 4, 2, 3};
 };
 
@@ -57,7 +57,7 @@ struct tiered_fixture {
   static constexpr bool byte_budget = true;
   static constexpr bool exact_split = true;
   store_type store{stores::tiered_state_store_config{
-      .hbm_bytes = 48 * 1024, .host_bytes = 16 * 1024, .kv_bytes_per_token = kv_per_token, .checkpoint_bytes = ckpt_bytes}};
+      .capacity_bytes = 48 * 1024, .host_capacity_bytes = 16 * 1024, .kv_bytes_per_token = kv_per_token, .checkpoint_bytes = ckpt_bytes}};
 };
 
 // The concept does not expose an extent's length; every model names it `tokens`. A model

@@ -40,7 +40,7 @@ template <class Rebalancer>
 struct paged_fixture {
   using pool_type = memory::host_asymmetric_pool<Rebalancer>;
   using store_type = stores::pool_state_store<pool_type>;
-  pool_type pool{{.budget_bytes = 16 * 4096, .kv_page_bytes = 512, .ssm_block_bytes = 1024, .granularity_bytes = 4096}};
+  pool_type pool{{.capacity_bytes = 16 * 4096, .kv_page_bytes = 512, .ssm_block_bytes = 1024, .granularity_bytes = 4096}};
   store_type store{pool, 4, 2, 3};
 };
 static_assert(paged_state_store<paged_fixture<memory::no_rebalancer>::store_type>);
@@ -58,8 +58,8 @@ struct tiered_fixture {
   }
   static std::int64_t hbm() { return 1000 * model().kv_bytes_per_token() + 3 * model().ssm_checkpoint_bytes(); }
   cache_type cache{model(),
-                   store_type({.hbm_bytes = hbm(),
-                               .host_bytes = 8 * hbm(),
+                   store_type({.capacity_bytes = hbm(),
+                               .host_capacity_bytes = 8 * hbm(),
                                .kv_bytes_per_token = model().kv_bytes_per_token(),
                                .checkpoint_bytes = model().ssm_checkpoint_bytes(),
                                .staging_bytes = hbm()}),
@@ -75,7 +75,7 @@ struct host_tier_fixture {
   using cache_type = prefix::prefix_cache<cost_model, prefix::judicious_admission, prefix::lru_scorer, store_type>;
   static constexpr std::int64_t tpp = 16;
   cost_model model{test::tiny_gdn_spec("tier_store_conformance")};
-  pool_type pool{{.budget_bytes = std::uint64_t{256} << 10, .kv_page_bytes = memory::kv_page_bytes(model, tpp),
+  pool_type pool{{.capacity_bytes = std::uint64_t{256} << 10, .kv_page_bytes = memory::kv_page_bytes(model, tpp),
                   .ssm_block_bytes = memory::checkpoint_block_bytes(model), .granularity_bytes = 32 << 10}};
   cache_type cache{model,
                    store_type(pool, tpp, model.attention_layers(), model.recurrent_layers(),

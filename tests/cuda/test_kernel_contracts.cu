@@ -179,7 +179,7 @@ TEST_CASE("device: VMM compaction waits for kernels still running on a non-block
   HYBRIDCACHE_CUDA_TRY(cudaStreamCreateWithFlags(&compute, cudaStreamNonBlocking));
   {
     // 6 MiB-class chunks: 3 x the granularity (not a power of two).
-    pool_t pool({.budget_bytes = 4 * 3 * g, .kv_page_bytes = g / 2, .ssm_block_bytes = 3 * g - 4096,
+    pool_t pool({.capacity_bytes = 4 * 3 * g, .kv_page_bytes = g / 2, .ssm_block_bytes = 3 * g - 4096,
                  .ssm_fraction = 0.5, .granularity_bytes = g, .compaction = true});
     pool.arena().set_ordering({.copy_stream = nullptr, .users = {compute}});
     std::vector<hybridcache::packed_handle> live;

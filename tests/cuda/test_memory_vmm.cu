@@ -41,8 +41,8 @@ std::uint32_t first_word(const vmm_pool& pool, packed_handle h) {
 TEST_CASE("vmm_backing: remapping moves capacity, data stays, reserved = budget") {
   const std::uint64_t g = memory::vmm_granularity(0);
   REQUIRE(g > 0);
-  const std::uint64_t budget = 32 * g;
-  vmm_pool pool({.budget_bytes = budget, .kv_page_bytes = 65536, .ssm_block_bytes = 262144, .ssm_fraction = 0.5,
+  const hybridcache::byte_count budget = 32 * g;
+  vmm_pool pool({.capacity_bytes = budget, .kv_page_bytes = 65536, .ssm_block_bytes = 262144, .ssm_fraction = 0.5,
                  .granularity_bytes = g, .compaction = true},
                 threshold_rebalancer({.threshold_low = 0.0, .threshold_high = 0.01, .migration_batch_size = 4,
                                       .min_rebalance_interval_ops = 0}));
@@ -91,7 +91,7 @@ TEST_CASE("vmm_backing: bad chunk size is rejected, device errors name the call"
 
 TEST_CASE("device_backing: fixed_dual_pool is one cudaMalloc per pool, units are writable") {
   fixed_dual_pool<memory::device_backing> pool(
-      {.budget_bytes = 64u << 20, .kv_page_bytes = 65536, .ssm_block_bytes = 262144, .ssm_ratio = 0.5});
+      {.capacity_bytes = 64u << 20, .kv_page_bytes = 65536, .ssm_block_bytes = 262144, .ssm_ratio = 0.5});
   CHECK(pool.reserved_bytes() == (64u << 20));
   auto k = pool.allocate(pool_kind::kv).value();
   auto s = pool.allocate(pool_kind::ssm).value();

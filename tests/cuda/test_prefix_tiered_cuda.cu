@@ -62,8 +62,8 @@ std::vector<std::uint8_t> fill(std::size_t n, std::uint8_t seed) {
 TEST_CASE("cuda: a conversation demoted D2H, loaded H2D into staging and adopted by the tree keeps its bytes") {
   const cost_model m(test::tiny_hybrid_spec());
   const std::int64_t kv = m.kv_bytes_per_token(), ck = m.ssm_checkpoint_bytes();
-  const stores::tiered_state_store_config cfg{.hbm_bytes = 40 * kv + 2 * ck,
-                                              .host_bytes = 400 * kv,
+  const stores::tiered_state_store_config cfg{.capacity_bytes = 40 * kv + 2 * ck,
+                                              .host_capacity_bytes = 400 * kv,
                                               .kv_bytes_per_token = kv,
                                               .checkpoint_bytes = ck,
                                               .staging_bytes = 40 * kv + 2 * ck};

@@ -57,7 +57,7 @@ void compaction_under_load(bool name_the_stream) {
   cudaStream_t compute = nullptr;
   REQUIRE(cudaStreamCreateWithFlags(&compute, cudaStreamNonBlocking) == cudaSuccess);
   {
-    device_pool<Backing> pool({.budget_bytes = 4 * 2 * MiB, .kv_page_bytes = 256 * 1024, .ssm_block_bytes = MiB,
+    device_pool<Backing> pool({.capacity_bytes = 4 * 2 * MiB, .kv_page_bytes = 256 * 1024, .ssm_block_bytes = MiB,
                                .ssm_fraction = 0.5, .compaction = true});
     if (name_the_stream) pool.arena().set_ordering({.copy_stream = nullptr, .users = {compute}});
     std::vector<hybridcache::packed_handle> live;
@@ -116,7 +116,7 @@ TEST_CASE("device_backing: compaction copies after the kernels that wrote the un
 TEST_CASE("vmm_backing: a 6 MiB chunk (80 fp32 value heads of 128 x 128) reserves, maps and moves") {
   gpu::get().reset();
   const std::uint64_t block = 80ull * 128 * 128 * 4;  // 5 MiB: chunks round up to 6 MiB
-  device_pool<mem::vmm_backing> pool({.budget_bytes = 4 * 6 * MiB, .kv_page_bytes = 64 * 1024, .ssm_block_bytes = block,
+  device_pool<mem::vmm_backing> pool({.capacity_bytes = 4 * 6 * MiB, .kv_page_bytes = 64 * 1024, .ssm_block_bytes = block,
                                      .ssm_fraction = 0.5});
   CHECK(pool.chunk_bytes() == 6 * MiB);
   auto a = pool.allocate_ssm(), b = pool.allocate_ssm();

@@ -15,7 +15,7 @@ using sim::alloc_variant;
 
 namespace {
 
-constexpr std::uint64_t GiB = std::uint64_t{1} << 30;
+constexpr byte_count GiB = byte_count{1} << 30;
 
 struct golden {
   const char* workload;
@@ -147,7 +147,7 @@ TEST_CASE("static variants reproduce the reference's golden rows exactly (1 GiB)
     CAPTURE(g.model);
     CAPTURE(g.seed);
     CAPTURE(sim::to_string(g.variant));
-    sim::alloc_replay_config cfg{.budget_bytes = GiB};
+    sim::alloc_replay_config cfg{.capacity_bytes = GiB};
     cfg.reference_padded_id_reuse = true;  // the reference's padded pool frees by page id
     const auto r = sim::replay_alloc(sim::bundled_alloc_workload(g.workload, g.seed), presets::preset(g.model),
                                      g.variant, cfg);
@@ -195,7 +195,7 @@ TEST_CASE("avmp_dynamic_b128 on the emulated reference stores reproduces the ref
     CAPTURE(g.w);
     CAPTURE(g.model);
     CAPTURE(g.seed);
-    sim::alloc_replay_config cfg{.budget_bytes = GiB};
+    sim::alloc_replay_config cfg{.capacity_bytes = GiB};
     cfg.reference_avmp_stores = true;
     const auto r = sim::replay_alloc(sim::bundled_alloc_workload(g.w, g.seed), presets::preset(g.model),
                                      alloc_variant::avmp_dynamic_b128, cfg);
@@ -256,7 +256,7 @@ TEST_CASE("dynamic variants: our numbers, pinned (jamba_1_5_mini, 1 GiB)") {
 
 TEST_CASE("vmm_dynamic: never more OOMs than fixed_dual_mr05, fewer on mixed_long and agentic_burst, peak = budget") {
   for (const char* model : {"jamba_1_5_mini", "mamba2_1b3"})
-    for (std::uint64_t budget : {GiB, 4 * GiB})
+    for (byte_count budget : {GiB, 4 * GiB})
       for (auto w : sim::alloc_workload_names())
         for (auto seed : sim::alloc_workload_seeds(w)) {
           CAPTURE(model);
@@ -264,7 +264,7 @@ TEST_CASE("vmm_dynamic: never more OOMs than fixed_dual_mr05, fewer on mixed_lon
           CAPTURE(w);
           CAPTURE(seed);
           const auto trace = sim::bundled_alloc_workload(w, seed);
-          const sim::alloc_replay_config cfg{.budget_bytes = budget};
+          const sim::alloc_replay_config cfg{.capacity_bytes = budget};
           const auto fixed = sim::replay_alloc(trace, presets::preset(model), alloc_variant::fixed_dual_mr05, cfg);
           const auto ours = sim::replay_alloc(trace, presets::preset(model), alloc_variant::vmm_dynamic, cfg);
           CHECK(ours.oom_events <= fixed.oom_events);

@@ -25,19 +25,19 @@ struct naive_model {
   };
   std::map<std::uint64_t, live_unit> live;  // handle bits -> unit
   std::vector<packed_handle> dead;          // freed handles (every free of one must fail)
-  std::uint64_t used[2] = {0, 0};
+  std::int64_t used[2] = {0, 0};
 };
 
 template <class Pool>
 void check_unit(const Pool& pool, packed_handle h, const naive_model::live_unit& u, bool all_bytes) {
   std::byte* p = pool.resolve(h).value();
-  const std::uint64_t n = pool.stats(u.kind).unit_bytes;
+  const byte_count n = pool.stats(u.kind).unit_bytes;
   const auto want = static_cast<std::byte>(u.pattern);
   REQUIRE(p[0] == want);
   REQUIRE(p[n - 1] == want);
   if (all_bytes) {
     bool intact = true;
-    for (std::uint64_t i = 0; i < n; ++i) intact &= p[i] == want;
+    for (byte_count i = 0; i < n; ++i) intact &= p[i] == want;
     REQUIRE(intact);
   }
 }
@@ -66,9 +66,10 @@ void run_differential(asymmetric_pool_config cfg, rebalancer_config rc, std::uin
     const int ki = static_cast<int>(kind);
     const std::uint32_t r = static_cast<std::uint32_t>(rng() % 100);
     // Bias towards allocation while the pool is emptyish, towards freeing when full.
-    const bool crowded = m.live.size() > (pool.stats(pool_kind::kv).total_units + pool.stats(pool_kind::ssm).total_units) / 2;
+    const bool crowded = static_cast<std::int64_t>(m.live.size()) >
+                         (pool.stats(pool_kind::kv).total_units + pool.stats(pool_kind::ssm).total_units) / 2;
     if (r < (crowded ? 30u : 55u)) {
-      const std::uint64_t free_before = pool.stats(kind).free_units;
+      const std::int64_t free_before = pool.stats(kind).free_units;
       auto h = pool.allocate(kind);
       if (h) {
         add_live(*h, kind);
@@ -112,7 +113,7 @@ void run_differential(asymmetric_pool_config cfg, rebalancer_config rc, std::uin
       CHECK(pool.stats(pool_kind::kv).total_units == kv_before.total_units);
     } else if (r < 99) {
       const std::uint32_t recipient_before = chunks_of(kind);
-      const std::uint64_t units = 1 + rng() % 40;
+      const auto units = static_cast<std::int64_t>(1 + rng() % 40);
       const std::uint32_t moved = pool.rebalance(kind, units);
       CHECK(chunks_of(kind) == recipient_before + moved);
       const std::uint32_t donor_upc = upc[1 - ki];
@@ -128,11 +129,11 @@ void run_differential(asymmetric_pool_config cfg, rebalancer_config rc, std::uin
     for (int k = 0; k < 2; ++k) {
       const auto s = pool.stats(static_cast<pool_kind>(k));
       REQUIRE(s.used_units == m.used[k]);
-      REQUIRE(s.total_units == std::uint64_t{s.mapped_chunks} * upc[k]);
+      REQUIRE(s.total_units == std::int64_t{s.mapped_chunks} * upc[k]);
       REQUIRE(s.used_units + s.free_units == s.total_units);
     }
-    REQUIRE(pool.live_handles() == m.live.size());
-    REQUIRE(pool.reserved_bytes() == std::uint64_t{total_chunks} * pool.chunk_bytes());
+    REQUIRE(pool.live_handles() == static_cast<std::int64_t>(m.live.size()));
+    REQUIRE(pool.reserved_bytes() == byte_count{total_chunks} * pool.chunk_bytes());
     if (op % 97 == 0) {
       seen.clear();
       for (const auto& [bits, u] : m.live) {
@@ -160,7 +161,7 @@ void run_differential(asymmetric_pool_config cfg, rebalancer_config rc, std::uin
 }  // namespace
 
 TEST_CASE("differential: asymmetric_pool vs naive model, eager rebalancing with compaction") {
-  asymmetric_pool_config cfg{.budget_bytes = 24 * 4096, .kv_page_bytes = 256, .ssm_block_bytes = 1024,
+  asymmetric_pool_config cfg{.capacity_bytes = 24 * 4096, .kv_page_bytes = 256, .ssm_block_bytes = 1024,
                              .ssm_fraction = 0.5, .granularity_bytes = 4096, .compaction = true};
   rebalancer_config rc{.threshold_low = 0.05, .threshold_high = 0.10, .migration_batch_size = 8,
                        .min_rebalance_interval_ops = 10, .proactive = true, .size_to_demand = true};
@@ -168,7 +169,7 @@ TEST_CASE("differential: asymmetric_pool vs naive model, eager rebalancing with 
 }
 
 TEST_CASE("differential: units that do not divide the chunk (tail waste), paper gates, no compaction") {
-  asymmetric_pool_config cfg{.budget_bytes = 20 * 4096, .kv_page_bytes = 384, .ssm_block_bytes = 1280,
+  asymmetric_pool_config cfg{.capacity_bytes = 20 * 4096, .kv_page_bytes = 384, .ssm_block_bytes = 1280,
                              .ssm_fraction = 0.3, .granularity_bytes = 4096, .compaction = false};
   rebalancer_config rc{};  // 0.05 / 0.30, batch 128, 1000-op throttle
   rc.migration_batch_size = 16;

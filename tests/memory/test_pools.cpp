@@ -17,13 +17,13 @@ using namespace hybridcache::memory;
 
 namespace {
 
-constexpr std::uint64_t MiB = std::uint64_t{1} << 20;
-constexpr std::uint64_t GiB = std::uint64_t{1} << 30;
+constexpr byte_count MiB = byte_count{1} << 20;
+constexpr byte_count GiB = byte_count{1} << 30;
 
 // Small geometry used by most tests: 4 KiB chunks, 256 B KV pages (16 per chunk), 1 KiB
 // SSM blocks (4 per chunk), 16 chunks.
 asymmetric_pool_config small_config() {
-  return {.budget_bytes = 16 * 4096, .kv_page_bytes = 256, .ssm_block_bytes = 1024, .ssm_fraction = 0.5,
+  return {.capacity_bytes = 16 * 4096, .kv_page_bytes = 256, .ssm_block_bytes = 1024, .ssm_fraction = 0.5,
           .granularity_bytes = 4096};
 }
 
@@ -69,7 +69,7 @@ using small_pool = host_asymmetric_pool<threshold_rebalancer>;
 
 struct pool_snapshot {
   pool_stats kv, ssm;
-  std::uint64_t live;
+  std::int64_t live;
   template <class P>
   static pool_snapshot of(const P& p) {
     return {p.stats(pool_kind::kv), p.stats(pool_kind::ssm), p.live_handles()};
@@ -216,13 +216,13 @@ TEST_CASE("asymmetric_pool: layout, O(1) allocate/free, addresses, stats") {
 }
 
 TEST_CASE("asymmetric_pool: bad input leaves the pool unchanged") {
-  CHECK_THROWS_AS(small_pool({.budget_bytes = 4096, .kv_page_bytes = 256, .ssm_block_bytes = 1024,
+  CHECK_THROWS_AS(small_pool({.capacity_bytes = 4096, .kv_page_bytes = 256, .ssm_block_bytes = 1024,
                               .granularity_bytes = 4096}),
                   capacity_error);  // one chunk: no room for both pools
-  CHECK_THROWS_AS(small_pool({.budget_bytes = 65536, .kv_page_bytes = 0, .ssm_block_bytes = 1024,
+  CHECK_THROWS_AS(small_pool({.capacity_bytes = 65536, .kv_page_bytes = 0, .ssm_block_bytes = 1024,
                               .granularity_bytes = 4096}),
                   invalid_argument);
-  CHECK_THROWS_AS(small_pool({.budget_bytes = 65536, .kv_page_bytes = 100, .ssm_block_bytes = 1024,
+  CHECK_THROWS_AS(small_pool({.capacity_bytes = 65536, .kv_page_bytes = 100, .ssm_block_bytes = 1024,
                               .granularity_bytes = 4096}),
                   invalid_argument);
   auto bad_fraction = small_config();
@@ -234,7 +234,7 @@ TEST_CASE("asymmetric_pool: bad input leaves the pool unchanged") {
   CHECK_THROWS_AS(threshold_rebalancer({.threshold_low = 0.3, .threshold_high = 0.3}), invalid_argument);
   CHECK_THROWS_AS(threshold_rebalancer({.threshold_low = 0.5, .threshold_high = 0.3}), invalid_argument);
   CHECK_THROWS_AS(threshold_rebalancer({.migration_batch_size = 0}), invalid_argument);
-  CHECK_THROWS_AS(simulated_vmm_pool<>({.budget_bytes = 3 * MiB, .kv_page_bytes = 65536, .ssm_block_bytes = 2 * MiB}),
+  CHECK_THROWS_AS(simulated_vmm_pool<>({.capacity_bytes = 3 * MiB, .kv_page_bytes = 65536, .ssm_block_bytes = 2 * MiB}),
                   capacity_error);  // one 2 MiB chunk only
 
   small_pool pool(small_config()), other(small_config());
@@ -420,32 +420,32 @@ TEST_CASE("asymmetric_pool: a failed map rolls the whole migration back and repo
 TEST_CASE("fixed_dual_pool: the reference's static split, exactly") {
   const cost_model jamba(presets::jamba_1_5_mini());
   const cost_model mamba2(presets::mamba2_1b3());
-  fixed_dual_pool<> fd05({.budget_bytes = GiB, .kv_page_bytes = kv_page_bytes(jamba),
+  fixed_dual_pool<> fd05({.capacity_bytes = GiB, .kv_page_bytes = kv_page_bytes(jamba),
                           .ssm_block_bytes = ssm_block_bytes(jamba), .ssm_ratio = 0.5});
   CHECK(fd05.stats(pool_kind::kv).total_units == 8192);
   CHECK(fd05.stats(pool_kind::ssm).total_units == 2048);
-  fixed_dual_pool<> fd09({.budget_bytes = GiB, .kv_page_bytes = kv_page_bytes(jamba),
+  fixed_dual_pool<> fd09({.capacity_bytes = GiB, .kv_page_bytes = kv_page_bytes(jamba),
                           .ssm_block_bytes = ssm_block_bytes(jamba)});
   CHECK(fd09.stats(pool_kind::kv).total_units == 1638);
   CHECK(fd09.stats(pool_kind::ssm).total_units == 3686);
-  fixed_dual_pool<> m09({.budget_bytes = GiB, .kv_page_bytes = kv_page_bytes(mamba2),
+  fixed_dual_pool<> m09({.capacity_bytes = GiB, .kv_page_bytes = kv_page_bytes(mamba2),
                          .ssm_block_bytes = ssm_block_bytes(mamba2)});
   CHECK(m09.stats(pool_kind::ssm).total_units == 460);
   // No movement: SSM full stays full although KV is empty.
   CHECK(fill(fd09, pool_kind::ssm).size() == 3686);
   CHECK(fd09.allocate(pool_kind::ssm).error() == errc::out_of_capacity);
   CHECK(fd09.stats(pool_kind::kv).used_units == 0);
-  CHECK_THROWS_AS(fixed_dual_pool<>({.budget_bytes = 300000, .kv_page_bytes = 65536, .ssm_block_bytes = 262144,
+  CHECK_THROWS_AS(fixed_dual_pool<>({.capacity_bytes = 300000, .kv_page_bytes = 65536, .ssm_block_bytes = 262144,
                                      .ssm_ratio = 0.5}),
                   capacity_error);
-  CHECK_THROWS_AS(fixed_dual_pool<>({.budget_bytes = GiB, .kv_page_bytes = 65536, .ssm_block_bytes = 262144,
+  CHECK_THROWS_AS(fixed_dual_pool<>({.capacity_bytes = GiB, .kv_page_bytes = 65536, .ssm_block_bytes = 262144,
                                      .ssm_ratio = 0.0}),
                   invalid_argument);
 }
 
 TEST_CASE("padded_unified_pool: one page size, padding waste accounted") {
   const cost_model jamba(presets::jamba_1_5_mini());
-  padded_unified_pool<> pool({.budget_bytes = GiB, .kv_page_bytes = kv_page_bytes(jamba),
+  padded_unified_pool<> pool({.capacity_bytes = GiB, .kv_page_bytes = kv_page_bytes(jamba),
                               .ssm_block_bytes = ssm_block_bytes(jamba)});
   CHECK(pool.page_bytes() == 262144);
   CHECK(pool.stats(pool_kind::kv).total_units == 4096);
@@ -459,7 +459,7 @@ TEST_CASE("padded_unified_pool: one page size, padding waste accounted") {
   CHECK(pool.padding_waste_bytes() == 0);
   CHECK(pool.free(k).error() == errc::double_free);
   CHECK(pool.free(s).has_value());
-  CHECK_THROWS_AS(padded_unified_pool<>({.budget_bytes = 1000, .kv_page_bytes = 256, .ssm_block_bytes = 1024}),
+  CHECK_THROWS_AS(padded_unified_pool<>({.capacity_bytes = 1000, .kv_page_bytes = 256, .ssm_block_bytes = 1024}),
                   capacity_error);
 }
 
@@ -471,9 +471,9 @@ TEST_CASE_TEMPLATE_DEFINE("kv_ssm_pool conformance", Pool, pool_conformance) {
     if constexpr (requires { typename Pool::rebalancer_type; })
       return Pool(small_config(), typename Pool::rebalancer_type{});
     else if constexpr (std::is_same_v<Pool, fixed_dual_pool<host_backing>>)
-      return Pool({.budget_bytes = 16 * 4096, .kv_page_bytes = 256, .ssm_block_bytes = 1024, .ssm_ratio = 0.5});
+      return Pool({.capacity_bytes = 16 * 4096, .kv_page_bytes = 256, .ssm_block_bytes = 1024, .ssm_ratio = 0.5});
     else
-      return Pool({.budget_bytes = 16 * 4096, .kv_page_bytes = 256, .ssm_block_bytes = 1024});
+      return Pool({.capacity_bytes = 16 * 4096, .kv_page_bytes = 256, .ssm_block_bytes = 1024});
   };
   Pool pool = make();
   std::vector<packed_handle> hs;

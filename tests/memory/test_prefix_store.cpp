@@ -28,8 +28,8 @@ const std::vector<sim::synth_request>& trace() {
   return t;
 }
 
-asymmetric_pool_config pool_for(const cost_model& m, std::uint64_t budget) {
-  return {.budget_bytes = budget, .kv_page_bytes = kv_page_bytes(m), .ssm_block_bytes = checkpoint_block_bytes(m)};
+asymmetric_pool_config pool_for(const cost_model& m, byte_count budget) {
+  return {.capacity_bytes = budget, .kv_page_bytes = kv_page_bytes(m), .ssm_block_bytes = checkpoint_block_bytes(m)};
 }
 
 template <class Cache>
@@ -51,7 +51,7 @@ std::vector<std::int64_t> replay(Cache& c) {
 
 TEST_CASE("pool_state_store: extents split and join at and inside page boundaries, bytes preserved") {
   // 4 tokens per 512 B page (128 B per token), 2 attention layers, 3 recurrent layers.
-  host_asymmetric_pool<no_rebalancer> pool({.budget_bytes = 8 * 4096, .kv_page_bytes = 512, .ssm_block_bytes = 1024,
+  host_asymmetric_pool<no_rebalancer> pool({.capacity_bytes = 8 * 4096, .kv_page_bytes = 512, .ssm_block_bytes = 1024,
                                             .granularity_bytes = 4096});
   pool_state_store<host_asymmetric_pool<no_rebalancer>> store(pool, 4, 2, 3);
   auto e = store.allocate_kv(10).value();  // 3 blocks x 2 layers
@@ -182,15 +182,15 @@ TEST_CASE("one checkpoint size: SSM + conv state, the same in the cost model, th
           m.recurrent_layers() * (m.recurrent_state_bytes_per_layer() + m.conv_state_bytes_per_layer()));
     CHECK(checkpoint_block_bytes(m) == static_cast<std::uint64_t>(m.ssm_checkpoint_bytes_per_layer()));
     if (m.attention_layers() == 0) continue;  // the pool store pages KV per attention layer
-    host_asymmetric_pool<no_rebalancer> pool({.budget_bytes = std::uint64_t{1} << 30,
+    host_asymmetric_pool<no_rebalancer> pool({.capacity_bytes = std::uint64_t{1} << 30,
                                               .kv_page_bytes = kv_page_bytes(m),
                                               .ssm_block_bytes = checkpoint_block_bytes(m),
                                               .granularity_bytes = std::uint64_t{32} << 20});
     const pool_state_store<host_asymmetric_pool<no_rebalancer>> store(pool, 16, m.attention_layers(),
                                                                       m.recurrent_layers());
     CHECK(store.checkpoint_bytes() == m.ssm_checkpoint_bytes());
-    const stores::tiered_state_store_config tc{.hbm_bytes = std::int64_t{1} << 30,
-                                               .host_bytes = std::int64_t{1} << 30,
+    const stores::tiered_state_store_config tc{.capacity_bytes = std::int64_t{1} << 30,
+                                               .host_capacity_bytes = std::int64_t{1} << 30,
                                                .kv_bytes_per_token = m.kv_bytes_per_token(),
                                                .checkpoint_bytes = m.ssm_checkpoint_bytes()};
     const stores::tiered_state_store<> tiered_store(tc);

@@ -171,7 +171,7 @@ TEST_CASE("the lifecycle keeps tenants apart: no page, node or hit crosses a sal
   using pool_t = host_asymmetric_pool<no_rebalancer>;
   using store_t = pool_state_store<pool_t>;
   using cache_t = prefix_cache<cost_model, judicious_admission, lru_scorer, store_t>;
-  pool_t pool({.budget_bytes = std::uint64_t{512} << 20, .kv_page_bytes = kv_page_bytes(m),
+  pool_t pool({.capacity_bytes = std::uint64_t{512} << 20, .kv_page_bytes = kv_page_bytes(m),
                .ssm_block_bytes = checkpoint_block_bytes(m)});
   cache_t c(m, store_t(pool, 16, m.attention_layers(), m.recurrent_layers()), lru_scorer{});
   request_lifecycle<cache_t> requests(c);

@@ -200,7 +200,7 @@ TEST_CASE("destroying the cache, or clear(), gives every handle back to the pool
   const cost_model m(presets::jamba_1_5_mini());
   using pool_t = host_asymmetric_pool<no_rebalancer>;
   using store_t = pool_state_store<pool_t>;
-  pool_t pool({.budget_bytes = std::uint64_t{256} << 20, .kv_page_bytes = kv_page_bytes(m),
+  pool_t pool({.capacity_bytes = std::uint64_t{256} << 20, .kv_page_bytes = kv_page_bytes(m),
                .ssm_block_bytes = checkpoint_block_bytes(m)});
   auto fill = [&](auto& c) {
     for (std::uint32_t s = 1; s <= 40; ++s) {

@@ -53,7 +53,7 @@ TEST_CASE_TEMPLATE("host tier: evicted leaves come back into the reservation byt
   using store_t = pool_state_store<pool_t>;
   using cache_type = prefix_cache<cost_model, judicious_admission, lru_scorer, store_t>;
   constexpr std::int64_t tpp = 16;
-  pool_t pool({.budget_bytes = std::uint64_t{1} << 20, .kv_page_bytes = kv_page_bytes(m, tpp),
+  pool_t pool({.capacity_bytes = std::uint64_t{1} << 20, .kv_page_bytes = kv_page_bytes(m, tpp),
                .ssm_block_bytes = checkpoint_block_bytes(m), .granularity_bytes = 32 << 10},
               threshold_rebalancer({.threshold_low = 0.02, .threshold_high = 0.10, .migration_batch_size = 8,
                                     .min_rebalance_interval_ops = 0, .size_to_demand = true}));
@@ -206,7 +206,7 @@ TEST_CASE("host tier: a stored byte flipped is detected and the tokens recompute
   using store_t = stores::pool_state_store<pool_t>;
   using cache_type = prefix_cache<cost_model, judicious_admission, lru_scorer, store_t>;
   constexpr std::int64_t tpp = 16;
-  pool_t pool({.budget_bytes = std::uint64_t{256} << 10, .kv_page_bytes = kv_page_bytes(m, tpp),
+  pool_t pool({.capacity_bytes = std::uint64_t{256} << 10, .kv_page_bytes = kv_page_bytes(m, tpp),
                .ssm_block_bytes = checkpoint_block_bytes(m), .granularity_bytes = 32 << 10},
               threshold_rebalancer({.threshold_low = 0.02, .threshold_high = 0.10, .migration_batch_size = 8,
                                     .min_rebalance_interval_ops = 0, .size_to_demand = true}));

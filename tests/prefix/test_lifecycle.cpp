@@ -310,7 +310,7 @@ TEST_CASE("lifecycle over the asymmetric pool: the bytes the runtime writes into
   using store_t = pool_state_store<pool_t>;
   using cache_type = prefix_cache<cost_model, judicious_admission, lru_scorer, store_t>;
   constexpr std::int64_t tpp = 16;
-  pool_t pool({.budget_bytes = std::uint64_t{64} << 20, .kv_page_bytes = kv_page_bytes(m),
+  pool_t pool({.capacity_bytes = std::uint64_t{64} << 20, .kv_page_bytes = kv_page_bytes(m),
                .ssm_block_bytes = checkpoint_block_bytes(m)},
               threshold_rebalancer({.threshold_low = 0.01, .threshold_high = 0.05, .migration_batch_size = 64,
                                     .min_rebalance_interval_ops = 0, .size_to_demand = true}));
@@ -432,7 +432,7 @@ TEST_CASE("lifecycle over the asymmetric pool: grow keeps a shared block whole t
   using store_t = pool_state_store<pool_t>;
   using cache_type = prefix_cache<cost_model, judicious_admission, lru_scorer, store_t>;
   constexpr std::int64_t tpp = 16;
-  pool_t pool({.budget_bytes = std::uint64_t{256} << 20, .kv_page_bytes = kv_page_bytes(m),
+  pool_t pool({.capacity_bytes = std::uint64_t{256} << 20, .kv_page_bytes = kv_page_bytes(m),
                .ssm_block_bytes = checkpoint_block_bytes(m)},
               threshold_rebalancer({.threshold_low = 0.01, .threshold_high = 0.05, .migration_batch_size = 64,
                                     .min_rebalance_interval_ops = 0, .size_to_demand = true}));
@@ -552,7 +552,7 @@ TEST_CASE("lifecycle: after the cache is cleared, a request's cached path is rep
   using pool_t = host_asymmetric_pool<no_rebalancer>;
   using store_t = pool_state_store<pool_t>;
   using cache_type = prefix_cache<cost_model, judicious_admission, lru_scorer, store_t>;
-  pool_t pool({.budget_bytes = std::uint64_t{64} << 20, .kv_page_bytes = kv_page_bytes(m),
+  pool_t pool({.capacity_bytes = std::uint64_t{64} << 20, .kv_page_bytes = kv_page_bytes(m),
                .ssm_block_bytes = checkpoint_block_bytes(m)});
   {
     cache_type c(m, store_t(pool, 16, m.attention_layers(), m.recurrent_layers()), lru_scorer{});

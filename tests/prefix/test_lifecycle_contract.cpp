@@ -45,8 +45,8 @@ using store_t = pool_state_store<pool_t>;
 using cache_t = prefix_cache<cost_model, judicious_admission, lru_scorer, store_t>;
 using lifecycle_t = request_lifecycle<cache_t>;
 
-pool_t make_pool(const cost_model& m, std::uint64_t budget = std::uint64_t{1} << 20, bool compaction = false) {
-  return pool_t({.budget_bytes = budget, .kv_page_bytes = kv_page_bytes(m, 16),
+pool_t make_pool(const cost_model& m, byte_count budget = byte_count{1} << 20, bool compaction = false) {
+  return pool_t({.capacity_bytes = budget, .kv_page_bytes = kv_page_bytes(m, 16),
                  .ssm_block_bytes = checkpoint_block_bytes(m), .granularity_bytes = 32 << 10, .compaction = compaction},
                 threshold_rebalancer({.threshold_low = 0.02, .threshold_high = 0.10, .migration_batch_size = 8,
                                       .min_rebalance_interval_ops = 0, .size_to_demand = true}));
@@ -55,7 +55,8 @@ pool_t make_pool(const cost_model& m, std::uint64_t budget = std::uint64_t{1} <<
 /// Everything a refusal must leave as it was.
 struct snapshot {
   std::int64_t used = 0, tokens = 0, checkpoints = 0, matches = 0, evictions = 0;
-  std::uint64_t handles = 0, in_flight = 0;
+  std::int64_t handles = 0;
+  std::uint64_t in_flight = 0;
   bool operator==(const snapshot&) const = default;
 };
 snapshot take(const cache_t& c, const pool_t& p, const lifecycle_t& r) {
@@ -298,14 +299,14 @@ TEST_CASE("contract: construction refuses a store that cannot lay the model out"
                        doctest::Contains("recurrent_layers is 1 but model 'contract_test' has 2"), invalid_argument);
   CHECK_THROWS_AS(cache_t(m, store_t(pool, 16, 1, m.recurrent_layers()), lru_scorer{}), invalid_argument);
   // A state block smaller than one layer's checkpoint.
-  pool_t small_blocks({.budget_bytes = std::uint64_t{1} << 20, .kv_page_bytes = kv_page_bytes(m, 16),
+  pool_t small_blocks({.capacity_bytes = std::uint64_t{1} << 20, .kv_page_bytes = kv_page_bytes(m, 16),
                        .ssm_block_bytes = 4096, .granularity_bytes = 32 << 10});
   CHECK_THROWS_WITH_AS(cache_t(m, store_t(small_blocks, 16, m.attention_layers(), m.recurrent_layers()), lru_scorer{}),
                        doctest::Contains("smaller than one recurrent layer's checkpoint"), invalid_argument);
   // A pool whose SSM side can never hold one checkpoint (no rebalancer; one 32 KiB chunk of
   // 8 KiB blocks = 4 blocks, a 6-layer checkpoint needs 6).
   const cost_model deep(test::tiny_gdn_spec("contract_test", "RA", 6));
-  host_asymmetric_pool<no_rebalancer> fixed({.budget_bytes = 8 * (32 << 10), .kv_page_bytes = kv_page_bytes(deep, 16),
+  host_asymmetric_pool<no_rebalancer> fixed({.capacity_bytes = 8 * (32 << 10), .kv_page_bytes = kv_page_bytes(deep, 16),
                                              .ssm_block_bytes = checkpoint_block_bytes(deep), .ssm_fraction = 0.1,
                                              .granularity_bytes = 32 << 10});
   CHECK_THROWS_WITH_AS((pool_state_store<host_asymmetric_pool<no_rebalancer>>(fixed, deep)),

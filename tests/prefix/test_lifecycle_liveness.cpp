@@ -55,8 +55,8 @@ struct rig {
   pool_t pool;
   cache_type cache;
   request_lifecycle<cache_type> requests;
-  rig(const cost_model& m, std::uint64_t budget, std::int64_t host_pages)
-      : pool({.budget_bytes = budget, .kv_page_bytes = kv_page_bytes(m, tpp),
+  rig(const cost_model& m, byte_count budget, std::int64_t host_pages)
+      : pool({.capacity_bytes = budget, .kv_page_bytes = kv_page_bytes(m, tpp),
               .ssm_block_bytes = checkpoint_block_bytes(m), .granularity_bytes = 32 << 10},
              threshold_rebalancer({.threshold_low = 0.02, .threshold_high = 0.10, .migration_batch_size = 8,
                                    .min_rebalance_interval_ops = 0, .size_to_demand = true})),

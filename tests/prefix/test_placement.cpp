@@ -75,7 +75,7 @@ struct placement_setup {
   std::int64_t kv_side_tokens = 0;  // tokens the whole KV side holds
 
   placement_setup()
-      : pool({.budget_bytes = 64 * chunk_for(model), .kv_page_bytes = kv_page_bytes(model),
+      : pool({.capacity_bytes = 64 * chunk_for(model), .kv_page_bytes = kv_page_bytes(model),
               .ssm_block_bytes = checkpoint_block_bytes(model), .ssm_fraction = 0.75}),
         cache(model, pool_state_store<pool_t>(pool, tpp, model.attention_layers(), model.recurrent_layers()),
               lru_scorer{}) {
@@ -89,8 +89,8 @@ struct placement_setup {
     }
     REQUIRE(cache.tree().size() >= 4);
   }
-  static std::uint64_t chunk_for(const cost_model& m) {
-    const std::uint64_t largest = std::max(kv_page_bytes(m), checkpoint_block_bytes(m));
+  static byte_count chunk_for(const cost_model& m) {
+    const byte_count largest = std::max(kv_page_bytes(m), checkpoint_block_bytes(m));
     return (largest + default_granularity_bytes - 1) / default_granularity_bytes * default_granularity_bytes;
   }
 };
@@ -158,7 +158,7 @@ TEST_CASE("placement: with a rebalancer, a side that is short moves free chunks 
   // side first (prepare_placement), so the request is placed, evicting what it needs.
   using pool_t = simulated_vmm_pool<threshold_rebalancer>;
   const cost_model m(presets::jamba_1_5_mini());
-  pool_t pool({.budget_bytes = 64 * placement_setup::chunk_for(m), .kv_page_bytes = kv_page_bytes(m),
+  pool_t pool({.capacity_bytes = 64 * placement_setup::chunk_for(m), .kv_page_bytes = kv_page_bytes(m),
                .ssm_block_bytes = checkpoint_block_bytes(m), .ssm_fraction = 0.75},
               threshold_rebalancer({.threshold_low = 0.01, .threshold_high = 0.05, .migration_batch_size = 64,
                                     .min_rebalance_interval_ops = 0, .size_to_demand = true}));
@@ -190,10 +190,10 @@ TEST_CASE_TEMPLATE("placement randomized: a refused begin, grow or commit never 
   const cost_model m(presets::jamba_1_5_mini());
   auto make_pool = [&] {
     if constexpr (std::is_same_v<Rebalancer, no_rebalancer>)
-      return pool_t({.budget_bytes = 64 * placement_setup::chunk_for(m), .kv_page_bytes = kv_page_bytes(m),
+      return pool_t({.capacity_bytes = 64 * placement_setup::chunk_for(m), .kv_page_bytes = kv_page_bytes(m),
                      .ssm_block_bytes = checkpoint_block_bytes(m), .ssm_fraction = 0.75});
     else
-      return pool_t({.budget_bytes = 64 * placement_setup::chunk_for(m), .kv_page_bytes = kv_page_bytes(m),
+      return pool_t({.capacity_bytes = 64 * placement_setup::chunk_for(m), .kv_page_bytes = kv_page_bytes(m),
                      .ssm_block_bytes = checkpoint_block_bytes(m), .ssm_fraction = 0.75},
                     threshold_rebalancer({.threshold_low = 0.01, .threshold_high = 0.05, .migration_batch_size = 16,
                                           .min_rebalance_interval_ops = 0, .size_to_demand = true}));

@@ -7,13 +7,13 @@
 //   drops its least recent document, a host hit moves the document back to HBM.
 // - The selector's per-candidate FLOPs over a tiered store equal those of independent
 //   plain tiered caches (one per candidate, the same rule over the same tier stack), with
-//   the requests the live cache refused included; shadow_host_bytes = the live host size
+//   the requests the live cache refused included; shadow_host_capacity_bytes = the live host size
 //   gives the same shadows as mirroring the store.
 // - On a stream where the host tier changes which rule wins, the tier-aware selector
 //   follows the rule that wins in the two-tier system, the single-tier selector
-//   (shadow_host_bytes = 0) does not, and the live two-tier cache saves more with the former;
+//   (shadow_host_capacity_bytes = 0) does not, and the live two-tier cache saves more with the former;
 //   on another it leaves LRU for the tier-aware leader.
-// - Bad shadow_host_bytes: invalid_argument, nothing changed.
+// - Bad shadow_host_capacity_bytes: invalid_argument, nothing changed.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -49,8 +49,8 @@ const cost_model& model() {
 /// watermark cleaner off unless `cleaner`.
 stores::tiered_state_store_config store_config(std::int64_t hbm, std::int64_t host, std::int64_t staging,
                                                bool cleaner = false) {
-  stores::tiered_state_store_config c{.hbm_bytes = hbm,
-                                      .host_bytes = host,
+  stores::tiered_state_store_config c{.capacity_bytes = hbm,
+                                      .host_capacity_bytes = host,
                                       .kv_bytes_per_token = model().kv_bytes_per_token(),
                                       .checkpoint_bytes = model().ssm_checkpoint_bytes(),
                                       .staging_bytes = staging};
@@ -272,9 +272,9 @@ TEST_CASE("the selector's tier-aware shadows save what plain tiered caches of ea
     CHECK(two.shadow_flops[i] == want);
     CHECK(want > 0.0);
   }
-  const selector_run sized = run_selector(c.reqs, c.store, {.shadow_host_bytes = c.store.host_bytes});
+  const selector_run sized = run_selector(c.reqs, c.store, {.shadow_host_capacity_bytes = c.store.host_capacity_bytes});
   CHECK(sized.shadow_flops == two.shadow_flops);
-  const selector_run smaller = run_selector(c.reqs, c.store, {.shadow_host_bytes = c.store.host_bytes / 8});
+  const selector_run smaller = run_selector(c.reqs, c.store, {.shadow_host_capacity_bytes = c.store.host_capacity_bytes / 8});
   CHECK(smaller.tier_aware);
   CHECK(smaller.shadow_flops[0] < two.shadow_flops[0]);  // a smaller host brings back less
 }
@@ -293,7 +293,7 @@ TEST_CASE("over tiers the selector follows the rule that wins with the host tier
     CAPTURE(p.seed);
     const stream_case c = make_case(p.profile, p.seed, p.hbm);
     const selector_run two = run_selector(c.reqs, c.store, {});
-    const selector_run one = run_selector(c.reqs, c.store, {.shadow_host_bytes = 0});  // single-tier shadows
+    const selector_run one = run_selector(c.reqs, c.store, {.shadow_host_capacity_bytes = 0});  // single-tier shadows
     REQUIRE(two.tier_aware);
     REQUIRE_FALSE(one.tier_aware);
     for (std::size_t k = 1; k <= 4; ++k) CHECK(two.shadow_flops[0] > two.shadow_flops[k]);  // LRU beats FLOP-aware
@@ -311,7 +311,7 @@ TEST_CASE("over tiers the selector leaves LRU for the rule its tier-aware shadow
   // with single-tier shadows.
   const stream_case c = make_case(sim::synth_profile::chat, 3, 1'000'000'000);
   const selector_run two = run_selector(c.reqs, c.store, {});
-  const selector_run one = run_selector(c.reqs, c.store, {.shadow_host_bytes = 0});
+  const selector_run one = run_selector(c.reqs, c.store, {.shadow_host_capacity_bytes = 0});
   REQUIRE(two.tier_aware);
   CHECK(best_of(two.shadow_flops) != 0);
   CHECK(two.switches >= 1);
@@ -332,7 +332,7 @@ TEST_CASE("the selector's default decay follows its shadows: longer memory over 
   unset.attach_store(flat, {});
   REQUIRE_FALSE(unset.overhead().tier_aware);
   CHECK(unset.decay() == single_tier_decay);
-  auto single = make_marconi_adaptive_scorer(m, {.shadow_host_bytes = 0});
+  auto single = make_marconi_adaptive_scorer(m, {.shadow_host_capacity_bytes = 0});
   single.attach_store(with_host, {});
   CHECK(single.decay() == single_tier_decay);
   for (const double d : {0.9, 0.995, 0.9995, 1.0}) {
@@ -346,19 +346,19 @@ TEST_CASE("the selector's default decay follows its shadows: longer memory over 
   CHECK_THROWS_AS(make_marconi_adaptive_scorer(m, {.decay = 1.0001}), invalid_argument);
 }
 
-TEST_CASE("adaptive_config::shadow_host_bytes: bad values are refused and change nothing") {
+TEST_CASE("adaptive_config::shadow_host_capacity_bytes: bad values are refused and change nothing") {
   const cost_model& m = model();
-  CHECK_THROWS_AS(make_marconi_adaptive_scorer(m, {.shadow_host_bytes = -1}), invalid_argument);
+  CHECK_THROWS_AS(make_marconi_adaptive_scorer(m, {.shadow_host_capacity_bytes = -1}), invalid_argument);
   const auto tiered_cfg = store_config(1'000'000'000, 4'000'000'000, 200'000'000);
   const stores::tiered_state_store<> with_host(tiered_cfg);
   auto hbm_only_cfg = tiered_cfg;
-  hbm_only_cfg.host_bytes = 0;
+  hbm_only_cfg.host_capacity_bytes = 0;
   hbm_only_cfg.staging_bytes = 0;
   const stores::tiered_state_store<> hbm_only(hbm_only_cfg);
   REQUIRE(hbm_only.tier_count() == 1);
   const counting_store flat(1'000'000'000, m.kv_bytes_per_token(), m.ssm_checkpoint_bytes());
 
-  auto sel = make_marconi_adaptive_scorer(m, {.shadow_host_bytes = 2'000'000'000});
+  auto sel = make_marconi_adaptive_scorer(m, {.shadow_host_capacity_bytes = 2'000'000'000});
   sel.attach_store(with_host, {});
   REQUIRE(sel.overhead().tier_aware);
   REQUIRE(sel.overhead().shadows == default_candidates().size());

@@ -261,8 +261,8 @@ using locked_cache =
 /// staging as large as HBM: 4 attention and 2 recurrent layer segments.
 tiered_state_store_config tiny_two_tiers() {
   const std::int64_t kv = tiny().kv_bytes_per_token(), ck = tiny().ssm_checkpoint_bytes();
-  return {.hbm_bytes = 300 * kv + 4 * ck,
-          .host_bytes = 4000 * kv,
+  return {.capacity_bytes = 300 * kv + 4 * ck,
+          .host_capacity_bytes = 4000 * kv,
           .kv_bytes_per_token = kv,
           .checkpoint_bytes = ck,
           .staging_bytes = 300 * kv + 4 * ck,
@@ -502,8 +502,8 @@ TEST_CASE("shorten_hit: a model without recurrent layers loads part of a hit (ac
   const cost_model m(presets::llama2_7b());
   const std::int64_t kv = m.kv_bytes_per_token();
   REQUIRE(m.ssm_checkpoint_bytes() == 0);
-  const tiered_state_store_config cfg{.hbm_bytes = 400 * kv,
-                                      .host_bytes = 4000 * kv,
+  const tiered_state_store_config cfg{.capacity_bytes = 400 * kv,
+                                      .host_capacity_bytes = 4000 * kv,
                                       .kv_bytes_per_token = kv,
                                       .checkpoint_bytes = 0,
                                       .staging_bytes = 400 * kv,
@@ -624,8 +624,8 @@ TEST_CASE("layer-wise loading over a cache without a lock: wait_layer_loaded blo
   // (The lock-free lifecycle calls tiered_state_store::wait_layer directly; without a hit it
   // returns at once, and a ticket no longer in flight is refused.)
   const std::int64_t kv = tiny().kv_bytes_per_token(), ck = tiny().ssm_checkpoint_bytes();
-  const tiered_state_store_config cfg{.hbm_bytes = 300 * kv + 4 * ck,
-                                      .host_bytes = 4000 * kv,
+  const tiered_state_store_config cfg{.capacity_bytes = 300 * kv + 4 * ck,
+                                      .host_capacity_bytes = 4000 * kv,
                                       .kv_bytes_per_token = kv,
                                       .checkpoint_bytes = ck,
                                       .attention_layers = 4,

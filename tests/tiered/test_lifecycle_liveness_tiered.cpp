@@ -27,8 +27,8 @@ struct tiered_rig {
   cache_type cache;
   prefix::request_lifecycle<cache_type> requests;
   static stores::tiered_state_store_config config(std::int64_t hbm, std::int64_t host) {
-    return {.hbm_bytes = hbm,
-            .host_bytes = host,
+    return {.capacity_bytes = hbm,
+            .host_capacity_bytes = host,
             .kv_bytes_per_token = tiny().kv_bytes_per_token(),
             .checkpoint_bytes = tiny().ssm_checkpoint_bytes(),
             .staging_bytes = hbm};

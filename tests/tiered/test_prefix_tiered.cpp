@@ -41,8 +41,8 @@ const cost_model& model() {
 }
 
 stores::tiered_state_store<> make_store(std::int64_t hbm, std::int64_t host) {
-  return stores::tiered_state_store<>({.hbm_bytes = hbm,
-                                       .host_bytes = host,
+  return stores::tiered_state_store<>({.capacity_bytes = hbm,
+                                       .host_capacity_bytes = host,
                                        .kv_bytes_per_token = model().kv_bytes_per_token(),
                                        .checkpoint_bytes = model().ssm_checkpoint_bytes()});
 }
@@ -198,7 +198,7 @@ TEST_CASE("tiered_state_store: a cascade copy that always fails is tried once pe
   const std::int64_t hbm = 1000 * kv + 3 * ck;
   using store_t = stores::tiered_state_store<tiered::lru_demotion, failing_cascades>;
   const stores::tiered_state_store_config cfg{
-      .hbm_bytes = hbm,
+      .capacity_bytes = hbm,
       .kv_bytes_per_token = kv,
       .checkpoint_bytes = ck,
       .lower_tiers = {{.kind = tiered::tier_kind::host, .capacity_bytes = hbm},
@@ -310,23 +310,23 @@ TEST_CASE_TEMPLATE("lifecycle: a branch point found below HBM is a planned check
 TEST_CASE("tiered_state_store: bad sizes are clear errors; a refused allocation changes nothing") {
   const std::int64_t kv = model().kv_bytes_per_token(), ck = model().ssm_checkpoint_bytes();
   using S = stores::tiered_state_store<>;
-  CHECK_THROWS_AS(S({.hbm_bytes = 0, .host_bytes = ck, .kv_bytes_per_token = kv, .checkpoint_bytes = ck}),
+  CHECK_THROWS_AS(S({.capacity_bytes = 0, .host_capacity_bytes = ck, .kv_bytes_per_token = kv, .checkpoint_bytes = ck}),
                   invalid_argument);
-  CHECK_THROWS_AS(S({.hbm_bytes = 4 * ck, .host_bytes = -1, .kv_bytes_per_token = kv, .checkpoint_bytes = ck}),
+  CHECK_THROWS_AS(S({.capacity_bytes = 4 * ck, .host_capacity_bytes = -1, .kv_bytes_per_token = kv, .checkpoint_bytes = ck}),
                   invalid_argument);
-  CHECK_THROWS_AS(S({.hbm_bytes = 4 * ck, .host_bytes = ck, .kv_bytes_per_token = kv, .checkpoint_bytes = ck,
+  CHECK_THROWS_AS(S({.capacity_bytes = 4 * ck, .host_capacity_bytes = ck, .kv_bytes_per_token = kv, .checkpoint_bytes = ck,
                      .lower_tiers = {{.kind = tiered::tier_kind::host, .capacity_bytes = ck}}}),
-                  invalid_argument);  // host_bytes and lower_tiers both
-  CHECK(S({.hbm_bytes = 4 * ck, .host_bytes = 0, .kv_bytes_per_token = kv, .checkpoint_bytes = ck}).tier_count() == 1);
-  CHECK_THROWS_AS(S({.hbm_bytes = 4 * ck, .host_bytes = ck, .kv_bytes_per_token = 0, .checkpoint_bytes = 0}),
+                  invalid_argument);  // host_capacity_bytes and lower_tiers both
+  CHECK(S({.capacity_bytes = 4 * ck, .host_capacity_bytes = 0, .kv_bytes_per_token = kv, .checkpoint_bytes = ck}).tier_count() == 1);
+  CHECK_THROWS_AS(S({.capacity_bytes = 4 * ck, .host_capacity_bytes = ck, .kv_bytes_per_token = 0, .checkpoint_bytes = 0}),
                   invalid_argument);
-  CHECK_THROWS_AS(S({.hbm_bytes = 4 * ck, .host_bytes = ck, .kv_bytes_per_token = kv, .checkpoint_bytes = ck,
+  CHECK_THROWS_AS(S({.capacity_bytes = 4 * ck, .host_capacity_bytes = ck, .kv_bytes_per_token = kv, .checkpoint_bytes = ck,
                      .link_gbps = 0.0}),
                   invalid_argument);
-  CHECK_THROWS_AS(S({.hbm_bytes = ck - 1, .host_bytes = ck, .kv_bytes_per_token = kv, .checkpoint_bytes = ck}),
+  CHECK_THROWS_AS(S({.capacity_bytes = ck - 1, .host_capacity_bytes = ck, .kv_bytes_per_token = kv, .checkpoint_bytes = ck}),
                   capacity_error);
 
-  S s({.hbm_bytes = 2 * ck, .host_bytes = 2 * ck, .kv_bytes_per_token = kv, .checkpoint_bytes = ck});
+  S s({.capacity_bytes = 2 * ck, .host_capacity_bytes = 2 * ck, .kv_bytes_per_token = kv, .checkpoint_bytes = ck});
   auto a = s.allocate_checkpoint();
   REQUIRE(a);
   const auto used = s.used_bytes();

@@ -44,8 +44,8 @@ template <class Scorer>
 run_stats random_run(std::uint64_t seed, std::int64_t hbm, std::int64_t host, int fail_every = 0,
                      int slow_span_us = 0) {
   const std::int64_t kv = tiny().kv_bytes_per_token(), ck = tiny().ssm_checkpoint_bytes();
-  const stores::tiered_state_store_config cfg{.hbm_bytes = hbm,
-                                              .host_bytes = host,
+  const stores::tiered_state_store_config cfg{.capacity_bytes = hbm,
+                                              .host_capacity_bytes = host,
                                               .kv_bytes_per_token = kv,
                                               .checkpoint_bytes = ck,
                                               .staging_bytes = hbm};
@@ -274,8 +274,8 @@ TEST_CASE("tiered_state_store over a host copy engine: failed copies drop or kee
 
 TEST_CASE("tiered_state_store::load: a mismatched engine, bad tickets, a staging room too small, and a second call") {
   const std::int64_t kv = tiny().kv_bytes_per_token(), ck = tiny().ssm_checkpoint_bytes();
-  stores::tiered_state_store_config cfg{.hbm_bytes = 40 * kv + 2 * ck,
-                                        .host_bytes = 400 * kv,
+  stores::tiered_state_store_config cfg{.capacity_bytes = 40 * kv + 2 * ck,
+                                        .host_capacity_bytes = 400 * kv,
                                         .kv_bytes_per_token = kv,
                                         .checkpoint_bytes = ck,
                                         .staging_bytes = 8 * kv};
@@ -352,8 +352,8 @@ TEST_CASE("tiered_state_store::load: a mismatched engine, bad tickets, a staging
 
 TEST_CASE("tiered_state_store: a staged entry the committed sequence does not cover goes; its host copy stays intact") {
   const std::int64_t kv = tiny().kv_bytes_per_token(), ck = tiny().ssm_checkpoint_bytes();
-  const stores::tiered_state_store_config cfg{.hbm_bytes = 40 * kv + 2 * ck,
-                                              .host_bytes = 400 * kv,
+  const stores::tiered_state_store_config cfg{.capacity_bytes = 40 * kv + 2 * ck,
+                                              .host_capacity_bytes = 400 * kv,
                                               .kv_bytes_per_token = kv,
                                               .checkpoint_bytes = ck,
                                               .staging_bytes = 40 * kv + 2 * ck};
@@ -434,7 +434,7 @@ TEST_CASE("tiered_state_store: an entry larger than the host tier is dropped alo
   using meta_store = stores::tiered_state_store<>;
   prefix::prefix_cache<cost_model, prefix::judicious_admission, prefix::lru_scorer, meta_store> c(
       tiny(),
-      meta_store({.hbm_bytes = 70 * kv + 2 * ck, .host_bytes = 45 * kv, .kv_bytes_per_token = kv, .checkpoint_bytes = ck}),
+      meta_store({.capacity_bytes = 70 * kv + 2 * ck, .host_capacity_bytes = 45 * kv, .kv_bytes_per_token = kv, .checkpoint_bytes = ck}),
       prefix::lru_scorer{});
   const std::vector<token_id> a(10, 1), b2(60, 2), c3(60, 3);
   for (const auto* s : {&a, &b2, &c3}) {
@@ -461,8 +461,8 @@ TEST_CASE("tiered_state_store: several host hits outstanding at once, each loade
   // Two requests in flight hit two different demoted conversations. Before, the second
   // lookup silently released the first hit: its pins went, and its load reported stale.
   const std::int64_t kv = tiny().kv_bytes_per_token(), ck = tiny().ssm_checkpoint_bytes();
-  const stores::tiered_state_store_config cfg{.hbm_bytes = 70 * kv + 3 * ck,
-                                              .host_bytes = 400 * kv,
+  const stores::tiered_state_store_config cfg{.capacity_bytes = 70 * kv + 3 * ck,
+                                              .host_capacity_bytes = 400 * kv,
                                               .kv_bytes_per_token = kv,
                                               .checkpoint_bytes = ck,
                                               .staging_bytes = 80 * kv + 4 * ck};
@@ -552,8 +552,8 @@ TEST_CASE("tiered_state_store: several host hits outstanding at once, each loade
 
 TEST_CASE("lifecycle over the tiered store: a host hit is loaded at begin, prefill resumes after it, finish adopts the loaded pages (issue #13 item 5)") {
   const std::int64_t kv = tiny().kv_bytes_per_token(), ck = tiny().ssm_checkpoint_bytes();
-  const stores::tiered_state_store_config cfg{.hbm_bytes = 70 * kv + 3 * ck,
-                                              .host_bytes = 400 * kv,
+  const stores::tiered_state_store_config cfg{.capacity_bytes = 70 * kv + 3 * ck,
+                                              .host_capacity_bytes = 400 * kv,
                                               .kv_bytes_per_token = kv,
                                               .checkpoint_bytes = ck,
                                               .staging_bytes = 40 * kv + 2 * ck};
@@ -669,7 +669,7 @@ template <class Scorer>
 lifecycle_stats random_lifecycle_run(std::uint64_t seed, std::int64_t hbm, std::int64_t host) {
   const std::int64_t kv = tiny().kv_bytes_per_token(), ck = tiny().ssm_checkpoint_bytes();
   const stores::tiered_state_store_config cfg{
-      .hbm_bytes = hbm, .host_bytes = host, .kv_bytes_per_token = kv, .checkpoint_bytes = ck, .staging_bytes = hbm};
+      .capacity_bytes = hbm, .host_capacity_bytes = host, .kv_bytes_per_token = kv, .checkpoint_bytes = ck, .staging_bytes = hbm};
   engine_t engine(store_t::tiers_for(cfg), store_t::page_bytes_for(cfg), {.measure_bandwidth = false});
   Scorer scorer = [] {
     if constexpr (std::is_same_v<Scorer, prefix::flop_aware_scorer>) return prefix::flop_aware_scorer(tiny(), {.alpha = 1.0});
@@ -792,8 +792,8 @@ TEST_CASE("tiered_state_store: two hits on the same host entries share one load 
   // first one's copies: the bytes cross the link once, and the second hit gets its own
   // staged copy inside HBM once they landed, so each hit's pages go to its own nodes.
   const std::int64_t kv = tiny().kv_bytes_per_token(), ck = tiny().ssm_checkpoint_bytes();
-  const stores::tiered_state_store_config cfg{.hbm_bytes = 100 * kv + 4 * ck,
-                                              .host_bytes = 400 * kv,
+  const stores::tiered_state_store_config cfg{.capacity_bytes = 100 * kv + 4 * ck,
+                                              .host_capacity_bytes = 400 * kv,
                                               .kv_bytes_per_token = kv,
                                               .checkpoint_bytes = ck,
                                               .staging_bytes = 70 * kv + 3 * ck};

@@ -87,8 +87,8 @@ struct concurrency_stats {
 concurrency_stats run_concurrent(std::uint64_t seed, stores::write_policy write, int threads, int requests_each) {
   const std::int64_t kv = tiny().kv_bytes_per_token(), ck = tiny().ssm_checkpoint_bytes();
   const std::int64_t hbm = 600 * kv + 12 * ck;
-  const stores::tiered_state_store_config cfg{.hbm_bytes = hbm,
-                                              .host_bytes = 2500 * kv + 40 * ck,
+  const stores::tiered_state_store_config cfg{.capacity_bytes = hbm,
+                                              .host_capacity_bytes = 2500 * kv + 40 * ck,
                                               .kv_bytes_per_token = kv,
                                               .checkpoint_bytes = ck,
                                               .staging_bytes = hbm,

@@ -39,17 +39,17 @@ using namespace hybridcache;
 
 // --budget in the library's one byte-size grammar (core/byte_size.hpp: 1GiB, 512MiB, 1e9,
 // 4.1GB exact), between 1 B and 1 PB (10^15 B); a fraction of a byte is an error.
-std::uint64_t parse_budget(const std::string& text) {
+byte_count parse_budget(const std::string& text) {
   const std::int64_t bytes = parse_byte_size_or_throw(text, "--budget");
   if (bytes < 1 || bytes > 1'000'000'000'000'000)
     throw invalid_argument("--budget '" + text + "': must be between 1 B and 1 PB");
-  return static_cast<std::uint64_t>(bytes);
+  return bytes;
 }
 
 struct cell {
   std::string workload;
   std::string model;
-  std::uint64_t budget = 0;
+  byte_count budget = 0;
   std::uint64_t seed = 0;
   sim::alloc_variant variant{};
   sim::alloc_replay_result result{};
@@ -79,7 +79,7 @@ std::string json_of(const cell& c) {
   const auto& r = c.result;
   auto u = [](std::uint64_t v) { return std::to_string(v); };
   hcbench::json::object o;
-  o.str("workload", c.workload).str("model", c.model).raw("budget_bytes", u(c.budget));
+  o.str("workload", c.workload).str("model", c.model).raw("capacity_bytes", u(c.budget));
   o.str("variant", std::string(sim::to_string(c.variant))).raw("seed", u(c.seed));
   o.raw("submitted", u(r.submitted)).raw("oom_events", u(r.oom_events)).raw("completed", u(r.completed));
   o.num("completion", r.completion()).raw("completed_reference", u(r.completed_reference));
@@ -204,7 +204,7 @@ std::string bar_chart_svg(const std::vector<std::string>& panels, const std::vec
 void run_sweep(const std::string& out_dir, unsigned threads, bool reference_quirks) {
   std::vector<cell> cells;
   for (const char* model : {"jamba_1_5_mini", "mamba2_1b3"})
-    for (std::uint64_t budget : {std::uint64_t{1} << 30, std::uint64_t{4} << 30})
+    for (byte_count budget : {byte_count{1} << 30, byte_count{4} << 30})
       for (auto w : sim::alloc_workload_names())
         for (auto seed : sim::alloc_workload_seeds(w))
           for (auto v : sim::all_alloc_variants) cells.push_back({std::string(w), model, budget, seed, v, {}});
@@ -226,7 +226,7 @@ void run_sweep(const std::string& out_dir, unsigned threads, bool reference_quir
         for (std::size_t i = next++; i < cells.size(); i = next++) {
           cell& c = cells[i];
           sim::alloc_replay_config cfg;
-          cfg.budget_bytes = c.budget;
+          cfg.capacity_bytes = c.budget;
           cfg.reference_padded_id_reuse = reference_quirks;
           cfg.reference_avmp_stores = reference_quirks;
           c.result = sim::replay_alloc(traces.at(c.workload + "#" + std::to_string(c.seed)), presets::preset(c.model),
@@ -248,7 +248,7 @@ void run_sweep(const std::string& out_dir, unsigned threads, bool reference_quir
   if (ec) throw invalid_argument("--out '" + out_dir + "': cannot create directory (" + ec.message() + ")");
   std::string csv, summary, report;
   {
-    csv += "workload,model,budget_bytes,seed,variant,submitted,oom_events,completed,completion,completed_reference,"
+    csv += "workload,model,capacity_bytes,seed,variant,submitted,oom_events,completed,completion,completed_reference,"
            "completion_reference,evicted,eviction_events,rebalances,bytes_migrated,bytes_wasted,padding_bytes_peak,compactions,"
            "fragmentation_mean,fragmentation_peak,external_fragmentation_mean,peak_reserved_bytes,kv_bytes_end,"
            "ssm_bytes_end\n";
@@ -400,7 +400,7 @@ const bool registered = hcbench::register_command(
          }
          cell c{o.workload, o.model, parse_budget(o.budget), seed, sim::parse_alloc_variant(o.variant), {}};
          sim::alloc_replay_config cfg;
-         cfg.budget_bytes = c.budget;
+         cfg.capacity_bytes = c.budget;
          cfg.reference_padded_id_reuse = o.reference_quirks;
          cfg.reference_avmp_stores = o.reference_quirks;
          c.result = sim::replay_alloc(sim::bundled_alloc_workload(c.workload, seed), presets::preset(c.model),

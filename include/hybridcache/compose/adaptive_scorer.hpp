@@ -25,7 +25,7 @@
 //   tiered_shadow.hpp), driven through the request lifecycle: its HBM evicts by the
 //   candidate's rule, its victims demote below in the live demotion order, and its score
 //   counts the tokens up to where prefill resumes, host hits included, as the tiered replay
-//   credits FLOPs saved. `adaptive_config::shadow_host_bytes` chooses: mirror the live
+//   credits FLOPs saved. `adaptive_config::shadow_host_capacity_bytes` chooses: mirror the live
 //   store (the default), single-tier shadows (0), or another host size. A live store with
 //   no tier below HBM gets the single-tier shadows, bit for bit as before.
 // - Score: per shadow, the FLOPs its own lookups saved, decayed by `decay` per request
@@ -49,7 +49,7 @@
 // shadows hold the token ids they cache); a tier-aware shadow costs about what the live
 // tiered cache costs per request (begin + finish of the lifecycle on a tiered store: with 6
 // shadows the tiered replay's command takes 6-10x a fixed rule's, docs/results/tiered.md;
-// `shadow_host_bytes = 0` keeps the cheap single-tier shadows). `overhead()` reports the
+// `shadow_host_capacity_bytes = 0` keeps the cheap single-tier shadows). `overhead()` reports the
 // time spent in the shadows and an estimate of their memory. The shadows allocate (tree
 // growth); the live cache's hot path does not.
 // Not thread-safe (the live cache's lock serialises every call, shadows included).
@@ -113,7 +113,7 @@ struct adaptive_config {
   /// single-tier shadows of the HBM budget whatever the store.
   /// > 0: tier-aware shadows whose first tier below HBM holds this many bytes (the live
   /// store must have one: invalid_argument at attach_store otherwise). < 0: invalid_argument.
-  std::optional<std::int64_t> shadow_host_bytes{};
+  std::optional<std::int64_t> shadow_host_capacity_bytes{};
 };
 
 /// The selector's default decays (`adaptive_config::decay` unset): single-tier shadows
@@ -156,7 +156,7 @@ class adaptive_scorer {
   /// `parts` are the live rules (their options are the shadows' too); `admission` must be
   /// the live cache's. @throws invalid_argument for an empty candidate list (after the
   /// default), a candidate naming no part or with a bad alpha, a decay outside (0, 1], a
-  /// negative margin or dwell, a negative shadow_host_bytes.
+  /// negative margin or dwell, a negative shadow_host_capacity_bytes.
   adaptive_scorer(cost_model model, live_type parts, adaptive_config cfg = {}, Admission admission = {})
       : model_(std::move(model)), live_(std::move(parts)), cfg_(std::move(cfg)), admission_(std::move(admission)) {
     if (cfg_.candidates.empty()) cfg_.candidates = default_candidates();
@@ -169,8 +169,8 @@ class adaptive_scorer {
     HYBRIDCACHE_EXPECTS(cfg_.switch_margin >= 0.0 && std::isfinite(cfg_.switch_margin) && cfg_.min_dwell >= 0 &&
                             cfg_.confidence >= 0.0 && std::isfinite(cfg_.confidence),
                         invalid_argument, "adaptive_scorer: switch_margin, confidence and min_dwell must be >= 0");
-    HYBRIDCACHE_EXPECTS(!cfg_.shadow_host_bytes || *cfg_.shadow_host_bytes >= 0, invalid_argument,
-                        "adaptive_scorer: shadow_host_bytes must be >= 0");
+    HYBRIDCACHE_EXPECTS(!cfg_.shadow_host_capacity_bytes || *cfg_.shadow_host_capacity_bytes >= 0, invalid_argument,
+                        "adaptive_scorer: shadow_host_capacity_bytes must be >= 0");
     score_.assign(cfg_.candidates.size(), 0.0);
     total_.assign(cfg_.candidates.size(), 0.0);
     gained_.assign(cfg_.candidates.size(), 0.0);
@@ -187,16 +187,16 @@ class adaptive_scorer {
   /// once, from its constructor). A store that allows overflow, or a cache that admits
   /// oversized states (the reference's simulation), gives shadows that do the same. A
   /// tiered store with a tier below HBM gets tier-aware shadows (see the file comment and
-  /// `adaptive_config::shadow_host_bytes`). @throws invalid_argument when shadow_host_bytes
+  /// `adaptive_config::shadow_host_capacity_bytes`). @throws invalid_argument when shadow_host_capacity_bytes
   /// > 0 and the store has no tier below HBM, or what the replica's store throws for that
   /// size; the selector is unchanged then (the shadows are built aside, then swapped in).
   template <class Store>
   void attach_store(const Store& store, const prefix::prefix_cache_config& cache_cfg) {
-    const std::optional<std::int64_t>& host = cfg_.shadow_host_bytes;
+    const std::optional<std::int64_t>& host = cfg_.shadow_host_capacity_bytes;
     if constexpr (replicable_tier_store<Store>) {
       if (store.tier_count() > 1 && (!host || *host > 0)) {
         auto c = store.config();
-        if (host) (c.lower_tiers.empty() ? c.host_bytes : c.lower_tiers.front().capacity_bytes) = *host;
+        if (host) (c.lower_tiers.empty() ? c.host_capacity_bytes : c.lower_tiers.front().capacity_bytes) = *host;
         std::vector<std::unique_ptr<detail::tiered_shadow_base>> built;
         built.reserve(cfg_.candidates.size());
         for (const candidate_rule& rule : cfg_.candidates)
@@ -207,7 +207,7 @@ class adaptive_scorer {
       }
     }
     HYBRIDCACHE_EXPECTS(!host || *host == 0, invalid_argument,
-                        "adaptive_scorer: shadow_host_bytes > 0 needs a live store with a tier below HBM");
+                        "adaptive_scorer: shadow_host_capacity_bytes > 0 needs a live store with a tier below HBM");
     std::vector<shadow_ptr> built;
     built.reserve(cfg_.candidates.size());
     for (const candidate_rule& c : cfg_.candidates) {

@@ -12,6 +12,7 @@
 #include <span>
 #include <string_view>
 
+#include "hybridcache/core/byte_count.hpp"
 #include "hybridcache/core/expected.hpp"
 #include "hybridcache/core/handle.hpp"
 
@@ -33,12 +34,12 @@ enum class pool_kind : std::uint8_t {
   return k == pool_kind::kv ? "kv" : "ssm";
 }
 
-/// Per-pool occupancy.
+/// Per-pool occupancy. Bytes are `byte_count`, unit counts `std::int64_t` (core/byte_count.hpp).
 struct pool_stats {
-  std::uint64_t unit_bytes = 0;
-  std::uint64_t total_units = 0;
-  std::uint64_t used_units = 0;
-  std::uint64_t free_units = 0;
+  byte_count unit_bytes = 0;
+  std::int64_t total_units = 0;
+  std::int64_t used_units = 0;
+  std::int64_t free_units = 0;
   std::uint32_t mapped_chunks = 0;
   std::uint32_t empty_chunks = 0;
   /// free / total (the reference's "fragmentation"; 0 for an empty pool).
@@ -46,19 +47,20 @@ struct pool_stats {
   /// Share of the free units stranded in partly used chunks, which cannot be donated
   /// without compaction (external fragmentation at chunk granularity).
   double fragmentation = 0;
-  [[nodiscard]] std::uint64_t total_bytes() const noexcept { return total_units * unit_bytes; }
+  [[nodiscard]] byte_count total_bytes() const noexcept { return total_units * unit_bytes; }
+  [[nodiscard]] byte_count used_bytes() const noexcept { return used_units * unit_bytes; }
 };
 
 /// Counters of capacity movement (all zero for static pools).
 struct rebalance_counters {
-  std::uint64_t rebalances = 0;      ///< committed migrations
-  std::uint64_t chunks_migrated = 0;
-  std::uint64_t bytes_migrated = 0;  ///< physical bytes remapped
-  std::uint64_t bytes_wasted = 0;    ///< migrated bytes the recipient's unit size cannot use
-  std::uint64_t refused = 0;         ///< plans refused by the rebalancer or with nothing to move
-  std::uint64_t rollbacks = 0;       ///< migrations undone because the recipient failed
-  std::uint64_t compactions = 0;     ///< chunks emptied by moving live units
-  std::uint64_t units_moved = 0;     ///< live units copied by compaction
+  std::int64_t rebalances = 0;     ///< committed migrations
+  std::int64_t chunks_migrated = 0;
+  byte_count bytes_migrated = 0;   ///< physical bytes remapped
+  byte_count bytes_wasted = 0;     ///< migrated bytes the recipient's unit size cannot use
+  std::int64_t refused = 0;        ///< plans refused by the rebalancer or with nothing to move
+  std::int64_t rollbacks = 0;      ///< migrations undone because the recipient failed
+  std::int64_t compactions = 0;    ///< chunks emptied by moving live units
+  std::int64_t units_moved = 0;    ///< live units copied by compaction
 };
 
 /// A pool of KV pages and SSM blocks addressed by generation-checked handles.
@@ -70,7 +72,7 @@ concept kv_ssm_pool = requires(P& p, const P& cp, pool_kind k, packed_handle h, 
   { cp.kind_of(h) } noexcept -> std::same_as<expected<pool_kind>>;
   { cp.resolve(h) } noexcept -> std::same_as<expected<std::byte*>>;
   { cp.stats(k) } noexcept -> std::same_as<pool_stats>;
-  { cp.reserved_bytes() } noexcept -> std::convertible_to<std::uint64_t>;
+  { cp.reserved_bytes() } noexcept -> std::same_as<byte_count>;
   { cp.counters() } noexcept -> std::same_as<const rebalance_counters&>;
 };
 
@@ -83,8 +85,8 @@ concept kv_ssm_pool = requires(P& p, const P& cp, pool_kind k, packed_handle h, 
 /// - `rebalance_on_failure(k, units)`: asks the rebalancer for `units` more of `k` (free
 ///   chunks of the other side move over; no live unit moves); returns the chunks moved.
 template <class P>
-concept rebalancing_pool = kv_ssm_pool<P> && requires(P& p, const P& cp, pool_kind k, std::uint64_t n) {
-  { cp.max_units(k) } noexcept -> std::same_as<std::uint64_t>;
+concept rebalancing_pool = kv_ssm_pool<P> && requires(P& p, const P& cp, pool_kind k, std::int64_t n) {
+  { cp.max_units(k) } noexcept -> std::same_as<std::int64_t>;
   { cp.could_place_when_empty(n, n) } noexcept -> std::same_as<bool>;
   { p.rebalance_on_failure(k, n) } -> std::convertible_to<std::uint32_t>;
 };

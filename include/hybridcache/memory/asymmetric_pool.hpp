@@ -48,13 +48,13 @@
 
 namespace hybridcache::memory {
 
-/// Construction parameters of an `asymmetric_pool` (sizes in bytes).
+/// Construction parameters of an `asymmetric_pool`.
 struct asymmetric_pool_config {
-  std::uint64_t budget_bytes = 0;     ///< physical memory shared by both pools
-  std::uint64_t kv_page_bytes = 0;    ///< KV unit (see kv_page_bytes())
-  std::uint64_t ssm_block_bytes = 0;  ///< SSM unit (see ssm_block_bytes())
+  byte_count capacity_bytes = 0;      ///< physical memory shared by both pools (the budget)
+  byte_count kv_page_bytes = 0;       ///< KV unit (see kv_page_bytes())
+  byte_count ssm_block_bytes = 0;     ///< SSM unit (see ssm_block_bytes())
   double ssm_fraction = 0.5;          ///< initial share of the chunks given to the SSM pool
-  std::uint64_t granularity_bytes = default_granularity_bytes;  ///< physical chunk multiple
+  byte_count granularity_bytes = default_granularity_bytes;  ///< physical chunk multiple
   double max_pool_fraction = 1.0;     ///< most of the chunks one pool may ever hold
   bool compaction = false;            ///< empty a sparse donor chunk when none is free
   std::uint32_t pool_tag = 0;         ///< even tag of the KV table (SSM gets tag + 1); 0 = automatic
@@ -88,7 +88,7 @@ class asymmetric_pool {
       : cfg_(validated(cfg)),
         tag_(cfg_.pool_tag ? cfg_.pool_tag : detail::next_pool_tag()),
         chunk_bytes_(chunk_bytes_for(cfg_)),
-        chunks_(static_cast<std::uint32_t>(cfg_.budget_bytes / chunk_bytes_)),
+        chunks_(static_cast<std::uint32_t>(static_cast<std::uint64_t>(cfg_.capacity_bytes) / chunk_bytes_)),
         max_slots_(std::max<std::uint32_t>(1, static_cast<std::uint32_t>(chunks_ * cfg_.max_pool_fraction))),
         arena_(std::make_unique<arena_type>(chunks_, chunk_bytes_)),
         kv_(*arena_, cfg_.kv_page_bytes, max_slots_),
@@ -141,8 +141,9 @@ class asymmetric_pool {
                                           bool allow_rebalance = true) noexcept(nothrow_mapping) {
     if (out.empty()) return unexpected(errc::invalid_argument);
     rebalancer_.on_operation();
-    if (free_units(kind) < out.size() && allow_rebalance) rebalance_on_failure(kind, out.size() - free_units(kind));
-    if (free_units(kind) < out.size()) {
+    const auto wanted = static_cast<std::int64_t>(out.size());
+    if (free_units(kind) < wanted && allow_rebalance) rebalance_on_failure(kind, wanted - free_units(kind));
+    if (free_units(kind) < wanted) {
       rebalancer_.observe(occupancy());
       return unexpected(errc::out_of_capacity);
     }
@@ -193,8 +194,8 @@ class asymmetric_pool {
   /// Moves capacity worth `donor_units` donor units (rounded up to whole chunks) to
   /// `recipient`, bypassing the rebalancer's gates (manual trigger). Returns the chunks
   /// moved; 0 (and the pool unchanged) when nothing could be moved.
-  std::uint32_t rebalance(pool_kind recipient, std::uint64_t donor_units) noexcept(nothrow_mapping) {
-    return migrate(recipient, donor_units);
+  std::uint32_t rebalance(pool_kind recipient, std::int64_t donor_units) noexcept(nothrow_mapping) {
+    return donor_units > 0 ? migrate(recipient, static_cast<std::uint64_t>(donor_units)) : 0;
   }
 
   /// Proactive step (watermarks with hysteresis), meant to run off the allocation path,
@@ -210,8 +211,9 @@ class asymmetric_pool {
   /// Asks the rebalancer for capacity after `units_needed` units of `kind` did not fit
   /// (what allocate does on failure; exposed for callers with their own eviction ladder).
   /// Returns the chunks moved.
-  std::uint32_t rebalance_on_failure(pool_kind kind, std::uint64_t units_needed) noexcept(nothrow_mapping) {
-    const migration_plan p = rebalancer_.on_failure(kind, units_needed, occupancy());
+  std::uint32_t rebalance_on_failure(pool_kind kind, std::int64_t units_needed) noexcept(nothrow_mapping) {
+    const migration_plan p =
+        rebalancer_.on_failure(kind, static_cast<std::uint64_t>(std::max<std::int64_t>(units_needed, 0)), occupancy());
     if (!p) {
       ++counters_.refused;
       return 0;
@@ -226,7 +228,7 @@ class asymmetric_pool {
   [[nodiscard]] pool_stats stats(pool_kind kind) const noexcept {
     const chunk_region& r = region(kind);
     pool_stats s = region_stats(r);
-    const std::uint64_t in_empty = std::uint64_t{r.empty_chunks()} * r.units_per_chunk();
+    const auto in_empty = static_cast<std::int64_t>(std::uint64_t{r.empty_chunks()} * r.units_per_chunk());
     s.fragmentation =
         s.free_units ? static_cast<double>(s.free_units - in_empty) / static_cast<double>(s.free_units) : 0.0;
     return s;
@@ -237,33 +239,37 @@ class asymmetric_pool {
   [[nodiscard]] const rebalance_counters& counters() const noexcept { return counters_; }
   [[nodiscard]] pressure_state state() const noexcept { return rebalancer_.state(); }
   [[nodiscard]] const Rebalancer& rebalancer_policy() const noexcept { return rebalancer_; }
-  [[nodiscard]] std::uint64_t free_units(pool_kind k) const noexcept { return region(k).free_units(); }
-  [[nodiscard]] std::uint64_t live_handles() const noexcept { return kv_table_.live_count() + ssm_table_.live_count(); }
+  [[nodiscard]] std::int64_t free_units(pool_kind k) const noexcept {
+    return static_cast<std::int64_t>(region(k).free_units());
+  }
+  [[nodiscard]] std::int64_t live_handles() const noexcept {
+    return static_cast<std::int64_t>(kv_table_.live_count() + ssm_table_.live_count());
+  }
   /// Whether capacity ever moves between the sides (false for no_rebalancer).
   static constexpr bool moves_capacity = !std::is_same_v<Rebalancer, no_rebalancer>;
   /// The most units of `k` this pool could ever hold: its share of the chunks at most
   /// (max_pool_fraction), the other side keeping one chunk; with no rebalancer, what it
   /// holds now. O(1).
-  [[nodiscard]] std::uint64_t max_units(pool_kind k) const noexcept {
+  [[nodiscard]] std::int64_t max_units(pool_kind k) const noexcept {
     const chunk_region& r = region(k);
-    if constexpr (!moves_capacity) return r.capacity_units();
-    return std::uint64_t{std::min(r.max_slots(), chunks_ - 1)} * r.units_per_chunk();
+    if constexpr (!moves_capacity) return static_cast<std::int64_t>(r.capacity_units());
+    return static_cast<std::int64_t>(std::uint64_t{std::min(r.max_slots(), chunks_ - 1)} * r.units_per_chunk());
   }
   /// Whether `kv` pages and `ssm` blocks could be placed at once in this pool once every
   /// unit is free: each side within what it can ever map, and, when capacity moves, the two
   /// sides' chunks within the pool's. O(1).
-  [[nodiscard]] bool could_place_when_empty(std::uint64_t kv, std::uint64_t ssm) const noexcept {
-    if (kv > max_units(pool_kind::kv) || ssm > max_units(pool_kind::ssm)) return false;
+  [[nodiscard]] bool could_place_when_empty(std::int64_t kv, std::int64_t ssm) const noexcept {
+    if (kv < 0 || ssm < 0 || kv > max_units(pool_kind::kv) || ssm > max_units(pool_kind::ssm)) return false;
     if constexpr (!moves_capacity) return true;
-    const auto chunks_for = [&](pool_kind k, std::uint64_t units) {
-      const std::uint64_t upc = region(k).units_per_chunk();
-      return std::max<std::uint64_t>(1, upc == 0 ? 0 : (units + upc - 1) / upc);
+    const auto chunks_for = [&](pool_kind k, std::int64_t units) {
+      const auto upc = static_cast<std::int64_t>(region(k).units_per_chunk());
+      return std::max<std::int64_t>(1, upc == 0 ? 0 : (units + upc - 1) / upc);
     };
-    return chunks_for(pool_kind::kv, kv) + chunks_for(pool_kind::ssm, ssm) <= chunks_;
+    return chunks_for(pool_kind::kv, kv) + chunks_for(pool_kind::ssm, ssm) <= std::int64_t{chunks_};
   }
   /// Physical bytes reserved (equal to the budget rounded down to whole chunks).
-  [[nodiscard]] std::uint64_t reserved_bytes() const noexcept { return arena_->reserved_bytes(); }
-  [[nodiscard]] std::uint64_t chunk_bytes() const noexcept { return chunk_bytes_; }
+  [[nodiscard]] byte_count reserved_bytes() const noexcept { return static_cast<byte_count>(arena_->reserved_bytes()); }
+  [[nodiscard]] byte_count chunk_bytes() const noexcept { return static_cast<byte_count>(chunk_bytes_); }
   [[nodiscard]] std::uint32_t chunks() const noexcept { return chunks_; }
   [[nodiscard]] const asymmetric_pool_config& config() const noexcept { return cfg_; }
   [[nodiscard]] const KVStore& kv_store() const noexcept { return kv_; }
@@ -290,16 +296,18 @@ class asymmetric_pool {
     HYBRIDCACHE_EXPECTS(c.pool_tag % 2 == 0 && c.pool_tag <= 254, invalid_argument,
                         "asymmetric_pool: pool_tag must be even and <= 254 (the SSM table uses tag + 1)");
     const std::uint64_t chunk = chunk_bytes_for(c);
-    HYBRIDCACHE_EXPECTS(c.budget_bytes / chunk >= 2, capacity_error,
-                        "asymmetric_pool: budget of " + std::to_string(c.budget_bytes) +
+    HYBRIDCACHE_EXPECTS(c.capacity_bytes >= 0 && static_cast<std::uint64_t>(c.capacity_bytes) / chunk >= 2, capacity_error,
+                        "asymmetric_pool: capacity of " + std::to_string(c.capacity_bytes) +
                             " B holds fewer than 2 chunks of " + std::to_string(chunk) +
                             " B (one unit of each pool, rounded up to the granularity)");
-    HYBRIDCACHE_EXPECTS(c.budget_bytes / chunk < 0xffffffffu, invalid_argument, "asymmetric_pool: too many chunks");
+    HYBRIDCACHE_EXPECTS(static_cast<std::uint64_t>(c.capacity_bytes) / chunk < 0xffffffffu, invalid_argument, "asymmetric_pool: too many chunks");
     return c;
   }
+  // After the positivity checks of validated(): the internal arithmetic is unsigned.
   static std::uint64_t chunk_bytes_for(const asymmetric_pool_config& c) {
-    const std::uint64_t largest = std::max(c.kv_page_bytes, c.ssm_block_bytes);
-    return (largest + c.granularity_bytes - 1) / c.granularity_bytes * c.granularity_bytes;
+    const auto largest = static_cast<std::uint64_t>(std::max(c.kv_page_bytes, c.ssm_block_bytes));
+    const auto granularity = static_cast<std::uint64_t>(c.granularity_bytes);
+    return (largest + granularity - 1) / granularity * granularity;
   }
   template <class S>
   static std::uint64_t units_capacity(const S& s) noexcept {

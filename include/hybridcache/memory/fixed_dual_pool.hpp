@@ -25,12 +25,12 @@
 
 namespace hybridcache::memory {
 
-/// Construction parameters of a `fixed_dual_pool` (sizes in bytes).
+/// Construction parameters of a `fixed_dual_pool`.
 struct fixed_dual_pool_config {
-  std::uint64_t budget_bytes = 0;
-  std::uint64_t kv_page_bytes = 0;
-  std::uint64_t ssm_block_bytes = 0;
-  double ssm_ratio = 0.9;          ///< share of the budget given to SSM state (SGLang default)
+  byte_count capacity_bytes = 0;   ///< physical memory of both pools together (the budget)
+  byte_count kv_page_bytes = 0;
+  byte_count ssm_block_bytes = 0;
+  double ssm_ratio = 0.9;          ///< share of the capacity given to SSM state (SGLang default)
   std::uint32_t pool_tag = 0;      ///< even tag of the KV table (SSM: tag + 1); 0 = automatic
 };
 
@@ -103,8 +103,8 @@ class fixed_dual_pool {
     return region_stats(region(kind));
   }
   /// Both pools' allocations.
-  [[nodiscard]] std::uint64_t reserved_bytes() const noexcept {
-    return kv_arena_->reserved_bytes() + ssm_arena_->reserved_bytes();
+  [[nodiscard]] byte_count reserved_bytes() const noexcept {
+    return static_cast<byte_count>(kv_arena_->reserved_bytes() + ssm_arena_->reserved_bytes());
   }
   [[nodiscard]] const rebalance_counters& counters() const noexcept { return counters_; }
   [[nodiscard]] const chunk_region& region(pool_kind k) const noexcept {
@@ -121,20 +121,23 @@ class fixed_dual_pool {
                         "fixed_dual_pool: ssm_ratio must be in (0, 1), got " + std::to_string(c.ssm_ratio));
     HYBRIDCACHE_EXPECTS(c.pool_tag % 2 == 0 && c.pool_tag <= 254, invalid_argument,
                         "fixed_dual_pool: pool_tag must be even and <= 254");
-    const auto ssm = static_cast<std::uint64_t>(static_cast<double>(c.budget_bytes) * c.ssm_ratio);
-    HYBRIDCACHE_EXPECTS(ssm >= c.ssm_block_bytes && c.budget_bytes - ssm >= c.kv_page_bytes, capacity_error,
-                        "fixed_dual_pool: budget of " + std::to_string(c.budget_bytes) +
-                            " B leaves a pool smaller than one unit (KV " + std::to_string(c.budget_bytes - ssm) +
+    const byte_count ssm = ssm_share(c);
+    HYBRIDCACHE_EXPECTS(ssm >= c.ssm_block_bytes && c.capacity_bytes - ssm >= c.kv_page_bytes, capacity_error,
+                        "fixed_dual_pool: capacity of " + std::to_string(c.capacity_bytes) +
+                            " B leaves a pool smaller than one unit (KV " + std::to_string(c.capacity_bytes - ssm) +
                             " B for " + std::to_string(c.kv_page_bytes) + " B pages, SSM " + std::to_string(ssm) +
                             " B for " + std::to_string(c.ssm_block_bytes) + " B blocks)");
     return c;
   }
   // The reference's split: ssm = int(total * ratio), kv = total - ssm; whole units only.
+  static byte_count ssm_share(const fixed_dual_pool_config& c) noexcept {
+    return static_cast<byte_count>(static_cast<double>(std::max<byte_count>(c.capacity_bytes, 0)) * c.ssm_ratio);
+  }
   [[nodiscard]] std::uint64_t share_bytes(pool_kind k) const noexcept {
-    const auto ssm = static_cast<std::uint64_t>(static_cast<double>(cfg_.budget_bytes) * cfg_.ssm_ratio);
-    const std::uint64_t bytes = k == pool_kind::kv ? cfg_.budget_bytes - ssm : ssm;
-    const std::uint64_t unit = k == pool_kind::kv ? cfg_.kv_page_bytes : cfg_.ssm_block_bytes;
-    return bytes / unit * unit;
+    const byte_count ssm = ssm_share(cfg_);
+    const byte_count bytes = k == pool_kind::kv ? cfg_.capacity_bytes - ssm : ssm;
+    const byte_count unit = k == pool_kind::kv ? cfg_.kv_page_bytes : cfg_.ssm_block_bytes;
+    return static_cast<std::uint64_t>(bytes / unit * unit);
   }
   [[nodiscard]] expected<pool_kind> tag_kind(packed_handle h) const noexcept {
     if (h.pool_tag() == tag_) return pool_kind::kv;

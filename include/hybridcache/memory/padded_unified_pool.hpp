@@ -24,11 +24,11 @@
 
 namespace hybridcache::memory {
 
-/// Construction parameters of a `padded_unified_pool` (sizes in bytes).
+/// Construction parameters of a `padded_unified_pool`.
 struct padded_unified_pool_config {
-  std::uint64_t budget_bytes = 0;
-  std::uint64_t kv_page_bytes = 0;
-  std::uint64_t ssm_block_bytes = 0;
+  byte_count capacity_bytes = 0;  ///< physical memory of the one pool (the budget)
+  byte_count kv_page_bytes = 0;
+  byte_count ssm_block_bytes = 0;
   std::uint32_t pool_tag = 0;  ///< tag of the handle table; 0 = automatic
 };
 
@@ -43,7 +43,7 @@ class padded_unified_pool {
   explicit padded_unified_pool(const padded_unified_pool_config& cfg)
       : cfg_(validated(cfg)),
         page_(std::max(cfg_.kv_page_bytes, cfg_.ssm_block_bytes)),
-        arena_(std::make_unique<arena_type>(1, cfg_.budget_bytes / page_ * page_)),
+        arena_(std::make_unique<arena_type>(1, static_cast<std::uint64_t>(cfg_.capacity_bytes / page_ * page_))),
         store_(*arena_, page_, 1),
         table_(cfg_.pool_tag ? cfg_.pool_tag : detail::next_pool_tag(), store_.region().units_per_chunk()),
         kind_(store_.region().units_per_chunk(), pool_kind::kv) {
@@ -99,18 +99,18 @@ class padded_unified_pool {
   [[nodiscard]] pool_stats stats(pool_kind kind) const noexcept {
     pool_stats s;
     s.unit_bytes = page_;
-    s.total_units = store_.capacity_units();
+    s.total_units = static_cast<std::int64_t>(store_.capacity_units());
     s.used_units = used_[static_cast<int>(kind)];
-    s.free_units = store_.free_units();
+    s.free_units = static_cast<std::int64_t>(store_.free_units());
     s.mapped_chunks = 1;
     s.free_fraction = s.total_units ? static_cast<double>(s.free_units) / static_cast<double>(s.total_units) : 0.0;
     return s;
   }
-  [[nodiscard]] std::uint64_t reserved_bytes() const noexcept { return arena_->reserved_bytes(); }
+  [[nodiscard]] byte_count reserved_bytes() const noexcept { return static_cast<byte_count>(arena_->reserved_bytes()); }
   [[nodiscard]] const rebalance_counters& counters() const noexcept { return counters_; }
   /// Bytes of live pages that hold padding, not data.
-  [[nodiscard]] std::uint64_t padding_waste_bytes() const noexcept { return padding_; }
-  [[nodiscard]] std::uint64_t page_bytes() const noexcept { return page_; }
+  [[nodiscard]] byte_count padding_waste_bytes() const noexcept { return padding_; }
+  [[nodiscard]] byte_count page_bytes() const noexcept { return page_; }
   [[nodiscard]] const chunk_region& region() const noexcept { return store_.region(); }
 
  private:
@@ -119,24 +119,24 @@ class padded_unified_pool {
                             c.ssm_block_bytes % unit_alignment == 0,
                         invalid_argument, "padded_unified_pool: unit sizes must be positive multiples of 128 B");
     HYBRIDCACHE_EXPECTS(c.pool_tag <= 255, invalid_argument, "padded_unified_pool: pool_tag must be <= 255");
-    const std::uint64_t page = std::max(c.kv_page_bytes, c.ssm_block_bytes);
-    HYBRIDCACHE_EXPECTS(c.budget_bytes >= page, capacity_error,
-                        "padded_unified_pool: budget of " + std::to_string(c.budget_bytes) +
+    const byte_count page = std::max(c.kv_page_bytes, c.ssm_block_bytes);
+    HYBRIDCACHE_EXPECTS(c.capacity_bytes >= page, capacity_error,
+                        "padded_unified_pool: capacity of " + std::to_string(c.capacity_bytes) +
                             " B is smaller than one padded page of " + std::to_string(page) + " B");
     return c;
   }
-  [[nodiscard]] std::uint64_t logical_bytes(pool_kind k) const noexcept {
+  [[nodiscard]] byte_count logical_bytes(pool_kind k) const noexcept {
     return k == pool_kind::kv ? cfg_.kv_page_bytes : cfg_.ssm_block_bytes;
   }
 
   padded_unified_pool_config cfg_;
-  std::uint64_t page_;
+  byte_count page_;
   std::unique_ptr<arena_type> arena_;
   paged_store<pool_kind::kv, Backing> store_;
   unit_handle_table table_;
   std::vector<pool_kind> kind_;
-  std::uint64_t used_[2] = {0, 0};
-  std::uint64_t padding_ = 0;
+  std::int64_t used_[2] = {0, 0};
+  byte_count padding_ = 0;
   rebalance_counters counters_;
 };
 

@@ -23,10 +23,11 @@ namespace hybridcache::memory {
 /// (left 0; pools that report it compute it on top). O(1).
 [[nodiscard]] inline pool_stats region_stats(const chunk_region& r) noexcept {
   pool_stats s;
-  s.unit_bytes = r.unit_bytes();
-  s.total_units = r.capacity_units();
-  s.used_units = r.used_units();
-  s.free_units = r.free_units();
+  // The region counts in unsigned units internally; the API speaks byte_count / int64.
+  s.unit_bytes = static_cast<byte_count>(r.unit_bytes());
+  s.total_units = static_cast<std::int64_t>(r.capacity_units());
+  s.used_units = static_cast<std::int64_t>(r.used_units());
+  s.free_units = static_cast<std::int64_t>(r.free_units());
   s.mapped_chunks = r.mapped_chunks();
   s.empty_chunks = r.empty_chunks();
   s.free_fraction = s.total_units ? static_cast<double>(s.free_units) / static_cast<double>(s.total_units) : 0.0;

@@ -35,8 +35,8 @@ class paged_store {
 
   /// A store of `unit_bytes` units that can hold up to `max_slots` chunks of `arena`.
   /// @throws invalid_argument if the unit is zero, not 128 B aligned or larger than a chunk.
-  paged_store(arena_type& arena, std::uint64_t unit_bytes, std::uint32_t max_slots)
-      : region_((check_unit(unit_bytes), unit_bytes), arena.chunk_bytes(), max_slots), view_(arena, max_slots) {}
+  paged_store(arena_type& arena, byte_count unit_bytes, std::uint32_t max_slots)
+      : region_(checked_unit(unit_bytes), arena.chunk_bytes(), max_slots), view_(arena, max_slots) {}
 
   paged_store(const paged_store&) = delete;
   paged_store& operator=(const paged_store&) = delete;
@@ -78,10 +78,11 @@ class paged_store {
   [[nodiscard]] const typename Backing::view& view() const noexcept { return view_; }
 
  private:
-  static void check_unit(std::uint64_t unit_bytes) {
+  static std::uint64_t checked_unit(byte_count unit_bytes) {
     HYBRIDCACHE_EXPECTS(unit_bytes > 0 && unit_bytes % unit_alignment == 0, invalid_argument,
                         "paged_store: " + std::string(to_string(Kind)) + " unit must be a positive multiple of 128 B, got " +
                             std::to_string(unit_bytes));
+    return static_cast<std::uint64_t>(unit_bytes);
   }
 
   chunk_region region_;

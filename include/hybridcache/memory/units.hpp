@@ -24,26 +24,26 @@
 namespace hybridcache::memory {
 
 /// Alignment of every unit size and unit offset (bytes).
-inline constexpr std::uint64_t unit_alignment = 128;
+inline constexpr byte_count unit_alignment = 128;
 
 /// Default physical chunk: the CUDA VMM allocation granularity of current NVIDIA GPUs.
-inline constexpr std::uint64_t default_granularity_bytes = std::uint64_t{2} << 20;
+inline constexpr byte_count default_granularity_bytes = byte_count{2} << 20;
 
 /// Rounds `bytes` up to a multiple of `alignment`.
 /// @throws invalid_argument if `bytes` or `alignment` is not positive.
-[[nodiscard]] inline std::uint64_t align_up(std::int64_t bytes, std::uint64_t alignment = unit_alignment) {
+/// @throws overflow_error when the result does not fit a byte_count.
+[[nodiscard]] inline byte_count align_up(byte_count bytes, byte_count alignment = unit_alignment) {
   HYBRIDCACHE_EXPECTS(bytes > 0, invalid_argument,
                       "align_up: size must be > 0 bytes, got " + std::to_string(bytes));
   HYBRIDCACHE_EXPECTS(alignment > 0, invalid_argument, "align_up: alignment must be > 0");
-  const auto b = static_cast<std::uint64_t>(bytes);
-  return (b + alignment - 1) / alignment * alignment;
+  return checked_product("align_up", (bytes - 1) / alignment + 1, alignment);
 }
 
 /// KV page bytes: `tokens_per_page` x KV bytes per token of `layers_per_page` attention
 /// layers, rounded up to 128 B. @throws invalid_argument on non-positive arguments or a
 /// model without attention layers.
-[[nodiscard]] inline std::uint64_t kv_page_bytes(const cost_model& model, std::int64_t tokens_per_page = 16,
-                                                 std::int64_t layers_per_page = 1) {
+[[nodiscard]] inline byte_count kv_page_bytes(const cost_model& model, std::int64_t tokens_per_page = 16,
+                                              std::int64_t layers_per_page = 1) {
   HYBRIDCACHE_EXPECTS(tokens_per_page > 0, invalid_argument, "kv_page_bytes: tokens_per_page must be > 0");
   HYBRIDCACHE_EXPECTS(layers_per_page > 0, invalid_argument, "kv_page_bytes: layers_per_page must be > 0");
   HYBRIDCACHE_EXPECTS(model.kv_bytes_per_token_per_layer() > 0, invalid_argument,
@@ -56,7 +56,7 @@ inline constexpr std::uint64_t default_granularity_bytes = std::uint64_t{2} << 2
 /// one sequence, rounded up to 128 B, without the conv state (the allocator replay uses it
 /// to reproduce the reference's rows). A pool that holds prefix-cache checkpoints uses
 /// `checkpoint_block_bytes`. @throws invalid_argument for a model without recurrent layers.
-[[nodiscard]] inline std::uint64_t ssm_block_bytes(const cost_model& model) {
+[[nodiscard]] inline byte_count ssm_block_bytes(const cost_model& model) {
   HYBRIDCACHE_EXPECTS(model.recurrent_state_bytes_per_layer() > 0, invalid_argument,
                       "ssm_block_bytes: model '" + model.spec().name + "' has no recurrent layers");
   return align_up(model.recurrent_state_bytes_per_layer());
@@ -68,7 +68,7 @@ inline constexpr std::uint64_t default_granularity_bytes = std::uint64_t{2} << 2
 /// same checkpoint size as the cost model (`ssm_checkpoint_bytes`) whenever the per-layer
 /// size is a multiple of 128 B (every preset). @throws invalid_argument for a model without
 /// recurrent layers.
-[[nodiscard]] inline std::uint64_t checkpoint_block_bytes(const cost_model& model) {
+[[nodiscard]] inline byte_count checkpoint_block_bytes(const cost_model& model) {
   HYBRIDCACHE_EXPECTS(model.recurrent_state_bytes_per_layer() > 0, invalid_argument,
                       "checkpoint_block_bytes: model '" + model.spec().name + "' has no recurrent layers");
   return align_up(model.ssm_checkpoint_bytes_per_layer());

@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <array>
 #include <cstdint>
+#include <initializer_list>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -92,21 +93,30 @@ struct model_spec {
 };
 
 namespace detail {
-inline void expect_positive(std::int64_t v, std::string_view spec, std::string_view field) {
-  if (v <= 0)
-    throw invalid_argument("model_spec '" + std::string(spec) + "': field '" + std::string(field) +
-                           "' must be > 0, got " + std::to_string(v));
+/// A field's value and name, for the checks below.
+struct named_field {
+  std::int64_t value;
+  std::string_view name;
+};
+/// Throws invalid_argument naming the first of `fields` that is not > 0.
+inline void expect_positive(std::string_view spec, std::initializer_list<named_field> fields) {
+  for (const named_field& f : fields)
+    if (f.value <= 0)
+      throw invalid_argument("model_spec '" + std::string(spec) + "': field '" + std::string(f.name) +
+                             "' must be > 0, got " + std::to_string(f.value));
 }
-inline void expect_zero_or_positive(std::int64_t v, std::string_view spec, std::string_view field) {
-  if (v < 0)
-    throw invalid_argument("model_spec '" + std::string(spec) + "': field '" + std::string(field) +
-                           "' must be >= 0, got " + std::to_string(v));
+/// Throws invalid_argument naming the first of `fields` that is negative.
+inline void expect_non_negative(std::string_view spec, std::initializer_list<named_field> fields) {
+  for (const named_field& f : fields)
+    if (f.value < 0)
+      throw invalid_argument("model_spec '" + std::string(spec) + "': field '" + std::string(f.name) +
+                             "' must be >= 0, got " + std::to_string(f.value));
 }
 }  // namespace detail
 
 inline void model_spec::validate() const {
+  using detail::expect_non_negative;
   using detail::expect_positive;
-  using detail::expect_zero_or_positive;
   const std::string_view n = name.empty() ? std::string_view("<unnamed>") : std::string_view(name);
   if (layers.empty()) throw invalid_argument("model_spec '" + std::string(n) + "': field 'layers' is empty (zero layers)");
   const std::int64_t n_attn = count(layer_kind::attention);
@@ -114,16 +124,14 @@ inline void model_spec::validate() const {
   if (n_attn + n_rec == 0)
     throw invalid_argument("model_spec '" + std::string(n) +
                            "': field 'layers' has no attention and no recurrent layer");
-  expect_positive(d_model, n, "d_model");
-  expect_positive(kv_dtype_bytes, n, "kv_dtype_bytes");
-  expect_positive(state_dtype_bytes, n, "state_dtype_bytes");
-  expect_positive(conv_dtype_bytes, n, "conv_dtype_bytes");
-  expect_positive(activation_dtype_bytes, n, "activation_dtype_bytes");
-  expect_positive(scan_chunk, n, "scan_chunk");
+  expect_positive(n, {{d_model, "d_model"},
+                      {kv_dtype_bytes, "kv_dtype_bytes"},
+                      {state_dtype_bytes, "state_dtype_bytes"},
+                      {conv_dtype_bytes, "conv_dtype_bytes"},
+                      {activation_dtype_bytes, "activation_dtype_bytes"},
+                      {scan_chunk, "scan_chunk"}});
   if (n_attn > 0) {
-    expect_positive(attention_heads, n, "attention_heads");
-    expect_positive(kv_heads, n, "kv_heads");
-    expect_positive(head_dim, n, "head_dim");
+    expect_positive(n, {{attention_heads, "attention_heads"}, {kv_heads, "kv_heads"}, {head_dim, "head_dim"}});
     if (attention_heads % kv_heads != 0)
       throw invalid_argument("model_spec '" + std::string(n) +
                              "': field 'kv_heads' must divide attention_heads");
@@ -135,21 +143,18 @@ inline void model_spec::validate() const {
       throw invalid_argument("model_spec '" + std::string(n) +
                              "': field 'recurrent' is none but the model has recurrent layers");
     if (recurrent == recurrent_family::mamba1 || recurrent == recurrent_family::mamba2) {
-      expect_positive(ssm_d_inner, n, "ssm_d_inner");
-      expect_positive(ssm_state_rows, n, "ssm_state_rows");
-      expect_positive(d_state, n, "d_state");
+      expect_positive(n, {{ssm_d_inner, "ssm_d_inner"}, {ssm_state_rows, "ssm_state_rows"}, {d_state, "d_state"}});
     } else {
-      expect_positive(gdn_key_heads, n, "gdn_key_heads");
-      expect_positive(gdn_value_heads, n, "gdn_value_heads");
-      expect_positive(gdn_key_dim, n, "gdn_key_dim");
-      expect_positive(gdn_value_dim, n, "gdn_value_dim");
+      expect_positive(n, {{gdn_key_heads, "gdn_key_heads"},
+                          {gdn_value_heads, "gdn_value_heads"},
+                          {gdn_key_dim, "gdn_key_dim"},
+                          {gdn_value_dim, "gdn_value_dim"}});
       if (gdn_value_heads % gdn_key_heads != 0)
         throw invalid_argument("model_spec '" + std::string(n) +
                                "': field 'gdn_value_heads' must be a multiple of gdn_key_heads");
     }
-    expect_zero_or_positive(d_state, n, "d_state");
-    expect_zero_or_positive(conv_kernel, n, "conv_kernel");
-    if (conv_kernel > 0) expect_positive(conv_channels, n, "conv_channels");
+    expect_non_negative(n, {{d_state, "d_state"}, {conv_kernel, "conv_kernel"}});
+    if (conv_kernel > 0) expect_positive(n, {{conv_channels, "conv_channels"}});
     const std::string what = "model_spec '" + std::string(n) + "': SSM checkpoint bytes";
     const std::int64_t state =
         (recurrent == recurrent_family::mamba1 || recurrent == recurrent_family::mamba2)

@@ -119,15 +119,15 @@ class pool_state_store {
                         "pool_state_store: attention_layers must be > 0, got " + std::to_string(attention_layers));
     HYBRIDCACHE_EXPECTS(recurrent_layers > 0, invalid_argument,
                         "pool_state_store: recurrent_layers must be > 0, got " + std::to_string(recurrent_layers));
-    const std::uint64_t page = pool.stats(pool_kind::kv).unit_bytes;
-    HYBRIDCACHE_EXPECTS(page % static_cast<std::uint64_t>(tokens_per_page) == 0, invalid_argument,
+    const byte_count page = pool.stats(pool_kind::kv).unit_bytes;
+    HYBRIDCACHE_EXPECTS(page % tokens_per_page == 0, invalid_argument,
                         "pool_state_store: tokens_per_page " + std::to_string(tokens_per_page) +
                             " does not divide the pool's " + std::to_string(page) + "-byte KV page");
-    const std::uint64_t kv_units = max_units(pool_kind::kv), ssm_units = max_units(pool_kind::ssm);
-    HYBRIDCACHE_EXPECTS(kv_units >= static_cast<std::uint64_t>(attention_layers), invalid_argument,
+    const std::int64_t kv_units = max_units(pool_kind::kv), ssm_units = max_units(pool_kind::ssm);
+    HYBRIDCACHE_EXPECTS(kv_units >= attention_layers, invalid_argument,
                         "pool_state_store: the pool's KV side holds at most " + std::to_string(kv_units) +
                             " pages, fewer than one block's " + std::to_string(attention_layers) + " (one per attention layer)");
-    HYBRIDCACHE_EXPECTS(ssm_units >= static_cast<std::uint64_t>(recurrent_layers), invalid_argument,
+    HYBRIDCACHE_EXPECTS(ssm_units >= recurrent_layers, invalid_argument,
                         "pool_state_store: the pool's SSM side holds at most " + std::to_string(ssm_units) +
                             " blocks, fewer than one checkpoint's " + std::to_string(recurrent_layers) +
                             " (one per recurrent layer)");
@@ -160,14 +160,14 @@ class pool_state_store {
     HYBRIDCACHE_EXPECTS(model.recurrent_layers() == rec_, invalid_argument,
                         "pool_state_store: recurrent_layers is " + std::to_string(rec_) + " but model " + name + " has " +
                             std::to_string(model.recurrent_layers()));
-    const std::uint64_t page = pool_->stats(pool_kind::kv).unit_bytes;
-    const std::uint64_t want = memory::kv_page_bytes(model, tpp_);
+    const byte_count page = pool_->stats(pool_kind::kv).unit_bytes;
+    const byte_count want = memory::kv_page_bytes(model, tpp_);
     HYBRIDCACHE_EXPECTS(page == want, invalid_argument,
                         "pool_state_store: the pool's KV page is " + std::to_string(page) + " B but " +
                             std::to_string(tpp_) + " tokens per page of model " + name + " need " + std::to_string(want) +
                             " B (memory::kv_page_bytes(model, tokens_per_page))");
-    const std::uint64_t block = pool_->stats(pool_kind::ssm).unit_bytes;
-    const auto state = static_cast<std::uint64_t>(model.ssm_checkpoint_bytes_per_layer());
+    const byte_count block = pool_->stats(pool_kind::ssm).unit_bytes;
+    const byte_count state = model.ssm_checkpoint_bytes_per_layer();
     HYBRIDCACHE_EXPECTS(block >= state, invalid_argument,
                         "pool_state_store: the pool's state block is " + std::to_string(block) + " B, smaller than one " +
                             "recurrent layer's checkpoint of model " + name + " (" + std::to_string(state) +
@@ -303,18 +303,13 @@ class pool_state_store {
 
   /// Bytes a new extent of `tokens` tokens takes (whole pages; saturates at int64 max).
   [[nodiscard]] std::int64_t kv_bytes(std::int64_t tokens) const noexcept {
-    return saturating_mul(saturating_mul(blocks(tokens), layers_), static_cast<std::int64_t>(pool_->stats(pool_kind::kv).unit_bytes));
+    return saturating_mul(saturating_mul(blocks(tokens), layers_), pool_->stats(pool_kind::kv).unit_bytes);
   }
-  [[nodiscard]] std::int64_t checkpoint_bytes() const noexcept {
-    return rec_ * static_cast<std::int64_t>(pool_->stats(pool_kind::ssm).unit_bytes);
+  [[nodiscard]] byte_count checkpoint_bytes() const noexcept { return rec_ * pool_->stats(pool_kind::ssm).unit_bytes; }
+  [[nodiscard]] byte_count used_bytes() const noexcept {
+    return pool_->stats(pool_kind::kv).used_bytes() + pool_->stats(pool_kind::ssm).used_bytes();
   }
-  [[nodiscard]] std::int64_t used_bytes() const noexcept {
-    const auto kv = pool_->stats(pool_kind::kv), ssm = pool_->stats(pool_kind::ssm);
-    return static_cast<std::int64_t>(kv.used_units * kv.unit_bytes + ssm.used_units * ssm.unit_bytes);
-  }
-  [[nodiscard]] std::int64_t capacity_bytes() const noexcept {
-    return static_cast<std::int64_t>(pool_->reserved_bytes());
-  }
+  [[nodiscard]] byte_count capacity_bytes() const noexcept { return pool_->reserved_bytes(); }
 
   /// Bytes `allocate_kv_at(first_token, tokens)` takes: whole blocks from the block of
   /// `first_token` on (one page set more than `kv_bytes(tokens)` when the run straddles a
@@ -334,7 +329,7 @@ class pool_state_store {
   /// its rebalancer can make (each side within what it can ever map): what an empty cache
   /// of this size could hold. O(1).
   [[nodiscard]] bool placement_fits_when_empty(side_bytes need) const noexcept {
-    const std::uint64_t kv = units_for(pool_kind::kv, need.kv), ssm = units_for(pool_kind::ssm, need.checkpoint);
+    const std::int64_t kv = units_for(pool_kind::kv, need.kv), ssm = units_for(pool_kind::ssm, need.checkpoint);
     if constexpr (rebalancing_pool<Pool>) return pool_->could_place_when_empty(kv, ssm);
     else return kv <= max_units(pool_kind::kv) && ssm <= max_units(pool_kind::ssm);
   }
@@ -345,8 +340,8 @@ class pool_state_store {
   void prepare_placement(side_bytes need) noexcept {
     if constexpr (rebalancing_pool<Pool>) {
       for (const pool_kind k : {pool_kind::kv, pool_kind::ssm}) {
-        const std::uint64_t want = units_for(k, k == pool_kind::kv ? need.kv : need.checkpoint);
-        const std::uint64_t have = pool_->stats(k).free_units;
+        const std::int64_t want = units_for(k, k == pool_kind::kv ? need.kv : need.checkpoint);
+        const std::int64_t have = pool_->stats(k).free_units;
         if (want > have) {
           if constexpr (noexcept(pool_->rebalance_on_failure(k, want - have))) {
             (void)pool_->rebalance_on_failure(k, want - have);
@@ -467,7 +462,7 @@ class pool_state_store {
                      std::int64_t to, const checkpoint_handle& slot) noexcept {
     if (hit.entries.empty()) return;
     const auto L = static_cast<std::size_t>(layers_);
-    const std::uint64_t per_token = pool_->stats(pool_kind::kv).unit_bytes / static_cast<std::uint64_t>(tpp_);
+    const byte_count per_token = pool_->stats(pool_kind::kv).unit_bytes / tpp_;
     for (const std::uint32_t id : hit.entries) {
       const auto& e = host_.at(id);
       for (std::int64_t p = std::max(from, e.begin); p < std::min(to, e.end());) {
@@ -477,8 +472,8 @@ class pool_state_store {
         for (std::size_t l = 0; l < L; ++l) {
           auto d = pool_->resolve(dst.pages[db * L + l]);
           if (!d || *d == nullptr) continue;
-          const std::uint64_t at = static_cast<std::uint64_t>(p % tpp_) * per_token;
-          copy_(*d + at, host_.page(e.pages[sb * L + l]) + at, static_cast<std::size_t>((stop - p) * static_cast<std::int64_t>(per_token)));
+          const byte_count at = p % tpp_ * per_token;
+          copy_(*d + at, host_.page(e.pages[sb * L + l]) + at, static_cast<std::size_t>((stop - p) * per_token));
         }
         p = stop;
       }
@@ -554,7 +549,7 @@ class pool_state_store {
   }
 
   /// The most units of `k` the pool could ever map (its whole budget on that side).
-  [[nodiscard]] std::uint64_t max_units(pool_kind k) const noexcept {
+  [[nodiscard]] std::int64_t max_units(pool_kind k) const noexcept {
     if constexpr (rebalancing_pool<Pool>) return pool_->max_units(k);
     else return pool_->stats(k).total_units;
   }
@@ -562,17 +557,17 @@ class pool_state_store {
   /// page list is sized before allocation, so a size past the pool is refused first.
   [[nodiscard]] bool could_hold(std::int64_t offset, std::int64_t tokens) const noexcept {
     const std::int64_t pages = saturating_mul(blocks(saturating_add(offset, tokens)), layers_);
-    return static_cast<std::uint64_t>(pages) <= max_units(pool_kind::kv);
+    return pages <= max_units(pool_kind::kv);
   }
 
-  [[nodiscard]] std::uint64_t units_for(pool_kind k, std::int64_t bytes) const noexcept {
-    const std::uint64_t unit = pool_->stats(k).unit_bytes;
-    return bytes <= 0 || unit == 0 ? 0 : (static_cast<std::uint64_t>(bytes) + unit - 1) / unit;
+  [[nodiscard]] std::int64_t units_for(pool_kind k, byte_count bytes) const noexcept {
+    const byte_count unit = pool_->stats(k).unit_bytes;
+    return bytes <= 0 || unit <= 0 ? 0 : ceil_div(bytes, unit);
   }
-  [[nodiscard]] bool side_fits(pool_kind k, std::int64_t need, std::int64_t freed) const noexcept {
+  [[nodiscard]] bool side_fits(pool_kind k, byte_count need, byte_count freed) const noexcept {
     // Freed bytes are counted down (whole units only), needed bytes up.
-    const std::uint64_t unit = pool_->stats(k).unit_bytes;
-    const std::uint64_t back = freed <= 0 || unit == 0 ? 0 : static_cast<std::uint64_t>(freed) / unit;
+    const byte_count unit = pool_->stats(k).unit_bytes;
+    const std::int64_t back = freed <= 0 || unit <= 0 ? 0 : freed / unit;
     return units_for(k, need) <= pool_->stats(k).free_units + back;
   }
 
@@ -590,7 +585,7 @@ class pool_state_store {
 
   // Copies tokens [from, to) of one page (per-token bytes = page / tokens_per_page).
   void copy_page(packed_handle dst, packed_handle src, std::int64_t from, std::int64_t to) noexcept {
-    const std::uint64_t per_token = pool_->stats(pool_kind::kv).unit_bytes / static_cast<std::uint64_t>(tpp_);
+    const byte_count per_token = pool_->stats(pool_kind::kv).unit_bytes / tpp_;
     auto d = pool_->resolve(dst), s = pool_->resolve(src);
     if (!d || !s || *d == nullptr || *s == nullptr) return;
     copy_(*d + from * per_token, *s + from * per_token, static_cast<std::size_t>((to - from) * per_token));

@@ -15,6 +15,7 @@
 
 #include "hybridcache/concepts/ids.hpp"
 #include "hybridcache/concepts/tier_entry.hpp"
+#include "hybridcache/core/byte_count.hpp"
 #include "hybridcache/core/enum_names.hpp"
 #include "hybridcache/tiered/offload_engine.hpp"
 #include "hybridcache/tiered/tier.hpp"
@@ -37,16 +38,16 @@ enum class write_policy : std::uint8_t {
 /// Configuration of a `tiered_state_store`. Aggregate: use designated initializers; the
 /// layout comes from the cost model (kv_bytes_per_token, attention and recurrent layers).
 struct tiered_state_store_config {
-  std::int64_t hbm_bytes = 0;           ///< the prefix cache's byte budget (HBM tier)
-  std::int64_t host_bytes = 0;          ///< one host tier of this size (when `lower_tiers` is empty)
-  std::int64_t kv_bytes_per_token = 0;  ///< cost_model::kv_bytes_per_token()
-  std::int64_t checkpoint_bytes = 0;    ///< cost_model::ssm_checkpoint_bytes()
+  byte_count capacity_bytes = 0;        ///< the prefix cache's byte budget (HBM tier)
+  byte_count host_capacity_bytes = 0;   ///< one host tier of this size (when `lower_tiers` is empty)
+  byte_count kv_bytes_per_token = 0;    ///< cost_model::kv_bytes_per_token()
+  byte_count checkpoint_bytes = 0;      ///< cost_model::ssm_checkpoint_bytes()
   double link_gbps = 50.0;              ///< that host tier's link to HBM
   /// HBM room for entries `load` brings back before prefill, beyond the cache's budget
-  /// (`hbm_bytes`). 0: `load` is unavailable (the runtime loads on its own).
-  std::int64_t staging_bytes = 0;
+  /// (`capacity_bytes`). 0: `load` is unavailable (the runtime loads on its own).
+  byte_count staging_bytes = 0;
   /// Tiers below HBM, fastest first (host, CXL, ...), each with its size and link. Empty:
-  /// one host tier of `host_bytes` at `link_gbps`.
+  /// one host tier of `host_capacity_bytes` at `link_gbps`.
   std::vector<tiered::tier_config> lower_tiers{};
   /// Layer segments of an entry (layer-major layout): KV entries have one segment per
   /// attention layer, checkpoints one per recurrent layer; each must divide its byte size.
@@ -54,7 +55,7 @@ struct tiered_state_store_config {
   std::int32_t recurrent_layers = 1;
   write_policy write = write_policy::write_back;
   std::int32_t write_through_hits = 2;  ///< write_through_selective: hits before the copy
-  /// `offload()`: at or above `high` of `hbm_bytes` in use by the cache, copy the coldest
+  /// `offload()`: at or above `high` of `capacity_bytes` in use by the cache, copy the coldest
   /// dirty entries down (clean replicas) until the entries that would leave first, down to
   /// `low`, are clean, so eviction frees HBM without a copy on the request path. high = 1
   /// turns the cleaner off.

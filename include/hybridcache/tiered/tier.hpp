@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "hybridcache/concepts/tier_entry.hpp"
+#include "hybridcache/core/byte_count.hpp"
 #include "hybridcache/core/byte_size.hpp"
 #include "hybridcache/core/enum_names.hpp"
 #include "hybridcache/core/error.hpp"
@@ -74,7 +75,7 @@ inline constexpr double default_redis_latency_us = 200.0;
 /// One tier of the store. Aggregate: use designated initializers.
 struct tier_config {
   tier_kind kind = tier_kind::host;
-  std::int64_t capacity_bytes = 0;  ///< bytes of cache this tier may hold
+  byte_count capacity_bytes = 0;  ///< bytes of cache this tier may hold (its budget)
   /// Bandwidth of the link between this tier and HBM, GB/s (10^9 B/s). Ignored for HBM.
   double link_gbps = 50.0;
   /// NUMA node to bind a host/CXL tier's memory to; -1 = no binding (first touch).

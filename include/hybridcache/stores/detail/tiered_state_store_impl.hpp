@@ -26,7 +26,7 @@ tiered_state_store<H, E, S>::tiered_state_store(const tiered_state_store_config&
     : config_(c),
       kv_per_token_(c.kv_bytes_per_token),
       checkpoint_(c.checkpoint_bytes),
-      capacity_(c.hbm_bytes),
+      capacity_(c.capacity_bytes),
       page_(page_bytes_for(c)),
       pages_per_layer_token_(c.kv_bytes_per_token / c.attention_layers / page_bytes_for(c)),
       kv_segments_(c.attention_layers),
@@ -80,20 +80,20 @@ std::int64_t tiered_state_store<H, E, S>::page_bytes_for(const tiered_state_stor
 
 template <demotion_scorer H, tier_copy_engine E, demotion_sizer S>
 std::vector<tiered::tier_config> tiered_state_store<H, E, S>::tiers_for(const tiered_state_store_config& c) {
-  HYBRIDCACHE_EXPECTS(c.hbm_bytes > 0, invalid_argument, "tiered_state_store: hbm_bytes must be > 0");
+  HYBRIDCACHE_EXPECTS(c.capacity_bytes > 0, invalid_argument, "tiered_state_store: capacity_bytes must be > 0");
   HYBRIDCACHE_EXPECTS(c.staging_bytes >= 0, invalid_argument, "tiered_state_store: staging_bytes must be >= 0");
-  HYBRIDCACHE_EXPECTS(c.host_bytes >= 0, invalid_argument, "tiered_state_store: host_bytes must be >= 0");
-  HYBRIDCACHE_EXPECTS(c.lower_tiers.empty() || c.host_bytes == 0, invalid_argument,
-                      "tiered_state_store: give host_bytes or lower_tiers, not both");
+  HYBRIDCACHE_EXPECTS(c.host_capacity_bytes >= 0, invalid_argument, "tiered_state_store: host_capacity_bytes must be >= 0");
+  HYBRIDCACHE_EXPECTS(c.lower_tiers.empty() || c.host_capacity_bytes == 0, invalid_argument,
+                      "tiered_state_store: give host_capacity_bytes or lower_tiers, not both");
   const std::int64_t page = page_bytes_for(c);
   std::vector<tiered::tier_config> out;
   out.push_back(tiered::tier_config{.kind = tiered::tier_kind::hbm,
-                            .capacity_bytes = (c.hbm_bytes / page + c.staging_bytes / page) * page,
+                            .capacity_bytes = (c.capacity_bytes / page + c.staging_bytes / page) * page,
                             .link_gbps = 0.0});
   if (c.lower_tiers.empty()) {
-    if (c.host_bytes > 0)  // else HBM only: what the cache evicts is dropped (the single-tier baseline)
+    if (c.host_capacity_bytes > 0)  // else HBM only: what the cache evicts is dropped (the single-tier baseline)
       out.push_back(tiered::tier_config{.kind = tiered::tier_kind::host,
-                                .capacity_bytes = std::max(c.host_bytes / page, std::int64_t{1}) * page,
+                                .capacity_bytes = std::max(c.host_capacity_bytes / page, std::int64_t{1}) * page,
                                 .link_gbps = c.link_gbps});
   } else {
     for (tiered::tier_config t : c.lower_tiers) {

@@ -87,7 +87,7 @@ enum class alloc_ladder : std::uint8_t {
 
 /// Replay settings.
 struct alloc_replay_config {
-  std::uint64_t budget_bytes = std::uint64_t{1} << 30;
+  byte_count capacity_bytes = byte_count{1} << 30;
   std::int64_t tokens_per_page = 16;
   std::int64_t sample_every_events = 100;  ///< occupancy sample period, as the reference
   /// Rebalancer of the dynamic variants; unset = the variant's defaults.
@@ -124,16 +124,16 @@ struct alloc_replay_result {
   std::uint64_t allocate_calls = 0;
   std::uint64_t growth_events = 0;
   std::uint64_t rebalances = 0;
-  std::uint64_t bytes_migrated = 0;
-  std::uint64_t bytes_wasted = 0;        ///< migrated bytes the recipient's unit size cannot use
-  std::uint64_t padding_bytes_peak = 0;  ///< padded pool: most bytes of live pages holding padding
+  byte_count bytes_migrated = 0;
+  byte_count bytes_wasted = 0;        ///< migrated bytes the recipient's unit size cannot use
+  byte_count padding_bytes_peak = 0;  ///< padded pool: most bytes of live pages holding padding
   std::uint64_t compactions = 0;
   double fragmentation_mean = 0;         ///< mean free fraction while requests are active (reference)
   double fragmentation_peak = 0;
   double external_fragmentation_mean = 0;  ///< mean share of free units stranded in partly used chunks
-  std::uint64_t peak_reserved_bytes = 0;
-  std::uint64_t kv_bytes_end = 0;         ///< KV pool capacity after the run
-  std::uint64_t ssm_bytes_end = 0;
+  byte_count peak_reserved_bytes = 0;
+  byte_count kv_bytes_end = 0;         ///< KV pool capacity after the run
+  byte_count ssm_bytes_end = 0;
   double wall_seconds = 0;
 
   [[nodiscard]] double completion() const noexcept {
@@ -226,8 +226,13 @@ class request_lru {
 // triggers a forced rebalance of `batch` donor units.
 class reference_avmp_pool {
  public:
-  reference_avmp_pool(std::uint64_t budget, std::uint64_t kv_unit, std::uint64_t ssm_unit, double ssm_ratio,
+  // The reference computes in unsigned bytes; the arguments are the API's byte_count.
+  reference_avmp_pool(byte_count budget, byte_count kv_unit, byte_count ssm_unit, double ssm_ratio,
                       std::uint32_t batch)
+      : reference_avmp_pool(static_cast<std::uint64_t>(budget), static_cast<std::uint64_t>(kv_unit),
+                            static_cast<std::uint64_t>(ssm_unit), ssm_ratio, batch, 0) {}
+  reference_avmp_pool(std::uint64_t budget, std::uint64_t kv_unit, std::uint64_t ssm_unit, double ssm_ratio,
+                      std::uint32_t batch, int)
       : budget_(budget), batch_(batch) {
     const auto ssm_bytes = static_cast<std::uint64_t>(static_cast<double>(budget) * ssm_ratio);
     stores_[0].init(kv_unit, budget, budget - ssm_bytes);
@@ -263,7 +268,7 @@ class reference_avmp_pool {
   }
 
   // Forced rebalance toward `kind` (the reference's _apply_rebalance); 1 on success.
-  std::uint32_t rebalance_on_failure(pool_kind kind, std::uint64_t) {
+  std::uint32_t rebalance_on_failure(pool_kind kind, std::int64_t) {
     store& recipient = stores_[static_cast<int>(kind)];
     store& donor = stores_[1 - static_cast<int>(kind)];
     const std::uint64_t donor_bytes = std::uint64_t{batch_} * donor.unit;
@@ -284,16 +289,16 @@ class reference_avmp_pool {
   [[nodiscard]] pool_stats stats(pool_kind kind) const noexcept {
     const store& st = stores_[static_cast<int>(kind)];
     pool_stats s;
-    s.unit_bytes = st.unit;
-    s.total_units = st.total;
-    s.free_units = st.free_list.size();
+    s.unit_bytes = static_cast<byte_count>(st.unit);
+    s.total_units = static_cast<std::int64_t>(st.total);
+    s.free_units = static_cast<std::int64_t>(st.free_list.size());
     s.used_units = s.total_units - s.free_units;
     s.free_fraction = s.total_units ? static_cast<double>(s.free_units) / static_cast<double>(s.total_units) : 0.0;
     return s;
   }
   [[nodiscard]] const rebalance_counters& counters() const noexcept { return counters_; }
   /// Each store keeps a tensor of the whole budget.
-  [[nodiscard]] std::uint64_t reserved_bytes() const noexcept { return 2 * budget_; }
+  [[nodiscard]] byte_count reserved_bytes() const noexcept { return static_cast<byte_count>(2 * budget_); }
 
  private:
   struct store {
@@ -341,12 +346,12 @@ class reference_avmp_pool {
 };
 
 template <class Pool>
-std::uint64_t total_units(const Pool& pool, bool unified) {
+std::int64_t total_units(const Pool& pool, bool unified) {
   return unified ? pool.stats(pool_kind::kv).total_units
                  : pool.stats(pool_kind::kv).total_units + pool.stats(pool_kind::ssm).total_units;
 }
 template <class Pool>
-std::uint64_t free_units_of(const Pool& pool, bool unified) {
+std::int64_t free_units_of(const Pool& pool, bool unified) {
   return unified ? pool.stats(pool_kind::kv).free_units
                  : pool.stats(pool_kind::kv).free_units + pool.stats(pool_kind::ssm).free_units;
 }
@@ -388,7 +393,7 @@ alloc_replay_result run_alloc_replay(Pool& pool, const alloc_workload& w, const 
   std::vector<packed_handle> handle_of_unit;
   std::vector<std::uint32_t> owner_of_unit, seen_stamp;
   if (id_reuse) {
-    const std::uint64_t units = pool.stats(pool_kind::kv).total_units;
+    const auto units = static_cast<std::size_t>(pool.stats(pool_kind::kv).total_units);
     handle_of_unit.resize(units);
     owner_of_unit.resize(units);
     seen_stamp.assign(units, 0xffffffffu);
@@ -422,9 +427,9 @@ alloc_replay_result run_alloc_replay(Pool& pool, const alloc_workload& w, const 
       evict_one(domain);
       ok = pool.allocate_n(kind, std::span<packed_handle>(buf), rebalance_inline).has_value();
     }
-    if constexpr (requires { pool.rebalance_on_failure(kind, std::uint64_t{1}); }) {
+    if constexpr (requires { pool.rebalance_on_failure(kind, std::int64_t{1}); }) {
       if (!ok && lad == ladder::evict_then_rebalance) {
-        if (pool.rebalance_on_failure(kind, static_cast<std::uint64_t>(units)) > 0)
+        if (pool.rebalance_on_failure(kind, units) > 0)
           ok = pool.allocate_n(kind, std::span<packed_handle>(buf), false).has_value();
       }
     }
@@ -451,7 +456,7 @@ alloc_replay_result run_alloc_replay(Pool& pool, const alloc_workload& w, const 
   auto sample = [&] {
     ++samples;
     if (active_count == 0) return;
-    const std::uint64_t total = total_units(pool, unified);
+    const std::int64_t total = total_units(pool, unified);
     const double f = total ? static_cast<double>(free_units_of(pool, unified)) / static_cast<double>(total) : 0.0;
     frag_sum += f;
     res.fragmentation_peak = std::max(res.fragmentation_peak, f);
@@ -550,37 +555,37 @@ alloc_replay_result run_alloc_replay(Pool& pool, const alloc_workload& w, const 
   using namespace memory;
   HYBRIDCACHE_EXPECTS(cfg.tokens_per_page > 0, invalid_argument, "alloc replay: tokens_per_page must be > 0");
   const cost_model model(spec);
-  const std::uint64_t kv = kv_page_bytes(model, cfg.tokens_per_page);
-  const std::uint64_t ssm = ssm_block_bytes(model);
+  const byte_count kv = kv_page_bytes(model, cfg.tokens_per_page);
+  const byte_count ssm = ssm_block_bytes(model);
   switch (variant) {
     case alloc_variant::padded_unified: {
-      padded_unified_pool<counting_backing> pool({.budget_bytes = cfg.budget_bytes, .kv_page_bytes = kv,
+      padded_unified_pool<counting_backing> pool({.capacity_bytes = cfg.capacity_bytes, .kv_page_bytes = kv,
                                                   .ssm_block_bytes = ssm});
       auto r = detail::run_alloc_replay(pool, w, model, detail::ladder::evict_only, true, cfg);
       return r;
     }
     case alloc_variant::fixed_dual_mr05:
     case alloc_variant::fixed_dual_mr09: {
-      fixed_dual_pool<counting_backing> pool({.budget_bytes = cfg.budget_bytes, .kv_page_bytes = kv,
+      fixed_dual_pool<counting_backing> pool({.capacity_bytes = cfg.capacity_bytes, .kv_page_bytes = kv,
                                               .ssm_block_bytes = ssm,
                                               .ssm_ratio = variant == alloc_variant::fixed_dual_mr05 ? 0.5 : 0.9});
       return detail::run_alloc_replay(pool, w, model, detail::ladder::evict_only, false, cfg);
     }
     case alloc_variant::avmp_static_mr05: {
       simulated_vmm_pool<no_rebalancer> pool(
-          {.budget_bytes = cfg.budget_bytes, .kv_page_bytes = kv, .ssm_block_bytes = ssm, .ssm_fraction = 0.5});
+          {.capacity_bytes = cfg.capacity_bytes, .kv_page_bytes = kv, .ssm_block_bytes = ssm, .ssm_fraction = 0.5});
       return detail::run_alloc_replay(pool, w, model, detail::ladder::evict_only, false, cfg);
     }
     case alloc_variant::avmp_dynamic_b128:
       if (cfg.reference_avmp_stores) {
-        detail::reference_avmp_pool pool(cfg.budget_bytes, kv, ssm, 0.5, 128);
+        detail::reference_avmp_pool pool(cfg.capacity_bytes, kv, ssm, 0.5, 128);
         return detail::run_alloc_replay(pool, w, model, alloc_ladder::evict_then_rebalance, false, cfg);
       }
       [[fallthrough]];
     case alloc_variant::vmm_dynamic: {
       const bool ours = variant == alloc_variant::vmm_dynamic;
       simulated_vmm_pool<threshold_rebalancer> pool(
-          {.budget_bytes = cfg.budget_bytes, .kv_page_bytes = kv, .ssm_block_bytes = ssm, .ssm_fraction = 0.5,
+          {.capacity_bytes = cfg.capacity_bytes, .kv_page_bytes = kv, .ssm_block_bytes = ssm, .ssm_fraction = 0.5,
            .compaction = cfg.compaction.value_or(ours)},
           threshold_rebalancer(cfg.rebalancer.value_or(default_rebalancer_config(variant))));
       const alloc_ladder lad = cfg.ladder.value_or(alloc_ladder::evict_then_rebalance);

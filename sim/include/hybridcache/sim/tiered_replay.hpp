@@ -118,7 +118,7 @@ inline stores::tiered_state_store_config replay_store_config(const cost_model& m
                                                largest_request_bytes),
                                       hbm / 2)
                           : 0;
-  c.hbm_bytes = hbm - c.staging_bytes;
+  c.capacity_bytes = hbm - c.staging_bytes;
   for (std::size_t t = 1; t < o.tiers.size(); ++t) {
     tiered::tier_config x = o.tiers[t];
     // --link-gbps is the memory tiers' link; a storage tier or a tier's own :gbps= keeps its own.
