@@ -115,9 +115,12 @@ void run(const compare_cli& o, const CLI::App& sub) {
   // mooncake trace (its engine block size) or to vllm+ (its checkpoint block), the text and
   // chat options to those formats. With a format this does not know, load_trace says so.
   namespace sim = hybridcache::sim;
-  bool known = o.traces.empty() || !o.formats.empty(), mooncake = false, text = false, chat = false;
+  // No --format: marconi for every trace, replay's default (compare used to demand one).
+  const std::vector<std::string> trace_formats =
+      o.formats.empty() && !o.traces.empty() ? std::vector<std::string>{"marconi"} : o.formats;
+  bool known = true, mooncake = false, text = false, chat = false;
   std::string formats;
-  for (const auto& name : o.formats) {
+  for (const auto& name : trace_formats) {
     const std::optional<sim::trace_format> f = sim::find_trace_format(name);
     known = known && f.has_value();
     mooncake = mooncake || (f && *f == sim::trace_format::mooncake);
@@ -152,10 +155,10 @@ void run(const compare_cli& o, const CLI::App& sub) {
     traces.push_back({"synth-chat", synth_workload("chat", 1, 100, 2000)});
     traces.push_back({"synth-agent", synth_workload("agent", 2, 100, 4000)});
   } else {
-    if (!(o.formats.size() == 1 || o.formats.size() == o.traces.size()))
+    if (!(trace_formats.size() == 1 || trace_formats.size() == o.traces.size()))
       throw hybridcache::invalid_argument("give one --format for all traces or one per --trace");
     for (std::size_t i = 0; i < o.traces.size(); ++i) {
-      const std::string& fmt = o.formats.size() == 1 ? o.formats[0] : o.formats[i];
+      const std::string& fmt = trace_formats.size() == 1 ? trace_formats[0] : trace_formats[i];
       const std::int64_t block = fmt == "mooncake" && o.block_size > 0 ? o.block_size : 512;
       std::string label = i < o.labels.size() ? o.labels[i] : trace_label(o.traces[i]);
       trace_load_options load{block, o.sessions_per_second};
@@ -254,7 +257,8 @@ const bool registered = hcbench::register_command(
      [](CLI::App& sub) {
        static compare_cli o;
        sub.add_option("--trace", o.traces, "trace file (repeatable); none: the embedded synth-v1 workloads");
-       sub.add_option("--format", o.formats, "format of each --trace (one for all, or one per trace)");
+       sub.add_option("--format", o.formats,
+                      "format of each --trace (one for all, or one per trace; see replay --help); default marconi");
        sub.add_option("--label", o.labels, "table label of each --trace (default: file stem)");
        sub.add_option("--policies", o.policies, "comma-separated: marconi,sglang+,vllm+,lru,gdsf");
        sub.add_option("--capacities", o.capacities, "comma-separated byte capacities");

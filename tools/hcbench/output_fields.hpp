@@ -19,9 +19,10 @@ inline constexpr const char* compare_csv =
 inline constexpr const char* per_request_csv = "request,input_tokens,skipped_tokens";
 
 /// replay --tiers --per-request: one row per request in dispatch order (`request`: its index in
-/// the trace; refused: 1 when it could not be cached at all).
+/// the trace; refused: 1 when it could not be cached at all; source_tier: the slowest tier its
+/// host_hit_tokens were read from, 0 for none, the index in --tiers).
 inline constexpr const char* tiered_per_request_csv =
-    "request,refused,input_tokens,hbm_hit_tokens,host_hit_tokens,bytes_loaded,ttft_ms";
+    "request,refused,input_tokens,hbm_hit_tokens,host_hit_tokens,bytes_loaded,ttft_ms,source_tier";
 
 /// replay --json, single tier (replay_report.hpp's to_json).
 inline constexpr const char* replay_json =

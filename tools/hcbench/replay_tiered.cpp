@@ -272,7 +272,7 @@ void run_tiered_replay_command(const std::string& trace, const std::string& form
     std::string csv = std::string(fields::tiered_per_request_csv) + "\n";
     for (const auto& x : r.per_request) {
       csv += std::to_string(x.request) + ',' + (x.refused ? '1' : '0') + ',' + std::to_string(x.input_tokens) + ',' + std::to_string(x.hbm_hit_tokens) + ',' +
-             std::to_string(x.host_hit_tokens) + ',' + std::to_string(x.bytes_loaded) + ',' + json::number(x.ttft_ms) + '\n';
+             std::to_string(x.host_hit_tokens) + ',' + std::to_string(x.bytes_loaded) + ',' + json::number(x.ttft_ms) + ',' + std::to_string(x.source_tier) + '\n';
     }
     write_file_atomic(per_request, csv, "--per-request");
   }
