@@ -9,11 +9,12 @@
 namespace hcbench::fields {
 
 /// compare's results.csv (csv_row in replay_report.hpp writes them in this order). Sizes in
-/// exact bytes, rates as fractions, times in ms or s as named; an empty alpha: none followed.
+/// exact bytes, rates as fractions, times in ms or s as named; an empty alpha: none followed;
+/// followed: the selector's candidate at the end in --candidates syntax (empty without one).
 inline constexpr const char* compare_csv =
     "trace,model,policy,capacity_bytes,requests,input_tokens,skipped_tokens,token_hit_rate,request_hit_rate,"
     "flops_saved,ttft_p5_ms,ttft_p50_ms,ttft_p95_ms,ttft_p95_no_cache_ms,checkpoints_admitted,checkpoints_reused,"
-    "checkpoints_evicted,kv_bytes_admitted,evictions,alpha,wall_seconds,cpu_seconds";
+    "checkpoints_evicted,kv_bytes_admitted,evictions,alpha,wall_seconds,cpu_seconds,followed";
 
 /// replay --per-request, single tier: one row per request in replay order.
 inline constexpr const char* per_request_csv = "request,input_tokens,skipped_tokens";

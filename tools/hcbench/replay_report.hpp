@@ -122,7 +122,7 @@ inline const char* csv_header() { return fields::compare_csv; }
          n(m.flops_saved) + "," + n(m.ttft_p5_ms) + "," + n(m.ttft_p50_ms) + "," + n(m.ttft_p95_ms) + "," +
          n(m.ttft_p95_no_cache_ms) + "," + i(m.cache.checkpoints_admitted) + "," + i(m.cache.checkpoints_reused) + "," +
          i(m.cache.checkpoints_evicted) + "," + i(m.cache.kv_bytes_admitted) + "," + i(m.cache.evictions) + "," +
-         n(m.cache.alpha) + "," + n(m.wall_seconds) + "," + n(m.cpu_seconds);
+         n(m.cache.alpha) + "," + n(m.wall_seconds) + "," + n(m.cpu_seconds) + "," + csv_field(r.selector_followed);
 }
 
 /// Rows (the first the header) as hcbench prints every table: columns two spaces apart, the
