@@ -18,6 +18,34 @@
 // neither an OOM nor an eviction (the reference's `completed_reference` ignores
 // evictions). Every call is on a logical clock, so the LRU order is deterministic.
 //
+// Evaluation metrics (the AVMP paper's section 4 / the reference's metrics.py, computed in
+// this same loop; "ticks" are the harness's virtual clock, so every metric but the *_seconds
+// ones is deterministic, where the paper measures goodput and time to first OOM in wall
+// time and says they are therefore not reproducible):
+// - replay_ticks: last departure tick - first arrival tick (the same for every variant,
+//   since arrivals and departures come from the trace, not from the allocator).
+// - goodput_per_ktick: 1000 x completed / replay_ticks, completed requests (ours: neither
+//   an OOM nor an eviction) per 1,000 ticks. The paper's goodput is completed requests per
+//   wall-clock second; on the virtual clock a faster allocator finishes no sooner, so this
+//   one measures what the allocator lets finish, not its speed.
+//   goodput_requests_per_second is the paper's own (completed_reference / wall_seconds).
+// - batch_size_p50: the paper's effective_batch_size_p50: the median of the active-request
+//   count sampled every sample_every_events events plus once at the end, over the samples
+//   with at least one active request, numpy's default (linear) percentile. It depends on
+//   the trace only (evicted and OOM'd requests stay active), as the paper found.
+// - time_to_first_oom_ticks: tick of the event whose call failed first - first arrival
+//   tick; unset when no call failed (the paper: wall seconds, None without an OOM).
+// - Phase breakdown, the paper's four buckets (Fig. 4; metrics.py schema 1.3.0), in wall
+//   time: service_seconds (allocate calls that succeeded, and departures' frees),
+//   oom_retry_seconds (allocate calls that ended in an OOM, their evictions and retries
+//   included), migration_seconds (inside the rebalancer's migrations; overlaps the two
+//   before, as in the paper), idle_seconds (wall - service - oom_retry, clamped at 0:
+//   event sorting, bookkeeping, sampling). Deterministic counterpart, per allocate call:
+//   calls_served_directly (first try), calls_served_after_eviction, calls_served_after_
+//   rebalance (a migration happened during the call, inline or on the ladder), and the
+//   failed ones (oom_events); the four sum to allocate_calls.
+// Cost: two steady_clock reads per allocate call and per departure, one int per sample.
+//
 // Variants: padded_unified, fixed_dual_mr05 / _mr09 (ssm ratio 0.5 / 0.9), avmp_static_mr05
 // (our asymmetric pool, no rebalancing), avmp_dynamic_b128 (the paper's ladder: evict,
 // then a rebalance of 128 donor units gated by threshold_high 0.30 and the 1000-op
@@ -135,6 +163,20 @@ struct alloc_replay_result {
   byte_count kv_bytes_end = 0;         ///< KV pool capacity after the run
   byte_count ssm_bytes_end = 0;
   double wall_seconds = 0;
+
+  // Evaluation metrics (definitions in the header comment).
+  std::int64_t replay_ticks = 0;
+  double goodput_per_ktick = 0;
+  double goodput_requests_per_second = 0;  ///< the paper's: completed_reference / wall_seconds
+  double batch_size_p50 = 0;
+  std::optional<std::int64_t> time_to_first_oom_ticks{};
+  std::uint64_t calls_served_directly = 0;
+  std::uint64_t calls_served_after_eviction = 0;
+  std::uint64_t calls_served_after_rebalance = 0;
+  double service_seconds = 0;
+  double oom_retry_seconds = 0;
+  double migration_seconds = 0;
+  double idle_seconds = 0;
 
   [[nodiscard]] double completion() const noexcept {
     return submitted ? static_cast<double>(completed) / static_cast<double>(submitted) : 0.0;
@@ -345,6 +387,18 @@ class reference_avmp_pool {
   rebalance_counters counters_;
 };
 
+// numpy.percentile's default (linear interpolation between the closest ranks) of `v`, which
+// it sorts; 0 for an empty `v`. O(n log n).
+inline double linear_percentile(std::vector<std::int64_t>& v, double pct) {
+  if (v.empty()) return 0.0;
+  std::sort(v.begin(), v.end());
+  const double pos = pct / 100.0 * static_cast<double>(v.size() - 1);
+  const auto lo = static_cast<std::size_t>(pos);
+  const std::size_t hi = std::min(lo + 1, v.size() - 1);
+  const double frac = pos - static_cast<double>(lo);
+  return static_cast<double>(v[lo]) + frac * static_cast<double>(v[hi] - v[lo]);
+}
+
 template <class Pool>
 std::int64_t total_units(const Pool& pool, bool unified) {
   return unified ? pool.stats(pool_kind::kv).total_units
@@ -360,7 +414,9 @@ template <class Pool>
 alloc_replay_result run_alloc_replay(Pool& pool, const alloc_workload& w, const cost_model& model, ladder lad,
                                      bool unified, const alloc_replay_config& cfg, bool whole = false) {
   using hybridcache::pool_kind;
-  const auto start = std::chrono::steady_clock::now();
+  using clock = std::chrono::steady_clock;
+  const auto start = clock::now();
+  auto seconds_since = [](clock::time_point t0) { return std::chrono::duration<double>(clock::now() - t0).count(); };
   const std::int64_t page_tokens = cfg.tokens_per_page;
   const auto n = static_cast<std::uint32_t>(w.requests.size());
   const std::int64_t attn_layers = model.attention_layers();
@@ -404,10 +460,18 @@ alloc_replay_result run_alloc_replay(Pool& pool, const alloc_workload& w, const 
   std::uint64_t samples = 0, frag_samples = 0;
   double frag_sum = 0, ext_sum = 0;
   std::uint64_t active_count = 0;
+  std::vector<std::int64_t> active_samples;  // samples with >= 1 active request (batch_size_p50)
+  std::int64_t now_tick = 0;                 // the tick of the event being replayed
+  std::int64_t first_arrival = 0, last_departure = 0;
+  for (std::uint32_t i = 0; i < n; ++i) {
+    const alloc_request& r = w.requests[i];
+    first_arrival = i == 0 ? r.arrival_tick : std::min(first_arrival, r.arrival_tick);
+    last_departure = i == 0 ? r.departure_tick() : std::max(last_departure, r.departure_tick());
+  }
 
-  auto evict_one = [&](int domain) {
+  auto evict_one = [&](int domain) -> bool {
     auto victim = lru[domain].oldest();
-    if (!victim) return;
+    if (!victim) return false;
     for (packed_handle h : lru[domain].drop(*victim)) (void)pool.free(h);
     if (whole && !unified)
       for (packed_handle h : lru[1 - domain].drop(*victim)) (void)pool.free(h);
@@ -416,28 +480,39 @@ alloc_replay_result run_alloc_replay(Pool& pool, const alloc_workload& w, const 
       evicted[*victim] = 1;
       ++res.evicted;
     }
+    return true;
   };
   auto call = [&](std::uint32_t r, pool_kind kind, std::int64_t units) {
     ++res.allocate_calls;
+    const auto call_start = clock::now();
+    const auto rebalances_before = pool.counters().rebalances;  // the pools count in int64 or uint64
     const int domain = unified ? 0 : static_cast<int>(kind);
     buf.resize(static_cast<std::size_t>(units));
     const bool rebalance_inline = lad == ladder::rebalance_first;
+    bool evicted_for_call = false;
     bool ok = pool.allocate_n(kind, std::span<packed_handle>(buf), rebalance_inline).has_value();
     if (!ok) {
-      evict_one(domain);
+      evicted_for_call = evict_one(domain);
       ok = pool.allocate_n(kind, std::span<packed_handle>(buf), rebalance_inline).has_value();
     }
     if constexpr (requires { pool.rebalance_on_failure(kind, std::int64_t{1}); }) {
       if (!ok && lad == ladder::evict_then_rebalance) {
-        if (pool.rebalance_on_failure(kind, units) > 0)
-          ok = pool.allocate_n(kind, std::span<packed_handle>(buf), false).has_value();
+        const auto migration_start = clock::now();
+        const bool moved = pool.rebalance_on_failure(kind, units) > 0;
+        res.migration_seconds += seconds_since(migration_start);
+        if (moved) ok = pool.allocate_n(kind, std::span<packed_handle>(buf), false).has_value();
       }
     }
     if (!ok) {
       ++res.oom_events;
+      if (!res.time_to_first_oom_ticks) res.time_to_first_oom_ticks = now_tick - first_arrival;
       had_oom[r] = 1;
+      res.oom_retry_seconds += seconds_since(call_start);
       return;
     }
+    if (pool.counters().rebalances != rebalances_before) ++res.calls_served_after_rebalance;
+    else if (evicted_for_call) ++res.calls_served_after_eviction;
+    else ++res.calls_served_directly;
     lru[domain].touch(r, buf);
     held[r].insert(held[r].end(), buf.begin(), buf.end());
     if constexpr (requires { pool.padding_waste_bytes(); })
@@ -452,10 +527,12 @@ alloc_replay_result run_alloc_replay(Pool& pool, const alloc_workload& w, const 
         }
       }
     }
+    res.service_seconds += seconds_since(call_start);
   };
   auto sample = [&] {
     ++samples;
     if (active_count == 0) return;
+    active_samples.push_back(static_cast<std::int64_t>(active_count));
     const std::int64_t total = total_units(pool, unified);
     const double f = total ? static_cast<double>(free_units_of(pool, unified)) / static_cast<double>(total) : 0.0;
     frag_sum += f;
@@ -478,6 +555,7 @@ alloc_replay_result run_alloc_replay(Pool& pool, const alloc_workload& w, const 
     ++event_count;
     const std::uint32_t r = e.request;
     const alloc_request& req = w.requests[r];
+    now_tick = e.tick;
     if (e.priority == 2) {
       ++res.submitted;
       const std::int64_t kv_pages = std::max<std::int64_t>(1, (req.prompt_tokens + page_tokens - 1) / page_tokens);
@@ -489,6 +567,7 @@ alloc_replay_result run_alloc_replay(Pool& pool, const alloc_workload& w, const 
       if (active[r])
         for (std::int64_t l = 0; l < attn_layers; ++l) call(r, pool_kind::kv, 1);
     } else if (active[r]) {
+      const auto free_start = clock::now();
       if (id_reuse) {
         for (std::uint32_t u : held_units[r]) {  // by page id, like the reference
           if (seen_stamp[u] == r) continue;
@@ -504,6 +583,7 @@ alloc_replay_result run_alloc_replay(Pool& pool, const alloc_workload& w, const 
       held[r].shrink_to_fit();
       (void)lru[0].drop(r);
       (void)lru[1].drop(r);
+      res.service_seconds += seconds_since(free_start);  // frees succeed: service, as the reference
       active[r] = 0;
       --active_count;
       if (!had_oom[r]) {
@@ -530,7 +610,14 @@ alloc_replay_result run_alloc_replay(Pool& pool, const alloc_workload& w, const 
     res.kv_bytes_end = pool.stats(pool_kind::kv).total_bytes();
     res.ssm_bytes_end = pool.stats(pool_kind::ssm).total_bytes();
   }
-  res.wall_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  res.wall_seconds = seconds_since(start);
+  res.replay_ticks = last_departure - first_arrival;
+  res.goodput_per_ktick =
+      res.replay_ticks > 0 ? 1000.0 * static_cast<double>(res.completed) / static_cast<double>(res.replay_ticks) : 0.0;
+  res.goodput_requests_per_second =
+      res.wall_seconds > 0 ? static_cast<double>(res.completed_reference) / res.wall_seconds : 0.0;
+  res.batch_size_p50 = linear_percentile(active_samples, 50);
+  res.idle_seconds = std::max(0.0, res.wall_seconds - res.service_seconds - res.oom_retry_seconds);
   return res;
 }
 
@@ -578,7 +665,12 @@ alloc_replay_result run_alloc_replay(Pool& pool, const alloc_workload& w, const 
     }
     case alloc_variant::avmp_dynamic_b128:
       if (cfg.reference_avmp_stores) {
-        detail::reference_avmp_pool pool(cfg.capacity_bytes, kv, ssm, 0.5, 128);
+        // The reference's forced path takes only the batch size (its thresholds and throttle
+        // are dead code, hence the paper's null threshold sweep).
+        const std::uint64_t batch = cfg.rebalancer ? cfg.rebalancer->migration_batch_size : 128;
+        HYBRIDCACHE_EXPECTS(batch > 0 && batch <= 0xffffffffu, invalid_argument,
+                            "alloc replay: migration_batch_size must be in [1, 2^32)");
+        detail::reference_avmp_pool pool(cfg.capacity_bytes, kv, ssm, 0.5, static_cast<std::uint32_t>(batch));
         return detail::run_alloc_replay(pool, w, model, alloc_ladder::evict_then_rebalance, false, cfg);
       }
       [[fallthrough]];
