@@ -153,9 +153,10 @@ inline const char* csv_header() { return fields::compare_csv; }
 [[nodiscard]] inline std::string format_table(const std::vector<replay_result>& results) {
   std::vector<std::vector<std::string>> rows;
   // Units in the header, bare numbers in the cells; sizes carry their unit (docs/replay.md,
-  // "Output conventions"); `-`: no alpha followed.
+  // "Output conventions"); alpha `-`: no alpha followed; followed: the selector's candidate at
+  // the end in --candidates syntax (gdsf, marconi:0.5), `-` without a selector.
   rows.push_back({"trace", "policy", "capacity", "requests", "token hit %", "req hit %", "FLOPs saved", "TTFT p50 ms",
-                  "TTFT p95 ms", "ckpt adm", "evictions", "alpha", "wall s"});
+                  "TTFT p95 ms", "ckpt adm", "evictions", "alpha", "followed", "wall s"});
   auto f = [](const char* fmt, double v) {
     char b[48];
     std::snprintf(b, sizeof b, fmt, v);
@@ -168,7 +169,7 @@ inline const char* csv_header() { return fields::compare_csv; }
                     f("%.3e", m.flops_saved), f("%.1f", m.ttft_p50_ms), f("%.1f", m.ttft_p95_ms),
                     std::to_string(m.cache.checkpoints_admitted), std::to_string(m.cache.evictions),
                     std::isfinite(m.cache.alpha) ? f("%.2f", m.cache.alpha) : std::string("-"),
-                    f("%.4f", m.wall_seconds)});
+                    r.selector_followed.empty() ? std::string("-") : r.selector_followed, f("%.4f", m.wall_seconds)});
   }
   return aligned_table(rows, 2);  // trace and policy left, numbers right
 }
