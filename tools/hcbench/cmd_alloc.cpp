@@ -2,6 +2,12 @@
 //
 //   hcbench alloc --workload mixed_long --model jamba_1_5_mini --budget 1GiB --variant vmm_dynamic --seed 2 [--json]
 //   hcbench alloc --sweep --out DIR [--threads N]
+//   ... [--rebalance-batch N] [--threshold-low F] [--threshold-high F] [--rebalance-interval OPS]
+//
+// The rebalancer flags set the dynamic variants' rebalancer (the paper's sensitivity sweep:
+// migration batch size B, then threshold_low / threshold_high); a single run refuses them for a
+// variant without a rebalancer; the sweep applies them to its dynamic variants. Output keys and
+// columns: output_fields.hpp (alloc_json, alloc_sweep_csv, alloc_summary_csv).
 //
 // The sweep runs variants x workloads x {jamba_1_5_mini, mamba2_1b3} x {1, 4 GiB} x the
 // three bundled seeds in parallel threads and writes DIR/alloc_sweep.csv (one row per
@@ -18,6 +24,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -26,10 +33,12 @@
 #include <hybridcache/core/error.hpp>
 #include <hybridcache/model/presets.hpp>
 #include <hybridcache/sim/alloc_replay.hpp>
+#include <hybridcache/sim/bootstrap.hpp>
 
 #include "atomic_file.hpp"
 #include "cli_support.hpp"
 #include "command.hpp"
+#include "output_fields.hpp"
 #include "progress.hpp"
 #include "replay_args.hpp"
 
@@ -46,6 +55,42 @@ byte_count parse_budget(const std::string& text) {
   return bytes;
 }
 
+// The rebalancer flags as given; unset fields keep the variant's defaults.
+struct rebalancer_flags {
+  std::optional<std::uint64_t> migration_batch_size;
+  std::optional<double> threshold_low;
+  std::optional<double> threshold_high;
+  std::optional<std::uint64_t> min_rebalance_interval_ops;
+  [[nodiscard]] bool any() const noexcept {
+    return migration_batch_size || threshold_low || threshold_high || min_rebalance_interval_ops;
+  }
+};
+
+[[nodiscard]] bool has_rebalancer(sim::alloc_variant v) noexcept {
+  return v == sim::alloc_variant::avmp_dynamic_b128 || v == sim::alloc_variant::vmm_dynamic;
+}
+
+// The rebalancer `v` runs with: its defaults with the flags applied; unset for a variant
+// without one. @throws invalid_argument naming the flag when the result is invalid (checked
+// per variant, since vmm_dynamic's default thresholds, 0.01 / 0.05, are not the paper's).
+std::optional<memory::rebalancer_config> rebalancer_for(sim::alloc_variant v, const rebalancer_flags& f) {
+  if (!has_rebalancer(v)) return std::nullopt;
+  memory::rebalancer_config rc = sim::default_rebalancer_config(v);
+  if (f.migration_batch_size) rc.migration_batch_size = *f.migration_batch_size;
+  if (f.threshold_low) rc.threshold_low = *f.threshold_low;
+  if (f.threshold_high) rc.threshold_high = *f.threshold_high;
+  if (f.min_rebalance_interval_ops) rc.min_rebalance_interval_ops = *f.min_rebalance_interval_ops;
+  if (!(rc.threshold_low < rc.threshold_high)) {
+    char b[256];
+    std::snprintf(b, sizeof b, "--threshold-low (%g) must be below --threshold-high (%g) for %s%s", rc.threshold_low,
+                  rc.threshold_high, std::string(sim::to_string(v)).c_str(),
+                  f.threshold_low && f.threshold_high ? "" : " (the other is the variant's default: give both)");
+    throw invalid_argument(b);
+  }
+  rc.validate();
+  return rc;
+}
+
 struct cell {
   std::string workload;
   std::string model;
@@ -53,7 +98,18 @@ struct cell {
   std::uint64_t seed = 0;
   sim::alloc_variant variant{};
   sim::alloc_replay_result result{};
+  std::optional<memory::rebalancer_config> rebalancer{};  ///< what the variant ran with
 };
+
+// The replay config of a cell (the same for a single run and a sweep cell).
+sim::alloc_replay_config config_of(const cell& c, bool reference_quirks) {
+  sim::alloc_replay_config cfg;
+  cfg.capacity_bytes = c.budget;
+  cfg.reference_padded_id_reuse = reference_quirks;
+  cfg.reference_avmp_stores = reference_quirks;
+  cfg.rebalancer = c.rebalancer;
+  return cfg;
+}
 
 // printf into a string.
 [[gnu::format(printf, 2, 3)]] void appendf(std::string& out, const char* fmt, ...) {
@@ -91,7 +147,21 @@ std::string json_of(const cell& c) {
   o.num("external_fragmentation_mean", r.external_fragmentation_mean);
   o.raw("peak_reserved_bytes", u(r.peak_reserved_bytes)).raw("kv_bytes_end", u(r.kv_bytes_end));
   o.raw("ssm_bytes_end", u(r.ssm_bytes_end)).raw("allocate_calls", u(r.allocate_calls));
-  o.raw("growth_events", u(r.growth_events)).num("wall_seconds", r.wall_seconds);
+  o.raw("growth_events", u(r.growth_events)).integer("replay_ticks", r.replay_ticks);
+  o.num("goodput_per_ktick", r.goodput_per_ktick).num("goodput_requests_per_second", r.goodput_requests_per_second);
+  o.num("batch_size_p50", r.batch_size_p50);
+  o.raw("time_to_first_oom_ticks", r.time_to_first_oom_ticks ? std::to_string(*r.time_to_first_oom_ticks) : "null");
+  o.raw("calls_served_directly", u(r.calls_served_directly));
+  o.raw("calls_served_after_eviction", u(r.calls_served_after_eviction));
+  o.raw("calls_served_after_rebalance", u(r.calls_served_after_rebalance));
+  o.num("service_seconds", r.service_seconds).num("oom_retry_seconds", r.oom_retry_seconds);
+  o.num("migration_seconds", r.migration_seconds).num("idle_seconds", r.idle_seconds);
+  o.num("wall_seconds", r.wall_seconds);
+  const auto& rb = c.rebalancer;
+  o.raw("rebalance_batch", rb ? u(rb->migration_batch_size) : "null");
+  o.raw("threshold_low", rb ? hcbench::json::number(rb->threshold_low) : "null");
+  o.raw("threshold_high", rb ? hcbench::json::number(rb->threshold_high) : "null");
+  o.raw("rebalance_interval", rb ? u(rb->min_rebalance_interval_ops) : "null");
   o.provenance();
   return o.text();
 }
@@ -123,6 +193,28 @@ void print_text(const cell& c) {
   std::printf("  peak reserved      %s\n", size(r.peak_reserved_bytes).c_str());
   if (r.kv_bytes_end || r.ssm_bytes_end)
     std::printf("  pools at end       KV %s, SSM %s\n", size(r.kv_bytes_end).c_str(), size(r.ssm_bytes_end).c_str());
+  if (c.rebalancer)
+    std::printf("  rebalancer         batch %llu, thresholds %g / %g, interval %llu ops\n",
+                static_cast<unsigned long long>(c.rebalancer->migration_batch_size), c.rebalancer->threshold_low,
+                c.rebalancer->threshold_high, static_cast<unsigned long long>(c.rebalancer->min_rebalance_interval_ops));
+  std::printf("  goodput            %.2f completed requests per 1,000 ticks (%lld ticks); %.1f req/s in wall time "
+              "(the paper's: completed_reference)\n",
+              r.goodput_per_ktick, static_cast<long long>(r.replay_ticks), r.goodput_requests_per_second);
+  std::printf("  batch size p50     %g active requests\n", r.batch_size_p50);
+  if (r.time_to_first_oom_ticks)
+    std::printf("  first OOM          %lld ticks after the first arrival\n",
+                static_cast<long long>(*r.time_to_first_oom_ticks));
+  else
+    std::printf("  first OOM          none\n");
+  std::printf("  calls              %llu served directly, %llu after an eviction, %llu after a rebalance, %llu failed\n",
+              static_cast<unsigned long long>(r.calls_served_directly),
+              static_cast<unsigned long long>(r.calls_served_after_eviction),
+              static_cast<unsigned long long>(r.calls_served_after_rebalance),
+              static_cast<unsigned long long>(r.oom_events));
+  const double wall = r.wall_seconds > 0 ? r.wall_seconds : 1;
+  std::printf("  phases (wall)      service %.1f %%, OOM retry %.1f %%, migration %.1f %%, idle %.1f %%\n",
+              100 * r.service_seconds / wall, 100 * r.oom_retry_seconds / wall, 100 * r.migration_seconds / wall,
+              100 * r.idle_seconds / wall);
   std::printf("  wall               %.4f s\n", r.wall_seconds);
 }
 
@@ -201,13 +293,14 @@ std::string bar_chart_svg(const std::vector<std::string>& panels, const std::vec
   return o;
 }
 
-void run_sweep(const std::string& out_dir, unsigned threads, bool reference_quirks) {
+void run_sweep(const std::string& out_dir, unsigned threads, bool reference_quirks, const rebalancer_flags& flags) {
   std::vector<cell> cells;
   for (const char* model : {"jamba_1_5_mini", "mamba2_1b3"})
     for (byte_count budget : {byte_count{1} << 30, byte_count{4} << 30})
       for (auto w : sim::alloc_workload_names())
         for (auto seed : sim::alloc_workload_seeds(w))
-          for (auto v : sim::all_alloc_variants) cells.push_back({std::string(w), model, budget, seed, v, {}});
+          for (auto v : sim::all_alloc_variants)
+            cells.push_back({std::string(w), model, budget, seed, v, {}, rebalancer_for(v, flags)});
 
   // Load each trace once; cells only read them.
   std::map<std::string, sim::alloc_workload> traces;
@@ -225,12 +318,8 @@ void run_sweep(const std::string& out_dir, unsigned threads, bool reference_quir
       try {
         for (std::size_t i = next++; i < cells.size(); i = next++) {
           cell& c = cells[i];
-          sim::alloc_replay_config cfg;
-          cfg.capacity_bytes = c.budget;
-          cfg.reference_padded_id_reuse = reference_quirks;
-          cfg.reference_avmp_stores = reference_quirks;
           c.result = sim::replay_alloc(traces.at(c.workload + "#" + std::to_string(c.seed)), presets::preset(c.model),
-                                       c.variant, cfg);
+                                       c.variant, config_of(c, reference_quirks));
           meter.step();
         }
       } catch (const std::exception& e) {
@@ -248,10 +337,7 @@ void run_sweep(const std::string& out_dir, unsigned threads, bool reference_quir
   if (ec) throw invalid_argument("--out '" + out_dir + "': cannot create directory (" + ec.message() + ")");
   std::string csv, summary, report;
   {
-    csv += "workload,model,capacity_bytes,seed,variant,submitted,oom_events,completed,completion,completed_reference,"
-           "completion_reference,evicted,eviction_events,rebalances,bytes_migrated,bytes_wasted,padding_bytes_peak,compactions,"
-           "fragmentation_mean,fragmentation_peak,external_fragmentation_mean,peak_reserved_bytes,kv_bytes_end,"
-           "ssm_bytes_end\n";
+    csv += std::string(hcbench::fields::alloc_sweep_csv) + "\n";
     for (const auto& c : cells) {
       const auto& r = c.result;
       char row[1024];
@@ -271,6 +357,21 @@ void run_sweep(const std::string& out_dir, unsigned threads, bool reference_quir
                     static_cast<unsigned long long>(r.peak_reserved_bytes),
                     static_cast<unsigned long long>(r.kv_bytes_end), static_cast<unsigned long long>(r.ssm_bytes_end));
       csv += row;
+      // The evaluation metrics, then the rebalancer (output_fields.hpp's order).
+      csv.pop_back();  // the newline above
+      appendf(csv, ",%lld,%.6f,%.3f,%g,", static_cast<long long>(r.replay_ticks), r.goodput_per_ktick,
+              r.goodput_requests_per_second, r.batch_size_p50);
+      if (r.time_to_first_oom_ticks) appendf(csv, "%lld", static_cast<long long>(*r.time_to_first_oom_ticks));
+      appendf(csv, ",%llu,%llu,%llu,%.6f,%.6f,%.6f,%.6f,%.6f,", static_cast<unsigned long long>(r.calls_served_directly),
+              static_cast<unsigned long long>(r.calls_served_after_eviction),
+              static_cast<unsigned long long>(r.calls_served_after_rebalance), r.service_seconds, r.oom_retry_seconds,
+              r.migration_seconds, r.idle_seconds, r.wall_seconds);
+      if (c.rebalancer)
+        appendf(csv, "%llu,%g,%g,%llu\n", static_cast<unsigned long long>(c.rebalancer->migration_batch_size),
+                c.rebalancer->threshold_low, c.rebalancer->threshold_high,
+                static_cast<unsigned long long>(c.rebalancer->min_rebalance_interval_ops));
+      else
+        csv += ",,,\n";
     }
   }
 
@@ -279,6 +380,8 @@ void run_sweep(const std::string& out_dir, unsigned threads, bool reference_quir
     double oom = 0, completion = 0, completion_ref = 0, evicted = 0, rebalances = 0, migrated = 0, frag = 0;
     double reserved = 0;
     int n = 0;
+    // Per-seed values, for the bootstrap intervals; first OOM over the seeds that had one.
+    std::vector<double> ooms, completions, goodputs, batch_p50s, first_ooms;
   };
   std::map<std::string, agg> means;
   std::vector<std::string> panels, groups, bars;
@@ -286,6 +389,7 @@ void run_sweep(const std::string& out_dir, unsigned threads, bool reference_quir
     if (std::find(v.begin(), v.end(), s) == v.end()) v.push_back(s);
   };
   std::map<std::string, double> oom_value;
+  std::map<std::string, sim::mean_interval> oom_ci_text;
   for (const auto& c : cells) {
     const std::string panel = c.model + " " + hcbench::format_bytes(static_cast<std::int64_t>(c.budget), hcbench::byte_units::binary);
     const std::string variant(sim::to_string(c.variant));
@@ -302,11 +406,15 @@ void run_sweep(const std::string& out_dir, unsigned threads, bool reference_quir
     a.migrated += static_cast<double>(r.bytes_migrated) / (1 << 20);
     a.frag += r.fragmentation_mean;
     a.reserved = static_cast<double>(r.peak_reserved_bytes);
+    a.ooms.push_back(static_cast<double>(r.oom_events));
+    a.completions.push_back(r.completion());
+    a.goodputs.push_back(r.goodput_per_ktick);
+    a.batch_p50s.push_back(r.batch_size_p50);
+    if (r.time_to_first_oom_ticks) a.first_ooms.push_back(static_cast<double>(*r.time_to_first_oom_ticks));
     ++a.n;
   }
   {
-    summary += "panel,workload,variant,seeds,oom_mean,completion_mean,completion_reference_mean,evicted_mean,"
-           "rebalances_mean,migrated_mib_mean,fragmentation_mean,peak_reserved_bytes\n";
+    summary += std::string(hcbench::fields::alloc_summary_csv) + "\n";
     appendf(report, "sweep: %s in %.2f s on %s -> %s\n\n", hcbench::count_of(cells.size(), "cell").c_str(), seconds,
             hcbench::count_of(threads, "thread").c_str(), out_dir.c_str());
     for (const auto& panel : panels) {
@@ -329,6 +437,33 @@ void run_sweep(const std::string& out_dir, unsigned threads, bool reference_quir
                         g.c_str(), b.c_str(), a.n, a.oom / n, a.completion / n, a.completion_ref / n, a.evicted / n,
                         a.rebalances / n, a.migrated / n, a.frag / n, a.reserved);
           summary += row;
+          summary.pop_back();
+          const auto oom_ci = sim::bootstrap_mean_ci(a.ooms), completion_ci = sim::bootstrap_mean_ci(a.completions);
+          const auto goodput_ci = sim::bootstrap_mean_ci(a.goodputs), batch_ci = sim::bootstrap_mean_ci(a.batch_p50s);
+          oom_ci_text[key] = oom_ci;
+          appendf(summary, ",%.4f,%.4f,%.6f,%.6f,%.4f,%.4f,%.4f,%.2f,%.2f,%.2f,%zu,", oom_ci.low, oom_ci.high,
+                  completion_ci.low, completion_ci.high, goodput_ci.mean, goodput_ci.low, goodput_ci.high, batch_ci.mean,
+                  batch_ci.low, batch_ci.high, a.first_ooms.size());
+          if (!a.first_ooms.empty()) appendf(summary, "%.2f", sim::bootstrap_mean_ci(a.first_ooms).mean);
+          summary += "\n";
+        }
+        appendf(report, "\n");
+      }
+      appendf(report, "\n");
+    }
+    // The intervals, after the OOM tables (which stay as they were printed before).
+    for (const auto& panel : panels) {
+      appendf(report, "%s: mean OOM events [bootstrap 95 %% interval over seeds, 1,000 resamples]\n", panel.c_str());
+      appendf(report, "| workload |");
+      for (const auto& b : bars) appendf(report, " %s |", b.c_str());
+      appendf(report, "\n|---|");
+      for (std::size_t i = 0; i < bars.size(); ++i) appendf(report, "---:|");
+      appendf(report, "\n");
+      for (const auto& g : groups) {
+        appendf(report, "| %s |", g.c_str());
+        for (const auto& b : bars) {
+          const auto& ci = oom_ci_text[panel + "|" + g + "|" + b];
+          appendf(report, " %.2f [%.2f, %.2f] |", ci.mean, ci.low, ci.high);
         }
         appendf(report, "\n");
       }
@@ -359,6 +494,9 @@ const bool registered = hcbench::register_command(
          bool reference_quirks = false;
          std::string out = "alloc-sweep";
          unsigned threads = 0;
+         std::uint64_t rebalance_batch = 0;
+         double threshold_low = 0, threshold_high = 0;
+         std::uint64_t rebalance_interval = 0;
        };
        static options o;
        sub.add_option("--workload", o.workload, "uniform_short | mixed_long | agentic_burst | sharegpt_replay");
@@ -375,11 +513,30 @@ const bool registered = hcbench::register_command(
          sep = ", ";
        }
        sub.add_option("--seed", o.seed, seed_help + ")")->default_str("");
-       sub.add_flag("--json", o.json, "print one JSON object");
+       sub.add_flag("--json", o.json, std::string("print one JSON object; keys: ") + hcbench::fields::alloc_json);
        sub.add_flag("--reference-quirks", o.reference_quirks,
                     "reproduce the reference's defects: padded_unified frees by page id, avmp_dynamic_b128 runs on "
                     "an emulation of its tail-only stores (matches its published numbers)");
-       sub.add_flag("--sweep", o.sweep, "run the whole grid in parallel; writes CSV + SVG into --out");
+       sub.add_flag("--sweep", o.sweep,
+                    std::string("run the whole grid in parallel; writes CSV + SVG into --out: alloc_sweep.csv (columns: ") +
+                        hcbench::fields::alloc_sweep_csv + "), alloc_sweep_summary.csv (columns: " +
+                        hcbench::fields::alloc_summary_csv + "), alloc_ooms.svg");
+       // The rebalancer of the dynamic variants (avmp_dynamic_b128, vmm_dynamic): the paper's
+       // sensitivity sweep (section 4.5) varies B, then the two thresholds.
+       sub.add_option("--rebalance-batch", o.rebalance_batch,
+                      "donor units per rebalance (migration_batch_size; default 128, the paper's B), 1..4294967295")
+           ->default_str("");
+       sub.add_option("--threshold-low", o.threshold_low,
+                      "a pool is pressured below this free fraction, in [0, 1) (default 0.05; vmm_dynamic 0.01)")
+           ->default_str("");
+       sub.add_option("--threshold-high", o.threshold_high,
+                      "a donor must keep more than this free fraction, in (0, 1] and above --threshold-low "
+                      "(default 0.30; vmm_dynamic 0.05). With --reference-quirks avmp_dynamic_b128 ignores both "
+                      "thresholds and --rebalance-interval, as the reference does")
+           ->default_str("");
+       sub.add_option("--rebalance-interval", o.rebalance_interval,
+                      "logical operations between rebalances (min_rebalance_interval_ops; default 1000; vmm_dynamic 100)")
+           ->default_str("");
        sub.add_option("--out", o.out, "output directory of --sweep");
        sub.add_option("--threads", o.threads, "sweep threads; 0: hardware concurrency (the default)");
        sub.callback([&sub] {
@@ -388,9 +545,22 @@ const bool registered = hcbench::register_command(
          for (const char* name : {"--workload", "--model", "--budget", "--variant", "--seed", "--json"})
            hcbench::reject_unless(!o.sweep, sub, name, "with --sweep (the sweep runs the whole grid)");
          if (o.threads > 4096) throw invalid_argument("--threads: expected 0..4096, got " + std::to_string(o.threads));
+         rebalancer_flags flags;
+         if (hcbench::given(sub, "--rebalance-batch")) {
+           if (o.rebalance_batch < 1 || o.rebalance_batch > 0xffffffffu)
+             throw invalid_argument("--rebalance-batch: expected 1..4294967295 donor units, got " +
+                                    std::to_string(o.rebalance_batch));
+           flags.migration_batch_size = o.rebalance_batch;
+         }
+         if (hcbench::given(sub, "--threshold-low"))
+           flags.threshold_low = hcbench::check_finite_range(o.threshold_low, 0, 1, "--threshold-low");
+         if (hcbench::given(sub, "--threshold-high"))
+           flags.threshold_high = hcbench::check_finite_range(o.threshold_high, 0, 1, "--threshold-high");
+         if (hcbench::given(sub, "--rebalance-interval")) flags.min_rebalance_interval_ops = o.rebalance_interval;
          if (o.sweep) {
+           for (auto v : sim::all_alloc_variants) (void)rebalancer_for(v, flags);  // bad values: one error, up front
            const unsigned t = o.threads ? o.threads : std::max(1u, std::thread::hardware_concurrency());
-           run_sweep(o.out, t, o.reference_quirks);
+           run_sweep(o.out, t, o.reference_quirks, flags);
            return;
          }
          std::uint64_t seed = o.seed;
@@ -398,13 +568,15 @@ const bool registered = hcbench::register_command(
            const auto seeds = sim::alloc_workload_seeds(o.workload);
            if (!seeds.empty()) seed = seeds.front();
          }
-         cell c{o.workload, o.model, parse_budget(o.budget), seed, sim::parse_alloc_variant(o.variant), {}};
-         sim::alloc_replay_config cfg;
-         cfg.capacity_bytes = c.budget;
-         cfg.reference_padded_id_reuse = o.reference_quirks;
-         cfg.reference_avmp_stores = o.reference_quirks;
+         const sim::alloc_variant variant = sim::parse_alloc_variant(o.variant);
+         if (flags.any() && !has_rebalancer(variant))
+           for (const char* name : {"--rebalance-batch", "--threshold-low", "--threshold-high", "--rebalance-interval"})
+             hcbench::reject_unless(false, sub, name,
+                                    "to " + o.variant +
+                                        ": it has no rebalancer (avmp_dynamic_b128 and vmm_dynamic have one)");
+         cell c{o.workload, o.model, parse_budget(o.budget), seed, variant, {}, rebalancer_for(variant, flags)};
          c.result = sim::replay_alloc(sim::bundled_alloc_workload(c.workload, seed), presets::preset(c.model),
-                                      c.variant, cfg);
+                                      c.variant, config_of(c, o.reference_quirks));
          if (o.json) std::printf("%s\n", json_of(c).c_str());
          else print_text(c);
        });

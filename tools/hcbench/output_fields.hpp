@@ -57,4 +57,38 @@ inline constexpr const char* tiered_json =
     "storage_gets, storage_misses, storage_put_failures, verify_failures, failed_copies, real_copy_wall_ms, "
     "modelled_copy_ms, late_ms]; tokenizer, command, version, date";
 
+/// alloc --json (cmd_alloc.cpp's json_of; definitions in sim/alloc_replay.hpp's header).
+/// time_to_first_oom_ticks is null without an OOM; rebalance_batch, threshold_low,
+/// threshold_high and rebalance_interval are the rebalancer the variant ran with (null for a
+/// variant without one).
+inline constexpr const char* alloc_json =
+    "workload, model, capacity_bytes, variant, seed, submitted, oom_events, completed, completion, "
+    "completed_reference, completion_reference, evicted, eviction_events, rebalances, bytes_migrated, bytes_wasted, "
+    "padding_bytes_peak, compactions, fragmentation_mean, fragmentation_peak, external_fragmentation_mean, "
+    "peak_reserved_bytes, kv_bytes_end, ssm_bytes_end, allocate_calls, growth_events, replay_ticks, "
+    "goodput_per_ktick, goodput_requests_per_second, batch_size_p50, time_to_first_oom_ticks, calls_served_directly, "
+    "calls_served_after_eviction, calls_served_after_rebalance, service_seconds, oom_retry_seconds, migration_seconds, "
+    "idle_seconds, wall_seconds, rebalance_batch, threshold_low, threshold_high, rebalance_interval; command, version, "
+    "date";
+
+/// alloc --sweep's alloc_sweep.csv: one row per cell, the --json keys but the provenance (an
+/// empty time_to_first_oom_ticks: no OOM; empty rebalancer columns: no rebalancer).
+inline constexpr const char* alloc_sweep_csv =
+    "workload,model,capacity_bytes,seed,variant,submitted,oom_events,completed,completion,completed_reference,"
+    "completion_reference,evicted,eviction_events,rebalances,bytes_migrated,bytes_wasted,padding_bytes_peak,compactions,"
+    "fragmentation_mean,fragmentation_peak,external_fragmentation_mean,peak_reserved_bytes,kv_bytes_end,"
+    "ssm_bytes_end,replay_ticks,goodput_per_ktick,goodput_requests_per_second,batch_size_p50,time_to_first_oom_ticks,"
+    "calls_served_directly,calls_served_after_eviction,calls_served_after_rebalance,service_seconds,oom_retry_seconds,"
+    "migration_seconds,idle_seconds,wall_seconds,rebalance_batch,threshold_low,threshold_high,rebalance_interval";
+
+/// alloc --sweep's alloc_sweep_summary.csv: one row per (panel, workload, variant), means over
+/// the seeds; *_ci_low / *_ci_high: the bootstrap 95 % interval of the mean (sim/bootstrap.hpp:
+/// seeds resampled with replacement 1,000 times, RNG seed 20260520); seeds_with_oom and
+/// time_to_first_oom_ticks_mean (over those seeds; empty when none had an OOM).
+inline constexpr const char* alloc_summary_csv =
+    "panel,workload,variant,seeds,oom_mean,completion_mean,completion_reference_mean,evicted_mean,rebalances_mean,"
+    "migrated_mib_mean,fragmentation_mean,peak_reserved_bytes,oom_ci_low,oom_ci_high,completion_ci_low,"
+    "completion_ci_high,goodput_per_ktick_mean,goodput_per_ktick_ci_low,goodput_per_ktick_ci_high,batch_size_p50_mean,"
+    "batch_size_p50_ci_low,batch_size_p50_ci_high,seeds_with_oom,time_to_first_oom_ticks_mean";
+
 }  // namespace hcbench::fields
