@@ -1016,6 +1016,13 @@ elseif(CASE STREQUAL "alloc")
                         "migrated ${base_migrated}; --rebalance-batch 1: batch ${b1_batch} migrated ${b1_migrated}; "
                         "--threshold-high 0.99: high ${gated_high} rebalances ${gated_rebalances} (want 0)")
   endif()
+  # On the reference's stores the batch size reaches the forced rebalance (B = 1: 112 OOM events
+  # on mixed_long seed 2, 107 at the default 128) and the text says the thresholds are not read.
+  run_hcbench(out err rc alloc --workload mixed_long --seed 2 --variant avmp_dynamic_b128 --reference-quirks
+              --rebalance-batch 1)
+  if(NOT out MATCHES "OOM events +112\n" OR NOT out MATCHES "rebalancer +batch 1 \\(the reference's stores: no thresholds, no interval\\)")
+    message(FATAL_ERROR "alloc --reference-quirks --rebalance-batch 1: want 112 OOM events and the reference's rebalancer line:\n${out}")
+  endif()
   expect_error("--rebalance-batch: expected 1..4294967295 donor units, got 0"
                alloc --variant avmp_dynamic_b128 --rebalance-batch 0)
   expect_error("--threshold-low: expected a finite number in [0, 1], got 1.5"

@@ -166,7 +166,7 @@ std::string json_of(const cell& c) {
   return o.text();
 }
 
-void print_text(const cell& c) {
+void print_text(const cell& c, bool reference_stores) {
   const auto& r = c.result;
   // Sizes as docs/replay.md's "Output conventions" say: exact ones as typed, others in binary
   // units (the allocator's pages and blocks are); the JSON keeps the bytes.
@@ -193,7 +193,10 @@ void print_text(const cell& c) {
   std::printf("  peak reserved      %s\n", size(r.peak_reserved_bytes).c_str());
   if (r.kv_bytes_end || r.ssm_bytes_end)
     std::printf("  pools at end       KV %s, SSM %s\n", size(r.kv_bytes_end).c_str(), size(r.ssm_bytes_end).c_str());
-  if (c.rebalancer)
+  if (c.rebalancer && reference_stores)  // the reference's forced path reads the batch size only
+    std::printf("  rebalancer         batch %llu (the reference's stores: no thresholds, no interval)\n",
+                static_cast<unsigned long long>(c.rebalancer->migration_batch_size));
+  else if (c.rebalancer)
     std::printf("  rebalancer         batch %llu, thresholds %g / %g, interval %llu ops\n",
                 static_cast<unsigned long long>(c.rebalancer->migration_batch_size), c.rebalancer->threshold_low,
                 c.rebalancer->threshold_high, static_cast<unsigned long long>(c.rebalancer->min_rebalance_interval_ops));
@@ -578,7 +581,7 @@ const bool registered = hcbench::register_command(
          c.result = sim::replay_alloc(sim::bundled_alloc_workload(c.workload, seed), presets::preset(c.model),
                                       c.variant, config_of(c, o.reference_quirks));
          if (o.json) std::printf("%s\n", json_of(c).c_str());
-         else print_text(c);
+         else print_text(c, o.reference_quirks && variant == sim::alloc_variant::avmp_dynamic_b128);
        });
      }});
 
