@@ -221,10 +221,11 @@ void print_text(const cell& c, bool reference_stores) {
   std::printf("  wall               %.4f s\n", r.wall_seconds);
 }
 
-// Grouped bar chart: one panel per (model, budget), groups = workloads, bars = variants.
+// Grouped bar chart: one panel per (model, budget), groups = workloads, bars = variants; a
+// whisker on each bar spans its bootstrap interval over the seeds.
 std::string bar_chart_svg(const std::vector<std::string>& panels, const std::vector<std::string>& groups,
                           const std::vector<std::string>& bars,
-                          const std::map<std::string, double>& value,  // key panel|group|bar
+                          const std::map<std::string, sim::mean_interval>& value,  // key panel|group|bar
                           const std::string& title) {
   static const char* colours[] = {"#7f7f7f", "#1f77b4", "#aec7e8", "#ff7f0e", "#d62728", "#2ca02c"};
   const int pw = 520, ph = 330, ml = 56, mr = 12, mt = 34, mb = 46, legend_h = 26;
@@ -248,7 +249,7 @@ std::string bar_chart_svg(const std::vector<std::string>& panels, const std::vec
     for (const auto& g : groups)
       for (const auto& b : bars) {
         auto it = value.find(panels[p] + "|" + g + "|" + b);
-        if (it != value.end()) vmax = std::max(vmax, it->second);
+        if (it != value.end()) vmax = std::max(vmax, it->second.high);
       }
     const hcbench::round_axis axis = hcbench::round_axis_for(vmax);  // ticks at 1, 2 or 5 x 10^k
     const double top = axis.top();
@@ -272,10 +273,16 @@ std::string bar_chart_svg(const std::vector<std::string>& panels, const std::vec
       for (std::size_t b = 0; b < bars.size(); ++b) {
         auto it = value.find(panels[p] + "|" + groups[g] + "|" + bars[b]);
         if (it == value.end()) continue;
-        const double h = phgt * it->second / top;
+        const sim::mean_interval& ci = it->second;
+        const double h = phgt * ci.mean / top;
         o += "<rect x=\"" + num(gx + bw * static_cast<double>(b)) + "\" y=\"" + num(y0 - h) + "\" width=\"" +
              num(bw * 0.92) + "\" height=\"" + num(h) + "\" fill=\"" + colours[b % 6] + "\"><title>" + bars[b] + " " +
-             groups[g] + ": " + num(it->second) + "</title></rect>\n";
+             groups[g] + ": " + num(ci.mean) + " [" + num(ci.low) + ", " + num(ci.high) + "]</title></rect>\n";
+        if (ci.high > ci.low) {
+          const std::string xc = num(gx + bw * (static_cast<double>(b) + 0.46));
+          o += "<line x1=\"" + xc + "\" y1=\"" + num(y0 - phgt * ci.low / top) + "\" x2=\"" + xc + "\" y2=\"" +
+               num(y0 - phgt * ci.high / top) + "\" stroke=\"black\" stroke-width=\"1\"/>\n";
+        }
       }
       o += "<text x=\"" + num(gx + gw * 0.4) + "\" y=\"" + std::to_string(y0 + 16) +
            "\" text-anchor=\"middle\" font-size=\"11\">" + groups[g] + "</text>\n";
@@ -391,7 +398,6 @@ void run_sweep(const std::string& out_dir, unsigned threads, bool reference_quir
   auto add_unique = [](std::vector<std::string>& v, const std::string& s) {
     if (std::find(v.begin(), v.end(), s) == v.end()) v.push_back(s);
   };
-  std::map<std::string, double> oom_value;
   std::map<std::string, sim::mean_interval> oom_ci_text;
   for (const auto& c : cells) {
     const std::string panel = c.model + " " + hcbench::format_bytes(static_cast<std::int64_t>(c.budget), hcbench::byte_units::binary);
@@ -433,7 +439,6 @@ void run_sweep(const std::string& out_dir, unsigned threads, bool reference_quir
           const std::string key = panel + "|" + g + "|" + b;
           const agg& a = means[key];
           const double n = a.n ? a.n : 1;
-          oom_value[key] = a.oom / n;
           appendf(report, " %.2f (%.3f) |", a.oom / n, a.completion / n);
           char row[512];
           std::snprintf(row, sizeof row, "%s,%s,%s,%d,%.4f,%.6f,%.6f,%.2f,%.2f,%.2f,%.6f,%.0f\n", panel.c_str(),
@@ -443,7 +448,7 @@ void run_sweep(const std::string& out_dir, unsigned threads, bool reference_quir
           summary.pop_back();
           const auto oom_ci = sim::bootstrap_mean_ci(a.ooms), completion_ci = sim::bootstrap_mean_ci(a.completions);
           const auto goodput_ci = sim::bootstrap_mean_ci(a.goodputs), batch_ci = sim::bootstrap_mean_ci(a.batch_p50s);
-          oom_ci_text[key] = oom_ci;
+          oom_ci_text[key] = oom_ci;  // bar and whisker of the figure, cells of the interval table
           appendf(summary, ",%.4f,%.4f,%.6f,%.6f,%.4f,%.4f,%.4f,%.2f,%.2f,%.2f,%zu,", oom_ci.low, oom_ci.high,
                   completion_ci.low, completion_ci.high, goodput_ci.mean, goodput_ci.low, goodput_ci.high, batch_ci.mean,
                   batch_ci.low, batch_ci.high, a.first_ooms.size());
@@ -478,7 +483,8 @@ void run_sweep(const std::string& out_dir, unsigned threads, bool reference_quir
   files.add((dir / "alloc_sweep.csv").string(), csv);
   files.add((dir / "alloc_sweep_summary.csv").string(), summary);
   files.add((dir / "alloc_ooms.svg").string(),
-            bar_chart_svg(panels, groups, bars, oom_value, "AVMP allocator replay: mean OOM events (3 seeds)"));
+            bar_chart_svg(panels, groups, bars, oom_ci_text,
+                          "AVMP allocator replay: mean OOM events (3 seeds; whiskers: bootstrap 95 % interval)"));
   files.commit("--out");
   std::fputs(report.c_str(), stdout);
 }
