@@ -8,6 +8,7 @@ tiered sglang+ rows'. 9 replays, deterministic; about 2 minutes in a Release bui
 run the tier-aware shadows), several in a Debug build.
 
   python3 scripts/tiered_goal_table.py --hcbench build/release/tools/hcbench [--shared ../shared] [--jobs 2]
+  python3 scripts/tiered_goal_table.py ... --table bound     # host 4 x HBM against host 8 TiB, 16 replays
 """
 import argparse
 import concurrent.futures
@@ -32,8 +33,51 @@ ROWS = [
 ]
 
 
+# The bound table: the goal rows' HBM with host = 4 x HBM and with an unbounded host (8 TiB) on
+# Mooncake: (label, model, hbm, host 4x, engines, policies)
+BOUND_ROWS = [
+    ("jamba_1_5_mini, 64 GiB", "jamba_1_5_mini", "64GiB", "256GiB", "3", ["sglang+", "marconi"]),
+    ("qwen3_next_80b_a3b, 128 GiB", "qwen3_next_80b_a3b", "128GiB", "512GiB", "2", ["sglang+", "marconi"]),
+    ("qwen3_next_80b_a3b, 64 GiB", "qwen3_next_80b_a3b", "64GiB", "256GiB", "2", ["sglang+", "marconi"]),
+    ("qwen3_next_80b_a3b, 48 GiB (2026-11-27)", "qwen3_next_80b_a3b", "48GiB", "192GiB", "2", ["sglang+"]),
+    ("qwen3_next_80b_a3b, 32 GiB (2026-11-27)", "qwen3_next_80b_a3b", "32GiB", "128GiB", "2", ["sglang+"]),
+]
+
+
+def bound_table(a, run_all):
+    """The 'host 8 TiB (the bound)' table: per row, hit rate and P50 cut with host = 4 x HBM and
+    with host = 8 TiB."""
+    path, fmt, _ = MOONCAKE
+    cmds = []
+    for _, model, hbm, host, engines, policies in BOUND_ROWS:
+        for policy in policies:
+            for h in (host, "8TiB"):
+                cmds.append([a.hcbench, "replay", "--trace", os.path.join(a.shared, path), "--format", fmt,
+                             "--model", model, "--tiers", f"hbm={hbm},host={h}", "--prefill-engines", engines,
+                             "--policy", policy, "--json"])
+    results = run_all(cmds)
+    print("| model, HBM | policy | host 4 × HBM: hit, P50 cut | host 8 TiB (the bound): hit, P50 cut |")
+    print("|---|---|---|---|")
+    k = 0
+    for label, _, _, _, _, policies in BOUND_ROWS:
+        for n, policy in enumerate(policies):
+            cells = []
+            for d in results[k:k + 2]:
+                cut = signed(100 * (d["ttft_p50_ms"] / d["single_tier_ttft_p50_ms"] - 1))
+                cells.append(f"{100 * d['token_hit_rate']:.2f} %, {cut} %")
+            k += 2
+            print(f"{'| ' + label + ' |' if n == 0 else '| |'} {policy} | {cells[0]} | {cells[1]} |")
+
+
 def size_words(s):
     return s.replace("GiB", " GiB")
+
+
+def replay(cmd):
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    if r.returncode != 0:
+        sys.exit(f"tiered_goal_table.py: {' '.join(cmd)} exited {r.returncode}: {r.stderr.strip()}")
+    return json.loads(r.stdout)
 
 
 def signed(v, digits=1):
@@ -46,7 +90,18 @@ def main():
     p.add_argument("--hcbench", required=True)
     p.add_argument("--shared", default="../shared", help="the shared data folder (traces under data/traces)")
     p.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
+    p.add_argument("--table", choices=["goal", "bound"], default="goal",
+                   help="goal: the goal table (default); bound: host 4 x HBM against an unbounded host (16 replays)")
     a = p.parse_args()
+
+    def run_all(cmds):
+        print(f"tiered_goal_table: {len(cmds)} replays, {a.jobs} at once", file=sys.stderr, flush=True)
+        with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, a.jobs)) as pool:
+            return list(pool.map(replay, cmds))
+
+    if a.table == "bound":
+        bound_table(a, run_all)
+        return 0
 
     runs = []
     for (path, fmt, _), model, hbm, host, engines, policies in ROWS:
@@ -56,15 +111,7 @@ def main():
                    *args, "--json"]
             runs.append(cmd)
 
-    def replay(cmd):
-        r = subprocess.run(cmd, capture_output=True, text=True)
-        if r.returncode != 0:
-            sys.exit(f"tiered_goal_table.py: {' '.join(cmd)} exited {r.returncode}: {r.stderr.strip()}")
-        return json.loads(r.stdout)
-
-    print(f"tiered_goal_table: {len(runs)} replays, {a.jobs} at once", file=sys.stderr, flush=True)
-    with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, a.jobs)) as pool:
-        results = list(pool.map(replay, runs))
+    results = run_all(runs)
 
     print("| trace, model, tiers | policy | engines | token hit 1 tier → 2 tiers | TTFT P50 1 tier → 2 tiers | "
           "P50 cut | load hidden | FLOPs saved 1 tier → 2 tiers (PFLOP) |")
