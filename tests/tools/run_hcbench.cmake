@@ -770,7 +770,8 @@ elseif(CASE STREQUAL "contract")
   endif()
   run_hcbench(out err rc replay --trace ${FIXTURE} --capacity 5e8)
   expect_in("${out}" "replay's text" "token hit % +req hit %" "following gdsf at the end" "KV admitted 14\\.8 GB; peak 601 MB"
-            "8192-16383 +1 request +98\\.54%" "over its 500 MB capacity" " +- +[0-9.]+\n")
+            "8192-16383 +1 request +98\\.54%" "over its 500 MB capacity" "alpha +followed +wall s"
+            " +- +gdsf +[0-9.]+\n")  # alpha '-' (gdsf has none), followed gdsf
   # A run that follows marconi:A reports that alpha.
   run_hcbench(out err rc replay --trace ${FIXTURE} --capacity 5e8 --candidates marconi:0.5 --json)
   string(JSON followed GET "${out}" selector_followed)
