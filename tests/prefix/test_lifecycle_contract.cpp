@@ -347,13 +347,15 @@ TEST_SUITE("concurrency") {
     mt_cache c(m, store_t(pool, m, {.host_tier = {.kv_pages = 48, .checkpoint_blocks = 12}}), lru_scorer{});
     request_lifecycle<mt_cache> requests(c);
     std::atomic<int> served{0}, refused{0}, wrong{0};
+    // Read before the threads start: stats() reads the pool's occupancy, which the other
+    // threads change under the lifecycle's lock (TSan reported the unlocked read).
+    const byte_count page = pool.stats(pool_kind::kv).unit_bytes, slot = page / 16;
     std::vector<std::thread> threads;
     for (int id = 0; id < 4; ++id) {
       threads.emplace_back([&, id] {
         std::mt19937 rng(static_cast<std::uint32_t>(id) + 77);
         std::vector<std::vector<token_id>> mine;
         std::vector<packed_handle> table;
-        const std::uint64_t page = pool.stats(pool_kind::kv).unit_bytes, slot = page / 16;
         for (int i = 0; i < 80; ++i) {
           std::vector<token_id> prompt;
           if (!mine.empty() && rng() % 3 != 0) prompt = mine[rng() % mine.size()];
