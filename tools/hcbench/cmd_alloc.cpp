@@ -426,13 +426,17 @@ void run_sweep(const std::string& out_dir, unsigned threads, bool reference_quir
     summary += std::string(hcbench::fields::alloc_summary_csv) + "\n";
     appendf(report, "sweep: %s in %.2f s on %s -> %s\n\n", hcbench::count_of(cells.size(), "cell").c_str(), seconds,
             hcbench::count_of(threads, "thread").c_str(), out_dir.c_str());
-    for (const auto& panel : panels) {
-      appendf(report, "%s: mean OOM events over seeds (completion, evictions counted)\n", panel.c_str());
+    // A markdown table's head: one column per variant after the workload.
+    auto table_head = [&] {
       appendf(report, "| workload |");
       for (const auto& b : bars) appendf(report, " %s |", b.c_str());
       appendf(report, "\n|---|");
       for (std::size_t i = 0; i < bars.size(); ++i) appendf(report, "---:|");
       appendf(report, "\n");
+    };
+    for (const auto& panel : panels) {
+      appendf(report, "%s: mean OOM events over seeds (completion, evictions counted)\n", panel.c_str());
+      table_head();
       for (const auto& g : groups) {
         appendf(report, "| %s |", g.c_str());
         for (const auto& b : bars) {
@@ -462,11 +466,7 @@ void run_sweep(const std::string& out_dir, unsigned threads, bool reference_quir
     // The intervals, after the OOM tables (which stay as they were printed before).
     for (const auto& panel : panels) {
       appendf(report, "%s: mean OOM events [bootstrap 95 %% interval over seeds, 1,000 resamples]\n", panel.c_str());
-      appendf(report, "| workload |");
-      for (const auto& b : bars) appendf(report, " %s |", b.c_str());
-      appendf(report, "\n|---|");
-      for (std::size_t i = 0; i < bars.size(); ++i) appendf(report, "---:|");
-      appendf(report, "\n");
+      table_head();
       for (const auto& g : groups) {
         appendf(report, "| %s |", g.c_str());
         for (const auto& b : bars) {
