@@ -268,17 +268,13 @@ class request_lru {
 // triggers a forced rebalance of `batch` donor units.
 class reference_avmp_pool {
  public:
-  // The reference computes in unsigned bytes; the arguments are the API's byte_count.
+  // The reference computes in unsigned bytes; the arguments are the API's byte_count (> 0).
   reference_avmp_pool(byte_count budget, byte_count kv_unit, byte_count ssm_unit, double ssm_ratio,
                       std::uint32_t batch)
-      : reference_avmp_pool(static_cast<std::uint64_t>(budget), static_cast<std::uint64_t>(kv_unit),
-                            static_cast<std::uint64_t>(ssm_unit), ssm_ratio, batch, 0) {}
-  reference_avmp_pool(std::uint64_t budget, std::uint64_t kv_unit, std::uint64_t ssm_unit, double ssm_ratio,
-                      std::uint32_t batch, int)
-      : budget_(budget), batch_(batch) {
-    const auto ssm_bytes = static_cast<std::uint64_t>(static_cast<double>(budget) * ssm_ratio);
-    stores_[0].init(kv_unit, budget, budget - ssm_bytes);
-    stores_[1].init(ssm_unit, budget, ssm_bytes);
+      : budget_(static_cast<std::uint64_t>(budget)), batch_(batch) {
+    const auto ssm_bytes = static_cast<std::uint64_t>(static_cast<double>(budget_) * ssm_ratio);
+    stores_[0].init(static_cast<std::uint64_t>(kv_unit), budget_, budget_ - ssm_bytes);
+    stores_[1].init(static_cast<std::uint64_t>(ssm_unit), budget_, ssm_bytes);
   }
 
   expected<void> allocate_n(pool_kind kind, std::span<packed_handle> out, bool = true) {
