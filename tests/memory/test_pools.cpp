@@ -215,6 +215,28 @@ TEST_CASE("asymmetric_pool: layout, O(1) allocate/free, addresses, stats") {
   CHECK(pool.stats(pool_kind::kv).fragmentation == 0);
 }
 
+TEST_CASE("pools: negative byte amounts (byte_count is signed) are refused with a message naming them") {
+  // asymmetric_pool, fixed_dual_pool and padded_unified_pool: a negative capacity or unit size
+  // is an error, never wrapped into a huge unsigned budget.
+  CHECK_THROWS_WITH_AS(small_pool({.capacity_bytes = -65536, .kv_page_bytes = 256, .ssm_block_bytes = 1024,
+                                   .granularity_bytes = 4096}),
+                       doctest::Contains("capacity of -65536 B"), capacity_error);
+  CHECK_THROWS_AS(small_pool({.capacity_bytes = 65536, .kv_page_bytes = -256, .ssm_block_bytes = 1024,
+                              .granularity_bytes = 4096}),
+                  invalid_argument);
+  CHECK_THROWS_AS(small_pool({.capacity_bytes = 65536, .kv_page_bytes = 256, .ssm_block_bytes = 1024,
+                              .granularity_bytes = -4096}),
+                  invalid_argument);
+  CHECK_THROWS_WITH_AS(fixed_dual_pool<>({.capacity_bytes = -GiB, .kv_page_bytes = 65536, .ssm_block_bytes = 262144}),
+                       doctest::Contains("capacity of -1073741824 B"), capacity_error);
+  CHECK_THROWS_AS(fixed_dual_pool<>({.capacity_bytes = GiB, .kv_page_bytes = -65536, .ssm_block_bytes = 262144}),
+                  invalid_argument);
+  CHECK_THROWS_WITH_AS(padded_unified_pool<>({.capacity_bytes = -GiB, .kv_page_bytes = 65536, .ssm_block_bytes = 262144}),
+                       doctest::Contains("capacity of -1073741824 B"), capacity_error);
+  CHECK_THROWS_AS(padded_unified_pool<>({.capacity_bytes = GiB, .kv_page_bytes = 65536, .ssm_block_bytes = -262144}),
+                  invalid_argument);
+}
+
 TEST_CASE("asymmetric_pool: bad input leaves the pool unchanged") {
   CHECK_THROWS_AS(small_pool({.capacity_bytes = 4096, .kv_page_bytes = 256, .ssm_block_bytes = 1024,
                               .granularity_bytes = 4096}),
