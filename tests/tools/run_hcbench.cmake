@@ -825,6 +825,13 @@ elseif(CASE STREQUAL "contract")
   if(out MATCHES "ETA")
     message(FATAL_ERROR "progress went to stdout:\n${out}")
   endif()
+  # An override that is not seconds >= 0 is an error, not ignored.
+  execute_process(COMMAND ${CMAKE_COMMAND} -E env HCBENCH_PROGRESS_AFTER_S=soon ${HCBENCH} compare --trace ${FIXTURE}
+                  --format marconi --policies sglang+ --capacities 5e8 --threads 1 --out ${W}/cmp_progress
+                  OUTPUT_VARIABLE out ERROR_VARIABLE err RESULT_VARIABLE rc)
+  if(rc EQUAL 0 OR NOT err MATCHES "HCBENCH_PROGRESS_AFTER_S='soon': expected seconds >= 0")
+    message(FATAL_ERROR "HCBENCH_PROGRESS_AFTER_S=soon: expected an error, got ${rc}:\n${err}")
+  endif()
   # A short run without the override prints none (stderr stays empty).
   run_hcbench(out err rc compare --trace ${FIXTURE} --format marconi --policies sglang+ --capacities 5e8
               --threads 1 --out ${W}/cmp_progress)

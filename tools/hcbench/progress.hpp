@@ -22,6 +22,8 @@
 
 #include <unistd.h>
 
+#include <hybridcache/core/error.hpp>
+
 namespace hcbench {
 
 /// What a progress_meter counts and how it shows it.
@@ -29,7 +31,8 @@ struct progress_options {
   std::size_t total = 0;      ///< steps in the whole run
   std::string what = "steps";  ///< plural noun after [k/N]: "replays", "sweep cells", "requests"
   /// Seconds before the first line: a run shorter than this prints nothing. The environment
-  /// variable HCBENCH_PROGRESS_AFTER_S overrides it (tests set 0 to see the lines of a short run).
+  /// variable HCBENCH_PROGRESS_AFTER_S overrides it (tests set 0 to see the lines of a short run); a
+  /// value that is not seconds >= 0 is an error.
   double quiet_s = 2.0;
 };
 
@@ -43,7 +46,10 @@ class progress_meter {
     if (const char* env = std::getenv("HCBENCH_PROGRESS_AFTER_S"); env != nullptr) {
       char* end = nullptr;
       const double v = std::strtod(env, &end);
-      if (end != env && std::isfinite(v) && v >= 0) o_.quiet_s = v;
+      if (end == env || *end != '\0' || !std::isfinite(v) || v < 0)
+        throw hybridcache::invalid_argument("HCBENCH_PROGRESS_AFTER_S='" + std::string(env) +
+                                            "': expected seconds >= 0");
+      o_.quiet_s = v;
     }
   }
 
