@@ -345,10 +345,10 @@ TEST_CASE("open_trace: format names, errors for missing files and unknown format
 TEST_CASE("the one list of trace formats: lookups, kinds and the names messages list") {
   CHECK(find_trace_format("swe-agent") == trace_format::swe_agent);
   CHECK_FALSE(find_trace_format("csv").has_value());
-  CHECK(trace_format_list() == "marconi, mooncake, sharegpt, azure, cachepawl, openai, swe-agent, tau-bench");
-  CHECK(trace_format_list(has_prefix_ids) == "marconi, mooncake, sharegpt, openai, swe-agent, tau-bench");
-  CHECK(trace_format_list(is_text_format) == "sharegpt, openai, swe-agent, tau-bench");
-  CHECK(trace_format_list(is_chat_format) == "openai, swe-agent, tau-bench");
+  CHECK(trace_format_list() == "marconi, mooncake, sharegpt, azure, cachepawl, openai, swe-agent, tau-bench, lmsys");
+  CHECK(trace_format_list(has_prefix_ids) == "marconi, mooncake, sharegpt, openai, swe-agent, tau-bench, lmsys");
+  CHECK(trace_format_list(is_text_format) == "sharegpt, openai, swe-agent, tau-bench, lmsys");
+  CHECK(trace_format_list(is_chat_format) == "openai, swe-agent, tau-bench, lmsys");
   const std::string listed = "(known: " + trace_format_list() + ")";
   CHECK_THROWS_WITH_AS((void)parse_trace_format("csv"), doctest::Contains(listed.c_str()), invalid_argument);
 }

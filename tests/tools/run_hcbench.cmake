@@ -445,11 +445,11 @@ elseif(CASE STREQUAL "robustness")
   expect_error("--block-size: expected a positive number of tokens, got 0"
                compare --policies vllm+ --capacities 5e8 --block-size 0)
   # compare's trace options apply to the formats that have them, as in replay.
-  expect_error("--sessions-per-second does not apply to the embedded synth-v1 workloads (sharegpt, openai, swe-agent, tau-bench)"
+  expect_error("--sessions-per-second does not apply to the embedded synth-v1 workloads (sharegpt, openai, swe-agent, tau-bench, lmsys)"
                compare --policies sglang+ --capacities 5e8 --sessions-per-second 3)
   expect_error("--sessions-per-second does not apply to --format marconi (sharegpt, openai"
                compare --trace ${FIXTURE} --format marconi --policies sglang+ --capacities 5e8 --sessions-per-second 3)
-  expect_error("--max-turns does not apply to --format marconi (openai, swe-agent, tau-bench)"
+  expect_error("--max-turns does not apply to --format marconi (openai, swe-agent, tau-bench, lmsys)"
                compare --trace ${FIXTURE} --format marconi --policies sglang+ --capacities 5e8 --max-turns 3)
   expect_error("--tokenizer does not apply to the embedded synth-v1 workloads"
                compare --policies sglang+ --capacities 5e8 --tokenizer ${W}/tokenizer.json)

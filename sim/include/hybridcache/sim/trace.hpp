@@ -21,6 +21,7 @@
 //   openai     OpenAI-style chat conversations, one per line                 chat_trace.hpp
 //   swe-agent  SWE-agent .traj files (a file or a directory)                 chat_trace.hpp
 //   tau-bench  tau-bench results (a JSON array of task trajectories)         chat_trace.hpp
+//   lmsys      LMSys-Chat-1M rows (JSONL: conversation_id, conversation)     lmsys_trace.hpp
 #pragma once
 
 #include <array>
@@ -37,6 +38,7 @@
 #include "hybridcache/sim/azure_trace.hpp"
 #include "hybridcache/sim/cachepawl_trace.hpp"
 #include "hybridcache/sim/chat_trace.hpp"
+#include "hybridcache/sim/lmsys_trace.hpp"
 #include "hybridcache/sim/marconi_trace.hpp"
 #include "hybridcache/sim/mooncake_trace.hpp"
 #include "hybridcache/sim/request.hpp"
@@ -45,11 +47,11 @@
 namespace hybridcache::sim {
 
 /// The trace formats `open_trace` reads.
-enum class trace_format { marconi, mooncake, sharegpt, azure, cachepawl, openai, swe_agent, tau_bench };
+enum class trace_format { marconi, mooncake, sharegpt, azure, cachepawl, openai, swe_agent, tau_bench, lmsys };
 
 /// Names of the formats, in enum order (the CLI's `--format` values).
-inline constexpr std::array<std::string_view, 8> trace_format_names = {"marconi", "mooncake", "sharegpt", "azure",
-                                                                       "cachepawl", "openai", "swe-agent", "tau-bench"};
+inline constexpr std::array<std::string_view, 9> trace_format_names = {
+    "marconi", "mooncake", "sharegpt", "azure", "cachepawl", "openai", "swe-agent", "tau-bench", "lmsys"};
 
 /// The format's name.
 [[nodiscard]] constexpr std::string_view to_string(trace_format f) noexcept {
@@ -63,9 +65,10 @@ inline constexpr std::array<std::string_view, 8> trace_format_names = {"marconi"
 }
 
 /// True for the chat formats: conversations of role messages through a chat template
-/// (openai, swe-agent, tau-bench; chat_trace.hpp).
+/// (openai, swe-agent, tau-bench; chat_trace.hpp; lmsys, lmsys_trace.hpp).
 [[nodiscard]] constexpr bool is_chat_format(trace_format f) noexcept {
-  return f == trace_format::openai || f == trace_format::swe_agent || f == trace_format::tau_bench;
+  return f == trace_format::openai || f == trace_format::swe_agent || f == trace_format::tau_bench ||
+         f == trace_format::lmsys;
 }
 
 /// True for the formats whose requests are text, tokenized while reading (sharegpt and the
@@ -109,14 +112,14 @@ struct trace_options {
   mooncake_options mooncake{};
   sharegpt_options sharegpt{};
   cachepawl_options cachepawl{};
-  chat_options chat{};  ///< openai, swe-agent, tau-bench
+  chat_options chat{};  ///< openai, swe-agent, tau-bench, lmsys
 };
 
 /// Any of the readers, as one `request_source`.
 class trace_reader {
  public:
   using reader_variant = std::variant<marconi_reader, mooncake_reader, sharegpt_reader, azure_reader, cachepawl_reader, openai_reader,
-                                      swe_agent_reader, tau_bench_reader>;
+                                      swe_agent_reader, tau_bench_reader, lmsys_reader>;
 
   explicit trace_reader(reader_variant reader, trace_format format) : reader_(std::move(reader)), format_(format) {}
 
@@ -161,6 +164,7 @@ template <class Source>
     case trace_format::openai: return trace_reader(any(std::in_place_type<openai_reader>, source, options.chat), format);
     case trace_format::swe_agent: return trace_reader(any(std::in_place_type<swe_agent_reader>, source, options.chat), format);
     case trace_format::tau_bench: return trace_reader(any(std::in_place_type<tau_bench_reader>, source, options.chat), format);
+    case trace_format::lmsys: return trace_reader(any(std::in_place_type<lmsys_reader>, source, options.chat), format);
   }
   throw invalid_argument("unknown trace format");
 }
