@@ -106,19 +106,28 @@ struct recurrent_program {
   }
 
   /// Rows row_begin, row_begin + row_step, ..., `decode_rows_in_flight` at a time: their
-  /// loads are issued back to back before the first row's math.
+  /// loads are issued back to back before the first row's math. Plain decode (one token, no
+  /// per-draft states) has a loop of its own with q and k prepared once, not once per row.
   template <class Group>
   HYBRIDCACHE_HD_INLINE void rows(int row_begin, int row_step, const Group& g) const {
+    if (io.new_tokens == 1 && intermediate == nullptr) rows_of<true>(row_begin, row_step, g);
+    else rows_of<false>(row_begin, row_step, g);
+  }
+
+  template <bool Decode, class Group>
+  HYBRIDCACHE_HD_INLINE void rows_of(int row_begin, int row_step, const Group& g) const {
     constexpr int N = slice_len<DK, Group::size>;
     constexpr int R = decode_rows_in_flight;
     const state_type pool{io.states + (static_cast<std::int64_t>(slot) * io.num_v_heads + hv) * state_type::elements};
-    // Plain decode (one token): prepare q and k once, not once per row.
-    float k1[N] = {}, q1[N] = {};
-    if (io.new_tokens == 1) {
+    float k1[N] = {}, q1[N] = {}, alpha1 = 1.0f, beta1 = 0.0f;
+    if constexpr (Decode) {  // the token's prepared key and query, decay and beta: the same for every row
       load_prepared<DK>(io.template k_at<DK>(b, 0, h), io.qk, false, k1, g);
       load_prepared<DK>(io.template q_at<DK>(b, 0, h), io.qk, true, q1, g);
+      alpha1 = expf(io.g_at(b, 0, hv));
+      beta1 = io.beta_at(b, 0, hv);
     }
-    for (int c0 = row_begin; c0 < DV; c0 += R * row_step) {
+    const int new_tokens = Decode ? 1 : io.new_tokens;
+    for (int c0 = row_begin; c0 < DV; c0 += R * row_step) {  // recurrent row loop
       float s[R][N];
       HYBRIDCACHE_UNROLL
       for (int i = 0; i < R; ++i)
@@ -127,9 +136,9 @@ struct recurrent_program {
       for (int i = 0; i < R; ++i) {
         const int c = c0 + i * row_step;
         if (c >= DV) break;
-        for (int r = 0; r < io.new_tokens; ++r) {
+        for (int r = 0; r < new_tokens; ++r) {
           float k[N], q[N];
-          if (io.new_tokens == 1) {
+          if constexpr (Decode) {
             for (int e = 0; e < N; ++e) {
               k[e] = k1[e];
               q[e] = q1[e];
@@ -138,14 +147,15 @@ struct recurrent_program {
             load_prepared<DK>(io.template k_at<DK>(b, r, h), io.qk, false, k, g);
             load_prepared<DK>(io.template q_at<DK>(b, r, h), io.qk, true, q, g);
           }
-          const float o = recurrent_row_step<Rule>(s[i], k, q, to_float(io.v[io.template v_index<DV>(b, r, hv, c)]),
-                                                   io.g_at(b, r, hv), io.beta_at(b, r, hv), g);
+          const float v = to_float(io.v[io.template v_index<DV>(b, r, hv, c)]);
+          const float o = Decode ? recurrent_row_step_alpha<Rule>(s[i], k, q, v, alpha1, beta1, g)
+                                 : recurrent_row_step<Rule>(s[i], k, q, v, io.g_at(b, r, hv), io.beta_at(b, r, hv), g);
           if (g.rank() == 0) io.o[io.template v_index<DV>(b, r, hv, c)] = from_float<Out>(o);
-          if (intermediate != nullptr)
+          if (!Decode && intermediate != nullptr)
             store_state_row(state_type{intermediate + (io.tok(b, r) * io.num_v_heads + hv) * state_type::elements}, c,
                             s[i], g);
         }
-        if (intermediate == nullptr) store_state_row(pool, c, s[i], g);
+        if (Decode || intermediate == nullptr) store_state_row(pool, c, s[i], g);
       }
     }
   }
@@ -175,6 +185,7 @@ struct kv_step_program {
   float *qfac = nullptr, *beta = nullptr;                               ///< [n]
   float *kk = nullptr, *qk = nullptr;                                   ///< [n][total]
   In* keys = nullptr;                                                   ///< [total][d_k] raw keys
+  float *colx = nullptr, *coly = nullptr;                               ///< [n][DV] (columns)
   float* row_ws = nullptr;                                              ///< [groups][total + 2n]
 
   /// Bytes of workspace for `total_tokens` = m + n positions, `n_new` new tokens, `groups` row groups.
@@ -210,6 +221,8 @@ struct kv_step_program {
     kk = w.take<float>(static_cast<std::int64_t>(n) * total);
     qk = w.take<float>(static_cast<std::int64_t>(n) * total);
     keys = w.take<In>(static_cast<std::int64_t>(total) * DK);
+    colx = w.take<float>(static_cast<std::int64_t>(n) * DV);
+    coly = w.take<float>(static_cast<std::int64_t>(n) * DV);
     row_ws = w.take<float>(static_cast<std::int64_t>(groups) * (total + 2 * n));
   }
   HYBRIDCACHE_HD_INLINE float* row_scratch(int group) const {
@@ -290,70 +303,137 @@ struct kv_step_program {
     if (j < m + r) kk[r * total + j] = dec * kk[r * total + j] * kfac[m + r] * kfac[j];
   }
 
+  /// One item per value column c (threads over columns), after `weights`: the buffered
+  /// tokens' part of column c's sums, colx[r][c] = sum_{j<m} kk[r][j] u_j[c] (delta rule:
+  /// what the earlier values take from the new token's) and coly[r][c] = sum_{j<m} qk[r][j]
+  /// u_j[c] (the output's; not needed on a fold, which reads the output from the new
+  /// state). Done once per CTA with coalesced reads of the buffered values, instead of once
+  /// per state row with a gather of m values and two warp reductions. O(n m) per column.
+  HYBRIDCACHE_HD_INLINE int column_items() const { return DV; }
+  HYBRIDCACHE_HD_INLINE void columns(int c) const {
+    for (int r = 0; r < n; ++r) {
+      float x = 0.0f, y = 0.0f;
+      for (int j = 0; j < m; ++j) {
+        const float uj = to_float(buf.value_of(tok[j], hv)[c]);
+        if constexpr (Rule::delta) x = fma_rn(kk[r * total + j], uj, x);
+        if (!fold) y = fma_rn(qk[r * total + j], uj, y);
+      }
+      colx[r * DV + c] = x;
+      coly[r * DV + c] = y;
+    }
+  }
+
+  /// State rows [row_begin, DV) step row_step, one per group. A step that does not fold
+  /// reads the state: the two dot products of the row with the new tokens' keys and queries
+  /// are its only reductions, and the buffered part of every sum comes from `columns`. A
+  /// fold (decode only) replays the buffer onto the row and writes it. Three loops, so the
+  /// common one (decode, no fold) carries no branch of the others.
   template <class Group>
   HYBRIDCACHE_HD_INLINE void rows(int row_begin, int row_step, float* scratch, const Group& g) const {
+    if (fold) fold_rows(row_begin, row_step, scratch, g);
+    else if (n == 1) step_rows<true>(row_begin, row_step, scratch, g);
+    else step_rows<false>(row_begin, row_step, scratch, g);
+  }
+
+  /// What new token r's value and output take from outside the state row, the same for every
+  /// row: the decay since the run's start, its beta and its own query-key weight.
+  struct token_terms {
+    float from_start = 0.0f, beta = 1.0f, self_qk = 0.0f;
+  };
+  HYBRIDCACHE_HD_INLINE token_terms terms_of(int r) const {
+    return {decay_from_start(prefix_at(cum, seg, m + r)), Rule::delta ? beta[r] : 1.0f, qk[r * total + m + r]};
+  }
+
+  /// The state's part of new token r's value and output in row `c` (`sk`, `sq`: the row's
+  /// dot products with its key and query; `t`: `terms_of(r)`); `u_new[0..r)` holds the
+  /// earlier new tokens' values. Every member computes the same values (the reductions give
+  /// each the same totals); one writes them. Returns the token's value u.
+  template <class Group>
+  HYBRIDCACHE_HD_INLINE float new_token(int c, int r, const token_terms& t, float sk, float sq, const float* u_new,
+                                        bool output, const Group& g) const {
+    const float v = to_float(io.v[io.template v_index<DV>(b, r, hv, c)]);
+    float uu = v;
+    if constexpr (Rule::delta) {
+      float part = colx[r * DV + c];
+      for (int i = 0; i < r; ++i) part = fma_rn(kk[r * total + m + i], u_new[i], part);
+      uu = delta_value(v, t.beta, fma_rn(t.from_start, sk, part));
+    }
+    if (output) {
+      float part = coly[r * DV + c];
+      for (int i = 0; i < r; ++i) part = fma_rn(qk[r * total + m + i], u_new[i], part);
+      part = fma_rn(t.self_qk, uu, part);
+      const float o = fma_rn(t.from_start, sq, part);
+      if (g.rank() == 0) io.o[io.template v_index<DV>(b, r, hv, c)] = from_float<Out>(o);
+    }
+    if (g.rank() == 0) buf.value_of(tok[m + r], hv)[c] = from_float<ValueT>(uu);
+    return uu;
+  }
+
+  /// Decode (`Single`: one new token, its prepared key and query loaded once for all rows)
+  /// or verification of n drafts, without a fold: nothing is written to the state.
+  template <bool Single, class Group>
+  HYBRIDCACHE_HD_INLINE void step_rows(int row_begin, int row_step, float* scratch, const Group& g) const {
     constexpr int N = slice_len<DK, Group::size>;
-    float* u = scratch;           // [total]
-    float* sk = scratch + total;  // [n]
-    float* sq = sk + n;           // [n]
+    float* u_new = scratch + total;  // [n]: the drafts' values of the current row
     const state_type pool{io.states + (static_cast<std::int64_t>(slot) * io.num_v_heads + hv) * state_type::elements};
     float next[N] = {};  // prefetched state row (zero in KV-only mode: no state exists)
     if (valid && row_begin < DV) load_state_row(pool, row_begin, next, g);
-    for (int c = row_begin; c < DV; c += row_step) {
+    float k1[N] = {}, q1[N] = {};
+    token_terms t1;
+    if constexpr (Single) {  // the token's key, query and terms: the same for every row
+      load_slice<DK>(keys + m * DK, kfac[m], k1, g);
+      load_slice<DK>(io.template q_at<DK>(b, 0, h), qfac[0], q1, g);
+      t1 = terms_of(0);
+    }
+    for (int c = row_begin; c < DV; c += row_step) {  // step row loop
       float s[N];
       for (int e = 0; e < N; ++e) s[e] = next[e];
       if (valid && c + row_step < DV) load_state_row(pool, c + row_step, next, g);
-      for (int j = g.rank(); j < m; j += Group::size) u[j] = to_float(buf.value_of(tok[j], hv)[c]);
-      for (int r = 0; r < n; ++r) {
-        float k[N], q[N];
-        load_slice<DK>(keys + (m + r) * DK, kfac[m + r], k, g);
-        load_slice<DK>(io.template q_at<DK>(b, r, h), qfac[r], q, g);
-        const float a = group_dot(s, k, g);
-        const float bq = group_dot(s, q, g);
-        if (g.rank() == 0) {
-          sk[r] = a;
-          sq[r] = bq;
-        }
-      }
-      g.sync();
-      // New tokens' values in order; the sums over earlier tokens are split over the group
-      // (every member gets the same total, so all members agree on u).
-      for (int r = 0; r < n; ++r) {
-        const float v = to_float(io.v[io.template v_index<DV>(b, r, hv, c)]);
-        float uu = v;
-        if constexpr (Rule::delta) {
-          float part = 0.0f;
-          for (int j = g.rank(); j < m + r; j += Group::size) part = fma_rn(kk[r * total + j], u[j], part);
-          const float x = fma_rn(decay_from_start(prefix_at(cum, seg, m + r)), sk[r], g.sum(part));
-          uu = delta_value(v, beta[r], x);
-        }
-        if (g.rank() == 0) {
-          u[m + r] = uu;
-          buf.value_of(tok[m + r], hv)[c] = from_float<ValueT>(uu);
-        }
-        g.sync();
-      }
-      if (!fold) {
-        for (int r = 0; r < n; ++r) {
-          float part = 0.0f;
-          for (int j = g.rank(); j <= m + r; j += Group::size) part = fma_rn(qk[r * total + j], u[j], part);
-          const float o = fma_rn(decay_from_start(prefix_at(cum, seg, m + r)), sq[r], g.sum(part));
-          if (g.rank() == 0) io.o[io.template v_index<DV>(b, r, hv, c)] = from_float<Out>(o);
-        }
+      if constexpr (Single) {
+        (void)new_token(c, 0, t1, group_dot(s, k1, g), group_dot(s, q1, g), u_new, true, g);
       } else {
-        // Flush: replay the buffer onto the state (closed-loop exact fold, SGLang #28695),
-        // write the state once, and read this token's output from the new state.
-        for (int j = 0; j < total; ++j) {
-          float k[N];
-          load_slice<DK>(keys + j * DK, kfac[j], k, g);
-          fold_row(s, alpha[j], k, u[j]);
+        for (int r = 0; r < n; ++r) {
+          float k[N], q[N];
+          load_slice<DK>(keys + (m + r) * DK, kfac[m + r], k, g);
+          load_slice<DK>(io.template q_at<DK>(b, r, h), qfac[r], q, g);
+          const float uu = new_token(c, r, terms_of(r), group_dot(s, k, g), group_dot(s, q, g), u_new, true, g);
+          if (g.rank() == 0) u_new[r] = uu;
+          g.sync();  // the later drafts of this row read it; the next row rewrites it
         }
-        store_state_row(pool, c, s, g);
-        float q[N];
-        load_slice<DK>(io.template q_at<DK>(b, 0, h), qfac[0], q, g);
-        const float o = group_dot(s, q, g);
-        if (g.rank() == 0) io.o[io.template v_index<DV>(b, 0, hv, c)] = from_float<Out>(o);
       }
+    }
+  }
+
+  /// Decode with a fold (the buffer is full): the new token's value from the state as it
+  /// stands, then the buffer replayed onto the row (closed-loop exact fold, SGLang #28695),
+  /// the row written once, and the token's output read from the new state.
+  template <class Group>
+  HYBRIDCACHE_HD_INLINE void fold_rows(int row_begin, int row_step, float* scratch, const Group& g) const {
+    constexpr int N = slice_len<DK, Group::size>;
+    float* u = scratch;  // [total]: the row's buffered values, then the new token's
+    const state_type pool{io.states + (static_cast<std::int64_t>(slot) * io.num_v_heads + hv) * state_type::elements};
+    float next[N] = {};
+    if (valid && row_begin < DV) load_state_row(pool, row_begin, next, g);
+    float k1[N], q1[N];
+    load_slice<DK>(keys + m * DK, kfac[m], k1, g);
+    load_slice<DK>(io.template q_at<DK>(b, 0, h), qfac[0], q1, g);
+    const token_terms t1 = terms_of(0);
+    for (int c = row_begin; c < DV; c += row_step) {  // fold row loop
+      float s[N];
+      for (int e = 0; e < N; ++e) s[e] = next[e];
+      if (valid && c + row_step < DV) load_state_row(pool, c + row_step, next, g);
+      const float uu = new_token(c, 0, t1, group_dot(s, k1, g), 0.0f, u, false, g);
+      for (int j = g.rank(); j < m; j += Group::size) u[j] = to_float(buf.value_of(tok[j], hv)[c]);
+      if (g.rank() == 0) u[m] = uu;
+      g.sync();
+      for (int j = 0; j < total; ++j) {
+        float k[N];
+        load_slice<DK>(keys + j * DK, kfac[j], k, g);
+        fold_row(s, alpha[j], k, u[j]);
+      }
+      store_state_row(pool, c, s, g);
+      const float o = group_dot(s, q1, g);
+      if (g.rank() == 0) io.o[io.template v_index<DV>(b, 0, hv, c)] = from_float<Out>(o);
       g.sync();
     }
   }
@@ -537,6 +617,7 @@ void kv_step_host(const step_io<In, Out>& io, const kv_buffer_ref<In, ValueT>& b
       p.positions(serial_group{});
       for (int i = 0; i < p.dot_items(); ++i) p.dots(i, serial_group{});
       for (int i = 0; i < p.weight_items(); ++i) p.weights(i);
+      for (int c = 0; c < p.column_items(); ++c) p.columns(c);
       p.rows(0, 1, p.row_scratch(0), serial_group{});
     }
 }

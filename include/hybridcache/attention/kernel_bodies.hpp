@@ -37,7 +37,8 @@ HYBRIDCACHE_HD_INLINE void recurrent_step(const Ctx& ctx, Program p) {
   p.rows(ctx.warp_id(), kWarps, warp_group<Ctx>{ctx});
 }
 
-/// KVBuffer decode / draft verification: items over warps, weights over threads, rows over warps.
+/// KVBuffer decode / draft verification: items over warps, weights and value columns over
+/// threads, rows over warps.
 template <class Ctx, class Program>
 HYBRIDCACHE_HD_INLINE void kv_step(const Ctx& ctx, Program p) {
   const int hv_count = p.io.num_v_heads;
@@ -50,6 +51,8 @@ HYBRIDCACHE_HD_INLINE void kv_step(const Ctx& ctx, Program p) {
   for (int i = warp; i < p.dot_items(); i += kWarps) p.dots(i, g);
   ctx.sync_threads();
   for (int i = tid; i < p.weight_items(); i += kThreads) p.weights(i);
+  ctx.sync_threads();
+  for (int c = tid; c < p.column_items(); c += kThreads) p.columns(c);
   ctx.sync_threads();
   p.rows(warp, kWarps, p.row_scratch(warp), g);
 }

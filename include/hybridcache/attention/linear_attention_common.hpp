@@ -343,12 +343,13 @@ HYBRIDCACHE_HD_INLINE void fold_row(float (&s)[N], float alpha, const float (&k)
   for (int e = 0; e < N; ++e) s[e] = fma_rn(k[e], u, mul_rn(alpha, s[e]));
 }
 
-/// One recurrent step on row slice `s` for prepared `k`, `q`: returns o_t[c].
+/// One recurrent step on row slice `s` for prepared `k`, `q` and the decay alpha =
+/// exp(log_decay) (a decode loop computes it once for all rows): returns o_t[c].
 /// Linear rule: `s = alpha s + k v`; delta rule: `u = beta (v - alpha k.s)`, `s = alpha s + k u`.
 template <class Rule, int N, class Group>
-HYBRIDCACHE_HD_INLINE float recurrent_row_step(float (&s)[N], const float (&k)[N], const float (&q)[N], float v,
-                                               float log_decay, float beta, const Group& g, float* u_out = nullptr) {
-  const float alpha = expf(log_decay);
+HYBRIDCACHE_HD_INLINE float recurrent_row_step_alpha(float (&s)[N], const float (&k)[N], const float (&q)[N], float v,
+                                                     float alpha, float beta, const Group& g,
+                                                     float* u_out = nullptr) {
   float u = v;
   if constexpr (Rule::delta) {
     const float x = mul_rn(alpha, group_dot(s, k, g));
@@ -357,6 +358,13 @@ HYBRIDCACHE_HD_INLINE float recurrent_row_step(float (&s)[N], const float (&k)[N
   if (u_out != nullptr) *u_out = u;
   fold_row(s, alpha, k, u);
   return group_dot(s, q, g);
+}
+
+/// The same from the log decay.
+template <class Rule, int N, class Group>
+HYBRIDCACHE_HD_INLINE float recurrent_row_step(float (&s)[N], const float (&k)[N], const float (&q)[N], float v,
+                                               float log_decay, float beta, const Group& g, float* u_out = nullptr) {
+  return recurrent_row_step_alpha<Rule>(s, k, q, v, expf(log_decay), beta, g, u_out);
 }
 
 }  // namespace hybridcache::attention
