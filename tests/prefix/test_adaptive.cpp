@@ -12,9 +12,11 @@
 //   traces follows GDSF where GDSF wins and stays on SGLang+'s rule where nothing beats it.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <random>
+#include <utility>
 #include <span>
 #include <vector>
 
@@ -369,4 +371,202 @@ TEST_CASE("adaptive_scorer on synth traces: GDSF where it wins, SGLang+'s rule w
     CHECK(sel.overhead().switches == 0);
     CHECK(sel.followed() == 0);
   });
+}
+
+// --- sampled shadows (issue #36) --------------------------------------------------------
+
+namespace {
+
+/// The obviously-right conversation estimate: (key, bytes) most recent first, a linear scan.
+struct naive_estimate {
+  std::int64_t capacity;
+  std::vector<std::pair<std::uint64_t, std::int64_t>> order{};
+  void observe(std::uint64_t key, std::int64_t bytes) {
+    std::erase_if(order, [&](const auto& e) { return e.first == key; });
+    order.insert(order.begin(), {key, bytes});
+    auto used = [&] {
+      std::int64_t u = 0;
+      for (const auto& e : order) u += e.second;
+      return u;
+    };
+    while (used() > capacity && order.size() > 1) order.pop_back();
+  }
+};
+
+/// A conversation's next turn: a random earlier sequence of the same conversation (its
+/// first 2 ids are the conversation's head) extended, or a new conversation.
+seq_t conversation_seq(std::mt19937_64& rng, std::vector<seq_t>& seen, std::size_t max_len, int heads) {
+  seq_t s;
+  if (!seen.empty() && rng() % 3 != 0) {
+    s = seen[rng() % seen.size()];
+  } else {
+    s = {static_cast<token_id>(1000 + rng() % static_cast<std::uint64_t>(heads)),
+         static_cast<token_id>(1000 + rng() % static_cast<std::uint64_t>(heads))};
+  }
+  const std::size_t extra = 1 + rng() % max_len;
+  for (std::size_t i = 0; i < extra; ++i) s.push_back(static_cast<token_id>(1 + rng() % 3));
+  if (s.size() > 400) s.resize(2 + rng() % 40);  // keeps the head: the same conversation, shorter
+  return s;
+}
+
+/// The sampled test's four candidates as plain caches of `cap` bytes.
+struct four_caches {
+  plain_cache<lru_scorer> lru;
+  plain_cache<flop_aware_scorer> a0, a2;
+  plain_cache<gdsf_scorer> gdsf;
+  explicit four_caches(std::int64_t cap)
+      : lru(model(), store(cap), lru_scorer{}),
+        a0(model(), store(cap), flop_aware_scorer(model(), {.alpha = 0.0})),
+        a2(model(), store(cap), flop_aware_scorer(model(), {.alpha = 2.0})),
+        gdsf(model(), store(cap), gdsf_scorer(model())) {}
+  static counting_store store(std::int64_t cap) {
+    return counting_store(cap, model().kv_bytes_per_token(), model().ssm_checkpoint_bytes());
+  }
+};
+
+}  // namespace
+
+TEST_CASE("shadow sampling: conversation keys, the sample's rate, the conversation estimate against a naive LRU") {
+  // Every turn of a conversation (a sequence extending its first two ids) has one key; the
+  // salt separates tenants; the key's sample holds about R of the keys.
+  const seq_t a{7, 9, 1, 2}, b{7, 9, 5}, c{7, 8, 1, 2};
+  CHECK(compose::detail::conversation_key(a, std::nullopt, 2) == compose::detail::conversation_key(b, std::nullopt, 2));
+  CHECK(compose::detail::conversation_key(a, std::nullopt, 2) != compose::detail::conversation_key(c, std::nullopt, 2));
+  CHECK(compose::detail::conversation_key(a, std::nullopt, 1) == compose::detail::conversation_key(c, std::nullopt, 1));
+  CHECK(compose::detail::conversation_key(a, cache_salt(3), 2) != compose::detail::conversation_key(a, std::nullopt, 2));
+  CHECK(compose::detail::conversation_key(a, cache_salt(3), 2) != compose::detail::conversation_key(a, cache_salt(4), 2));
+  for (const double rate : {0.01, 0.1, 0.5}) {
+    int in = 0;
+    for (token_id k = 0; k < 20000; ++k) in += compose::detail::sampled(compose::detail::conversation_key(seq_t{k, k}, std::nullopt, 2), rate);
+    CAPTURE(rate);
+    const double sd = std::sqrt(20000 * rate * (1 - rate));
+    CHECK(std::abs(in - 20000 * rate) < 5 * sd);  // binomial: 5 standard deviations
+  }
+  CHECK(compose::detail::sampled(12345, 1.0));
+  for (std::uint64_t seed = 1; seed <= 30; ++seed) {
+    CAPTURE(seed);
+    std::mt19937_64 rng(seed);
+    const auto cap = static_cast<std::int64_t>(100 + rng() % 2000);
+    compose::detail::conversation_estimate real(cap);
+    naive_estimate naive{cap};
+    for (int i = 0; i < 300; ++i) {
+      const std::uint64_t key = rng() % 40;
+      const auto bytes = static_cast<std::int64_t>(rng() % 400);
+      real.observe(key, bytes);
+      naive.observe(key, bytes);
+      REQUIRE(real.held() == static_cast<std::int64_t>(naive.order.size()));
+    }
+  }
+}
+
+TEST_CASE("sampled shadows equal exact plain caches of the sampled conversations at capacity x R") {
+  // The naive model: one plain cache per candidate at capacity x R fed only the requests
+  // whose conversation is in the sample; while warming (floor > 0), the exact plain caches
+  // decide and a naive estimate says when the floor is reached; the decision rule written
+  // out on the requests that move the scores; a switching cache switched at those requests.
+  const cost_model& m = model();
+  const std::int64_t kv = m.kv_bytes_per_token(), ck = m.ssm_checkpoint_bytes();
+  std::int64_t switches = 0, sampled_total = 0, transitions = 0, never = 0;
+  for (std::uint64_t seed = 1; seed <= 36; ++seed) {
+    CAPTURE(seed);
+    std::mt19937_64 rng(seed * 7919);
+    adaptive_config cfg;
+    cfg.candidates = {{0, 0.0}, {1, 0.0}, {1, 2.0}, {2, 0.0}};
+    cfg.decay = 0.9;
+    cfg.switch_margin = 0.0;
+    cfg.confidence = seed % 2 == 0 ? 0.0 : 0.5;
+    cfg.min_dwell = static_cast<std::int64_t>(rng() % 3);
+    const double rate = seed % 3 == 0 ? 0.25 : 0.5;
+    // Floors: 0 (sampled from the start), reached part-way, never reached.
+    const double floor = seed % 4 == 0 ? 0.0 : seed % 4 == 3 ? 1e6 : 1.0 + static_cast<double>(rng() % 3);
+    cfg.sampling = {.rate = rate, .key_ids = 2, .min_sampled_conversations = floor};
+    const std::int64_t cap = 10 * ck + 600 * kv;
+    const auto small = static_cast<std::int64_t>(static_cast<double>(cap) * rate);
+    marconi_adaptive_cache<> live(m, counting_store(cap, kv, ck), make_marconi_adaptive_scorer(m, cfg));
+    four_caches exact(cap), sampled(small);
+    auto gains = [&](four_caches& c, const seq_t& s, std::int64_t in) {
+      return std::vector<double>{static_cast<double>(m.hit_flops(shadow_step(c.lru, s, in))),
+                                 static_cast<double>(m.hit_flops(shadow_step(c.a0, s, in))),
+                                 static_cast<double>(m.hit_flops(shadow_step(c.a2, s, in))),
+                                 static_cast<double>(m.hit_flops(shadow_step(c.gdsf, s, in)))};
+    };
+    naive_selector rule(cfg);
+    std::vector<double> warm(cfg.candidates.size(), 0.0), total(cfg.candidates.size(), 0.0);
+    naive_estimate estimate{cap};
+    bool sampling = floor == 0.0;
+    std::int64_t since = sampling ? 0 : -1, n_sampled = 0;
+    prefix_cache<cost_model, judicious_admission, lru_flop_gdsf_scorer, counting_store> follower(
+        m, counting_store(cap, kv, ck), library_parts(0.0, 0));
+    std::vector<seq_t> seen;
+    for (int op = 0; op < 150; ++op) {
+      CAPTURE(op);
+      const seq_t s = conversation_seq(rng, seen, 40, 6);
+      const auto in = static_cast<std::int64_t>(1 + rng() % s.size());
+      const std::uint64_t key = compose::detail::conversation_key(s, std::nullopt, 2);
+      const bool is_in = compose::detail::sampled(key, rate);
+      bool go = false;
+      if (!sampling) {
+        const std::vector<double> g = gains(exact, s, in);
+        go = rule.observe(g);
+        for (std::size_t i = 0; i < g.size(); ++i) total[i] += g[i];
+        if (is_in) {
+          const std::vector<double> w = gains(sampled, s, in);
+          for (std::size_t i = 0; i < w.size(); ++i) warm[i] = warm[i] * *cfg.decay + w[i];
+          ++n_sampled;
+        }
+        estimate.observe(key, static_cast<std::int64_t>(s.size()) * kv + ck);
+        if (static_cast<double>(estimate.order.size()) * rate >= floor) {  // the sampled shadows take over
+          sampling = true;
+          since = op + 1;
+          rule.score = warm;
+          std::fill(rule.lead.begin(), rule.lead.end(), 0.0);
+          std::fill(rule.lead_sq.begin(), rule.lead_sq.end(), 0.0);
+          ++transitions;
+        }
+      } else if (is_in) {
+        const std::vector<double> g = gains(sampled, s, in);
+        go = rule.observe(g);
+        for (std::size_t i = 0; i < g.size(); ++i) total[i] += g[i] / rate;
+        ++n_sampled;
+      } else {
+        ++rule.requests;  // counts toward min_dwell, moves no score
+      }
+      if (go) {
+        const candidate_rule& c = cfg.candidates[rule.followed];
+        REQUIRE(follower.switch_rule(c.rule, c.alpha));
+        ++switches;
+      }
+      (void)same_request(live, follower, s, in);
+      REQUIRE(live.scorer().followed() == rule.followed);
+      seen.push_back(s);
+    }
+    const adaptive_overhead o = live.scorer().overhead();
+    for (std::size_t i = 0; i < rule.score.size(); ++i) {
+      CHECK(live.scorer().scores()[i] == rule.score[i]);
+      CHECK(live.scorer().shadow_flops()[i] == total[i]);
+    }
+    CHECK(o.sampled_requests == n_sampled);
+    CHECK(o.sampling_since == since);
+    CHECK(o.sample_rate == (sampling ? rate : 1.0));
+    CHECK(o.shadows == (sampling ? 4u : 8u));  // the exact ones are freed when sampling takes over
+    sampled_total += n_sampled;
+    never += !sampling;
+  }
+  CHECK(switches > 30);
+  CHECK(sampled_total > 1000);
+  CHECK(transitions > 10);
+  CHECK(never >= 9);
+}
+
+TEST_CASE("shadow sampling: bad options are refused") {
+  const cost_model& m = model();
+  auto make = [&](shadow_sampling_config s) { return make_marconi_adaptive_scorer(m, {.sampling = s}); };
+  CHECK_THROWS_AS(make({.rate = 0.0}), invalid_argument);
+  CHECK_THROWS_AS(make({.rate = -0.5}), invalid_argument);
+  CHECK_THROWS_AS(make({.rate = 1.5}), invalid_argument);
+  CHECK_THROWS_AS(make({.rate = std::nan("")}), invalid_argument);
+  CHECK_THROWS_AS(make({.rate = 0.5, .key_ids = 0}), invalid_argument);
+  CHECK_THROWS_AS(make({.rate = 0.5, .min_sampled_conversations = -1.0}), invalid_argument);
+  CHECK_THROWS_AS(make({.rate = 0.5, .min_sampled_conversations = INFINITY}), invalid_argument);
+  CHECK(make({.rate = 0.1}).config().sampling.rate == 0.1);
 }

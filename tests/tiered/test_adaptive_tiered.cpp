@@ -368,3 +368,71 @@ TEST_CASE("adaptive_config::shadow_host_capacity_bytes: bad values are refused a
   CHECK(sel.overhead().tier_aware);
   CHECK(sel.overhead().shadows == default_candidates().size());
 }
+
+namespace {
+
+/// `plain_tiered_flops` on the requests whose conversation is in the sample at `rate`, over
+/// the store with every tier's budget x rate, each FLOP counted / rate (what a sampled
+/// tier-aware shadow should total).
+template <class Scorer>
+double plain_sampled_flops(const stream_case& c, double rate, Scorer scorer) {
+  stream_case s = c;
+  s.reqs.clear();
+  for (const auto& q : c.reqs)
+    if (compose::detail::sampled(compose::detail::conversation_key(q.input, std::nullopt, 2), rate)) s.reqs.push_back(q);
+  s.store.capacity_bytes = static_cast<std::int64_t>(static_cast<double>(c.store.capacity_bytes) * rate);
+  s.store.host_capacity_bytes = static_cast<std::int64_t>(static_cast<double>(c.store.host_capacity_bytes) * rate);
+  REQUIRE(!s.reqs.empty());
+  REQUIRE(s.reqs.size() < c.reqs.size());
+  // Summed per request as the selector sums: each request's FLOPs / rate.
+  const cost_model& m = model();
+  using cache_t = prefix_cache<cost_model, judicious_admission, Scorer, stores::tiered_state_store<>>;
+  cache_t cache(m, stores::tiered_state_store<>(s.store), std::move(scorer));
+  request_lifecycle<cache_t> requests(cache);
+  double flops = 0.0;
+  std::vector<token_id> seq;
+  std::vector<std::int64_t> captured;
+  for (const auto& q : s.reqs) {
+    seq = q.input;
+    seq.insert(seq.end(), q.output.begin(), q.output.end());
+    const auto n = static_cast<std::int64_t>(seq.size());
+    auto t = requests.begin(q.input, {.output_tokens = static_cast<std::int64_t>(q.output.size())});
+    if (!t) {
+      flops += 0.0 / rate;
+      continue;
+    }
+    const auto& st = **requests.state(*t);
+    flops += (st.plan.prefill_start > 0 ? static_cast<double>(m.hit_flops(st.plan.prefill_start)) : 0.0) / rate;
+    captured.clear();
+    for (const auto& site : st.plan.sites)
+      if (site.position > st.match.reusable_tokens && site.position < n) captured.push_back(site.position);
+    if (n > st.match.reusable_tokens) captured.push_back(n);
+    REQUIRE(requests.wait_loaded(*t));
+    (void)requests.finish(*t, seq, captured);
+    (void)cache.with_store([](auto& st2) { return st2.offload(); });
+  }
+  return flops;
+}
+
+}  // namespace
+
+TEST_CASE("sampled tier-aware shadows save what plain tiered caches of the sampled conversations save, tiers x R") {
+  // Issue #36 over tiers: rate 0.5 from the first request; each sampled shadow is its rule's
+  // cache over the replica with HBM and host x 0.5, fed the sampled conversations only.
+  const cost_model& m = model();
+  const stream_case c = make_case(sim::synth_profile::chat, 2, 1'000'000'000);
+  const double rate = 0.5;
+  const selector_run run = run_selector(c.reqs, c.store, {.sampling = {.rate = rate}});
+  REQUIRE(run.tier_aware);
+  const auto cands = default_candidates();
+  REQUIRE(run.shadow_flops.size() == cands.size());
+  for (std::size_t i = 0; i < cands.size(); ++i) {
+    CAPTURE(i);
+    double want = 0.0;
+    if (cands[i].rule == 0) want = plain_sampled_flops(c, rate, lru_scorer{});
+    if (cands[i].rule == 1) want = plain_sampled_flops(c, rate, flop_aware_scorer(m, {.alpha = cands[i].alpha}));
+    if (cands[i].rule == 2) want = plain_sampled_flops(c, rate, gdsf_scorer(m));
+    CHECK(run.shadow_flops[i] == want);
+    CHECK(want > 0.0);
+  }
+}

@@ -34,7 +34,8 @@ inline constexpr const char* replay_json =
     "requests, input_tokens, skipped_tokens, token_hit_rate], capacity_exceeded, wall_seconds, cpu_seconds; "
     "marconi --alpha auto: tuner; with the selector: selector_shadows, selector_switches, selector_followed, "
     "selector_shadow_seconds, selector_shadow_fraction, selector_shadow_nodes, selector_shadow_tokens, "
-    "selector_shadow_bytes, selector_candidates [candidate, shadow_flops_saved]; command, version, date";
+    "selector_shadow_bytes, selector_sample_rate (1: exact shadows), selector_sampled_requests, "
+    "selector_sampling_since (-1: never sampled), selector_candidates [candidate, shadow_flops_saved]; command, version, date";
 
 /// replay --tiers --json (replay_tiered.cpp).
 inline constexpr const char* tiered_json =

@@ -83,6 +83,9 @@ inline std::string json_number(double v) { return json::number(v); }
     kv("selector_shadow_nodes", i(s.shadow_nodes));
     kv("selector_shadow_tokens", i(s.shadow_tokens));
     kv("selector_shadow_bytes", i(s.shadow_bytes));
+    kv("selector_sample_rate", json_number(s.sample_rate));
+    kv("selector_sampled_requests", i(s.sampled_requests));
+    kv("selector_sampling_since", i(s.sampling_since));
     std::string list = "[";
     for (const auto& [name, flops] : r.selector_candidates)
       list += (list.size() > 1 ? ", " : "") + std::string("{\"candidate\": ") + json_string(name) +

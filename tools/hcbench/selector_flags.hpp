@@ -7,6 +7,8 @@
 //   --switch-margin X         fraction by which the leader must beat the followed candidate
 //   --min-dwell N             requests between two switches
 //   --switch-confidence Z     the paired test's threshold, in standard deviations
+//   --shadow-sample R         sampled shadows: the fraction of conversations they see (1: exact)
+//   --shadow-sample-floor N   sample only once R x (conversations the cache holds) >= N
 // Each applies to marconi with --alpha auto only (the selector flags to --tuner shadow only);
 // given elsewhere it is an error. --reference-quirks with --alpha auto runs the reference's
 // own one-shot tuning (an explicit --tuner shadow with it is an error).
@@ -33,6 +35,8 @@ struct selector_cli {
   double margin = hybridcache::compose::adaptive_config{}.switch_margin;
   std::int64_t dwell = hybridcache::compose::adaptive_config{}.min_dwell;
   double confidence = hybridcache::compose::adaptive_config{}.confidence;
+  double sample = hybridcache::compose::shadow_sampling_config{}.rate;
+  double sample_floor = hybridcache::compose::shadow_sampling_config{}.min_sampled_conversations;
 };
 
 /// `tiers`: the command has --tiers, whose tier-aware shadows decay more slowly by default.
@@ -53,6 +57,12 @@ inline void add_selector_options(CLI::App& sub, selector_cli& o, bool tiers = fa
   sub.add_option("--min-dwell", o.dwell, "--tuner shadow: requests between two switches");
   sub.add_option("--switch-confidence", o.confidence,
                  "--tuner shadow: the leader's summed per-request lead must exceed this many standard deviations");
+  sub.add_option("--shadow-sample", o.sample,
+                 "--tuner shadow: sampled shadows (SHARDS-style): the fraction R in (0, 1] of conversations "
+                 "(hashed by their first 2 ids) each shadow sees, at capacity x R; 1 = exact shadows");
+  sub.add_option("--shadow-sample-floor", o.sample_floor,
+                 "--tuner shadow with --shadow-sample < 1: sample only once R x (conversations the cache holds, "
+                 "estimated) reaches this; until then the exact shadows decide (0: sample from the start)");
 }
 
 /// Checks the flags against the mode and fills the job's tuner and selector options.
@@ -61,7 +71,7 @@ inline void add_selector_options(CLI::App& sub, selector_cli& o, bool tiers = fa
 inline void apply_selector_options(const selector_cli& o, const CLI::App& sub, bool auto_marconi, bool quirks,
                                    replay_job& job, const std::string& why = "without --policy marconi and --alpha auto") {
   for (const char* name : {"--tuner", "--candidates", "--selector-decay", "--switch-margin", "--min-dwell",
-                           "--switch-confidence"})
+                           "--switch-confidence", "--shadow-sample", "--shadow-sample-floor"})
     reject_unless(auto_marconi, sub, name, why);
   const CLI::Option* tuner_opt = sub.get_option_no_throw("--tuner");
   const bool tuner_given = tuner_opt != nullptr && tuner_opt->count() > 0;
@@ -74,7 +84,8 @@ inline void apply_selector_options(const selector_cli& o, const CLI::App& sub, b
   } else {
     throw hybridcache::invalid_argument("--tuner: expected shadow or one-shot, got '" + o.tuner + "'");
   }
-  for (const char* name : {"--candidates", "--selector-decay", "--switch-margin", "--min-dwell", "--switch-confidence"})
+  for (const char* name : {"--candidates", "--selector-decay", "--switch-margin", "--min-dwell", "--switch-confidence",
+                           "--shadow-sample", "--shadow-sample-floor"})
     reject_unless(job.tuner == alpha_tuner::shadow, sub, name, "with --tuner one-shot");
   if (!o.candidates.empty()) job.selector.candidates = parse_candidates(o.candidates);
   if (const CLI::Option* d = sub.get_option_no_throw("--selector-decay"); d != nullptr && d->count() > 0)
@@ -84,6 +95,13 @@ inline void apply_selector_options(const selector_cli& o, const CLI::App& sub, b
     throw hybridcache::invalid_argument("--min-dwell: expected 0..1000000000, got " + std::to_string(o.dwell));
   job.selector.min_dwell = o.dwell;
   job.selector.confidence = check_finite_range(o.confidence, 0.0, 1e6, "--switch-confidence");
+  if (!(o.sample > 0.0 && o.sample <= 1.0))  // (0, 1]: check_finite_range's bounds are closed
+    throw hybridcache::invalid_argument("--shadow-sample: expected a fraction in (0, 1], got " + std::to_string(o.sample));
+  job.selector.sampling.rate = o.sample;
+  job.selector.sampling.min_sampled_conversations = check_finite_range(o.sample_floor, 0.0, 1e9, "--shadow-sample-floor");
+  // A floor only matters below rate 1: given at rate 1 it would be ignored, so it is an error.
+  if (const CLI::Option* f = sub.get_option_no_throw("--shadow-sample-floor"); f != nullptr && f->count() > 0 && o.sample >= 1.0)
+    throw hybridcache::invalid_argument("--shadow-sample-floor needs --shadow-sample below 1 (rate 1 is exact: nothing is sampled)");
 }
 
 }  // namespace hcbench

@@ -35,6 +35,18 @@
 //   short window's lead is mostly noise; every switch costs while the cache reshapes, so
 //   following that noise lost to both rules (Mooncake jamba: 6 switches, 0.992x SGLang+;
 //   with the longer memory 1 switch, 1.002x; docs/results/tiered.md).
+// - Sampled shadows (issue #36, `adaptive_config::sampling`; SHARDS-style miniature
+//   simulations): below rate 1 each candidate's shadow sees only the conversations whose
+//   key (salt + first `key_ids` ids: compose/detail/shadow_sampling.hpp) hashes into a
+//   fraction R, with every tier's budget x R; only those requests move the scores (and the
+//   decay, so a score's memory spans 1/R times as many requests), a shadow_flops() total
+//   adds each sampled FLOP / R. Why a floor: a miniature cache that holds a handful of
+//   conversations ranks rules by noise, so with `min_sampled_conversations` > 0 the exact
+//   shadows decide until R x (conversations the live capacity holds, estimated by an LRU
+//   over keys) reaches it, the sampled ones warming up beside them; then the exact ones are
+//   freed and the sampled ones decide (their warm scores carried over). Once sampled, it
+//   stays sampled. Rate 1 (the default) builds no sampled shadow: bit for bit the exact
+//   selector.
 // - Switching: the live cache follows the leader only when the leader's score exceeds the
 //   followed candidate's by `switch_margin` (a fraction) and `min_dwell` requests have
 //   passed since the last switch. Why the hysteresis: a cache's contents are shaped by the
@@ -50,8 +62,10 @@
 // tiered cache costs per request (begin + finish of the lifecycle on a tiered store: with 6
 // shadows the tiered replay's command takes 6-10x a fixed rule's, docs/results/tiered.md;
 // `shadow_host_capacity_bytes = 0` keeps the cheap single-tier shadows). `overhead()` reports the
-// time spent in the shadows and an estimate of their memory. The shadows allocate (tree
-// growth); the live cache's hot path does not.
+// time spent in the shadows and an estimate of their memory. Sampled, a request outside the
+// sample costs one hash of `key_ids` ids; one inside costs a replay on each shadow of
+// capacity x R (while warming, both sets run and the estimate adds a hash-map probe). The
+// shadows allocate (tree growth); the live cache's hot path does not.
 // Not thread-safe (the live cache's lock serialises every call, shadows included).
 #pragma once
 
@@ -68,6 +82,7 @@
 #include <variant>
 #include <vector>
 
+#include "hybridcache/compose/detail/shadow_sampling.hpp"
 #include "hybridcache/compose/detail/tiered_shadow.hpp"
 #include "hybridcache/concepts/admission.hpp"
 #include "hybridcache/concepts/tier_store.hpp"
@@ -89,6 +104,19 @@ namespace hybridcache::compose {
 struct candidate_rule {
   std::size_t rule = 0;  ///< index of the part (lru_flop_gdsf: 0 LRU, 1 FLOP-aware, 2 GDSF)
   double alpha = 0.0;    ///< FLOP weight, for parts with set_alpha (ignored otherwise)
+};
+
+/// Sampled shadows (issue #36; see the file comment and compose/detail/shadow_sampling.hpp).
+struct shadow_sampling_config {
+  /// R in (0, 1]: the fraction of conversations the sampled shadows see, each with the live
+  /// capacity x R. 1: exact shadows only (bit for bit what the selector did before sampling).
+  double rate = 1.0;
+  /// Leading ids of a request that name its conversation (>= 1); see the file comment.
+  std::int64_t key_ids = 2;
+  /// Sample only once R x (conversations the live capacity holds, estimated) reaches this
+  /// (>= 0); until then the exact shadows decide and the sampled ones warm up beside them.
+  /// 0: sampled shadows only, from the first request.
+  double min_sampled_conversations = 0.0;
 };
 
 /// Options of `adaptive_scorer` (aggregate; checked by its constructor).
@@ -114,6 +142,8 @@ struct adaptive_config {
   /// > 0: tier-aware shadows whose first tier below HBM holds this many bytes (the live
   /// store must have one: invalid_argument at attach_store otherwise). < 0: invalid_argument.
   std::optional<std::int64_t> shadow_host_capacity_bytes{};
+  /// Sampled shadows: rate, conversation key, floor. The default (rate 1) is exact.
+  shadow_sampling_config sampling{};
 };
 
 /// The selector's default decays (`adaptive_config::decay` unset): single-tier shadows
@@ -134,6 +164,9 @@ struct adaptive_overhead {
   /// Estimate of the shadows' memory now: node slots, token ids, child tables and scorer
   /// indexes (capacities, not the allocator's own overhead).
   std::int64_t shadow_bytes = 0;
+  double sample_rate = 1.0;            ///< the shadows' sampling rate now (1: exact)
+  std::int64_t sampled_requests = 0;   ///< requests the sampled shadows replayed
+  std::int64_t sampling_since = -1;    ///< request count when sampling took over (-1: not yet)
 };
 
 /// The library's candidates over `lru_flop_gdsf_scorer`: SGLang+'s rule first (the
@@ -171,11 +204,18 @@ class adaptive_scorer {
                         invalid_argument, "adaptive_scorer: switch_margin, confidence and min_dwell must be >= 0");
     HYBRIDCACHE_EXPECTS(!cfg_.shadow_host_capacity_bytes || *cfg_.shadow_host_capacity_bytes >= 0, invalid_argument,
                         "adaptive_scorer: shadow_host_capacity_bytes must be >= 0");
+    const shadow_sampling_config& smp = cfg_.sampling;
+    HYBRIDCACHE_EXPECTS(smp.rate > 0.0 && smp.rate <= 1.0, invalid_argument,
+                        "adaptive_scorer: sampling.rate must be in (0, 1]");
+    HYBRIDCACHE_EXPECTS(smp.key_ids >= 1, invalid_argument, "adaptive_scorer: sampling.key_ids must be >= 1");
+    HYBRIDCACHE_EXPECTS(smp.min_sampled_conversations >= 0.0 && std::isfinite(smp.min_sampled_conversations),
+                        invalid_argument, "adaptive_scorer: sampling.min_sampled_conversations must be finite and >= 0");
     score_.assign(cfg_.candidates.size(), 0.0);
     total_.assign(cfg_.candidates.size(), 0.0);
     gained_.assign(cfg_.candidates.size(), 0.0);
     lead_.assign(cfg_.candidates.size(), 0.0);
     lead_sq_.assign(cfg_.candidates.size(), 0.0);
+    warm_score_.assign(cfg_.candidates.size(), 0.0);
     (void)live_.switch_to(cfg_.candidates[0].rule, cfg_.candidates[0].alpha);
   }
   adaptive_scorer(adaptive_scorer&&) noexcept = default;
@@ -193,56 +233,96 @@ class adaptive_scorer {
   template <class Store>
   void attach_store(const Store& store, const prefix::prefix_cache_config& cache_cfg) {
     const std::optional<std::int64_t>& host = cfg_.shadow_host_capacity_bytes;
+    // Exact shadows at rate 1, or until the floor is reached; sampled ones below rate 1.
+    const bool exact = cfg_.sampling.rate >= 1.0 || cfg_.sampling.min_sampled_conversations > 0.0;
+    const bool sample = cfg_.sampling.rate < 1.0;
     if constexpr (replicable_tier_store<Store>) {
       if (store.tier_count() > 1 && (!host || *host > 0)) {
         auto c = store.config();
         if (host) (c.lower_tiers.empty() ? c.host_capacity_bytes : c.lower_tiers.front().capacity_bytes) = *host;
-        std::vector<std::unique_ptr<detail::tiered_shadow_base>> built;
-        built.reserve(cfg_.candidates.size());
-        for (const candidate_rule& rule : cfg_.candidates)
-          built.push_back(make_tiered_shadow(rule, store.metadata_replica(c), cache_cfg));
+        auto cs = c;  // every tier's budget x R; the staging room is per request and stays
+        cs.capacity_bytes = scaled(c.capacity_bytes);
+        cs.host_capacity_bytes = scaled(c.host_capacity_bytes);
+        for (auto& t : cs.lower_tiers) t.capacity_bytes = scaled(t.capacity_bytes);
+        std::vector<std::unique_ptr<detail::tiered_shadow_base>> built, built_sampled;
+        for (const candidate_rule& rule : cfg_.candidates) {
+          if (exact) built.push_back(make_tiered_shadow(rule, store.metadata_replica(c), cache_cfg));
+          if (sample) built_sampled.push_back(make_tiered_shadow(rule, store.metadata_replica(cs), cache_cfg));
+        }
         tiered_.swap(built);
+        sampled_tiered_.swap(built_sampled);
         shadows_.clear();
+        sampled_.clear();
+        start_phase(true, store.capacity_bytes(), store.kv_bytes(1), store.checkpoint_bytes());
         return;
       }
     }
     HYBRIDCACHE_EXPECTS(!host || *host == 0, invalid_argument,
                         "adaptive_scorer: shadow_host_capacity_bytes > 0 needs a live store with a tier below HBM");
-    std::vector<shadow_ptr> built;
-    built.reserve(cfg_.candidates.size());
+    std::vector<shadow_ptr> built, built_sampled;
     for (const candidate_rule& c : cfg_.candidates) {
-      stores::counting_store st(store.capacity_bytes(), store.kv_bytes(1), store.checkpoint_bytes());
-      st.allow_overflow(cache_cfg.admit_oversized);
-      built.push_back(make_shadow(c, std::move(st), cache_cfg));
+      if (exact) {
+        stores::counting_store st(store.capacity_bytes(), store.kv_bytes(1), store.checkpoint_bytes());
+        st.allow_overflow(cache_cfg.admit_oversized);
+        built.push_back(make_shadow(c, std::move(st), cache_cfg));
+      }
+      if (sample) {
+        stores::counting_store st(scaled(store.capacity_bytes()), store.kv_bytes(1), store.checkpoint_bytes());
+        st.allow_overflow(cache_cfg.admit_oversized);
+        built_sampled.push_back(make_shadow(c, std::move(st), cache_cfg));
+      }
     }
     shadows_.swap(built);
+    sampled_.swap(built_sampled);
     tiered_.clear();
+    sampled_tiered_.clear();
+    start_phase(false, store.capacity_bytes(), store.kv_bytes(1), store.checkpoint_bytes());
   }
 
   /// Replays one request (input ++ output, `input_tokens` long input) on every shadow,
   /// updates the scores and, when the leader clears the hysteresis, switches the live rule.
+  ///
+  /// Sampled shadows (`sampling.rate` < 1): the request's conversation key decides whether
+  /// the sampled shadows replay it; only those requests move the scores (and the decay), so a
+  /// request outside the sample costs one hash. Before the floor is reached the exact
+  /// shadows decide as above, the sampled ones warming up beside them; from then on the
+  /// sampled ones alone (their warm scores carried over, the paired test restarted).
   void observe_request(std::span<const token_id> sequence, std::int64_t input_tokens, const cache_salt& salt) {
-    if ((shadows_.empty() && tiered_.empty()) || sequence.empty()) return;
+    if (phase_ == phase::none || sequence.empty()) return;
     const auto t0 = std::chrono::steady_clock::now();
     const auto input = sequence.first(static_cast<std::size_t>(std::clamp<std::int64_t>(
         input_tokens, 1, static_cast<std::int64_t>(sequence.size()))));
-    const double keep = decay();  // per request
-    for (std::size_t i = 0; i < score_.size(); ++i) {
-      const std::int64_t reused =
-          tiered_.empty()
-              ? std::visit([&](auto& c) { return replay_one(*c, sequence, input, input_tokens, salt); }, shadows_[i])
-              : tiered_[i]->replay(sequence, input_tokens, salt);
-      gained_[i] = hit_flops(reused);
-      score_[i] = score_[i] * keep + gained_[i];
-      total_[i] += gained_[i];
+    if (phase_ != phase::exact) {
+      const std::uint64_t key = detail::conversation_key(sequence, salt, cfg_.sampling.key_ids);
+      const bool in = detail::sampled(key, cfg_.sampling.rate);
+      if (phase_ == phase::warming) {
+        replay_all(shadows_, tiered_, sequence, input, input_tokens, salt);
+        account(score_, 1.0);
+        ++requests_;
+        follow_leader();
+        if (in) {
+          replay_all(sampled_, sampled_tiered_, sequence, input, input_tokens, salt);
+          for (std::size_t i = 0; i < warm_score_.size(); ++i) warm_score_[i] = warm_score_[i] * decay() + gained_[i];
+          ++sampled_requests_;
+        }
+        estimate_.observe(key, static_cast<std::int64_t>(sequence.size()) * kv_per_id_ + checkpoint_bytes_);
+        if (static_cast<double>(estimate_.held()) * cfg_.sampling.rate >= cfg_.sampling.min_sampled_conversations)
+          begin_sampling();
+      } else {
+        ++requests_;
+        if (in) {
+          replay_all(sampled_, sampled_tiered_, sequence, input, input_tokens, salt);
+          account(score_, cfg_.sampling.rate);
+          ++sampled_requests_;
+          follow_leader();
+        }
+      }
+    } else {
+      replay_all(shadows_, tiered_, sequence, input, input_tokens, salt);
+      account(score_, 1.0);
+      ++requests_;
+      follow_leader();
     }
-    for (std::size_t i = 0; i < score_.size(); ++i) {  // paired with the followed candidate
-      const double d = (gained_[i] - gained_[followed_]) * 1e-12;  // scaled: squares stay finite
-      lead_[i] = lead_[i] * keep + d;
-      lead_sq_[i] = lead_sq_[i] * keep * keep + d * d;
-    }
-    ++requests_;
-    follow_leader();
     shadow_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   }
 
@@ -253,7 +333,7 @@ class adaptive_scorer {
   /// came, and the ranking depends on the rule followed). Single-tier shadows, which model
   /// the commit path (whose refused requests `observe_request` already sees), ignore it.
   void observe_refused(std::span<const token_id> sequence, std::int64_t input_tokens, const cache_salt& salt) {
-    if (!tiered_.empty()) observe_request(sequence, input_tokens, salt);
+    if (tier_aware_) observe_request(sequence, input_tokens, salt);
   }
 
   // --- utility_scorer: the live rule ------------------------------------------------------
@@ -294,7 +374,7 @@ class adaptive_scorer {
   [[nodiscard]] const live_type& live() const noexcept { return live_; }
   /// The per-request decay in use: `config().decay`, or its default for the shadows built.
   [[nodiscard]] double decay() const noexcept {
-    return cfg_.decay.value_or(tiered_.empty() ? single_tier_decay : tier_aware_decay);
+    return cfg_.decay.value_or(tier_aware_ ? tier_aware_decay : single_tier_decay);
   }
   /// The candidate the live cache follows (an index into config().candidates).
   [[nodiscard]] std::size_t followed() const noexcept { return followed_; }
@@ -309,16 +389,21 @@ class adaptive_scorer {
     o.requests = requests_;
     o.switches = switches_;
     o.followed = followed_;
-    o.shadows = shadows_.size() + tiered_.size();
+    o.shadows = shadows_.size() + tiered_.size() + sampled_.size() + sampled_tiered_.size();
     o.shadow_seconds = shadow_seconds_;
-    o.tier_aware = !tiered_.empty();
-    for (const auto& t : tiered_) {
-      o.shadow_nodes += t->nodes();
-      o.shadow_tokens += t->tokens();
-      o.shadow_bytes += t->bytes();
-    }
-    for (const auto& s : shadows_)
-      std::visit(
+    o.tier_aware = tier_aware_;
+    o.sample_rate = phase_ == phase::sampled ? cfg_.sampling.rate : 1.0;
+    o.sampled_requests = sampled_requests_;
+    o.sampling_since = sampling_since_;
+    for (const auto* v : {&tiered_, &sampled_tiered_})
+      for (const auto& t : *v) {
+        o.shadow_nodes += t->nodes();
+        o.shadow_tokens += t->tokens();
+        o.shadow_bytes += t->bytes();
+      }
+    for (const auto* v : {&shadows_, &sampled_})
+      for (const auto& s : *v)
+        std::visit(
           [&](const auto& c) {
             const auto& tree = c->tree();
             o.shadow_nodes += static_cast<std::int64_t>(tree.size());
@@ -361,6 +446,69 @@ class adaptive_scorer {
                                                                                      std::move(scorer), admission_, cache_cfg);
     } else {
       throw invalid_argument("adaptive_scorer: candidate rule out of range");
+    }
+  }
+
+  /// `bytes` x the sampling rate (a sampled shadow's budget).
+  [[nodiscard]] std::int64_t scaled(std::int64_t bytes) const noexcept {
+    return static_cast<std::int64_t>(static_cast<double>(bytes) * cfg_.sampling.rate);
+  }
+
+  /// After the shadows are built: which of them decide, and the estimate's byte costs.
+  void start_phase(bool tier_aware, std::int64_t capacity, std::int64_t kv_per_id, std::int64_t checkpoint) {
+    tier_aware_ = tier_aware;
+    kv_per_id_ = kv_per_id;
+    checkpoint_bytes_ = checkpoint;
+    if (cfg_.sampling.rate >= 1.0) {
+      phase_ = phase::exact;
+    } else if (cfg_.sampling.min_sampled_conversations > 0.0) {
+      phase_ = phase::warming;
+      estimate_ = detail::conversation_estimate(capacity);
+    } else {
+      phase_ = phase::sampled;
+      sampling_since_ = 0;
+    }
+  }
+
+  /// The floor is reached: the sampled shadows decide from now on, with the scores they
+  /// earned while warming; the exact shadows and the estimate are freed.
+  void begin_sampling() {
+    phase_ = phase::sampled;
+    sampling_since_ = requests_;
+    score_ = warm_score_;
+    std::fill(lead_.begin(), lead_.end(), 0.0);
+    std::fill(lead_sq_.begin(), lead_sq_.end(), 0.0);
+    shadows_.clear();
+    tiered_.clear();
+    estimate_ = detail::conversation_estimate();
+  }
+
+  /// One request on every shadow of one set (single-tier or tier-aware): gained_[i] = the
+  /// FLOPs shadow i's lookup saved.
+  void replay_all(std::vector<shadow_ptr>& single, std::vector<std::unique_ptr<detail::tiered_shadow_base>>& tiered,
+                  std::span<const token_id> sequence, std::span<const token_id> input, std::int64_t input_tokens,
+                  const cache_salt& salt) {
+    for (std::size_t i = 0; i < gained_.size(); ++i) {
+      const std::int64_t reused =
+          tiered.empty()
+              ? std::visit([&](auto& c) { return replay_one(*c, sequence, input, input_tokens, salt); }, single[i])
+              : tiered[i]->replay(sequence, input_tokens, salt);
+      gained_[i] = hit_flops(reused);
+    }
+  }
+
+  /// gained_ into the scores and the paired test; `rate` scales shadow_flops() to the whole
+  /// stream (1 for exact shadows: x / 1.0 is x, so the exact path is bit for bit as before).
+  void account(std::vector<double>& score, double rate) {
+    const double keep = decay();  // per request (per sampled request for sampled shadows)
+    for (std::size_t i = 0; i < score.size(); ++i) {
+      score[i] = score[i] * keep + gained_[i];
+      total_[i] += gained_[i] / rate;
+    }
+    for (std::size_t i = 0; i < score.size(); ++i) {  // paired with the followed candidate
+      const double d = (gained_[i] - gained_[followed_]) * 1e-12;  // scaled: squares stay finite
+      lead_[i] = lead_[i] * keep + d;
+      lead_sq_[i] = lead_sq_[i] * keep * keep + d * d;
     }
   }
 
@@ -407,8 +555,21 @@ class adaptive_scorer {
   live_type live_;
   adaptive_config cfg_;
   Admission admission_;
-  std::vector<shadow_ptr> shadows_;                                 // single-tier shadows, or
+  // none: not attached; exact: exact shadows only (rate 1); warming: exact ones decide, the
+  // sampled ones run beside them until the floor; sampled: sampled ones only.
+  enum class phase : std::uint8_t { none, exact, warming, sampled };
+  std::vector<shadow_ptr> shadows_;                                 // exact single-tier shadows, or
   std::vector<std::unique_ptr<detail::tiered_shadow_base>> tiered_;  // tier-aware ones
+  std::vector<shadow_ptr> sampled_;                                 // the same at capacity x R
+  std::vector<std::unique_ptr<detail::tiered_shadow_base>> sampled_tiered_;
+  phase phase_ = phase::none;
+  bool tier_aware_ = false;
+  detail::conversation_estimate estimate_;  // while warming
+  std::int64_t kv_per_id_ = 0;
+  std::int64_t checkpoint_bytes_ = 0;
+  std::vector<double> warm_score_;  // the sampled shadows' scores while warming
+  std::int64_t sampled_requests_ = 0;
+  std::int64_t sampling_since_ = -1;
   std::vector<double> score_;
   std::vector<double> total_;
   std::vector<double> gained_;   // this request's FLOPs per shadow (scratch)
