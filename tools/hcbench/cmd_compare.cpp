@@ -34,6 +34,7 @@
 #include "cli_support.hpp"
 #include "progress.hpp"
 #include "command.hpp"
+#include "model_flags.hpp"
 #include "replay_args.hpp"
 #include "replay_report.hpp"
 #include "replay_run.hpp"
@@ -50,6 +51,7 @@ struct compare_cli {
   std::string policies = "marconi,sglang+,vllm+,lru";
   std::string capacities = "1e9,2e9,5e9,1e10";
   std::string model = "marconi_7b";
+  hcbench::model_cli model_flags;  // --model-attn-ratio, --model-state-dim
   std::string alpha = "auto";
   std::int64_t block_size = 0;
   std::int64_t threads = 0;
@@ -93,7 +95,7 @@ struct loaded_trace {
 
 void run(const compare_cli& o, const CLI::App& sub) {
   using namespace hcbench;
-  const hybridcache::model_spec model = hybridcache::presets::preset(o.model);
+  const hybridcache::model_spec model = resolve_model(o.model, o.model_flags, sub);  // throws naming the flag
   const std::vector<std::string> policies = split_list(o.policies);
   if (policies.empty()) throw hybridcache::invalid_argument("--policies is empty");
   for (const auto& p : policies) check_policy(p);
@@ -241,7 +243,7 @@ void run(const compare_cli& o, const CLI::App& sub) {
   const fs::path table_path = fs::path(o.out) / "table.txt";
   std::string csv = std::string(csv_header()) + "\n";
   for (const auto& r : results) csv += csv_row(r) + "\n";
-  std::string title = "hcbench compare: " + o.model;
+  std::string title = "hcbench compare: " + model.name;
   for (const auto& t : traces) title += (&t == &traces.front() ? " on " : ", ") + t.label;
   atomic_file_set files;  // all three or none
   files.add(csv_path.string(), csv);
@@ -263,15 +265,16 @@ const bool registered = hcbench::register_command(
        sub.add_option("--policies", o.policies, "comma-separated: marconi,sglang+,vllm+,lru,gdsf");
        sub.add_option("--capacities", o.capacities, "comma-separated byte capacities");
        sub.add_option("--model", o.model, "model preset (see `hcbench models`)");
+       hcbench::add_model_options(sub, o.model_flags);
        sub.add_option("--alpha", o.alpha, "marconi's FLOP-efficiency weight: a number, or auto");
        hcbench::add_selector_options(sub, o.selector);
        hcbench::add_single_tier_options(sub, o.scan);
        sub.add_option("--block-size", o.block_size, hcbench::block_size_help)->default_str("");  // see replay
        sub.add_option("--sessions-per-second", o.sessions_per_second,
-                      "sharegpt, openai, swe-agent, tau-bench: conversations started per second");
+                      "sharegpt, openai, swe-agent, tau-bench, lmsys: conversations started per second");
        sub.add_option("--tokenizer", o.tokenizer,
                       "text formats: a Hugging Face tokenizer.json (byte-level BPE); default: the built-in approximation");
-       sub.add_option("--chat-template", o.chat_template, "openai, swe-agent, tau-bench: role prefix/suffix JSON file");
+       sub.add_option("--chat-template", o.chat_template, "openai, swe-agent, tau-bench, lmsys: role prefix/suffix JSON file");
        sub.add_option("--tool-time-mean", o.tool_time_mean_s, "agent formats: Poisson mean tool time, s (default 5)");
        sub.add_option("--collapse-observations", o.collapse_observations,
                       "agent formats: keep only the last K observations whole; -1: off (the default)");

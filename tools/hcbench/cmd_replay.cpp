@@ -31,6 +31,7 @@
 #include "cli_support.hpp"
 #include "output_fields.hpp"
 #include "command.hpp"
+#include "model_flags.hpp"
 #include "replay_args.hpp"
 #include "replay_report.hpp"
 #include "replay_run.hpp"
@@ -45,6 +46,7 @@ struct replay_cli {
   std::string trace;
   std::string format = "marconi";
   std::string model = "marconi_7b";
+  hcbench::model_cli model_flags;  // --model-attn-ratio, --model-state-dim
   std::string capacity;
   std::string policy = "marconi";
   std::string alpha = "auto";
@@ -95,6 +97,7 @@ void run(const replay_cli& o, const CLI::App& sub) {
   load.tool_time_mean_s = o.tool_time_mean_s;
   load.collapse_observations = o.collapse_observations;
   load.max_turns = o.max_turns;
+  const hybridcache::model_spec model = resolve_model(o.model, o.model_flags, sub);  // throws naming the flag
   if (tiered) {
     const std::int64_t block = o.format == "mooncake" && o.block_size > 0 ? o.block_size : 512;
     hcbench::tiered_policy p;
@@ -113,6 +116,8 @@ void run(const replay_cli& o, const CLI::App& sub) {
     reject_unless(o.tiered.write_policy == "write-through-selective", sub, "--write-through-hits",
                   "without --write-policy write-through-selective");
     reject_unless(o.tiered.prefetch != "none", sub, "--prefetch-depth", "with --prefetch none (the default)");
+    reject_unless(o.tiered.decode == "colocated", sub, "--length-predictor",
+                  "without --decode colocated (disaggregated, no dispatch waits on a decode)");
     reject_unless(o.policy == "marconi", sub, "--flop-candidates", "to --policy " + o.policy + " (marconi only)");
     reject_unless(o.policy == "marconi", sub, "--flop-index", "to --policy " + o.policy + " (marconi only)");
     (void)parse_flop_candidates(o.scan.flop_candidates);  // refuses a bad value
@@ -121,13 +126,13 @@ void run(const replay_cli& o, const CLI::App& sub) {
     p.flop_index = o.scan.flop_index;
     p.reference_lru_ties = parse_lru_ties(o.lru_ties);
     if (o.format != "mooncake" && o.block_size > 0) p.vllm_block = o.block_size;
-    run_tiered_replay_command(o.trace, o.format, o.model, block, load, o.tiered, p, o.per_request, o.json);
+    run_tiered_replay_command(o.trace, o.format, model, block, load, o.tiered, p, o.per_request, o.json);
     return;
   }
   if (o.capacity.empty()) throw hybridcache::invalid_argument("--capacity is required (or --tiers for a multi-tier replay)");
   reject_unless(o.policy == "marconi", sub, "--alpha", "to --policy " + o.policy + " (marconi only)");
   hcbench::replay_job job;
-  job.model = hybridcache::presets::preset(o.model);  // throws naming an unknown preset
+  job.model = model;
   job.policy = o.policy;
   job.capacity_bytes = parse_capacity(o.capacity);
   job.alpha = parse_alpha(o.alpha);
@@ -196,8 +201,9 @@ const bool registered = hcbench::register_command(
        sub.add_option("--trace", o.trace, "trace file; - reads stdin; a .gz file is decompressed")->required();
        sub.add_option("--format", o.format, "trace format: marconi (token-id JSONL), mooncake (hash_ids JSONL), "
                                             "sharegpt (conversation JSONL), openai (chat JSONL), swe-agent (.traj file "
-                                            "or directory), tau-bench (results JSON); default marconi");
+                                            "or directory), tau-bench (results JSON), lmsys (LMSys-Chat-1M rows, JSONL); default marconi");
        sub.add_option("--model", o.model, "model preset (see `hcbench models`); default marconi_7b");
+       hcbench::add_model_options(sub, o.model_flags);
        sub.add_option("--capacity", o.capacity, "cache capacity in bytes: 5e8, 500000000, 5GB, 4GiB (required unless --tiers)");
        sub.add_option("--policy", o.policy, "marconi | sglang+ | vllm+ | lru | gdsf; default marconi");
        sub.add_option("--alpha", o.alpha, "marconi's FLOP-efficiency weight: a number, or auto (chosen online, see "
@@ -206,19 +212,19 @@ const bool registered = hcbench::register_command(
        // No "=0" in --help: 0 only marks "not given"; the defaults are the format's and policy's.
        sub.add_option("--block-size", o.block_size, hcbench::block_size_help)->default_str("");
        sub.add_option("--sessions-per-second", o.sessions_per_second,
-                      "sharegpt, openai, swe-agent, tau-bench: conversations started per second (default 1)");
+                      "sharegpt, openai, swe-agent, tau-bench, lmsys: conversations started per second (default 1)");
        sub.add_option("--tokenizer", o.tokenizer,
                       "text formats: a Hugging Face tokenizer.json (byte-level BPE) to tokenize with; default: the "
                       "built-in approximation");
        sub.add_option("--chat-template", o.chat_template,
-                      "openai, swe-agent, tau-bench: JSON file of role prefixes/suffixes (default ChatML)");
+                      "openai, swe-agent, tau-bench, lmsys: JSON file of role prefixes/suffixes (default ChatML)");
        sub.add_option("--tool-time-mean", o.tool_time_mean_s,
-                      "openai, swe-agent, tau-bench: Poisson mean of the tool time before a call, s (default 5)");
+                      "openai, swe-agent, tau-bench, lmsys: Poisson mean of the tool time before a call, s (default 5)");
        sub.add_option("--collapse-observations", o.collapse_observations,
-                      "openai, swe-agent, tau-bench: keep only the last K observations whole (Marconi's SWE-bench: 5); "
+                      "openai, swe-agent, tau-bench, lmsys: keep only the last K observations whole (Marconi's SWE-bench: 5); "
                       "-1: off (the default)");
        sub.add_option("--max-turns", o.max_turns,
-                      "openai, swe-agent, tau-bench: at most this many requests per session (default 0: no limit)");
+                      "openai, swe-agent, tau-bench, lmsys: at most this many requests per session (default 0: no limit)");
        sub.add_option("--concurrency", o.concurrency, "requests in flight; a match stays pinned until its "
                                                       "request finishes (default 1, the reference's model); above 1 "
                                                       "the capacity is strict (see --strict-capacity)");
@@ -276,6 +282,15 @@ const bool registered = hcbench::register_command(
                       "--tiers: flops (the cost model's FLOPs at Jamba-on-4xA100 throughput, prefix-aware; "
                       "default) | line (the measured Jamba-1.5-Mini line for every model)");
        sub.add_option("--per-copy-us", o.tiered.per_copy_us, "--tiers: fixed cost of one copy call, us (default 6)");
+       sub.add_option("--decode", o.tiered.decode,
+                      "--tiers: where decode runs: disaggregated (its own pool; the prefill engine is free at the first "
+                      "token; default) | colocated (on the prefill engine, busy until the last token: CaR's setting, "
+                      "where --prefetch deadline waits on TPOT x the predicted output lengths)");
+       sub.add_option("--tpot-ms", o.tiered.tpot_ms,
+                      "--tiers: time per output token, ms: TTET = TTFT + TPOT x (output tokens - 1) (default 20)");
+       sub.add_option("--length-predictor", o.tiered.length_predictor,
+                      "--tiers --decode colocated: output-length predictor of the deadline prefetch: mean (running "
+                      "mean; default) | bucket (mean per power-of-two prompt-length bucket) | oracle (the true length)");
        sub.add_option("--plot", o.tiered.plot,
                       "--tiers: write the figure (TTFT distribution single tier vs tiers, token hits per tier) as SVG "
                       "to this file (default: next to --per-request's CSV, as .svg; without either, none)");

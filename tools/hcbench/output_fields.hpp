@@ -21,9 +21,10 @@ inline constexpr const char* per_request_csv = "request,input_tokens,skipped_tok
 
 /// replay --tiers --per-request: one row per request in dispatch order (`request`: its index in
 /// the trace; refused: 1 when it could not be cached at all; source_tier: the slowest tier its
-/// host_hit_tokens were read from, 0 for none, the index in --tiers).
+/// host_hit_tokens were read from, 0 for none, the index in --tiers; ttet_ms: arrival to the
+/// last token, ttft_ms + --tpot-ms x (output tokens - 1)).
 inline constexpr const char* tiered_per_request_csv =
-    "request,refused,input_tokens,hbm_hit_tokens,host_hit_tokens,bytes_loaded,ttft_ms,source_tier";
+    "request,refused,input_tokens,hbm_hit_tokens,host_hit_tokens,bytes_loaded,ttft_ms,source_tier,ttet_ms";
 
 /// replay --json, single tier (replay_report.hpp's to_json).
 inline constexpr const char* replay_json =
@@ -50,7 +51,9 @@ inline constexpr const char* tiered_json =
     "single_tier_service_p50_ms, single_tier_utilization, prefill_engines, arrival_scale, prefill_time, "
     "split_load_recompute, prefill_engines_auto, arrivals, saturated, single_tier_saturated, flops_saved, "
     "single_tier_flops_saved, write_policy, write_backs, replicas, clean_drops, joined_loads, copies, "
-    "dropped_entries, stall_ms, refused, single_tier_refused, layerwise, cascades, copy_failures; with the "
+    "dropped_entries, stall_ms, refused, single_tier_refused, layerwise, cascades, copy_failures, decode, tpot_ms, "
+    "length_predictor, ttet_p50_ms, ttet_p95_ms, ttet_mean_ms, single_tier_ttet_p50_ms, single_tier_ttet_p95_ms, "
+    "single_tier_ttet_mean_ms, output_length_mae_tokens (the length predictor's mean absolute error); with the "
     "selector: selector_shadow_seconds, selector_shadow_bytes, selector_switches, selector_tier_aware, "
     "single_tier_selector_shadow_seconds, single_tier_selector_switches, selector_followed, "
     "single_tier_selector_followed (--candidates syntax); --real-bytes: real_bytes [agrees, "

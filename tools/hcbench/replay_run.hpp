@@ -121,20 +121,20 @@ struct replay_result {
 struct trace_load_options {
   /// Mooncake: engine block size B dividing 512 (each 512-token hash id expands into 512/B ids).
   std::int64_t block_size = 512;
-  /// ShareGPT, openai, swe-agent, tau-bench: conversations started per second (Marconi's
+  /// ShareGPT, openai, swe-agent, tau-bench, lmsys: conversations started per second (Marconi's
   /// sweeps: 0.25 ... 10).
   double sessions_per_second = 1.0;
   /// Text formats: a Hugging Face tokenizer.json (byte-level BPE); empty: the built-in
   /// approximation.
   std::string tokenizer{};
-  /// openai, swe-agent, tau-bench: a chat template file (JSON role prefixes/suffixes);
+  /// openai, swe-agent, tau-bench, lmsys: a chat template file (JSON role prefixes/suffixes);
   /// empty: ChatML.
   std::string chat_template{};
-  /// openai, swe-agent, tau-bench: Poisson mean of the tool time before a call (s).
+  /// openai, swe-agent, tau-bench, lmsys: Poisson mean of the tool time before a call (s).
   double tool_time_mean_s = 5.0;
-  /// openai, swe-agent, tau-bench: keep the last K observations whole (-1: off).
+  /// openai, swe-agent, tau-bench, lmsys: keep the last K observations whole (-1: off).
   std::int64_t collapse_observations = -1;
-  /// openai, swe-agent, tau-bench: at most this many requests per session (0: no limit).
+  /// openai, swe-agent, tau-bench, lmsys: at most this many requests per session (0: no limit).
   std::int64_t max_turns = 0;
 };
 

@@ -139,7 +139,9 @@ std::string tiered_table(const std::vector<std::string>& names,
   std::vector<std::vector<std::string>> rows;
   std::vector<std::string> header{"tiers", "requests", "token hit %"};
   for (const auto& n : names) header.push_back(n + " hit tok");
-  for (const char* h : {"TTFT p50 ms", "TTFT p95 ms", "hidden %", "busy %", "engines"}) header.emplace_back(h);
+  // TTET last, so a quote of the older columns still reads the same.
+  for (const char* h : {"TTFT p50 ms", "TTFT p95 ms", "hidden %", "busy %", "engines", "TTET p50 ms", "TTET p95 ms"})
+    header.emplace_back(h);
   rows.push_back(std::move(header));
   auto f = [](const char* fmt, double v) {
     char b[48];
@@ -154,6 +156,8 @@ std::string tiered_table(const std::vector<std::string>& names,
     row.push_back(f("%.1f", 100.0 * r->pipeline_hidden_fraction));
     row.push_back(f("%.1f", 100.0 * r->utilization));
     row.push_back(std::to_string(r->prefill_engines));
+    row.push_back(f("%.1f", r->ttet_p50_ms));
+    row.push_back(f("%.1f", r->ttet_p95_ms));
     rows.push_back(std::move(row));
   }
   return aligned_table(rows, 1);
@@ -167,10 +171,11 @@ std::string followed_of(const hc::sim::tiered_replay_result& r) {
 
 }  // namespace
 
-void run_tiered_replay_command(const std::string& trace, const std::string& format, const std::string& model_name,
+void run_tiered_replay_command(const std::string& trace, const std::string& format, const hc::model_spec& spec,
                                std::int64_t mooncake_block, const trace_load_options& load, const tiered_cli& t,
                                const tiered_policy& policy, const std::string& per_request, bool json) {
-  const hc::cost_model model(hc::presets::preset(model_name));
+  const hc::cost_model model(spec);
+  const std::string& model_name = spec.name;  // the preset's, with the overrides applied
   check_policy(policy.name);
   if (!(t.link_gbps > 0)) throw hc::invalid_argument("--link-gbps: link bandwidth must be > 0");
   if (policy.name != "marconi" && policy.alpha)
@@ -210,6 +215,10 @@ void run_tiered_replay_command(const std::string& trace, const std::string& form
     throw hc::invalid_argument("--prefetch-depth must be in 1..1048576");
   multi.prefetch_depth = static_cast<std::size_t>(t.prefetch_depth);
   multi.per_copy_overhead_us = t.per_copy_us;
+  multi.decode = parse_decode(t.decode);
+  check_finite_range(t.tpot_ms, 0, 1e6, "--tpot-ms");
+  multi.tpot_ms = t.tpot_ms;
+  multi.length_predictor = parse_length_predictor(t.length_predictor);
   multi.keep_per_request = !per_request.empty();
   if (t.prefill_time != "flops" && t.prefill_time != "line")
     throw hc::invalid_argument("--prefill-time: unknown value '" + t.prefill_time + "' (flops, line)");
@@ -272,7 +281,7 @@ void run_tiered_replay_command(const std::string& trace, const std::string& form
     std::string csv = std::string(fields::tiered_per_request_csv) + "\n";
     for (const auto& x : r.per_request) {
       csv += std::to_string(x.request) + ',' + (x.refused ? '1' : '0') + ',' + std::to_string(x.input_tokens) + ',' + std::to_string(x.hbm_hit_tokens) + ',' +
-             std::to_string(x.host_hit_tokens) + ',' + std::to_string(x.bytes_loaded) + ',' + json::number(x.ttft_ms) + ',' + std::to_string(x.source_tier) + '\n';
+             std::to_string(x.host_hit_tokens) + ',' + std::to_string(x.bytes_loaded) + ',' + json::number(x.ttft_ms) + ',' + std::to_string(x.source_tier) + ',' + json::number(x.ttet_ms) + '\n';
     }
     write_file_atomic(per_request, csv, "--per-request");
   }
@@ -315,6 +324,10 @@ void run_tiered_replay_command(const std::string& trace, const std::string& form
     o.integer("dropped_entries", r.dropped_blocks).num("stall_ms", r.stall_ms).integer("refused", r.refused);
     o.integer("single_tier_refused", b.refused).str("layerwise", t.layerwise);
     o.integer("cascades", r.cascades).integer("copy_failures", r.copy_failures);
+    o.str("decode", t.decode).num("tpot_ms", t.tpot_ms).str("length_predictor", t.length_predictor);
+    o.num("ttet_p50_ms", r.ttet_p50_ms).num("ttet_p95_ms", r.ttet_p95_ms).num("ttet_mean_ms", r.ttet_mean_ms);
+    o.num("single_tier_ttet_p50_ms", b.ttet_p50_ms).num("single_tier_ttet_p95_ms", b.ttet_p95_ms);
+    o.num("single_tier_ttet_mean_ms", b.ttet_mean_ms).num("output_length_mae_tokens", r.output_length_mae_tokens);
     if (policy.name == "marconi" && policy.selector) {  // the adaptive selector's cost, both runs
       o.num("selector_shadow_seconds", r.selector_shadow_seconds).integer("selector_shadow_bytes", r.selector_shadow_bytes);
       o.integer("selector_switches", r.selector_switches).raw("selector_tier_aware", r.selector_tier_aware ? "true" : "false");

@@ -16,6 +16,7 @@
 #include <string>
 
 #include <hybridcache/compose/adaptive_scorer.hpp>
+#include <hybridcache/model/model_spec.hpp>
 
 #include "replay_run.hpp"
 
@@ -41,6 +42,9 @@ struct tiered_cli {
   std::int64_t prefetch_depth = 1;    ///< --prefetch-depth
   std::string prefill_time = "flops"; ///< --prefill-time flops (cost model) | line (Jamba 4xA100 fit)
   double per_copy_us = 6.0;           ///< --per-copy-us
+  std::string decode = "disaggregated";  ///< --decode disaggregated|colocated
+  double tpot_ms = 20.0;              ///< --tpot-ms: time per output token (TTET; colocated: the deadline rule)
+  std::string length_predictor = "mean";  ///< --length-predictor mean|bucket|oracle
   bool real_bytes = false;            ///< --real-bytes: validate the multi-tier run with real bytes
   std::string plot;                   ///< --plot FILE: the SVG (default: next to --per-request's CSV)
 };
@@ -60,7 +64,8 @@ struct tiered_policy {
 /// Loads the trace, runs the tiered and the single-tier replay, prints a table or (json)
 /// one JSON object; `per_request` (non-empty) gets one CSV row per request of the tiered
 /// run. @throws hybridcache::error for bad options or input.
-void run_tiered_replay_command(const std::string& trace, const std::string& format, const std::string& model,
+/// `model` is the preset with any --model-attn-ratio / --model-state-dim applied.
+void run_tiered_replay_command(const std::string& trace, const std::string& format, const hybridcache::model_spec& model,
                                std::int64_t mooncake_block, const trace_load_options& load, const tiered_cli& t,
                                const tiered_policy& policy, const std::string& per_request, bool json);
 

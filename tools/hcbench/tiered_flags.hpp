@@ -18,7 +18,9 @@
 namespace hcbench {
 
 using hybridcache::invalid_argument;
+using hybridcache::sim::decode_placement;
 using hybridcache::sim::demotion_kind;
+using hybridcache::sim::length_predictor_kind;
 using hybridcache::tiered::parse_tiers;
 using hybridcache::sim::prefetch_kind;
 using hybridcache::sim::scheduler_kind;
@@ -32,7 +34,8 @@ inline constexpr const char* tiered_only_options[] = {
     "--link-gbps",  "--scheduler",        "--prefetch",     "--sparsify",        "--demotion",
     "--write-policy", "--write-through-hits", "--watermarks", "--layerwise",      "--recompute-when-faster",
     "--staging-fraction", "--arrival-scale", "--spread-arrivals", "--prefill-engines", "--prefetch-depth",
-    "--prefill-time", "--per-copy-us",    "--plot",            "--real-bytes"};
+    "--prefill-time", "--per-copy-us",    "--plot",            "--real-bytes",      "--decode",
+    "--tpot-ms",      "--length-predictor"};
 inline constexpr std::string_view tiered_only_flag = "--real-bytes";
 
 /// Parses `fcfs` / `car`. @throws invalid_argument listing the valid names.
@@ -64,6 +67,19 @@ inline constexpr std::string_view tiered_only_flag = "--real-bytes";
     throw invalid_argument("--demotion car: CaR's score (+1 window, +1 dispatch, -2 done) is not a victim order of the "
                            "prefix-cache tiers; CaR's queue is --scheduler car (auto, lru, flop)");
   throw invalid_argument("--demotion: unknown value '" + std::string(s) + "' (auto, lru, flop)");
+}
+/// Parses `disaggregated` / `colocated` (--decode). @throws invalid_argument.
+[[nodiscard]] inline decode_placement parse_decode(std::string_view s) {
+  if (s == "disaggregated") return decode_placement::disaggregated;
+  if (s == "colocated") return decode_placement::colocated;
+  throw invalid_argument("--decode: unknown value '" + std::string(s) + "' (disaggregated, colocated)");
+}
+/// Parses `mean` / `bucket` / `oracle` (--length-predictor). @throws invalid_argument.
+[[nodiscard]] inline length_predictor_kind parse_length_predictor(std::string_view s) {
+  if (s == "mean") return length_predictor_kind::mean;
+  if (s == "bucket") return length_predictor_kind::bucket;
+  if (s == "oracle") return length_predictor_kind::oracle;
+  throw invalid_argument("--length-predictor: unknown value '" + std::string(s) + "' (mean, bucket, oracle)");
 }
 /// Parses `write-back` / `write-through` / `write-through-selective`. @throws invalid_argument.
 [[nodiscard]] inline write_policy parse_write_policy(std::string_view s) {

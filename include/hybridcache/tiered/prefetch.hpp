@@ -18,9 +18,9 @@
 // and holds them until its request dispatches, so it starts only where those bytes and the
 // request's own reservation fit below the cleaner's high watermark.
 //
-// Output lengths come from a pluggable predictor (`output_length_predictor`); the default
-// is the running mean of completed requests (CaR uses a model-based predictor [40]; the
-// mean is the simplest unbiased stand-in).
+// Output lengths come from a pluggable predictor (`output_length_predictor`,
+// tiered/length_predictor.hpp): the running mean of completed requests, or the mean per
+// prompt-length bucket (CaR uses a model-based predictor [40]).
 //
 // Every function here is O(running requests), allocation-free.
 #pragma once
@@ -31,29 +31,14 @@
 #include <limits>
 #include <span>
 
+#include "hybridcache/concepts/output_length_predictor.hpp"
+#include "hybridcache/tiered/length_predictor.hpp"
+
 namespace hybridcache::tiered {
 
-/// Predicts how many tokens a request will generate, and learns from finished requests.
-template <class P>
-concept output_length_predictor = requires(P& p, const P& cp, std::int64_t prompt_tokens, std::int64_t output_tokens) {
-  { cp.predict(prompt_tokens) } -> std::convertible_to<double>;
-  p.observe(prompt_tokens, output_tokens);
-};
-
-/// The running mean of observed output lengths (`prior` until the first observation).
-struct running_mean_predictor {
-  double prior = 256.0;
-  double sum = 0.0;
-  std::int64_t count = 0;
-  [[nodiscard]] double predict(std::int64_t /*prompt_tokens*/) const noexcept {
-    return count > 0 ? sum / static_cast<double>(count) : prior;
-  }
-  void observe(std::int64_t /*prompt_tokens*/, std::int64_t output_tokens) noexcept {
-    sum += static_cast<double>(output_tokens);
-    count += 1;
-  }
-};
-static_assert(output_length_predictor<running_mean_predictor>);
+/// The predictor concept and its models live in concepts/output_length_predictor.hpp and
+/// tiered/length_predictor.hpp; named here too, where the prefetcher's callers look for them.
+using hybridcache::output_length_predictor;
 
 /// A request running on the GPU, as the prefetcher sees it.
 struct running_request {

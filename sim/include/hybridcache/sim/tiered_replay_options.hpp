@@ -31,6 +31,15 @@ enum class scheduler_kind : std::uint8_t { fcfs, car };
 enum class prefetch_kind : std::uint8_t { none, deadline, threshold };
 /// Sparsification of demoted KV (`--sparsify`).
 enum class sparsify_kind : std::uint8_t { off, profile };
+/// Where a request's decode runs (`--decode`): on a decode pool of its own (prefill/decode
+/// disaggregated, Mooncake's deployment; the prefill engine is free once the first token is
+/// out), or on the prefill engine that prefilled it (colocated, CaR's setting: the engine is
+/// busy until the last token, so the next dispatch waits on the running requests' decode).
+enum class decode_placement : std::uint8_t { disaggregated, colocated };
+/// Output-length predictor of the deadline prefetch (`--length-predictor`,
+/// tiered/length_predictor.hpp): the running mean, the mean per prompt-length bucket, or the
+/// true length (an oracle: the bound a predictor can reach).
+enum class length_predictor_kind : std::uint8_t { mean, bucket, oracle };
 /// Which scorer orders victims in the tiers below HBM (and the cleaner's HBM walk).
 /// `automatic` is LRU.
 enum class demotion_kind : std::uint8_t { automatic, lru, flop_aware };
@@ -62,6 +71,12 @@ struct tiered_replay_options {
   std::uint64_t seed = 0x5eedcafe;     ///< CaR shuffle seed
   std::int64_t threshold_tokens = 256; ///< HiCache threshold rule
   std::size_t prefetch_depth = 1;      ///< queued requests (in dispatch order) a prefetch may serve
+  /// Time per output token (ms) of decode: a request's last token comes TPOT x (output tokens
+  /// - 1) after its first (TTET). Colocated, the deadline prefetch predicts a running
+  /// request's end as TPOT x its predicted output length (CaR's rule). Must be finite, >= 0.
+  double tpot_ms = 20.0;
+  decode_placement decode = decode_placement::disaggregated;
+  length_predictor_kind length_predictor = length_predictor_kind::mean;
   /// Multiplies inter-arrival times (1 = the trace's own rate).
   double arrival_time_scale = 1.0;
   /// Requests with identical arrival times are spread evenly over this many seconds
@@ -112,6 +127,7 @@ struct tiered_request_row {
   std::int64_t bytes_loaded = 0;  ///< bytes this request moved over a link (joined loads excluded)
   double ttft_ms = 0.0;
   std::size_t source_tier = 0;    ///< the slowest tier its lower-tier hit read from (0: none)
+  double ttet_ms = 0.0;           ///< arrival -> last token: ttft_ms + TPOT x (output tokens - 1)
 };
 
 /// Results of a tiered replay.
@@ -147,6 +163,11 @@ struct tiered_replay_result {
   double flops_saved = 0.0;                ///< prefill FLOPs of every reused prefix (HBM + lower tiers)
   double ttft_p50_ms = 0.0, ttft_p95_ms = 0.0, ttft_mean_ms = 0.0;  ///< incl. queueing and load
   double service_p50_ms = 0.0;             ///< TTFT minus queueing (dispatch -> first token)
+  /// Time to the last token (CaR's TTET): TTFT + TPOT x (output tokens - 1), per request.
+  double ttet_p50_ms = 0.0, ttet_p95_ms = 0.0, ttet_mean_ms = 0.0;
+  /// Mean |predicted - true| output length (tokens) of the length predictor, predicted for
+  /// each request at its dispatch from the requests whose decode had ended by then.
+  double output_length_mae_tokens = 0.0;
   double load_ms = 0.0;                    ///< Σ modelled load time of the loads requests waited on
   double stall_ms = 0.0;                   ///< Σ time requests waited for write-backs to free HBM
   /// Fraction of demand-load time that layer-wise pipelining hid behind compute (1 when
@@ -210,7 +231,8 @@ struct tiered_replay_result {
 }
 
 /// The fewest prefill engines that keep a cache-less run of `reqs` under `busy` (0.9) of
-/// their time: ceil(Σ prefill time / (busy · span of the arrivals)), at least 1. A cache
+/// their time: ceil(Σ prefill time (+ decode time, colocated) / (busy · span of the
+/// arrivals)), at least 1. A cache
 /// only lowers the work, so the replay with this many engines is below `busy` too.
 template <prefill_time_model Prefill>
 [[nodiscard]] std::size_t auto_prefill_engines(std::span<const sim::request> reqs, const tiered_replay_options& o,
@@ -219,6 +241,9 @@ template <prefill_time_model Prefill>
   const std::vector<double> at = modelled_arrivals_ms(reqs, o);
   double work = 0.0;
   for (const auto& q : reqs) work += prefill_ms_after(prefill, std::int64_t{0}, q.input_tokens);
+  // Colocated, an engine also decodes: TPOT per output token after the first.
+  if (o.decode == decode_placement::colocated)
+    for (const auto& q : reqs) work += o.tpot_ms * static_cast<double>(std::max<std::int64_t>(q.output_tokens - 1, 0));
   const double span = std::max(at.back() - at.front(), 1.0);
   return static_cast<std::size_t>(std::clamp(std::ceil(work / (busy * span)), 1.0, 4096.0));
 }

@@ -28,6 +28,7 @@
 #include "hybridcache/sim/timed_copy_engine.hpp"
 #include "hybridcache/sim/tiered_replay_options.hpp"
 #include "hybridcache/tiered/layer_pipeline.hpp"
+#include "hybridcache/tiered/length_predictor.hpp"
 #include "hybridcache/tiered/prefetch.hpp"
 #include "hybridcache/tiered/scheduler.hpp"
 
@@ -41,6 +42,45 @@ inline double percentile_of_sorted(const std::vector<double>& v, double q) {
   return v[lo] + (v[hi] - v[lo]) * (pos - static_cast<double>(lo));
 }
 
+/// The replay's output-length predictor, chosen at run time (`length_predictor_kind`): it
+/// learns each request's true length when its decode ends (`learn_until`), never before, so
+/// a prediction sees only what a real scheduler would have seen. The oracle answers the true
+/// length (the bound a predictor can reach).
+class replay_length_predictor {
+ public:
+  explicit replay_length_predictor(length_predictor_kind k) : kind_(k) {}
+  [[nodiscard]] double predict(const sim::request& q) const noexcept {
+    switch (kind_) {
+      case length_predictor_kind::mean: return mean_.predict(q.input_tokens);
+      case length_predictor_kind::bucket: return bucket_.predict(q.input_tokens);
+      case length_predictor_kind::oracle: break;
+    }
+    return static_cast<double>(q.output_tokens);
+  }
+  /// Request `q`'s decode ends at `end_ms`: its length is learnt then.
+  void finished_at(double end_ms, const sim::request& q) { pending_.push({end_ms, q.input_tokens, q.output_tokens}); }
+  /// Learns every length whose decode ended by `now_ms`.
+  void learn_until(double now_ms) {
+    while (!pending_.empty() && pending_.top().end_ms <= now_ms) {
+      const auto x = pending_.top();
+      pending_.pop();
+      mean_.observe(x.prompt, x.output);
+      bucket_.observe(x.prompt, x.output);
+    }
+  }
+
+ private:
+  struct ended {
+    double end_ms;
+    std::int64_t prompt, output;
+    friend bool operator>(const ended& a, const ended& b) noexcept { return a.end_ms > b.end_ms; }
+  };
+  length_predictor_kind kind_;
+  tiered::running_mean_predictor mean_{};
+  tiered::bucketed_length_predictor bucket_{};
+  std::priority_queue<ended, std::vector<ended>, std::greater<>> pending_;
+};
+
 template <class Cache, prefill_time_model Prefill>
 class tiered_replayer {
  public:
@@ -48,7 +88,8 @@ class tiered_replayer {
   tiered_replayer(Cache& cache, sim::timed_copy_engine& engine, const cost_model& model, const Prefill& prefill,
                   const tiered_replay_options& o, std::size_t engines, std::int32_t per_id)
       : cache_(cache), requests_(cache), engine_(engine), m_(model), prefill_(prefill), o_(o), engines_(engines),
-        per_id_(per_id), queue_({.window = o.car_window, .seed = o.seed, .max_bypass = 64}) {
+        per_id_(per_id), queue_({.window = o.car_window, .seed = o.seed, .max_bypass = 64}),
+        lengths_(o.length_predictor) {
     for (const auto k : model.spec().layers)
       if (k != layer_kind::mlp) mixers_.push_back(k);
     layer_bytes_.assign(mixers_.size(), 0.0);
@@ -69,6 +110,11 @@ class tiered_replayer {
     return std::clamp<std::int64_t>(ids * per_id_, 0, q.input_tokens);
   }
   [[nodiscard]] double arrival_ms(std::size_t i) const { return arrivals_[i]; }
+  // Decode time after the first token: TPOT per output token after it.
+  [[nodiscard]] double decode_ms(const sim::request& q) const noexcept {
+    return o_.tpot_ms * static_cast<double>(std::max<std::int64_t>(q.output_tokens - 1, 0));
+  }
+  [[nodiscard]] bool colocated() const noexcept { return o_.decode == decode_placement::colocated; }
   [[nodiscard]] std::size_t earliest_engine() const {
     return static_cast<std::size_t>(std::min_element(engine_free_.begin(), engine_free_.end()) - engine_free_.begin());
   }
@@ -283,6 +329,9 @@ class tiered_replayer {
   std::vector<double> compute_ms_, arrive_, layer_bytes_;
   std::span<const sim::request> all_;
   std::vector<double> arrivals_, engine_free_;
+  // Colocated: per engine, CaR's timer_i (its request's first token) and len_i (predicted).
+  std::vector<double> engine_timer_, engine_predicted_;
+  replay_length_predictor lengths_;
   std::priority_queue<running, std::vector<running>, std::greater<>> running_;
   std::unordered_map<std::size_t, stores::tiered_hit> prefetched_;
   std::vector<token_id> seq_;

@@ -26,9 +26,13 @@ tiered_replay_result tiered_replayer<Cache, Prefill>::run(std::span<const sim::r
   r.arrival_time_scale = o_.arrival_time_scale;
   r.prefill_engines = engines_;
   r.hit_tokens_by_tier.assign(std::max<std::size_t>(o_.tiers.size(), 1), 0);
-  std::vector<double> ttft, service;
+  std::vector<double> ttft, service, ttet;
   ttft.reserve(reqs.size());
+  ttet.reserve(reqs.size());
   engine_free_.assign(engines_, 0.0);
+  engine_timer_.assign(engines_, 0.0);
+  engine_predicted_.assign(engines_, 0.0);
+  double length_error = 0.0;
   double busy = 0.0, last_finish = 0.0, last_dispatch = 0.0;
   const double first_arrival = reqs.empty() ? 0.0 : arrival_ms(0);
   double demand_load = 0.0, demand_exposed = 0.0, all_load = 0.0, all_exposed = 0.0;
@@ -44,6 +48,10 @@ tiered_replay_result tiered_replayer<Cache, Prefill>::run(std::span<const sim::r
     const sim::request& q = reqs[i];
     HYBRIDCACHE_EXPECTS(!q.input.empty(), invalid_argument,
                         "tiered replay: request at line " + std::to_string(q.source_line) + " has no ids");
+    // Its output length as the scheduler predicts it now, from the decodes ended by now.
+    lengths_.learn_until(t0);
+    const double predicted = lengths_.predict(q);
+    length_error += std::abs(predicted - static_cast<double>(q.output_tokens));
     // begin: match, the hit below HBM (loaded, or declined when recomputing is faster), the
     // reservation. When it does not fit beside the requests still decoding, it waits for
     // the next of them to end; alone and still too large, it is refused (not cached).
@@ -93,12 +101,21 @@ tiered_replay_result tiered_replayer<Cache, Prefill>::run(std::span<const sim::r
       compute_layers(0, q.input_tokens);
       std::fill(arrive_.begin(), arrive_.end(), t0);
       const double finish = pipeline(t0);
-      busy += finish - t0;
-      engine_free_[e] = finish;
-      last_finish = std::max(last_finish, finish);
+      const double last_token = finish + decode_ms(q);
+      lengths_.finished_at(last_token, q);
+      const double engine_done = colocated() ? last_token : finish;
+      busy += engine_done - t0;
+      engine_free_[e] = engine_done;
+      engine_timer_[e] = finish;
+      engine_predicted_[e] = predicted;
+      last_finish = std::max(last_finish, engine_done);
       ttft.push_back(finish - arrival_ms(i));
+      ttet.push_back(last_token - arrival_ms(i));
       service.push_back(finish - t0);
-      if (o_.keep_per_request) r.per_request.push_back({i, true, q.input_tokens, 0, 0, 0, finish - arrival_ms(i)});
+      if (o_.keep_per_request) {
+        r.per_request.push_back({i, true, q.input_tokens, 0, 0, 0, finish - arrival_ms(i)});
+        r.per_request.back().ttet_ms = last_token - arrival_ms(i);
+      }
       continue;
     }
     const auto& st = **requests_.state(*ticket);
@@ -148,17 +165,28 @@ tiered_replay_result tiered_replayer<Cache, Prefill>::run(std::span<const sim::r
     r.hit_tokens_by_tier[source] += resume_tok - hbm_tok;
     r.bytes_loaded += loaded_bytes;
     r.flops_saved += static_cast<double>(m_.prefill_flops(resume_tok));
-    if (o_.keep_per_request)
+    // Its last token: TPOT per output token after the first (on the decode pool, or on this
+    // engine when colocated).
+    const double last_token = finish + decode_ms(q);
+    lengths_.finished_at(last_token, q);
+    const double engine_done = colocated() ? last_token : finish;
+    if (o_.keep_per_request) {
       r.per_request.push_back(
           {i, false, q.input_tokens, hbm_tok, resume_tok - hbm_tok, loaded_bytes, finish - arrival_ms(i), source});
-    busy += finish - t0;
-    last_finish = std::max(last_finish, finish);
+      r.per_request.back().ttet_ms = last_token - arrival_ms(i);
+    }
+    busy += engine_done - t0;
+    last_finish = std::max(last_finish, engine_done);
     ttft.push_back(finish - arrival_ms(i));
+    ttet.push_back(last_token - arrival_ms(i));
     service.push_back(finish - t0);
-    engine_free_[e] = finish;
+    engine_free_[e] = engine_done;
+    engine_timer_[e] = finish;
+    engine_predicted_[e] = predicted;
     // Its prefill done, the request's sequence enters the cache (decode runs on the decode
-    // pool, as in a prefill/decode-disaggregated deployment).
-    running_.push({finish, *ticket, i});
+    // pool, as in a prefill/decode-disaggregated deployment); colocated, once its decode on
+    // this engine is over (its reservation held meanwhile).
+    running_.push({engine_done, *ticket, i});
     engine_.use_link(engine_.least_busy_offload());
     (void)cache_.store().offload();
     // Prefetch for the requests dispatched next.
@@ -171,6 +199,13 @@ tiered_replay_result tiered_replayer<Cache, Prefill>::run(std::span<const sim::r
   cache_.store().drain();
   std::sort(ttft.begin(), ttft.end());
   std::sort(service.begin(), service.end());
+  std::sort(ttet.begin(), ttet.end());
+  r.ttet_p50_ms = percentile_of_sorted(ttet, 50);
+  r.ttet_p95_ms = percentile_of_sorted(ttet, 95);
+  double ttet_sum = 0;
+  for (const double x : ttet) ttet_sum += x;
+  r.ttet_mean_ms = ttet.empty() ? 0.0 : ttet_sum / static_cast<double>(ttet.size());
+  r.output_length_mae_tokens = ttet.empty() ? 0.0 : length_error / static_cast<double>(ttet.size());
   r.ttft_p50_ms = percentile_of_sorted(ttft, 50);
   r.ttft_p95_ms = percentile_of_sorted(ttft, 95);
   double sum = 0;
@@ -200,9 +235,14 @@ tiered_replay_result tiered_replayer<Cache, Prefill>::run(std::span<const sim::r
 }
 
 // Prefetch for the next `prefetch_depth` queued requests: request k is predicted to be
-// dispatched after the predicted prefill times of those before it; the deadline rule (CaR)
+// dispatched after the predicted service times of those before it; the deadline rule (CaR)
 // starts its load so that it lands then, the threshold rule (HiCache) at once when it
-// reuses >= 256 tokens below HBM. The load is a lookup + load held for the request, which
+// reuses >= 256 tokens below HBM. Colocated (decode on the prefill engines), the next
+// dispatch waits on the running requests' decode, and the first candidate's load fires by
+// CaR's own rule: when min_i (TPOT·len_i − (t − timer_i)) <= SIZE / bandwidth, len_i the
+// output length predicted for engine i's request and timer_i its first token; a timer that
+// would fire after the dispatch it waits for does not (the dispatch loads on demand). Each
+// later candidate's predicted service adds its prefill and TPOT x its predicted length. The load is a lookup + load held for the request, which
 // its begin joins at dispatch (no second transfer), of what the demand path would load then
 // (`resume_at`: none of a hit it would recompute, part of one it would split).
 template <class Cache, prefill_time_model Prefill>
@@ -222,6 +262,17 @@ void tiered_replayer<Cache, Prefill>::maybe_prefetch(std::span<const sim::reques
   const std::size_t e = earliest_engine();
   const double gpu_free = std::max(now, engine_free_[e]);
   double dispatch_at = gpu_free;
+  // Colocated: the engines as CaR's prefetcher sees them (none when one is idle: the next
+  // request dispatches now), and the dispatch their predicted ends give.
+  std::vector<tiered::running_request> on_gpu;
+  if (colocated() && engine_free_[e] > now) {
+    for (std::size_t g = 0; g < engines_; ++g)
+      on_gpu.push_back({.timer_ms = engine_timer_[g], .predicted_tokens = std::max(engine_predicted_[g] - 1.0, 0.0)});
+    dispatch_at = now;
+    const tiered::prefetch_context ends{.now_ms = now, .tpot_ms = o_.tpot_ms, .running = on_gpu, .bytes = 0.0,
+                                       .bandwidth_bytes_per_ms = 1.0};
+    dispatch_at = std::max(now, now + tiered::deadline_prefetch::min_remaining_ms(ends));
+  }
   for (std::size_t k = 0; k < next.size(); ++k) {
     const std::size_t c = next[k];
     const sim::request& q = reqs[c];
@@ -229,7 +280,8 @@ void tiered_replayer<Cache, Prefill>::maybe_prefetch(std::span<const sim::reques
     const stores::tiered_probe below = cache_.store().probe_hit(q.input, m);
     const std::int64_t resume = below.resume_tokens;
     const std::int64_t lower = tokens_of(q, resume) - tokens_of(q, m.reusable_tokens);
-    const double service = prefill_ms_after(prefill_, tokens_of(q, resume), q.input_tokens - tokens_of(q, resume));
+    double service = prefill_ms_after(prefill_, tokens_of(q, resume), q.input_tokens - tokens_of(q, resume));
+    if (colocated()) service += o_.tpot_ms * std::max(lengths_.predict(q) - 1.0, 0.0);
     if (lower > 0 && !prefetched_.count(c)) {
       double start = now;
       if (o_.prefetch == prefetch_kind::threshold) {
@@ -246,14 +298,17 @@ void tiered_replayer<Cache, Prefill>::maybe_prefetch(std::span<const sim::reques
                              static_cast<double>(cache_.store().checkpoint_bytes());
         const double jobs = static_cast<double>(below.kv_entries + (below.checkpoint ? 1 : 0));
         const tiered::running_request run[] = {{.timer_ms = now, .predicted_tokens = dispatch_at - now}};
+        const bool paper_rule = colocated() && k == 0;  // CaR's rule on the engines' timers
         const tiered::prefetch_context ctx{.now_ms = now,
-                                   .tpot_ms = 1.0,
-                                   .running = run,
+                                   .tpot_ms = paper_rule ? o_.tpot_ms : 1.0,
+                                   .running = paper_rule ? std::span<const tiered::running_request>(on_gpu)
+                                                         : std::span<const tiered::running_request>(run),
                                    .bytes = bytes,
                                    .bandwidth_bytes_per_ms = engine_.copy_gbps(from, tier_id{0}) * 1e6,
                                    .latency_ms = engine_.latency_ms(from) * jobs,
                                    .lower_hit_tokens = lower};
         start = tiered::deadline_prefetch::fire_time(ctx);
+        if (paper_rule && start > now && start >= gpu_free) break;  // the dispatch comes first: a demand load
         if (start > (k == 0 ? std::numeric_limits<double>::infinity() : gpu_free)) break;  // decided at the next dispatch
       }
       engine_.set_now(std::max(now, start));
