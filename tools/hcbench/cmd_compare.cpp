@@ -258,6 +258,7 @@ const bool registered = hcbench::register_command(
     {"compare", "run several policies over several capacities (and traces) in parallel; table, CSV and SVG plot",
      [](CLI::App& sub) {
        static compare_cli o;
+       o = compare_cli{};  // the defaults again: python/ builds an App per call, CLI11 writes only what is given
        sub.add_option("--trace", o.traces, "trace file (repeatable); none: the embedded synth-v1 workloads");
        sub.add_option("--format", o.formats,
                       "format of each --trace (one for all, or one per trace; see replay --help); default marconi");

@@ -198,6 +198,7 @@ void run(const replay_cli& o, const CLI::App& sub) {
 const bool registered = hcbench::register_command(
     {"replay", "replay one trace through one cache policy at one capacity", [](CLI::App& sub) {
        static replay_cli o;
+       o = replay_cli{};  // the defaults again: python/ builds an App per call, CLI11 writes only what is given
        sub.add_option("--trace", o.trace, "trace file; - reads stdin; a .gz file is decompressed")->required();
        sub.add_option("--format", o.format, "trace format: marconi (token-id JSONL), mooncake (hash_ids JSONL), "
                                             "sharegpt (conversation JSONL), openai (chat JSONL), swe-agent (.traj file "

@@ -192,11 +192,25 @@ class bpe_tokenizer {
     return vocab_.find(token);
   }
 
+  /// Calls `f(id, bytes, special)` for every vocabulary entry (the bytes its byte-level
+  /// spelling stands for; an entry not spelled in that alphabet is skipped, as the encoder
+  /// never emits it) and then every added token (its content; `special` as the file says).
+  /// What a decoder's id -> bytes table is built from (python/, Tokenizer.decode).
+  template <class F>
+  void for_each_token(F&& f) const {
+    std::string bytes;
+    vocab_.for_each([&](std::string_view token, token_id id) {
+      if (detail::byte_level_to_bytes(token, bytes)) f(id, std::string_view(bytes), false);
+    });
+    for (const auto& a : added_) f(a.id, std::string_view(a.content), a.special);
+  }
+
  private:
   struct added_token {
     std::string content;
     token_id id;
     bool normalized;
+    bool special;
   };
   // An entry of the short pre-token cache: the piece's bytes (little-endian, zero-padded)
   // and length, and its ids. 32 bytes: two to a cache line.
@@ -274,7 +288,7 @@ class bpe_tokenizer {
         if (get_bool(a, "single_word", false, name) || get_bool(a, "lstrip", false, name) || get_bool(a, "rstrip", false, name))
           unsupported(name, "added token '" + content->as_string() + "' with single_word/lstrip/rstrip");
         const bool special = get_bool(a, "special", false, name);
-        added_.push_back({content->as_string(), static_cast<token_id>(id->as_int()), get_bool(a, "normalized", !special, name)});
+        added_.push_back({content->as_string(), static_cast<token_id>(id->as_int()), get_bool(a, "normalized", !special, name), special});
       }
     } else if (!added.is_null()) {
       throw invalid_argument("tokenizer '" + name + "': \"added_tokens\" must be an array");
