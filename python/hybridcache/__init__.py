@@ -1,0 +1,44 @@
+"""hybridcache from Python: the library's C++ at C++ speed (docs/python.md).
+
+- ``replay(trace, **options)`` / ``compare(...)``: hcbench's replay and comparison in this
+  process (the same option parsing, validation and JSON; GIL released).
+- ``Tokenizer.from_file("tokenizer.json")``: the exact byte-level BPE (ids equal to the
+  ``tokenizers`` package's), ``encode`` / ``encode_batch`` / ``decode``.
+- ``ModelSpec``, ``CostModel``, ``preset_names()``: model shapes and their exact costs.
+- ``PrefixCache``: a prefix cache over a pool with the request lifecycle (begin / state /
+  block_table / resume_checkpoint / checkpoint_slot / grow / finish / abort), the pool's
+  memory as NumPy arrays without a copy.
+
+Errors are ``hybridcache.Error`` subclasses carrying the library's message and ``.code``:
+``InvalidArgument`` (also a ValueError), ``FormatError``, ``OutOfCapacity``, ``HandleError``.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from . import _hybridcache
+from ._harness import command_line, compare, replay
+from ._hybridcache import (
+    CostModel,
+    Error,
+    FormatError,
+    HandleError,
+    InvalidArgument,
+    ModelSpec,
+    OutOfCapacity,
+    PrefixCache,
+    Ticket,
+    Tokenizer,
+    preset_names,
+)
+
+#: The project version (CMakeLists.txt's project(VERSION)); hcbench --version prints the same.
+__version__: str = _hybridcache.__version__
+#: What ``hcbench --version`` prints after "hcbench ": the version and the build's git describe.
+build_version: str = _hybridcache.build_version
+
+
+__all__ = [
+    "__version__", "build_version", "replay", "compare", "command_line", "Tokenizer", "ModelSpec", "CostModel",
+    "preset_names", "PrefixCache", "Ticket", "Error", "InvalidArgument", "FormatError", "OutOfCapacity", "HandleError",
+]

@@ -1,0 +1,173 @@
+"""The runtime from Python: cost models, the prefix cache over a pool with the request
+lifecycle, pool memory as NumPy arrays without a copy, and bad input that changes nothing."""
+import numpy as np
+import pytest
+
+import hybridcache
+from hybridcache import HandleError, InvalidArgument, OutOfCapacity
+
+
+def tiny_spec():
+    """examples/tiny_hybrid_runtime.cpp's model: 2 Gated DeltaNet + 2 attention layers, fp32."""
+    s = hybridcache.ModelSpec()
+    s.name = "tiny"
+    s.layers = "RARA"
+    s.d_model, s.attention_heads, s.kv_heads, s.head_dim = 64, 2, 1, 32
+    s.recurrent = "gated_deltanet"
+    s.gdn_key_heads = s.gdn_value_heads = 2
+    s.gdn_key_dim = s.gdn_value_dim = 32
+    s.kv_dtype_bytes = s.state_dtype_bytes = s.activation_dtype_bytes = 4
+    s.scan_chunk = 16
+    return s
+
+
+@pytest.fixture
+def cache():
+    return hybridcache.PrefixCache(hybridcache.CostModel(tiny_spec()), capacity_bytes=256 << 10, granularity_bytes=32 << 10)
+
+
+LOOKUP = ("matches", "hits", "tokens_matched", "tokens_skipped")
+
+
+def snapshot(c, lookups=True):
+    """What a refused call must leave as it was. begin's out_of_capacity still counts its lookup
+    (docs/runtime.md's error contract: "nothing but the lookup's tick and recency")."""
+    k = {n: v for n, v in c.counters.items() if lookups or n not in LOOKUP}
+    return (k, c.in_flight, c.tokens_cached, c.checkpoints_cached)
+
+
+def test_cost_models_and_presets():
+    assert "jamba_1_5_mini" in hybridcache.preset_names()
+    m = hybridcache.CostModel("marconi_7b")  # README: 26,787,840 B per checkpoint, 65,536 B of KV per token
+    assert m.ssm_checkpoint_bytes == 26_787_840 and m.kv_bytes_per_token == 65_536
+    assert hybridcache.CostModel("jamba_1_5_mini").ssm_checkpoint_bytes == 9_175_040  # docs/runtime.md
+    assert m.prefill_flops(1000) > m.prefill_flops(100) > 0
+    assert m.saved_flops(100, 1000) > 0
+    spec = hybridcache.ModelSpec.preset("mamba2_2_7b") if "mamba2_2_7b" in hybridcache.preset_names() else m.spec
+    assert spec.layers and set(spec.layers) <= set("ARM")
+    with pytest.raises(InvalidArgument, match="no_such"):
+        hybridcache.CostModel("no_such")
+    with pytest.raises(InvalidArgument):
+        m.prefill_flops(-1)
+    bad = tiny_spec()
+    bad.head_dim = 0
+    with pytest.raises(InvalidArgument):
+        hybridcache.CostModel(bad)
+    with pytest.raises(InvalidArgument, match="recurrent"):
+        bad.recurrent = "transformer"
+
+
+def test_lifecycle_writes_and_reads_real_bytes(cache):
+    P = cache.tokens_per_page
+    assert P == 16 and cache.page_bytes == 16 * 256 and cache.block_bytes == 2 * 32 * 32 * 4
+    pages = cache.kv_pages
+    assert pages.dtype == np.uint8 and pages.shape[1] == cache.page_bytes
+    prompt = np.arange(1, 41, dtype=np.int32)
+    t = cache.begin(prompt, output_tokens=4)
+    st = cache.state(t)
+    assert st["reusable_tokens"] == 0 and st["kv_from"] == 0 and st["reserved_tokens"] == 44
+    assert cache.resume_checkpoint(t) is None
+    # Write every token's KV through the block table: token p's slot holds p + 1000 * layer.
+    for layer in range(2):
+        table = cache.block_table(t, layer)
+        assert table.dtype == np.int64 and len(table) == 3  # 44 tokens in pages of 16
+        view = pages.view(np.float32).reshape(len(pages), P, -1)
+        for p in range(44):
+            view[table[p // P], p % P, :] = p + 1000 * layer
+    # Capture the planned sites and the end state into the reserved slots.
+    sequence = np.concatenate([prompt, np.array([7, 8, 9, 10], dtype=np.int32)])
+    captured = []
+    for i, pos in enumerate(st["slots"]):
+        pos = pos or len(sequence)
+        for layer, block in enumerate(cache.checkpoint_slot(t, i)):
+            block.view(np.float32)[:] = pos + 0.5 * layer
+        captured.append(pos)
+    r = cache.finish(t, sequence, sorted(set(captured)))
+    assert r["checkpoints_kept"] >= 1 and cache.in_flight == 0
+    # A continuation hits: the cached KV reads back through its block table, the state too.
+    t2 = cache.begin(np.concatenate([sequence, np.array([11, 12], dtype=np.int32)]), output_tokens=2)
+    st2 = cache.state(t2)
+    assert st2["reusable_tokens"] == len(sequence)
+    resume = cache.resume_checkpoint(t2)
+    assert [b.view(np.float32)[0] for b in resume] == [len(sequence), len(sequence) + 0.5]
+    view = cache.kv_pages.view(np.float32).reshape(len(pages), P, -1)
+    for layer in range(2):
+        table = cache.block_table(t2, layer)
+        for p in range(st2["kv_from"]):
+            assert view[table[p // P], p % P, 0] == p + 1000 * layer
+    # The arrays are the pool's memory: a write through one is seen through the other.
+    block = resume[0]
+    assert np.shares_memory(block, cache.kv_pages) or block.__array_interface__["data"][0] >= pages.__array_interface__["data"][0]
+    cache.abort(t2)
+    assert cache.in_flight == 0
+
+
+def snapshot_after_lookup(s):
+    return ({n: v for n, v in s[0].items() if n not in LOOKUP},) + s[1:]
+
+
+def test_bad_input_raises_and_changes_nothing(cache):
+    t = cache.begin([1, 2, 3, 4, 5], output_tokens=2)
+    before = snapshot(cache)
+    cases = [
+        (TypeError, lambda: cache.begin("abc")),
+        (TypeError, lambda: cache.begin(np.array([1.0, 2.0]))),
+        (TypeError, lambda: cache.begin([1, 2.5])),
+        (InvalidArgument, lambda: cache.begin(np.ones((2, 2), dtype=np.int32))),
+        (InvalidArgument, lambda: cache.begin([])),
+        (InvalidArgument, lambda: cache.begin([1, -1])),
+        (InvalidArgument, lambda: cache.begin([1, 2], output_tokens=-5)),
+        (TypeError, lambda: cache.begin([1, 2], output_tokens="many")),
+        (InvalidArgument, lambda: cache.begin([1, 2, 3], extra_checkpoints=[9])),
+        (OutOfCapacity, lambda: cache.begin(list(range(1, 5000)))),
+        (InvalidArgument, lambda: cache.block_table(t, 7)),
+        (TypeError, lambda: cache.block_table("ticket", 0)),
+        (InvalidArgument, lambda: cache.grow(t, -3)),
+        (InvalidArgument, lambda: cache.checkpoint_slot(t, 99)),
+        (InvalidArgument, lambda: cache.finish(t, [9, 9, 9, 9, 9], [5])),       # does not extend the prompt
+        (InvalidArgument, lambda: cache.finish(t, [1, 2, 3, 4, 5, 6], [4])),    # 4 is no planned site
+        (InvalidArgument, lambda: cache.finish(t, [1, 2, 3, 4, 5], [-1])),
+        (TypeError, lambda: cache.finish(t, [1, 2, 3, 4, 5], np.array([5.0]))),
+    ]
+    for exc, call in cases:
+        with pytest.raises(exc) as e:
+            call()
+        assert str(e.value), call
+        if exc is OutOfCapacity:
+            assert snapshot(cache, lookups=False) == snapshot_after_lookup(before), e.value
+            before = snapshot(cache)
+        else:
+            assert snapshot(cache) == before, e.value
+    # The library's own message, code attached.
+    with pytest.raises(InvalidArgument) as e:
+        cache.grow(t, -3)
+    assert str(e.value) == "invalid_argument: grow: tokens must be > 0 (got -3)" and e.value.code == "invalid_argument"
+    cache.finish(t, [1, 2, 3, 4, 5, 6], [6])
+    # A stale ticket: ended by finish, then by abort; one of another cache; one ended by clear().
+    for call in (lambda: cache.finish(t, [1, 2, 3, 4, 5, 6], [6]), lambda: cache.abort(t), lambda: cache.block_table(t, 0),
+                 lambda: cache.state(t), lambda: cache.grow(t, 1)):
+        with pytest.raises(HandleError) as e:
+            call()
+        assert e.value.code == "double_free"
+    other = hybridcache.PrefixCache(cache.model, capacity_bytes=256 << 10, granularity_bytes=32 << 10)
+    t3 = other.begin([4, 5, 6])
+    with pytest.raises(HandleError) as e:
+        cache.abort(t3)
+    assert e.value.code == "foreign_handle" and other.in_flight == 1
+    other.clear()
+    with pytest.raises(HandleError) as e:
+        other.abort(t3)
+    assert e.value.code == "stale_handle"
+    # Bad configurations build nothing.
+    for kw in ({"capacity_bytes": -1}, {"capacity_bytes": 1 << 20, "tokens_per_page": 0},
+               {"capacity_bytes": 1 << 20, "granularity_bytes": -4}, {"capacity_bytes": 1 << 20, "ssm_fraction": 1.5}, {"capacity_bytes": 100}):
+        with pytest.raises((InvalidArgument, OutOfCapacity)):  # 100 B: smaller than one chunk per side
+            hybridcache.PrefixCache(cache.model, **kw)
+
+
+def test_arrays_keep_the_cache_alive():
+    c = hybridcache.PrefixCache(hybridcache.CostModel(tiny_spec()), capacity_bytes=256 << 10, granularity_bytes=32 << 10)
+    pages = c.kv_pages
+    del c  # the array owns a reference: the pool's memory stays valid
+    pages[:] = 7
+    assert int(pages.sum()) == 7 * pages.size
