@@ -15,6 +15,7 @@
 #include <type_traits>
 #include <vector>
 
+#include <hybridcache/compose/adaptive_scorer.hpp>
 #include <hybridcache/model/presets.hpp>
 #include <hybridcache/prefix/flop_aware_scorer.hpp>
 #include <hybridcache/prefix/gdsf_scorer.hpp>
@@ -317,5 +318,27 @@ static void bm_lifecycle_10k_nodes(benchmark::State& state) {
 }
 BENCHMARK(bm_lifecycle_10k_nodes<lru_scorer>)->Name("bm_lifecycle_10k_nodes/lru");
 BENCHMARK(bm_lifecycle_10k_nodes<flop_aware_scorer>)->Name("bm_lifecycle_10k_nodes/flop_aware_a1");
+// The adaptive selector (--alpha auto) per request: exact shadows (rate 1, the default), and
+// sampled ones at rate 0.1 from the first request (issue #36 item 4). This stream has 16
+// conversations (each slot's first 256 tokens stay), so a 0.1 sample holds one or two.
+namespace {
+struct adaptive_exact : compose::marconi_adaptive_scorer {
+  adaptive_exact() : compose::marconi_adaptive_scorer(compose::make_marconi_adaptive_scorer(::model())) {}
+};
+struct adaptive_sampled : compose::marconi_adaptive_scorer {
+  adaptive_sampled()
+      : compose::marconi_adaptive_scorer(compose::make_marconi_adaptive_scorer(::model(), {.sampling = {.rate = 0.1}})) {}
+};
+template <>
+adaptive_exact make_scorer<adaptive_exact>() {
+  return adaptive_exact{};
+}
+template <>
+adaptive_sampled make_scorer<adaptive_sampled>() {
+  return adaptive_sampled{};
+}
+}  // namespace
+BENCHMARK(bm_lifecycle_10k_nodes<adaptive_exact>)->Name("bm_lifecycle_10k_nodes/adaptive_exact");
+BENCHMARK(bm_lifecycle_10k_nodes<adaptive_sampled>)->Name("bm_lifecycle_10k_nodes/adaptive_sampled_r0.1");
 
 BENCHMARK_MAIN();

@@ -67,6 +67,28 @@ void chat_marconi_selector(benchmark::State& s) {
   run<pc::judicious_admission>(s, chat_trace(), 5'000'000'000, 1, replay_bench::marconi_selector);
 }
 
+// Sampled shadows (issue #36): the selector at rate R (floor F: exact until R x the
+// conversations the cache holds reaches F), against chat_marconi_alpha1 / mooncake/marconi_alpha1.
+void chat_selector_sampled(benchmark::State& s, double rate, double floor) {
+  run<pc::judicious_admission>(s, chat_trace(), 5'000'000'000, 1,
+                               replay_bench::sampled_selector({.rate = rate, .min_sampled_conversations = floor}, 1));
+}
+// At 50 GB the cache holds ~60-90 Mooncake conversations; at 300 GB ~340-410, where a 0.1
+// sample holds enough for the floor of 16 (the rows' capacity is the last argument).
+void mooncake_selector_sampled(benchmark::State& s, double rate, double floor, std::int64_t cap) {
+  const auto* t = mooncake_trace();
+  if (t == nullptr) {
+    s.SkipWithError("../shared/data/traces/mooncake/conversation_trace.jsonl not found");
+    return;
+  }
+  if (rate == 0.0) {  // the fixed policy at that capacity, for the ratio
+    run<pc::judicious_admission>(s, *t, cap, 512, flop_alpha1);
+    return;
+  }
+  run<pc::judicious_admission>(s, *t, cap, 512,
+                               replay_bench::sampled_selector({.rate = rate, .min_sampled_conversations = floor}, 512));
+}
+
 void mooncake(benchmark::State& s, int policy) {
   const auto* t = mooncake_trace();
   if (t == nullptr) {
@@ -94,4 +116,16 @@ BENCHMARK_CAPTURE(mooncake, sglang_plus, 0)->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(mooncake, vllm_plus, 1)->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(mooncake, marconi_alpha1, 2)->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(mooncake, marconi_selector, 3)->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(chat_selector_sampled, r0_1, 0.1, 0.0)->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(chat_selector_sampled, r0_05, 0.05, 0.0)->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(chat_selector_sampled, r0_1_floor16, 0.1, 16.0)->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(chat_selector_sampled, r0_01, 0.01, 0.0)->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(mooncake_selector_sampled, r0_1, 0.1, 0.0, 50'000'000'000)->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(mooncake_selector_sampled, r0_05, 0.05, 0.0, 50'000'000'000)->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(mooncake_selector_sampled, r0_1_floor16, 0.1, 16.0, 50'000'000'000)->Unit(benchmark::kMillisecond);
+// Rates 0.01 / 0.001 (a handful of requests sampled): what the live switching scorer and the hash cost alone.
+BENCHMARK_CAPTURE(mooncake_selector_sampled, r0_001, 0.001, 0.0, 50'000'000'000)->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(mooncake_selector_sampled, 300GB_alpha1, 0.0, 0.0, 300'000'000'000)->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(mooncake_selector_sampled, 300GB_exact, 1.0, 0.0, 300'000'000'000)->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(mooncake_selector_sampled, 300GB_r0_1_floor16, 0.1, 16.0, 300'000'000'000)->Unit(benchmark::kMillisecond);
 BENCHMARK_MAIN();

@@ -40,6 +40,7 @@ void run(benchmark::State& state, const hc::sim::replay_trace& trace, std::int64
          MakeScorer make_scorer, std::optional<hc::compose::tuning_config> tuning = {}) {
   using cache_type = pc::prefix_cache<hc::cost_model, Admission, decltype(make_scorer()), hc::stores::counting_store>;
   double hit = 0;
+  double shadow_mem = -1;  // the adaptive selector's shadows' bytes / the live cache's metadata, at the end
   for (auto _ : state) {
     hc::stores::counting_store store = hc::sim::replay_store(model(), {.capacity_bytes = capacity, .tokens_per_id = kv_scale});
     const pc::prefix_cache_config cfg{.admit_oversized = true};
@@ -55,7 +56,16 @@ void run(benchmark::State& state, const hc::sim::replay_trace& trace, std::int64
     }
     cache_type cache(model(), std::move(store), make_scorer(), Admission{}, cfg);
     replay_with(cache);
+    if constexpr (requires { cache.scorer().overhead().shadow_bytes; }) {
+      // The live tree estimated as the selector estimates a shadow's (adaptive_overhead::shadow_bytes).
+      const auto& tree = cache.tree();
+      const double live = static_cast<double>(tree.id_bound()) *
+                              static_cast<double>(sizeof(typename std::remove_cvref_t<decltype(tree)>::node) + 64 + 32) +
+                          static_cast<double>(cache.tokens_cached()) * sizeof(hc::token_id);
+      shadow_mem = static_cast<double>(cache.scorer().overhead().shadow_bytes) / live;
+    }
   }
+  if (shadow_mem >= 0) state.counters["shadow_mem_pct"] = benchmark::Counter(100.0 * shadow_mem);
   state.counters["token_hit_pct"] = benchmark::Counter(100.0 * hit);
   state.counters["requests"] = benchmark::Counter(static_cast<double>(trace.size()));
 }
@@ -68,5 +78,11 @@ inline auto flop_alpha1 = [] { return pc::flop_aware_scorer(model(), {.alpha = 1
 inline auto flop_alpha0 = [] { return pc::flop_aware_scorer(model(), {.alpha = 0.0}); };
 /// What `hcbench --policy marconi` (--alpha auto) runs: the adaptive selector's default candidates.
 inline auto marconi_selector = [] { return hc::compose::make_marconi_adaptive_scorer(model()); };
+/// The selector with sampled shadows (issue #36): `sampling` as given, `tokens_per_id` the trace's.
+inline auto sampled_selector(hc::compose::shadow_sampling_config sampling, std::int64_t tokens_per_id) {
+  return [=] {
+    return hc::compose::make_marconi_adaptive_scorer(model(), {.tokens_per_id = tokens_per_id, .sampling = sampling});
+  };
+}
 
 }  // namespace replay_bench

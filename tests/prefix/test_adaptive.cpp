@@ -569,4 +569,12 @@ TEST_CASE("shadow sampling: bad options are refused") {
   CHECK_THROWS_AS(make({.rate = 0.5, .min_sampled_conversations = -1.0}), invalid_argument);
   CHECK_THROWS_AS(make({.rate = 0.5, .min_sampled_conversations = INFINITY}), invalid_argument);
   CHECK(make({.rate = 0.1}).config().sampling.rate == 0.1);
+  // A sampled shadow below one checkpoint would cache nothing: refused when the cache attaches it.
+  const std::int64_t ck = m.ssm_checkpoint_bytes();
+  auto cache_at = [&](double rate) {
+    marconi_adaptive_cache<> c(m, counting_store(10 * ck, m.kv_bytes_per_token(), ck), make({.rate = rate}));
+    return c.scorer().overhead().shadows;
+  };
+  CHECK_THROWS_AS((void)cache_at(0.05), invalid_argument);
+  CHECK(cache_at(0.2) == default_candidates().size());
 }

@@ -15,6 +15,7 @@
 #pragma once
 
 #include <cstdint>
+#include <cstdio>
 #include <string>
 
 #include <CLI/CLI.hpp>
@@ -26,6 +27,13 @@
 #include "replay_run.hpp"
 
 namespace hcbench {
+
+/// `v` as %g prints it (0, 1.5, nan), for messages.
+inline std::string format_number(double v) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%g", v);
+  return b;
+}
 
 /// The flags' values as parsed.
 struct selector_cli {
@@ -96,7 +104,7 @@ inline void apply_selector_options(const selector_cli& o, const CLI::App& sub, b
   job.selector.min_dwell = o.dwell;
   job.selector.confidence = check_finite_range(o.confidence, 0.0, 1e6, "--switch-confidence");
   if (!(o.sample > 0.0 && o.sample <= 1.0))  // (0, 1]: check_finite_range's bounds are closed
-    throw hybridcache::invalid_argument("--shadow-sample: expected a fraction in (0, 1], got " + std::to_string(o.sample));
+    throw hybridcache::invalid_argument("--shadow-sample: expected a fraction in (0, 1], got " + format_number(o.sample));
   job.selector.sampling.rate = o.sample;
   job.selector.sampling.min_sampled_conversations = check_finite_range(o.sample_floor, 0.0, 1e9, "--shadow-sample-floor");
   // A floor only matters below rate 1: given at rate 1 it would be ignored, so it is an error.

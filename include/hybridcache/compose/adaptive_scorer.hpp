@@ -227,7 +227,8 @@ class adaptive_scorer {
   /// once, from its constructor). A store that allows overflow, or a cache that admits
   /// oversized states (the reference's simulation), gives shadows that do the same. A
   /// tiered store with a tier below HBM gets tier-aware shadows (see the file comment and
-  /// `adaptive_config::shadow_host_capacity_bytes`). @throws invalid_argument when shadow_host_capacity_bytes
+  /// `adaptive_config::shadow_host_capacity_bytes`). @throws invalid_argument when sampling.rate x
+  /// the capacity cannot hold one checkpoint, or when shadow_host_capacity_bytes
   /// > 0 and the store has no tier below HBM, or what the replica's store throws for that
   /// size; the selector is unchanged then (the shadows are built aside, then swapped in).
   template <class Store>
@@ -236,6 +237,9 @@ class adaptive_scorer {
     // Exact shadows at rate 1, or until the floor is reached; sampled ones below rate 1.
     const bool exact = cfg_.sampling.rate >= 1.0 || cfg_.sampling.min_sampled_conversations > 0.0;
     const bool sample = cfg_.sampling.rate < 1.0;
+    // A sampled shadow that cannot hold one checkpoint caches nothing: say so, not the store.
+    HYBRIDCACHE_EXPECTS(!sample || scaled(store.capacity_bytes()) >= store.checkpoint_bytes(), invalid_argument,
+                        "adaptive_scorer: sampling.rate x the capacity is smaller than one checkpoint; raise the rate");
     if constexpr (replicable_tier_store<Store>) {
       if (store.tier_count() > 1 && (!host || *host > 0)) {
         auto c = store.config();
