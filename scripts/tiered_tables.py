@@ -176,7 +176,7 @@ def hiding_table(a):
     engines = sorted({d["prefill_engines"] for d in results})
     single = sorted({round(d["single_tier_ttft_p50_ms"], 1) for d in results})
     saturated = [label for (_, label), d in zip(HIDING_LINKS, results) if d["saturated"] or d["single_tier_saturated"]]
-    print(f"llama2_7b: {'/'.join(map(str, engines))} prefill engines "
+    print(f"llama2_7b: {'/'.join(map(str, engines))} prefill engine{'' if engines == [1] else 's'} "
           f"({'auto' if all(d['prefill_engines_auto'] for d in results) else 'given'}), single tier "
           f"TTFT P50 {'/'.join(f'{v:,.1f}' for v in single)} ms, saturated: {', '.join(saturated) or 'none'}")
 
@@ -215,7 +215,7 @@ def mechanisms_table(a):
         engines = sorted({d["prefill_engines"] for cells in rows for d in cells})
         print()
         print(f"{title}: single tier P50 {ms(min(single))}-{ms(max(single))} ms, "
-              f"{'/'.join(map(str, engines))} prefill engines")
+              f"{'/'.join(map(str, engines))} prefill engine{'' if engines == [1] else 's'}")
         print()
 
 
