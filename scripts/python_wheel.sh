@@ -22,7 +22,11 @@ CMAKE_BUILD_PARALLEL_LEVEL="${CMAKE_BUILD_PARALLEL_LEVEL:-2}" "$PY" -m pip wheel
   { tail -n 40 "$OUT/pip.log" >&2; echo "python_wheel.sh: pip wheel failed (log: $OUT/pip.log)" >&2; exit 1; }
 wheel="$(ls "$OUT"/dist/hybridcache-*.whl)"
 echo "python_wheel.sh: built $wheel in $(( $(date +%s) - t0 )) s" >&2
-"$PY" -m venv --system-site-packages "$OUT/venv"   # NumPy from the pinned venv
+"$PY" -m venv "$OUT/venv"
+# NumPy (and tokenizers, for bench/python_costs.py) from the pinned venv: its site-packages
+# after the scratch venv's own, which holds the wheel.
+"$PY" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])' \
+  >"$("$OUT/venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/pinned-venv.pth"
 "$OUT/venv/bin/python" -m pip install -q --no-deps --disable-pip-version-check "$wheel"
 cd "$OUT"  # not the checkout: import the installed package
 "$OUT/venv/bin/python" - "$wheel" <<'PY'
@@ -35,6 +39,9 @@ assert any(n.startswith("hybridcache/_hybridcache.") and n.endswith(".so") for n
 assert hybridcache.__file__.startswith(os.path.abspath("venv")), hybridcache.__file__
 from importlib.metadata import version
 assert version("hybridcache") == hybridcache.__version__, (version("hybridcache"), hybridcache.__version__)
+import numpy as np
+t = hybridcache.PrefixCache(hybridcache.CostModel("jamba_1_5_mini"), capacity_bytes=1 << 30)
+assert t.block_table(t.begin(np.arange(64, dtype=np.int32)), 0).dtype == np.int64
 r = hybridcache.replay([[1, 2, 3, 4] * 50, [1, 2, 3, 4] * 60], capacity="1GB", policy="sglang+")
 assert r["requests"] == 2 and r["skipped_tokens"] > 0
 print("python_wheel.sh: the wheel imports, version", hybridcache.__version__, "| files:", len(names))
