@@ -174,7 +174,7 @@ TEST_CASE("device: VMM compaction waits for kernels still running on a non-block
                                                       hybridcache::memory::kv_pages_store<hybridcache::memory::vmm_backing>,
                                                       hybridcache::memory::ssm_blocks_store<hybridcache::memory::vmm_backing>,
                                                       hybridcache::memory::threshold_rebalancer>;
-  const std::uint64_t g = hybridcache::memory::vmm_granularity(0);
+  const hybridcache::byte_count g = hybridcache::memory::vmm_granularity(0);
   cudaStream_t compute = nullptr;
   HYBRIDCACHE_CUDA_TRY(cudaStreamCreateWithFlags(&compute, cudaStreamNonBlocking));
   {
@@ -183,7 +183,7 @@ TEST_CASE("device: VMM compaction waits for kernels still running on a non-block
                  .ssm_fraction = 0.5, .granularity_bytes = g, .compaction = true});
     pool.arena().set_ordering({.copy_stream = nullptr, .users = {compute}});
     std::vector<hybridcache::packed_handle> live;
-    for (std::uint64_t i = 0; i < pool.stats(hybridcache::pool_kind::kv).total_units; ++i) {
+    for (std::int64_t i = 0; i < pool.stats(hybridcache::pool_kind::kv).total_units; ++i) {
       live.push_back(pool.allocate_kv().value());
       fill_words<<<64, 256, 0, compute>>>(reinterpret_cast<std::uint32_t*>(pool.resolve(live.back()).value()),
                                           g / 2 / 4, static_cast<std::uint32_t>(1000 * (i + 1)), 200);

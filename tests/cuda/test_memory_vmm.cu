@@ -39,7 +39,7 @@ std::uint32_t first_word(const vmm_pool& pool, packed_handle h) {
 }  // namespace
 
 TEST_CASE("vmm_backing: remapping moves capacity, data stays, reserved = budget") {
-  const std::uint64_t g = memory::vmm_granularity(0);
+  const hybridcache::byte_count g = memory::vmm_granularity(0);
   REQUIRE(g > 0);
   const hybridcache::byte_count budget = 32 * g;
   vmm_pool pool({.capacity_bytes = budget, .kv_page_bytes = 65536, .ssm_block_bytes = 262144, .ssm_fraction = 0.5,
@@ -82,7 +82,7 @@ TEST_CASE("vmm_backing: remapping moves capacity, data stays, reserved = budget"
 }
 
 TEST_CASE("vmm_backing: bad chunk size is rejected, device errors name the call") {
-  const std::uint64_t g = memory::vmm_granularity(0);
+  const hybridcache::byte_count g = memory::vmm_granularity(0);
   CHECK_THROWS_AS(memory::vmm_backing::arena(2, g + 4096), invalid_argument);
   CHECK_THROWS_WITH_AS(memory::device_backing::arena(1, std::uint64_t{1} << 52), doctest::Contains("cudaMalloc"),
                        cuda_error);

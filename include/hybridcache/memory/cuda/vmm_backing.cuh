@@ -40,6 +40,7 @@
 #include <utility>
 #include <vector>
 
+#include "hybridcache/core/byte_count.hpp"
 #include "hybridcache/core/config.hpp"
 #include "hybridcache/core/error.hpp"
 #include "hybridcache/core/cuda/cuda_check.cuh"
@@ -125,9 +126,9 @@ inline void throw_on_cu_error(CUresult status, const char* call, const char* fil
 
 namespace hybridcache::memory {
 
-/// The allocation granularity (MINIMUM) of pinned device memory on `device`.
+/// The allocation granularity (MINIMUM) of pinned device memory on `device`, in bytes.
 /// @throws cuda_error.
-[[nodiscard]] inline std::uint64_t vmm_granularity(int device) {
+[[nodiscard]] inline byte_count vmm_granularity(int device) {
   HYBRIDCACHE_CUDA_TRY(cudaFree(nullptr));  // make sure the primary context exists
   CUmemAllocationProp prop{};
   prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
@@ -136,7 +137,7 @@ namespace hybridcache::memory {
   std::size_t g = 0;
   throw_on_cu_error(detail::vmm_driver::get().get_granularity(&g, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM),
                     "cuMemGetAllocationGranularity", __FILE__, __LINE__);
-  return g;
+  return static_cast<byte_count>(g);  // a driver size: a few MiB at most
 }
 
 /// Device memory through cuMemCreate / cuMemMap: capacity moves by remapping chunks.
@@ -152,7 +153,7 @@ struct vmm_backing {
       HYBRIDCACHE_EXPECTS(chunks > 0 && chunk_bytes > 0, invalid_argument,
                           "vmm_backing: arena needs at least one chunk of at least one byte");
       HYBRIDCACHE_CUDA_TRY(cudaGetDevice(&device_));
-      granularity_ = vmm_granularity(device_);
+      granularity_ = static_cast<std::uint64_t>(vmm_granularity(device_));
       HYBRIDCACHE_EXPECTS(chunk_bytes % granularity_ == 0, invalid_argument,
                           "vmm_backing: chunk of " + std::to_string(chunk_bytes) +
                               " B is not a multiple of the allocation granularity (" + std::to_string(granularity_) +
