@@ -93,9 +93,11 @@ template <class Rule, state_layout Layout, int DK, int DV, class In, class Out>
 struct recurrent_program {
   using state_type = state_ref<Layout, DK, DV>;
   static constexpr int key_dim = DK;
+  static constexpr int value_dim = DV;
   step_io<In, Out> io;
   float* intermediate = nullptr;
   int b = 0, hv = 0, h = 0, slot = -1;
+  float kfac1 = 1.0f, qfac1 = 1.0f;  ///< plain decode: the token's key and query factors (`prepare`)
 
   HYBRIDCACHE_HD_INLINE bool init(int entry, int value_head) {
     b = entry;
@@ -103,6 +105,17 @@ struct recurrent_program {
     h = key_head_of(hv, io.num_k_heads, io.num_v_heads);
     slot = io.slots[b];
     return slot >= 0;
+  }
+
+  /// Plain decode (one token, no per-draft states): the token's key and query normalization
+  /// factors, summed by `g`. The kernel passes a whole warp whatever group its rows use, as
+  /// kv_step's dots phase does, so both kernels prepare the token bit for bit alike (B = 1
+  /// buffered decode is bit-identical to recurrent decode). Call after `init`, before `rows`.
+  template <class Group>
+  HYBRIDCACHE_HD_INLINE void prepare(const Group& g) {
+    if (io.new_tokens != 1 || intermediate != nullptr) return;
+    kfac1 = prep_factor(group_sum_sq<DK>(io.template k_at<DK>(b, 0, h), g), io.qk.l2_normalize, 1.0f, io.qk.eps);
+    qfac1 = prep_factor(group_sum_sq<DK>(io.template q_at<DK>(b, 0, h), g), io.qk.l2_normalize, io.qk.scale, io.qk.eps);
   }
 
   /// Rows row_begin, row_begin + row_step, ..., `decode_rows_in_flight` at a time: their
@@ -117,12 +130,14 @@ struct recurrent_program {
   template <bool Decode, class Group>
   HYBRIDCACHE_HD_INLINE void rows_of(int row_begin, int row_step, const Group& g) const {
     constexpr int N = slice_len<DK, Group::size>;
-    constexpr int R = decode_rows_in_flight;
+    // Rows in flight per group: a half warp holds each row in twice the registers, so it
+    // keeps half as many rows in flight (a warp still has decode_rows_in_flight).
+    constexpr int R = Group::size >= 32 ? decode_rows_in_flight : (decode_rows_in_flight * Group::size + 31) / 32;
     const state_type pool{io.states + (static_cast<std::int64_t>(slot) * io.num_v_heads + hv) * state_type::elements};
     float k1[N] = {}, q1[N] = {}, alpha1 = 1.0f, beta1 = 0.0f;
     if constexpr (Decode) {  // the token's prepared key and query, decay and beta: the same for every row
-      load_prepared<DK>(io.template k_at<DK>(b, 0, h), io.qk, false, k1, g);
-      load_prepared<DK>(io.template q_at<DK>(b, 0, h), io.qk, true, q1, g);
+      load_slice<DK>(io.template k_at<DK>(b, 0, h), kfac1, k1, g);
+      load_slice<DK>(io.template q_at<DK>(b, 0, h), qfac1, q1, g);
       alpha1 = expf(io.g_at(b, 0, hv));
       beta1 = io.beta_at(b, 0, hv);
     }
@@ -172,6 +187,7 @@ template <class Rule, state_layout Layout, int DK, int DV, class In, class Out, 
 struct kv_step_program {
   using state_type = state_ref<Layout, DK, DV>;
   static constexpr int key_dim = DK;
+  static constexpr int value_dim = DV;
   step_io<In, Out> io;
   kv_buffer_ref<In, ValueT> buf;
   int flush_interval = 16;
@@ -596,7 +612,9 @@ void recurrent_step_host(const step_io<In, Out>& io, float* intermediate = nullp
   for (int b = 0; b < io.batch; ++b)
     for (int hv = 0; hv < io.num_v_heads; ++hv) {
       recurrent_program<Rule, Layout, DK, DV, In, Out> p{io, intermediate};
-      if (p.init(b, hv)) p.rows(0, 1, serial_group{});
+      if (!p.init(b, hv)) continue;
+      p.prepare(serial_group{});
+      p.rows(0, 1, serial_group{});
     }
 }
 

@@ -28,23 +28,41 @@ namespace hybridcache::attention {
 
 namespace kernel_bodies {
 
-/// Recurrent decode / per-draft-state verification: a CTA per (entry, value head), warps over
-/// state rows (`decode_rows_in_flight` rows' loads outstanding per warp).
+/// Whether a decode kernel's rows go to half warps (two rows at once per warp; see
+/// half_warp_group): when both halves of every warp get the same number of rows, which an
+/// even d_v guarantees (a warp's two halves start one row apart). Recurrent decode and
+/// KVBuffer decode split the same way, so their dot products sum in the same order and
+/// B = 1 buffered decode stays bit-identical to recurrent decode.
+template <int DV>
+inline constexpr bool rows_by_half_warps = DV % 2 == 0;
+
+/// Recurrent decode / per-draft-state verification: a CTA per (entry, value head), half warps
+/// (or warps) over state rows (`decode_rows_in_flight` rows' loads outstanding per warp).
 template <class Ctx, class Program>
 HYBRIDCACHE_HD_INLINE void recurrent_step(const Ctx& ctx, Program p) {
   const int hv_count = p.io.num_v_heads;
   if (!p.init(static_cast<int>(ctx.block() / hv_count), static_cast<int>(ctx.block() % hv_count))) return;
-  p.rows(ctx.warp_id(), kWarps, warp_group<Ctx>{ctx});
+  p.prepare(warp_group<Ctx>{ctx});
+  if constexpr (rows_by_half_warps<Program::value_dim>) {
+    const half_warp_group<Ctx> hg{ctx};
+    p.rows(2 * ctx.warp_id() + hg.half(), 2 * kWarps, hg);
+  } else {
+    p.rows(ctx.warp_id(), kWarps, warp_group<Ctx>{ctx});
+  }
 }
 
+/// Row groups of a kv_step CTA: two per warp when its rows go to half warps, else one.
+template <class Program>
+inline constexpr int kv_step_row_groups = rows_by_half_warps<Program::value_dim> ? 2 * kWarps : kWarps;
+
 /// KVBuffer decode / draft verification: items over warps, weights and value columns over
-/// threads, rows over warps.
+/// threads, rows over half warps (two rows at once per warp).
 template <class Ctx, class Program>
 HYBRIDCACHE_HD_INLINE void kv_step(const Ctx& ctx, Program p) {
   const int hv_count = p.io.num_v_heads;
   if (!p.init(static_cast<int>(ctx.block() / hv_count), static_cast<int>(ctx.block() % hv_count))) return;
   workspace_carver w{ctx.template shared<std::byte>()};
-  p.carve(w, kWarps);
+  p.carve(w, kv_step_row_groups<Program>);
   const warp_group<Ctx> g{ctx};
   const int warp = ctx.warp_id(), tid = static_cast<int>(ctx.thread());
   if (warp == 0) p.positions(g);
@@ -54,7 +72,13 @@ HYBRIDCACHE_HD_INLINE void kv_step(const Ctx& ctx, Program p) {
   ctx.sync_threads();
   for (int c = tid; c < p.column_items(); c += kThreads) p.columns(c);
   ctx.sync_threads();
-  p.rows(warp, kWarps, p.row_scratch(warp), g);
+  if constexpr (kv_step_row_groups<Program> == 2 * kWarps) {  // two rows per warp (see half_warp_group)
+    const half_warp_group<Ctx> hg{ctx};
+    const int group = 2 * warp + hg.half();
+    p.rows(group, 2 * kWarps, p.row_scratch(group), hg);
+  } else {
+    p.rows(warp, kWarps, p.row_scratch(warp), g);
+  }
 }
 
 /// Commit of accepted drafts: a token per warp item, then rows over warps.
@@ -200,7 +224,7 @@ inline kernel_launch_shape recurrent_step_shape(int batch, int num_v_heads) {
 template <class Program>
 kernel_launch_shape kv_step_shape(int batch, int num_v_heads, int max_total, int new_tokens) {
   return {static_cast<std::uint64_t>(batch) * static_cast<std::uint64_t>(num_v_heads), kThreads,
-          Program::workspace_bytes(max_total, new_tokens, kWarps)};
+          Program::workspace_bytes(max_total, new_tokens, kernel_bodies::kv_step_row_groups<Program>)};
 }
 /// kv_commit: a CTA per (entry, value head).
 template <class Program>

@@ -72,6 +72,38 @@ struct warp_group {
   }
 };
 
+/// Half a warp as a cooperative group of 16 lanes (ranks 0..15 in each half): a warp works
+/// on two rows at once, each lane holding twice the elements, so a dot product's sum takes
+/// 4 butterfly rounds for two rows where a whole-warp group takes 5 for one, and the work
+/// done once per row (one member's scalar math) serves two rows per instruction. The
+/// shuffles are whole-warp instructions (xor offsets below 16 stay in a half), so both
+/// halves must reach each `sum`, `sync` and shuffle together: a loop over rows must run the
+/// same number of iterations in both halves.
+template <class Ctx>
+struct half_warp_group {
+  static constexpr int size = 16;
+  const Ctx& ctx;
+
+  HYBRIDCACHE_HD_INLINE int rank() const { return ctx.lane_id() & 15; }
+  /// 0 for lanes 0..15, 1 for lanes 16..31.
+  HYBRIDCACHE_HD_INLINE int half() const { return ctx.lane_id() >> 4; }
+  HYBRIDCACHE_HD_INLINE float sum(float x) const {
+    HYBRIDCACHE_UNROLL
+    for (int offset = 8; offset > 0; offset >>= 1) x += ctx.shfl_xor(x, offset);
+    return x;
+  }
+  HYBRIDCACHE_HD_INLINE void sync() const { ctx.sync_warp(); }
+  /// Valid where rank() >= delta (the lanes below read the other half's).
+  template <class T>
+  HYBRIDCACHE_HD_INLINE T shfl_up(T v, int delta) const {
+    return ctx.shfl_up(v, delta);
+  }
+  template <class T>
+  HYBRIDCACHE_HD_INLINE T shfl_idx(T v, int src) const {
+    return ctx.shfl(v, (ctx.lane_id() & 16) + src);
+  }
+};
+
 /// Splits a workspace (dynamic shared memory, or a host buffer) into typed arrays, each
 /// aligned to 16 bytes. With a null base it only counts: `offset` is then the bytes a layout
 /// needs, so launchers and kernels size and carve with the same code.

@@ -120,6 +120,11 @@ namespace kernels {
 /// CTAs per SM the decode kernels declare: 8 (64 registers a thread), 4 past d_k = 128.
 template <class Program>
 inline constexpr int decode_ctas_per_sm = Program::key_dim > 128 ? 4 : 8;
+/// kv_step's: 6 (80 registers a thread), 4 past d_k = 128. Its rows go to half warps (a lane
+/// holds 8 elements of a row, its key and its query at d_k = 128), which spilled at 64
+/// registers; its shared memory held it to 2-3 CTAs per SM at the largest shapes anyway.
+template <class Program>
+inline constexpr int kv_step_ctas_per_sm = Program::key_dim > 128 ? 4 : 6;
 
 // One line each: the body (kernel_bodies.hpp) with the device context. Each declares the CTAs
 // per SM it is meant to reach (the chunk kernels' shared memory allows about 2, the decode
@@ -142,7 +147,7 @@ __global__ void __launch_bounds__(kThreads, decode_ctas_per_sm<Program>) recurre
 }
 
 template <class Program>
-__global__ void __launch_bounds__(kThreads, decode_ctas_per_sm<Program>) kv_step(Program p) {
+__global__ void __launch_bounds__(kThreads, kv_step_ctas_per_sm<Program>) kv_step(Program p) {
   kernel_bodies::kv_step(cuda_context{}, p);
 }
 
