@@ -97,6 +97,10 @@ TEST_CASE("TTET is TTFT plus TPOT per output token after the first; disaggregate
   CHECK(r.hbm_hit_tokens == zero.hbm_hit_tokens);
   CHECK(r.host_hit_tokens == zero.host_hit_tokens);
   CHECK(r.utilization == zero.utilization);
+  o.tpot_ms = -1.0;
+  CHECK_THROWS_AS(replay(reqs, m, o), invalid_argument);
+  o.tpot_ms = std::nan("");
+  CHECK_THROWS_AS(replay(reqs, m, o), invalid_argument);
 }
 
 TEST_CASE("colocated: an engine serves the next request only after its request's last token") {

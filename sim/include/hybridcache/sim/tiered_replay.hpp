@@ -39,6 +39,7 @@
 // Cost: the prefix cache's costs per request, plus O(copies) for the timed engine.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -193,6 +194,8 @@ std::size_t checked_engines(std::span<const sim::request> requests, const tiered
   HYBRIDCACHE_EXPECTS(options.per_copy_overhead_us >= 0, invalid_argument, "tiered replay: per_copy_overhead_us must be >= 0");
   HYBRIDCACHE_EXPECTS(options.arrival_time_scale > 0, invalid_argument, "tiered replay: arrival_time_scale must be > 0");
   HYBRIDCACHE_EXPECTS(options.prefetch_depth >= 1, invalid_argument, "tiered replay: prefetch_depth must be >= 1");
+  HYBRIDCACHE_EXPECTS(std::isfinite(options.tpot_ms) && options.tpot_ms >= 0, invalid_argument,
+                      "tiered replay: tpot_ms must be finite and >= 0");
   HYBRIDCACHE_EXPECTS(options.spread_equal_arrivals_s >= 0, invalid_argument,
                       "tiered replay: spread_equal_arrivals_s must be >= 0");
   options.marks.validate();

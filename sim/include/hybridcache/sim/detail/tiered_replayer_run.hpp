@@ -268,7 +268,6 @@ void tiered_replayer<Cache, Prefill>::maybe_prefetch(std::span<const sim::reques
   if (colocated() && engine_free_[e] > now) {
     for (std::size_t g = 0; g < engines_; ++g)
       on_gpu.push_back({.timer_ms = engine_timer_[g], .predicted_tokens = std::max(engine_predicted_[g] - 1.0, 0.0)});
-    dispatch_at = now;
     const tiered::prefetch_context ends{.now_ms = now, .tpot_ms = o_.tpot_ms, .running = on_gpu, .bytes = 0.0,
                                        .bandwidth_bytes_per_ms = 1.0};
     dispatch_at = std::max(now, now + tiered::deadline_prefetch::min_remaining_ms(ends));
