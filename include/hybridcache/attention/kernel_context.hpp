@@ -47,62 +47,48 @@ struct kernel_launch_shape {
 /// Largest grid a 1-D launch may have (gridDim.x).
 inline constexpr std::uint64_t max_grid_blocks = 2147483647ull;
 
-/// A warp of an execution context as a cooperative group: lanes split d_k, sums by xor
-/// butterfly (offsets 16, 8, 4, 2, 1; every lane gets the total, in the same order on
-/// every lane and in the emulator), scans by shfl_up.
-template <class Ctx>
-struct warp_group {
-  static constexpr int size = 32;
+/// `Size` lanes of a warp (32: the whole warp; 16: each half) as a cooperative group: lanes
+/// split d_k, sums by xor butterfly (offsets Size/2, ..., 2, 1; every lane gets its group's
+/// total, in the same order on every lane and in the emulator), scans by shfl_up.
+///
+/// Half warps (`half_warp_group`) let a warp work on two rows at once, each lane holding twice
+/// the elements: a dot product's sum takes 4 butterfly rounds for two rows where a whole warp
+/// takes 5 for one, and the work done once per row (one member's scalar math) serves two rows
+/// per instruction. The shuffles are whole-warp instructions (offsets below 16 stay in a half),
+/// so both halves must reach each `sum`, `sync` and shuffle together: a loop over rows must
+/// run the same number of iterations in both halves.
+template <class Ctx, int Size>
+struct lane_group {
+  static_assert(Size == 32 || Size == 16, "a warp or a half warp");
+  static constexpr int size = Size;
   const Ctx& ctx;
 
-  HYBRIDCACHE_HD_INLINE int rank() const { return ctx.lane_id(); }
+  HYBRIDCACHE_HD_INLINE int rank() const { return ctx.lane_id() & (Size - 1); }
+  /// Which group of the warp this lane is in (0 for a whole warp; 0 or 1 for half warps).
+  HYBRIDCACHE_HD_INLINE int half() const { return ctx.lane_id() / Size; }
   HYBRIDCACHE_HD_INLINE float sum(float x) const {
     HYBRIDCACHE_UNROLL
-    for (int offset = 16; offset > 0; offset >>= 1) x += ctx.shfl_xor(x, offset);
+    for (int offset = Size / 2; offset > 0; offset >>= 1) x += ctx.shfl_xor(x, offset);
     return x;
   }
   HYBRIDCACHE_HD_INLINE void sync() const { ctx.sync_warp(); }
+  /// Valid where rank() >= delta (the lanes below read another group's).
   template <class T>
   HYBRIDCACHE_HD_INLINE T shfl_up(T v, int delta) const {
     return ctx.shfl_up(v, delta);
   }
   template <class T>
   HYBRIDCACHE_HD_INLINE T shfl_idx(T v, int src) const {
-    return ctx.shfl(v, src);
+    return ctx.shfl(v, (ctx.lane_id() & ~(Size - 1)) + src);
   }
 };
 
-/// Half a warp as a cooperative group of 16 lanes (ranks 0..15 in each half): a warp works
-/// on two rows at once, each lane holding twice the elements, so a dot product's sum takes
-/// 4 butterfly rounds for two rows where a whole-warp group takes 5 for one, and the work
-/// done once per row (one member's scalar math) serves two rows per instruction. The
-/// shuffles are whole-warp instructions (xor offsets below 16 stay in a half), so both
-/// halves must reach each `sum`, `sync` and shuffle together: a loop over rows must run the
-/// same number of iterations in both halves.
+/// A whole warp as a group.
 template <class Ctx>
-struct half_warp_group {
-  static constexpr int size = 16;
-  const Ctx& ctx;
-
-  HYBRIDCACHE_HD_INLINE int rank() const { return ctx.lane_id() & 15; }
-  /// 0 for lanes 0..15, 1 for lanes 16..31.
-  HYBRIDCACHE_HD_INLINE int half() const { return ctx.lane_id() >> 4; }
-  HYBRIDCACHE_HD_INLINE float sum(float x) const {
-    HYBRIDCACHE_UNROLL
-    for (int offset = 8; offset > 0; offset >>= 1) x += ctx.shfl_xor(x, offset);
-    return x;
-  }
-  HYBRIDCACHE_HD_INLINE void sync() const { ctx.sync_warp(); }
-  /// Valid where rank() >= delta (the lanes below read the other half's).
-  template <class T>
-  HYBRIDCACHE_HD_INLINE T shfl_up(T v, int delta) const {
-    return ctx.shfl_up(v, delta);
-  }
-  template <class T>
-  HYBRIDCACHE_HD_INLINE T shfl_idx(T v, int src) const {
-    return ctx.shfl(v, (ctx.lane_id() & 16) + src);
-  }
-};
+using warp_group = lane_group<Ctx, 32>;
+/// Each half of a warp as a group.
+template <class Ctx>
+using half_warp_group = lane_group<Ctx, 16>;
 
 /// Splits a workspace (dynamic shared memory, or a host buffer) into typed arrays, each
 /// aligned to 16 bytes. With a null base it only counts: `offset` is then the bytes a layout
