@@ -65,12 +65,15 @@ def lifecycle(repeat):
     def fresh():
         return hybridcache.PrefixCache(model, capacity_bytes=64 << 20, granularity_bytes=32 << 10)
 
+    # Round r finishes each prompt as prompt + [r] (the C++ loop builds the same sequences).
+    sequences = [[np.append(p, np.int32(r)) for p in prompts] for r in range(rounds)]
+
     def py_loop():
         c = fresh()
-        for _ in range(rounds):
-            for p in prompts:
-                t = c.begin(p)
-                c.finish(t, p, [len(p)])
+        for r in range(rounds):
+            for p, s in zip(prompts, sequences[r]):
+                t = c.begin(p, output_tokens=1)
+                c.finish(t, s, [len(s)])
 
     py = best(py_loop, repeat)
     cpp = min(hybridcache._hybridcache._bench_begin_finish(fresh(), prompts, rounds) for _ in range(repeat))

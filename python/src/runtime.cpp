@@ -217,17 +217,21 @@ nb::list checkpoint_arrays(nb::handle self, prefix_cache_py& c, const store_t::c
   return out;
 }
 
-/// The C++ side of bench/python_costs.py: the same begin + finish loop as a Python caller's
-/// (each prompt begun, then finished as its own sequence with the end state captured), timed
-/// here without Python. Seconds for `rounds` passes over `prompts`.
+/// The C++ side of bench/python_costs.py: the same loop as its Python caller's. Round r
+/// begins each prompt with one output token reserved and finishes it as prompt + [r] with
+/// the end state captured (a new sequence every round: a whole-prompt hit could capture
+/// nothing). Seconds for `rounds` passes over `prompts`, timed here without Python.
 double bench_begin_finish(prefix_cache_py& c, const std::vector<std::vector<token_id>>& prompts, std::int64_t rounds) {
   std::vector<std::int64_t> captured(1);
+  std::vector<token_id> sequence;
   const auto t0 = std::chrono::steady_clock::now();
   for (std::int64_t r = 0; r < rounds; ++r)
     for (const auto& p : prompts) {
-      const prefix::request_ticket t = check(c.requests().begin(p, {}));
-      captured[0] = static_cast<std::int64_t>(p.size());
-      (void)check(c.requests().finish(t, p, captured));
+      const prefix::request_ticket t = check(c.requests().begin(p, {.output_tokens = 1}));
+      sequence.assign(p.begin(), p.end());
+      sequence.push_back(static_cast<token_id>(r));
+      captured[0] = static_cast<std::int64_t>(sequence.size());
+      (void)check(c.requests().finish(t, sequence, captured));
     }
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
