@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """tools.scripts.tiered_tables: scripts/tiered_tables.py (the generated tables of
 docs/results/tiered.md) against a stub hcbench that answers each replay with JSON made from its
-arguments, so the test needs no trace and takes a second. Checks what the page quotes: the cells'
+arguments, so the test needs no trace (107 stub replays: a few seconds). Checks what the page quotes: the cells'
 formats (ms with one decimal below 1,000 and thousands commas above, `*` when saturated, the
 change against the baseline with its sign, -0 included), the rows in the page's order, the
 ratio and switch columns of the decay table, progress on stderr only, and that a failing replay
@@ -15,7 +15,7 @@ import stat
 import subprocess
 import sys
 
-STUB = r'''#!/usr/bin/env python3
+STUB = r'''#!PYTHON -S
 import json, sys
 a = sys.argv[1:]
 def opt(name, default=None):
@@ -49,7 +49,7 @@ def main():
     os.makedirs(a.work, exist_ok=True)
     stub = os.path.join(a.work, "hcbench_stub.py")
     with open(stub, "w") as f:
-        f.write(STUB)
+        f.write(STUB.replace("PYTHON", sys.executable, 1))  # -S: no site import, ~107 quick starts
     os.chmod(stub, os.stat(stub).st_mode | stat.S_IXUSR)
     failures = []
 
