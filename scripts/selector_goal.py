@@ -44,6 +44,8 @@ import sys
 import time
 from xml.sax.saxutils import escape
 
+from replay_progress import Progress
+
 ALPHAS = ["0", "0.1", "0.2", "0.3", "0.4", "0.5", "0.6", "0.7", "0.8", "0.9", "1",
           "1.1", "1.2", "1.3", "1.4", "1.5", "1.6", "1.7", "1.8", "1.9", "2"]
 DEFAULT_CANDIDATES = ["sglang+", "marconi:0", "marconi:0.5", "marconi:1", "marconi:2", "gdsf"]
@@ -112,61 +114,6 @@ def replay(a, trace, fmt, capacity, policy_args):
 def timed(fn, *args):
     start = time.monotonic()
     return fn(*args), time.monotonic() - start
-
-
-def mm_ss(seconds):
-    seconds = max(0, int(math.ceil(seconds)))
-    return f"{seconds // 60:02d}:{seconds % 60:02d}"
-
-
-class Progress:
-    """`[k/N] replays, ETA mm:ss` on stderr. On a terminal one line rewritten in place after every
-    finished replay; otherwise a plain line each time another ~10 % is done. The ETA is the mean
-    time per finished replay times the replays left, over the replays that run at once."""
-
-    def __init__(self, total, jobs, stream=sys.stderr):
-        self.total, self.jobs, self.stream = total, max(1, jobs), stream
-        self.tty = stream.isatty()
-        self.finished, self.seconds, self.width, self.tenths = 0, 0.0, 0, 0
-        self.start = time.monotonic()
-
-    def eta(self):
-        left = self.total - self.finished
-        if not left:
-            return 0.0
-        return self.seconds / self.finished * left / min(self.jobs, left)
-
-    def line(self):
-        return f"[{self.finished}/{self.total}] replays, ETA {mm_ss(self.eta()) if self.finished else '--:--'}"
-
-    def begin(self):
-        if self.tty and self.total:
-            self.show(self.line())
-
-    def show(self, text):
-        self.stream.write("\r" + text.ljust(self.width))
-        self.width = max(self.width, len(text))
-        self.stream.flush()
-
-    def step(self, seconds):
-        self.finished += 1
-        self.seconds += seconds
-        if self.tty:
-            self.show(self.line())
-        elif self.finished * 10 // self.total > self.tenths and self.finished < self.total:
-            self.tenths = self.finished * 10 // self.total
-            print(self.line(), file=self.stream, flush=True)
-
-    def end(self):
-        if not self.total:
-            return
-        took = f"[{self.finished}/{self.total}] replays in {mm_ss(time.monotonic() - self.start)}"
-        if self.tty:
-            self.show(took)
-            self.stream.write("\n")
-        elif self.finished == self.total:
-            print(took, file=self.stream)
-        self.stream.flush()
 
 
 def log_ticks(lo, hi, px_per_e, min_px=20):

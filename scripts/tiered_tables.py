@@ -26,11 +26,12 @@ import argparse
 import concurrent.futures
 import hashlib
 import json
-import math
 import os
 import subprocess
 import sys
 import time
+
+from replay_progress import Progress
 
 MOONCAKE = ("data/traces/mooncake/conversation_trace.jsonl", "mooncake")
 SHAREGPT = ("data/traces/sharegpt_zh_1k/sharegpt_zh_1K_format.jsonl", "sharegpt")
@@ -74,50 +75,6 @@ def replay_cmd(a, trace, model, tiers, engines, extra):
     path, fmt = trace
     return [a.hcbench, "replay", "--trace", os.path.join(a.shared, path), "--format", fmt, "--model", model,
             "--tiers", tiers, *(["--prefill-engines", engines] if engines else []), *extra, "--json"]
-
-
-def mm_ss(seconds):
-    seconds = max(0, int(math.ceil(seconds)))
-    return f"{seconds // 60:02d}:{seconds % 60:02d}"
-
-
-class Progress:
-    """`[k/N] replays, ETA mm:ss` on stderr (as scripts/selector_goal.py): rewritten in place on a
-    terminal, otherwise a line each time another ~10 % is done."""
-
-    def __init__(self, total, jobs, stream=sys.stderr):
-        self.total, self.jobs, self.stream = total, max(1, jobs), stream
-        self.tty = stream.isatty()
-        self.finished, self.seconds, self.width, self.tenths = 0, 0.0, 0, 0
-        self.start = time.monotonic()
-
-    def line(self):
-        left = self.total - self.finished
-        eta = self.seconds / self.finished * left / min(self.jobs, max(1, left)) if self.finished else None
-        return f"[{self.finished}/{self.total}] replays, ETA {mm_ss(eta) if eta is not None else '--:--'}"
-
-    def show(self, text):
-        self.stream.write("\r" + text.ljust(self.width))
-        self.width = max(self.width, len(text))
-        self.stream.flush()
-
-    def step(self, seconds):
-        self.finished += 1
-        self.seconds += seconds
-        if self.tty:
-            self.show(self.line())
-        elif self.finished * 10 // self.total > self.tenths and self.finished < self.total:
-            self.tenths = self.finished * 10 // self.total
-            print(self.line(), file=self.stream, flush=True)
-
-    def end(self):
-        took = f"[{self.finished}/{self.total}] replays in {mm_ss(time.monotonic() - self.start)}"
-        if self.tty:
-            self.show(took)
-            self.stream.write("\n")
-        else:
-            print(took, file=self.stream)
-        self.stream.flush()
 
 
 def run_all(a, cmds):

@@ -224,9 +224,10 @@ stream_case make_case(sim::synth_profile profile, std::uint64_t seed, std::int64
 }
 
 /// FLOPs one fixed rule saves over the two tiers: a plain prefix cache over the same store,
-/// driven by the same loop (what one shadow should be).
+/// driven by the same loop (what one shadow should be); each request's FLOPs / `per_request`
+/// (a sampled shadow's weighting, below).
 template <class Scorer>
-double plain_tiered_flops(const stream_case& c, Scorer scorer) {
+double plain_tiered_flops(const stream_case& c, Scorer scorer, double per_request = 1.0) {
   const cost_model& m = model();
   using cache_t = prefix_cache<cost_model, judicious_admission, Scorer, stores::tiered_state_store<>>;
   cache_t cache(m, stores::tiered_state_store<>(c.store), std::move(scorer));
@@ -241,7 +242,7 @@ double plain_tiered_flops(const stream_case& c, Scorer scorer) {
     auto t = requests.begin(q.input, {.output_tokens = static_cast<std::int64_t>(q.output.size())});
     if (!t) continue;
     const auto& st = **requests.state(*t);
-    if (st.plan.prefill_start > 0) flops += m.hit_flops(st.plan.prefill_start);
+    if (st.plan.prefill_start > 0) flops += static_cast<double>(m.hit_flops(st.plan.prefill_start)) / per_request;
     captured.clear();
     for (const auto& site : st.plan.sites)
       if (site.position > st.match.reusable_tokens && site.position < n) captured.push_back(site.position);
@@ -385,33 +386,7 @@ double plain_sampled_flops(const stream_case& c, double rate, Scorer scorer) {
   REQUIRE(!s.reqs.empty());
   REQUIRE(s.reqs.size() < c.reqs.size());
   // Summed per request as the selector sums: each request's FLOPs / rate.
-  const cost_model& m = model();
-  using cache_t = prefix_cache<cost_model, judicious_admission, Scorer, stores::tiered_state_store<>>;
-  cache_t cache(m, stores::tiered_state_store<>(s.store), std::move(scorer));
-  request_lifecycle<cache_t> requests(cache);
-  double flops = 0.0;
-  std::vector<token_id> seq;
-  std::vector<std::int64_t> captured;
-  for (const auto& q : s.reqs) {
-    seq = q.input;
-    seq.insert(seq.end(), q.output.begin(), q.output.end());
-    const auto n = static_cast<std::int64_t>(seq.size());
-    auto t = requests.begin(q.input, {.output_tokens = static_cast<std::int64_t>(q.output.size())});
-    if (!t) {
-      flops += 0.0 / rate;
-      continue;
-    }
-    const auto& st = **requests.state(*t);
-    flops += (st.plan.prefill_start > 0 ? static_cast<double>(m.hit_flops(st.plan.prefill_start)) : 0.0) / rate;
-    captured.clear();
-    for (const auto& site : st.plan.sites)
-      if (site.position > st.match.reusable_tokens && site.position < n) captured.push_back(site.position);
-    if (n > st.match.reusable_tokens) captured.push_back(n);
-    REQUIRE(requests.wait_loaded(*t));
-    (void)requests.finish(*t, seq, captured);
-    (void)cache.with_store([](auto& st2) { return st2.offload(); });
-  }
-  return flops;
+  return plain_tiered_flops(s, std::move(scorer), rate);
 }
 
 }  // namespace
