@@ -1,12 +1,14 @@
 // The chunked-prefill kernels (chunk_prepare: every chunk at once; chunk_scan: the state pass)
 // executed by the CTA emulator on packed sequences with tails, an unaligned start, a skipped
 // slot, grouped heads, d = 60 and 64, checkpoints at arbitrary positions and g = -inf, against
-// the fp64 recurrence at the anchors' tolerances (GDN chunk 5e-3, linear attention 1e-3); and
+// the fp64 recurrence at the anchors' tolerances (GDN chunk 5e-3, linear attention 1e-3), with
+// 16-bit inputs on the tensor-core path (mma_fragments.hpp, emulated) and on the fp32 path; and
 // the shared-memory bank count of the chunk programs for every chunk size.
 #include <doctest/doctest.h>
 
 #include <cmath>
 #include <limits>
+#include <string>
 #include <tuple>
 #include <vector>
 
@@ -21,7 +23,7 @@ namespace emu = hctest::emu;
 namespace {
 
 template <class Rule, hc::state_layout L, int D, class In>
-void prefill_case(int chunk, double tol, bool resets) {
+void prefill_case(int chunk, double tol, bool resets, hc::chunk_math math = hc::chunk_math::tensor_cores) {
   constexpr int H = 1, HV = 2;
   constexpr std::int64_t n = static_cast<std::int64_t>(D) * D;
   // Sequences of 37 tokens (start 0), 4 (skipped), 29 (starting at absolute 5: a short first chunk).
@@ -87,6 +89,7 @@ void prefill_case(int chunk, double tol, bool resets) {
   io.u_out = u.data();
   io.workspace = workspace.data();
   io.qk = p0.opt;
+  io.math = math;
   hctest::emulate("chunk_prepare", hc::chunk_prepare_shape<Rule, D, In>(70, 3, HV, chunk), [&](emu::lane& t) {
     hc::kernel_bodies::chunk_prepare<emu::lane, Rule, L, D, D>(t, io);
   });
@@ -114,8 +117,10 @@ void prefill_case(int chunk, double tol, bool resets) {
   };
   const auto [o0, ck0, fin0] = run_ref(p0, {0, chunk, chunk + 7, 37});
   const auto [o1, ck1, fin1] = run_ref(p1, {0, 4, 2 * chunk - 5, 29});
-  CHECK(hctest::rel_rms(std::vector<float>(o.begin(), o.begin() + 37 * HV * D), o0) <= tol);
-  CHECK(hctest::rel_rms(std::vector<float>(o.begin() + 41 * HV * D, o.end()), o1) <= tol);
+  const double err_o0 = hctest::rel_rms(std::vector<float>(o.begin(), o.begin() + 37 * HV * D), o0);
+  const double err_o1 = hctest::rel_rms(std::vector<float>(o.begin() + 41 * HV * D, o.end()), o1);
+  CHECK(err_o0 <= tol);
+  CHECK(err_o1 <= tol);
   for (int i = 37 * HV * D; i < 41 * HV * D; ++i) REQUIRE(o[i] == -3.0f);
   auto heads = [&](const float* base) {
     std::vector<double> out;
@@ -125,8 +130,12 @@ void prefill_case(int chunk, double tol, bool resets) {
     }
     return out;
   };
-  CHECK(hctest::rel_rms(heads(states.data() + HV * n), fin0) <= tol);
-  CHECK(hctest::rel_rms(heads(states.data()), fin1) <= tol);
+  const double err_s0 = hctest::rel_rms(heads(states.data() + HV * n), fin0);
+  const double err_s1 = hctest::rel_rms(heads(states.data()), fin1);
+  CHECK(err_s0 <= tol);
+  CHECK(err_s1 <= tol);
+  MESSAGE(std::string(hc::gram_on_tensor_cores<In>(math) ? "tensor cores" : "fp32") << " path, rel-RMS vs fp64: o " << err_o0
+          << " / " << err_o1 << ", final state " << err_s0 << " / " << err_s1 << " (tolerance " << tol << ")");
   for (int c = 0; c < 8; ++c) {
     CAPTURE(ck_pos[c]);
     CHECK(hctest::rel_rms(heads(ck.data() + c * HV * n), c < 4 ? ck0[c] : ck1[c - 4]) <= tol);
@@ -154,6 +163,12 @@ TEST_CASE("emulated chunk_prepare + chunk_scan: packed sequences, checkpoints an
   SUBCASE("GDN, V-major, d 60, chunk 16, fp32") { prefill_case<hc::delta_rule, hc::state_layout::v_major, 60, float>(16, 5e-3, false); }
   SUBCASE("GDN, K-major, d 64, chunk 16, bf16, g = -inf resets") {
     prefill_case<hc::delta_rule, hc::state_layout::k_major, 64, hc::bfloat16_t>(16, 5e-3, true);
+  }
+  SUBCASE("GDN, K-major, d 64, chunk 16, bf16, the fp32 path (chunk_math::fp32)") {
+    prefill_case<hc::delta_rule, hc::state_layout::k_major, 64, hc::bfloat16_t>(16, 5e-3, true, hc::chunk_math::fp32);
+  }
+  SUBCASE("GDN, V-major, d 64, chunk 17 (a second row tile of one row), fp16, tensor cores") {
+    prefill_case<hc::delta_rule, hc::state_layout::v_major, 64, hc::half_t>(17, 5e-3, false);
   }
   SUBCASE("linear attention, V-major, d 64, chunk 8, fp16, g = -inf resets") {
     prefill_case<hc::linear_rule, hc::state_layout::v_major, 64, hc::half_t>(8, 1e-3, true);

@@ -32,6 +32,7 @@
 #include "hybridcache/core/config.hpp"
 #include "hybridcache/attention/kernel_context.hpp"
 #include "hybridcache/attention/linear_attention_common.hpp"
+#include "hybridcache/attention/mma_fragments.hpp"
 
 namespace hybridcache::attention {
 
@@ -201,6 +202,48 @@ struct chunk_prepare_program {
           tab.kfac[r] = prep_factor(kk, opt.l2_normalize, 1.0f, opt.eps);
           tab.qfac[r] = prep_factor(qq, opt.l2_normalize, opt.scale, opt.eps);
         }
+      }
+    }
+  }
+  /// The raw Gram products of `gram` on tensor cores (16-bit inputs; mma_fragments.hpp): the
+  /// 16x8 tiles of K K^T and Q K^T that touch the lower triangle, a warp per tile (tiles
+  /// `warp`, `warp + warps`, ...), DK / 16 products per tile and matrix, both matrices sharing
+  /// the K^T fragment. Rows past `len` and key elements past DK enter as zeros; only j <= r is
+  /// stored. The norms are `norms`' (run in the same phase).
+  template <class Ctx>
+  HYBRIDCACHE_HD_INLINE void gram_tiles(const Ctx& ctx, int warp, int warps) const {
+    static_assert(is_mma_input_v<In>, "gram_tiles: 16-bit inputs only");
+    const int lane = ctx.lane_id(), ts = tab.stride;
+    const int row_tiles = (len + mma_shape::m - 1) / mma_shape::m;
+    // Row tile mt has 2 mt + 2 column tiles of 8 that reach its lower triangle.
+    for (int tile = warp, mt = 0, first = 0; tile < row_tiles * (row_tiles + 1); tile += warps) {
+      while (first + 2 * mt + 2 <= tile) first += 2 * mt + 2, ++mt;
+      const int r0 = mma_shape::m * mt, n0 = mma_shape::n * (tile - first);
+      if (n0 >= len) continue;  // the same for every lane of the warp
+      mma_fragment_c kk, qk;
+      for (int k0 = 0; k0 < DK; k0 += mma_shape::k) {
+        const mma_fragment_b kt = load_fragment_b_t(kraw, key_stride, k0, n0, len, DK, lane);
+        mma_m16n8k16<In>(ctx, kk, load_fragment_a(kraw, key_stride, r0, k0, len, DK, lane), kt);
+        mma_m16n8k16<In>(ctx, qk, load_fragment_a(qraw, key_stride, r0, k0, len, DK, lane), kt);
+      }
+      for (int e = 0; e < 4; ++e) {
+        const int r = r0 + c_row(lane, e), j = n0 + c_col(lane, e);
+        if (r >= len || j > r) continue;
+        tab.p[r * ts + j] = qk.x[e];
+        if (j < r) a[r * ts + j] = kk.x[e];
+      }
+    }
+  }
+  /// The k and q factors of rows row0, row0 + row_step, ... (a group each: fp32 sums of
+  /// squares over the group's slices), for `gram_tiles`.
+  template <class Group>
+  HYBRIDCACHE_HD_INLINE void norms(int row0, int row_step, const Group& g) const {
+    for (int r = row0; r < len; r += row_step) {
+      const float kk = group_sum_sq<DK>(kraw + r * key_stride, g);
+      const float qq = group_sum_sq<DK>(qraw + r * key_stride, g);
+      if (g.rank() == 0) {
+        tab.kfac[r] = prep_factor(kk, opt.l2_normalize, 1.0f, opt.eps);
+        tab.qfac[r] = prep_factor(qq, opt.l2_normalize, opt.scale, opt.eps);
       }
     }
   }
@@ -404,6 +447,23 @@ struct chunk_scan_program {
   }
 };
 
+/// How chunked prefill computes the intra-chunk Gram products K K^T and Q K^T (chunk_prepare).
+/// The choice is per call (`prefill_io::math`); docs/linear-attention.md gives each path's
+/// error against the fp64 recurrence.
+enum class chunk_math : unsigned char {
+  /// bf16/fp16 inputs: on tensor cores (`mma.sync` m16n8k16, exact products, fp32 sums);
+  /// fp32 inputs: as `fp32` (no tensor-core path takes fp32 inputs).
+  tensor_cores,
+  /// fp32 FMAs on CUDA cores for every input type (inputs widened exactly to fp32).
+  fp32,
+};
+
+/// Whether a prefill with inputs `In` and `math` runs the Gram products on tensor cores.
+template <class In>
+HYBRIDCACHE_HD_INLINE constexpr bool gram_on_tensor_cores(chunk_math math) {
+  return is_mma_input_v<In> && math == chunk_math::tensor_cores;
+}
+
 /// Inputs of a batched chunked prefill over packed variable-length sequences. Token t of
 /// sequence s is row `cu_seqlens[s] + t` of q, k [tokens][H][d_k], v, o [tokens][HV][d_v],
 /// log_decay, beta [tokens][HV]. The state of `slots[s]` is the initial state and receives the
@@ -435,6 +495,7 @@ struct prefill_io {
   /// for the kernels; the host driver allocates its own when null).
   float* workspace = nullptr;
   qk_options qk{};
+  chunk_math math = chunk_math::tensor_cores;  ///< how chunk_prepare computes K K^T and Q K^T
 };
 
 /// First chunk-table slot of sequence `seq` (slots of one sequence are consecutive; a

@@ -163,7 +163,16 @@ HYBRIDCACHE_HD_INLINE void chunk_prepare(const Ctx& ctx, const prefill_io<In, Ou
   p.stage(tid, kThreads);
   if (ctx.warp_id() == 0) p.decays(warp_group<Ctx>{ctx});
   ctx.sync_threads();
-  p.gram(ctx.warp_id(), kWarps, ctx.lane_id(), 32);
+  if constexpr (is_mma_input_v<In>) {
+    if (gram_on_tensor_cores<In>(io.math)) {
+      p.gram_tiles(ctx, ctx.warp_id(), kWarps);
+      p.norms(ctx.warp_id(), kWarps, warp_group<Ctx>{ctx});
+    } else {
+      p.gram(ctx.warp_id(), kWarps, ctx.lane_id(), 32);
+    }
+  } else {
+    p.gram(ctx.warp_id(), kWarps, ctx.lane_id(), 32);
+  }
   ctx.sync_threads();
   p.weights(ctx.warp_id(), kWarps, ctx.lane_id(), 32);
   ctx.sync_threads();
