@@ -144,17 +144,23 @@ struct chunk_prepare_program {
   int t0 = 0;
   int len = 0;
   int capacity = 0;
-  In* kraw = nullptr;  ///< [C][key_stride] raw keys of the chunk
-  In* qraw = nullptr;  ///< [C][key_stride] raw queries
+  In* kraw = nullptr;  ///< [C][key_stride] raw keys of the chunk (until `gram` ends)
+  In* qraw = nullptr;  ///< [C][key_stride] raw queries (until `gram` ends)
   float* beta = nullptr;
-  float* a = nullptr;  ///< [C][stride]: raw K K^T, then A
-  chunk_tables tab{};
+  float* a = nullptr;  ///< [C][stride] A, from `weights` on: the bytes of kraw and qraw
+  chunk_tables tab{};  ///< tab.t holds the raw K K^T from `gram` to `weights`, then T
 
+  /// The raw keys and queries are read only by `gram`; the raw K K^T waits in T's rows (the
+  /// solve writes T after `weights` has read it) and A is written over the raw keys and
+  /// queries (dead by then): one C x C float matrix less than three separate arrays.
   HYBRIDCACHE_HD_INLINE void carve(workspace_carver& w) {
-    kraw = w.take<In>(static_cast<std::int64_t>(capacity) * key_stride);
-    qraw = w.take<In>(static_cast<std::int64_t>(capacity) * key_stride);
+    const std::size_t raw_bytes = (static_cast<std::size_t>(capacity) * key_stride * sizeof(In) + 15) / 16 * 16;
+    const std::size_t a_bytes = static_cast<std::size_t>(capacity) * chunk_tables::stride_for(capacity) * sizeof(float);
+    std::byte* shared = w.take<std::byte>(static_cast<std::int64_t>(2 * raw_bytes > a_bytes ? 2 * raw_bytes : a_bytes));
+    kraw = shared != nullptr ? reinterpret_cast<In*>(shared) : nullptr;
+    qraw = shared != nullptr ? reinterpret_cast<In*>(shared + raw_bytes) : nullptr;
+    a = shared != nullptr ? reinterpret_cast<float*>(shared) : nullptr;
     beta = w.take<float>(capacity);
-    a = w.take<float>(static_cast<std::int64_t>(capacity) * chunk_tables::stride_for(capacity));
     float* t = w.take<float>(chunk_tables::floats(capacity));
     if (t != nullptr) tab = chunk_tables::at(t, capacity);
   }
@@ -178,7 +184,7 @@ struct chunk_prepare_program {
     for (int j = g.rank(); j < len; j += Group::size) beta[j] = in.beta_at(t0 + j);
   }
   /// Rows r = row0, row0 + row_step, ... (a warp each), lanes over j <= r (lane, lane + lanes,
-  /// ...): raw k_r.k_j (j < r), q_r.k_j (j <= r), and at j = r the norms (the k and q factors).
+  /// ...): raw k_r.k_j (j < r, into T's rows), q_r.k_j (j <= r, into P), and at j = r the norms.
   /// k_j rows of 32 lanes sit in 32 banks; k_r and q_r are broadcasts.
   HYBRIDCACHE_HD_INLINE void gram(int row0, int row_step, int lane, int lanes) const {
     const int ts = tab.stride;
@@ -195,7 +201,7 @@ struct chunk_prepare_program {
         }
         tab.p[r * ts + j] = qk;
         if (j < r) {
-          a[r * ts + j] = kk;
+          tab.t[r * ts + j] = kk;
         } else {
           float qq = 0.0f;
           for (int i = 0; i < DK; ++i) qq = fma_rn(to_float(qr[i]), to_float(qr[i]), qq);
@@ -230,7 +236,7 @@ struct chunk_prepare_program {
         const int r = r0 + c_row(lane, e), j = n0 + c_col(lane, e);
         if (r >= len || j > r) continue;
         tab.p[r * ts + j] = qk.x[e];
-        if (j < r) a[r * ts + j] = kk.x[e];
+        if (j < r) tab.t[r * ts + j] = kk.x[e];
       }
     }
   }
@@ -255,7 +261,7 @@ struct chunk_prepare_program {
       for (int j = lane; j <= r; j += lanes) {
         const float dec = decay_between(pr, tab.cum[j], j);
         tab.p[r * ts + j] = dec * tab.p[r * ts + j] * tab.qfac[r] * tab.kfac[j];
-        if (j < r) a[r * ts + j] = beta[r] * dec * a[r * ts + j] * tab.kfac[r] * tab.kfac[j];
+        if (j < r) a[r * ts + j] = beta[r] * dec * tab.t[r * ts + j] * tab.kfac[r] * tab.kfac[j];
       }
     }
   }
