@@ -2,7 +2,8 @@
 // executed by the CTA emulator on packed sequences with tails, an unaligned start, a skipped
 // slot, grouped heads, d = 60 and 64, checkpoints at arbitrary positions and g = -inf, against
 // the fp64 recurrence at the anchors' tolerances (GDN chunk 5e-3, linear attention 1e-3), with
-// 16-bit inputs on the tensor-core path (mma_fragments.hpp, emulated) and on the fp32 path; and
+// 16-bit inputs on the tensor-core path (mma_fragments.hpp, emulated: K K^T and Q K^T for bf16
+// and fp16, K S and Q S for bf16) and on the fp32 path; and
 // the shared-memory bank count of the chunk programs for every chunk size.
 #include <doctest/doctest.h>
 
@@ -169,6 +170,12 @@ TEST_CASE("emulated chunk_prepare + chunk_scan: packed sequences, checkpoints an
   }
   SUBCASE("GDN, V-major, d 64, chunk 17 (a second row tile of one row), fp16, tensor cores") {
     prefill_case<hc::delta_rule, hc::state_layout::v_major, 64, hc::half_t>(17, 5e-3, false);
+  }
+  SUBCASE("GDN, V-major, d 60 (key tiles past d_k read zeros), chunk 16, bf16, tensor cores") {
+    prefill_case<hc::delta_rule, hc::state_layout::v_major, 60, hc::bfloat16_t>(16, 5e-3, false);
+  }
+  SUBCASE("linear attention, K-major, d 64, chunk 8, bf16, tensor cores, g = -inf resets") {
+    prefill_case<hc::linear_rule, hc::state_layout::k_major, 64, hc::bfloat16_t>(8, 1e-3, true);
   }
   SUBCASE("linear attention, V-major, d 64, chunk 8, fp16, g = -inf resets") {
     prefill_case<hc::linear_rule, hc::state_layout::v_major, 64, hc::half_t>(8, 1e-3, true);

@@ -28,6 +28,7 @@
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
 
 #include "hybridcache/core/config.hpp"
 #include "hybridcache/attention/kernel_context.hpp"
@@ -35,6 +36,24 @@
 #include "hybridcache/attention/mma_fragments.hpp"
 
 namespace hybridcache::attention {
+
+/// How chunked prefill computes its chunk products: K K^T and Q K^T (chunk_prepare), K S and
+/// Q S (chunk_scan, bf16 inputs). The choice is per call (`prefill_io::math`);
+/// docs/linear-attention.md gives each path's error against the fp64 recurrence.
+enum class chunk_math : unsigned char {
+  /// 16-bit inputs on tensor cores (`mma.sync` m16n8k16: exact products, fp32 sums; the fp32
+  /// state enters K S and Q S as two bf16 parts, hi + lo); fp32 inputs: as `fp32` (no
+  /// tensor-core path takes fp32 inputs).
+  tensor_cores,
+  /// fp32 FMAs on CUDA cores for every input type (inputs widened exactly to fp32).
+  fp32,
+};
+
+/// Whether a prefill with inputs `In` and `math` runs the Gram products on tensor cores.
+template <class In>
+HYBRIDCACHE_HD_INLINE constexpr bool gram_on_tensor_cores(chunk_math math) {
+  return is_mma_input_v<In> && math == chunk_math::tensor_cores;
+}
 
 /// Read-only view of one head's token sequence. Token t's vectors start at `q + t*q_stride`
 /// etc. (strides in elements, so [T][H][D] tensors are viewed without copies).
@@ -191,7 +210,7 @@ struct chunk_prepare_program {
     for (int r = row0; r < len; r += row_step) {
       const In* kr = kraw + r * key_stride;
       const In* qr = qraw + r * key_stride;
-      for (int j = lane; j <= r; j += lanes) {
+      for (int j = lane; j <= r; j += lanes) {  // Gram entries
         const In* kj = kraw + j * key_stride;
         float kk = 0.0f, qk = 0.0f;
         for (int i = 0; i < DK; ++i) {
@@ -293,8 +312,10 @@ struct chunk_scan_program {
   static constexpr int DK = State::key_dim;
   static constexpr int DV = State::value_dim;
   static constexpr int key_stride = padded_stride(DK, sizeof(In));
-  /// Value columns per CTA: a CTA per (sequence, value head, 16 columns).
-  static constexpr int block_columns = 16;
+  /// Value columns per CTA: a CTA per (sequence, value head, 8 columns) — one 8-wide column
+  /// tile of the tensor-core products, and twice the CTAs of 16 (Qwen3-Next, 1 x 8192 tokens:
+  /// 512 CTAs, about two waves of 2 CTAs per SM on 132 SMs, where 16 gave 0.97).
+  static constexpr int block_columns = 8;
 
   head_input<In> in;
   head_output<Out> out;
@@ -308,13 +329,16 @@ struct chunk_scan_program {
   int col_end = 0;
   int t0 = 0;
   int len = 0;
+  /// How K S and Q S are computed (`prefill_io::math`; the host driver keeps fp32).
+  chunk_math math = chunk_math::fp32;
 
   In* kraw = nullptr;  ///< [C][key_stride] this chunk's raw keys
   In* qraw = nullptr;
   float* alpha = nullptr;  ///< [C] exp(g)
   chunk_tables tab{};
   float* cols = nullptr;     ///< [block_columns][DK] the columns' states
-  float* scratch = nullptr;  ///< [groups][4C]
+  float* dots = nullptr;     ///< [2][block_columns][C]: k_r . s_c (then w_r), q_r . s_c (then gamma_r q_r . s_c)
+  float* scratch = nullptr;  ///< [groups][C]: a group's U column
 
   HYBRIDCACHE_HD_INLINE void carve(workspace_carver& w, int groups) {
     kraw = w.take<In>(static_cast<std::int64_t>(chunk) * key_stride);
@@ -323,14 +347,21 @@ struct chunk_scan_program {
     float* t = w.take<float>(chunk_tables::floats(chunk));
     if (t != nullptr) tab = chunk_tables::at(t, chunk);
     cols = w.take<float>(static_cast<std::int64_t>(block_columns) * DK);
-    scratch = w.take<float>(4 * static_cast<std::int64_t>(chunk) * groups);
+    dots = w.take<float>(2 * static_cast<std::int64_t>(block_columns) * chunk);
+    scratch = w.take<float>(static_cast<std::int64_t>(chunk) * groups);
   }
   HYBRIDCACHE_HD_INLINE static std::size_t workspace_bytes(int c, int groups) {
     chunk_scan_program p;
     p.chunk = c;
     return carved_bytes(p, groups);
   }
-  HYBRIDCACHE_HD_INLINE float* group_scratch(int group) const { return scratch + 4 * static_cast<std::int64_t>(chunk) * group; }
+  HYBRIDCACHE_HD_INLINE float* group_scratch(int group) const { return scratch + static_cast<std::int64_t>(chunk) * group; }
+  /// Whether `products` computes K S and Q S (bf16 inputs on chunk_math::tensor_cores: the
+  /// state splits into two bf16 fragments; fp16 inputs would need the state in fp16's range,
+  /// so they keep the fp32 dots).
+  HYBRIDCACHE_HD_INLINE bool dots_on_tensor_cores() const {
+    return std::is_same_v<In, bfloat16_t> && math == chunk_math::tensor_cores;
+  }
 
   /// The columns' initial states into the workspace; checkpoints at the start position.
   template <class Group>
@@ -370,26 +401,69 @@ struct chunk_scan_program {
     for (int j = tid; j < len; j += nthreads) alpha[j] = expf(in.g_at(t0 + j));
   }
 
+  /// K S and Q S of this chunk for the block's columns on tensor cores (when
+  /// `dots_on_tensor_cores()`; between `stage` and `columns`, a barrier on each side): a warp
+  /// per 16 rows (tiles `warp`, `warp + warps`, ...), the 8 columns as one n tile, the state
+  /// split into bf16 hi + lo fragments (load_fragment_b_t_split), 2 d_k / 16 products per
+  /// matrix. Raw dots (before the factors and decays) into `dots`.
+  template <class Ctx>
+  HYBRIDCACHE_HD_INLINE void products(const Ctx& ctx, int warp, int warps) const {
+    if constexpr (std::is_same_v<In, bfloat16_t>) {
+      static_assert(block_columns == mma_shape::n, "products: the block's columns are one n tile");
+      const int lane = ctx.lane_id(), ncols = col_end - col_begin;
+      for (int tile = warp; tile * mma_shape::m < len; tile += warps) {
+        const int r0 = tile * mma_shape::m;
+        mma_fragment_c kc, qc;
+        for (int k0 = 0; k0 < DK; k0 += mma_shape::k) {
+          mma_fragment_b hi, lo;
+          load_fragment_b_t_split(cols, DK, k0, 0, ncols, DK, lane, hi, lo);
+          const mma_fragment_a qa = load_fragment_a(qraw, key_stride, r0, k0, len, DK, lane);
+          mma_m16n8k16<In>(ctx, qc, qa, hi);
+          mma_m16n8k16<In>(ctx, qc, qa, lo);
+          if constexpr (Rule::delta) {
+            const mma_fragment_a ka = load_fragment_a(kraw, key_stride, r0, k0, len, DK, lane);
+            mma_m16n8k16<In>(ctx, kc, ka, hi);
+            mma_m16n8k16<In>(ctx, kc, ka, lo);
+          }
+        }
+        for (int e = 0; e < 4; ++e) {
+          const int r = r0 + c_row(lane, e), n = c_col(lane, e);
+          if (r >= len || n >= ncols) continue;
+          dots[static_cast<std::int64_t>(n) * chunk + r] = kc.x[e];
+          dots[static_cast<std::int64_t>(block_columns + n) * chunk + r] = qc.x[e];
+        }
+      }
+    } else {
+      (void)ctx, (void)warp, (void)warps;
+    }
+  }
+
   /// One chunk for the group's columns (col_begin + group, + ngroups, ...).
   template <class Group>
   HYBRIDCACHE_HD_INLINE void columns(int group, int ngroups, float* sc, const Group& g) const {
     constexpr int N = slice_len<DK, Group::size>;
     const int ts = tab.stride;
-    float* ks = sc;                 // k_r . s, then w_r = v_r - gamma_r k_r . s
-    float* qs = sc + chunk;         // q_r . s
-    float* u = sc + 2 * chunk;      // the chunk's U column
+    float* u = sc;  // the chunk's U column
+    const bool tensor = dots_on_tensor_cores();
     const std::int64_t chunk_start = start + t0;
     for (int c = col_begin + group; c < col_end; c += ngroups) {
       const float* col = cols + static_cast<std::int64_t>(c - col_begin) * DK;
-      // k_r . s and q_r . s, lanes over r: a lane walks its own rows (stride key_stride,
-      // 32 rows in 32 banks) while s[i] is a broadcast.
+      float* ks = dots + static_cast<std::int64_t>(c - col_begin) * chunk;                  // k_r . s, then w_r
+      float* qs = dots + static_cast<std::int64_t>(block_columns + c - col_begin) * chunk;  // q_r . s, then scaled
+      // k_r . s and q_r . s (from `products`, or here: lanes over r, a lane walks its own
+      // rows (stride key_stride, 32 rows in 32 banks) while s[i] is a broadcast).
       for (int r = g.rank(); r < len; r += Group::size) {
-        const In* kr = kraw + r * key_stride;
-        const In* qr = qraw + r * key_stride;
         float a = 0.0f, b = 0.0f;
-        for (int i = 0; i < DK; ++i) {
-          a = fma_rn(to_float(kr[i]), col[i], a);
-          b = fma_rn(to_float(qr[i]), col[i], b);
+        if (tensor) {
+          a = ks[r];
+          b = qs[r];
+        } else {
+          const In* kr = kraw + r * key_stride;
+          const In* qr = qraw + r * key_stride;
+          for (int i = 0; i < DK; ++i) {
+            a = fma_rn(to_float(kr[i]), col[i], a);
+            b = fma_rn(to_float(qr[i]), col[i], b);
+          }
         }
         const float gamma = decay_from_start(prefix_at(tab.cum, tab.seg, r));
         ks[r] = Rule::delta ? fma_rn(-gamma, tab.kfac[r] * a, in.v_at(t0 + r, c)) : 0.0f;
@@ -452,23 +526,6 @@ struct chunk_scan_program {
     }
   }
 };
-
-/// How chunked prefill computes the intra-chunk Gram products K K^T and Q K^T (chunk_prepare).
-/// The choice is per call (`prefill_io::math`); docs/linear-attention.md gives each path's
-/// error against the fp64 recurrence.
-enum class chunk_math : unsigned char {
-  /// bf16/fp16 inputs: on tensor cores (`mma.sync` m16n8k16, exact products, fp32 sums);
-  /// fp32 inputs: as `fp32` (no tensor-core path takes fp32 inputs).
-  tensor_cores,
-  /// fp32 FMAs on CUDA cores for every input type (inputs widened exactly to fp32).
-  fp32,
-};
-
-/// Whether a prefill with inputs `In` and `math` runs the Gram products on tensor cores.
-template <class In>
-HYBRIDCACHE_HD_INLINE constexpr bool gram_on_tensor_cores(chunk_math math) {
-  return is_mma_input_v<In> && math == chunk_math::tensor_cores;
-}
 
 /// Inputs of a batched chunked prefill over packed variable-length sequences. Token t of
 /// sequence s is row `cu_seqlens[s] + t` of q, k [tokens][H][d_k], v, o [tokens][HV][d_v],

@@ -181,8 +181,9 @@ HYBRIDCACHE_HD_INLINE void chunk_prepare(const Ctx& ctx, const prefill_io<In, Ou
   p.export_tables(io.workspace + (slot * hv_count + hv) * chunk_tables::floats(C), tid, kThreads);
 }
 
-/// Chunked prefill, sequential phase: a CTA per (sequence, value head, block of 16 value
-/// columns) walks the sequence's chunks, reading the prepared tables.
+/// Chunked prefill, sequential phase: a CTA per (sequence, value head, block of 8 value
+/// columns) walks the sequence's chunks, reading the prepared tables (K S and Q S on tensor
+/// cores for bf16 inputs unless prefill_io::math says fp32).
 template <class Ctx, class Rule, state_layout Layout, int DK, int DV, class In, class Out>
 HYBRIDCACHE_HD_INLINE void chunk_scan(const Ctx& ctx, const prefill_io<In, Out>& io) {
   using state_type = state_ref<Layout, DK, DV>;
@@ -201,6 +202,7 @@ HYBRIDCACHE_HD_INLINE void chunk_scan(const Ctx& ctx, const prefill_io<In, Out>&
   p.ck = head.ck;
   p.start = head.start;
   p.chunk = C;
+  p.math = io.math;
   p.tables = io.workspace + (chunk_slot_base(io.cu_seqlens, seq, C) * hv_count + hv) * chunk_tables::floats(C);
   p.table_stride = static_cast<std::int64_t>(hv_count) * chunk_tables::floats(C);
   p.col_begin = cb * program::block_columns;
@@ -215,6 +217,10 @@ HYBRIDCACHE_HD_INLINE void chunk_scan(const Ctx& ctx, const prefill_io<In, Out>&
     p.select_chunk(i);
     p.stage(i, tid, kThreads);
     ctx.sync_threads();
+    if (p.dots_on_tensor_cores()) {
+      p.products(ctx, warp, kWarps);
+      ctx.sync_threads();
+    }
     p.columns(warp, kWarps, p.group_scratch(warp), g);
     ctx.sync_threads();
   }
@@ -255,7 +261,7 @@ kernel_launch_shape chunk_prepare_shape(std::int64_t tokens, int num_seqs, int n
   return {static_cast<std::uint64_t>(prefill_chunk_slots(tokens, num_seqs, chunk)) * static_cast<std::uint64_t>(num_v_heads),
           kThreads, chunk_prepare_program<Rule, DK, In>::workspace_bytes(chunk)};
 }
-/// chunk_scan: a CTA per (sequence, value head, 16 value columns).
+/// chunk_scan: a CTA per (sequence, value head, 8 value columns).
 template <class Rule, state_layout Layout, int DK, int DV, class In, class Out>
 kernel_launch_shape chunk_scan_shape(int num_seqs, int num_v_heads, int chunk) {
   using program = chunk_scan_program<Rule, state_ref<Layout, DK, DV>, In, Out>;

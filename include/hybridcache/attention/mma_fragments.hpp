@@ -151,6 +151,24 @@ HYBRIDCACHE_HD_INLINE mma_fragment_b load_fragment_b_t(const T* m, int ld, int r
   return f;
 }
 
+/// `load_fragment_b_t` of an fp32 matrix split into two bf16 fragments, `hi` = bf16(x) and
+/// `lo` = bf16(x - hi): hi + lo carries 16 of fp32's 24 significand bits (relative error
+/// <= 2^-17), so two products against bf16 A recover an fp32 B to that error — how the state
+/// enters the tensor-core products without being rounded to bf16.
+HYBRIDCACHE_HD_INLINE void load_fragment_b_t_split(const float* m, int ld, int row0, int col0, int rows, int cols,
+                                                   int lane, mma_fragment_b& hi, mma_fragment_b& lo) {
+  HYBRIDCACHE_UNROLL
+  for (int reg = 0; reg < 2; ++reg) {
+    const int n = col0 + b_col(lane, 2 * reg), k = row0 + b_row(lane, 2 * reg);
+    const float* row = m + static_cast<std::int64_t>(n) * ld;
+    const float x0 = n < rows && k < cols ? row[k] : 0.0f;
+    const float x1 = n < rows && k + 1 < cols ? row[k + 1] : 0.0f;
+    const bfloat16_t h0 = from_float<bfloat16_t>(x0), h1 = from_float<bfloat16_t>(x1);
+    hi.r[reg] = mma_pack(h0, h1);
+    lo.r[reg] = mma_pack(from_float<bfloat16_t>(x0 - to_float(h0)), from_float<bfloat16_t>(x1 - to_float(h1)));
+  }
+}
+
 namespace detail {
 
 /// The product on the warp's shuffles (host, emulator, devices before sm_80); see the header.
