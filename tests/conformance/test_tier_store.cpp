@@ -1,6 +1,7 @@
 // Conformance suites of the store seams beyond `state_store` (concepts/state_store.hpp,
-// concepts/tier_store.hpp): `paged_state_store`, `lower_tier_store` / `layered_tier_store`,
-// `host_tier_store` (with `demoting_store`) and `replicable_tier_store`. The request
+// concepts/tier_store.hpp): `paged_state_store`, `lower_tier_store` / `layered_tier_store`
+// (the tiered store and the pool store's host tier, one protocol), `demoting_store` and
+// `replicable_tier_store`. The request
 // lifecycle and the prefix cache dispatch on exactly these concepts, so each suite checks
 // the laws they rely on, through the concept's calls only (and the pool's `resolve` to read
 // bytes). A new model is covered by adding a fixture, a static_assert under it, and naming it
@@ -51,6 +52,7 @@ static_assert(paged_state_store<paged_fixture<memory::threshold_rebalancer>::sto
 // staging room one (what `load` needs).
 struct tiered_fixture {
   using store_type = stores::tiered_state_store<>;
+  static constexpr int sequence_tokens = 1000;
   using cache_type = prefix::prefix_cache<cost_model, prefix::judicious_admission, prefix::lru_scorer, store_type>;
   static const cost_model& model() {
     static const cost_model m(presets::marconi_7b());
@@ -74,6 +76,7 @@ struct host_tier_fixture {
   using store_type = stores::pool_state_store<pool_type>;
   using cache_type = prefix::prefix_cache<cost_model, prefix::judicious_admission, prefix::lru_scorer, store_type>;
   static constexpr std::int64_t tpp = 16;
+  static constexpr int sequence_tokens = 150;
   cost_model model{test::tiny_gdn_spec("tier_store_conformance")};
   pool_type pool{{.capacity_bytes = std::uint64_t{256} << 10, .kv_page_bytes = memory::kv_page_bytes(model, tpp),
                   .ssm_block_bytes = memory::checkpoint_block_bytes(model), .granularity_bytes = 32 << 10}};
@@ -82,18 +85,18 @@ struct host_tier_fixture {
                               stores::host_tier_config{.kv_pages = 256, .checkpoint_blocks = 64}),
                    prefix::lru_scorer{}};
 };
-static_assert(host_tier_store<host_tier_fixture<memory::no_rebalancer>::store_type,
-                              tree_of<host_tier_fixture<memory::no_rebalancer>::store_type>>);
-static_assert(host_tier_store<host_tier_fixture<memory::threshold_rebalancer>::store_type,
-                              tree_of<host_tier_fixture<memory::threshold_rebalancer>::store_type>>);
+static_assert(lower_tier_store<host_tier_fixture<memory::no_rebalancer>::store_type,
+                               tree_of<host_tier_fixture<memory::no_rebalancer>::store_type>>);
+static_assert(demoting_store<host_tier_fixture<memory::threshold_rebalancer>::store_type,
+                             tree_of<host_tier_fixture<memory::threshold_rebalancer>::store_type>>);
+static_assert(!layered_tier_store<host_tier_fixture<memory::no_rebalancer>::store_type,
+                                  tree_of<host_tier_fixture<memory::no_rebalancer>::store_type>>);
 
 // What each store is not: the runtime takes the plain path for these.
 static_assert(!paged_state_store<stores::counting_store> && !paged_state_store<stores::tiered_state_store<>>);
 static_assert(!lower_tier_store<stores::counting_store, tree_of<stores::counting_store>>);
-static_assert(!lower_tier_store<paged_fixture<memory::no_rebalancer>::store_type,
-                                tree_of<paged_fixture<memory::no_rebalancer>::store_type>>);
 static_assert(!demoting_store<stores::counting_store, tree_of<stores::counting_store>>);
-static_assert(!host_tier_store<stores::tiered_state_store<>, tree_of<stores::tiered_state_store<>>>);
+static_assert(!demoting_store<stores::tiered_state_store<>, tree_of<stores::tiered_state_store<>>>);
 static_assert(!replicable_tier_store<stores::counting_store>);
 static_assert(replicable_tier_store<stores::tiered_state_store<>>);
 
@@ -185,111 +188,115 @@ TEST_CASE_TEMPLATE_DEFINE("paged_state_store conformance", F, paged_state_store_
 TEST_CASE_TEMPLATE_INVOKE(paged_state_store_conformance, paged_fixture<memory::no_rebalancer>,
                           paged_fixture<memory::threshold_rebalancer>);
 
-// --- lower_tier_store / layered_tier_store ------------------------------------------------
-// A sequence the cache evicted from HBM is found below HBM by the lookup that follows the
-// HBM match; the hit adds up (reusable = hbm + host, the KV reach at least that far, the
-// match's namespace); it loads, reports loaded (layer by layer too), and settles after the
-// commit; a prefix never committed finds nothing, and releasing that is a no-op.
+// --- lower_tier_store / layered_tier_store / demoting_store ----------------------------------
+// One protocol for every store with tiers below HBM. Before the cache evicts a sequence,
+// nothing of it is found below HBM; once other sequences pushed it out, the lookup that
+// follows the HBM match finds it: the hit adds up (reusable = hbm + host, its KV starts no
+// later than the match's common prefix, the KV reach at least as far as the hit, the
+// match's namespace); it loads, reports loaded (layer by layer too), lands in a
+// reservation, and settles after the commit. A hit shortens to its own resume point and
+// to nothing at or before the HBM match; a released hit is stale (load reports it). A
+// prefix never committed finds nothing, and releasing that is a no-op.
 
 TEST_CASE_TEMPLATE_DEFINE("lower_tier_store conformance", F, lower_tier_store_conformance) {
   using store_t = typename F::store_type;
   static_assert(lower_tier_store<store_t, tree_of<store_t>>);
   F f;
   auto& c = f.cache;
-  auto run = [&](const std::vector<token_id>& seq, std::int64_t input) {
-    const std::span<const token_id> in(seq.data(), static_cast<std::size_t>(input));
-    auto m = c.match(in);
-    REQUIRE(m);
-    auto h = c.store().lookup(in, *m);
-    CHECK(h.hbm_tokens == m->reusable_tokens);
-    CHECK(h.reusable_tokens == h.hbm_tokens + h.host_tokens);
-    CHECK(h.kv_reach >= h.reusable_tokens);
-    CHECK(h.salt == m->salt);
-    if (h.host_tokens > 0) {
-      REQUIRE(c.store().load(h));
-      REQUIRE(c.store().wait_loaded(h));
-      const auto done = c.store().loaded(h);
-      REQUIRE(done);
-      CHECK(*done);
-      if constexpr (layered_tier_store<store_t, tree_of<store_t>>) {
-        REQUIRE(c.store().wait_layer(h, layer_kind::attention, 0));
-        const auto layer = c.store().layer_loaded(h, layer_kind::attention, 0);
-        REQUIRE(layer);
-        CHECK(*layer);
-      }
-    }
-    REQUIRE(c.commit(seq, input, &*m));
-    c.store().settle(c.tree(), seq, h);
-    return h;
-  };
-  const auto a = run_of(7, 3, 1000), b = run_of(100000, 1, 1000);
-  CHECK(run(a, 900).host_tokens == 0);
-  CHECK(run(b, 900).host_tokens == 0);  // evicts a from HBM: it goes below
-  auto a2 = a;
-  for (int i = 0; i < 50; ++i) a2.push_back(5 + i);
-  const auto h = run(a2, 1000);
-  CHECK(h.hbm_tokens == 0);
-  CHECK(h.host_tokens > 0);
-
-  const std::vector<token_id> never(200, 42);
-  auto m = c.match(never);
-  REQUIRE(m);
-  auto none = c.store().lookup(never, *m);
-  CHECK(none.host_tokens == 0);
-  CHECK(none.reusable_tokens == m->reusable_tokens);
-  c.store().release_hit(none);  // nothing pinned: a no-op
-  REQUIRE(c.release(*m));
-}
-
-TEST_CASE_TEMPLATE_INVOKE(lower_tier_store_conformance, tiered_fixture);
-
-// --- host_tier_store (demoting_store) -----------------------------------------------------
-// Before the cache evicts a sequence, the host tier holds nothing of it; once the cache has
-// evicted it (demote, called by the eviction), find_host_hit finds a chain that continues
-// the HBM match up to a checkpoint, inside the prompt, starting no later than the match's
-// common prefix; release_host_hit gives it up and leaves an empty hit.
-
-TEST_CASE_TEMPLATE_DEFINE("host_tier_store conformance", F, host_tier_store_conformance) {
-  using store_t = typename F::store_type;
-  static_assert(host_tier_store<store_t, tree_of<store_t>>);
-  F f;
-  auto& c = f.cache;
-  const auto a = run_of(11, 7, 150);
-  auto a2 = a;
-  for (int i = 0; i < 40; ++i) a2.push_back(90000 + i);
+  auto& st = c.store();
+  const int n = F::sequence_tokens;
   auto commit = [&](const std::vector<token_id>& seq, std::int64_t input) {
     auto m = c.match(std::span<const token_id>(seq.data(), static_cast<std::size_t>(input)));
     REQUIRE(m);
     REQUIRE(c.commit(seq, input, &*m));
+    st.settle(c.tree(), seq, lower_tier_hit_t<store_t>{});  // names the path (a store that demotes by it)
   };
+  auto check_hit = [&](const auto& h, const match_result& m) {
+    CHECK(h.hbm_tokens == m.reusable_tokens);
+    CHECK(h.reusable_tokens == h.hbm_tokens + h.host_tokens);
+    CHECK(h.kv_first <= m.common_prefix);
+    CHECK(h.kv_reach >= h.reusable_tokens);
+    CHECK(h.salt == m.salt);
+  };
+  const auto a = run_of(11, 7, n);
+  auto a2 = a;
+  for (int i = 0; i < n / 10; ++i) a2.push_back(90000 + i);
   // The hit a2 finds below HBM now (released again at once). `peek` neither pins nor
   // refreshes a's path, so the LRU eviction still takes a first.
   auto probe = [&] {
     const match_result m = c.peek(a2);
-    typename store_t::host_hit h{};
-    c.store().find_host_hit(a2, m, h);
-    const typename store_t::host_hit seen = h;
-    if (h.host_tokens > 0) {
-      CHECK(h.reusable_tokens == m.reusable_tokens + h.host_tokens);
-      CHECK(h.reusable_tokens < static_cast<std::int64_t>(a2.size()));
-      CHECK(h.kv_start <= m.common_prefix);
-    }
-    c.store().release_host_hit(h);
-    CHECK(h.host_tokens == 0);
+    auto h = st.lookup(a2, m);
+    check_hit(h, m);
+    const auto seen = h;
+    st.release_hit(h);
+    if (seen.host_tokens > 0) CHECK_FALSE(st.load(seen));  // released: stale
     return seen;
   };
-  commit(a, 150);
-  CHECK(probe().host_tokens == 0);  // still in HBM: nothing was demoted
+  commit(a, n * 9 / 10);
+  CHECK(probe().host_tokens == 0);  // still in HBM: nothing below it
   bool found = false;
   for (int k = 0; k < 64 && !found; ++k) {
-    commit(run_of(1000000 + 1000 * k, 1, 150), 150);  // new sequences push a out (LRU)
+    commit(run_of(1000000 + 1000 * k, 1, n), n * 9 / 10);  // new sequences push a out (LRU)
     found = probe().host_tokens > 0;
   }
-  CHECK(found);
-  CHECK(c.store().host_counters().demotions > 0);
+  REQUIRE(found);
+
+  SUBCASE("a hit shortens to its resume point, and not to the HBM match") {
+    const match_result m = c.peek(a2);
+    auto h = st.lookup(a2, m);
+    REQUIRE(h.host_tokens > 0);
+    CHECK_FALSE(st.shorten_hit(h, h.hbm_tokens));
+    CHECK(st.shorten_hit(h, h.reusable_tokens));
+    CHECK(h.host_tokens > 0);
+    st.release_hit(h);
+  }
+  SUBCASE("load, wait, land in a reservation, commit, settle") {
+    const match_result m = c.peek(a2);
+    auto h = st.lookup(a2, m);
+    check_hit(h, m);
+    REQUIRE(h.host_tokens > 0);
+    REQUIRE(st.load(h));
+    REQUIRE(st.wait_loaded(h));
+    const auto done = st.loaded(h);
+    REQUIRE(done);
+    CHECK(*done);
+    if constexpr (layered_tier_store<store_t, tree_of<store_t>>) {
+      REQUIRE(st.wait_layer(h, layer_kind::attention, 0));
+      const auto layer = st.layer_loaded(h, layer_kind::attention, 0);
+      REQUIRE(layer);
+      CHECK(*layer);
+    }
+    // The reservation the lifecycle would make: the KV of [kv_first, resume) and a slot
+    // (HBM is full: the tree goes first; the hit's holds are the store's, not the tree's).
+    c.clear();
+    const std::int64_t tokens = h.reusable_tokens - h.kv_first;
+    REQUIRE(tokens > 0);
+    auto kv = [&] {
+      if constexpr (paged_state_store<store_t>) return st.allocate_kv_at(h.kv_first, tokens);
+      else return st.allocate_kv(tokens);
+    }();
+    auto slot = st.allocate_checkpoint();
+    REQUIRE(kv);
+    REQUIRE(slot);
+    st.land(h, *kv, h.kv_first, *slot);
+    st.free_kv(std::move(*kv));
+    st.free_checkpoint(std::move(*slot));
+    REQUIRE(c.commit(a2, static_cast<std::int64_t>(a2.size())));
+    st.settle(c.tree(), a2, h);
+  }
+
+  const std::vector<token_id> never(200, 42);
+  auto m = c.match(never);
+  REQUIRE(m);
+  auto none = st.lookup(never, *m);
+  CHECK(none.host_tokens == 0);
+  CHECK(none.reusable_tokens == m->reusable_tokens);
+  st.release_hit(none);  // nothing pinned: a no-op
+  REQUIRE(c.release(*m));
+  if constexpr (demoting_store<store_t, tree_of<store_t>>) CHECK(st.host_counters().demotions > 0);
 }
 
-TEST_CASE_TEMPLATE_INVOKE(host_tier_store_conformance, host_tier_fixture<memory::no_rebalancer>,
+TEST_CASE_TEMPLATE_INVOKE(lower_tier_store_conformance, tiered_fixture, host_tier_fixture<memory::no_rebalancer>,
                           host_tier_fixture<memory::threshold_rebalancer>);
 
 // --- replicable_tier_store ------------------------------------------------------------------

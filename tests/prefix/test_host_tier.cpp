@@ -257,3 +257,104 @@ TEST_CASE("host tier: a stored byte flipped is detected and the tokens recompute
   }
   CHECK(pool.live_handles() == 0);
 }
+
+TEST_CASE("host tier: accept shortens a hit to an earlier checkpoint of its chain, and exactly that prefix is loaded") {
+  const cost_model m(test::tiny_gdn_spec("host_tier_test"));
+  using pool_t = host_asymmetric_pool<no_rebalancer>;
+  using store_t = stores::pool_state_store<pool_t>;
+  using cache_type = prefix_cache<cost_model, judicious_admission, lru_scorer, store_t>;
+  constexpr std::int64_t tpp = 16;
+  pool_t pool({.capacity_bytes = std::uint64_t{256} << 10, .kv_page_bytes = kv_page_bytes(m, tpp),
+               .ssm_block_bytes = checkpoint_block_bytes(m), .granularity_bytes = 32 << 10});
+  const std::int64_t layers = m.attention_layers(), rec = m.recurrent_layers();
+  const std::uint64_t slot_bytes = kv_page_bytes(m, tpp) / tpp;
+  // accept's answer -> where prefill must start: 40 (an entry boundary with a checkpoint:
+  // shortened), 30 (inside an entry: declined, nothing loaded), true (the whole hit).
+  struct answer {
+    std::int64_t position;  // 0: accept everything
+    std::int64_t start;
+  };
+  for (const answer want : {answer{40, 40}, answer{30, 0}, answer{0, 91}}) {
+    CAPTURE(want.position);
+    cache_type c(m, store_t(pool, m, {.tokens_per_page = tpp, .host_tier = {.kv_pages = 128, .checkpoint_blocks = 32}}),
+                 lru_scorer{});
+    request_lifecycle<cache_type> requests(c);
+    std::vector<packed_handle> table;
+    // Runs one request: writes every token's KV signature and the state at each captured
+    // position (as prefill would), returns the sequence.
+    auto run = [&](const std::vector<token_id>& prompt, std::vector<std::int64_t> extra) {
+      auto t = requests.begin(prompt, {.output_tokens = 1, .extra_checkpoints = extra});
+      REQUIRE_MESSAGE(t, t.message());
+      const auto* s = *requests.state(*t);
+      auto seq = prompt;
+      seq.push_back(9);
+      const auto len = static_cast<std::int64_t>(seq.size());
+      for (std::int64_t l = 0; l < layers; ++l) {
+        REQUIRE(requests.block_table(*t, l, table));
+        for (std::int64_t p = s->kv_from; p < len; ++p) {
+          const std::uint64_t v = kv_sig(p, seq[static_cast<std::size_t>(p)], l);
+          std::memcpy(*pool.resolve(table[static_cast<std::size_t>(p / tpp)]) + static_cast<std::uint64_t>(p % tpp) * slot_bytes,
+                      &v, sizeof v);
+        }
+      }
+      std::vector<std::int64_t> captured;
+      for (std::size_t i = 0; i <= s->plan.sites.size(); ++i) {
+        const std::int64_t p = i < s->plan.sites.size() ? s->checkpoints[i].position : len;
+        for (std::int64_t r = 0; r < rec; ++r) {
+          const std::uint64_t v = state_sig(std::span<const token_id>(seq).first(static_cast<std::size_t>(p)), r);
+          std::memcpy(*pool.resolve(s->checkpoints[i].handle.blocks[static_cast<std::size_t>(r)]), &v, sizeof v);
+        }
+        captured.push_back(p);
+      }
+      std::sort(captured.begin(), captured.end());
+      REQUIRE(requests.finish(*t, seq, captured));
+      return seq;
+    };
+    // A conversation with a state at 40 and at its end (91): two nodes, two host entries
+    // once other conversations push it out of the pool.
+    const auto a_seq = run(random_tokens(90, 1), {40});
+    for (std::uint32_t i = 0; i < 60 && (c.peek(a_seq).reusable_tokens > 0 || c.tree().size() > 0); ++i) {
+      if (c.peek(a_seq).common_prefix == 0) break;
+      (void)run(random_tokens(90, 100 + i), {});
+    }
+    REQUIRE(c.peek(a_seq).common_prefix == 0);  // none of it left in the pool
+    auto prompt = a_seq;
+    prompt.push_back(11);
+    prompt.push_back(12);
+    std::int64_t offered = 0;
+    auto accept = [&](const auto& hit) -> std::int64_t {
+      offered = hit.reusable_tokens;
+      return want.position == 0 ? hit.reusable_tokens : want.position;
+    };
+    auto t = requests.begin(prompt, {.output_tokens = 1}, accept);
+    REQUIRE(t);
+    CHECK(offered == 91);  // the whole chain was found
+    const auto* s = *requests.state(*t);
+    CHECK(s->plan.prefill_start == want.start);
+    CHECK(s->loaded_at == want.start);
+    // What was loaded reads back: every token before prefill_start, and the resumed state.
+    for (std::int64_t l = 0; l < layers; ++l) {
+      REQUIRE(requests.block_table(*t, l, table));
+      for (std::int64_t p = 0; p < want.start; ++p) {
+        std::uint64_t v = 0;
+        std::memcpy(&v, *pool.resolve(table[static_cast<std::size_t>(p / tpp)]) + static_cast<std::uint64_t>(p % tpp) * slot_bytes,
+                    sizeof v);
+        REQUIRE(v == kv_sig(p, prompt[static_cast<std::size_t>(p)], l));
+      }
+    }
+    if (want.start > 0) {
+      const auto* resume = *requests.resume_checkpoint(*t);
+      REQUIRE(resume != nullptr);
+      for (std::int64_t r = 0; r < rec; ++r) {
+        std::uint64_t v = 0;
+        std::memcpy(&v, *pool.resolve(resume->blocks[static_cast<std::size_t>(r)]), sizeof v);
+        CHECK(v == state_sig(std::span<const token_id>(prompt).first(static_cast<std::size_t>(want.start)), r));
+      }
+    }
+    CHECK(c.store().host_counters().loads == (want.start > 0 ? 1 : 0));
+    CHECK(c.store().host_counters().tokens_loaded == want.start);
+    REQUIRE(requests.abort(*t));
+    CHECK(c.store().outstanding_hits() == 0);
+  }
+  CHECK(pool.live_handles() == 0);
+}

@@ -1,9 +1,9 @@
 // hybridcache/concepts/match_result.hpp
 //
 // `match_result`: what `prefix_cache::match` found for one input. It is the prefix cache's
-// answer and also what the store seams with a lower tier take (`lower_tier_store::lookup`,
-// `host_tier_store::find_host_hit`: concepts/tier_store.hpp), so it lives with them, below
-// prefix/ and stores/. An aggregate, trivially copyable.
+// answer and also what the store seam with a lower tier takes (`lower_tier_store::lookup`:
+// concepts/tier_store.hpp), so it lives with them, below prefix/ and stores/. An
+// aggregate, trivially copyable.
 #pragma once
 
 #include <cstdint>

@@ -4,14 +4,14 @@
 // (prefix/lifecycle.hpp) and the prefix cache's eviction drive it. Each is a named concept
 // the runtime dispatches on with `if constexpr`, so no runtime code probes a store's members:
 //
-//   lower_tier_store<S, Tree>    hits below HBM staged in the store's own HBM room
-//                                (tiered_state_store): lookup, load, wait, settle, release
+//   lower_tier_store<S, Tree>    hits below HBM: lookup, load, wait, land, settle, release,
+//                                one protocol for every store with tiers below HBM
+//                                (tiered_state_store stages a hit in its own HBM room;
+//                                pool_state_store lands it in the request's reservation)
 //   layered_tier_store<S, Tree>  ... whose loads land layer by layer (over a
 //                                layered_copy_engine): layer_loaded, wait_layer
 //   demoting_store<S, Tree>      copies a leaf the cache evicts to its lower tier first
 //                                (pool_state_store's host tier)
-//   host_tier_store<S, Tree>     hits below HBM copied into the request's own reservation
-//                                (pool_state_store with a host_tier_config)
 //   replicable_tier_store<S>     makes an empty metadata-only replica of itself (the
 //                                adaptive selector's tier-aware shadows)
 //
@@ -39,36 +39,46 @@ template <class S>
 using lower_tier_hit_t =
     decltype(std::declval<S&>().lookup(std::declval<std::span<const token_id>>(), std::declval<const match_result&>()));
 
-/// A store whose lower tiers hold what HBM evicted, and which stages a hit below HBM in its
-/// own HBM room before prefill reads it (tiered_state_store). Calls, in the order the
-/// request lifecycle makes them (its file comment tells the whole protocol):
+/// A store whose lower tiers hold what HBM evicted, and from which a request loads a hit
+/// below HBM. Calls, in the order the request lifecycle makes them (its file comment tells
+/// the whole protocol):
 /// - `lookup(input, m)` -> hit: what continues HBM's match `m` below HBM, pinned. The hit
 ///   says where prefill may start (`reusable_tokens`), how much of that HBM holds
-///   (`hbm_tokens`), what comes from below (`host_tokens`, 0: no hit), how far the input's KV
+///   (`hbm_tokens`), what comes from below (`host_tokens`, 0: no hit), the first token whose
+///   KV it brings (`kv_first`: the tree must hold the KV before it), how far the input's KV
 ///   is found in any tier (`kv_reach`, the branch point admission sees) and the namespace
 ///   (`salt`).
 /// - `shorten_hit(hit, n)`: keeps only what resumes at `n` (`expected<void>`; refused where
 ///   no state can be resumed at `n`).
-/// - `load(hit)`: submits the copies into HBM staging; `loaded(hit)` (without blocking) and
-///   `wait_loaded(hit)` say when they landed (busy: a copy failed, the hit is gone).
+/// - `load(hit)`: submits the copies into the store's HBM staging room, if it has one;
+///   `loaded(hit)` (without blocking) and `wait_loaded(hit)` say when they landed (busy: a
+///   copy failed, the hit is gone).
+/// - `land(hit, kv, kv_first, slot)` (noexcept), once the request's reservation is made: a
+///   store whose hits land in the reservation (`S::lands_in_reservation`) copies the hit's
+///   KV of [kv_first, reusable_tokens) into the reserved extent `kv` and its state into the
+///   reserved `slot`; a store that staged the hit does nothing here.
 /// - `settle(tree, sequence, hit)`: after the commit, names the committed path (so its
-///   evicted nodes demote) and hands the staged pages to the new nodes without a copy.
+///   evicted nodes demote) and hands staged pages to the new nodes without a copy.
 /// - `release_hit(hit)` (noexcept): gives a hit up (a declined or aborted one).
 template <class S, class Tree>
 concept lower_tier_store =
     state_store<S> && requires(S& st, std::span<const token_id> in, const match_result& m) { st.lookup(in, m); } &&
     std::default_initializable<lower_tier_hit_t<S>> && std::copyable<lower_tier_hit_t<S>> &&
     requires(S& st, const Tree& tree, std::span<const token_id> seq, lower_tier_hit_t<S>& hit,
-             const lower_tier_hit_t<S>& chit, std::int64_t n) {
+             const lower_tier_hit_t<S>& chit, std::int64_t n, const typename S::kv_extent& kv,
+             const typename S::checkpoint_handle& slot) {
+      { S::lands_in_reservation } -> std::convertible_to<bool>;
       { st.shorten_hit(hit, n) } -> std::same_as<expected<void>>;
       { st.load(chit) } -> std::same_as<expected<void>>;
       { st.loaded(chit) } -> std::same_as<expected<bool>>;
       { st.wait_loaded(chit) } -> std::same_as<expected<void>>;
+      { st.land(chit, kv, n, slot) } noexcept;
       st.settle(tree, seq, chit);
       { st.release_hit(chit) } noexcept;
       { chit.reusable_tokens } -> std::convertible_to<std::int64_t>;
       { chit.hbm_tokens } -> std::convertible_to<std::int64_t>;
       { chit.host_tokens } -> std::convertible_to<std::int64_t>;
+      { chit.kv_first } -> std::convertible_to<std::int64_t>;
       { chit.kv_reach } -> std::convertible_to<std::int64_t>;
       { chit.salt } -> std::convertible_to<cache_salt>;
     };
@@ -91,26 +101,6 @@ template <class S, class Tree>
 concept demoting_store = state_store<S> && requires(S& st, const Tree& tree, node_id v) {
   { st.demote(tree, v) } noexcept;
 };
-
-/// A `demoting_store` whose hits below HBM are copied into the request's own reservation
-/// (pool_state_store with a host tier): `find_host_hit(input, m, hit)` finds and pins host
-/// entries that continue HBM's match `m` up to a checkpoint (`hit.host_tokens` 0: none;
-/// `hit.kv_start`: the first token they bring), `load_host_hit(hit, kv, kv_first, from, to,
-/// slot)` copies their KV of [from, to) into the reserved extent `kv` (whose tokens start at
-/// kv_first) and their checkpoint into the reserved `slot`, `release_host_hit(hit)`
-/// (noexcept) unpins them.
-template <class S, class Tree>
-concept host_tier_store =
-    demoting_store<S, Tree> && std::default_initializable<typename S::host_hit> &&
-    requires(S& st, std::span<const token_id> in, const match_result& m, typename S::host_hit& h,
-             const typename S::kv_extent& e, const typename S::checkpoint_handle& c, std::int64_t n) {
-      st.find_host_hit(in, m, h);
-      st.load_host_hit(h, e, n, n, n, c);
-      { st.release_host_hit(h) } noexcept;
-      { h.host_tokens } -> std::convertible_to<std::int64_t>;
-      { h.reusable_tokens } -> std::convertible_to<std::int64_t>;
-      { h.kv_start } -> std::convertible_to<std::int64_t>;
-    };
 
 /// A store with tiers that can make an empty, metadata-only replica of itself (same tiers,
 /// capacities and policies; no bytes): `config()` is what it was built from,

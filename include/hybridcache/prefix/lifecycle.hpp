@@ -55,32 +55,30 @@
 // What the lifecycle does depends only on which named seams the store models (concepts/
 // state_store.hpp, concepts/tier_store.hpp): `paged_state_store` (block tables, copy-on-write
 // of a shared block), `side_placing_store` (per-side fit checks), `lower_tier_store` /
-// `layered_tier_store` or `host_tier_store` (below). It never probes a store's members.
+// `layered_tier_store` (below). It never probes a store's members.
 //
-// Lower tiers (a `lower_tier_store`: tiered_state_store). begin also asks the store for a
-// hit below HBM (`lookup`), lets the caller's `accept` filter decline it (a runtime that
-// would recompute those tokens faster than it loads them), and loads it into the store's
-// HBM staging room (`load`: the copies are submitted and run asynchronously); prefill then
-// starts where the loaded prefix ends (plan.prefill_start = loaded_at). Before prefill reads
-// the loaded KV and the state to resume from (`store().staged(state.host_hit)`), the
-// runtime calls `wait_loaded(ticket)`, or, computing layer by layer while the later layers
-// are still being copied, `wait_layer_loaded(ticket, kind, layer)` before each layer (an
-// engine that lands copies layer by layer: the host and CUDA engines). Many requests may
-// hold hits at once; two that need the same bytes share one load. finish keeps the loaded
-// state at loaded_at, inserts the sequence, then `settle`s: the staged pages go to the new nodes without a copy, and the committed path is
-// named so that its evicted nodes are demoted, not dropped. A hit that cannot be loaded
-// (declined, staging room full, a copy could not start) is given up and the request goes
-// on from its HBM hit; abort releases the staged entries.
-// A pool store with a host tier (`host_tier_store`, a `demoting_store`: pool_state_store built
-// with a host_tier_config) keeps the pool as HBM: the leaves the cache evicts are demoted to host
-// memory, and begin looks for host entries that continue the HBM match up to a checkpoint
-// (`find_host_hit`, pinned meanwhile). It then reserves as usual, with one more slot for
-// the loaded state, and copies the entries' KV of [kv_from, loaded_at) into the
-// reservation's pages and their checkpoint into that slot before it returns. Prefill
-// starts at plan.prefill_start = loaded_at; block_table names those pages like any
-// others, resume_checkpoint returns the loaded slot, and finish keeps the loaded state at
-// loaded_at and adopts the pages without a copy. The copies are synchronous (the store's
-// copier), so wait_loaded returns at once.
+// Lower tiers (a `lower_tier_store`: tiered_state_store, pool_state_store with a host tier),
+// one path for every such store. begin also asks the store for a hit below HBM (`lookup`:
+// pinned), lets the caller's `accept` filter decline or shorten it (a runtime that would
+// recompute those tokens faster than it loads them), and `load`s it: a store with an HBM
+// staging room (tiered_state_store) submits the copies into it, to run asynchronously. It
+// then plans from where the loaded prefix ends (plan.prefill_start = loaded_at) and
+// reserves as usual, with one more checkpoint slot for the loaded state, and `land`s the
+// hit: a store whose hits land in the reservation (pool_state_store: the pool is its HBM)
+// copies the hit's KV of [kv_from, loaded_at) into the reservation's pages and its state
+// into that slot before begin returns (synchronously: wait_loaded returns at once; the
+// block table names those pages like any others and resume_checkpoint returns the slot).
+// A staged hit is read where it was staged (`store().staged(state.host_hit)`): before
+// prefill reads it the runtime calls `wait_loaded(ticket)`, or, computing layer by layer
+// while later layers are still being copied, `wait_layer_loaded(ticket, kind, layer)`
+// before each layer (an engine that lands copies layer by layer: the host and CUDA
+// engines). Many requests may hold hits at once; two that need the same bytes share one
+// load. finish keeps the loaded state at loaded_at, inserts the sequence, then `settle`s:
+// staged pages go to the new nodes without a copy, and the committed path is named so that
+// its evicted nodes are demoted, not dropped (a `demoting_store` demotes them itself as the
+// cache evicts them). A hit that cannot be loaded (declined, staging room full, a copy
+// could not start, KV the tree no longer holds before it) is given up and the request goes
+// on from its HBM hit; abort releases what the hit holds.
 // Threads (Cache = prefix_cache<..., mutex_lock>): every call holds the cache's lock, so
 // threads may begin/finish concurrently. The calls that allocate or free store memory
 // (begin, grow, finish, abort, clear, the destructor) also hold the lifecycle's memory lock
@@ -163,11 +161,6 @@ template <class Store, class Tree>
 struct host_hit_of<Store, Tree> {
   using type = lower_tier_hit_t<Store>;
 };
-template <class Store, class Tree>
-  requires host_tier_store<Store, Tree>
-struct host_hit_of<Store, Tree> {
-  using type = typename Store::host_hit;
-};
 }  // namespace detail
 
 /// The default of `request_lifecycle::begin`'s hit filter: every hit below HBM is loaded.
@@ -202,10 +195,15 @@ class request_lifecycle {
   using tree_type = typename Cache::tree_type;
   /// The store lays KV out at absolute token positions (pages form block tables).
   static constexpr bool pages_by_position = paged_state_store<store_type>;
-  /// The store stages hits below HBM in its own HBM room (tiered_state_store).
+  /// The store has tiers below HBM that hits are loaded from (tiered_state_store, and
+  /// pool_state_store's host tier).
   static constexpr bool lower_tier = lower_tier_store<store_type, tree_type>;
-  /// The store copies hits below HBM into the request's reservation (pool_state_store).
-  static constexpr bool host_tier = host_tier_store<store_type, tree_type>;
+  /// ... and its hits land in the request's reservation (pool_state_store), not in a
+  /// staging room of the store's (tiered_state_store).
+  static constexpr bool lands_in_reservation = [] {
+    if constexpr (lower_tier) return static_cast<bool>(store_type::lands_in_reservation);
+    else return false;
+  }();
   using lock_type = typename Cache::lock_type;
   /// The memory lock (see the file comment): a reader-writer mutex when the cache is shared
   /// between threads, empty otherwise.
@@ -236,14 +234,14 @@ class request_lifecycle {
     /// Room for the splits `finish` makes (one token's KV each: a paged store copies the
     /// block a split falls inside into a fresh one); freed just before the insert.
     std::vector<kv_extent> split_room;
-    /// A lower-tier store's hit beyond the HBM match, loaded into the store's HBM staging
-    /// room at begin (host_hit.host_tokens > 0): prefill starts at plan.prefill_start =
-    /// host_hit.reusable_tokens, reading the loaded KV and the state to resume from in
-    /// `store().staged(host_hit)`. finish keeps that state and gives the staged pages to the
-    /// new nodes without a copy (`settle`). With a pool store's host tier
-    /// (`host_tier_store`) the hit was copied into this request's reservation and the slot
-    /// at loaded_at during begin, and is released by then. host_tokens 0: no host hit (or
-    /// it could not be loaded: the request goes on from its HBM hit).
+    /// A lower-tier store's hit beyond the HBM match, loaded at begin (host_hit.host_tokens
+    /// > 0): prefill starts at plan.prefill_start = host_hit.reusable_tokens. A store that
+    /// stages hits (tiered_state_store) holds the loaded KV and the state to resume from in
+    /// `store().staged(host_hit)`, and finish gives the staged pages to the new nodes without
+    /// a copy (`settle`); a store whose hits land in the reservation (pool_state_store,
+    /// `lands_in_reservation`) copied them into this request's reservation and the slot at
+    /// loaded_at during begin. host_tokens 0: no host hit (or it could not be loaded: the
+    /// request goes on from its HBM hit).
     typename detail::host_hit_of<store_type, tree_type>::type host_hit{};
     /// Where the loaded state sits (0: no host hit).
     std::int64_t loaded_at = 0;
@@ -442,8 +440,8 @@ class request_lifecycle {
     std::lock_guard<lock_type> guard(cache_->lock_);
     if (const errc e = tickets_.validate(t.handle); e != errc::ok) return ticket_error(e);
     const request_state& s = states_[t.handle.index()];
-    if constexpr (host_tier) {
-      if (s.loaded_at > 0) {  // loaded from the host tier into the slot reserved for it
+    if constexpr (lands_in_reservation) {
+      if (s.loaded_at > 0) {  // loaded from below HBM into the slot reserved for it
         for (const auto& c : s.checkpoints)
           if (c.position == s.loaded_at && store_type::holds(c.handle)) return &c.handle;
         return unexpected(errc::not_found, "resume_checkpoint: no slot holds the loaded state", s.loaded_at);
@@ -620,7 +618,6 @@ class request_lifecycle {
   /// lower-tier hit (its staged entries return to the host tier).
   void release_holds(request_state& s) noexcept {
     release_kv_pin(s);
-    if constexpr (host_tier) cache_->store_.release_host_hit(s.host_hit);
     if constexpr (lower_tier) {
       cache_->store_.release_hit(s.host_hit);
       decltype(s.host_hit) none{};

@@ -23,21 +23,22 @@
 // chunks first (the pool's rebalancer), and `hold_split` keeps allocations from migrating
 // while the cache places a request it has checked side by side.
 //
-// Host tier (a host_tier_config with kv_pages > 0; stores/detail/pool_host_tier.hpp): a
+// Host tier (a host_tier_config with kv_pages > 0; stores/detail/pool_lower_tier.hpp): a
 // leaf the cache evicts is demoted (`demote`: its pages and checkpoint copied to host
-// memory through the copier, keyed by its path's content and the tenant's salt);
-// `find_host_hit` finds a chain of demoted entries that continues a prompt's HBM match up
-// to a checkpoint and pins it, `load_host_hit` copies it into a request's reserved pages
-// and a reserved checkpoint slot (request_lifecycle::begin does both: `host_tier_store`).
-// The pool stays the HBM; nothing is staged. Without a host tier these calls do nothing.
+// memory through the copier, keyed by its path's content and the tenant's salt). The store
+// is a `lower_tier_store`, driven by the request lifecycle like every store with tiers below
+// HBM: `lookup` finds a chain of demoted entries that continues a prompt's HBM match up to a
+// checkpoint and pins it, and, once the request's reservation is made, `land` copies it into
+// the reserved pages and a reserved checkpoint slot. The pool stays the HBM; nothing is
+// staged (`lands_in_reservation`). Without a host tier lookup finds nothing.
 //
 // Costs: allocate/free O(pages), split/join O(pages) plus at most one block copy.
 // Handle lists are std::vector: an extent allocates its list once (the prefix cache keeps
 // extents in tree nodes). With a backing that can throw (CUDA), a failed driver call
 // during an allocation is reported as out_of_capacity, since these calls are noexcept.
-// Host tier: demote O(path + pages + blocks) (+ a CRC of the entry's bytes), find_host_hit
-// O(|prompt| + chain entries + chain bytes: the CRC check),
-// load_host_hit O(tokens loaded · layers + blocks); its memory is allocated at construction.
+// Host tier: demote O(path + pages + blocks) (+ a CRC of the entry's bytes), lookup
+// O(|prompt| + chain entries + chain bytes: the CRC check), land O(tokens loaded · layers +
+// blocks); its memory is allocated at construction.
 #pragma once
 
 #include <algorithm>
@@ -61,7 +62,7 @@
 #include "hybridcache/core/hash.hpp"
 #include "hybridcache/prefix/radix_tree.hpp"
 #include "hybridcache/prefix/types.hpp"
-#include "hybridcache/stores/detail/pool_host_tier.hpp"
+#include "hybridcache/stores/detail/pool_lower_tier.hpp"
 
 namespace hybridcache::stores {
 
@@ -136,7 +137,7 @@ class pool_state_store {
     HYBRIDCACHE_EXPECTS(host.kv_pages == 0 || host.checkpoint_blocks >= recurrent_layers, invalid_argument,
                         "pool_state_store: a host tier needs room for at least one checkpoint (" +
                             std::to_string(recurrent_layers) + " blocks), got " + std::to_string(host.checkpoint_blocks));
-    host_ = detail::pool_host_tier(host, pool.stats(pool_kind::kv).unit_bytes, pool.stats(pool_kind::ssm).unit_bytes);
+    host_ = detail::pool_lower_tier(host, pool.stats(pool_kind::kv).unit_bytes, pool.stats(pool_kind::ssm).unit_bytes);
   }
 
   /// The store for `model`'s layers, checked against the model (`check_model`): the way to
@@ -363,9 +364,15 @@ class pool_state_store {
   void hold_split(bool held) noexcept { split_held_ = held; }
 
   // --- host tier (enabled by a host_tier_config with kv_pages > 0) ------------------------
+  // The `lower_tier_store` protocol (concepts/tier_store.hpp), as for every store with tiers
+  // below HBM; stores/detail/pool_lower_tier.hpp does the work. Without a host tier, lookup
+  // finds nothing and the rest has nothing to do.
 
-  /// The lower tier's hit type (request_lifecycle keeps one per request).
-  using host_hit = pool_host_hit;
+  /// A hit below HBM (request_lifecycle keeps one per request).
+  using hit_type = pool_host_hit;
+  /// Where a loaded hit lands: in the request's own reservation (`land`), not in a staging
+  /// room of the store's; the lifecycle's `resume_checkpoint` returns the loaded slot.
+  static constexpr bool lands_in_reservation = true;
 
   /// Copies leaf `v` of `tree` (about to be evicted: its KV and its checkpoint, if any) into
   /// the host tier, keyed by the content of its path (salt-seeded). Called by the prefix
@@ -373,180 +380,63 @@ class pool_state_store {
   /// leaf does not fit beside pinned entries. O(path + pages + blocks).
   template <class Tree>
   void demote(const Tree& tree, node_id v) noexcept {
-    if (!host_.enabled()) return;
-    const auto& nd = tree.at(v);
-    if (nd.tokens.empty() || nd.kv.pages.empty()) return;
-    // The content key of the path through the leaf's first token, hashed from the root.
-    host_path_.clear();
-    try {  // grows with the deepest path once
-      for (node_id n = nd.parent; n != Tree::root(); n = tree.at(n).parent) host_path_.push_back(n);
-    } catch (...) {
-      return;  // no memory for the walk: the leaf is dropped, not demoted
-    }
-    std::uint64_t h = content_key::seed(0, tree.salt_of(nd.ns));
-    for (auto it = host_path_.rbegin(); it != host_path_.rend(); ++it)
-      for (const auto t : tree.at(*it).tokens) h = content_key::next(h, t);
-    const std::uint64_t key = content_key::next(h, nd.tokens.front());
-    const std::size_t blocks = nd.has_checkpoint ? nd.checkpoint.blocks.size() : 0;
-    const std::uint32_t id =
-        host_.make_entry(key, nd.begin(), nd.kv.offset, std::span<const token_id>(nd.tokens), nd.kv.pages.size(), blocks);
-    if (id == detail::pool_host_tier::none) return;
-    const auto& e = host_.at(id);
-    const std::size_t page_bytes = pool_->stats(pool_kind::kv).unit_bytes, block_bytes = pool_->stats(pool_kind::ssm).unit_bytes;
-    for (std::size_t i = 0; i < e.pages.size(); ++i)
-      if (auto src = pool_->resolve(nd.kv.pages[i]); src && *src != nullptr) copy_(host_.page(e.pages[i]), *src, page_bytes);
-    for (std::size_t i = 0; i < e.blocks.size(); ++i)
-      if (auto src = pool_->resolve(nd.checkpoint.blocks[i]); src && *src != nullptr)
-        copy_(host_.block(e.blocks[i]), *src, block_bytes);
-    host_.publish(id);
+    host_.demote(tree, v, *pool_, copy_);
   }
 
   /// The longest chain of host entries that continues `prompt`'s HBM match `m` (in m's
-  /// namespace) and ends in a checkpoint after m.reusable_tokens and before |prompt| (a
-  /// request computes at least its last prompt token). Its entries are pinned until
-  /// `load_host_hit` or `release_host_hit`. `out.host_tokens` 0: none. The chain may start
-  /// anywhere up to m.common_prefix (the tree holds the KV before it). Its entries' bytes are
-  /// checked against their CRC-32C first: a changed entry is dropped (counted in
-  /// `host_counters().corrupt_dropped`) and never loaded, and the search runs again without
-  /// it. O(|prompt| + Σ chain lengths) hash probes and token compares + O(chain bytes) for
-  /// the CRCs (per dropped entry, once more).
-  void find_host_hit(std::span<const token_id> prompt, const match_result& m, pool_host_hit& out) noexcept {
-    release_host_hit(out);
-    if (!host_.enabled()) return;
-    // The winning chain's entries are checked against their CRCs before they are pinned: an
-    // entry whose bytes changed at rest is dropped and the search runs again without it
-    // (each retry drops one entry, so this ends).
-    for (;;) {
-      const host_chain c = longest_host_chain(prompt, m);
-      if (c.entries == 0) return;
-      bool intact = true;
-      std::uint64_t h = content_key::seed(0, m.salt);
-      for (std::int64_t s = 0; s < c.start; ++s) h = content_key::next(h, prompt[static_cast<std::size_t>(s)]);
-      std::int64_t cur = c.start;
-      for (std::int64_t i = 0; i < c.entries && intact; ++i) {
-        const std::uint32_t id = host_.find(content_key::next(h, prompt[static_cast<std::size_t>(cur)]));
-        for (const auto t : host_.at(id).tokens) h = content_key::next(h, t);
-        cur = host_.at(id).end();
-        intact = host_.verify_or_drop(id);
-      }
-      if (!intact) continue;
-      // Walk the chain again, pinning its entries.
-      h = content_key::seed(0, m.salt);
-      for (std::int64_t s = 0; s < c.start; ++s) h = content_key::next(h, prompt[static_cast<std::size_t>(s)]);
-      cur = c.start;
-      try {
-        out.entries.reserve(static_cast<std::size_t>(c.entries));
-      } catch (...) {
-        return;  // no hit: the request goes on from its HBM match
-      }
-      for (std::int64_t i = 0; i < c.entries; ++i) {
-        const std::uint32_t id = host_.find(content_key::next(h, prompt[static_cast<std::size_t>(cur)]));
-        const auto& e = host_.at(id);
-        for (const auto t : e.tokens) h = content_key::next(h, t);
-        cur = e.end();
-        host_.pin(id);
-        out.entries.push_back(id);
-      }
-      out.kv_start = c.start;
-      out.reusable_tokens = c.reusable;
-      out.host_tokens = c.reusable - m.reusable_tokens;
-      return;
-    }
+  /// namespace) and ends in a checkpoint after m.reusable_tokens and before |prompt|,
+  /// pinned until `land`, `settle` or `release_hit` (`host_tokens` 0: none). The chain may
+  /// start anywhere up to m.common_prefix (`kv_first`; the tree holds the KV before it). Its
+  /// entries' bytes are checked against their CRC-32C first: a changed entry is dropped
+  /// (counted in `host_counters().corrupt_dropped`) and never loaded. O(|prompt| + Σ chain
+  /// lengths) hash probes and token compares + O(chain bytes) for the CRCs.
+  /// @throws bad_alloc with nothing pinned.
+  [[nodiscard]] pool_host_hit lookup(std::span<const token_id> prompt, const match_result& m) {
+    return host_.lookup(prompt, m);
   }
-
-  /// Copies the KV of positions [from, to) of `hit` into `dst` (an extent laid out at
-  /// absolute positions whose tokens start at `dst_first`; [from, to) must lie in the chain
-  /// and in dst's blocks) and the chain's checkpoint into `slot`, then releases the hit.
-  /// O((to - from) · layers + blocks).
-  void load_host_hit(pool_host_hit& hit, const kv_extent& dst, std::int64_t dst_first, std::int64_t from,
-                     std::int64_t to, const checkpoint_handle& slot) noexcept {
-    if (hit.entries.empty()) return;
-    const auto L = static_cast<std::size_t>(layers_);
-    const byte_count per_token = pool_->stats(pool_kind::kv).unit_bytes / tpp_;
-    for (const std::uint32_t id : hit.entries) {
-      const auto& e = host_.at(id);
-      for (std::int64_t p = std::max(from, e.begin); p < std::min(to, e.end());) {
-        const std::int64_t stop = std::min({to, e.end(), (p / tpp_ + 1) * tpp_});  // to the end of p's block
-        const auto sb = static_cast<std::size_t>((e.offset + p - e.begin) / tpp_);
-        const auto db = static_cast<std::size_t>((dst.offset + p - dst_first) / tpp_);
-        for (std::size_t l = 0; l < L; ++l) {
-          auto d = pool_->resolve(dst.pages[db * L + l]);
-          if (!d || *d == nullptr) continue;
-          const byte_count at = p % tpp_ * per_token;
-          copy_(*d + at, host_.page(e.pages[sb * L + l]) + at, static_cast<std::size_t>((stop - p) * per_token));
-        }
-        p = stop;
-      }
-      host_.touch(id);
-    }
-    const auto& last = host_.at(hit.entries.back());
-    const std::size_t block_bytes = pool_->stats(pool_kind::ssm).unit_bytes;
-    for (std::size_t i = 0; i < last.blocks.size() && i < slot.blocks.size(); ++i)
-      if (auto d = pool_->resolve(slot.blocks[i]); d && *d != nullptr) copy_(*d, host_.block(last.blocks[i]), block_bytes);
-    auto& c = host_.counters_mut();
-    ++c.loads;
-    c.tokens_loaded += std::max<std::int64_t>(0, to - from);
-    ++c.checkpoints_loaded;
-    release_host_hit(hit);
+  /// Keeps only what resumes at `tokens`: the chain up to its entry whose checkpoint is
+  /// there. invalid_argument where the chain has none at `tokens`. O(chain entries).
+  [[nodiscard]] expected<void> shorten_hit(pool_host_hit& hit, std::int64_t tokens) {
+    return host_.shorten_hit(hit, tokens);
   }
-
-  /// Gives a hit up: unpins its entries. O(entries).
-  void release_host_hit(pool_host_hit& hit) noexcept {
-    for (const std::uint32_t id : hit.entries) host_.unpin(id);
-    hit.entries.clear();
-    hit.host_tokens = 0;
-    hit.reusable_tokens = 0;
-    hit.kv_start = 0;
+  /// Nothing to stage (the pool is the HBM; `land` copies into the reservation):
+  /// stale_handle for a hit not outstanding. O(1).
+  [[nodiscard]] expected<void> load(const pool_host_hit& hit) { return host_.check(hit); }
+  /// Always landed: `land` copies synchronously. O(1).
+  [[nodiscard]] expected<bool> loaded(const pool_host_hit&) const { return true; }
+  [[nodiscard]] expected<void> wait_loaded(const pool_host_hit&) const { return {}; }
+  /// After the request's reservation: copies the hit's KV of [kv_first, reusable_tokens)
+  /// into `kv` (the reservation's first extent, whose tokens start at kv_first) and its
+  /// checkpoint into `slot` (reserved for the state at reusable_tokens), then lets the hit
+  /// go. O(tokens copied · layers + blocks).
+  void land(const pool_host_hit& hit, const kv_extent& kv, std::int64_t kv_first, const checkpoint_handle& slot) noexcept {
+    host_.land(hit, kv, kv_first, slot, *pool_, copy_, tpp_, layers_);
   }
+  /// After the commit: nothing to adopt (the tree took the reservation's pages); lets the
+  /// hit go if it was not landed. O(chain entries).
+  template <class Tree>
+  void settle(const Tree&, std::span<const token_id>, const pool_host_hit& hit) noexcept {
+    host_.release(hit);
+  }
+  /// Gives a hit up: unpins its chain (a stale or empty hit: no-op). O(chain entries).
+  void release_hit(const pool_host_hit& hit) noexcept { host_.release(hit); }
+  /// Hits looked up and not yet landed, settled or released. O(1).
+  [[nodiscard]] std::size_t outstanding_hits() const noexcept { return host_.outstanding_hits(); }
 
   /// The host tier's memory (KV pages, then SSM blocks), for inspection and for tests that
   /// flip a stored byte (integrity: `host_counters().corrupt_dropped`). Empty without a host tier.
-  [[nodiscard]] std::span<std::byte> host_kv_memory() noexcept { return host_.kv_memory(); }
-  [[nodiscard]] std::span<std::byte> host_ssm_memory() noexcept { return host_.ssm_memory(); }
+  [[nodiscard]] std::span<std::byte> host_kv_memory() noexcept { return host_.storage().kv_memory(); }
+  [[nodiscard]] std::span<std::byte> host_ssm_memory() noexcept { return host_.storage().ssm_memory(); }
 
   /// What the host tier did.
-  [[nodiscard]] const host_tier_counters& host_counters() const noexcept { return host_.counters(); }
+  [[nodiscard]] const host_tier_counters& host_counters() const noexcept { return host_.storage().counters(); }
   /// Entries in the host tier.
-  [[nodiscard]] std::int64_t host_entries() const noexcept { return host_.live_entries(); }
+  [[nodiscard]] std::int64_t host_entries() const noexcept { return host_.storage().live_entries(); }
 
   [[nodiscard]] const Pool& pool() const noexcept { return *pool_; }
 
  private:
   [[nodiscard]] std::int64_t blocks(std::int64_t tokens) const noexcept { return ceil_div(tokens, tpp_); }
-
-  /// The longest chain of host entries continuing `m` that ends in a checkpoint before the
-  /// prompt's last token: where it starts, how many entries, the state it reaches.
-  struct host_chain {
-    std::int64_t start = 0, entries = 0, reusable = 0;
-  };
-  host_chain longest_host_chain(std::span<const token_id> prompt, const match_result& m) const noexcept {
-    const auto n = static_cast<std::int64_t>(prompt.size());
-    const std::int64_t reach = std::min<std::int64_t>(m.common_prefix, n - 1);
-    std::uint64_t h = content_key::seed(0, m.salt);
-    host_chain best{0, 0, m.reusable_tokens};
-    for (std::int64_t s = 0; s <= reach; ++s) {
-      const std::uint64_t through = content_key::next(h, prompt[static_cast<std::size_t>(s)]);
-      if (host_.find(through) != detail::pool_host_tier::none) {
-        // Follow the chain from s, remembering its deepest usable checkpoint.
-        std::int64_t cur = s, len = 0;
-        std::uint64_t hc = h;
-        while (cur < n) {
-          const std::uint32_t id = host_.find(content_key::next(hc, prompt[static_cast<std::size_t>(cur)]));
-          if (id == detail::pool_host_tier::none) break;
-          const auto& e = host_.at(id);
-          if (e.begin != cur || e.end() > n ||
-              !std::equal(e.tokens.begin(), e.tokens.end(), prompt.begin() + static_cast<std::ptrdiff_t>(cur)))
-            break;
-          for (const auto t : e.tokens) hc = content_key::next(hc, t);
-          cur = e.end();
-          ++len;
-          if (!e.blocks.empty() && cur > best.reusable && cur < n) best = {s, len, cur};
-        }
-      }
-      h = through;
-    }
-    return best;
-  }
 
   /// The most units of `k` the pool could ever map (its whole budget on that side).
   [[nodiscard]] std::int64_t max_units(pool_kind k) const noexcept {
@@ -597,8 +487,7 @@ class pool_state_store {
   std::int64_t rec_;
   Copier copy_;
   bool split_held_ = false;  // hold_split
-  detail::pool_host_tier host_;
-  std::vector<node_id> host_path_;  // demote's root-ward walk
+  detail::pool_lower_tier host_;
 };
 
 static_assert(state_store<pool_state_store<memory::simulated_vmm_pool<memory::threshold_rebalancer>>>);
@@ -606,7 +495,9 @@ static_assert(state_store<pool_state_store<memory::host_asymmetric_pool<memory::
 static_assert(side_placing_store<pool_state_store<memory::simulated_vmm_pool<memory::threshold_rebalancer>>>);
 static_assert(side_placing_store<pool_state_store<memory::host_asymmetric_pool<memory::no_rebalancer>>>);
 static_assert(paged_state_store<pool_state_store<memory::host_asymmetric_pool<memory::threshold_rebalancer>>>);
-static_assert(host_tier_store<pool_state_store<memory::host_asymmetric_pool<memory::threshold_rebalancer>>,
-                              prefix::radix_tree<pool_state_store<memory::host_asymmetric_pool<memory::threshold_rebalancer>>>>);
+static_assert(lower_tier_store<pool_state_store<memory::host_asymmetric_pool<memory::threshold_rebalancer>>,
+                               prefix::radix_tree<pool_state_store<memory::host_asymmetric_pool<memory::threshold_rebalancer>>>>);
+static_assert(demoting_store<pool_state_store<memory::host_asymmetric_pool<memory::threshold_rebalancer>>,
+                             prefix::radix_tree<pool_state_store<memory::host_asymmetric_pool<memory::threshold_rebalancer>>>>);
 
 }  // namespace hybridcache::stores

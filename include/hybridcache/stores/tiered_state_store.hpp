@@ -232,6 +232,13 @@ class tiered_state_store {
   /// when the staging room cannot hold it; busy when a copy could not be submitted.
   [[nodiscard]] expected<void> load(const tiered_hit& hit);
 
+  /// Where a loaded hit lands: in the staging room (`load`), handed to the new nodes at
+  /// `settle`; the runtime reads it through `staged(hit)`.
+  static constexpr bool lands_in_reservation = false;
+  /// Nothing: the hit was staged by `load` and is adopted at `settle` (`lower_tier_store`'s
+  /// step for stores that land a hit in the request's reservation). O(1).
+  void land(const tiered_hit&, const kv_extent&, std::int64_t, const checkpoint_handle&) noexcept {}
+
   /// Blocks until the copies of `hit` landed. busy when one failed: the hit is released
   /// (the runtime aborts the request and begins it again). stale_handle when not outstanding.
   [[nodiscard]] expected<void> wait_loaded(const tiered_hit& hit);
@@ -543,7 +550,7 @@ class tiered_state_store {
   std::vector<entry_id> candidates_;
   std::vector<planned_load> plan_;
   std::vector<std::vector<entry_id>> stuck_;  // per tier: victims make_room could not move
-  detail::hit_table hits_;
+  detail::hit_table<detail::outstanding_hit> hits_;
   std::uint64_t next_id_ = 0;
   tiered_state_counters counters_;
 };

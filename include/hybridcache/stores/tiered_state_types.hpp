@@ -116,6 +116,9 @@ struct tiered_hit {
   std::int64_t reusable_tokens = 0;  ///< prefill starts here (HBM + lower-tier hit)
   std::int64_t hbm_tokens = 0;       ///< of which reusable from HBM alone (= match_result::reusable_tokens)
   std::int64_t host_tokens = 0;      ///< reusable_tokens - hbm_tokens: loaded from a lower tier
+  /// The first token whose KV the hit brings (HBM holds the KV before it: the match's common
+  /// prefix); `load` stages the KV of [kv_first, reusable_tokens).
+  std::int64_t kv_first = 0;
   /// Bytes the load moves from lower tiers: the KV of the tokens HBM lacks up to
   /// `reusable_tokens`, plus one checkpoint (less what another request's load in flight
   /// already brings: see `staged_entry::loaded_bytes`).

@@ -101,11 +101,11 @@ request_lifecycle<Cache>::begin(std::span<const token_id> prompt, const begin_op
     (void)tickets_.release(h);
     return unexpected(e);
   }
-  if constexpr (host_tier) {
-    if (s.loaded_at > 0) {  // the host entries' KV into the reservation, their state into its slot
+  if constexpr (lower_tier) {
+    if (s.loaded_at > 0) {  // a store whose hits land in the reservation copies them now
       checkpoint_slot* slot = slot_for(s, s.loaded_at);
       HYBRIDCACHE_ASSERT(slot != nullptr && !s.kv.empty());
-      cache_->store_.load_host_hit(s.host_hit, s.kv.front(), s.kv_from, s.kv_from, s.loaded_at, slot->handle);
+      cache_->store_.land(s.host_hit, s.kv.front(), s.kv_from, slot->handle);
     }
   }
   return request_ticket{h};
@@ -128,20 +128,11 @@ request_lifecycle<Cache>::reserve_with_hits(request_state& s, std::span<const to
       }
     }
   }
-  if constexpr (host_tier) {
-    cache_->store_.find_host_hit(prompt, m, s.host_hit);  // pins the entries it found
-    if (s.host_hit.host_tokens > 0 && accept(std::as_const(s.host_hit))) {
-      s.loaded_at = s.host_hit.reusable_tokens;
-      resume.reusable_tokens = s.loaded_at;
-    } else {
-      release_holds(s);
-    }
-  }
   pin_kv_tail(s, prompt);
-  if constexpr (host_tier) {
-    // The host entries must bring every token between the tree's KV and the loaded state;
-    // a chain that starts beyond the tree's KV is given up.
-    if (s.loaded_at > 0 && s.host_hit.kv_start > s.kv_from) {
+  if constexpr (lower_tier) {
+    // The hit must bring every token between the tree's KV and the loaded state: a hit
+    // whose KV starts beyond the KV the tree holds for this request is given up.
+    if (s.loaded_at > 0 && std::min(s.host_hit.kv_first, s.loaded_at) > s.kv_from) {
       release_holds(s);
       s.kv_from = m.reusable_tokens;
       resume.reusable_tokens = m.reusable_tokens;

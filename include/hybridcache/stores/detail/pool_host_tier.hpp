@@ -1,10 +1,11 @@
 // hybridcache/stores/detail/pool_host_tier.hpp
 //
-// The host tier of `pool_state_store` (tiers in the same lifecycle as HBM): when the
-// prefix cache evicts a leaf from the pool, its KV pages and its checkpoint are demoted here
-// (copied into host page and block slots); `begin` of a later request whose prompt continues
-// past the HBM match into demoted entries loads them back into the request's reserved pages
-// and a reserved checkpoint slot, and prefill starts after them.
+// The storage of `pool_state_store`'s host tier: entries, their slots, an index by content
+// key and the LRU order. When the prefix cache evicts a leaf from the pool, its KV pages and
+// its checkpoint are demoted here (copied into host page and block slots); a later request
+// whose prompt continues past the HBM match into demoted entries loads them back into its
+// reserved pages and a reserved checkpoint slot. The protocol the request lifecycle drives
+// (lookup, land, ...) is pool_lower_tier.hpp.
 //
 //   entry   one demoted node: its tokens [begin, end), its KV pages (the pool extent's
 //           layout: block-major, `offset` tokens into the first block) and, if it had one,
@@ -63,16 +64,6 @@ struct host_tier_counters {
   std::int64_t tokens_loaded = 0;      ///< KV tokens copied back into the pool by those loads
   std::int64_t checkpoints_loaded = 0; ///< checkpoints copied back (one per load)
   std::int64_t corrupt_dropped = 0;    ///< entries whose bytes no longer matched their CRC (dropped, never loaded)
-};
-
-/// A hit in the host tier, from `pool_state_store::find_host_hit` to its load or release:
-/// the chain of entries [kv_start, reusable_tokens) that continues the HBM match, ending in
-/// a checkpoint. host_tokens 0: no hit.
-struct pool_host_hit {
-  std::int64_t host_tokens = 0;       ///< reusable_tokens beyond the HBM match's state (0: no hit)
-  std::int64_t reusable_tokens = 0;   ///< the state after this many tokens is loaded
-  std::int64_t kv_start = 0;          ///< the chain's first token (the HBM tree holds the KV before it)
-  std::vector<std::uint32_t> entries; ///< the chain, pinned until load/release
 };
 
 namespace detail {

@@ -113,7 +113,7 @@ template <demotion_scorer H, tier_copy_engine E, demotion_sizer S>
 tiered_hit tiered_state_store<H, E, S>::lookup(std::span<const token_id> input, const match_result& m) {
   tiered_hit h;
   h.hbm_tokens = h.reusable_tokens = m.reusable_tokens;
-  h.kv_reach = m.common_prefix;
+  h.kv_first = h.kv_reach = m.common_prefix;
   h.salt = m.salt;
   if (kv_keys_.empty() && ckpt_keys_.empty()) return h;
   poll();  // write-backs that landed free their HBM copies: the hit reads below
@@ -123,7 +123,7 @@ tiered_hit tiered_state_store<H, E, S>::lookup(std::span<const token_id> input, 
   h.kv_reach = kv_reach_;
   if (best == m.reusable_tokens) return h;
   outstanding_hit& slot = acquire_hit();  // may throw: nothing pinned yet
-  slot.covered = std::min(m.common_prefix, n);
+  slot.covered = h.kv_first = std::min(m.common_prefix, n);
   slot.best = best;
   // Pins the copy it will read (the fastest valid one), in that tier; false if none is.
   auto pin = [&](entry_id id, std::int64_t reach) -> const detail::pinned_source* {
