@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Static figures of the decode kernels, read off their SASS: no GPU needed.
+"""Static figures of the decode kernels and of the chunk kernels' tensor-core loops, read off their SASS: no GPU needed.
 
 An issue-bound kernel's time follows the instructions it issues per unit of work. This script
 compiles the shipped kernels for the Qwen3-Next shapes (Gated DeltaNet, d_k = d_v = 128, bf16
@@ -7,8 +7,9 @@ in, fp32 state, V-major) with `nvcc -lineinfo -cubin`, disassembles them with `n
 (SASS with the inlined source line of every instruction), finds each loop (a backward branch)
 and names the ones whose back edge comes from a source line listed in LOOPS below (the state
 row loops, the buffer's per-token loop). For each it prints the SASS instructions of one
-work item (a state row, a buffered token; nested loops' bodies counted once) and how many of them are FP32 math, warp
-shuffles, global / shared loads and stores, barriers and special-function ops. Registers,
+work item (a state row, a buffered token, a tensor-core product; nested loops' bodies counted
+once) and how many of them are FP32 math, warp shuffles, global / shared / generic loads and
+stores, barriers and special-function ops. Registers,
 shared memory and occupancy are the ptxas gate's (.ci/check-ptxas.sh, docs/linear-attention.md).
 
     python3 scripts/kernel_sass_figures.py [--arch 90] [--arch 80] [--markdown] [--source DIR]
@@ -41,6 +42,11 @@ CONFIG = ("delta_rule", "v_major", 128, 128, "bfloat16_t")
 # one LDG.E.128 per lane), a buffered token's value load.
 ROW = r"^LDG\.E\.128$"
 TOKEN = r"^LDG\.E$"
+# chunk_prepare's Gram phase, both paths of one kernel (prefill_io::math): a tile of the
+# tensor-core path (16 rows x 8 keys of K K^T and Q K^T, d_k / 16 HMMA pairs; HMMA is the
+# item, so multiply by 2 d_k / 16 = 16 for one tile), an entry pair (k_r.k_j, q_r.k_j) per
+# lane of the fp32 path (its loop over j: one iteration, item None).
+HMMA = r"^HMMA\b"
 LOOPS = [
     ("recurrent_step", "recurrent decode, per state row", "decode_programs.hpp", "recurrent_program",
      r"for \(int c0 = row_begin; c0 < DV; c0 \+= R \* row_step\)", ROW),
@@ -50,6 +56,12 @@ LOOPS = [
      r"for \(int j = 0; j < m; \+\+j\) \{", TOKEN),
     ("kv_commit", "commit fold, per state row", "decode_programs.hpp", "kv_commit_program",
      r"for \(int c = row_begin; c < DV; c \+= row_step\)", ROW),
+    ("chunk_prepare", "tensor-core Gram (K K^T and Q K^T), per HMMA (16 per 16x8 tile pair)", "chunk_programs.hpp",
+     "chunk_prepare_program", r"for \(int tile = warp, mt = 0, first = 0;", HMMA),
+    ("chunk_prepare", "fp32 Gram, per entry pair (k_r.k_j, q_r.k_j) of a lane, its loops over d_k counted once", "chunk_programs.hpp",
+     "chunk_prepare_program", r"for \(int j = lane; j <= r; j \+= lanes\) \{  // Gram", None),
+    ("chunk_scan", "tensor-core K S and Q S, per HMMA (32 per 16-token tile of 8 columns)", "chunk_programs.hpp",
+     "chunk_scan_program", r"for \(int tile = warp; tile \* mma_shape::m < len; tile \+= warps\)", HMMA),
 ]
 
 CLASSES = [
@@ -57,6 +69,7 @@ CLASSES = [
     ("shfl", re.compile(r"^SHFL\b")),
     ("ldg", re.compile(r"^LDG\b")),
     ("lds", re.compile(r"^LDS\b")),
+    ("ld", re.compile(r"^LD\b")),  # generic loads (shared memory the compiler could not tell apart)
     ("st", re.compile(r"^(STG|STS)\b")),
     ("sync", re.compile(r"^(BAR|WARPSYNC|BSYNC|BSSY)\b")),
     ("mufu", re.compile(r"^MUFU\b")),
@@ -108,6 +121,10 @@ def compile_cubin(nvcc, source, arch, work):
         f.write("template __global__ void hybridcache::attention::kernels::recurrent_step<R>(R);\n")
         f.write("template __global__ void hybridcache::attention::kernels::kv_step<K>(K);\n")
         f.write("template __global__ void hybridcache::attention::kernels::kv_commit<C>(C);\n")
+        f.write(f"template __global__ void hybridcache::attention::kernels::chunk_prepare<{rule}, state_layout::{layout}, "
+                f"{dk}, {dv}, {io}, float>(prefill_io<{io}, float>);\n")
+        f.write(f"template __global__ void hybridcache::attention::kernels::chunk_scan<{rule}, state_layout::{layout}, "
+                f"{dk}, {dv}, {io}, float>(prefill_io<{io}, float>);\n")
     out = os.path.join(work, f"k{arch}.cubin")
     subprocess.run([nvcc, "-std=c++20", f"-arch=sm_{arch}", "-lineinfo", "-cubin", "-I", os.path.join(source, "include"),
                     cu, "-o", out], check=True)
@@ -159,12 +176,12 @@ def figures(instrs, lo, hi, item):
         if op == "NOP":
             continue
         n += 1
-        items += 1 if re.match(item, op) else 0
+        items += 1 if item is not None and re.match(item, op) else 0
         for name, rx in CLASSES:
             if rx.match(op):
                 counts[name] += 1
                 break
-    return n, counts, items
+    return n, counts, items if item is not None else 1
 
 
 def main():

@@ -163,9 +163,16 @@ HYBRIDCACHE_HD_INLINE void load_fragment_b_t_split(const float* m, int ld, int r
     const float* row = m + static_cast<std::int64_t>(n) * ld;
     const float x0 = n < rows && k < cols ? row[k] : 0.0f;
     const float x1 = n < rows && k + 1 < cols ? row[k + 1] : 0.0f;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    // The same round-to-nearest-even as from_float (finite values), two per instruction.
+    asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(hi.r[reg]) : "f"(x1), "f"(x0));
+    const float h0 = __uint_as_float(hi.r[reg] << 16), h1 = __uint_as_float(hi.r[reg] & 0xFFFF0000u);
+    asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(lo.r[reg]) : "f"(x1 - h1), "f"(x0 - h0));
+#else
     const bfloat16_t h0 = from_float<bfloat16_t>(x0), h1 = from_float<bfloat16_t>(x1);
     hi.r[reg] = mma_pack(h0, h1);
     lo.r[reg] = mma_pack(from_float<bfloat16_t>(x0 - to_float(h0)), from_float<bfloat16_t>(x1 - to_float(h1)));
+#endif
   }
 }
 
