@@ -21,6 +21,12 @@
 // read one element of 32 rows hits 32 banks; the static_asserts at the end count the banks
 // of every shared access of the triangular mat-vecs (<= 2-way).
 //
+// Tensor cores (`chunk_math`, mma_fragments.hpp): with 16-bit inputs K K^T and Q K^T (prepare,
+// `gram_tiles`) and, for bf16, K S and Q S (scan, `products`; the fp32 state as bf16 hi + lo)
+// are warp-wide m16n8k16 products with fp32 sums; the rest (the solve, T w, P u, the fold)
+// stays in fp32 FMAs. The host drivers run the fp32 path (one thread has no warp); the CTA
+// emulator runs the tensor-core path with emulated fragments.
+//
 // Costs per chunk of C tokens and d = d_k = d_v: prepare O(C^2 d + C^3); scan O(C d^2 + C^2 d)
 // per head. Decays enter only as exp of differences of prefix sums within a reset-free span,
 // so g = -inf (alpha = 0) resets the state exactly and gates down to -70 per token never

@@ -373,7 +373,8 @@ void launch_kv_commit(const std::int32_t* slots, const std::int32_t* accepted, s
 /// boundary directly, inside a chunk by rolling forward from the previous boundary. Two
 /// launches: `chunk_prepare` (every chunk of every sequence in parallel, tables into
 /// `io.workspace`, prefill_workspace_floats(...) floats of device memory) and `chunk_scan`
-/// (the sequential state pass, a CTA per sequence, value head and 16 value columns). Chunk
+/// (the sequential state pass, a CTA per sequence, value head and 8 value columns); the chunk
+/// products of 16-bit inputs on tensor cores unless `io.math` is chunk_math::fp32. Chunk
 /// sizes 1..64 (d_k 256 with fp32 inputs needs chunk <= 32 on sm_80: the shared memory is
 /// checked). `host` mirrors the index arrays for validation.
 template <class Rule, state_layout Layout, int DK, int DV, class In, class Out>
