@@ -126,7 +126,7 @@ TEST_CASE("flop_prefill_time: the cost model's FLOPs over a throughput fitted to
   }
   // A cached prefix makes new tokens dearer for attention, not for a pure recurrent model.
   CHECK(g.prefill_ms(20000, 512) > g.prefill_ms(0, 512));
-  const flop_prefill_time ssm(cost_model(presets::mamba2_1b3_pure()));
+  const flop_prefill_time ssm{cost_model(presets::mamba2_1b3_pure())};
   CHECK(ssm.prefill_ms(20000, 512) == ssm.prefill_ms(0, 512));
   CHECK(prefill_ms_after(line, 20000, 512) == line.prefill_ms(512));  // not prefix-aware: ignored
   CHECK(prefill_ms_after(g, 20000, 512) == g.prefill_ms(20000, 512));

@@ -71,6 +71,39 @@
 
 namespace hctest::emu {
 
+/// Where a barrier or warp operation was called: std::source_location where the standard
+/// library has it. libstdc++ 12's needs __builtin_source_location, which clang++ 14 lacks (the
+/// sanitizers preset builds with clang++), so there the same four values come from
+/// __builtin_FILE/FUNCTION/LINE/COLUMN, which clang evaluates at the caller as current() is.
+#if defined(__cpp_lib_source_location)
+using source_site = std::source_location;
+#else
+class source_site {
+ public:
+  static constexpr source_site current(const char* file = __builtin_FILE(), const char* function = __builtin_FUNCTION(),
+                                       std::uint_least32_t line = __builtin_LINE(),
+                                       std::uint_least32_t column = __builtin_COLUMN()) noexcept {
+    source_site s;
+    s.file_ = file;
+    s.function_ = function;
+    s.line_ = line;
+    s.column_ = column;
+    return s;
+  }
+  constexpr source_site() noexcept = default;
+  constexpr const char* file_name() const noexcept { return file_; }
+  constexpr const char* function_name() const noexcept { return function_; }
+  constexpr std::uint_least32_t line() const noexcept { return line_; }
+  constexpr std::uint_least32_t column() const noexcept { return column_; }
+
+ private:
+  const char* file_ = "";
+  const char* function_ = "";
+  std::uint_least32_t line_ = 0;
+  std::uint_least32_t column_ = 0;
+};
+#endif
+
 /// A launch: a 1-D grid of `blocks` CTAs of `threads` lanes with `shared_bytes` of dynamic
 /// shared memory (the library's `kernel_launch_shape` converts to it).
 struct launch_config {
@@ -154,7 +187,7 @@ class cta {
   [[nodiscard]] std::uint32_t threads() const noexcept { return threads_; }
   [[nodiscard]] std::byte* shared() const noexcept { return shared_.get(); }
 
-  void sync_threads(std::uint32_t tid, const std::source_location& at) {
+  void sync_threads(std::uint32_t tid, const source_site& at) {
     std::unique_lock lk(m_);
     throw_if_failed();
     lanes_[tid] = {lane_state::at_cta, op::none, at};
@@ -187,7 +220,7 @@ class cta {
   // A warp collective: lane `tid` contributes `value`; returns the value of lane `src(lane)`
   // (src < 0: its own) as exchanged at this collective.
   template <class Src>
-  std::uint32_t warp_op(std::uint32_t tid, op kind, std::uint32_t value, Src src, const std::source_location& at) {
+  std::uint32_t warp_op(std::uint32_t tid, op kind, std::uint32_t value, Src src, const source_site& at) {
     std::unique_lock lk(m_);
     throw_if_failed();
     const std::uint32_t w = tid / 32, lane = tid % 32;
@@ -282,20 +315,20 @@ class cta {
   struct lane_info {
     lane_state state = lane_state::running;
     op kind = op::none;
-    std::source_location site{};
+    source_site site{};
   };
   struct warp {
     std::uint32_t lanes = 32, arrived = 0, exited = 0;
     std::atomic<std::uint32_t> gen{0};
     op kind = op::none;
-    std::source_location site{};
+    source_site site{};
     std::uint32_t buf[2][32]{};  // double-buffered by generation parity
   };
 
-  static bool same_site(const std::source_location& a, const std::source_location& b) {
+  static bool same_site(const source_site& a, const source_site& b) {
     return a.line() == b.line() && a.column() == b.column() && std::strcmp(a.file_name(), b.file_name()) == 0;
   }
-  static std::string where(const std::source_location& s) {
+  static std::string where(const source_site& s) {
     std::string f = s.file_name();
     if (const auto p = f.find("include/hybridcache/"); p != std::string::npos) f = f.substr(p + 8);
     else if (const auto q = f.rfind('/'); q != std::string::npos) f = f.substr(q + 1);
@@ -377,7 +410,7 @@ class cta {
   std::uint32_t blocked_ = 0, exited_ = 0, first_exited_ = 0;
   std::uint32_t bar_arrived_ = 0;
   std::atomic<std::uint32_t> bar_gen_{0};
-  std::source_location bar_site_{};
+  source_site bar_site_{};
   std::uint32_t nwarps_;
   std::unique_ptr<warp[]> warps_;
   std::vector<lane_info> lanes_;
@@ -410,12 +443,12 @@ class lane {
   [[nodiscard]] int lane_id() const noexcept { return static_cast<int>(tid_ % 32); }
   [[nodiscard]] int warp_id() const noexcept { return static_cast<int>(tid_ / 32); }
 
-  void sync_threads(std::source_location at = std::source_location::current()) const { cta_->sync_threads(tid_, at); }
-  void sync_warp(std::source_location at = std::source_location::current()) const {
+  void sync_threads(source_site at = source_site::current()) const { cta_->sync_threads(tid_, at); }
+  void sync_warp(source_site at = source_site::current()) const {
     (void)cta_->warp_op(tid_, detail::op::sync_warp, 0, [](int, std::uint32_t) { return -1; }, at);
   }
   template <class T>
-  T shfl_xor(T v, int lane_mask, std::source_location at = std::source_location::current()) const {
+  T shfl_xor(T v, int lane_mask, source_site at = source_site::current()) const {
     return detail::from_bits<T>(cta_->warp_op(tid_, detail::op::shfl_xor, detail::to_bits(v),
                                               [lane_mask](int l, std::uint32_t n) {
                                                 const int s = l ^ (lane_mask & 31);
@@ -424,13 +457,13 @@ class lane {
                                               at));
   }
   template <class T>
-  T shfl_up(T v, int delta, std::source_location at = std::source_location::current()) const {
+  T shfl_up(T v, int delta, source_site at = source_site::current()) const {
     return detail::from_bits<T>(cta_->warp_op(tid_, detail::op::shfl_up, detail::to_bits(v),
                                               [delta](int l, std::uint32_t) { return l - delta >= 0 ? l - delta : -1; },
                                               at));
   }
   template <class T>
-  T shfl_down(T v, int delta, std::source_location at = std::source_location::current()) const {
+  T shfl_down(T v, int delta, source_site at = source_site::current()) const {
     return detail::from_bits<T>(cta_->warp_op(tid_, detail::op::shfl_down, detail::to_bits(v),
                                               [delta](int l, std::uint32_t n) {
                                                 return l + delta < static_cast<int>(n) ? l + delta : -1;
@@ -438,7 +471,7 @@ class lane {
                                               at));
   }
   template <class T>
-  T shfl(T v, int src_lane, std::source_location at = std::source_location::current()) const {
+  T shfl(T v, int src_lane, source_site at = source_site::current()) const {
     return detail::from_bits<T>(cta_->warp_op(tid_, detail::op::shfl_idx, detail::to_bits(v),
                                               [src_lane](int l, std::uint32_t n) {
                                                 const int s = src_lane & 31;
@@ -446,11 +479,11 @@ class lane {
                                               },
                                               at));
   }
-  std::uint32_t ballot(bool pred, std::source_location at = std::source_location::current()) const {
+  std::uint32_t ballot(bool pred, source_site at = source_site::current()) const {
     return cta_->warp_op(tid_, detail::op::ballot, pred ? 1u : 0u, [](int, std::uint32_t) { return -1; }, at);
   }
-  bool any(bool pred, std::source_location at = std::source_location::current()) const { return ballot(pred, at) != 0; }
-  bool all(bool pred, std::source_location at = std::source_location::current()) const {
+  bool any(bool pred, source_site at = source_site::current()) const { return ballot(pred, at) != 0; }
+  bool all(bool pred, source_site at = source_site::current()) const {
     const std::uint32_t n = std::min<std::uint32_t>(32, cta_->threads() - (tid_ / 32) * 32);
     return ballot(pred, at) == (n == 32 ? 0xFFFFFFFFu : (1u << n) - 1u);
   }
