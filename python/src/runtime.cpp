@@ -127,6 +127,7 @@ struct cache_config {
   std::int64_t granularity_bytes;
   double ssm_fraction;
   bool compaction;
+  std::int64_t host_tier_bytes;  // 0: no host tier; else half KV pages, half checkpoint blocks
 };
 
 /// The pool, the cache and the lifecycle in one object, destroyed in that reverse order (the
@@ -136,7 +137,8 @@ class prefix_cache_py {
   prefix_cache_py(const cost_model& model, const cache_config& c)
       : model_(model),
         pool_(pool_config(model, c)),
-        cache_(model_, store_t(pool_, model_, {.tokens_per_page = c.tokens_per_page}), prefix::lru_scorer{}),
+        cache_(model_, store_t(pool_, model_, {.tokens_per_page = c.tokens_per_page, .host_tier = host_tier(model, c)}),
+               prefix::lru_scorer{}),
         requests_(cache_) {
     page_bytes_ = pool_.stats(pool_kind::kv).unit_bytes;
     block_bytes_ = pool_.stats(pool_kind::ssm).unit_bytes;
@@ -160,6 +162,22 @@ class prefix_cache_py {
     p.ssm_fraction = c.ssm_fraction;
     p.compaction = c.compaction;
     return p;
+  }
+
+  /// The host tier's slots: half of `host_tier_bytes` in KV pages, half in checkpoint blocks
+  /// (the tiny runtime's split). The store refuses a tier too small for one checkpoint.
+  static stores::host_tier_config host_tier(const cost_model& model, const cache_config& c) {
+    non_negative(c.host_tier_bytes, "host_tier_bytes");
+    if (c.host_tier_bytes == 0) return {};
+    const std::int64_t page = memory::kv_page_bytes(model, c.tokens_per_page), block = memory::checkpoint_block_bytes(model);
+    const stores::host_tier_config h{.kv_pages = c.host_tier_bytes / 2 / page, .checkpoint_blocks = c.host_tier_bytes / 2 / block};
+    // A size that makes no tier is refused, never silently taken as "no host tier".
+    if (h.kv_pages == 0 || h.checkpoint_blocks < model.recurrent_layers())
+      throw hybridcache::invalid_argument("host_tier_bytes " + std::to_string(c.host_tier_bytes) +
+                                          " holds no KV page or no checkpoint: half of it must hold a " +
+                                          std::to_string(page) + "-byte page and half " +
+                                          std::to_string(model.recurrent_layers()) + " blocks of " + std::to_string(block) + " bytes");
+    return h;
   }
 
   pool_t& pool() { return pool_; }
@@ -332,13 +350,16 @@ void bind_runtime(nb::module_& m) {
       .def(
           "__init__",
           [](prefix_cache_py* self, const cost_model& model, std::int64_t capacity_bytes, std::int64_t tokens_per_page,
-             std::int64_t granularity_bytes, double ssm_fraction, bool compaction) {
-            new (self) prefix_cache_py(model, {capacity_bytes, tokens_per_page, granularity_bytes, ssm_fraction, compaction});
+             std::int64_t granularity_bytes, double ssm_fraction, bool compaction, std::int64_t host_tier_bytes) {
+            new (self) prefix_cache_py(model, {capacity_bytes, tokens_per_page, granularity_bytes, ssm_fraction, compaction,
+                                               host_tier_bytes});
           },
           "model"_a, "capacity_bytes"_a, "tokens_per_page"_a = 16, "granularity_bytes"_a = 0, "ssm_fraction"_a = 0.5,
-          "compaction"_a = false,
+          "compaction"_a = false, "host_tier_bytes"_a = 0,
           "A pool of `capacity_bytes` (chunks of `granularity_bytes`, 0: the pool's default, a multiple of the KV "
-          "page) split between KV pages of `tokens_per_page` tokens and checkpoint blocks.")
+          "page) split between KV pages of `tokens_per_page` tokens and checkpoint blocks. `host_tier_bytes` > 0 "
+          "adds a host tier (half KV pages, half checkpoint blocks): what the cache evicts is demoted there, and a "
+          "later begin whose prompt continues into it loads it back into its reservation (state()['loaded_at']).")
       .def_prop_ro("model", [](prefix_cache_py& c) { return c.model(); })
       .def_prop_ro("tokens_per_page", [](prefix_cache_py& c) { return c.cache().store().tokens_per_page(); })
       .def_prop_ro("page_bytes", &prefix_cache_py::page_bytes, "Bytes of one KV page: tokens_per_page tokens of one attention layer.")
@@ -381,6 +402,7 @@ void bind_runtime(nb::module_& m) {
             d["prefill_start"] = s.plan.prefill_start;
             d["kv_from"] = s.kv_from;
             d["reserved_tokens"] = s.reserved_tokens;
+            d["loaded_at"] = s.loaded_at;
             std::vector<std::int64_t> sites;
             for (const auto& site : s.plan.sites) sites.push_back(site.position);
             d["sites"] = sites;
@@ -391,7 +413,9 @@ void bind_runtime(nb::module_& m) {
           },
           "ticket"_a,
           "What the runtime reads of a request: reusable_tokens, prefill_start, kv_from (write KV from here), "
-          "reserved_tokens, sites (the positions to capture), slots (their positions; 0 = the end slot).")
+          "reserved_tokens, loaded_at (> 0: the host tier's hit was loaded into the reservation up to it; "
+          "prefill_start is then loaded_at), sites (the positions to capture), slots (their positions; 0 = the "
+          "end slot).")
       .def(
           "block_table",
           [](nb::handle self, const ticket_py& t, std::int64_t layer) {
@@ -480,9 +504,17 @@ void bind_runtime(nb::module_& m) {
             d["pool_rebalances"] = c.pool().counters().rebalances;
             d["kv_pages_used"] = c.pool().stats(pool_kind::kv).used_units;
             d["blocks_used"] = c.pool().stats(pool_kind::ssm).used_units;
+            const auto& h = c.cache().store().host_counters();
+            d["host_demotions"] = h.demotions;
+            d["host_demotions_dropped"] = h.demotions_dropped;
+            d["host_evictions"] = h.host_evictions;
+            d["host_loads"] = h.loads;
+            d["host_tokens_loaded"] = h.tokens_loaded;
+            d["host_corrupt_dropped"] = h.corrupt_dropped;
+            d["host_entries"] = c.cache().store().host_entries();
             return d;
           },
-          "The cache's counters and the pool's occupancy.");
+          "The cache's counters, the pool's occupancy and the host tier's (host_*: all 0 without one).");
 
   m.def(
       "_bench_begin_finish",

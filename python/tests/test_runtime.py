@@ -171,3 +171,66 @@ def test_arrays_keep_the_cache_alive():
     del c  # the array owns a reference: the pool's memory stays valid
     pages[:] = 7
     assert int(pages.sum()) == 7 * pages.size
+
+
+def run_request(c, prompt, out):
+    """A runtime's request: write token p's KV (p + 1000 * layer, and its token) from kv_from on
+    and the state after each captured position (its length + 0.5 * layer); returns the sequence."""
+    P = c.tokens_per_page
+    t = c.begin(prompt, output_tokens=len(out))
+    st = c.state(t)
+    seq = np.concatenate([np.asarray(prompt, dtype=np.int32), np.asarray(out, dtype=np.int32)])
+    view = c.kv_pages.view(np.float32).reshape(len(c.kv_pages), P, -1)
+    for layer in range(2):
+        table = c.block_table(t, layer)
+        for p in range(st["kv_from"], len(seq)):
+            view[table[p // P], p % P, 0] = p + 1000 * layer
+            view[table[p // P], p % P, 1] = seq[p]
+    captured = []
+    for i, pos in enumerate(st["slots"]):
+        pos = pos or len(seq)
+        for layer, block in enumerate(c.checkpoint_slot(t, i)):
+            block.view(np.float32)[:2] = (pos + 0.5 * layer, seq[:pos].sum())
+        captured.append(pos)
+    c.finish(t, seq, sorted(set(captured)))
+    return seq
+
+
+def test_host_tier_brings_evicted_bytes_back():
+    """What the pool evicts is demoted to the host tier; a continuation loads it back into its
+    reservation: the same KV through the block table and the same state, as if never evicted."""
+    model = hybridcache.CostModel(tiny_spec())
+    with pytest.raises(InvalidArgument):  # too small for one checkpoint
+        hybridcache.PrefixCache(model, capacity_bytes=256 << 10, granularity_bytes=32 << 10, host_tier_bytes=1024)
+    with pytest.raises(InvalidArgument):
+        hybridcache.PrefixCache(model, capacity_bytes=256 << 10, granularity_bytes=32 << 10, host_tier_bytes=-1)
+    c = hybridcache.PrefixCache(model, capacity_bytes=256 << 10, granularity_bytes=32 << 10, host_tier_bytes=512 << 10)
+    rng = np.random.default_rng(5)
+    first = run_request(c, rng.integers(1, 30000, 60), [7, 8])
+    for i in range(40):  # other conversations push it out of the pool
+        run_request(c, rng.integers(1, 30000, 90), [9])
+        if c.counters["host_demotions"] > 0 and c.counters["evictions"] > 8:
+            break
+    k = c.counters
+    assert k["host_demotions"] > 0 and k["host_entries"] > 0
+    prompt = np.concatenate([first, np.array([11, 12], dtype=np.int32)])
+    t = c.begin(prompt, output_tokens=1)
+    st = c.state(t)
+    assert st["reusable_tokens"] == 0  # nothing of it left in the pool
+    # Loaded up to the deepest state the conversation kept (its prompt's end, or its end).
+    at = st["loaded_at"]
+    assert at in (60, len(first)) and st["prefill_start"] == at
+    assert c.counters["host_loads"] == 1 and c.counters["host_tokens_loaded"] == at
+    P = c.tokens_per_page
+    view = c.kv_pages.view(np.float32).reshape(len(c.kv_pages), P, -1)
+    for layer in range(2):
+        table = c.block_table(t, layer)
+        for p in range(at):
+            assert view[table[p // P], p % P, 0] == p + 1000 * layer and view[table[p // P], p % P, 1] == first[p]
+    resume = c.resume_checkpoint(t)
+    assert [tuple(b.view(np.float32)[:2]) for b in resume] == [(at + 0.5 * r, first[:at].sum()) for r in range(2)]
+    c.abort(t)
+    # Without a host tier the same run recomputes it: no host counters move.
+    plain = hybridcache.PrefixCache(model, capacity_bytes=256 << 10, granularity_bytes=32 << 10)
+    run_request(plain, np.arange(1, 50), [3])
+    assert all(plain.counters[n] == 0 for n in ("host_demotions", "host_loads", "host_entries"))
