@@ -40,6 +40,7 @@
 #pragma once
 
 #include <cmath>
+#include <concepts>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -53,6 +54,7 @@
 #include "hybridcache/sim/request.hpp"
 #include "hybridcache/sim/tiered_replay_options.hpp"
 #include "hybridcache/stores/tiered_state_store.hpp"
+#include "hybridcache/tiered/car_score.hpp"
 #include "hybridcache/tiered/demotion_policy.hpp"
 #include "hybridcache/tiered/sparsify.hpp"
 
@@ -61,13 +63,15 @@ namespace hybridcache::sim {
 namespace detail {
 
 /// The order of victims below HBM in a replay, chosen at run time (one instantiation): LRU,
-/// or FLOP-aware (`flop_aware_demotion`) on the entry's span scaled from ids to tokens.
+/// FLOP-aware (`flop_aware_demotion`) on the entry's span scaled from ids to tokens, or the
+/// table's CaR score (`car_score_demotion`; LRU among equal scores).
 class replay_demotion {
  public:
-  replay_demotion(const cost_model& m, demotion_kind k, std::int64_t per_id) : per_id_(per_id) {
+  replay_demotion(const cost_model& m, demotion_kind k, std::int64_t per_id) : per_id_(per_id), car_(k == demotion_kind::car) {
     if (k == demotion_kind::flop_aware) flop_.emplace(m);
   }
   [[nodiscard]] demotion_key key(const cache_entry& e) const {
+    if (car_) return tiered::car_score_demotion{}.key(e);
     if (!flop_) return tiered::lru_demotion{}.key(e);
     cache_entry s = e;
     s.info.prefix_begin *= per_id_;
@@ -78,6 +82,7 @@ class replay_demotion {
  private:
   std::optional<tiered::flop_aware_demotion> flop_;
   std::int64_t per_id_;
+  bool car_;
 };
 static_assert(demotion_scorer<replay_demotion>);
 
@@ -145,6 +150,12 @@ tiered_replay_result replay_with(std::span<const sim::request> requests, const c
                                  MakeEngine&& make_engine) {
   using store_t = stores::tiered_state_store<replay_demotion, Engine, replay_sizer>;
   using cache_t = prefix::prefix_cache<cost_model, Admission, Scorer, store_t>;
+  static_assert(utility_scorer<tiered::car_scorer, typename cache_t::tree_type>);
+  // CaR's board is driven by the replay's scheduler events; the scorer reads it.
+  constexpr bool car_scorer = std::same_as<Scorer, tiered::car_scorer>;
+  HYBRIDCACHE_EXPECTS((o.demotion == demotion_kind::car) == car_scorer, invalid_argument,
+                      "tiered replay: demotion car takes a tiered::car_scorer as the HBM scorer, and a car_scorer "
+                      "takes demotion car");
   std::int64_t largest = 0;
   for (const auto& q : requests)
     largest = std::max(largest, model.kv_bytes_per_token() * per_id * static_cast<std::int64_t>(q.input.size()));

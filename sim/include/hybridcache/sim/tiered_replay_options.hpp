@@ -41,8 +41,11 @@ enum class decode_placement : std::uint8_t { disaggregated, colocated };
 /// true length (an oracle: the bound a predictor can reach).
 enum class length_predictor_kind : std::uint8_t { mean, bucket, oracle };
 /// Which scorer orders victims in the tiers below HBM (and the cleaner's HBM walk).
-/// `automatic` is LRU.
-enum class demotion_kind : std::uint8_t { automatic, lru, flop_aware };
+/// `automatic` is LRU. `car` is CaR's score-based replacement (tiered/car_score.hpp): the
+/// HBM victims are the prefix cache's `tiered::car_scorer` (the caller passes one), whose
+/// board the replay's scheduler events drive (+1 window, +1 dispatch, withdrawn when the
+/// generation completes); below HBM and for the cleaner the table's `car_score_demotion`.
+enum class demotion_kind : std::uint8_t { automatic, lru, flop_aware, car };
 
 /// Knobs of the tiered replay. The cache policy (admission and HBM eviction: marconi,
 /// sglang+, ...) is the caller's: it picks the prefix cache the replay drives.

@@ -27,6 +27,7 @@
 #include "hybridcache/sim/request.hpp"
 #include "hybridcache/sim/timed_copy_engine.hpp"
 #include "hybridcache/sim/tiered_replay_options.hpp"
+#include "hybridcache/tiered/car_score.hpp"
 #include "hybridcache/tiered/layer_pipeline.hpp"
 #include "hybridcache/tiered/length_predictor.hpp"
 #include "hybridcache/tiered/prefetch.hpp"
@@ -94,6 +95,7 @@ class tiered_replayer {
       if (k != layer_kind::mlp) mixers_.push_back(k);
     layer_bytes_.assign(mixers_.size(), 0.0);
     arrive_.assign(mixers_.size(), 0.0);
+    if constexpr (requires { cache.scorer().board(); }) car_ = &cache.scorer().board();
   }
 
   tiered_replay_result run(std::span<const sim::request> reqs);
@@ -267,9 +269,41 @@ class tiered_replayer {
     layer_arrivals(start, done, kv, ckpt);
   }
 
+  // --- CaR's score events (only with a car_scorer: `car_` set) ---------------------------
+  // The nodes `seq` reuses in HBM now: its matched path and the node it enters in part.
+  std::span<const node_id> hbm_path_of(std::span<const token_id> seq) {
+    const auto w = cache_.tree().walk(seq, car_path_);
+    if (w.partial != no_node) car_path_.push_back(w.partial);
+    return car_path_;
+  }
+  std::span<const node_id> hbm_path_of(std::size_t i) { return hbm_path_of(all_[i].input); }
+  // Request `i` entered the window (+enter_window on its nodes).
+  void car_enter(std::size_t i) {
+    if (car_ != nullptr) car_->enter_window(i, hbm_path_of(i));
+  }
+  // The FCFS queue has no shuffled window: its first `car_window` requests are the window.
+  void car_enter_fcfs_window() {
+    if (car_ == nullptr) return;
+    while (fcfs_entered_ < std::min(o_.car_window, fcfs_.size())) car_enter(fcfs_[fcfs_entered_++]);
+  }
+  // Refills CaR's window when it is empty; the requests that enter it are credited.
+  void refill_window() {
+    if (!queue_.window().empty()) return;
+    for (const auto id : queue_.refill()) car_enter(static_cast<std::size_t>(id));
+  }
+  // Request `i` was sent to an engine now (+dispatch on its nodes); its generation completes
+  // at `last_token_ms` (the credits are withdrawn then, by finish_until).
+  void car_dispatch(std::size_t i) {
+    if (car_ != nullptr) car_->dispatch(i, hbm_path_of(i));
+  }
+  void car_completes_at(std::size_t i, double last_token_ms) {
+    if (car_ != nullptr) car_done_.push({last_token_ms, i});
+  }
+
   void admit(std::span<const sim::request> reqs, std::size_t i) {
     if (o_.scheduler == scheduler_kind::fcfs) {
       fcfs_.push_back(i);
+      car_enter_fcfs_window();
       return;
     }
     const auto m = cache_.peek(reqs[i].input);
@@ -283,16 +317,29 @@ class tiered_replayer {
     if (o_.scheduler == scheduler_kind::fcfs) {
       const std::size_t i = fcfs_.front();
       fcfs_.pop_front();
+      if (fcfs_entered_ > 0) --fcfs_entered_;
+      car_enter_fcfs_window();
       return i;
     }
-    if (queue_.window().empty()) (void)queue_.refill();
+    refill_window();
     return static_cast<std::size_t>(*queue_.pop());
   }
 
   // Ends the requests whose decode is over by `t`, in time order: finish inserts the
-  // sequence and settles the store (names the path, adopts the loaded pages).
+  // sequence and settles the store (names the path, adopts the loaded pages); CaR's score
+  // credits the nodes the request's own KV made. CaR's completions (credits withdrawn) come
+  // in the same time order, after the finishes of the same time: a request's finish (at the
+  // end of its prefill, or of its decode when colocated) is never after its completion.
   void finish_until(double t) {
-    while (!running_.empty() && running_.top().end_ms <= t) {
+    for (;;) {
+      const bool fin = !running_.empty() && running_.top().end_ms <= t;
+      const bool done = !car_done_.empty() && car_done_.top().first <= t;
+      if (!fin && !done) break;
+      if (done && (!fin || car_done_.top().first < running_.top().end_ms)) {
+        car_->complete(car_done_.top().second);
+        car_done_.pop();
+        continue;
+      }
       const running r = running_.top();
       running_.pop();
       engine_.set_now(r.end_ms);
@@ -309,6 +356,7 @@ class tiered_replayer {
       // The state after the last token, unless the request computed nothing (a full hit).
       if (static_cast<std::int64_t>(seq_.size()) > from) captured_.push_back(static_cast<std::int64_t>(seq_.size()));
       if (!requests_.finish(r.ticket, seq_, captured_)) ++finish_failures_;
+      if (car_ != nullptr) car_->adopt(r.index, hbm_path_of(seq_));
       (void)cache_.store().offload();  // the cleaner runs off the request path
     }
   }
@@ -337,6 +385,12 @@ class tiered_replayer {
   std::vector<token_id> seq_;
   std::vector<std::int64_t> captured_;
   std::int64_t finish_failures_ = 0;
+  // CaR's score board (the car_scorer's; null otherwise), the FCFS requests credited as in
+  // the window, the generations to complete (last-token time, request), a path buffer.
+  tiered::car_score_board* car_ = nullptr;
+  std::size_t fcfs_entered_ = 0;
+  std::priority_queue<std::pair<double, std::size_t>, std::vector<std::pair<double, std::size_t>>, std::greater<>> car_done_;
+  std::vector<node_id> car_path_;
 };
 
 }  // namespace hybridcache::sim::detail

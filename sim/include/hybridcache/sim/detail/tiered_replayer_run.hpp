@@ -48,6 +48,7 @@ tiered_replay_result tiered_replayer<Cache, Prefill>::run(std::span<const sim::r
     const sim::request& q = reqs[i];
     HYBRIDCACHE_EXPECTS(!q.input.empty(), invalid_argument,
                         "tiered replay: request at line " + std::to_string(q.source_line) + " has no ids");
+    car_dispatch(i);  // CaR's score: +dispatch on the nodes it reuses now
     // Its output length as the scheduler predicts it now, from the decodes ended by now.
     lengths_.learn_until(t0);
     const double predicted = lengths_.predict(q);
@@ -103,6 +104,7 @@ tiered_replay_result tiered_replayer<Cache, Prefill>::run(std::span<const sim::r
       const double finish = pipeline(t0);
       const double last_token = finish + decode_ms(q);
       lengths_.finished_at(last_token, q);
+      car_completes_at(i, last_token);
       const double engine_done = colocated() ? last_token : finish;
       busy += engine_done - t0;
       engine_free_[e] = engine_done;
@@ -169,6 +171,7 @@ tiered_replay_result tiered_replayer<Cache, Prefill>::run(std::span<const sim::r
     // engine when colocated).
     const double last_token = finish + decode_ms(q);
     lengths_.finished_at(last_token, q);
+    car_completes_at(i, last_token);
     const double engine_done = colocated() ? last_token : finish;
     if (o_.keep_per_request) {
       r.per_request.push_back(
@@ -253,7 +256,7 @@ void tiered_replayer<Cache, Prefill>::maybe_prefetch(std::span<const sim::reques
   if (o_.scheduler == scheduler_kind::fcfs) {
     for (std::size_t k = 0; k < fcfs_.size() && next.size() < o_.prefetch_depth; ++k) next.push_back(fcfs_[k]);
   } else {
-    if (queue_.window().empty()) (void)queue_.refill();
+    refill_window();
     for (const auto id : queue_.window()) {
       if (next.size() >= o_.prefetch_depth) break;
       next.push_back(static_cast<std::size_t>(id));
