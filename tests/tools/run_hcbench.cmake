@@ -166,6 +166,25 @@ elseif(CASE STREQUAL "tiered")
   if(NOT requests EQUAL 70 OR multi LESS single)
     message(FATAL_ERROR "replay --tiers: ${requests} requests, hit rate ${multi} < single-tier ${single}")
   endif()
+  # --demotion car (issue 38 item 1): CaR's score picks the HBM victims (the scheduler's events
+  # drive it); accepted, and on a tight HBM it keeps other nodes than LRU does.
+  set(car_hits "")
+  foreach(demotion lru car)
+    run_hcbench(out err rc replay --trace ${FIXTURE} --format marconi --model marconi_7b --policy sglang+
+                --tiers hbm=700MB,host=4GB --tpot-ms 20 --demotion ${demotion} --json)
+    if(NOT rc EQUAL 0)
+      message(FATAL_ERROR "replay --tiers --demotion ${demotion} failed (${rc}): ${err}")
+    endif()
+    string(JSON hbm GET "${out}" hbm_hit_tokens)
+    string(JSON host GET "${out}" host_hit_tokens)
+    string(JSON p50 GET "${out}" ttft_p50_ms)
+    list(APPEND car_hits "${hbm}/${host}/${p50}")
+  endforeach()
+  list(GET car_hits 0 lru_row)
+  list(GET car_hits 1 car_row)
+  if(lru_row STREQUAL car_row)
+    message(FATAL_ERROR "replay --tiers: --demotion car gave LRU's hits and TTFT (${car_row})")
+  endif()
   # Storage tiers (issue 16 item 5): a disk tier whose link is not given is measured at start-up
   # (tier_links says so); a redis tier that cannot be reached is an error, never a default.
   set(disk_dir "${WORK}/hcbench_disk_tier")
@@ -240,7 +259,10 @@ elseif(CASE STREQUAL "tiered")
                replay --trace ${FIXTURE} --tiers hbm=1GB,host=4GB --write-policy write-through-selective --write-through-hits 0)
   expect_error("--write-policy: unknown value 'lazy'" replay --trace ${FIXTURE} --tiers hbm=1GB,host=4GB --write-policy lazy)
   expect_error("--watermarks: expected HIGH,LOW" replay --trace ${FIXTURE} --tiers hbm=1GB,host=4GB --watermarks 0.5,0.9)
-  expect_error("--demotion car: CaR's score" replay --trace ${FIXTURE} --tiers hbm=1GB,host=4GB --demotion car)
+  expect_error("--demotion: unknown value 'lfu' (auto, lru, flop, car)" replay --trace ${FIXTURE} --tiers hbm=1GB,host=4GB --demotion lfu)
+  expect_error("--demotion car replaces the HBM scorer" replay --trace ${FIXTURE} --tiers hbm=1GB,host=4GB --alpha auto --demotion car)
+  expect_error("--demotion car does not combine with --real-bytes"
+               replay --trace ${FIXTURE} --tiers hbm=1GB,host=4GB --policy sglang+ --real-bytes --demotion car)
   expect_error("--layerwise: unknown value 'maybe'" replay --trace ${FIXTURE} --tiers hbm=1GB,host=4GB --layerwise maybe)
   expect_error("--tuner one-shot with --tiers" replay --trace ${FIXTURE} --tiers hbm=1GB,host=4GB --alpha auto --tuner one-shot)
   expect_error("--candidates does not apply without --policy marconi and --alpha auto"

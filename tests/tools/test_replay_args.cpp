@@ -122,7 +122,9 @@ TEST_CASE("--tiers flags: scheduler, prefetch, sparsify, demotion names and the 
   // The prefix-cache replay's own knobs.
   CHECK(parse_write_policy("write-through-selective") == write_policy::write_through_selective);
   CHECK_THROWS_AS((void)parse_write_policy("lazy"), invalid_argument);
-  CHECK_THROWS_AS((void)parse_demotion("car"), invalid_argument);  // CaR's score orders the queue, not victims
+  CHECK(parse_demotion("car") == demotion_kind::car);  // CaR's score-based replacement (#38)
+  CHECK_THROWS_WITH_AS((void)parse_demotion("lfu"), "hybridcache: --demotion: unknown value 'lfu' (auto, lru, flop, car)",
+                       invalid_argument);
   CHECK(parse_on_off("off", "--layerwise") == false);
   CHECK_THROWS_AS((void)parse_on_off("yes", "--layerwise"), invalid_argument);
   const auto w = parse_watermarks("0.95,0.7");

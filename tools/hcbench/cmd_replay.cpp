@@ -255,7 +255,9 @@ const bool registered = hcbench::register_command(
        sub.add_option("--sparsify", o.tiered.sparsify, "--tiers: off | profile (default off)");
        sub.add_option("--demotion", o.tiered.demotion,
                       "--tiers: victim order below HBM: auto | lru | flop (FLOP-aware: saved FLOPs per byte of KV or "
-                      "checkpoint; default auto = lru)");
+                      "checkpoint; default auto = lru) | car (CaR's score: +1 when a request enters the window, +1 "
+                      "when it is dispatched, -2 when its generation completes; the HBM victim is the smallest "
+                      "score, then LRU, then node id; replaces the policy's HBM scorer, keeps its admission)");
        sub.add_option("--write-policy", o.tiered.write_policy,
                       "--tiers: write-back (copy down when evicted; default) | write-through (copy down when a "
                       "request finishes) | write-through-selective (after --write-through-hits hits)");

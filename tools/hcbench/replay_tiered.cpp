@@ -22,6 +22,7 @@
 #include <hybridcache/sim/tiered_replay.hpp>
 #include <hybridcache/sim/tiered_replay_real_bytes.hpp>
 #include <hybridcache/sim/trace.hpp>
+#include <hybridcache/tiered/car_score.hpp>
 
 #include "atomic_file.hpp"
 #include "cli_support.hpp"
@@ -77,6 +78,13 @@ template <class Admission, class Scorer>
 hc::sim::tiered_replay_result run_one(const std::vector<hc::sim::request>& reqs, const hc::cost_model& m,
                                  const hc::sim::tiered_replay_options& o, Scorer scorer, const chosen_prefill_time& prefill,
                                  std::vector<hc::tiered::storage_tier_io>* storage) {
+  if (o.demotion == hc::sim::demotion_kind::car) {
+    // CaR's score replaces the policy's HBM scorer (the admission stays the policy's); the
+    // board lives for this run, driven by the replay's scheduler events.
+    if (storage != nullptr) throw hc::invalid_argument("--demotion car does not combine with --real-bytes yet");
+    hc::tiered::car_score_board board;
+    return hc::sim::run_tiered_replay<Admission>(reqs, m, o, hc::tiered::car_scorer(board), prefill);
+  }
   if (storage != nullptr)
     return hc::sim::run_tiered_replay_real_bytes<Admission>(reqs, m, o, std::move(*storage), std::move(scorer), prefill);
   return hc::sim::run_tiered_replay<Admission>(reqs, m, o, std::move(scorer), prefill);
@@ -90,6 +98,8 @@ hc::sim::tiered_replay_result run_policy(const std::vector<hc::sim::request>& re
     return pc::lru_scorer({.ties = p.reference_lru_ties ? pc::lru_ties::python_heapq : pc::lru_ties::by_node_id});
   };
   if (p.name == "marconi" && p.selector) {
+    if (o.demotion == hc::sim::demotion_kind::car)
+      throw hc::invalid_argument("--demotion car replaces the HBM scorer: it does not combine with --alpha auto (the selector)");
     hc::compose::adaptive_config cfg = *p.selector;
     cfg.tokens_per_id = reqs.empty() ? 1 : reqs.front().tokens_per_id;  // Mooncake: one id per block
     return run_one<pc::judicious_admission>(reqs, m, o, hc::compose::make_marconi_adaptive_scorer(m, std::move(cfg)), prefill,

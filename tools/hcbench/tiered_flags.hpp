@@ -57,16 +57,13 @@ inline constexpr std::string_view tiered_only_flag = "--real-bytes";
   if (s == "profile") return sparsify_kind::profile;
   throw invalid_argument("--sparsify: unknown value '" + std::string(s) + "' (off, profile)");
 }
-/// Parses `auto` / `lru` / `flop`. CaR's score orders the queue (`--scheduler car`), not
-/// the victims of the prefix cache's lower tiers: `car` is refused with that explanation.
-/// @throws invalid_argument.
+/// Parses `auto` / `lru` / `flop` / `car` (CaR's score-based replacement: the HBM victims
+/// by the score the scheduler's events drive, tiered/car_score.hpp). @throws invalid_argument.
 [[nodiscard]] inline demotion_kind parse_demotion(std::string_view s) {
   if (s == "auto" || s == "lru") return s == "auto" ? demotion_kind::automatic : demotion_kind::lru;
   if (s == "flop") return demotion_kind::flop_aware;
-  if (s == "car")
-    throw invalid_argument("--demotion car: CaR's score (+1 window, +1 dispatch, -2 done) is not a victim order of the "
-                           "prefix-cache tiers; CaR's queue is --scheduler car (auto, lru, flop)");
-  throw invalid_argument("--demotion: unknown value '" + std::string(s) + "' (auto, lru, flop)");
+  if (s == "car") return demotion_kind::car;
+  throw invalid_argument("--demotion: unknown value '" + std::string(s) + "' (auto, lru, flop, car)");
 }
 /// Parses `disaggregated` / `colocated` (--decode). @throws invalid_argument.
 [[nodiscard]] inline decode_placement parse_decode(std::string_view s) {
