@@ -60,8 +60,8 @@ LOOPS = [
      "chunk_prepare_program", r"for \(int tile = warp, mt = 0, first = 0;", HMMA),
     ("chunk_prepare", "fp32 Gram, per entry pair (k_r.k_j, q_r.k_j) of a lane, its loops over d_k counted once", "chunk_programs.hpp",
      "chunk_prepare_program", r"for \(int j = lane; j <= r; j \+= lanes\) \{  // Gram", None),
-    ("chunk_scan", "tensor-core K S and Q S, per HMMA (32 per 16-token tile of 8 columns)", "chunk_programs.hpp",
-     "chunk_scan_program", r"for \(int tile = warp; tile \* mma_shape::m < len; tile \+= warps\)", HMMA),
+    ("chunk_scan", "tensor-core tile loop, per HMMA", "chunk_programs.hpp",
+     "chunk_scan_program", r"for \(int tile = warp; tile \* mma_shape::m < len; tile \+= warps\) \{  //", HMMA),
 ]
 
 CLASSES = [

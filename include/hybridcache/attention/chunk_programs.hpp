@@ -343,10 +343,10 @@ struct chunk_scan_program {
   float* alpha = nullptr;  ///< [C] exp(g)
   chunk_tables tab{};
   float* cols = nullptr;     ///< [block_columns][DK] the columns' states
-  float* dots = nullptr;     ///< [2][block_columns][C]: k_r . s_c (then w_r), q_r . s_c (then gamma_r q_r . s_c)
-  float* scratch = nullptr;  ///< [groups][C]: a group's U column
+  float* dots = nullptr;  ///< [2][block_columns][C]: k_r . s_c (then w_r), q_r . s_c (then gamma_r q_r . s_c)
+  float* ubuf = nullptr;  ///< [block_columns][C]: the chunk's U columns
 
-  HYBRIDCACHE_HD_INLINE void carve(workspace_carver& w, int groups) {
+  HYBRIDCACHE_HD_INLINE void carve(workspace_carver& w) {
     kraw = w.take<In>(static_cast<std::int64_t>(chunk) * key_stride);
     qraw = w.take<In>(static_cast<std::int64_t>(chunk) * key_stride);
     alpha = w.take<float>(chunk);
@@ -354,20 +354,22 @@ struct chunk_scan_program {
     if (t != nullptr) tab = chunk_tables::at(t, chunk);
     cols = w.take<float>(static_cast<std::int64_t>(block_columns) * DK);
     dots = w.take<float>(2 * static_cast<std::int64_t>(block_columns) * chunk);
-    scratch = w.take<float>(static_cast<std::int64_t>(chunk) * groups);
+    ubuf = w.take<float>(static_cast<std::int64_t>(block_columns) * chunk);
   }
-  HYBRIDCACHE_HD_INLINE static std::size_t workspace_bytes(int c, int groups) {
+  HYBRIDCACHE_HD_INLINE static std::size_t workspace_bytes(int c) {
     chunk_scan_program p;
     p.chunk = c;
-    return carved_bytes(p, groups);
+    return carved_bytes(p);
   }
-  HYBRIDCACHE_HD_INLINE float* group_scratch(int group) const { return scratch + static_cast<std::int64_t>(chunk) * group; }
   /// Whether `products` computes K S and Q S (bf16 inputs on chunk_math::tensor_cores: the
   /// state splits into two bf16 fragments; fp16 inputs would need the state in fp16's range,
   /// so they keep the fp32 dots).
   HYBRIDCACHE_HD_INLINE bool dots_on_tensor_cores() const {
     return std::is_same_v<In, bfloat16_t> && math == chunk_math::tensor_cores;
   }
+  /// Whether the whole chunk step but the fold runs on tensor cores (`products`, `columns_w`,
+  /// `u_products`, `o_products`, `fold_columns` instead of `columns`): the same condition.
+  HYBRIDCACHE_HD_INLINE bool scan_on_tensor_cores() const { return dots_on_tensor_cores(); }
 
   /// The columns' initial states into the workspace; checkpoints at the start position.
   template <class Group>
@@ -417,7 +419,7 @@ struct chunk_scan_program {
     if constexpr (std::is_same_v<In, bfloat16_t>) {
       static_assert(block_columns == mma_shape::n, "products: the block's columns are one n tile");
       const int lane = ctx.lane_id(), ncols = col_end - col_begin;
-      for (int tile = warp; tile * mma_shape::m < len; tile += warps) {
+      for (int tile = warp; tile * mma_shape::m < len; tile += warps) {  // K S and Q S
         const int r0 = tile * mma_shape::m;
         mma_fragment_c kc, qc;
         for (int k0 = 0; k0 < DK; k0 += mma_shape::k) {
@@ -444,77 +446,156 @@ struct chunk_scan_program {
     }
   }
 
-  /// One chunk for the group's columns (col_begin + group, + ngroups, ...).
+  /// One chunk for the group's columns (col_begin + group, + ngroups, ...), all in fp32 FMAs
+  /// but K S / Q S when `products` ran.
   template <class Group>
-  HYBRIDCACHE_HD_INLINE void columns(int group, int ngroups, float* sc, const Group& g) const {
-    constexpr int N = slice_len<DK, Group::size>;
+  HYBRIDCACHE_HD_INLINE void columns(int group, int ngroups, const Group& g) const {
     const int ts = tab.stride;
-    float* u = sc;  // the chunk's U column
-    const bool tensor = dots_on_tensor_cores();
-    const std::int64_t chunk_start = start + t0;
     for (int c = col_begin + group; c < col_end; c += ngroups) {
-      const float* col = cols + static_cast<std::int64_t>(c - col_begin) * DK;
-      float* ks = dots + static_cast<std::int64_t>(c - col_begin) * chunk;                  // k_r . s, then w_r
-      float* qs = dots + static_cast<std::int64_t>(block_columns + c - col_begin) * chunk;  // q_r . s, then scaled
-      // k_r . s and q_r . s (from `products`, or here: lanes over r, a lane walks its own
-      // rows (stride key_stride, 32 rows in 32 banks) while s[i] is a broadcast).
-      for (int r = g.rank(); r < len; r += Group::size) {
-        float a = 0.0f, b = 0.0f;
-        if (tensor) {
-          a = ks[r];
-          b = qs[r];
-        } else {
-          const In* kr = kraw + r * key_stride;
-          const In* qr = qraw + r * key_stride;
-          for (int i = 0; i < DK; ++i) {
-            a = fma_rn(to_float(kr[i]), col[i], a);
-            b = fma_rn(to_float(qr[i]), col[i], b);
-          }
-        }
-        const float gamma = decay_from_start(prefix_at(tab.cum, tab.seg, r));
-        ks[r] = Rule::delta ? fma_rn(-gamma, tab.kfac[r] * a, in.v_at(t0 + r, c)) : 0.0f;
-        qs[r] = mul_rn(gamma, tab.qfac[r] * b);
-      }
+      const float* ks = dots + static_cast<std::int64_t>(c - col_begin) * chunk;  // w_r
+      const float* qs = ks + static_cast<std::int64_t>(block_columns) * chunk;    // gamma_r q_r . s
+      float* u = ubuf + static_cast<std::int64_t>(c - col_begin) * chunk;         // the chunk's U column
+      column_dots(c, g);
       g.sync();
       // U = T w (delta) or V (linear); then O = diag(gamma) Q S + P U. Lanes over r: T[r][j]
       // and P[r][j] of 32 rows are in 32 banks, w[j] and u[j] are broadcasts.
-      for (int r = g.rank(); r < len; r += Group::size) {
-        float x = 0.0f;
-        if constexpr (Rule::delta) {
+      if constexpr (Rule::delta) {
+        for (int r = g.rank(); r < len; r += Group::size) {
+          float x = 0.0f;
           for (int j = 0; j <= r; ++j) x = fma_rn(tab.t[r * ts + j], ks[j], x);
-        } else {
-          x = in.v_at(t0 + r, c);
+          u[r] = x;
         }
-        u[r] = x;
+        g.sync();
       }
-      g.sync();
       for (int r = g.rank(); r < len; r += Group::size) {
         float o = qs[r];
         for (int j = 0; j <= r; ++j) o = fma_rn(tab.p[r * ts + j], u[j], o);
         out.o[(t0 + r) * out.stride + c] = from_float<Out>(o);
         if (out.u != nullptr) out.u[(t0 + r) * out.u_stride + c] = u[r];
       }
-      // Roll the column through the chunk (lanes over d_k); a checkpoint inside the chunk is
-      // the boundary state rolled forward, the one at its end the next boundary state.
-      float s[N];
-      get_column(c, s, g);
-      int next = 0;
-      while (next < ck.count && ck.positions[next] <= chunk_start) ++next;
-      for (int j = 0; j < len; ++j) {
-        float k[N];
-        load_slice<DK>(kraw + j * key_stride, tab.kfac[j], k, g);
-        fold_row(s, alpha[j], k, u[j]);
-        while (next < ck.count && ck.positions[next] == chunk_start + j + 1) {
-          store_state_row(State{ck.states + next * ck.state_stride}, c, s, g);
-          ++next;
-        }
-      }
-      put_column(c, s, g);
-      g.sync();
+      column_fold(c, g);
     }
   }
 
+  /// Tensor-core path (`scan_on_tensor_cores()`), phases in order with a barrier between
+  /// them: `products`, `columns_w` (groups), `u_products` (warps; delta rule), `o_products`
+  /// (warps) and `fold_columns` (groups). U = T W and O = diag(gamma) Q S + P U run as
+  /// m16n8k16 products over the lower-triangular 16x16 tiles of T and P, with T, P, W and U
+  /// each split into bf16 hi + lo (hi hi + hi lo + lo hi: 16 significand bits each side).
+  template <class Group>
+  HYBRIDCACHE_HD_INLINE void columns_w(int group, int ngroups, const Group& g) const {
+    for (int c = col_begin + group; c < col_end; c += ngroups) column_dots(c, g);
+  }
+  template <class Ctx>
+  HYBRIDCACHE_HD_INLINE void u_products(const Ctx& ctx, int warp, int warps) const {
+    if constexpr (Rule::delta) triangular_product(ctx, warp, warps, tab.t, dots, ubuf, false);
+  }
+  template <class Ctx>
+  HYBRIDCACHE_HD_INLINE void o_products(const Ctx& ctx, int warp, int warps) const {
+    triangular_product(ctx, warp, warps, tab.p, ubuf, dots + static_cast<std::int64_t>(block_columns) * chunk, true);
+  }
+  template <class Group>
+  HYBRIDCACHE_HD_INLINE void fold_columns(int group, int ngroups, const Group& g) const {
+    for (int c = col_begin + group; c < col_end; c += ngroups) column_fold(c, g);
+  }
+
  private:
+  /// Column c's k_r . s -> w_r = v_r - gamma_r k_r . s and q_r . s -> gamma_r q_r . s in
+  /// `dots` (the dots from `products`, or here in fp32: lanes over r, a lane walks its own
+  /// rows, stride key_stride, 32 rows in 32 banks, while s[i] is a broadcast); for the linear
+  /// rule U = V into `ubuf`.
+  template <class Group>
+  HYBRIDCACHE_HD_INLINE void column_dots(int c, const Group& g) const {
+    const bool tensor = dots_on_tensor_cores();
+    const float* col = cols + static_cast<std::int64_t>(c - col_begin) * DK;
+    float* ks = dots + static_cast<std::int64_t>(c - col_begin) * chunk;
+    float* qs = ks + static_cast<std::int64_t>(block_columns) * chunk;
+    float* u = ubuf + static_cast<std::int64_t>(c - col_begin) * chunk;
+    for (int r = g.rank(); r < len; r += Group::size) {
+      float a = 0.0f, b = 0.0f;
+      if (tensor) {
+        a = ks[r];
+        b = qs[r];
+      } else {
+        const In* kr = kraw + r * key_stride;
+        const In* qr = qraw + r * key_stride;
+        for (int i = 0; i < DK; ++i) {
+          a = fma_rn(to_float(kr[i]), col[i], a);
+          b = fma_rn(to_float(qr[i]), col[i], b);
+        }
+      }
+      const float gamma = decay_from_start(prefix_at(tab.cum, tab.seg, r));
+      ks[r] = Rule::delta ? fma_rn(-gamma, tab.kfac[r] * a, in.v_at(t0 + r, c)) : 0.0f;
+      qs[r] = mul_rn(gamma, tab.qfac[r] * b);
+      if constexpr (!Rule::delta) u[r] = in.v_at(t0 + r, c);
+    }
+  }
+  /// Rolls column c through the chunk with its U column (lanes over d_k); a checkpoint inside
+  /// the chunk is the boundary state rolled forward, the one at its end the next boundary.
+  template <class Group>
+  HYBRIDCACHE_HD_INLINE void column_fold(int c, const Group& g) const {
+    constexpr int N = slice_len<DK, Group::size>;
+    const float* u = ubuf + static_cast<std::int64_t>(c - col_begin) * chunk;
+    const std::int64_t chunk_start = start + t0;
+    float s[N];
+    get_column(c, s, g);
+    int next = 0;
+    while (next < ck.count && ck.positions[next] <= chunk_start) ++next;
+    for (int j = 0; j < len; ++j) {
+      float k[N];
+      load_slice<DK>(kraw + j * key_stride, tab.kfac[j], k, g);
+      fold_row(s, alpha[j], k, u[j]);
+      while (next < ck.count && ck.positions[next] == chunk_start + j + 1) {
+        store_state_row(State{ck.states + next * ck.state_stride}, c, s, g);
+        ++next;
+      }
+    }
+    put_column(c, s, g);
+    g.sync();
+  }
+  /// D = L X (+ Y) for the block's columns: L the lower triangle of a [C][tab.stride] table (T
+  /// or P), X and Y [block_columns][C] column-major in shared memory, a warp per 16 rows. With
+  /// `to_output` D is O (Y = the scaled q . s, stored to out.o and out.u with U = X), else U
+  /// (stored to `d`).
+  template <class Ctx>
+  HYBRIDCACHE_HD_INLINE void triangular_product(const Ctx& ctx, int warp, int warps, const float* l, const float* x,
+                                                float* d, bool to_output) const {
+    if constexpr (std::is_same_v<In, bfloat16_t>) {
+      const int lane = ctx.lane_id(), ncols = col_end - col_begin, ts = tab.stride;
+      for (int tile = warp; tile * mma_shape::m < len; tile += warps) {  // T W or P U
+        const int r0 = tile * mma_shape::m;
+        mma_fragment_c acc;
+        if (to_output)
+          for (int e = 0; e < 4; ++e) {
+            const int r = r0 + c_row(lane, e), n = c_col(lane, e);
+            acc.x[e] = r < len && n < ncols ? d[static_cast<std::int64_t>(n) * chunk + r] : 0.0f;
+          }
+        for (int k0 = 0; k0 <= r0; k0 += mma_shape::k) {
+          mma_fragment_a lh, ll;
+          mma_fragment_b xh, xl;
+          load_fragment_a_lower_split(l, ts, r0, k0, len, lane, lh, ll);
+          load_fragment_b_t_split(x, chunk, k0, 0, ncols, len, lane, xh, xl);
+          mma_m16n8k16<bfloat16_t>(ctx, acc, lh, xh);
+          mma_m16n8k16<bfloat16_t>(ctx, acc, lh, xl);
+          mma_m16n8k16<bfloat16_t>(ctx, acc, ll, xh);  // lo lo (<= 2^-18 of a term) left out: measured 10 % less error
+        }
+        for (int e = 0; e < 4; ++e) {
+          const int r = r0 + c_row(lane, e), n = c_col(lane, e);
+          if (r >= len || n >= ncols) continue;
+          if (to_output) {
+            const int c = col_begin + n;
+            out.o[(t0 + r) * out.stride + c] = from_float<Out>(acc.x[e]);
+            if (out.u != nullptr) out.u[(t0 + r) * out.u_stride + c] = x[static_cast<std::int64_t>(n) * chunk + r];
+          } else {
+            d[static_cast<std::int64_t>(n) * chunk + r] = acc.x[e];
+          }
+        }
+      }
+    } else {
+      (void)ctx, (void)warp, (void)warps, (void)l, (void)x, (void)d, (void)to_output;
+    }
+  }
+
   template <class Group>
   HYBRIDCACHE_HD_INLINE void put_column(int c, const float (&s)[slice_len<DK, Group::size>], const Group& g) const {
     float* col = cols + static_cast<std::int64_t>(c - col_begin) * DK;

@@ -208,7 +208,7 @@ HYBRIDCACHE_HD_INLINE void chunk_scan(const Ctx& ctx, const prefill_io<In, Out>&
   p.col_begin = cb * program::block_columns;
   p.col_end = p.col_begin + program::block_columns < DV ? p.col_begin + program::block_columns : DV;
   workspace_carver w{ctx.template shared<std::byte>()};
-  p.carve(w, kWarps);
+  p.carve(w);
   const warp_group<Ctx> g{ctx};
   const int warp = ctx.warp_id(), tid = static_cast<int>(ctx.thread());
   p.load_columns(warp, kWarps, g);
@@ -217,11 +217,20 @@ HYBRIDCACHE_HD_INLINE void chunk_scan(const Ctx& ctx, const prefill_io<In, Out>&
     p.select_chunk(i);
     p.stage(i, tid, kThreads);
     ctx.sync_threads();
-    if (p.dots_on_tensor_cores()) {
+    if (p.scan_on_tensor_cores()) {
       p.products(ctx, warp, kWarps);
       ctx.sync_threads();
+      p.columns_w(warp, kWarps, g);
+      ctx.sync_threads();
+      if constexpr (Rule::delta) {
+        p.u_products(ctx, warp, kWarps);
+        ctx.sync_threads();
+      }
+      p.o_products(ctx, warp, kWarps);
+      p.fold_columns(warp, kWarps, g);
+    } else {
+      p.columns(warp, kWarps, g);
     }
-    p.columns(warp, kWarps, p.group_scratch(warp), g);
     ctx.sync_threads();
   }
   p.store_columns(warp, kWarps, g);
@@ -267,7 +276,7 @@ kernel_launch_shape chunk_scan_shape(int num_seqs, int num_v_heads, int chunk) {
   using program = chunk_scan_program<Rule, state_ref<Layout, DK, DV>, In, Out>;
   constexpr int blocks_per_head = (DV + program::block_columns - 1) / program::block_columns;
   return {static_cast<std::uint64_t>(num_seqs) * static_cast<std::uint64_t>(num_v_heads) * blocks_per_head, kThreads,
-          program::workspace_bytes(chunk, kWarps)};
+          program::workspace_bytes(chunk)};
 }
 
 }  // namespace hybridcache::attention

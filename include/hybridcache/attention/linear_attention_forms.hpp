@@ -155,13 +155,13 @@ void chunked_head_host(const head_input<In>& in, const head_output<Out>& out, co
   for (int c0 = 0; c0 < DV; c0 += scan.block_columns) {
     scan.col_begin = c0;
     scan.col_end = c0 + scan.block_columns < DV ? c0 + scan.block_columns : DV;
-    workspace_carver w{ws.get(scan.workspace_bytes(chunk, 1))};
-    scan.carve(w, 1);
+    workspace_carver w{ws.get(scan.workspace_bytes(chunk))};
+    scan.carve(w);
     scan.load_columns(0, 1, serial_group{});
     for (int i = 0; i < chunks; ++i) {
       scan.select_chunk(i);
       scan.stage(i, 0, 1);
-      scan.columns(0, 1, scan.group_scratch(0), serial_group{});
+      scan.columns(0, 1, serial_group{});
     }
     scan.store_columns(0, 1, serial_group{});
   }

@@ -151,6 +151,36 @@ HYBRIDCACHE_HD_INLINE mma_fragment_b load_fragment_b_t(const T* m, int ld, int r
   return f;
 }
 
+/// x0, x1 as bf16 pairs hi = (bf16(x0), bf16(x1)) and lo = the rounded remainders.
+HYBRIDCACHE_HD_INLINE void split_pair(float x0, float x1, std::uint32_t& hi, std::uint32_t& lo) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  // The same round-to-nearest-even as from_float (finite values), two per instruction.
+  asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(hi) : "f"(x1), "f"(x0));
+  const float h0 = __uint_as_float(hi << 16), h1 = __uint_as_float(hi & 0xFFFF0000u);
+  asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(lo) : "f"(x1 - h1), "f"(x0 - h0));
+#else
+  const bfloat16_t h0 = from_float<bfloat16_t>(x0), h1 = from_float<bfloat16_t>(x1);
+  hi = mma_pack(h0, h1);
+  lo = mma_pack(from_float<bfloat16_t>(x0 - to_float(h0)), from_float<bfloat16_t>(x1 - to_float(h1)));
+#endif
+}
+
+/// Lane `lane`'s A fragments (bf16 hi and lo, as `split_pair`) of the 16x16 tile at (row0,
+/// col0) of the lower triangle (diagonal included) of a row-major fp32 matrix `m` with row
+/// stride `ld`: elements above the diagonal, in rows >= `n` or in columns >= `n` read as 0
+/// (and are not read).
+HYBRIDCACHE_HD_INLINE void load_fragment_a_lower_split(const float* m, int ld, int row0, int col0, int n, int lane,
+                                                       mma_fragment_a& hi, mma_fragment_a& lo) {
+  HYBRIDCACHE_UNROLL
+  for (int reg = 0; reg < 4; ++reg) {
+    const int r = row0 + a_row(lane, 2 * reg), c = col0 + a_col(lane, 2 * reg);
+    const float* row = m + static_cast<std::int64_t>(r) * ld;
+    const float x0 = r < n && c <= r ? row[c] : 0.0f;
+    const float x1 = r < n && c + 1 <= r ? row[c + 1] : 0.0f;
+    split_pair(x0, x1, hi.r[reg], lo.r[reg]);
+  }
+}
+
 /// `load_fragment_b_t` of an fp32 matrix split into two bf16 fragments, `hi` = bf16(x) and
 /// `lo` = bf16(x - hi): hi + lo carries 16 of fp32's 24 significand bits (relative error
 /// <= 2^-17), so two products against bf16 A recover an fp32 B to that error — how the state
@@ -163,16 +193,7 @@ HYBRIDCACHE_HD_INLINE void load_fragment_b_t_split(const float* m, int ld, int r
     const float* row = m + static_cast<std::int64_t>(n) * ld;
     const float x0 = n < rows && k < cols ? row[k] : 0.0f;
     const float x1 = n < rows && k + 1 < cols ? row[k + 1] : 0.0f;
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-    // The same round-to-nearest-even as from_float (finite values), two per instruction.
-    asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(hi.r[reg]) : "f"(x1), "f"(x0));
-    const float h0 = __uint_as_float(hi.r[reg] << 16), h1 = __uint_as_float(hi.r[reg] & 0xFFFF0000u);
-    asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(lo.r[reg]) : "f"(x1 - h1), "f"(x0 - h0));
-#else
-    const bfloat16_t h0 = from_float<bfloat16_t>(x0), h1 = from_float<bfloat16_t>(x1);
-    hi.r[reg] = mma_pack(h0, h1);
-    lo.r[reg] = mma_pack(from_float<bfloat16_t>(x0 - to_float(h0)), from_float<bfloat16_t>(x1 - to_float(h1)));
-#endif
+    split_pair(x0, x1, hi.r[reg], lo.r[reg]);
   }
 }
 
