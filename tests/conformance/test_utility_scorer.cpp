@@ -22,6 +22,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <deque>
 #include <random>
 #include <span>
 #include <utility>
@@ -36,6 +37,7 @@
 #include "hybridcache/prefix/prefix_cache.hpp"
 #include "hybridcache/sim/reference/reference_scorer.hpp"
 #include "hybridcache/stores/counting_store.hpp"
+#include "hybridcache/tiered/car_score.hpp"
 
 using namespace hybridcache;
 using namespace hybridcache::prefix;
@@ -224,6 +226,22 @@ struct adaptive_fixture {  // switching at almost every request (no hysteresis, 
   }
 };
 
+struct car_fixture {  // CaR's score (tiered/car_score.hpp): requests in flight credit random node ids
+  using scorer_type = tiered::car_scorer;
+  static scorer_type make(const cost_model&, std::mt19937_64& rng) {
+    static std::deque<tiered::car_score_board> boards;  // each outlives its cache (the test's)
+    auto& b = boards.emplace_back();
+    b.reserve(4096);
+    for (std::uint64_t r = 0; r < 64; ++r) {  // some never complete: their nodes keep a score
+      const std::vector<node_id> path{static_cast<node_id>(1 + rng() % 600), static_cast<node_id>(1 + rng() % 600)};
+      b.enter_window(r, path);
+      if (r % 2 == 0) b.dispatch(r, path);
+      if (r % 3 == 0) b.complete(r);
+    }
+    return tiered::car_scorer(b);
+  }
+};
+
 /// A sequence that shares a random prefix with one seen before (or none) and continues
 /// with fresh random tokens from a small vocabulary, so requests branch inside edges.
 /// At most `max_len` tokens, so one request always fits the store.
@@ -367,7 +385,8 @@ TEST_CASE_TEMPLATE_INVOKE(utility_scorer_conformance, lru_fixture, lru_heapq_fix
                           flop_fixture<intermediate_eviction::merge>, flop_fixture<intermediate_eviction::tombstone>,
                           gdsf_fixture<intermediate_eviction::merge>, gdsf_fixture<intermediate_eviction::tombstone>,
                           reference_fixture<intermediate_eviction::merge>,
-                          reference_fixture<intermediate_eviction::tombstone>, switching_fixture, adaptive_fixture);
+                          reference_fixture<intermediate_eviction::tombstone>, switching_fixture, adaptive_fixture,
+                          car_fixture);
 
 static_assert(switchable_scorer<lru_flop_gdsf_scorer, radix_tree<counting_store>>);
 static_assert(request_observer<marconi_adaptive_scorer> && replicable_scorer<lru_scorer> &&
