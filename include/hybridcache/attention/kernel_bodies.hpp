@@ -19,6 +19,7 @@
 
 #include "hybridcache/core/config.hpp"
 #include "hybridcache/attention/chunk_programs.hpp"
+#include "hybridcache/attention/prefill_io.hpp"
 #include "hybridcache/attention/decode_programs.hpp"
 #include "hybridcache/attention/kernel_context.hpp"
 #include "hybridcache/attention/kv_buffer.hpp"

@@ -25,6 +25,7 @@
 #include "hybridcache/core/config.hpp"
 #include "hybridcache/core/error.hpp"
 #include "hybridcache/attention/chunk_programs.hpp"
+#include "hybridcache/attention/prefill_io.hpp"
 #include "hybridcache/attention/kernel_context.hpp"
 #include "hybridcache/attention/linear_attention_common.hpp"
 
