@@ -182,9 +182,9 @@ HYBRIDCACHE_HD_INLINE void load_fragment_a_lower_split(const float* m, int ld, i
 }
 
 /// `load_fragment_b_t` of an fp32 matrix split into two bf16 fragments, `hi` = bf16(x) and
-/// `lo` = bf16(x - hi): hi + lo carries 16 of fp32's 24 significand bits (relative error
-/// <= 2^-17), so two products against bf16 A recover an fp32 B to that error — how the state
-/// enters the tensor-core products without being rounded to bf16.
+/// `lo` = bf16(x - hi): hi + lo carries 16 of fp32's 24 significand bits (bf16 keeps 8, lo
+/// the next 8: relative error <= 2^-16), so two products against bf16 A recover an fp32 B to
+/// that error — how the state enters the tensor-core products without being rounded to bf16.
 HYBRIDCACHE_HD_INLINE void load_fragment_b_t_split(const float* m, int ld, int row0, int col0, int rows, int cols,
                                                    int lane, mma_fragment_b& hi, mma_fragment_b& lo) {
   HYBRIDCACHE_UNROLL
