@@ -79,7 +79,10 @@ TEST_CASE_TEMPLATE("host tier: evicted leaves come back into the reservation byt
         if (Salted::value && rng() % 3 == 0) salt = done_salt[done.size() - 1 - k];
         prompt.assign(base.begin(), base.begin() + static_cast<std::ptrdiff_t>(1 + rng() % base.size()));
       }
-      const auto suffix = random_tokens(10 + rng() % 60, static_cast<std::uint32_t>(rng()));
+      // Two draws in one call are unsequenced (g++ draws the right-hand argument first, clang++
+      // the left): drawn in g++'s order, so both compilers replay the same requests.
+      const auto suffix_seed = static_cast<std::uint32_t>(rng());
+      const auto suffix = random_tokens(10 + rng() % 60, suffix_seed);
       prompt.insert(prompt.end(), suffix.begin(), suffix.end());
       auto t = requests.begin(prompt, {.output_tokens = 8, .salt = salt});
       if (!t) {
@@ -94,7 +97,8 @@ TEST_CASE_TEMPLATE("host tier: evicted leaves come back into the reservation byt
         CHECK(s->kv_from <= s->loaded_at);
       }
       auto seq = prompt;
-      const auto out = random_tokens(1 + rng() % 8, static_cast<std::uint32_t>(rng()));
+      const auto out_seed = static_cast<std::uint32_t>(rng());
+      const auto out = random_tokens(1 + rng() % 8, out_seed);
       seq.insert(seq.end(), out.begin(), out.end());
       const auto len = static_cast<std::int64_t>(seq.size());
       // Every token before prefill_start reads back its signature through the block table:
