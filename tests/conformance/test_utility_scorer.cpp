@@ -219,6 +219,13 @@ struct switching_fixture {  // the three library rules over one index, any of th
                                 gdsf_scorer(m), static_cast<std::size_t>(rng() % 3));
   }
 };
+struct switching_every_part_fixture {  // the same, every part's index current on every hook
+  using scorer_type = lru_flop_gdsf_scorer;
+  static scorer_type make(const cost_model& m, std::mt19937_64& rng) {
+    return lru_flop_gdsf_scorer(lru_scorer{}, flop_aware_scorer(m, {.alpha = static_cast<double>(rng() % 21) / 10.0}),
+                                gdsf_scorer(m), static_cast<std::size_t>(rng() % 3), index_upkeep::every_part);
+  }
+};
 struct adaptive_fixture {  // switching at almost every request (no hysteresis, short memory)
   using scorer_type = marconi_adaptive_scorer;
   static scorer_type make(const cost_model& m, std::mt19937_64&) {
@@ -385,12 +392,17 @@ TEST_CASE_TEMPLATE_INVOKE(utility_scorer_conformance, lru_fixture, lru_heapq_fix
                           flop_fixture<intermediate_eviction::merge>, flop_fixture<intermediate_eviction::tombstone>,
                           gdsf_fixture<intermediate_eviction::merge>, gdsf_fixture<intermediate_eviction::tombstone>,
                           reference_fixture<intermediate_eviction::merge>,
-                          reference_fixture<intermediate_eviction::tombstone>, switching_fixture, adaptive_fixture,
+                          reference_fixture<intermediate_eviction::tombstone>, switching_fixture,
+                          switching_every_part_fixture, adaptive_fixture,
                           car_fixture);
 
 static_assert(switchable_scorer<lru_flop_gdsf_scorer, radix_tree<counting_store>>);
 static_assert(request_observer<marconi_adaptive_scorer> && replicable_scorer<lru_scorer> &&
               replicable_scorer<flop_aware_scorer> && replicable_scorer<gdsf_scorer>);
+// Index upkeep: LRU and FLOP-aware rebuild their index; GDSF's clock needs its index current.
+static_assert(rebuildable_scorer<lru_scorer, radix_tree<counting_store>> &&
+              rebuildable_scorer<flop_aware_scorer, radix_tree<counting_store>> &&
+              !rebuildable_scorer<gdsf_scorer, radix_tree<counting_store>>);
 
 // --- negative cases ------------------------------------------------------------------------
 
@@ -490,7 +502,7 @@ static_assert(!inner_node_evicting_scorer<full_scorer> && !inner_node_reporting_
               !branch_protecting_scorer<full_scorer> && !alpha_settable_scorer<full_scorer> &&
               !reservable_scorer<full_scorer> && !store_aware_scorer<full_scorer, counting_store, prefix_cache_config> &&
               !refusal_observer<full_scorer> && !victim_observer<full_scorer, tree_t> &&
-              !byte_accounting_scorer<full_scorer, tree_t>);
+              !byte_accounting_scorer<full_scorer, tree_t> && !rebuildable_scorer<full_scorer, tree_t>);
 struct capable_shape : full_scorer {
   static constexpr bool evicts_inner_nodes = true;
   [[nodiscard]] bool takes_inner_nodes() const noexcept { return true; }
@@ -506,12 +518,21 @@ struct capable_shape : full_scorer {
   [[nodiscard]] std::int64_t accounted_bytes(const Tree&, node_id, evict_action, std::int64_t actual) {
     return actual;
   }
+  void suspend_index() noexcept {}
+  template <class Tree>
+  void resume_index(const Tree&) noexcept {}
 };
 static_assert(inner_node_evicting_scorer<capable_shape> && inner_node_reporting_scorer<capable_shape> &&
               branch_protecting_scorer<capable_shape> && alpha_settable_scorer<capable_shape> &&
               reservable_scorer<capable_shape> && store_aware_scorer<capable_shape, counting_store, prefix_cache_config> &&
               refusal_observer<capable_shape> && victim_observer<capable_shape, tree_t> &&
-              byte_accounting_scorer<capable_shape, tree_t>);
+              byte_accounting_scorer<capable_shape, tree_t> && rebuildable_scorer<capable_shape, tree_t>);
+struct resume_may_throw : full_scorer {  // a rebuild runs inside the noexcept hooks
+  void suspend_index() noexcept {}
+  template <class Tree>
+  void resume_index(const Tree&) {}
+};
+static_assert(!rebuildable_scorer<resume_may_throw, tree_t>);
 struct says_no_inner_nodes : full_scorer {
   static constexpr bool evicts_inner_nodes = false;
 };

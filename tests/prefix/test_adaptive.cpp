@@ -162,6 +162,88 @@ TEST_CASE("switching_scorer switched at random picks the naive models' victims")
   CHECK(switches > 1500);
 }
 
+namespace {
+
+/// Every node slot of two trees alike (ids, extents, tokens, checkpoints, pins, links): the
+/// same victims were taken, in the same order, by the same actions.
+template <class TA, class TB>
+void same_tree(const TA& a, const TB& b) {
+  REQUIRE(a.id_bound() == b.id_bound());
+  for (node_id n = 0; n < a.id_bound(); ++n) {
+    const auto &x = a.at(n), &y = b.at(n);
+    REQUIRE(x.live == y.live);
+    if (!x.live) continue;
+    REQUIRE(x.tokens == y.tokens);
+    REQUIRE(x.end == y.end);
+    REQUIRE(x.has_checkpoint == y.has_checkpoint);
+    REQUIRE(x.pins == y.pins);
+    REQUIRE(x.parent == y.parent);
+    REQUIRE(x.children == y.children);
+    REQUIRE(x.first_child == y.first_child);
+    REQUIRE(x.branched == y.branched);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("switching_scorer: only the followed part's index kept current gives every victim of all parts kept current") {
+  // index_upkeep::followed (the default) suspends LRU and FLOP-aware while another part is
+  // followed and rebuilds the index on the first hook after a switch back; every_part keeps
+  // all three current. Same requests, same switches: the trees stay equal node for node.
+  const cost_model& m = model();
+  const std::int64_t kv = m.kv_bytes_per_token(), ck = m.ssm_checkpoint_bytes();
+  std::int64_t evictions = 0, switches = 0;
+  std::uint64_t rebuilds = 0;
+  const flop_index indexes[] = {flop_index::bounded_walk, flop_index::efficiency_classes, flop_index::threshold_walk};
+  for (std::uint64_t seed = 1; seed <= 90; ++seed) {
+    CAPTURE(seed);
+    std::mt19937_64 rng(seed * 7919);
+    const flop_index index = indexes[seed % 3];
+    const flop_candidates cands = (seed / 3) % 2 == 0 ? flop_candidates::protect_branches : flop_candidates::paper;
+    const lru_config lru_cfg{.ties = (seed / 6) % 2 == 0 ? lru_ties::by_node_id : lru_ties::python_heapq};
+    // Bounded walks of 2 steps: the class heads decide often, which a stale index would change.
+    const flop_aware_config fc{.alpha = 1.0, .candidates = cands, .index = index, .walk_limit = seed % 4 == 0 ? 2 : 64};
+    auto parts = [&](index_upkeep u) {
+      return lru_flop_gdsf_scorer(lru_scorer(lru_cfg), flop_aware_scorer(m, fc), gdsf_scorer(m, {.candidates = cands}),
+                                  seed % 3, u);
+    };
+    const std::int64_t cap = 6 * ck + 250 * kv;
+    prefix_cache<cost_model, judicious_admission, lru_flop_gdsf_scorer, counting_store> lazy(m, counting_store(cap, kv, ck),
+                                                                                             parts(index_upkeep::followed));
+    prefix_cache<cost_model, judicious_admission, lru_flop_gdsf_scorer, counting_store> eager(
+        m, counting_store(cap, kv, ck), parts(index_upkeep::every_part));
+    REQUIRE(lazy.scorer().upkeep() == index_upkeep::followed);
+    std::vector<seq_t> seen;
+    for (int op = 0; op < 80; ++op) {
+      const std::uint64_t r = rng() % 6;
+      if (r < 2) {  // switch (sometimes twice with no hook between: no rebuild needed then)
+        for (std::uint64_t k = 0; k <= r; ++k) {
+          const std::size_t rule = rng() % 3;
+          const double alpha = static_cast<double>(rng() % 21) / 10.0;
+          REQUIRE(lazy.switch_rule(rule, alpha));
+          REQUIRE(eager.switch_rule(rule, alpha));
+          ++switches;
+        }
+      }
+      const seq_t s = branching_seq(rng, seen, 50);
+      evictions += same_request(lazy, eager, s, static_cast<std::int64_t>(1 + rng() % s.size()));
+      seen.push_back(s);
+      same_tree(lazy.tree(), eager.tree());
+      const std::size_t active = lazy.scorer().active_rule();
+      for (std::size_t p = 0; p < 2; ++p) CHECK(lazy.scorer().suspended(p) == (p != active));  // after a hook
+      CHECK_FALSE(lazy.scorer().suspended(2));                                                 // GDSF: never
+      if (active == 1) CHECK(lazy.scorer().part<1>().candidates() == eager.scorer().part<1>().candidates());
+      if (active == 0 && lru_cfg.ties == lru_ties::by_node_id)
+        CHECK(lazy.scorer().part<0>().candidates() == eager.scorer().part<0>().candidates());
+    }
+    CHECK(eager.scorer().index_rebuilds() == 0);
+    rebuilds += lazy.scorer().index_rebuilds();
+  }
+  CHECK(evictions > 2000);
+  CHECK(switches > 1500);
+  CHECK(rebuilds > 500);
+}
+
 TEST_CASE("switching_scorer: switch_to refuses a rule out of range or a bad alpha and changes nothing") {
   lru_flop_gdsf_scorer s = library_parts(0.5, 1);
   CHECK(s.rules() == 3);

@@ -9,8 +9,9 @@
 // How it decides:
 // - Candidates: (rule, alpha) pairs over the parts of a `switching_scorer<Scorers...>`
 //   (the library's set: SGLang+'s leaf LRU with whole-path refresh, Marconi's FLOP-aware
-//   rule at several alphas, GDSF). The live cache keeps every part's index current, so it
-//   switches rule in O(1), without rebuilding anything.
+//   rule at several alphas, GDSF). Only the followed part keeps its eviction index current
+//   (GDSF too: its clock needs its index); a part followed again after a switch rebuilds
+//   its index once (prefix/switching_scorer.hpp, `index_upkeep`).
 // - Shadows: one metadata-only `prefix_cache` per candidate (a counting store: token ids
 //   and byte counts, no KV, no states) with the live store's capacity and byte costs, the
 //   live admission policy and a fresh copy of the candidate's scorer. Every request the
@@ -55,8 +56,9 @@
 //   loses to both. The first candidate (the library's: SGLang+'s rule) is followed until
 //   another leads, so the selector starts at the baseline.
 //
-// Costs: each hook is the switching scorer's (the sum of its parts', O(log n) each; a victim
-// costs the followed part's select_victim). `observe_request` replays one request per
+// Costs: each hook is the switching scorer's (the followed part's and GDSF's, O(log n) each,
+// plus O(1) stamps per node for the suspended parts; a victim costs the followed part's
+// select_victim; a switch one O(N + n log n) rebuild of the newly followed index). `observe_request` replays one request per
 // shadow: K shadows cost about K times a metadata-only replay of the same request (the
 // shadows hold the token ids they cache); a tier-aware shadow costs about what the live
 // tiered cache costs per request (begin + finish of the lifecycle on a tiered store: with 6

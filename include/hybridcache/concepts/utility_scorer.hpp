@@ -7,15 +7,17 @@
 //
 // Three refinements the adaptive selector (compose/adaptive_scorer.hpp) is built from:
 // - `replicable_scorer`: makes a fresh, empty scorer with its own options (a shadow's);
-// - `switchable_scorer`: several eviction rules kept over one live index, one of them
-//   followed at a time, switched without rebuilding anything;
+// - `switchable_scorer`: several eviction rules kept over one live tree, one of them
+//   followed at a time (a rule's index rebuilt, where it was suspended, when it is followed
+//   again);
 // - `request_observer`: sees every request the cache commits (the shadows' input).
 //
 // And the optional capabilities the cache (and the switching scorer, for its parts) uses
 // where a scorer has them, each a named concept here rather than an unnamed probe at the
 // call site: `inner_node_evicting_scorer`, `inner_node_reporting_scorer`,
 // `branch_protecting_scorer`, `alpha_settable_scorer`, `reservable_scorer`,
-// `store_aware_scorer`, `refusal_observer`, `victim_observer`, `byte_accounting_scorer`.
+// `rebuildable_scorer`, `store_aware_scorer`, `refusal_observer`, `victim_observer`,
+// `byte_accounting_scorer`.
 #pragma once
 
 #include <concepts>
@@ -69,12 +71,13 @@ concept replicable_scorer = requires(const S& cs) {
   { cs.replica() } -> std::same_as<S>;
 };
 
-/// A scorer holding several eviction rules over one index, following one at a time
+/// A scorer holding several eviction rules over one live tree, following one at a time
 /// (prefix/switching_scorer.hpp):
 /// - `rules()`: how many rules it holds; `active_rule()`: the one eviction follows now;
 /// - `switch_to(rule, alpha)`: follow `rule` from the next eviction on, with FLOP weight
 ///   `alpha` where the rule has one; false (nothing changes) for a rule out of range or a
-///   bad alpha. O(1): every rule's index is kept current all the time.
+///   bad alpha. O(1) itself; a rule whose index was not kept current while another was
+///   followed rebuilds it at the next hook (the model's cost block says what that costs).
 template <class S, class Tree>
 concept switchable_scorer = utility_scorer<S, Tree> && requires(S& s, const S& cs, std::size_t i, double a) {
   { cs.rules() } noexcept -> std::same_as<std::size_t>;
@@ -124,6 +127,18 @@ concept alpha_settable_scorer = requires(S& s, double a) { s.set_alpha(a); };
 /// the hooks do not allocate in steady state. Default: the index grows as it goes.
 template <class S>
 concept reservable_scorer = requires(S& s, std::size_t ids) { s.reserve(ids); };
+
+/// Can stop keeping its eviction index current and rebuild it later from the tree:
+/// `suspend_index()` (from then on the hooks record only what the rule needs besides its
+/// index, e.g. last-access stamps, and `select_victim` is not called) and
+/// `resume_index(tree)` (the index rebuilt from the live nodes; the victims from then on are
+/// those of an index kept current throughout). A switching scorer suspends the parts it does
+/// not follow. Default: the index is kept current on every hook.
+template <class S, class Tree>
+concept rebuildable_scorer = requires(S& s, const Tree& ctree) {
+  { s.suspend_index() } noexcept -> std::same_as<void>;
+  { s.resume_index(ctree) } noexcept -> std::same_as<void>;
+};
 
 /// Learns the cache's store and configuration once, when the cache is built:
 /// `attach_store(store, config)` (the adaptive selector builds its shadows from them).

@@ -54,6 +54,13 @@
 // exact argmin whenever the walk ends in time; when it does not (anti-correlated recency and
 // efficiency), the victim is the best of the nodes it scored and the class heads.
 // O(walk_limit · log n + C) worst case; `walks_cut()` counts the victims chosen that way.
+//
+// Suspended index (`rebuildable_scorer`: a switching scorer's part while another part is
+// followed): suspend_index() stops the upkeep of every index above; the hooks then only
+// stamp (on_match O(|path|) to find the deepest checkpoint, on_update / on_erase O(1)), and
+// resume_index(tree) rebuilds the indexes from the tree: O(id_bound + n log n) (2 or 3 set
+// inserts per candidate). The indexes are functions of the candidates' times and
+// efficiencies, so the victims after a resume are those of indexes kept current throughout.
 #pragma once
 
 #include <algorithm>
@@ -267,7 +274,7 @@ class flop_aware_scorer {
   /// The indexes hold the same entries either way.
   template <class Tree>
   void on_update(const Tree& tree, node_id n) noexcept {
-    if (n == Tree::root()) return;
+    if (suspended_ || n == Tree::root()) return;
     if (!detail::flop_candidate(tree, n, protects_branches())) {
       erase(n);
       return;
@@ -314,8 +321,30 @@ class flop_aware_scorer {
   }
   template <class Tree>
   void on_erase(const Tree&, node_id n) noexcept {
-    erase(n);
+    if (!suspended_) erase(n);
   }
+
+  /// Stops the indexes' upkeep: the hooks only stamp until resume_index. select_victim
+  /// must not be called meanwhile. O(1).
+  void suspend_index() noexcept { suspended_ = true; }
+  /// Rebuilds the indexes from `tree` (every live candidate) and resumes their upkeep.
+  /// O(id_bound + n log n); index nodes come from the pool the old entries return to.
+  template <class Tree>
+  void resume_index(const Tree& tree) noexcept {
+    by_rec_.clear();
+    by_eff_.clear();
+    for (std::size_t w = 0; w < nonempty_.size(); ++w) {
+      for (std::uint64_t bits = nonempty_[w]; bits != 0; bits &= bits - 1)
+        classes_[w * 64 + static_cast<std::size_t>(std::countr_zero(bits))].clear();
+      nonempty_[w] = 0;
+    }
+    std::fill(in_.begin(), in_.end(), static_cast<unsigned char>(0));
+    suspended_ = false;
+    for (node_id n = 0; n < tree.id_bound(); ++n)  // the root is never a candidate
+      if (tree.live(n)) on_update(tree, n);
+  }
+  /// True while the indexes are suspended.
+  [[nodiscard]] bool index_suspended() const noexcept { return suspended_; }
 
   template <class Tree>
   [[nodiscard]] node_id select_victim(const Tree& tree, time_point now) noexcept {
@@ -423,10 +452,12 @@ class flop_aware_scorer {
   std::vector<std::uint64_t> nonempty_;  // bitmap of non-empty classes
   std::uint64_t visits_ = 0;
   std::uint64_t walks_cut_ = 0;
+  bool suspended_ = false;
 };
 
 static_assert(utility_scorer<flop_aware_scorer, radix_tree<state_store_archetype>>);
 static_assert(inner_node_evicting_scorer<flop_aware_scorer> && branch_protecting_scorer<flop_aware_scorer> &&
-              alpha_settable_scorer<flop_aware_scorer> && reservable_scorer<flop_aware_scorer>);
+              alpha_settable_scorer<flop_aware_scorer> && reservable_scorer<flop_aware_scorer> &&
+              rebuildable_scorer<flop_aware_scorer, radix_tree<state_store_archetype>>);
 
 }  // namespace hybridcache::prefix

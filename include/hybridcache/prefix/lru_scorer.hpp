@@ -21,6 +21,13 @@
 // Index: an indexed binary min-heap over (last access, id) with a position per node.
 // Costs: select_victim O(1); on_update / on_erase O(log n); on_match O(|path| log n).
 // Allocation only when the per-node arrays grow (reserve()).
+//
+// Suspended index (`rebuildable_scorer`: a switching scorer's part while another part is
+// followed): suspend_index() stops the heap's upkeep; the hooks then only stamp (on_match
+// O(|path|), on_update / on_erase O(1), nothing else), and resume_index(tree) rebuilds the
+// heap from the tree: O(id_bound + n log n). The victims after a resume are the ones an
+// index kept current throughout would give: the heap is a function of the candidates and
+// their times, which the stamps kept.
 #pragma once
 
 #include <cstdint>
@@ -55,6 +62,11 @@ class node_heap {
   [[nodiscard]] bool empty() const noexcept { return heap_.empty(); }
   [[nodiscard]] node_id top() const noexcept { return heap_.empty() ? no_node : heap_[0]; }
   [[nodiscard]] std::size_t size() const noexcept { return heap_.size(); }
+  /// Empties the heap (positions reset). O(size); keeps the capacity.
+  void clear() noexcept {
+    for (node_id n : heap_) pos_[n] = absent;
+    heap_.clear();
+  }
 
   /// Inserts `n` or moves it to `key`. Precondition: reserve() covered n.
   void set(node_id n, std::uint64_t key) noexcept {
@@ -159,7 +171,7 @@ class lru_scorer {
   }
   template <class Tree>
   void on_update(const Tree& tree, node_id n) noexcept {
-    if (n == Tree::root()) return;
+    if (suspended_ || n == Tree::root()) return;
     const auto& nd = tree.at(n);
     const bool candidate = nd.live && nd.children == 0 && nd.pins == 0;
     if (cfg_.ties == lru_ties::python_heapq) {
@@ -173,8 +185,24 @@ class lru_scorer {
   }
   template <class Tree>
   void on_erase(const Tree&, node_id n) noexcept {
-    heap_.erase(n);
+    if (!suspended_) heap_.erase(n);
   }
+
+  /// Stops the index's upkeep: the hooks only stamp until resume_index. select_victim must
+  /// not be called meanwhile. O(1).
+  void suspend_index() noexcept { suspended_ = true; }
+  /// Rebuilds the index from `tree` (every live candidate at its time) and resumes its
+  /// upkeep. O(id_bound + n log n); no allocation (reserve() covered the ids).
+  template <class Tree>
+  void resume_index(const Tree& tree) noexcept {
+    heap_.clear();
+    in_round_ = false;  // python_heapq: the next victim starts a round (as after any hook)
+    suspended_ = false;
+    for (node_id n = 0; n < tree.id_bound(); ++n)  // the root is never a candidate
+      if (tree.live(n)) on_update(tree, n);
+  }
+  /// True while the index is suspended.
+  [[nodiscard]] bool index_suspended() const noexcept { return suspended_; }
   template <class Tree>
   [[nodiscard]] node_id select_victim(const Tree& tree, time_point now) noexcept {
     if (cfg_.ties == lru_ties::by_node_id) return heap_.top();
@@ -238,9 +266,11 @@ class lru_scorer {
   std::vector<node_id> round_;
   time_point round_now_ = 0;
   bool in_round_ = false;
+  bool suspended_ = false;
 };
 
 static_assert(utility_scorer<lru_scorer, radix_tree<state_store_archetype>>);
-static_assert(reservable_scorer<lru_scorer> && !inner_node_evicting_scorer<lru_scorer> && !alpha_settable_scorer<lru_scorer>);
+static_assert(reservable_scorer<lru_scorer> && !inner_node_evicting_scorer<lru_scorer> && !alpha_settable_scorer<lru_scorer> &&
+              rebuildable_scorer<lru_scorer, radix_tree<state_store_archetype>>);
 
 }  // namespace hybridcache::prefix

@@ -1,19 +1,32 @@
 // hybridcache/prefix/switching_scorer.hpp
 //
 // `switching_scorer<Scorers...>`: several eviction rules kept over one live tree, one of
-// them followed at a time, switched in O(1) without rebuilding any index. The adaptive
-// selector (compose/adaptive_scorer.hpp) makes the live cache follow whichever rule its
-// shadows rank first; this class is the live half of it, and is usable on its own by a
-// runtime that wants to choose the rule itself (`switch_to`).
+// them followed at a time. The adaptive selector (compose/adaptive_scorer.hpp) makes the
+// live cache follow whichever rule its shadows rank first; this class is the live half of
+// it, and is usable on its own by a runtime that wants to choose the rule itself
+// (`switch_to`).
 //
-// Every part is a complete `utility_scorer` and sees every call the cache makes, so each
-// part's index is current whichever part is followed. Parts refresh different nodes on a
-// hit (SGLang+'s LRU the whole matched path, Marconi's FLOP-aware rule and GDSF only the
-// deepest node whose checkpoint is used), so each part reads and writes last-access times
-// of its own: the part is handed a `detail::stamp_view` of the tree instead of the tree,
-// whose `touch` and `last_access` go to the part's own table (a node a part never stamped
-// reads the tree's time, which is its creation time; a merge keeps the later time, as
-// radix_tree::merge_into_child does). The tree's own times are left as created.
+// Every part is a complete `utility_scorer` and sees every call the cache makes. Parts
+// refresh different nodes on a hit (SGLang+'s LRU the whole matched path, Marconi's
+// FLOP-aware rule and GDSF only the deepest node whose checkpoint is used), so each part
+// reads and writes last-access times of its own: the part is handed a `detail::stamp_view`
+// of the tree instead of the tree, whose `touch` and `last_access` go to the part's own
+// table (a node a part never stamped reads the tree's time, which is its creation time; a
+// merge keeps the later time, as radix_tree::merge_into_child does). The tree's own times
+// are left as created.
+//
+// Index upkeep (`index_upkeep`):
+// - `followed` (the default): only the followed part keeps its eviction index current. A
+//   part that can rebuild its index (`rebuildable_scorer`: lru_scorer, flop_aware_scorer)
+//   is suspended while another part is followed: it still sees every hook but only stamps
+//   its own times, and its index is rebuilt from the tree at the first hook after a switch
+//   makes it the followed part again. Its victims are then exactly those of an index kept
+//   current throughout (its index is a function of the candidates and the times its stamps
+//   kept; tests/prefix/test_adaptive.cpp compares both modes on random streams with
+//   switches, victim for victim). A part that cannot (gdsf_scorer: its clock L advances on
+//   other parts' victims to its lowest priority, which needs its index) stays current.
+// - `every_part`: every part keeps its index current on every hook; a switch rebuilds
+//   nothing.
 //
 // - select_victim / action / alpha / protects_branches: the followed part's answer. The
 //   other parts are told the victim (`observe_victim`, for parts that keep a clock of
@@ -22,10 +35,22 @@
 // - switch_to(rule, alpha): follow part `rule` from the next eviction on; a part with
 //   `set_alpha` takes `alpha` (flop_aware_scorer: any alpha, the indexes do not depend on it).
 //
-// Costs: every hook costs the sum of the parts' costs (each O(log n) for the library's
-// scorers; select_victim only the followed part's) plus O(1) per part for the stamp tables.
-// Memory: the parts' own plus 9 bytes per node id per part. Allocation only in reserve().
-// Not thread-safe (the cache's lock serialises calls).
+// Costs, worst case, n = live nodes, N = node ids the tree has used (id_bound):
+// - a hook (on_match, on_insert_path, on_update, on_erase), `followed` upkeep: the followed
+//   part's cost (O(log n) per node it touches for the library's scorers), plus for each
+//   suspended part only its stamps (on_match O(|path|), on_insert_path O(|path|) for LRU,
+//   on_update / on_erase O(1)), plus the full cost of each part that is not rebuildable
+//   (GDSF: O(log n)), plus O(1) per part for the stamp tables. `every_part`: the sum of all
+//   parts' costs.
+// - select_victim: the followed part's (LRU O(1); FLOP-aware O(walk_limit log n + C);
+//   GDSF O(1)) plus O(1) per other part (observe_victim).
+// - switch_to: O(1). The first hook after it pays the switch, `followed` upkeep only: the
+//   newly followed part's resume_index, O(N + n log n) (LRU n heap pushes, FLOP-aware 2-3
+//   set inserts per candidate), and O(1) to suspend the part left. Switching back before any
+//   hook rebuilds nothing. `index_rebuilds()` counts the rebuilds.
+// Memory: the parts' own (a suspended part keeps its stale index until its rebuild) plus 9
+// bytes per node id per part. Allocation only in reserve() (and index nodes drawn from a
+// part's pool, as in its own hooks). Not thread-safe (the cache's lock serialises calls).
 #pragma once
 
 #include <algorithm>
@@ -112,7 +137,14 @@ class stamp_view {
 
 }  // namespace detail
 
-/// Several eviction rules over one live index, one followed at a time. See the file comment.
+/// Which parts of a `switching_scorer` keep their eviction index current (see its file
+/// comment).
+enum class index_upkeep : unsigned char {
+  followed,    ///< the followed part only; a rebuildable part rebuilds its index when followed again
+  every_part,  ///< every part on every hook; a switch rebuilds nothing
+};
+
+/// Several eviction rules over one live tree, one followed at a time. See the file comment.
 template <class... Scorers>
   requires(sizeof...(Scorers) >= 1)
 class switching_scorer {
@@ -121,10 +153,13 @@ class switching_scorer {
  public:
   using parts_type = std::tuple<Scorers...>;
 
-  /// Follows part `initial` (0 by default). @throws invalid_argument for a part out of range.
-  explicit switching_scorer(Scorers... parts, std::size_t initial = 0) : parts_(std::move(parts)...) {
+  /// Follows part `initial` (0 by default) with the given upkeep. @throws invalid_argument
+  /// for a part out of range.
+  explicit switching_scorer(Scorers... parts, std::size_t initial = 0, index_upkeep upkeep = index_upkeep::followed)
+      : parts_(std::move(parts)...), upkeep_(upkeep) {
     HYBRIDCACHE_EXPECTS(initial < parts_count, invalid_argument, "switching_scorer: initial rule out of range");
     active_ = initial;
+    settle_pending_ = upkeep_ == index_upkeep::followed;  // the first hook suspends the other parts
   }
   switching_scorer(switching_scorer&&) noexcept = default;
   switching_scorer& operator=(switching_scorer&&) = delete;
@@ -133,17 +168,24 @@ class switching_scorer {
 
   [[nodiscard]] std::size_t rules() const noexcept { return parts_count; }
   [[nodiscard]] std::size_t active_rule() const noexcept { return active_; }
+  [[nodiscard]] index_upkeep upkeep() const noexcept { return upkeep_; }
   /// Follow part `rule` from the next eviction on, at FLOP weight `alpha` when the part has
   /// one (ignored otherwise). False, nothing changed, for a rule out of range or an alpha
-  /// that is negative or not finite. O(1).
+  /// that is negative or not finite. O(1); with `index_upkeep::followed` the next hook
+  /// rebuilds the part's index if it was suspended (see the file comment).
   bool switch_to(std::size_t rule, double alpha) noexcept {
     if (rule >= parts_count || !(std::isfinite(alpha) && alpha >= 0.0)) return false;
     visit(rule, [&](auto& part, detail::stamp_table&) noexcept {
       if constexpr (alpha_settable_scorer<std::remove_cvref_t<decltype(part)>>) part.set_alpha(alpha);  // cannot throw: checked
     });
+    if (rule != active_ && upkeep_ == index_upkeep::followed) settle_pending_ = true;
     active_ = rule;
     return true;
   }
+  /// Indexes rebuilt so far (a suspended part followed again; `index_upkeep::followed`).
+  [[nodiscard]] std::uint64_t index_rebuilds() const noexcept { return rebuilds_; }
+  /// True while part `rule` is suspended (its index not kept current).
+  [[nodiscard]] bool suspended(std::size_t rule) const noexcept { return rule < parts_count && suspended_[rule]; }
   /// Part `I` (its options, counters).
   template <std::size_t I>
   [[nodiscard]] const auto& part() const noexcept {
@@ -163,18 +205,22 @@ class switching_scorer {
 
   template <class Tree>
   void on_match(Tree& tree, std::span<const node_id> path, node_id partial, time_point now) noexcept {
+    settle(tree);
     each(tree, [&](auto& part, const auto& view) noexcept { part.on_match(view, path, partial, now); });
   }
   template <class Tree>
   void on_insert_path(Tree& tree, std::span<const node_id> path, time_point now) noexcept {
+    settle(tree);
     each(tree, [&](auto& part, const auto& view) noexcept { part.on_insert_path(view, path, now); });
   }
   template <class Tree>
   void on_update(const Tree& tree, node_id n) noexcept {
+    settle(tree);
     each(tree, [&](auto& part, const auto& view) noexcept { part.on_update(view, n); });
   }
   template <class Tree>
   void on_erase(const Tree& tree, node_id n) noexcept {
+    settle(tree);
     std::size_t i = 0;
     std::apply(
         [&](auto&... p) {
@@ -184,6 +230,7 @@ class switching_scorer {
   }
   template <class Tree>
   [[nodiscard]] node_id select_victim(const Tree& tree, time_point now) noexcept {
+    settle(tree);
     node_id v = no_node;
     visit(active_, [&](auto& part, detail::stamp_table& st) noexcept {
       v = part.select_victim(detail::stamp_view<Tree>(tree, st), now);
@@ -237,6 +284,33 @@ class switching_scorer {
   static void tell_victim(P& p, const View& view, node_id v) noexcept {
     if constexpr (victim_observer<P, View>) p.observe_victim(view, v);
   }
+  /// After a switch (or before the first hook), `followed` upkeep: suspends the rebuildable
+  /// parts not followed and rebuilds the followed one's index if it was suspended. O(1)
+  /// when nothing is pending.
+  template <class Tree>
+  void settle(const Tree& tree) noexcept {
+    if (!settle_pending_) return;
+    settle_pending_ = false;
+    std::size_t i = 0;
+    std::apply(
+        [&](auto&... p) {
+          ((settle_part(p, detail::stamp_view<Tree>(tree, stamps_[i]), i), ++i), ...);
+        },
+        parts_);
+  }
+  template <class P, class View>
+  void settle_part(P& p, const View& view, std::size_t i) noexcept {
+    if constexpr (rebuildable_scorer<P, View>) {
+      if (i != active_ && !suspended_[i]) {
+        p.suspend_index();
+        suspended_[i] = true;
+      } else if (i == active_ && suspended_[i]) {
+        p.resume_index(view);
+        suspended_[i] = false;
+        ++rebuilds_;
+      }
+    }
+  }
   /// Calls f(part, view) for every part, each with its own stamp view.
   template <class Tree, class F>
   void each(const Tree& tree, F&& f) noexcept {
@@ -266,6 +340,10 @@ class switching_scorer {
   std::tuple<Scorers...> parts_;
   mutable std::array<detail::stamp_table, parts_count> stamps_{};  // const calls read through views
   std::size_t active_ = 0;
+  index_upkeep upkeep_ = index_upkeep::followed;
+  bool settle_pending_ = false;                // a switch (or the start) not yet settled at a hook
+  std::array<bool, parts_count> suspended_{};  // part i's index suspended (rebuildable parts only)
+  std::uint64_t rebuilds_ = 0;
 };
 
 /// The library's rule set: SGLang+'s leaf LRU, Marconi's FLOP-aware rule (any alpha), GDSF.
