@@ -340,5 +340,19 @@ adaptive_sampled make_scorer<adaptive_sampled>() {
 }  // namespace
 BENCHMARK(bm_lifecycle_10k_nodes<adaptive_exact>)->Name("bm_lifecycle_10k_nodes/adaptive_exact");
 BENCHMARK(bm_lifecycle_10k_nodes<adaptive_sampled>)->Name("bm_lifecycle_10k_nodes/adaptive_sampled_r0.1");
+// The live switching scorer alone (following FLOP-aware a1, no shadows), each index upkeep.
+namespace {
+struct switching_eager : lru_flop_gdsf_scorer {
+  switching_eager()
+      : lru_flop_gdsf_scorer(lru_scorer{}, flop_aware_scorer(::model(), {.alpha = 1.0}), gdsf_scorer(::model()), 1,
+                             index_upkeep::every_part) {}
+};
+template <>
+switching_eager make_scorer<switching_eager>() {
+  return switching_eager{};
+}
+}  // namespace
+BENCHMARK(bm_lifecycle_10k_nodes<switching_flop_scorer>)->Name("bm_lifecycle_10k_nodes/switching_flop_a1");
+BENCHMARK(bm_lifecycle_10k_nodes<switching_eager>)->Name("bm_lifecycle_10k_nodes/switching_flop_a1_every_part");
 
 BENCHMARK_MAIN();

@@ -69,13 +69,15 @@ void chat_marconi_selector(benchmark::State& s) {
 
 // Sampled shadows (issue #36): the selector at rate R (floor F: exact until R x the
 // conversations the cache holds reaches F), against chat_marconi_alpha1 / mooncake/marconi_alpha1.
-void chat_selector_sampled(benchmark::State& s, double rate, double floor) {
+void chat_selector_sampled(benchmark::State& s, double rate, double floor,
+                           pc::index_upkeep upkeep = pc::index_upkeep::followed) {
   run<pc::judicious_admission>(s, chat_trace(), 5'000'000'000, 1,
-                               replay_bench::sampled_selector({.rate = rate, .min_sampled_conversations = floor}, 1));
+                               replay_bench::sampled_selector({.rate = rate, .min_sampled_conversations = floor}, 1, upkeep));
 }
 // At 50 GB the cache holds ~60-90 Mooncake conversations; at 300 GB ~340-410, where a 0.1
 // sample holds enough for the floor of 16 (the rows' capacity is the last argument).
-void mooncake_selector_sampled(benchmark::State& s, double rate, double floor, std::int64_t cap) {
+void mooncake_selector_sampled(benchmark::State& s, double rate, double floor, std::int64_t cap,
+                               pc::index_upkeep upkeep = pc::index_upkeep::followed) {
   const auto* t = mooncake_trace();
   if (t == nullptr) {
     s.SkipWithError("../shared/data/traces/mooncake/conversation_trace.jsonl not found");
@@ -86,7 +88,21 @@ void mooncake_selector_sampled(benchmark::State& s, double rate, double floor, s
     return;
   }
   run<pc::judicious_admission>(s, *t, cap, 512,
-                               replay_bench::sampled_selector({.rate = rate, .min_sampled_conversations = floor}, 512));
+                               replay_bench::sampled_selector({.rate = rate, .min_sampled_conversations = floor}, 512, upkeep));
+}
+
+// The live switching scorer alone (no shadows) following FLOP-aware a1, each upkeep
+// (issue #36: the live half's cost against chat_marconi_alpha1 / mooncake/marconi_alpha1).
+void chat_switching_live(benchmark::State& s, pc::index_upkeep upkeep) {
+  run<pc::judicious_admission>(s, chat_trace(), 5'000'000'000, 1, replay_bench::switching_live(upkeep));
+}
+void mooncake_switching_live(benchmark::State& s, pc::index_upkeep upkeep) {
+  const auto* t = mooncake_trace();
+  if (t == nullptr) {
+    s.SkipWithError("../shared/data/traces/mooncake/conversation_trace.jsonl not found");
+    return;
+  }
+  run<pc::judicious_admission>(s, *t, 50'000'000'000, 512, replay_bench::switching_live(upkeep));
 }
 
 void mooncake(benchmark::State& s, int policy) {
@@ -120,11 +136,26 @@ BENCHMARK_CAPTURE(chat_selector_sampled, r0_1, 0.1, 0.0)->Unit(benchmark::kMilli
 BENCHMARK_CAPTURE(chat_selector_sampled, r0_05, 0.05, 0.0)->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(chat_selector_sampled, r0_1_floor16, 0.1, 16.0)->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(chat_selector_sampled, r0_01, 0.01, 0.0)->Unit(benchmark::kMillisecond);
+// (R = 0.001 cannot run here: 5e9 x 0.001 is smaller than one checkpoint.)
+BENCHMARK_CAPTURE(chat_selector_sampled, r0_01_every_part, 0.01, 0.0, pc::index_upkeep::every_part)
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(chat_selector_sampled, exact_every_part, 1.0, 0.0, pc::index_upkeep::every_part)
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(chat_switching_live, followed, pc::index_upkeep::followed)->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(chat_switching_live, every_part, pc::index_upkeep::every_part)->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(mooncake_selector_sampled, r0_1, 0.1, 0.0, 50'000'000'000)->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(mooncake_selector_sampled, r0_05, 0.05, 0.0, 50'000'000'000)->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(mooncake_selector_sampled, r0_1_floor16, 0.1, 16.0, 50'000'000'000)->Unit(benchmark::kMillisecond);
 // Rates 0.01 / 0.001 (a handful of requests sampled): what the live switching scorer and the hash cost alone.
+BENCHMARK_CAPTURE(mooncake_selector_sampled, r0_01, 0.01, 0.0, 50'000'000'000)->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(mooncake_selector_sampled, r0_001, 0.001, 0.0, 50'000'000'000)->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(mooncake_selector_sampled, r0_001_every_part, 0.001, 0.0, 50'000'000'000, pc::index_upkeep::every_part)
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(mooncake_selector_sampled, exact, 1.0, 0.0, 50'000'000'000)->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(mooncake_selector_sampled, exact_every_part, 1.0, 0.0, 50'000'000'000, pc::index_upkeep::every_part)
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(mooncake_switching_live, followed, pc::index_upkeep::followed)->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(mooncake_switching_live, every_part, pc::index_upkeep::every_part)->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(mooncake_selector_sampled, 300GB_alpha1, 0.0, 0.0, 300'000'000'000)->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(mooncake_selector_sampled, 300GB_exact, 1.0, 0.0, 300'000'000'000)->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(mooncake_selector_sampled, 300GB_r0_1_floor16, 0.1, 16.0, 300'000'000'000)->Unit(benchmark::kMillisecond);

@@ -17,6 +17,7 @@
 #include <hybridcache/prefix/flop_aware_scorer.hpp>
 #include <hybridcache/prefix/lru_scorer.hpp>
 #include <hybridcache/prefix/prefix_cache.hpp>
+#include <hybridcache/prefix/switching_scorer.hpp>
 #include <hybridcache/sim/prefix_cache_replay.hpp>
 #include <hybridcache/sim/replay.hpp>
 #include <hybridcache/stores/counting_store.hpp>
@@ -78,10 +79,24 @@ inline auto flop_alpha1 = [] { return pc::flop_aware_scorer(model(), {.alpha = 1
 inline auto flop_alpha0 = [] { return pc::flop_aware_scorer(model(), {.alpha = 0.0}); };
 /// What `hcbench --policy marconi` (--alpha auto) runs: the adaptive selector's default candidates.
 inline auto marconi_selector = [] { return hc::compose::make_marconi_adaptive_scorer(model()); };
-/// The selector with sampled shadows (issue #36): `sampling` as given, `tokens_per_id` the trace's.
-inline auto sampled_selector(hc::compose::shadow_sampling_config sampling, std::int64_t tokens_per_id) {
+/// The selector's live half alone (no shadows): the switching scorer over LRU, FLOP-aware a1
+/// and GDSF following FLOP-aware a1, with `upkeep` (issue #36: what the live cache costs).
+inline auto switching_live(pc::index_upkeep upkeep) {
   return [=] {
-    return hc::compose::make_marconi_adaptive_scorer(model(), {.tokens_per_id = tokens_per_id, .sampling = sampling});
+    return pc::lru_flop_gdsf_scorer(pc::lru_scorer{}, pc::flop_aware_scorer(model(), {.alpha = 1.0}), pc::gdsf_scorer(model()), 1,
+                                    upkeep);
+  };
+}
+/// The selector with sampled shadows (issue #36): `sampling` as given, `tokens_per_id` the trace's;
+/// `upkeep` of the live switching scorer (every_part: every rule's index current on every hook,
+/// as before issue #36's lazy upkeep).
+inline auto sampled_selector(hc::compose::shadow_sampling_config sampling, std::int64_t tokens_per_id,
+                             pc::index_upkeep upkeep = pc::index_upkeep::followed) {
+  return [=] {
+    return hc::compose::marconi_adaptive_scorer(
+        model(),
+        pc::lru_flop_gdsf_scorer(pc::lru_scorer{}, pc::flop_aware_scorer(model()), pc::gdsf_scorer(model()), 0, upkeep),
+        {.tokens_per_id = tokens_per_id, .sampling = sampling});
   };
 }
 
