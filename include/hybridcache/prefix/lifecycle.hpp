@@ -442,8 +442,7 @@ class request_lifecycle {
     const request_state& s = states_[t.handle.index()];
     if constexpr (lands_in_reservation) {
       if (s.loaded_at > 0) {  // loaded from below HBM into the slot reserved for it
-        for (const auto& c : s.checkpoints)
-          if (c.position == s.loaded_at && store_type::holds(c.handle)) return &c.handle;
+        if (const checkpoint_slot* c = slot_for(s, s.loaded_at); c != nullptr) return &c->handle;
         return unexpected(errc::not_found, "resume_checkpoint: no slot holds the loaded state", s.loaded_at);
       }
     }
@@ -628,10 +627,13 @@ class request_lifecycle {
     s.loaded_at = 0;
   }
 
-  static checkpoint_slot* slot_for(request_state& s, std::int64_t p) noexcept {
-    for (auto& c : s.checkpoints)
+  static const checkpoint_slot* slot_for(const request_state& s, std::int64_t p) noexcept {
+    for (const auto& c : s.checkpoints)
       if (c.position == p && store_type::holds(c.handle)) return &c;
     return nullptr;
+  }
+  static checkpoint_slot* slot_for(request_state& s, std::int64_t p) noexcept {
+    return const_cast<checkpoint_slot*>(slot_for(std::as_const(s), p));
   }
 
   /// Hands the reservation's KV over range by range: [cursor, a) goes back (the tree
