@@ -78,6 +78,61 @@ TEST_CASE("gdsf_scorer picks the naive full scan's victims on random branching s
   CHECK(hits > 500);
 }
 
+TEST_CASE("gdsf_scorer breaks equal priorities by the lower node id, as the naive scan does") {
+  // Conversations that share a 16-token head and differ in one token after it, each with the
+  // same tail length: their leaves have the same extent, so the same efficiency, and those
+  // created between two evictions the same L, so equal priorities; which one goes is
+  // visible only in which conversation a later turn finds again.
+  const cost_model m(presets::marconi_7b());
+  const std::int64_t kv = m.kv_bytes_per_token(), ck = m.ssm_checkpoint_bytes();
+  std::int64_t hits = 0, evictions = 0;
+  for (std::uint64_t seed = 1; seed <= 40; ++seed) {
+    CAPTURE(seed);
+    std::mt19937_64 rng(seed);
+    const std::int64_t cap = 5 * ck + 200 * kv;
+    prefix_cache<cost_model, judicious_admission, gdsf_scorer, counting_store> fast(m, counting_store(cap, kv, ck), gdsf_scorer(m));
+    prefix_cache<cost_model, judicious_admission, naive_gdsf, counting_store> naive(m, counting_store(cap, kv, ck), naive_gdsf(m));
+    std::vector<std::vector<token_id>> seen;
+    token_id next = 10;
+    for (int op = 0; op < 80; ++op) {
+      std::vector<token_id> s;
+      std::int64_t in = 17;
+      if (!seen.empty() && rng() % 3 == 0) {  // the next turn: the whole conversation, one token, 7 more
+        auto& conv = seen[rng() % seen.size()];
+        conv.push_back(next++);
+        in = static_cast<std::int64_t>(conv.size());
+        conv.resize(conv.size() + 7, 0);
+        s = conv;
+      } else {
+        s.assign(16, 1);
+        s.push_back(next++);
+        s.resize(s.size() + (rng() % 4 == 0 ? 31 : 15), 0);
+        seen.push_back(s);
+      }
+      const std::span<const token_id> input(s.data(), static_cast<std::size_t>(in));
+      auto a = fast.match(input);
+      auto b = naive.match(input);
+      REQUIRE(a);
+      REQUIRE(b);
+      REQUIRE(a->reusable_tokens == b->reusable_tokens);
+      hits += a->reusable_tokens > 16 ? 1 : 0;
+      auto ca = fast.commit(s, in, &*a);
+      auto cb = naive.commit(s, in, &*b);
+      REQUIRE(ca.has_value() == cb.has_value());
+      if (!ca) {
+        REQUIRE(fast.release(*a));
+        REQUIRE(naive.release(*b));
+        continue;
+      }
+      REQUIRE(ca->evictions == cb->evictions);
+      REQUIRE(fast.store().used_bytes() == naive.store().used_bytes());
+      evictions += ca->evictions;
+    }
+  }
+  CHECK(evictions > 500);
+  CHECK(hits > 100);
+}
+
 TEST_CASE("gdsf_scorer: frequency and inflation — a node hit often outlives a colder one of the same efficiency") {
   const cost_model m(presets::marconi_7b());
   const std::int64_t kv = m.kv_bytes_per_token(), ck = m.ssm_checkpoint_bytes();

@@ -22,9 +22,13 @@
 // where it is large (docs/prefix-cache.md, "GDSF, measured"), so it is one of the
 // candidates an adaptive selector picks among.
 //
-// Costs: on_match O(path) to find the node + O(log n); on_update / on_erase O(log n);
-// select_victim O(1) (the index's minimum). Index nodes come from a pooled resource, so
-// steady state allocates nothing. Not thread-safe (the cache's lock serialises calls).
+// Index: an indexed binary min-heap over (priority, id) (detail::basic_node_heap,
+// prefix/node_heap.hpp): the order a std::set of (priority, id) pairs keeps, so the same
+// victims, with no node per entry. Costs: on_match O(path) to find the node + O(log n);
+// on_update / on_erase O(log n); select_victim and observe_victim O(1) (the heap's top).
+// Memory: 32 bytes per node id (frequency, L_n, the heap's key, position and slot).
+// Allocation only when the per-node arrays grow (reserve()). Not thread-safe
+// (the cache's lock serialises calls).
 #pragma once
 
 #include <algorithm>
@@ -32,9 +36,6 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
-#include <memory>
-#include <memory_resource>
-#include <set>
 #include <span>
 #include <utility>
 #include <vector>
@@ -43,6 +44,7 @@
 #include "hybridcache/concepts/utility_scorer.hpp"
 #include "hybridcache/model/cost_model.hpp"
 #include "hybridcache/prefix/flop_aware_scorer.hpp"
+#include "hybridcache/prefix/node_heap.hpp"
 #include "hybridcache/prefix/radix_tree.hpp"
 
 namespace hybridcache::prefix {
@@ -60,10 +62,7 @@ class gdsf_scorer {
   static constexpr bool evicts_inner_nodes = true;
 
   explicit gdsf_scorer(cost_model model, gdsf_config cfg = {})
-      : model_(std::move(model)),
-        cfg_(cfg),
-        pool_(std::make_unique<std::pmr::unsynchronized_pool_resource>()),
-        by_priority_(pool_.get()) {}
+      : model_(std::move(model)), cfg_(cfg) {}
   gdsf_scorer(gdsf_scorer&&) noexcept = default;
   gdsf_scorer& operator=(gdsf_scorer&&) = delete;
 
@@ -75,7 +74,7 @@ class gdsf_scorer {
   [[nodiscard]] double inflation() const noexcept { return inflation_; }
   /// The priority of candidate `n` (NaN when it is not one). O(1).
   [[nodiscard]] double priority(node_id n) const noexcept {
-    return n < in_.size() && in_[n] ? priority_[n] : std::numeric_limits<double>::quiet_NaN();
+    return by_priority_.contains(n) ? by_priority_.key(n) : std::numeric_limits<double>::quiet_NaN();
   }
   /// Hits counted for `n` (0 for a slot not in use). O(1).
   [[nodiscard]] std::uint64_t frequency(node_id n) const noexcept { return n < freq_.size() ? freq_[n] : 0; }
@@ -85,7 +84,8 @@ class gdsf_scorer {
   [[nodiscard]] gdsf_scorer replica() const { return gdsf_scorer(model_, cfg_); }
 
   void reserve(std::size_t ids) {
-    if (freq_.size() < ids) detail::grow_all(ids, freq_, base_, priority_, in_);
+    if (freq_.size() < ids) detail::grow_all(ids, freq_, base_);
+    by_priority_.reserve(ids);
   }
 
   /// A hit uses the state of the deepest matched node that holds one: its frequency grows
@@ -105,7 +105,7 @@ class gdsf_scorer {
   void on_insert_path(Tree&, std::span<const node_id>, time_point) noexcept {}
 
   /// Re-indexes `n`: an unchanged priority (bit for bit) leaves the index alone, a changed
-  /// one moves its index node (no allocation); the index holds the same entries either way.
+  /// one moves `n` in the heap (no allocation); the index holds the same entries either way.
   template <class Tree>
   void on_update(const Tree& tree, node_id n) noexcept {
     if (n == Tree::root() || n >= freq_.size()) return;
@@ -118,15 +118,10 @@ class gdsf_scorer {
       return;
     }
     const double p = base_[n] + static_cast<double>(freq_[n]) * detail::node_efficiency(model_, tree, n);
-    if (in_[n]) {
-      if (std::bit_cast<std::uint64_t>(p) == std::bit_cast<std::uint64_t>(priority_[n])) return;
-      detail::rekey(by_priority_, {priority_[n], n}, {p, n});
-      priority_[n] = p;
+    if (by_priority_.contains(n) &&
+        std::bit_cast<std::uint64_t>(p) == std::bit_cast<std::uint64_t>(by_priority_.key(n)))
       return;
-    }
-    priority_[n] = p;
-    in_[n] = 1;
-    by_priority_.emplace(priority_[n], n);
+    by_priority_.set(n, p);
   }
   template <class Tree>
   void on_erase(const Tree&, node_id n) noexcept {
@@ -137,9 +132,8 @@ class gdsf_scorer {
   /// The lowest priority (ties: lowest node id); L becomes its priority.
   template <class Tree>
   [[nodiscard]] node_id select_victim(const Tree&, time_point) noexcept {
-    if (by_priority_.empty()) return no_node;
-    const auto& [h, n] = *by_priority_.begin();
-    inflation_ = std::max(inflation_, h);
+    const node_id n = by_priority_.top();
+    if (n != no_node) inflation_ = std::max(inflation_, by_priority_.key(n));
     return n;
   }
 
@@ -149,7 +143,7 @@ class gdsf_scorer {
   /// stale L and recency would be lost when GDSF leads again. O(1).
   template <class Tree>
   void observe_victim(const Tree&, node_id) noexcept {
-    if (!by_priority_.empty()) inflation_ = std::max(inflation_, by_priority_.begin()->first);
+    if (const node_id n = by_priority_.top(); n != no_node) inflation_ = std::max(inflation_, by_priority_.key(n));
   }
 
   template <class Tree>
@@ -161,20 +155,13 @@ class gdsf_scorer {
   [[nodiscard]] std::size_t candidates() const noexcept { return by_priority_.size(); }
 
  private:
-  void erase(node_id n) noexcept {
-    if (n >= in_.size() || !in_[n]) return;
-    by_priority_.erase({priority_[n], n});
-    in_[n] = 0;
-  }
+  void erase(node_id n) noexcept { by_priority_.erase(n); }
 
   cost_model model_;
   gdsf_config cfg_;
-  std::unique_ptr<std::pmr::unsynchronized_pool_resource> pool_;
-  std::pmr::set<std::pair<double, node_id>> by_priority_;
+  detail::basic_node_heap<double> by_priority_;  // candidates by (priority, id)
   std::vector<std::uint64_t> freq_;
   std::vector<double> base_;
-  std::vector<double> priority_;
-  std::vector<unsigned char> in_;
   double inflation_ = 0.0;
 };
 

@@ -18,7 +18,8 @@
 //   matched child); a commit stamps every existing node on its path.
 // - Action: delete the leaf (its KV and checkpoint).
 //
-// Index: an indexed binary min-heap over (last access, id) with a position per node.
+// Index: an indexed binary min-heap over (last access, id) with a position per node
+// (detail::node_heap, prefix/node_heap.hpp).
 // Costs: select_victim O(1); on_update / on_erase O(log n); on_match O(|path| log n).
 // Allocation only when the per-node arrays grow (reserve()).
 //
@@ -37,99 +38,10 @@
 #include "hybridcache/concepts/utility_scorer.hpp"
 #include "hybridcache/concepts/state_store.hpp"
 #include "hybridcache/core/python_heapq.hpp"
+#include "hybridcache/prefix/node_heap.hpp"
 #include "hybridcache/prefix/radix_tree.hpp"
 
 namespace hybridcache::prefix {
-
-namespace detail {
-
-/// Indexed binary min-heap of node ids ordered by (key, id). O(log n) push/erase/update,
-/// O(1) top. Positions live in a per-node array (grown by reserve()).
-class node_heap {
- public:
-  static constexpr std::uint32_t absent = 0xffffffffu;
-
-  void reserve(std::size_t ids) {
-    if (pos_.size() < ids) {
-      detail::reserve_geometric(pos_, ids);
-      detail::reserve_geometric(key_, ids);
-      pos_.resize(ids, absent);
-      key_.resize(ids, 0);
-    }
-    detail::reserve_geometric(heap_, ids);
-  }
-  [[nodiscard]] bool contains(node_id n) const noexcept { return n < pos_.size() && pos_[n] != absent; }
-  [[nodiscard]] bool empty() const noexcept { return heap_.empty(); }
-  [[nodiscard]] node_id top() const noexcept { return heap_.empty() ? no_node : heap_[0]; }
-  [[nodiscard]] std::size_t size() const noexcept { return heap_.size(); }
-  /// Empties the heap (positions reset). O(size); keeps the capacity.
-  void clear() noexcept {
-    for (node_id n : heap_) pos_[n] = absent;
-    heap_.clear();
-  }
-
-  /// Inserts `n` or moves it to `key`. Precondition: reserve() covered n.
-  void set(node_id n, std::uint64_t key) noexcept {
-    key_[n] = key;
-    if (pos_[n] == absent) {
-      pos_[n] = static_cast<std::uint32_t>(heap_.size());
-      heap_.push_back(n);  // capacity reserved
-      up(pos_[n]);
-    } else {
-      up(pos_[n]);
-      down(pos_[n]);
-    }
-  }
-  void erase(node_id n) noexcept {
-    if (!contains(n)) return;
-    const std::uint32_t i = pos_[n];
-    const node_id last = heap_.back();
-    heap_.pop_back();
-    pos_[n] = absent;
-    if (last != n) {
-      heap_[i] = last;
-      pos_[last] = i;
-      up(i);
-      down(pos_[last]);
-    }
-  }
-
- private:
-  [[nodiscard]] bool less(node_id a, node_id b) const noexcept {
-    return key_[a] != key_[b] ? key_[a] < key_[b] : a < b;
-  }
-  void up(std::uint32_t i) noexcept {
-    while (i > 0) {
-      const std::uint32_t p = (i - 1) / 2;
-      if (!less(heap_[i], heap_[p])) break;
-      swap_at(i, p);
-      i = p;
-    }
-  }
-  void down(std::uint32_t i) noexcept {
-    const auto n = static_cast<std::uint32_t>(heap_.size());
-    while (true) {
-      const std::uint32_t l = 2 * i + 1, r = l + 1;
-      std::uint32_t m = i;
-      if (l < n && less(heap_[l], heap_[m])) m = l;
-      if (r < n && less(heap_[r], heap_[m])) m = r;
-      if (m == i) break;
-      swap_at(i, m);
-      i = m;
-    }
-  }
-  void swap_at(std::uint32_t i, std::uint32_t j) noexcept {
-    std::swap(heap_[i], heap_[j]);
-    pos_[heap_[i]] = i;
-    pos_[heap_[j]] = j;
-  }
-
-  std::vector<node_id> heap_;
-  std::vector<std::uint32_t> pos_;
-  std::vector<std::uint64_t> key_;
-};
-
-}  // namespace detail
 
 /// How `lru_scorer` orders leaves with equal last-access times.
 enum class lru_ties : unsigned char {
