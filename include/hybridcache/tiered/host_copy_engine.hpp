@@ -19,6 +19,18 @@
 // Bandwidth per lower tier and direction is measured at start-up with a memcpy probe
 // (`measured_gbps`), so policies can decide reload-vs-recompute from numbers, not constants.
 //
+// Storage tiers (disk, redis: `is_storage`) have no arena: each is a `storage_backend`
+// behind a `storage_tier_io` handed to the constructor, one per storage tier in tier order,
+// and its pages are a `storage_page_space` (storage_page_space.hpp): a copy into the tier
+// puts one value with the bytes of its destination pages, a copy out of it reads the values
+// that hold its source pages back (checked against the CRC taken at the put) and fails,
+// like an injected fault, when one is missing, short or altered. So a runtime puts a disk or
+// Redis tier under a `tiered_store` (or a `tiered_state_store`) with this engine and no
+// harness; values are keyed by a serial under `storage_model` and a per-engine salt (drawn
+// at random unless given), so two engines sharing one Redis never read each other's values
+// (sharing between processes goes by content keys: storage_format.hpp). Such a copy lands
+// whole (not layer by layer). The engine removes its values when it stops.
+//
 // Layer by layer: a ticket of several layer segments (layer-major pages, a full-size copy)
 // is copied segment after segment, and the worker publishes each segment as it lands, so a
 // runtime can compute layer l once `landed_segments(ev) > l` (`wait_segments(ev, l + 1)`)
@@ -31,12 +43,15 @@
 // Costs: submit O(pages of the ticket) (allocates the job's span list; a group adds
 // O(segments log segments) to order them), query and
 // landed_segments O(1) (a failed job: O(log failed jobs not yet waited for)), wait and
-// wait_segments block until the job (or the segments) ran. Thread-safe: any thread may
-// submit and wait.
+// wait_segments block until the job (or the segments) ran. A storage copy adds the
+// backend's put or gets and O(runs · log runs mapped) on the worker; a storage tier's page
+// hazards live in a hash map pruned of finished entries (amortized O(1) per page), not an
+// array of its capacity. Thread-safe: any thread may submit and wait.
 #pragma once
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
@@ -44,9 +59,13 @@
 #include <deque>
 #include <functional>
 #include <map>
+#include <memory>
 #include <mutex>
+#include <random>
 #include <span>
+#include <string>
 #include <thread>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -54,6 +73,8 @@
 #include "hybridcache/core/expected.hpp"
 #include "hybridcache/tiered/copy_plan.hpp"
 #include "hybridcache/tiered/host_memory.hpp"
+#include "hybridcache/tiered/storage_page_space.hpp"
+#include "hybridcache/tiered/storage_tier_io.hpp"
 #include "hybridcache/tiered/tiered_store.hpp"
 
 namespace hybridcache::tiered {
@@ -90,6 +111,10 @@ struct host_copy_engine_options {
   bool measure_bandwidth = true;                           ///< run the memcpy probe at start-up
   std::int64_t probe_bytes = std::int64_t{8} << 20;        ///< probe size (capped by the arenas)
   std::int64_t min_transfer_bytes = default_min_transfer_bytes;
+  /// `storage_key::model` of the values put into storage tiers (model_identity, or any tag).
+  std::uint64_t storage_model = 0;
+  /// Salt of those values' keys; 0 draws one at random per engine.
+  std::uint64_t storage_key_salt = 0;
 };
 
 /// memcpy-based copy engine over one host arena per tier (tier 0 stands in for HBM).
@@ -99,17 +124,37 @@ class host_copy_engine {
   /// (and so the job) fail without copying it. Runs on a worker thread.
   using fault_hook = std::function<bool(const copy_span&)>;
 
-  /// Allocates one arena per tier (page aligned; host/CXL tiers bound to their NUMA node
-  /// when configured), starts the two workers, measures bandwidth.
-  /// @throws invalid_argument for a bad tier list (tier.hpp rules).
+  /// Allocates one arena per memory tier (page aligned; host/CXL tiers bound to their NUMA
+  /// node when configured), maps each storage tier onto its `storage` calls (one per
+  /// storage tier, in tier order; they must outlive the engine), starts the two workers,
+  /// measures bandwidth.
+  /// @throws invalid_argument for a bad tier list (tier.hpp rules), or a count of `storage`
+  ///         calls other than the storage tiers', or one lacking a call.
   host_copy_engine(const std::vector<tier_config>& tiers, std::int64_t page_bytes,
-                   host_copy_engine_options options = {})
+                   host_copy_engine_options options = {}, std::vector<storage_tier_io> storage = {})
       : page_bytes_(page_bytes), options_(options) {
     validate_tiers(tiers, page_bytes);
+    std::size_t storage_tiers = 0;
+    for (const auto& t : tiers) storage_tiers += is_storage(t.kind) ? 1 : 0;
+    HYBRIDCACHE_EXPECTS(storage.size() == storage_tiers, invalid_argument,
+                        "host_copy_engine: " + std::to_string(storage_tiers) + " storage tier(s) need as many storage_tier_io, got " +
+                            std::to_string(storage.size()));
+    if (storage_tiers > 0 && options_.storage_key_salt == 0) options_.storage_key_salt = std::random_device{}() | 1;
+    std::size_t next_io = 0;
     for (const auto& t : tiers) {
       const std::int64_t pages = t.capacity_bytes / page_bytes;
-      arenas_.emplace_back(pages * page_bytes, t.kind == tier_kind::hbm ? -1 : t.numa_node);
-      hazards_.emplace_back(static_cast<std::size_t>(pages));
+      limits_.push_back(pages * page_bytes);
+      hazards_.emplace_back();
+      if (is_storage(t.kind)) {
+        arenas_.emplace_back();
+        spaces_.push_back(std::make_unique<storage_page_space>(std::move(storage[next_io++]), options_.storage_model,
+                                                               options_.storage_key_salt));
+        hazards_.back().sparse = true;
+      } else {
+        arenas_.emplace_back(pages * page_bytes, t.kind == tier_kind::hbm ? -1 : t.numa_node);
+        spaces_.emplace_back();
+        hazards_.back().dense.resize(static_cast<std::size_t>(pages));
+      }
     }
     gbps_.assign(tiers.size(), {0.0, 0.0});
     if (options_.measure_bandwidth) measure();
@@ -131,14 +176,20 @@ class host_copy_engine {
     done_cv_.notify_all();
     for (auto& w : workers_)
       if (w.joinable()) w.join();
+    for (auto& sp : spaces_)
+      if (sp) sp->remove_all();
   }
 
   host_copy_engine(const host_copy_engine&) = delete;
   host_copy_engine& operator=(const host_copy_engine&) = delete;
 
-  /// Start of tier `t`'s arena.
+  /// Start of tier `t`'s arena (null for a storage tier: it has none).
   [[nodiscard]] std::byte* base(tier_id t) { return arenas_.at(t.value).data(); }
+  /// Bytes of tier `t`'s arena (0 for a storage tier).
   [[nodiscard]] std::int64_t arena_bytes(tier_id t) const { return arenas_.at(t.value).size(); }
+  /// The page map of storage tier `t` (null for a memory tier): its counters, and the
+  /// value a page's bytes are in (tests).
+  [[nodiscard]] const storage_page_space* storage_pages(tier_id t) const { return spaces_.at(t.value).get(); }
   /// Whether tier `t`'s arena was bound to its NUMA node.
   [[nodiscard]] bool numa_bound(tier_id t) const { return arenas_.at(t.value).bound(); }
   [[nodiscard]] std::int64_t page_bytes() const noexcept { return page_bytes_; }
@@ -181,6 +232,8 @@ class host_copy_engine {
       if (t.src.value >= arenas_.size() || t.dst.value >= arenas_.size() || stream_for(t) != s)
         return unexpected(errc::invalid_argument);
       plans.push_back(plan_layered_copies(t, page_bytes_));
+      // A storage copy is one value put or read: it lands whole.
+      if (spaces_[t.src.value] || spaces_[t.dst.value]) plans.back().ends.clear();
       // Not layered: its one planned segment lands all of the ticket's at once.
       parts.push_back({t.src, t.dst, 0, std::max<std::int32_t>(1, t.segments), plans.back().ends.empty()});
     }
@@ -278,6 +331,28 @@ class host_copy_engine {
     std::uint64_t writer_seq = 0;
     std::array<std::uint64_t, 2> reader_seq{};
   };
+  // The hazards of one tier's pages: an array for a memory tier (its arena's pages); a hash
+  // map for a storage tier, whose capacity may be far beyond memory, pruned of the pages
+  // whose last jobs have all run (an absent page: never written, read by nothing pending).
+  struct hazard_table {
+    std::vector<page_hazard> dense;
+    std::unordered_map<std::uint32_t, page_hazard> pages;
+    bool sparse = false;
+    std::size_t prune_at = 1024;
+    page_hazard& at(std::int64_t q) {
+      return sparse ? pages[static_cast<std::uint32_t>(q)] : dense[static_cast<std::size_t>(q)];
+    }
+  };
+  // What a worker carries through one job's storage copies: the value being gathered for a
+  // storage destination (and its pages), the last value read from a storage source.
+  struct storage_work {
+    std::vector<std::size_t> last;  // per part: its last span
+    std::vector<std::byte> value;
+    std::vector<std::uint32_t> pages;
+    std::vector<std::byte> cache;
+    std::uint64_t cached = 0;
+    bool have = false;
+  };
   // One ticket of a job: its tiers, its sequence number on the stream, its event's segment
   // count, whether its one planned segment lands all of them at once (not layered), and how
   // many have landed.
@@ -296,6 +371,7 @@ class host_copy_engine {
     std::vector<part> parts;                                // seqs first_seq, first_seq + 1, ...
     std::uint64_t seq = 0;                                  // the last part's (the job completes with it)
     std::uint64_t wait_other = 0;                           // the other stream must have completed this seq first
+    bool storage = false;                                   // a part reads or writes a storage tier
   };
 
   // Checks the spans, numbers the parts, registers the page hazards and queues the job.
@@ -304,10 +380,11 @@ class host_copy_engine {
     for (std::size_t i = 0; i < j.spans.size(); ++i) {
       const copy_span& c = j.spans[i];
       const part& p = parts[j.owner[i]];
-      if (c.bytes <= 0 || c.src_offset < 0 || c.dst_offset < 0 || c.src_offset + c.bytes > arenas_[p.src.value].size() ||
-          c.dst_offset + c.bytes > arenas_[p.dst.value].size())
+      if (c.bytes <= 0 || c.src_offset < 0 || c.dst_offset < 0 || c.src_offset + c.bytes > limits_[p.src.value] ||
+          c.dst_offset + c.bytes > limits_[p.dst.value])
         return unexpected(errc::invalid_argument);
     }
+    for (const part& p : parts) j.storage = j.storage || spaces_[p.src.value] || spaces_[p.dst.value];
     std::lock_guard lock(mu_);
     if (stop_) return unexpected(errc::busy);  // stopping: the workers would never run it
     const auto si = static_cast<std::size_t>(s);
@@ -331,6 +408,7 @@ class host_copy_engine {
       h.writer_stream = si;
       h.writer_seq = j.seq;
     });
+    if (j.storage) prune_hazards();
     stats_.jobs += static_cast<std::int64_t>(j.parts.size());
     for (const auto& c : j.spans) {
       stats_.transfers += 1;
@@ -349,8 +427,67 @@ class host_copy_engine {
       const part& p = j.parts[j.owner[i]];
       auto& table = hazards_[source ? p.src.value : p.dst.value];
       const std::int64_t off = source ? c.src_offset : c.dst_offset;
-      for (std::int64_t q = off / page_bytes_; q * page_bytes_ < off + c.bytes; ++q) f(table[static_cast<std::size_t>(q)]);
+      for (std::int64_t q = off / page_bytes_; q * page_bytes_ < off + c.bytes; ++q) f(table.at(q));
     }
+  }
+
+  // Drops the storage pages whose last writer and readers have all run. Under mu_.
+  void prune_hazards() {
+    for (auto& t : hazards_) {
+      if (!t.sparse || t.pages.size() < t.prune_at) continue;
+      std::erase_if(t.pages, [&](const auto& kv) {
+        const page_hazard& h = kv.second;
+        return (h.writer_stream == 2 || completed_[h.writer_stream] >= h.writer_seq) && completed_[0] >= h.reader_seq[0] &&
+               completed_[1] >= h.reader_seq[1];
+      });
+      t.prune_at = std::max<std::size_t>(1024, 2 * t.pages.size());
+    }
+  }
+
+  // One span of a job touching a storage tier: its source bytes (an arena's, or read from
+  // the values holding its pages) into the destination (an arena, or the value being
+  // gathered, put once the part's last span is in). false: a value missing, short or
+  // altered, or a put the backend refused.
+  bool storage_span(const job& j, std::size_t i, storage_work& w) {
+    const copy_span& c = j.spans[i];
+    const part& p = j.parts[j.owner[i]];
+    storage_page_space* const into = spaces_[p.dst.value].get();
+    std::byte* out = nullptr;
+    if (into != nullptr) {
+      const std::size_t at = w.value.size();
+      w.value.resize(at + static_cast<std::size_t>(c.bytes));
+      out = w.value.data() + at;
+      for (std::int64_t q = c.dst_offset / page_bytes_; q * page_bytes_ < c.dst_offset + c.bytes; ++q)
+        w.pages.push_back(static_cast<std::uint32_t>(q));
+    } else {
+      out = arenas_[p.dst.value].data() + c.dst_offset;
+    }
+    if (storage_page_space* const from = spaces_[p.src.value].get()) {
+      for (std::int64_t done = 0; done < c.bytes;) {
+        const std::int64_t off = c.src_offset + done, in_page = off % page_bytes_;
+        const auto home = from->locate(static_cast<std::uint32_t>(off / page_bytes_));
+        if (!home) return false;  // never written there
+        if (!w.have || w.cached != home->value) {
+          w.have = false;
+          if (!from->read(home->value, w.cache)) return false;
+          w.have = true;
+          w.cached = home->value;
+        }
+        const std::int64_t at = home->index * page_bytes_ + in_page;
+        const std::int64_t len = std::min(page_bytes_ - in_page, c.bytes - done);
+        if (at + len > static_cast<std::int64_t>(w.cache.size())) return false;
+        std::memcpy(out + done, w.cache.data() + at, static_cast<std::size_t>(len));
+        done += len;
+      }
+    } else {
+      std::memcpy(out, arenas_[p.src.value].data() + c.src_offset, static_cast<std::size_t>(c.bytes));
+    }
+    if (into == nullptr || i != w.last[j.owner[i]]) return true;
+    const std::uint64_t value = next_value_.fetch_add(1) + 1;
+    const auto r = into->put(value, w.pages, page_bytes_, w.value);
+    w.value.clear();
+    w.pages.clear();
+    return r.has_value();
   }
 
   void run(copy_stream s) {
@@ -368,6 +505,11 @@ class host_copy_engine {
       lock.unlock();
       bool ok = true;
       std::size_t next = 0;  // the next landing to publish
+      storage_work work;
+      if (j.storage) {
+        work.last.assign(j.parts.size(), 0);
+        for (std::size_t i = 0; i < j.spans.size(); ++i) work.last[j.owner[i]] = i;
+      }
       for (std::size_t i = 0; i < j.spans.size(); ++i) {
         const copy_span& c = j.spans[i];
         const part& p = j.parts[j.owner[i]];
@@ -375,8 +517,15 @@ class host_copy_engine {
           ok = false;
           break;
         }
-        std::memcpy(arenas_[p.dst.value].data() + c.dst_offset, arenas_[p.src.value].data() + c.src_offset,
-                    static_cast<std::size_t>(c.bytes));
+        if (spaces_[p.src.value] || spaces_[p.dst.value]) {
+          if (!storage_span(j, i, work)) {
+            ok = false;
+            break;
+          }
+        } else {
+          std::memcpy(arenas_[p.dst.value].data() + c.dst_offset, arenas_[p.src.value].data() + c.src_offset,
+                      static_cast<std::size_t>(c.bytes));
+        }
         // What lands with the last span lands with the job (completion publishes it, so a
         // waiter woken for it also sees the job complete).
         if (next < j.lands.size() && j.lands[next].first <= i + 1 && i + 1 < j.spans.size()) {
@@ -404,6 +553,7 @@ class host_copy_engine {
 
   void measure() {
     for (std::size_t t = 1; t < arenas_.size(); ++t) {
+      if (spaces_[t]) continue;  // a storage tier: no memcpy to probe
       const std::int64_t n = std::min({options_.probe_bytes, arenas_[0].size(), arenas_[t].size()});
       if (n <= 0) continue;
       auto time_copy = [&](std::byte* dst, const std::byte* src) {
@@ -434,8 +584,11 @@ class host_copy_engine {
 
   std::int64_t page_bytes_;
   host_copy_engine_options options_;
-  std::vector<host_arena> arenas_;
-  std::vector<std::vector<page_hazard>> hazards_;
+  std::vector<host_arena> arenas_;                          // empty for a storage tier
+  std::vector<std::unique_ptr<storage_page_space>> spaces_;  // null for a memory tier
+  std::vector<std::int64_t> limits_;                         // bytes addressable in each tier (whole pages)
+  std::vector<hazard_table> hazards_;
+  std::atomic<std::uint64_t> next_value_{0};                 // the last storage value's number
   std::vector<std::array<double, 2>> gbps_;
   mutable std::mutex mu_;
   std::condition_variable work_cv_, done_cv_;

@@ -9,8 +9,9 @@
 //     arenas of a `host_copy_engine` (tier 0 stands in for HBM), copied page by page;
 //   - a storage tier (disk, redis) is a `storage_backend` (tiered/disk_backend.hpp,
 //     tiered/redis/redis_backend.hpp) behind a `tiered::storage_tier_io`
-//     (tiered/storage_tier_io.hpp): one value per entry copy,
-//     put when a copy lands there, got when one is read from there.
+//     (tiered/storage_tier_io.hpp), its pages a `tiered::storage_page_space`
+//     (tiered/storage_page_space.hpp, the runtime's, shared with host_copy_engine): one
+//     value per entry copy, put when a copy lands there, got when one is read from there.
 //
 // Keys: a value is keyed by the id of the entry whose copy put it (`storage_key{model, entry
 // id, 1, kv}`), not by the content key: a move ticket names entries, and the tiered state
@@ -60,6 +61,7 @@
 #include "hybridcache/sim/tiered_replay_options.hpp"
 #include "hybridcache/tiered/host_copy_engine.hpp"
 #include "hybridcache/tiered/storage_format.hpp"
+#include "hybridcache/tiered/storage_page_space.hpp"
 #include "hybridcache/tiered/storage_tier_io.hpp"
 
 namespace hybridcache::sim {
@@ -93,12 +95,11 @@ class real_bytes_copy_engine : public timed_copy_engine {
     for (const auto& s : storage)
       HYBRIDCACHE_EXPECTS(s.complete(), invalid_argument,
                           "real_bytes_copy_engine: a storage_tier_io lacks put, get, wait or remove");
+    for (auto& s : storage) spaces_.push_back(std::make_unique<tiered::storage_page_space>(std::move(s), model_id));
     memory_tiers_ = memory;
     memory_ = std::make_unique<tiered::host_copy_engine>(
         std::vector<tiered::tier_config>(tiers.begin(), tiers.begin() + static_cast<std::ptrdiff_t>(memory)),
         page_bytes, tiered::host_copy_engine_options{.measure_bandwidth = false});
-    storage_ = std::move(storage);
-    stored_.resize(storage_.size());
   }
 
   /// Books the copy on its link (the timed engine) and moves its bytes now.
@@ -137,27 +138,7 @@ class real_bytes_copy_engine : public timed_copy_engine {
     std::uint32_t crc = 0;
     std::int64_t bytes = 0;
   };
-  // Where a page of a storage tier's page space is: the value (by the entry id it was put
-  // under) and its index in that value. Pages, not entry ids, address the bytes because the
-  // store may split an entry (new ids over the same pages) without a copy.
-  struct page_home {
-    std::uint64_t value = 0;
-    std::uint32_t index = 0;
-  };
-  struct stored_value {
-    std::int64_t bytes = 0;
-    std::vector<std::uint32_t> pages;  // the pages it was put over
-    std::int64_t live = 0;             // of those, still mapped to it
-  };
-  struct storage_state {
-    std::unordered_map<std::uint32_t, page_home> pages;
-    std::unordered_map<std::uint64_t, stored_value> values;  // by entry id put under
-  };
-
   [[nodiscard]] bool is_memory(tier_id t) const noexcept { return t.value < memory_tiers_; }
-  [[nodiscard]] storage_key key_of(entry_id id) const noexcept {
-    return {model_, to_underlying(id), 1, value_kind::kv};
-  }
   static std::vector<std::uint32_t> pages_of(const page_list& l) {
     std::vector<std::uint32_t> v;
     l.for_each_page([&](std::uint32_t p) { v.push_back(p); });
@@ -204,31 +185,25 @@ class real_bytes_copy_engine : public timed_copy_engine {
       gather(t.src, src_pages, n, buf_.data());
       return true;
     }
-    auto& st = stored_[t.src.value - memory_tiers_];
-    auto& io = storage_[t.src.value - memory_tiers_];
+    auto& space = *spaces_[t.src.value - memory_tiers_];
     std::uint64_t loaded = 0;
     bool have = false;
     for (std::size_t k = 0; k < src_pages.size() && static_cast<std::int64_t>(k) * page_ < n; ++k) {
-      const auto home = st.pages.find(src_pages[k]);
-      if (home == st.pages.end()) return false;  // never written there: a miss
-      if (!have || home->second.value != loaded) {
-        const auto v = st.values.find(home->second.value);
-        if (v == st.values.end()) return false;
-        const std::int64_t len = v->second.bytes;
-        value_.resize(static_cast<std::size_t>(len));
-        const entry_id vid = make_entry_id(home->second.value);
-        const auto tk = io.get(key_of(vid), value_);
+      const auto home = space.locate(src_pages[k]);
+      if (!home) return false;  // never written there: a miss
+      if (!have || home->value != loaded) {
+        const auto r = space.read(home->value, value_);
+        if (!r && r.error() == errc::not_found) return false;  // no such value left
         stats_.storage_gets += 1;
-        const auto r = tk ? io.wait(*tk) : expected<io_result>(unexpected(tk.error()));
-        if (!r || r->status != io_status::ok || r->bytes != len) {
+        if (!r) {
           stats_.storage_misses += 1;
           return false;
         }
         if (options_.read_hook) options_.read_hook(value_);
-        loaded = home->second.value;
+        loaded = home->value;
         have = true;
       }
-      const std::int64_t from = static_cast<std::int64_t>(home->second.index) * page_;
+      const std::int64_t from = home->index * page_;
       const std::int64_t bytes = std::min({page_, n - static_cast<std::int64_t>(k) * page_,
                                            static_cast<std::int64_t>(value_.size()) - from});
       if (bytes <= 0) return false;
@@ -259,35 +234,6 @@ class real_bytes_copy_engine : public timed_copy_engine {
     return read_crc_ == crc32c(std::span<const std::byte>(buf_.data(), static_cast<std::size_t>(n)));
   }
 
-  // Maps `pages` of storage tier `tier` to the value just put under `id`. A value none of
-  // whose pages is mapped to it any more is dead (the store dropped that copy and reused its
-  // pages; the engine is not told of drops): it is removed from the backend, so the backend
-  // holds at most the tier's pages' worth of values and never evicts a live one.
-  void remember(std::size_t tier, std::uint64_t id, const std::vector<std::uint32_t>& pages, std::int64_t n) {
-    auto& st = stored_[tier];
-    const auto release = [&](std::uint64_t v, std::uint32_t page) {
-      const auto it = st.values.find(v);
-      if (it == st.values.end()) return;
-      st.pages.erase(page);
-      if (--it->second.live > 0) return;
-      if (v != id) {
-        if (const auto tk = storage_[tier].remove(key_of(make_entry_id(v)))) (void)storage_[tier].wait(*tk);
-        stats_.storage_removes += 1;
-      }
-      st.values.erase(it);
-    };
-    if (const auto old = st.values.find(id); old != st.values.end()) {  // put again under this id
-      const auto prev = old->second.pages;
-      for (const auto p : prev)
-        if (const auto h = st.pages.find(p); h != st.pages.end() && h->second.value == id) release(id, p);
-    }
-    for (const auto p : pages)
-      if (const auto h = st.pages.find(p); h != st.pages.end()) release(h->second.value, p);
-    stored_value& v = st.values[id];
-    v = {n, pages, static_cast<std::int64_t>(pages.size())};
-    for (std::size_t k = 0; k < pages.size(); ++k) st.pages[pages[k]] = {id, static_cast<std::uint32_t>(k)};
-  }
-
   bool copy(const move_ticket& t) {
     const std::int64_t n = std::min(t.src_bytes, t.dst_bytes);
     if (n <= 0) return false;
@@ -313,16 +259,15 @@ class real_bytes_copy_engine : public timed_copy_engine {
       stats_.bytes += n;
       return true;
     }
-    auto& io = storage_[t.dst.value - memory_tiers_];
-    const auto tk = io.put(key_of(t.id), value_meta{}, std::span<const std::byte>(buf_.data(), static_cast<std::size_t>(n)));
-    if (!tk) return false;
-    const auto r = io.wait(*tk);
+    auto& space = *spaces_[t.dst.value - memory_tiers_];
+    const auto r = space.put(to_underlying(t.id), dst_pages, page_, std::span<const std::byte>(buf_.data(), static_cast<std::size_t>(n)));
     stats_.storage_puts += 1;
-    if (!r || r->status != io_status::ok) {
+    stats_.storage_removes = 0;
+    for (const auto& sp : spaces_) stats_.storage_removes += sp->counters().removes;
+    if (!r) {
       stats_.storage_put_failures += 1;
       return false;
     }
-    remember(t.dst.value - memory_tiers_, to_underlying(t.id), dst_pages, n);
     stats_.bytes += n;
     return true;
   }
@@ -332,8 +277,7 @@ class real_bytes_copy_engine : public timed_copy_engine {
   real_bytes_engine_options options_;
   std::size_t memory_tiers_ = 0;
   std::unique_ptr<tiered::host_copy_engine> memory_;
-  std::vector<tiered::storage_tier_io> storage_;
-  std::vector<storage_state> stored_;                                     // per storage tier
+  std::vector<std::unique_ptr<tiered::storage_page_space>> spaces_;       // per storage tier
   std::uint32_t read_crc_ = 0;                                            // CRC of the last source read
   std::unordered_map<std::uint64_t, entry_sum> sums_;                     // by entry id
   std::vector<bool> failed_;                                              // by event index
