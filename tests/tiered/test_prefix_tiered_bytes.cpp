@@ -14,6 +14,7 @@
 #include <chrono>
 #include <cstring>
 #include <map>
+#include <optional>
 #include <random>
 #include <set>
 #include <string>
@@ -26,9 +27,11 @@
 #include "hybridcache/prefix/lifecycle.hpp"
 #include "hybridcache/prefix/prefix_cache.hpp"
 #include "hybridcache/stores/counting_store.hpp"
+#include "hybridcache/tiered/disk_backend.hpp"
 #include "hybridcache/tiered/host_copy_engine.hpp"
 #include "hybridcache/stores/tiered_state_store.hpp"
 
+#include "../support/temp_dir.hpp"
 #include "tiered_bytes_support.hpp"
 
 using namespace hybridcache;
@@ -37,19 +40,36 @@ using hybridcache::token_id;
 namespace {
 using namespace hybridcache::test::tiered_bytes;
 
+// A disk tier under the host tier: a directory and its size.
+struct disk_under {
+  std::string dir;
+  std::int64_t bytes = 0;
+};
+
 // One random branching conversation run. `fail_every` > 0 makes every n-th copy span fail;
 // `slow_span_us` > 0 makes every copy span take that long (copies stay in flight across
-// requests, as on a loaded machine), failing none.
+// requests, as on a loaded machine), failing none. `disk`: a disk tier below the host one
+// (a disk_backend in that directory behind the engine), so entries cascade there and load
+// back from it.
 template <class Scorer>
 run_stats random_run(std::uint64_t seed, std::int64_t hbm, std::int64_t host, int fail_every = 0,
-                     int slow_span_us = 0) {
+                     int slow_span_us = 0, const disk_under* disk = nullptr) {
   const std::int64_t kv = tiny().kv_bytes_per_token(), ck = tiny().ssm_checkpoint_bytes();
-  const stores::tiered_state_store_config cfg{.capacity_bytes = hbm,
-                                              .host_capacity_bytes = host,
-                                              .kv_bytes_per_token = kv,
-                                              .checkpoint_bytes = ck,
-                                              .staging_bytes = hbm};
-  engine_t engine(store_t::tiers_for(cfg), store_t::page_bytes_for(cfg), {.measure_bandwidth = false});
+  stores::tiered_state_store_config cfg{.capacity_bytes = hbm,
+                                        .host_capacity_bytes = host,
+                                        .kv_bytes_per_token = kv,
+                                        .checkpoint_bytes = ck,
+                                        .staging_bytes = hbm};
+  std::optional<tiered::disk_backend<>> backend;
+  std::vector<tiered::storage_tier_io> storage;
+  if (disk != nullptr) {
+    cfg.lower_tiers = {{.kind = tiered::tier_kind::host, .capacity_bytes = host},
+                       {.kind = tiered::tier_kind::disk, .capacity_bytes = disk->bytes, .location = disk->dir}};
+    cfg.host_capacity_bytes = 0;  // the host tier is lower_tiers' first
+    backend.emplace(tiered::disk_backend_config{.directory = disk->dir, .capacity_bytes = 4 * disk->bytes + (1 << 20)});
+    storage.push_back(tiered::storage_io_of(*backend));
+  }
+  engine_t engine(store_t::tiers_for(cfg), store_t::page_bytes_for(cfg), {.measure_bandwidth = false}, storage);
   std::atomic<std::int64_t> spans{0};  // the engine's workers run the hook concurrently
   if (fail_every > 0)
     engine.set_fault_hook([&](const tiered::copy_span&) { return (spans.fetch_add(1) + 1) % fail_every == 0; });
@@ -222,6 +242,14 @@ run_stats random_run(std::uint64_t seed, std::int64_t hbm, std::int64_t host, in
   engine.synchronize();
   st.adopted = c.store().counters().adopted_entries;
   st.demoted = c.store().counters().demoted_entries;
+  if (disk != nullptr) {
+    const auto pc = engine.storage_pages(tier_id{2})->counters();
+    st.disk_puts = pc.puts;
+    st.disk_gets = pc.gets;
+    CHECK(pc.get_failures == 0);
+    const std::string bad = engine.storage_pages(tier_id{2})->check_invariants();
+    CHECK_MESSAGE(bad.empty(), bad);
+  }
   if (fail_every > 0) CHECK(c.store().counters().copy_failures > 0);
   return st;
 }
@@ -243,6 +271,26 @@ TEST_CASE_TEMPLATE("tiered_state_store over a host copy engine: every node holds
                     << " entries adopted, " << st.demoted << " demoted, " << st.refused << " commits refused");
     CHECK(st.loads > 10);
     CHECK(st.adopted > 0);
+  }
+}
+
+TEST_CASE_TEMPLATE("tiered_state_store over a host copy engine with a disk tier: entries cascade to disk and load back "
+                   "with their bytes",
+                   Scorer, prefix::lru_scorer, prefix::flop_aware_scorer) {
+  // A host tier of ~3 conversations over a disk tier of ~40: the store cascades host entries
+  // to disk (puts through the engine's disk backend) and loads hits from there (gets), and
+  // every node and staged entry holds its own bytes after each request.
+  const std::int64_t kv = 64, ck = 96;
+  for (std::uint64_t seed : {11u, 14u}) {
+    INFO("seed " << seed);
+    test::temp_dir dir("hc_tiered_disk");
+    const disk_under d{dir.path().string(), 40 * (200 * kv + 2 * ck)};
+    const auto st = random_run<Scorer>(seed, 300 * kv + 4 * ck, 3 * (200 * kv + 2 * ck), 0, 0, &d);
+    MESSAGE("seed " << seed << ": " << st.loads << " loads (" << st.loaded_tokens << " tokens), " << st.disk_puts
+                    << " disk puts, " << st.disk_gets << " disk gets");
+    CHECK(st.loads > 10);
+    CHECK(st.disk_puts > 10);
+    CHECK(st.disk_gets > 5);
   }
 }
 

@@ -104,6 +104,7 @@ void check_tree_bytes(const Tree& tree, const bytes_view& b, std::int64_t kv, st
 
 struct run_stats {
   std::int64_t loads = 0, loaded_tokens = 0, adopted = 0, demoted = 0, failures = 0, refused = 0;
+  std::int64_t disk_puts = 0, disk_gets = 0;  ///< with a disk tier: values put and read by the engine
 };
 
 }  // namespace hybridcache::test::tiered_bytes

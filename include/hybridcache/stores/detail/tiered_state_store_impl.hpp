@@ -54,6 +54,7 @@ tiered_state_store<H, E, S>::tiered_state_store(const tiered_state_store_config&
   if constexpr (arena_copy_engine<E>) {
     for (std::size_t t = 0; t < store_->tier_count(); ++t) {
       const tier_id id{static_cast<std::uint8_t>(t)};
+      if (tiered::is_storage(store_->config(id).kind)) continue;  // no arena: a backend holds it
       if (engine.arena_bytes(id) < store_->config(id).capacity_bytes)
         throw invalid_argument("tiered_state_store: the copy engine's arena of tier " + std::to_string(t) + " (" +
                                std::to_string(engine.arena_bytes(id)) + " B) is smaller than the tier (" +

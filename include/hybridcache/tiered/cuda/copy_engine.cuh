@@ -64,11 +64,17 @@ struct copy_engine_options {
 /// Device + pinned-host arenas, two copy streams, per-page hazard events.
 class copy_engine {
  public:
-  /// @throws invalid_argument for a bad tier list; cuda_error when an allocation, stream or
-  ///         event call fails (the message names the call).
+  /// @throws invalid_argument for a bad tier list or a storage tier (disk, redis: this
+  ///         engine moves memory only; the host engine takes storage tiers); cuda_error when
+  ///         an allocation, stream or event call fails (the message names the call).
   copy_engine(const std::vector<tiered::tier_config>& tiers, std::int64_t page_bytes, copy_engine_options options = {})
       : page_bytes_(page_bytes), options_(options) {
     tiered::validate_tiers(tiers, page_bytes);
+    // Before, a disk tier got a pinned host arena of its capacity.
+    for (std::size_t i = 0; i < tiers.size(); ++i)
+      if (tiered::is_storage(tiers[i].kind))
+        throw invalid_argument("cuda copy_engine: tier " + std::to_string(i) + " (" + std::string(tiered::to_string(tiers[i].kind)) +
+                               ") is a storage tier; this engine copies between memory tiers only");
     const scoped_device on(options_.device);  // the caller's current device comes back after
     try {
       for (const auto& t : tiers) {
