@@ -5,9 +5,10 @@
 - ``Tokenizer.from_file("tokenizer.json")``: the exact byte-level BPE (ids equal to the
   ``tokenizers`` package's), ``encode`` / ``encode_batch`` / ``decode``.
 - ``ModelSpec``, ``CostModel``, ``preset_names()``: model shapes and their exact costs.
-- ``PrefixCache``: a prefix cache over a pool with the request lifecycle (begin / state /
-  block_table / resume_checkpoint / checkpoint_slot / grow / finish / abort), the pool's
-  memory as NumPy arrays without a copy.
+- ``PrefixCache``: a prefix cache of one of hcbench's policies (sglang+, marconi, gdsf, lru,
+  vllm+) over a pool, with the request lifecycle (begin / state / block_table /
+  resume_checkpoint / checkpoint_slot / grow / finish / abort), cache salts and the pool's
+  memory as NumPy arrays without a copy; or over a store that only counts bytes.
 
 Errors are ``hybridcache.Error`` subclasses carrying the library's message and ``.code``:
 ``InvalidArgument`` (also a ValueError), ``FormatError``, ``OutOfCapacity``, ``HandleError``.

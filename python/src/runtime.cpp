@@ -1,7 +1,7 @@
 // python/src/runtime.cpp: the runtime from Python. Model specs and presets, the cost model,
-// and `PrefixCache`: a Marconi prefix cache (judicious admission, LRU eviction) whose KV pages
-// and SSM checkpoints live in a host asymmetric pool, driven through the request lifecycle
-// (prefix/lifecycle.hpp; docs/runtime.md). Pool memory reaches Python without a copy: the KV
+// and `PrefixCache`: a prefix cache of one of hcbench's policies (caches.hpp) whose KV pages
+// and SSM checkpoints live in a host asymmetric pool (or, store="bytes", that only counts
+// bytes), driven through the request lifecycle (prefix/lifecycle.hpp; docs/runtime.md). Pool memory reaches Python without a copy: the KV
 // pages as one (pages, page_bytes) uint8 array over the pool's arena that block tables index,
 // checkpoints as one uint8 array per recurrent layer's block (docs/python.md).
 //
@@ -9,7 +9,8 @@
 // raises TypeError / InvalidArgument and leaves the cache as it was; the library's own
 // refusals (a stale ticket, no room) arrive as its `expected` errors and leave it unchanged
 // too (docs/runtime.md, "The error contract").
-#include <chrono>
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <limits>
@@ -27,6 +28,7 @@
 #include <hybridcache/hybridcache.hpp>
 #include <hybridcache/prefix/lifecycle.hpp>
 
+#include "caches.hpp"
 #include "errors.hpp"
 
 namespace nb = nanobind;
@@ -103,13 +105,6 @@ std::vector<std::int64_t> int_sequence(nb::handle h, const char* what, std::int6
 
 namespace {
 
-using pool_t = memory::host_asymmetric_pool<memory::threshold_rebalancer>;
-using store_t = stores::pool_state_store<pool_t>;
-// mutex_lock: Python threads may share one cache (the calls hold the GIL, but a future
-// GIL-free build or a C++ caller on another thread must not race the bookkeeping).
-using cache_t = prefix::prefix_cache<cost_model, prefix::judicious_admission, prefix::lru_scorer, store_t, prefix::mutex_lock>;
-using lifecycle_t = prefix::request_lifecycle<cache_t>;
-
 std::vector<token_id> tokens(nb::handle h, const char* what) {
   const auto v = int_sequence(h, what, 0, std::numeric_limits<token_id>::max());
   return {v.begin(), v.end()};
@@ -120,87 +115,43 @@ std::int64_t non_negative(std::int64_t v, const char* what) {
   return v;
 }
 
-// ---- the cache ------------------------------------------------------------------------------
-struct cache_config {
-  std::int64_t capacity_bytes;
-  std::int64_t tokens_per_page;
-  std::int64_t granularity_bytes;
-  double ssm_fraction;
-  bool compaction;
-  std::int64_t host_tier_bytes;  // 0: no host tier; else half KV pages, half checkpoint blocks
-};
+/// A cache salt from Python: None (the shared namespace) or an integer in [0, 2^64) (an int
+/// or anything with __index__, e.g. a NumPy integer; never a bool or a float).
+cache_salt salt_of(nb::handle h) {
+  if (h.is_none()) return std::nullopt;
+  if (PyBool_Check(h.ptr()) || !PyIndex_Check(h.ptr()))
+    throw nb::type_error(("salt: expected None or an int, got " + type_of(h)).c_str());
+  const nb::object i = nb::steal(PyNumber_Index(h.ptr()));
+  if (!i.is_valid()) {
+    PyErr_Clear();
+    throw nb::type_error(("salt: expected None or an int, got " + type_of(h)).c_str());
+  }
+  const unsigned long long v = PyLong_AsUnsignedLongLong(i.ptr());
+  if (v == static_cast<unsigned long long>(-1) && PyErr_Occurred()) {
+    PyErr_Clear();
+    throw hybridcache::invalid_argument("salt " + std::string(nb::str(i).c_str()) + ": expected an int in [0, 2**64)");
+  }
+  return static_cast<std::uint64_t>(v);
+}
 
-/// The pool, the cache and the lifecycle in one object, destroyed in that reverse order (the
-/// lifecycle ends what is in flight, the cache gives every page back, then the pool goes).
+// ---- the cache ------------------------------------------------------------------------------
+/// The Python object: a cache of the chosen policy and store (caches.hpp) with its lifecycle.
 class prefix_cache_py {
  public:
-  prefix_cache_py(const cost_model& model, const cache_config& c)
-      : model_(model),
-        pool_(pool_config(model, c)),
-        cache_(model_, store_t(pool_, model_, {.tokens_per_page = c.tokens_per_page, .host_tier = host_tier(model, c)}),
-               prefix::lru_scorer{}),
-        requests_(cache_) {
-    page_bytes_ = pool_.stats(pool_kind::kv).unit_bytes;
-    block_bytes_ = pool_.stats(pool_kind::ssm).unit_bytes;
-    // Block tables are page numbers in `kv_pages`, the arena cut into pages: that needs every
-    // chunk to hold whole pages.
-    if (pool_.arena().chunk_bytes() % static_cast<std::uint64_t>(page_bytes_) != 0)
-      throw hybridcache::invalid_argument("PrefixCache: granularity_bytes " + std::to_string(pool_.arena().chunk_bytes()) +
-                                          " is not a multiple of the KV page (" + std::to_string(page_bytes_) +
-                                          " B): block tables index the arena in pages");
-  }
+  explicit prefix_cache_py(std::unique_ptr<cache_base> c) : c_(std::move(c)) {}
+  cache_base& operator*() { return *c_; }
+  cache_base* operator->() { return c_.get(); }
 
-  static memory::asymmetric_pool_config pool_config(const cost_model& model, const cache_config& c) {
-    non_negative(c.granularity_bytes, "granularity_bytes");
-    if (c.capacity_bytes <= 0) throw hybridcache::invalid_argument("capacity_bytes must be > 0, got " + std::to_string(c.capacity_bytes));
-    if (c.tokens_per_page <= 0) throw hybridcache::invalid_argument("tokens_per_page must be > 0, got " + std::to_string(c.tokens_per_page));
-    memory::asymmetric_pool_config p;
-    p.capacity_bytes = c.capacity_bytes;
-    p.kv_page_bytes = memory::kv_page_bytes(model, c.tokens_per_page);
-    p.ssm_block_bytes = memory::checkpoint_block_bytes(model);
-    if (c.granularity_bytes > 0) p.granularity_bytes = c.granularity_bytes;
-    p.ssm_fraction = c.ssm_fraction;
-    p.compaction = c.compaction;
-    return p;
-  }
-
-  /// The host tier's slots: half of `host_tier_bytes` in KV pages, half in checkpoint blocks
-  /// (the tiny runtime's split). The store refuses a tier too small for one checkpoint.
-  static stores::host_tier_config host_tier(const cost_model& model, const cache_config& c) {
-    non_negative(c.host_tier_bytes, "host_tier_bytes");
-    if (c.host_tier_bytes == 0) return {};
-    const std::int64_t page = memory::kv_page_bytes(model, c.tokens_per_page), block = memory::checkpoint_block_bytes(model);
-    const stores::host_tier_config h{.kv_pages = c.host_tier_bytes / 2 / page, .checkpoint_blocks = c.host_tier_bytes / 2 / block};
-    // A size that makes no tier is refused, never silently taken as "no host tier".
-    if (h.kv_pages == 0 || h.checkpoint_blocks < model.recurrent_layers())
-      throw hybridcache::invalid_argument("host_tier_bytes " + std::to_string(c.host_tier_bytes) +
-                                          " holds no KV page or no checkpoint: half of it must hold a " +
-                                          std::to_string(page) + "-byte page and half " +
-                                          std::to_string(model.recurrent_layers()) + " blocks of " + std::to_string(block) + " bytes");
-    return h;
-  }
-
-  pool_t& pool() { return pool_; }
-  cache_t& cache() { return cache_; }
-  lifecycle_t& requests() { return requests_; }
-  const cost_model& model() const { return model_; }
-  std::int64_t page_bytes() const { return page_bytes_; }
-  std::int64_t block_bytes() const { return block_bytes_; }
-  std::byte* arena_base() { return pool_.arena().chunk_pointer(0); }
-  std::uint64_t arena_bytes() { return pool_.arena().reserved_bytes(); }
-
-  /// The page number of a KV handle in `kv_pages`.
-  std::int64_t page_index(packed_handle h) {
-    const std::byte* p = check(pool_.resolve(h));
-    return static_cast<std::int64_t>((p - arena_base()) / page_bytes_);
+  /// The pool's memory, or InvalidArgument naming `what` for a bytes-only cache.
+  cache_base& memory(const char* what) {
+    if (!c_->has_memory())
+      throw hybridcache::invalid_argument(std::string(what) +
+                                          ": this PrefixCache has store='bytes' (it counts bytes and holds no memory)");
+    return *c_;
   }
 
  private:
-  cost_model model_;
-  pool_t pool_;
-  cache_t cache_;
-  lifecycle_t requests_;
-  std::int64_t page_bytes_ = 0, block_bytes_ = 0;
+  std::unique_ptr<cache_base> c_;
 };
 
 /// A request in flight. Generation-checked by the library: after finish/abort (or clear) every
@@ -213,45 +164,74 @@ struct ticket_py {
 
 prefix_cache_py& cache_of(nb::handle self) { return nb::cast<prefix_cache_py&>(self); }
 
-const ticket_py& own_ticket(nb::handle self, const ticket_py& t) {
+prefix::request_ticket own_ticket(nb::handle self, const ticket_py& t) {
   // Another cache's ticket: the library would say foreign_handle; say which object instead.
   if (!t.owner.is(self)) throw library_error(error_info{errc::foreign_handle, false, "the ticket belongs to another PrefixCache", 0});
-  return t;
-}
-
-const lifecycle_t::request_state& state_of(prefix_cache_py& c, const ticket_py& t) {
-  return *check(c.requests().state(t.ticket));
+  return t.ticket;
 }
 
 using u8_array = nb::ndarray<nb::numpy, std::uint8_t, nb::ndim<1>>;
 
 /// A checkpoint's blocks (one per recurrent layer) as uint8 arrays over the pool's memory.
-nb::list checkpoint_arrays(nb::handle self, prefix_cache_py& c, const store_t::checkpoint_handle& h) {
+nb::list checkpoint_arrays(nb::handle self, cache_base& c, const std::vector<std::byte*>& blocks) {
   nb::list out;
-  for (const packed_handle b : h.blocks) {
-    std::byte* p = check(c.pool().resolve(b));
+  for (std::byte* p : blocks)
     out.append(u8_array(reinterpret_cast<std::uint8_t*>(p), {static_cast<std::size_t>(c.block_bytes())}, self));
-  }
   return out;
 }
 
-/// The C++ side of bench/python_costs.py: the same loop as its Python caller's. Round r
-/// begins each prompt with one output token reserved and finishes it as prompt + [r] with
-/// the end state captured (a new sequence every round: a whole-prompt hit could capture
-/// nothing). Seconds for `rounds` passes over `prompts`, timed here without Python.
-double bench_begin_finish(prefix_cache_py& c, const std::vector<std::vector<token_id>>& prompts, std::int64_t rounds) {
-  std::vector<std::int64_t> captured(1);
-  std::vector<token_id> sequence;
-  const auto t0 = std::chrono::steady_clock::now();
-  for (std::int64_t r = 0; r < rounds; ++r)
-    for (const auto& p : prompts) {
-      const prefix::request_ticket t = check(c.requests().begin(p, {.output_tokens = 1}));
-      sequence.assign(p.begin(), p.end());
-      sequence.push_back(static_cast<token_id>(r));
-      captured[0] = static_cast<std::int64_t>(sequence.size());
-      (void)check(c.requests().finish(t, sequence, captured));
+/// PrefixCache's arguments, checked before anything is built. Pool-only arguments given
+/// with store="bytes", or alpha with a policy other than marconi, are refused.
+std::unique_ptr<cache_base> make_prefix_cache(const cost_model& model, std::int64_t capacity_bytes,
+                                              std::optional<std::int64_t> tokens_per_page,
+                                              std::optional<std::int64_t> granularity_bytes, std::optional<double> ssm_fraction,
+                                              std::optional<bool> compaction, std::optional<std::int64_t> host_tier_bytes,
+                                              const std::string& policy, nb::handle alpha, const std::string& store) {
+  cache_options o;
+  if (capacity_bytes <= 0) throw hybridcache::invalid_argument("capacity_bytes must be > 0, got " + std::to_string(capacity_bytes));
+  o.capacity_bytes = capacity_bytes;
+  if (std::find(policy_names().begin(), policy_names().end(), policy) == policy_names().end())
+    throw hybridcache::invalid_argument("policy '" + policy + "': expected sglang+, marconi, gdsf, lru or vllm+");
+  o.policy = policy;
+  if (!alpha.is_none() && !(PyUnicode_Check(alpha.ptr()) && nb::cast<std::string>(alpha) == "auto")) {
+    if (PyBool_Check(alpha.ptr()) || !(PyLong_Check(alpha.ptr()) || PyFloat_Check(alpha.ptr())))
+      throw nb::type_error(("alpha: expected a number, 'auto' or None, got " + type_of(alpha)).c_str());
+    const double a = PyFloat_AsDouble(alpha.ptr());
+    if (PyErr_Occurred()) {
+      PyErr_Clear();
+      throw hybridcache::invalid_argument("alpha: out of range");
     }
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (!(a >= 0) || !std::isfinite(a))
+      throw hybridcache::invalid_argument("alpha must be a number >= 0, got " + std::string(nb::str(alpha).c_str()));
+    o.alpha = a;
+  }
+  if (!alpha.is_none() && policy != "marconi")
+    throw hybridcache::invalid_argument("alpha applies to policy='marconi' only (policy '" + policy + "' has no FLOP weight)");
+  if (store != "pool" && store != "bytes")
+    throw hybridcache::invalid_argument("store '" + store + "': expected pool (real bytes) or bytes (counting only)");
+  o.store = store;
+  if (store == "bytes") {
+    std::string given;
+    for (const auto& [name, set] : {std::pair{"tokens_per_page", tokens_per_page.has_value()},
+                                    std::pair{"granularity_bytes", granularity_bytes.has_value()},
+                                    std::pair{"ssm_fraction", ssm_fraction.has_value()},
+                                    std::pair{"compaction", compaction.has_value()},
+                                    std::pair{"host_tier_bytes", host_tier_bytes.has_value()}})
+      if (set) given += std::string(given.empty() ? "" : ", ") + name;
+    if (!given.empty())
+      throw hybridcache::invalid_argument(given + ": not with store='bytes' (they configure the pool; a bytes store has none)");
+    if (model.ssm_checkpoint_bytes() > capacity_bytes)
+      throw hybridcache::invalid_argument("capacity_bytes " + std::to_string(capacity_bytes) + " is smaller than one checkpoint (" +
+                                          std::to_string(model.ssm_checkpoint_bytes()) + " B)");
+    return make_bytes_cache(model, o);
+  }
+  o.tokens_per_page = tokens_per_page.value_or(16);
+  if (o.tokens_per_page <= 0) throw hybridcache::invalid_argument("tokens_per_page must be > 0, got " + std::to_string(o.tokens_per_page));
+  o.granularity_bytes = non_negative(granularity_bytes.value_or(0), "granularity_bytes");
+  o.ssm_fraction = ssm_fraction.value_or(0.5);
+  o.compaction = compaction.value_or(false);
+  o.host_tier_bytes = non_negative(host_tier_bytes.value_or(0), "host_tier_bytes");
+  return make_pool_cache(model, o);
 }
 
 }  // namespace
@@ -345,29 +325,54 @@ void bind_runtime(nb::module_& m) {
 
   nb::class_<prefix_cache_py>(
       m, "PrefixCache",
-      "A Marconi prefix cache (judicious admission, LRU) whose KV pages and SSM checkpoints live in a host "
-      "asymmetric pool, with the request lifecycle (docs/runtime.md, docs/python.md).")
+      "A prefix cache with the request lifecycle (docs/runtime.md, docs/python.md): hcbench's policies "
+      "(sglang+, marconi, gdsf, lru, vllm+) over a host asymmetric pool holding the KV pages and SSM "
+      "checkpoints (store='pool'), or over a store that only counts bytes (store='bytes').")
       .def(
           "__init__",
-          [](prefix_cache_py* self, const cost_model& model, std::int64_t capacity_bytes, std::int64_t tokens_per_page,
-             std::int64_t granularity_bytes, double ssm_fraction, bool compaction, std::int64_t host_tier_bytes) {
-            new (self) prefix_cache_py(model, {capacity_bytes, tokens_per_page, granularity_bytes, ssm_fraction, compaction,
-                                               host_tier_bytes});
+          [](prefix_cache_py* self, const cost_model& model, std::int64_t capacity_bytes, std::optional<std::int64_t> tokens_per_page,
+             std::optional<std::int64_t> granularity_bytes, std::optional<double> ssm_fraction, std::optional<bool> compaction,
+             std::optional<std::int64_t> host_tier_bytes, const std::string& policy, nb::handle alpha, const std::string& store) {
+            new (self) prefix_cache_py(make_prefix_cache(model, capacity_bytes, tokens_per_page, granularity_bytes, ssm_fraction,
+                                                         compaction, host_tier_bytes, policy, alpha, store));
           },
-          "model"_a, "capacity_bytes"_a, "tokens_per_page"_a = 16, "granularity_bytes"_a = 0, "ssm_fraction"_a = 0.5,
-          "compaction"_a = false, "host_tier_bytes"_a = 0,
-          "A pool of `capacity_bytes` (chunks of `granularity_bytes`, 0: the pool's default, a multiple of the KV "
-          "page) split between KV pages of `tokens_per_page` tokens and checkpoint blocks. `host_tier_bytes` > 0 "
-          "adds a host tier (half KV pages, half checkpoint blocks): what the cache evicts is demoted there, and a "
-          "later begin whose prompt continues into it loads it back into its reservation (state()['loaded_at']).")
-      .def_prop_ro("model", [](prefix_cache_py& c) { return c.model(); })
-      .def_prop_ro("tokens_per_page", [](prefix_cache_py& c) { return c.cache().store().tokens_per_page(); })
-      .def_prop_ro("page_bytes", &prefix_cache_py::page_bytes, "Bytes of one KV page: tokens_per_page tokens of one attention layer.")
-      .def_prop_ro("block_bytes", &prefix_cache_py::block_bytes, "Bytes of one recurrent layer's checkpoint block.")
+          "model"_a, "capacity_bytes"_a, "tokens_per_page"_a = nb::none(), "granularity_bytes"_a = nb::none(),
+          "ssm_fraction"_a = nb::none(), "compaction"_a = nb::none(), "host_tier_bytes"_a = nb::none(), nb::kw_only(),
+          "policy"_a = "sglang+", "alpha"_a = nb::none(), "store"_a = "pool",
+          "A cache of `capacity_bytes`. policy: hcbench's names: 'sglang+' (judicious admission + LRU, the "
+          "default), 'marconi' (+ FLOP-aware eviction with `alpha`; alpha None or 'auto': the adaptive "
+          "selector), 'gdsf', 'lru' (only the last token's state), 'vllm+' (a checkpoint every 32 tokens). "
+          "store='pool': a pool of chunks of `granularity_bytes` (None: the pool's default; a multiple of the KV "
+          "page) split between KV pages of `tokens_per_page` tokens (16) and checkpoint blocks (`ssm_fraction` "
+          "0.5, `compaction` False); `host_tier_bytes` > 0 adds a host tier (half KV pages, half checkpoint "
+          "blocks) that what the cache evicts is demoted to and a later begin loads back "
+          "(state()['loaded_at']). store='bytes': one byte budget for KV and checkpoints and no memory, "
+          "hcbench's replay store; the pool's arguments are refused with it.")
+      .def_prop_ro("model", [](prefix_cache_py& c) { return c->model(); })
+      .def_prop_ro("policy", [](prefix_cache_py& c) { return c->options().policy; }, "The policy's hcbench name.")
+      .def_prop_ro("store", [](prefix_cache_py& c) { return c->options().store; }, "'pool' or 'bytes'.")
+      .def_prop_ro("capacity_bytes", [](prefix_cache_py& c) { return c->options().capacity_bytes; })
+      .def_prop_ro("alpha", [](prefix_cache_py& c) { return c->alpha(); },
+                   "The FLOP weight eviction runs with now (marconi; the followed rule's under the selector), None for "
+                   "a rule without one.")
+      .def_prop_ro(
+          "followed",
+          [](prefix_cache_py& c) -> std::optional<std::string> {
+            std::string f = c->followed();
+            if (f.empty()) return std::nullopt;
+            return f;
+          },
+          "marconi without alpha: the rule the adaptive selector follows now, as hcbench's selector_followed "
+          "('sglang+', 'marconi:0.5', 'gdsf'); None for the other policies.")
+      .def_prop_ro("tokens_per_page", [](prefix_cache_py& c) { return c.memory("tokens_per_page").options().tokens_per_page; })
+      .def_prop_ro("page_bytes", [](prefix_cache_py& c) { return c.memory("page_bytes").page_bytes(); },
+                   "Bytes of one KV page: tokens_per_page tokens of one attention layer.")
+      .def_prop_ro("block_bytes", [](prefix_cache_py& c) { return c.memory("block_bytes").block_bytes(); },
+                   "Bytes of one recurrent layer's checkpoint block.")
       .def_prop_ro(
           "kv_pages",
           [](nb::handle self) {
-            auto& c = cache_of(self);
+            auto& c = cache_of(self).memory("kv_pages");
             const std::size_t pages = c.arena_bytes() / static_cast<std::uint64_t>(c.page_bytes());
             return nb::ndarray<nb::numpy, std::uint8_t, nb::ndim<2>>(reinterpret_cast<std::uint8_t*>(c.arena_base()),
                                                                      {pages, static_cast<std::size_t>(c.page_bytes())}, self);
@@ -376,56 +381,60 @@ void bind_runtime(nb::module_& m) {
           "write only the pages of your own tickets.")
       .def(
           "begin",
-          [](nb::handle self, nb::handle prompt, std::int64_t output_tokens, nb::handle extra_checkpoints) {
+          [](nb::handle self, nb::handle prompt, std::int64_t output_tokens, nb::handle extra_checkpoints, nb::handle salt) {
             auto& c = cache_of(self);
             const std::vector<token_id> p = tokens(prompt, "prompt");
             std::vector<std::int64_t> extra;
             if (!extra_checkpoints.is_none())
               extra = int_sequence(extra_checkpoints, "extra_checkpoints", std::numeric_limits<std::int64_t>::min(),
                                    std::numeric_limits<std::int64_t>::max());
-            const prefix::begin_options o{.output_tokens = output_tokens, .extra_checkpoints = extra};
-            const prefix::request_ticket t = check(c.requests().begin(p, o));
+            const prefix::begin_options o{.output_tokens = output_tokens, .extra_checkpoints = extra, .salt = salt_of(salt)};
+            const prefix::request_ticket t = c->begin(p, o);
             return ticket_py{t, nb::borrow(self), static_cast<std::int64_t>(p.size())};
           },
-          "prompt"_a, "output_tokens"_a = 0, "extra_checkpoints"_a = nb::none(),
+          "prompt"_a, "output_tokens"_a = 0, "extra_checkpoints"_a = nb::none(), "salt"_a = nb::none(),
           "Matches and pins the prompt's cached prefix, plans the checkpoints prefill must capture and reserves KV "
-          "for the prompt plus `output_tokens` and one slot per checkpoint. All or nothing: OutOfCapacity leaves the "
-          "cache unchanged.")
+          "for the prompt plus `output_tokens` and one slot per checkpoint. `salt` (an int in [0, 2**64), e.g. a "
+          "tenant's): the request matches and inserts only in that namespace; None: the shared one. All or nothing: "
+          "OutOfCapacity leaves the cache unchanged.")
+      .def(
+          "peek",
+          [](nb::handle self, nb::handle prompt, nb::handle salt) {
+            const std::vector<token_id> p = tokens(prompt, "prompt");
+            const cache_salt s = salt_of(salt);
+            return cache_of(self)->peek(p, s);
+          },
+          "prompt"_a, "salt"_a = nb::none(),
+          "The tokens a begin of `prompt` in `salt`'s namespace would reuse, changing nothing (no pin, no recency, no "
+          "counters): for a scheduler that orders requests by their reuse.")
       .def(
           "state",
           [](nb::handle self, const ticket_py& t) {
-            auto& c = cache_of(self);
-            const auto& s = state_of(c, own_ticket(self, t));
+            const request_view s = cache_of(self)->state(own_ticket(self, t));
             nb::dict d;
             d["prompt_tokens"] = s.prompt_tokens;
-            d["reusable_tokens"] = s.match.reusable_tokens;
-            d["prefill_start"] = s.plan.prefill_start;
+            d["reusable_tokens"] = s.reusable_tokens;
+            d["prefill_start"] = s.prefill_start;
             d["kv_from"] = s.kv_from;
             d["reserved_tokens"] = s.reserved_tokens;
             d["loaded_at"] = s.loaded_at;
-            std::vector<std::int64_t> sites;
-            for (const auto& site : s.plan.sites) sites.push_back(site.position);
-            d["sites"] = sites;
-            std::vector<std::int64_t> slots;
-            for (const auto& slot : s.checkpoints) slots.push_back(slot.position);
-            d["slots"] = slots;
+            d["salt"] = s.salt;
+            d["sites"] = s.sites;
+            d["slots"] = s.slots;
             return d;
           },
           "ticket"_a,
           "What the runtime reads of a request: reusable_tokens, prefill_start, kv_from (write KV from here), "
           "reserved_tokens, loaded_at (> 0: the host tier's hit was loaded into the reservation up to it; "
-          "prefill_start is then loaded_at), sites (the positions to capture), slots (their positions; 0 = the "
-          "end slot).")
+          "prefill_start is then loaded_at), salt, sites (the positions to capture), slots (their positions; 0 = "
+          "the end slot).")
       .def(
           "block_table",
           [](nb::handle self, const ticket_py& t, std::int64_t layer) {
-            auto& c = cache_of(self);
-            own_ticket(self, t);
-            std::vector<packed_handle> table;
-            check(c.requests().block_table(t.ticket, layer, table));
-            auto* out = new std::vector<std::int64_t>(table.size());
+            auto& c = cache_of(self).memory("block_table");
+            auto* out = new std::vector<std::int64_t>();
             nb::capsule owner(out, [](void* p) noexcept { delete static_cast<std::vector<std::int64_t>*>(p); });
-            for (std::size_t b = 0; b < table.size(); ++b) (*out)[b] = c.page_index(table[b]);
+            *out = c.block_table(own_ticket(self, t), layer);
             return nb::ndarray<nb::numpy, std::int64_t, nb::ndim<1>>(out->data(), {out->size()}, owner);
           },
           "ticket"_a, "layer"_a,
@@ -434,11 +443,11 @@ void bind_runtime(nb::module_& m) {
       .def(
           "resume_checkpoint",
           [](nb::handle self, const ticket_py& t) -> nb::object {
-            auto& c = cache_of(self);
-            own_ticket(self, t);
-            const auto* h = check(c.requests().resume_checkpoint(t.ticket));
-            if (h == nullptr) return nb::none();
-            return checkpoint_arrays(self, c, *h);
+            auto& c = cache_of(self).memory("resume_checkpoint");
+            bool found = false;
+            const auto blocks = c.resume_checkpoint(own_ticket(self, t), found);
+            if (!found) return nb::none();
+            return checkpoint_arrays(self, c, blocks);
           },
           "ticket"_a,
           "The state prefill resumes from: one uint8 array per recurrent layer over the pool's block (no copy), or "
@@ -446,31 +455,23 @@ void bind_runtime(nb::module_& m) {
       .def(
           "checkpoint_slot",
           [](nb::handle self, const ticket_py& t, std::int64_t i) {
-            auto& c = cache_of(self);
-            const auto& s = state_of(c, own_ticket(self, t));
-            if (i < 0 || i >= static_cast<std::int64_t>(s.checkpoints.size()))
-              throw hybridcache::invalid_argument("checkpoint_slot: index must lie in [0, " + std::to_string(s.checkpoints.size()) +
-                                                  "), got " + std::to_string(i));
-            return checkpoint_arrays(self, c, s.checkpoints[static_cast<std::size_t>(i)].handle);
+            auto& c = cache_of(self).memory("checkpoint_slot");
+            return checkpoint_arrays(self, c, c.checkpoint_slot(own_ticket(self, t), i));
           },
           "ticket"_a, "index"_a,
           "Reserved slot `index` (state(ticket)['slots'][index] is its position; sites first, then the end slot): "
           "one uint8 array per recurrent layer to write the captured state into.")
       .def(
-          "grow",
-          [](nb::handle self, const ticket_py& t, std::int64_t tokens) {
-            check(cache_of(self).requests().grow(own_ticket(self, t).ticket, tokens));
-          },
+          "grow", [](nb::handle self, const ticket_py& t, std::int64_t tokens) { cache_of(self)->grow(own_ticket(self, t), tokens); },
           "ticket"_a, "tokens"_a, "Reserves KV for `tokens` more tokens; fetch the block tables again after it.")
       .def(
           "finish",
           [](nb::handle self, const ticket_py& t, nb::handle sequence, nb::handle captured) {
             auto& c = cache_of(self);
-            own_ticket(self, t);
+            const prefix::request_ticket ticket = own_ticket(self, t);
             const std::vector<token_id> seq = tokens(sequence, "sequence");
-            const std::vector<std::int64_t> cap =
-                int_sequence(captured, "captured", 0, std::numeric_limits<std::int64_t>::max());
-            const prefix::finish_result r = check(c.requests().finish(t.ticket, seq, cap));
+            const std::vector<std::int64_t> cap = int_sequence(captured, "captured", 0, std::numeric_limits<std::int64_t>::max());
+            const prefix::finish_result r = c->finish(ticket, seq, cap);
             nb::dict d;
             d["checkpoints_kept"] = r.checkpoints_kept;
             d["checkpoints_returned"] = r.checkpoints_returned;
@@ -481,40 +482,24 @@ void bind_runtime(nb::module_& m) {
           "Inserts `sequence` (prompt + output) keeping checkpoints exactly at `captured` (planned sites or "
           "len(sequence)). A refused finish leaves the request in flight.")
       .def(
-          "abort", [](nb::handle self, const ticket_py& t) { check(cache_of(self).requests().abort(own_ticket(self, t).ticket)); },
-          "ticket"_a, "Ends a request without inserting: the reservation goes back, the pin is released.")
-      .def("clear", [](prefix_cache_py& c) { c.requests().clear(); },
+          "abort", [](nb::handle self, const ticket_py& t) { cache_of(self)->abort(own_ticket(self, t)); }, "ticket"_a,
+          "Ends a request without inserting: the reservation goes back, the pin is released.")
+      .def("clear", [](prefix_cache_py& c) { c->clear(); },
            "Ends every request in flight (their tickets raise HandleError) and empties the cache.")
-      .def_prop_ro("in_flight", [](prefix_cache_py& c) { return c.requests().in_flight(); })
-      .def_prop_ro("tokens_cached", [](prefix_cache_py& c) { return c.cache().tokens_cached(); })
-      .def_prop_ro("checkpoints_cached", [](prefix_cache_py& c) { return c.cache().checkpoints_cached(); })
+      .def_prop_ro("in_flight", [](prefix_cache_py& c) { return c->in_flight(); })
+      .def_prop_ro("tokens_cached", [](prefix_cache_py& c) { return c->tokens_cached(); })
+      .def_prop_ro("checkpoints_cached", [](prefix_cache_py& c) { return c->checkpoints_cached(); })
+      .def_prop_ro("used_bytes", [](prefix_cache_py& c) { return c->used_bytes(); },
+                   "Bytes the store holds: cached KV and checkpoints and the reservations of requests in flight.")
       .def_prop_ro(
           "counters",
           [](prefix_cache_py& c) {
-            const auto& k = c.cache().counters();
             nb::dict d;
-            d["matches"] = k.matches;
-            d["hits"] = k.hits;
-            d["tokens_matched"] = k.tokens_matched;
-            d["tokens_skipped"] = k.tokens_skipped;
-            d["commits"] = k.commits;
-            d["checkpoints_admitted"] = k.checkpoints_admitted;
-            d["checkpoints_evicted"] = k.checkpoints_evicted;
-            d["evictions"] = k.evictions;
-            d["pool_rebalances"] = c.pool().counters().rebalances;
-            d["kv_pages_used"] = c.pool().stats(pool_kind::kv).used_units;
-            d["blocks_used"] = c.pool().stats(pool_kind::ssm).used_units;
-            const auto& h = c.cache().store().host_counters();
-            d["host_demotions"] = h.demotions;
-            d["host_demotions_dropped"] = h.demotions_dropped;
-            d["host_evictions"] = h.host_evictions;
-            d["host_loads"] = h.loads;
-            d["host_tokens_loaded"] = h.tokens_loaded;
-            d["host_corrupt_dropped"] = h.corrupt_dropped;
-            d["host_entries"] = c.cache().store().host_entries();
+            for (const auto& [name, value] : c->counters()) d[name.c_str()] = value;
             return d;
           },
-          "The cache's counters, the pool's occupancy and the host tier's (host_*: all 0 without one).");
+          "The cache's counters; with store='pool' also the pool's occupancy and the host tier's (host_*: all 0 "
+          "without one).");
 
   m.def(
       "_bench_begin_finish",
@@ -522,7 +507,7 @@ void bind_runtime(nb::module_& m) {
         std::vector<std::vector<token_id>> ps;
         for (nb::handle p : prompts) ps.push_back(tokens(p, "prompts[i]"));
         nb::gil_scoped_release release;
-        return bench_begin_finish(c, ps, rounds);
+        return c->bench_begin_finish(ps, rounds);
       },
       "cache"_a, "prompts"_a, "rounds"_a, "bench/python_costs.py: seconds of the begin + finish loop run in C++.");
 }
