@@ -4,6 +4,7 @@
 // two caches must answer every request identically (hits, evictions, bytes).
 #include <doctest/doctest.h>
 
+#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -70,6 +71,15 @@ TEST_CASE("gdsf_scorer picks the naive full scan's victims on random branching s
       }
       REQUIRE(ca->evictions == cb->evictions);
       REQUIRE(fast.store().used_bytes() == naive.store().used_bytes());
+      // Every priority the index holds is the one computed afresh (the cached efficiency
+      // included), bit for bit; the trees evolve alike, so their node ids agree.
+      REQUIRE(fast.tree().id_bound() == naive.tree().id_bound());
+      for (node_id n = 1; n < fast.tree().id_bound(); ++n) {
+        if (!fast.tree().live(n)) continue;
+        CAPTURE(n);
+        REQUIRE(std::bit_cast<std::uint64_t>(fast.scorer().priority(n)) ==
+                std::bit_cast<std::uint64_t>(naive.scorer().priority(naive.tree(), n)));
+      }
       evictions += ca->evictions;
       seen.push_back(s);
     }

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <limits>
 #include <map>
 #include <span>
 
@@ -121,6 +122,14 @@ class naive_gdsf {
   template <class Tree>
   [[nodiscard]] evict_action action(const Tree& tree, node_id n) const noexcept {
     return prefix::detail::flop_action(tree, n, cfg_.intermediate);
+  }
+  /// H(n) of candidate `n`, computed afresh (NaN when it is not a candidate): what
+  /// gdsf_scorer::priority must hold, bit for bit.
+  template <class Tree>
+  [[nodiscard]] double priority(const Tree& tree, node_id n) const {
+    if (!prefix::detail::flop_candidate(tree, n, protects_branches())) return std::numeric_limits<double>::quiet_NaN();
+    const auto& s = seen_.at(n);
+    return s.base + static_cast<double>(s.freq) * prefix::detail::node_efficiency(model_, tree, n);
   }
 
  private:

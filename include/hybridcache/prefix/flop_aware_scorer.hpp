@@ -159,6 +159,16 @@ template <class Tree>
          (nd.children == 0 || (nd.children == 1 && nd.has_checkpoint && !(protect_branches && nd.branched)));
 }
 
+/// What a node's efficiency (node_efficiency) depends on: its end, edge length and
+/// checkpoint. A scorer keeps the last one per slot beside the value computed from it, and
+/// recomputes only when it changed (end -1: never computed).
+struct extent_key {
+  std::int64_t end = -1;
+  std::int64_t edge = 0;
+  bool checkpoint = false;
+  friend bool operator==(const extent_key&, const extent_key&) = default;
+};
+
 /// Moves the entry `from` of an ordered index (a set) to key `to` in place of erasing and
 /// inserting: its node is reused, so re-keying never allocates. `from` must be present.
 template <class Index>
@@ -418,13 +428,7 @@ class flop_aware_scorer {
   [[nodiscard]] std::uint64_t walks_cut() const noexcept { return walks_cut_; }
 
  private:
-  /// What a node's efficiency depends on: its end, edge length and checkpoint.
-  struct extent_key {
-    std::int64_t end = -1;
-    std::int64_t edge = 0;
-    bool checkpoint = false;
-    friend bool operator==(const extent_key&, const extent_key&) = default;
-  };
+  using extent_key = detail::extent_key;
 
   void erase(node_id n) noexcept {
     if (n >= in_.size() || !in_[n]) return;

@@ -25,8 +25,10 @@
 // Index: an indexed binary min-heap over (priority, id) (detail::basic_node_heap,
 // prefix/node_heap.hpp): the order a std::set of (priority, id) pairs keeps, so the same
 // victims, with no node per entry. Costs: on_match O(path) to find the node + O(log n);
-// on_update / on_erase O(log n); select_victim and observe_victim O(1) (the heap's top).
-// Memory: 32 bytes per node id (frequency, L_n, the heap's key, position and slot).
+// on_update / on_erase O(log n) (the efficiency is recomputed only when the node's extent
+// or checkpoint changed); select_victim and observe_victim O(1) (the heap's top).
+// Memory: 64 bytes per node id (frequency, L_n, the efficiency and what it was computed
+// from, the heap's key, position and slot).
 // Allocation only when the per-node arrays grow (reserve()). Not thread-safe
 // (the cache's lock serialises calls).
 #pragma once
@@ -84,7 +86,7 @@ class gdsf_scorer {
   [[nodiscard]] gdsf_scorer replica() const { return gdsf_scorer(model_, cfg_); }
 
   void reserve(std::size_t ids) {
-    if (freq_.size() < ids) detail::grow_all(ids, freq_, base_);
+    if (freq_.size() < ids) detail::grow_all(ids, freq_, base_, eff_, key_);
     by_priority_.reserve(ids);
   }
 
@@ -117,7 +119,15 @@ class gdsf_scorer {
       erase(n);
       return;
     }
-    const double p = base_[n] + static_cast<double>(freq_[n]) * detail::node_efficiency(model_, tree, n);
+    // eff is a function of the extent key alone: the last value computed in this slot (for
+    // this node or an earlier one) still holds when the key is the same.
+    const auto& nd = tree.at(n);
+    const detail::extent_key k{nd.end, nd.edge(), nd.has_checkpoint};
+    if (!(key_[n] == k)) {
+      eff_[n] = detail::node_efficiency(model_, tree, n);
+      key_[n] = k;
+    }
+    const double p = base_[n] + static_cast<double>(freq_[n]) * eff_[n];
     if (by_priority_.contains(n) &&
         std::bit_cast<std::uint64_t>(p) == std::bit_cast<std::uint64_t>(by_priority_.key(n)))
       return;
@@ -162,6 +172,8 @@ class gdsf_scorer {
   detail::basic_node_heap<double> by_priority_;  // candidates by (priority, id)
   std::vector<std::uint64_t> freq_;
   std::vector<double> base_;
+  std::vector<double> eff_;                // efficiency last computed in each slot
+  std::vector<detail::extent_key> key_;    // what eff_[n] was computed from (end -1: never)
   double inflation_ = 0.0;
 };
 
