@@ -122,8 +122,13 @@ TEST_CASE("host copy engine with a disk tier: hbm -> host -> disk -> hbm carries
   test::temp_dir dir("hc_engine_disk");
   disk_backend<> backend(disk_config(dir.path().string()));
   g_backend = &backend;
-  // A 1 TiB disk tier: before, the engine allocated (and zeroed) an arena of its capacity.
-  const auto t = three_tiers(dir.path().string(), 16, 16, std::int64_t{1} << 40);
+  {
+    // A 1 TiB disk tier: before, the engine allocated (and zeroed) an arena of its capacity.
+    const host_copy_engine big(three_tiers(dir.path().string(), 16, 16, std::int64_t{1} << 40), page,
+                               {.measure_bandwidth = false}, {storage_io_of(backend)});
+    CHECK(big.arena_bytes(disk) == 0);
+  }
+  const auto t = three_tiers(dir.path().string(), 16, 16, 256 * page);
   tiered_store<> s(t, page);
   host_copy_engine e(t, page, {.measure_bandwidth = false}, {storage_io_of(backend)});
   CHECK(e.arena_bytes(disk) == 0);
