@@ -65,7 +65,8 @@
 // shadows the tiered replay's command takes 6-10x a fixed rule's, docs/results/tiered.md;
 // `shadow_host_capacity_bytes = 0` keeps the cheap single-tier shadows). `overhead()` reports the
 // time spent in the shadows and an estimate of their memory. Sampled, a request outside the
-// sample costs one hash of `key_ids` ids; one inside costs a replay on each shadow of
+// sample costs one hash of `key_ids` ids (not even a clock read: once sampling, the shadow
+// time counts the sampled requests only); one inside costs a replay on each shadow of
 // capacity x R (while warming, both sets run and the estimate adds a hash-map probe). The
 // shadows allocate (tree growth); the live cache's hot path does not.
 // Not thread-safe (the live cache's lock serialises every call, shadows included).
@@ -295,34 +296,35 @@ class adaptive_scorer {
   /// sampled ones alone (their warm scores carried over, the paired test restarted).
   void observe_request(std::span<const token_id> sequence, std::int64_t input_tokens, const cache_salt& salt) {
     if (phase_ == phase::none || sequence.empty()) return;
-    const auto t0 = std::chrono::steady_clock::now();
     const auto input = sequence.first(static_cast<std::size_t>(std::clamp<std::int64_t>(
         input_tokens, 1, static_cast<std::int64_t>(sequence.size()))));
-    if (phase_ != phase::exact) {
+    if (phase_ == phase::sampled) {  // outside the sample: one hash, not even a clock read
+      ++requests_;
+      if (!detail::sampled(detail::conversation_key(sequence, salt, cfg_.sampling.key_ids), cfg_.sampling.rate)) return;
+      const auto t0 = std::chrono::steady_clock::now();
+      replay_all(sampled_, sampled_tiered_, sequence, input, input_tokens, salt);
+      account(score_, cfg_.sampling.rate);
+      ++sampled_requests_;
+      follow_leader();
+      shadow_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      return;
+    }
+    const auto t0 = std::chrono::steady_clock::now();
+    if (phase_ == phase::warming) {
       const std::uint64_t key = detail::conversation_key(sequence, salt, cfg_.sampling.key_ids);
       const bool in = detail::sampled(key, cfg_.sampling.rate);
-      if (phase_ == phase::warming) {
-        replay_all(shadows_, tiered_, sequence, input, input_tokens, salt);
-        account(score_, 1.0);
-        ++requests_;
-        follow_leader();
-        if (in) {
-          replay_all(sampled_, sampled_tiered_, sequence, input, input_tokens, salt);
-          for (std::size_t i = 0; i < warm_score_.size(); ++i) warm_score_[i] = warm_score_[i] * decay() + gained_[i];
-          ++sampled_requests_;
-        }
-        estimate_.observe(key, static_cast<std::int64_t>(sequence.size()) * kv_per_id_ + checkpoint_bytes_);
-        if (static_cast<double>(estimate_.held()) * cfg_.sampling.rate >= cfg_.sampling.min_sampled_conversations)
-          begin_sampling();
-      } else {
-        ++requests_;
-        if (in) {
-          replay_all(sampled_, sampled_tiered_, sequence, input, input_tokens, salt);
-          account(score_, cfg_.sampling.rate);
-          ++sampled_requests_;
-          follow_leader();
-        }
+      replay_all(shadows_, tiered_, sequence, input, input_tokens, salt);
+      account(score_, 1.0);
+      ++requests_;
+      follow_leader();
+      if (in) {
+        replay_all(sampled_, sampled_tiered_, sequence, input, input_tokens, salt);
+        for (std::size_t i = 0; i < warm_score_.size(); ++i) warm_score_[i] = warm_score_[i] * decay() + gained_[i];
+        ++sampled_requests_;
       }
+      estimate_.observe(key, static_cast<std::int64_t>(sequence.size()) * kv_per_id_ + checkpoint_bytes_);
+      if (static_cast<double>(estimate_.held()) * cfg_.sampling.rate >= cfg_.sampling.min_sampled_conversations)
+        begin_sampling();
     } else {
       replay_all(shadows_, tiered_, sequence, input, input_tokens, salt);
       account(score_, 1.0);
