@@ -15,11 +15,12 @@
 // identical prompt in another process computes one token: logits need at least one token
 // computed, and a recurrent state cannot be rewound from b to b - 1.
 //
-// Keys: storage_key{model identity, content-key chain of tokens [0, b) seeded by the model
-// and the request's cache salt, b, kind} (tiered/storage_format.hpp): two processes serving
-// the same model file agree on every key; two tenants never share one. A value whose
-// checksum or header does not verify is a miss (the backend counts it and removes it): the
-// request computes those tokens.
+// Keys, lookups and stores are the library's `tiered::shared_prefix_store`
+// (tiered/shared_prefix_store.hpp): storage_key{model identity, content-key chain of tokens
+// [0, b) seeded by the model and the request's cache salt, b, kind}, so two processes serving
+// the same model file agree on every key and two tenants never share one; a value whose
+// checksum, size or layout does not verify is a miss (counted): the request computes those
+// tokens. What is left here is llama.cpp's side: the rows of a sequence state.
 //
 // Costs: a lookup is one `exists` over the candidate positions (one round trip to Redis; the
 // disk tier answers from its index) and two `get`s of the deepest pair found (KV bytes of b
@@ -33,17 +34,16 @@
 #include <chrono>
 #include <cstdint>
 #include <cstring>
-#include <deque>
 #include <fstream>
 #include <memory>
 #include <span>
 #include <string>
-#include <unordered_set>
 #include <vector>
 
 #include "hybridcache/concepts/storage_backend.hpp"
 #include "hybridcache/core/hash.hpp"
 #include "hybridcache/tiered/disk_backend.hpp"
+#include "hybridcache/tiered/shared_prefix_store.hpp"
 #include "hybridcache/tiered/storage_format.hpp"
 #include "llama_state.hpp"
 #if HYBRIDCACHE_LLAMA_REDIS
@@ -88,7 +88,9 @@ class shared_tier {
   [[nodiscard]] virtual std::string describe() const = 0;
 };
 
-/// The shared tier over backend `B` (a `hc::storage_backend`).
+/// The shared tier over backend `B` (a `hc::storage_backend`): the library's
+/// `tiered::shared_prefix_store` (keys, exists, verified reads, bounded puts) plus the rows of
+/// a llama.cpp sequence state.
 template <hc::storage_backend B>
 class backend_shared_tier final : public shared_tier {
  public:
@@ -96,146 +98,73 @@ class backend_shared_tier final : public shared_tier {
   /// session's state layout (row sizes); `name`: what `describe` says (e.g. "disk /tmp/x 1 GiB").
   backend_shared_tier(std::unique_ptr<B> backend, std::uint64_t model_id, const state_layout& layout, std::string name,
                       std::size_t max_pending = 8)
-      : backend_(std::move(backend)), model_(model_id), layout_(layout), name_(std::move(name)), max_pending_(max_pending) {
-    for (const auto& l : layout_.kv) kv_token_bytes_ += l.k_row + l.v_row;
-    for (const auto& r : layout_.rec) rec_bytes_ += r.r_row + r.s_row;
-  }
-  ~backend_shared_tier() override { drain(); }
+      : backend_(std::move(backend)), layout_(layout), name_(std::move(name)),
+        store_(*backend_, config_for(model_id, layout, max_pending)) {}
+  ~backend_shared_tier() override { store_.drain(); }
 
   void lookup(std::span<const llama_token> prompt, hc::cache_salt salt, std::span<const std::int64_t> candidates,
               std::int64_t at_least, shared_hit& hit) override {
     const auto t0 = std::chrono::steady_clock::now();
-    hit.tokens = 0;
-    ++counters_.lookups;
-    keys_.clear();
-    positions_.clear();
-    std::uint64_t h = hc::content_key::seed(model_, salt);
-    std::size_t next = 0;
-    for (std::int64_t p = 0; p < static_cast<std::int64_t>(prompt.size()) && next < candidates.size(); ++p) {
-      h = hc::content_key::next(h, prompt[static_cast<std::size_t>(p)]);
-      while (next < candidates.size() && candidates[next] < p + 1) ++next;
-      if (next < candidates.size() && candidates[next] == p + 1 && p + 1 > at_least) {
-        positions_.push_back(p + 1);
-        keys_.push_back({model_, h, p + 1, hc::value_kind::checkpoint});
-      }
-    }
-    if (!keys_.empty()) {
-      found_.assign(keys_.size(), 0);
-      auto t = backend_->exists(keys_, found_);
-      auto r = t ? backend_->wait(*t) : hc::expected<hc::io_result>(hc::unexpected(t.error()));
-      if (r && r->status == hc::io_status::ok) {
-        for (std::size_t i = keys_.size(); i-- > 0 && hit.tokens == 0;)
-          if (found_[i] != 0 && load(keys_[i], positions_[i], hit)) hit.tokens = positions_[i];
-      }
-    }
-    if (hit.tokens > 0) ++counters_.loads;
-    counters_.lookup_ms += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    ++lookups_;
+    hit.tokens = store_.find(prompt, salt, candidates, at_least, hit.kv, hit.rec);
+    lookup_ms_ += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   }
 
   void store(std::span<const llama_token> tokens, hc::cache_salt salt, std::int64_t b, const full_state_view& view) override {
     const auto t0 = std::chrono::steady_clock::now();
-    std::uint64_t h = hc::content_key::seed(model_, salt);
-    for (std::int64_t p = 0; p < b; ++p) h = hc::content_key::next(h, tokens[static_cast<std::size_t>(p)]);
-    const std::uint64_t name = h ^ static_cast<std::uint64_t>(b) * 0x9e3779b97f4a7c15ULL;
-    if (stored_.size() >= max_remembered) stored_.clear();  // bounded: forgetting only costs a repeated put
-    if (!stored_.insert(name).second) return;
-    reap(max_pending_ - 1);
-    pending_.push_back({});
-    auto& job = pending_.back();
-    job.kv.resize(static_cast<std::size_t>(b) * kv_token_bytes_);
-    std::byte* out = job.kv.data();
-    for (std::int64_t c = 0; c < static_cast<std::int64_t>(view.pos.size()); ++c) {
-      const std::int64_t p = view.pos[static_cast<std::size_t>(c)];
-      if (p >= b) continue;
-      std::byte* row = out + static_cast<std::uint64_t>(p) * kv_token_bytes_;
-      for (std::size_t l = 0; l < layout_.kv.size(); ++l) {
-        std::memcpy(row, view.k[l] + static_cast<std::uint64_t>(c) * layout_.kv[l].k_row, layout_.kv[l].k_row);
-        copy_v_row(layout_, view, l, static_cast<std::size_t>(c), row + layout_.kv[l].k_row);
-        row += layout_.kv[l].k_row + layout_.kv[l].v_row;
-      }
-    }
-    job.rec.resize(rec_bytes_);
-    std::byte* r = job.rec.data();
-    for (std::size_t i = 0; i < layout_.rec.size(); ++i) {
-      std::memcpy(r, view.r[i], layout_.rec[i].r_row);
-      std::memcpy(r + layout_.rec[i].r_row, view.s[i], layout_.rec[i].s_row);
-      r += layout_.rec[i].r_row + layout_.rec[i].s_row;
-    }
-    const hc::storage_key kv_key{model_, h, b, hc::value_kind::kv}, rec_key{model_, h, b, hc::value_kind::checkpoint};
-    auto kt = backend_->put(kv_key, {.span_begin = 0, .layout = {hc::layer_order::token_major, static_cast<std::uint32_t>(layout_.kv.size())}},
-                            job.kv);
-    // The checkpoint goes second: a lookup asks for checkpoints, so a reader never finds one
-    // whose KV was refused.
-    if (kt) job.tickets.push_back(*kt);
-    auto rt = kt ? backend_->put(rec_key, {.span_begin = b, .layout = {hc::layer_order::unspecified,
-                                                                        static_cast<std::uint32_t>(layout_.rec.size())}},
-                                 job.rec)
-                 : hc::expected<hc::io_ticket>(hc::unexpected(kt.error()));
-    if (rt) job.tickets.push_back(*rt);
-    if (!kt || !rt) {
-      ++counters_.store_failures;
-      stored_.erase(name);
-    }
-    ++counters_.stores;
-    counters_.store_ms += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    const std::uint64_t kv_token_bytes = store_.config().kv_bytes_per_token;
+    (void)store_.publish(
+        tokens, salt, b,
+        [&](std::span<std::byte> kv) {  // token-major: for each token p < b, each attention layer, K row then V row
+          for (std::int64_t c = 0; c < static_cast<std::int64_t>(view.pos.size()); ++c) {
+            const std::int64_t p = view.pos[static_cast<std::size_t>(c)];
+            if (p >= b) continue;
+            std::byte* row = kv.data() + static_cast<std::uint64_t>(p) * kv_token_bytes;
+            for (std::size_t l = 0; l < layout_.kv.size(); ++l) {
+              std::memcpy(row, view.k[l] + static_cast<std::uint64_t>(c) * layout_.kv[l].k_row, layout_.kv[l].k_row);
+              copy_v_row(layout_, view, l, static_cast<std::size_t>(c), row + layout_.kv[l].k_row);
+              row += layout_.kv[l].k_row + layout_.kv[l].v_row;
+            }
+          }
+        },
+        [&](std::span<std::byte> rec) {  // for each recurrent layer: the conv row, then the SSM row
+          std::byte* r = rec.data();
+          for (std::size_t i = 0; i < layout_.rec.size(); ++i) {
+            std::memcpy(r, view.r[i], layout_.rec[i].r_row);
+            std::memcpy(r + layout_.rec[i].r_row, view.s[i], layout_.rec[i].s_row);
+            r += layout_.rec[i].r_row + layout_.rec[i].s_row;
+          }
+        });
+    store_ms_ += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   }
 
-  void drain() override { reap(0); }
+  void drain() override { store_.drain(); }
 
-  [[nodiscard]] shared_tier_counters counters() const override { return counters_; }
+  [[nodiscard]] shared_tier_counters counters() const override {
+    const auto& c = store_.counters();
+    return {.lookups = lookups_, .loads = c.hits, .stores = c.publishes, .store_failures = c.publish_failures,
+            .dropped = c.dropped, .lookup_ms = lookup_ms_, .store_ms = store_ms_};
+  }
   [[nodiscard]] hc::backend_counters backend_counters() const override { return backend_->counters(); }
   [[nodiscard]] std::string describe() const override { return name_; }
 
  private:
-  struct pending_store {
-    std::vector<std::byte> kv, rec;   // what the backend reads until its tickets are waited on
-    std::vector<hc::io_ticket> tickets;
-  };
-
-  // Reads key's checkpoint and the KV of [0, b) into `hit`; false (counted) when either is
-  // missing, damaged or not the size the layout says.
-  bool load(const hc::storage_key& rec_key, std::int64_t b, shared_hit& hit) {
-    hit.rec.resize(rec_bytes_);
-    hit.kv.resize(static_cast<std::size_t>(b) * kv_token_bytes_);
-    const hc::storage_key kv_key{rec_key.model, rec_key.prefix, b, hc::value_kind::kv};
-    auto rt = backend_->get(rec_key, hit.rec);
-    auto kt = backend_->get(kv_key, hit.kv);
-    auto rr = rt ? backend_->wait(*rt) : hc::expected<hc::io_result>(hc::unexpected(rt.error()));
-    auto kr = kt ? backend_->wait(*kt) : hc::expected<hc::io_result>(hc::unexpected(kt.error()));
-    const bool ok = rr && kr && rr->status == hc::io_status::ok && kr->status == hc::io_status::ok &&
-                    rr->bytes == static_cast<std::int64_t>(hit.rec.size()) && kr->bytes == static_cast<std::int64_t>(hit.kv.size()) &&
-                    kr->meta.span_begin == 0 && kr->meta.layout.order == hc::layer_order::token_major;
-    if (!ok) ++counters_.dropped;
-    return ok;
+  static hc::tiered::shared_prefix_config config_for(std::uint64_t model_id, const state_layout& layout, std::size_t max_pending) {
+    hc::tiered::shared_prefix_config c{.model = model_id,
+                                       .kv_layers = static_cast<std::uint32_t>(layout.kv.size()),
+                                       .state_layers = static_cast<std::uint32_t>(layout.rec.size()),
+                                       .max_pending = max_pending};
+    for (const auto& l : layout.kv) c.kv_bytes_per_token += static_cast<std::int64_t>(l.k_row + l.v_row);
+    for (const auto& r : layout.rec) c.state_bytes += static_cast<std::int64_t>(r.r_row + r.s_row);
+    return c;
   }
 
-  // Waits for the oldest stores until at most `keep` are in flight.
-  void reap(std::size_t keep) {
-    while (pending_.size() > keep) {
-      bool failed = false;
-      for (const auto t : pending_.front().tickets) {
-        auto r = backend_->wait(t);
-        failed = failed || !r || r->status != hc::io_status::ok;
-      }
-      if (failed) ++counters_.store_failures;
-      pending_.pop_front();
-    }
-  }
-
-  static constexpr std::size_t max_remembered = std::size_t{1} << 16;
-
-  std::unique_ptr<B> backend_;
-  std::uint64_t model_;
+  std::unique_ptr<B> backend_;  // before store_: the store drains into it when it goes
   state_layout layout_;
   std::string name_;
-  std::size_t max_pending_;
-  std::uint64_t kv_token_bytes_ = 0, rec_bytes_ = 0;
-  std::deque<pending_store> pending_;
-  std::unordered_set<std::uint64_t> stored_;  // positions this process stored (by key)
-  std::vector<hc::storage_key> keys_;
-  std::vector<std::int64_t> positions_;
-  std::vector<std::uint8_t> found_;
-  shared_tier_counters counters_;
+  hc::tiered::shared_prefix_store<B> store_;
+  std::int64_t lookups_ = 0;
+  double lookup_ms_ = 0, store_ms_ = 0;
 };
 
 /// Where the shared tier lives (from `--tiers`): none, a directory, or a Redis server.
