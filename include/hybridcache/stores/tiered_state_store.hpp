@@ -326,6 +326,25 @@ class tiered_state_store {
   /// Copies in flight.
   [[nodiscard]] std::size_t inflight_copies() const noexcept { return inflight_.size(); }
 
+  // --- CaR's score -------------------------------------------------------------------
+
+  /// CaR's Score of an entry the tree holds (a KV extent's or checkpoint's `id`), which the
+  /// host scorer may read (`car_score_demotion`: the tiers below HBM and the cleaner's walk
+  /// of HBM, smallest score first). `set_score` sets it (a mirror of `car_score_board`'s
+  /// column: `tiered::mirror_score` copies a node's score onto its KV and checkpoint
+  /// entries), `add_score` adds to it. The score belongs to the tree's use of the entry, as
+  /// the board's belongs to the node: an entry the tree frees (evicted) goes back to 0, the
+  /// head `split_kv` detaches starts at 0 (a new node), and `join_kv`'s result keeps back's
+  /// (the node that stays). Errors (nothing changes): not_found for an id the tree does not
+  /// hold (no_entry, a free or staged entry, or none); invalid_argument for a value that is
+  /// not finite. O(1) lookup + O(c log n) re-sort (c copies), no allocation.
+  [[nodiscard]] expected<void> set_score(entry_id id, double score) noexcept {
+    return on_tree_entry(id, [&] { return store_->set_score(id, score); });
+  }
+  [[nodiscard]] expected<void> add_score(entry_id id, double delta) noexcept {
+    return on_tree_entry(id, [&] { return store_->add_score(id, delta); });
+  }
+
   // --- introspection -------------------------------------------------------------------
 
   [[nodiscard]] const tiered_state_counters& counters() const noexcept { return counters_; }
@@ -450,6 +469,18 @@ class tiered_state_store {
   void settle_free(entry_id id) noexcept;
   void forget(entry_id id) noexcept;
   void drop(entry_id id) noexcept;
+  // set_score / add_score: `f()` on an entry the tree holds, else not_found. The table's
+  // re-sort allocates nothing; only its lock could throw (busy then, nothing changed).
+  template <class F>
+  expected<void> on_tree_entry(entry_id id, F&& f) noexcept {
+    const auto it = meta_.find(id);
+    if (it == meta_.end() || it->second.r != role::tree) return unexpected(errc::not_found);
+    try {
+      return f();
+    } catch (...) {
+      return unexpected(errc::busy);
+    }
+  }
   bool submit(move_ticket&& t, purpose p) noexcept;
   bool submit_group_loads(outstanding_hit& slot) noexcept;
   std::int64_t plan_load(const outstanding_hit& slot);

@@ -30,10 +30,10 @@
 //                    Refresh: a match stamps the whole matched path (LRU's rule, used only to
 //                    break ties). Action: remove the leaf.
 //
-// What is not here: the cache table's own `cache_entry::score` (tiered_store::add_score,
-// read by `car_score_demotion`) orders the tiers *below* HBM and the watermark cleaner; the
-// board orders the prefix cache's HBM victims. A runtime that wants both mirrors each board
-// delta onto the node's entry (docs/tiered.md, "CaR's score").
+//   mirror_score     copies a node's board score onto its KV and checkpoint entries in a
+//                    tiered store (`set_score`), whose `car_score_demotion` orders the tiers
+//                    *below* HBM and the watermark cleaner: the board orders the prefix
+//                    cache's HBM victims, the mirror the rest (docs/tiered.md, "CaR's score").
 //
 // Costs (n indexed nodes, p nodes on a request's path, c credits a request holds):
 //   add / index / unindex / forget   O(log n), noexcept, no allocation
@@ -46,6 +46,7 @@
 //   reserve(ids)                     O(ids), allocates (the prefix cache calls it before it
 //                                    creates nodes, so the scorer's noexcept hooks never do)
 //   car_scorer: on_match O(p log n), on_update / on_erase O(log n), select_victim O(1).
+//   mirror_score                     two store look-ups and re-sorts, O(log n), no allocation.
 // Not thread-safe: call under the cache's lock (as every scorer is).
 #pragma once
 
@@ -54,6 +55,7 @@
 #include <cstdint>
 #include <limits>
 #include <span>
+#include <type_traits>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -176,11 +178,21 @@ class car_score_board {
   /// still alive (the paper's −2 for a node credited at both events). No-op for a request
   /// with no credits. O(credits · log n), no allocation.
   void complete(request_id r) noexcept {
+    complete(r, [](node_id, double) noexcept {});
+  }
+  /// `complete`, calling `changed(node, new score)` after each withdrawal (what a mirror of
+  /// the scores copies: `mirror_score`). `changed` must not throw. Same costs, plus its calls.
+  template <class F>
+    requires std::is_nothrow_invocable_v<F&, node_id, double>
+  void complete(request_id r, F&& changed) noexcept {
     const auto it = ledger_.find(r);
     if (it == ledger_.end()) return;
     auto& credits = slots_[it->second];
     for (const credit_entry& c : credits)
-      if (c.node < node_.size() && node_[c.node].generation == c.generation) add(c.node, -c.amount);
+      if (c.node < node_.size() && node_[c.node].generation == c.generation) {
+        add(c.node, -c.amount);
+        changed(c.node, node_[c.node].score);
+      }
     credits.clear();  // keeps its capacity for the next request
     free_slots_.push_back(it->second);  // capacity reserved when the slot was made
     ledger_.erase(it);
@@ -316,6 +328,30 @@ class car_scorer {
 
   car_score_board* board_;
 };
+
+/// Copies the board's score of node `n` onto its entries in a tiered store: its KV extent's
+/// and, when it holds one, its checkpoint's (`store.set_score(entry_id, double)`, as
+/// `stores::tiered_state_store` offers), so that the store's `car_score_demotion` order (the
+/// tiers below HBM and the watermark cleaner's walk of HBM) follows the scores that pick the
+/// HBM victims. Call it for every node an event changed: the path given to `enter_window`,
+/// `dispatch` and `adopt` (the whole path for adopt: a checkpoint the insert just added to an
+/// older node gets its score too), and each node `complete(r, changed)` reports. The store
+/// keeps the mirror right across the tree's own edits (an evicted node's entries go back to
+/// 0, a split's head starts at 0, a join keeps the staying node's), so these calls are all a
+/// runtime makes. A node without an entry (zero-byte KV) is skipped; an entry the store
+/// refuses is left as it is. O(log n) per entry, no allocation.
+template <class Tree, class Store>
+void mirror_score(const car_score_board& board, const Tree& tree, Store& store, node_id n) noexcept {
+  const auto& nd = tree.at(n);
+  const double s = board.score(n);
+  if (nd.kv.id != no_entry) (void)store.set_score(nd.kv.id, s);
+  if (nd.has_checkpoint && nd.checkpoint.id != no_entry) (void)store.set_score(nd.checkpoint.id, s);
+}
+/// `mirror_score` for each node of `path`.
+template <class Tree, class Store>
+void mirror_scores(const car_score_board& board, const Tree& tree, Store& store, std::span<const node_id> path) noexcept {
+  for (const node_id n : path) mirror_score(board, tree, store, n);
+}
 
 namespace detail {
 /// The least a tree offers a scorer (the real one is prefix::radix_tree, which tiered/ does

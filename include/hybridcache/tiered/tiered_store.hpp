@@ -30,7 +30,7 @@
 // Thread safety: every member function locks one mutex (the TensorRT-LLM V2 rule: one
 // lock over shared state); copies run outside it. Costs (n = copies in the tier, c =
 // copies of the entry (<= tiers), r = page runs of a copy, F = free runs of a tier):
-// insert O(log F + log n); find O(c · r); pin/unpin/touch/add_score O(c log n);
+// insert O(log F + log n); find O(c · r); pin/unpin/touch/add_score/set_score O(c log n);
 // prepare_* O(r + log F + log n); complete_move O(r log F + log n); drop_copy/erase
 // O(c (r log F + log n)); victim O(log n) (+ s · x when it skips s of x excluded ids);
 // split/join O(c (r + segments) + log n); exchange_pages O(r). Insert and copies allocate
@@ -38,6 +38,7 @@
 #pragma once
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <deque>
 #include <mutex>
@@ -237,13 +238,18 @@ class tiered_store {
     });
   }
 
-  /// Adds `delta` to CaR's score of the entry (see `car_score`).
+  /// Adds `delta` to CaR's score of the entry (see `car_score`) and re-sorts its idle copies.
+  /// Errors (nothing changes): not_found; invalid_argument when delta or the sum is not finite.
+  /// O(c log n), no allocation (the index nodes are re-keyed in place).
   [[nodiscard]] expected<void> add_score(entry_id id, double delta) {
-    return with_entry(id, [&](cache_entry& e) -> expected<void> {
-      e.score += delta;
-      rekey_all(e);
-      return {};
-    });
+    return with_entry(id, [&](cache_entry& e) -> expected<void> { return rescore(e, e.score + delta); });
+  }
+  /// Sets CaR's score of the entry to `score` (a mirror of a Score column kept elsewhere:
+  /// tiered/car_score.hpp's board) and re-sorts its idle copies when it changed. Errors
+  /// (nothing changes): not_found; invalid_argument for a score that is not finite.
+  /// O(1) when unchanged, else O(c log n); no allocation.
+  [[nodiscard]] expected<void> set_score(entry_id id, double score) {
+    return with_entry(id, [&](cache_entry& e) -> expected<void> { return rescore(e, score); });
   }
 
   /// Starts moving the home copy to `dst`, storing `dst_bytes` there (0 = same size; fewer
@@ -677,6 +683,30 @@ class tiered_store {
   }
   void rekey_all(cache_entry& e) {
     for (auto& c : e.copies) adjust(e, c, [](tier_copy&) {});
+  }
+  // The score of `e` becomes `score`; each idle copy's index node is extracted, re-keyed and
+  // put back, so nothing allocates (add_score / set_score). Unchanged: nothing to do.
+  expected<void> rescore(cache_entry& e, double score) {
+    if (!std::isfinite(score)) return unexpected(errc::invalid_argument);
+    if (score == e.score) return {};
+    const double before = std::exchange(e.score, score);
+    demotion_key key;
+    try {
+      key = scorer_.key(e);
+    } catch (...) {  // a scorer that throws leaves the entry as it was
+      e.score = before;
+      throw;
+    }
+    for (auto& c : e.copies) {
+      if (!c.idle()) continue;  // indexed (with a fresh key) when it becomes idle
+      auto& index = tiers_[c.tier.value].index;
+      auto node = index.extract({c.indexed_key, e.id});
+      if (node.empty()) continue;  // not indexed: nothing to re-sort
+      node.value().first = key;
+      c.indexed_key = key;
+      index.insert(std::move(node));
+    }
+    return {};
   }
 
   std::vector<tier_config> configs_;

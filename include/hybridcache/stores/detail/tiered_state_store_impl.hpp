@@ -142,6 +142,7 @@ expected<tiered_kv_extent> tiered_state_store<H, E, S>::split_kv(kv_extent& whol
     reserve_for(meta_, meta_.size() + 1);
     const entry_id head = make_entry_id(next_id_ + 1);
     if (auto r = store_->split(whole.id, head, n * kv_per_token_); !r) return unexpected(r.error());
+    (void)store_->set_score(head, 0.0);  // a new node's entry: its score starts at 0 (no allocation)
     ++next_id_;
     meta& w = meta_.at(whole.id);
     meta h;
@@ -185,6 +186,7 @@ expected<void> tiered_state_store<H, E, S>::join_kv(kv_extent& front, kv_extent&
         for (const auto& c : row->copies)
           if (c.tier != hbm_tier) (void)store_->drop_copy(row->id, c.tier);
     if (auto r = store_->join(front.id, back.id); !r) return unexpected(r.error());
+    (void)store_->set_score(front.id, b->score);  // back's node is the one that stays (no allocation)
     meta& fm = meta_.at(front.id);
     meta& bm = meta_.at(back.id);
     if (fm.named && bm.named) {  // front's keys, front's end key, back's keys
@@ -212,6 +214,10 @@ void tiered_state_store<H, E, S>::release_from_tree(entry_id id) noexcept {
   if (it == meta_.end()) return;
   meta& e = it->second;
   const std::int64_t b = bytes_of(e);
+  try {
+    (void)store_->set_score(id, 0.0);  // the tree's score leaves with the tree (no allocation)
+  } catch (...) {  // only the table's lock could throw: the score stays
+  }
   used_ -= b;
   draining_ += b;  // a free entry with an HBM copy
   e.r = role::free;

@@ -44,7 +44,9 @@ enum class length_predictor_kind : std::uint8_t { mean, bucket, oracle };
 /// `automatic` is LRU. `car` is CaR's score-based replacement (tiered/car_score.hpp): the
 /// HBM victims are the prefix cache's `tiered::car_scorer` (the caller passes one), whose
 /// board the replay's scheduler events drive (+1 window, +1 dispatch, withdrawn when the
-/// generation completes); below HBM and for the cleaner the table's `car_score_demotion`.
+/// generation completes); below HBM and for the cleaner the table's `car_score_demotion`
+/// over the same scores, which the replay mirrors onto each node's entries
+/// (`tiered::mirror_score`).
 enum class demotion_kind : std::uint8_t { automatic, lru, flop_aware, car };
 
 /// Knobs of the tiered replay. The cache policy (admission and HBM eviction: marconi,

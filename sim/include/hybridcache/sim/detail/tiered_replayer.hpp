@@ -277,9 +277,16 @@ class tiered_replayer {
     return car_path_;
   }
   std::span<const node_id> hbm_path_of(std::size_t i) { return hbm_path_of(all_[i].input); }
+  // Every change of a node's score is copied onto its KV and checkpoint entries
+  // (tiered::mirror_score), so the store's car_score_demotion (the tiers below HBM, the
+  // cleaner) orders by the same scores as the HBM victims.
+  void car_mirror(std::span<const node_id> path) { tiered::mirror_scores(*car_, cache_.tree(), cache_.store(), path); }
   // Request `i` entered the window (+enter_window on its nodes).
   void car_enter(std::size_t i) {
-    if (car_ != nullptr) car_->enter_window(i, hbm_path_of(i));
+    if (car_ == nullptr) return;
+    const auto path = hbm_path_of(i);
+    car_->enter_window(i, path);
+    car_mirror(path);
   }
   // The FCFS queue has no shuffled window: its first `car_window` requests are the window.
   void car_enter_fcfs_window() {
@@ -294,7 +301,14 @@ class tiered_replayer {
   // Request `i` was sent to an engine now (+dispatch on its nodes); its generation completes
   // at `last_token_ms` (the credits are withdrawn then, by finish_until).
   void car_dispatch(std::size_t i) {
-    if (car_ != nullptr) car_->dispatch(i, hbm_path_of(i));
+    if (car_ == nullptr) return;
+    const auto path = hbm_path_of(i);
+    car_->dispatch(i, path);
+    car_mirror(path);
+  }
+  // Request `i`'s generation completed: its credits are withdrawn, and mirrored.
+  void car_complete(std::size_t i) {
+    car_->complete(i, [this](node_id n, double) noexcept { tiered::mirror_score(*car_, cache_.tree(), cache_.store(), n); });
   }
   void car_completes_at(std::size_t i, double last_token_ms) {
     if (car_ != nullptr) car_done_.push({last_token_ms, i});
@@ -336,7 +350,7 @@ class tiered_replayer {
       const bool done = !car_done_.empty() && car_done_.top().first <= t;
       if (!fin && !done) break;
       if (done && (!fin || car_done_.top().first < running_.top().end_ms)) {
-        car_->complete(car_done_.top().second);
+        car_complete(car_done_.top().second);
         car_done_.pop();
         continue;
       }
@@ -356,7 +370,11 @@ class tiered_replayer {
       // The state after the last token, unless the request computed nothing (a full hit).
       if (static_cast<std::int64_t>(seq_.size()) > from) captured_.push_back(static_cast<std::int64_t>(seq_.size()));
       if (!requests_.finish(r.ticket, seq_, captured_)) ++finish_failures_;
-      if (car_ != nullptr) car_->adopt(r.index, hbm_path_of(seq_));
+      if (car_ != nullptr) {
+        const auto path = hbm_path_of(seq_);
+        car_->adopt(r.index, path);
+        car_mirror(path);  // the whole path: the insert may have given an older node a checkpoint
+      }
       (void)cache_.store().offload();  // the cleaner runs off the request path
     }
   }
