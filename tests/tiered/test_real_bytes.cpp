@@ -14,6 +14,7 @@
 #include "hybridcache/prefix/admission.hpp"
 #include "hybridcache/prefix/lru_scorer.hpp"
 #include "hybridcache/sim/tiered_replay_real_bytes.hpp"
+#include "hybridcache/tiered/car_score.hpp"
 #include "hybridcache/tiered/disk_backend.hpp"
 
 #include "../support/temp_dir.hpp"
@@ -85,4 +86,30 @@ TEST_CASE("real bytes: a wrong byte read from the disk tier fails that copy (a c
   CHECK_THROWS_AS((void)run_tiered_replay_real_bytes<prefix::judicious_admission>(reqs, m, o, {}, prefix::lru_scorer{},
                                                                                   flop_prefill_time(m)),
                   invalid_argument);
+}
+
+TEST_CASE("real bytes: demotion car (CaR's score, mirrored below HBM) has the modelled run's hits and loaded bytes") {
+  const cost_model m(test::tiny_hybrid_spec());
+  const auto reqs = test::real_bytes::sessions(12, 8, 7);
+  const test::temp_dir dir("hc_real_bytes");
+  auto o = test::real_bytes::options("hbm=1MB,host=400KB,disk@" + dir.str() + "=64MB:gbps=2:lat_us=100");
+  o.demotion = demotion_kind::car;
+  car_score_board modelled_board, real_board;
+  const auto modelled = run_tiered_replay<prefix::judicious_admission>(reqs, m, o, car_scorer(modelled_board),
+                                                                        flop_prefill_time(m));
+  REQUIRE(modelled.cascades > 0);
+  REQUIRE(modelled.host_hit_tokens > 0);
+  disk_backend<> disk({.directory = dir.str() + "/values", .capacity_bytes = std::int64_t{256} << 20});
+  const auto real = run_tiered_replay_real_bytes<prefix::judicious_admission>(
+      reqs, m, o, {tiered::storage_io_of(disk)}, car_scorer(real_board), flop_prefill_time(m));
+  CHECK(real.hbm_hit_tokens == modelled.hbm_hit_tokens);
+  CHECK(real.host_hit_tokens == modelled.host_hit_tokens);
+  CHECK(real.bytes_loaded == modelled.bytes_loaded);
+  CHECK(real.bytes_offloaded == modelled.bytes_offloaded);
+  CHECK(real.ttft_p50_ms == modelled.ttft_p50_ms);
+  CHECK(real.real.failed_copies == 0);
+  CHECK(real.real.verify_failures == 0);
+  CHECK(real.real.storage_gets > 0);
+  CHECK(real.real.verified_copies > 0);
+  CHECK(real_board.requests_in_flight() == 0);
 }

@@ -219,6 +219,19 @@ elseif(CASE STREQUAL "tiered")
   if(NOT agrees STREQUAL "ON" OR gets LESS 1 OR NOT real_host EQUAL modelled_host)
     message(FATAL_ERROR "replay --real-bytes: agrees ${agrees}, ${gets} disk reads, host hits ${real_host} vs ${modelled_host}:\n${out}")
   endif()
+  # --demotion car moves real bytes too (#38 item 1; it was refused): the same checks.
+  file(REMOVE_RECURSE ${WORK}/hcbench_real_disk)
+  run_hcbench(out err rc replay --trace ${WORK}/chat_head25.jsonl --format marconi --model marconi_7b --policy sglang+
+              --demotion car --tiers hbm=300MB,host=200MB,disk@${WORK}/hcbench_real_disk=2GB:gbps=2:lat_us=50 --real-bytes --json)
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "replay --tiers ... --demotion car --real-bytes failed (${rc}): ${err}")
+  endif()
+  string(JSON agrees GET "${out}" real_bytes agrees)
+  string(JSON real_host GET "${out}" real_bytes host_hit_tokens)
+  string(JSON modelled_host GET "${out}" host_hit_tokens)
+  if(NOT agrees STREQUAL "ON" OR NOT real_host EQUAL modelled_host)
+    message(FATAL_ERROR "replay --demotion car --real-bytes: agrees ${agrees}, host hits ${real_host} vs ${modelled_host}:\n${out}")
+  endif()
   # A tier spec that fails leaves nothing behind (#34): the disk probe creates the tier's
   # directory (and its missing parent) before a later step fails; that step may be the redis
   # tier's probe, the policy (a vllm+ block the tiered replay has not compiled) or, under
@@ -261,8 +274,6 @@ elseif(CASE STREQUAL "tiered")
   expect_error("--watermarks: expected HIGH,LOW" replay --trace ${FIXTURE} --tiers hbm=1GB,host=4GB --watermarks 0.5,0.9)
   expect_error("--demotion: unknown value 'lfu' (auto, lru, flop, car)" replay --trace ${FIXTURE} --tiers hbm=1GB,host=4GB --demotion lfu)
   expect_error("--demotion car replaces the HBM scorer" replay --trace ${FIXTURE} --tiers hbm=1GB,host=4GB --alpha auto --demotion car)
-  expect_error("--demotion car does not combine with --real-bytes"
-               replay --trace ${FIXTURE} --tiers hbm=1GB,host=4GB --policy sglang+ --real-bytes --demotion car)
   expect_error("--layerwise: unknown value 'maybe'" replay --trace ${FIXTURE} --tiers hbm=1GB,host=4GB --layerwise maybe)
   expect_error("--tuner one-shot with --tiers" replay --trace ${FIXTURE} --tiers hbm=1GB,host=4GB --alpha auto --tuner one-shot)
   expect_error("--candidates does not apply without --policy marconi and --alpha auto"

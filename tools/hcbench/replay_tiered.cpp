@@ -80,9 +80,12 @@ hc::sim::tiered_replay_result run_one(const std::vector<hc::sim::request>& reqs,
                                  std::vector<hc::tiered::storage_tier_io>* storage) {
   if (o.demotion == hc::sim::demotion_kind::car) {
     // CaR's score replaces the policy's HBM scorer (the admission stays the policy's); the
-    // board lives for this run, driven by the replay's scheduler events.
-    if (storage != nullptr) throw hc::invalid_argument("--demotion car does not combine with --real-bytes yet");
+    // board lives for this run, driven by the replay's scheduler events (and mirrored onto
+    // the store's table, which orders the tiers below HBM and the cleaner).
     hc::tiered::car_score_board board;
+    if (storage != nullptr)
+      return hc::sim::run_tiered_replay_real_bytes<Admission>(reqs, m, o, std::move(*storage),
+                                                              hc::tiered::car_scorer(board), prefill);
     return hc::sim::run_tiered_replay<Admission>(reqs, m, o, hc::tiered::car_scorer(board), prefill);
   }
   if (storage != nullptr)
