@@ -3,7 +3,8 @@
 // back, values corrupted, truncated or swapped inside Redis, a server that is not there at
 // start-up, a wrong password — and the properties the issue fixes: exists over 1,000 keys
 // in one round trip, values written with another chunk size, and capacity counted by the
-// writer (the server's maxmemory never has to evict).
+// writer (the server's maxmemory never has to evict). Last, the runtime's users of the tier:
+// host_copy_engine with a Redis tier and shared_prefix_store across two connections.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -22,6 +23,9 @@
 #include "hybridcache/prefix/lru_scorer.hpp"
 #include "hybridcache/sim/tiered_replay_real_bytes.hpp"
 #include "hybridcache/tiered/disk_backend.hpp"
+#include "hybridcache/tiered/host_copy_engine.hpp"
+#include "hybridcache/tiered/shared_prefix_store.hpp"
+#include "hybridcache/tiered/tiered_store.hpp"
 #include "../conformance/storage_backend_laws.hpp"
 #include "../support/redis_server.hpp"
 #include "../support/storage_ops.hpp"
@@ -355,4 +359,80 @@ TEST_CASE("redis tier: a real-bytes replay over hbm, host, disk and redis has th
   CHECK(real.real.verified_copies > 0);
   CHECK(redis.counters().puts > 0);  // entries cascaded down to Redis
   CHECK(redis.counters().hits > 0);  // and were read back from it
+}
+
+TEST_CASE("redis tier: under host_copy_engine an entry goes hbm -> host -> redis -> hbm with its bytes; "
+          "a value gone from Redis fails the copy and keeps the source") {
+  // The runtime's engine with a Redis tier (tiered/host_copy_engine.hpp): no arena for it, its
+  // pages are values on the server. Two engines share the server (their keys are salted apart).
+  test::redis_server server;
+  redis_backend<> b(config_for(server.port(), 64 * mib));
+  constexpr std::int64_t page = 4096;
+  const std::vector<tier_config> tiers{{.kind = tier_kind::hbm, .capacity_bytes = 16 * page},
+                                       {.kind = tier_kind::host, .capacity_bytes = 16 * page},
+                                       {.kind = tier_kind::redis, .capacity_bytes = 64 * page,
+                                        .location = "127.0.0.1:" + std::to_string(server.port())}};
+  const tier_id host{1}, redis{2};
+  tiered_store<> s1(tiers, page), s2(tiers, page);
+  host_copy_engine e1(tiers, page, {.measure_bandwidth = false}, {storage_io_of(b)});
+  host_copy_engine e2(tiers, page, {.measure_bandwidth = false}, {storage_io_of(b)});
+  CHECK(e1.arena_bytes(redis) == 0);
+  const auto fill = [&](tiered_store<>& s, host_copy_engine& e, entry_id id, std::uint8_t seed) {
+    const auto row = s.find(id);
+    const tier_copy& c = row->copies.front();
+    for (std::int64_t i = 0; i < c.bytes; ++i)
+      e.base(c.tier)[static_cast<std::int64_t>(c.pages.page(i / page)) * page + i % page] =
+          static_cast<std::byte>((seed * 31 + i * 7) & 0xff);
+  };
+  const auto holds = [&](tiered_store<>& s, host_copy_engine& e, entry_id id, std::uint8_t seed) {
+    const auto row = s.find(id);
+    const tier_copy* c = row->home();
+    for (std::int64_t i = 0; i < c->bytes; ++i)
+      if (e.base(c->tier)[static_cast<std::int64_t>(c->pages.page(i / page)) * page + i % page] !=
+          static_cast<std::byte>((seed * 31 + i * 7) & 0xff))
+        return false;
+    return true;
+  };
+  REQUIRE(s1.insert(entry_id{1}, 5 * page - 100).has_value());
+  REQUIRE(s2.insert(entry_id{1}, 5 * page - 100).has_value());
+  fill(s1, e1, entry_id{1}, 1);
+  fill(s2, e2, entry_id{1}, 2);
+  REQUIRE(move_entry(s1, e1, entry_id{1}, host).has_value());
+  REQUIRE(move_entry(s1, e1, entry_id{1}, redis).has_value());
+  REQUIRE(move_entry(s2, e2, entry_id{1}, redis).has_value());
+  CHECK(b.counters().puts == 2);
+  REQUIRE(move_entry(s1, e1, entry_id{1}, hbm_tier).has_value());
+  CHECK(holds(s1, e1, entry_id{1}, 1));
+  // Entry 1 of the second engine: its value deleted inside Redis (FLUSHALL) -> a miss.
+  test::raw_redis_client raw(server.port());
+  (void)raw.args({"FLUSHALL"});
+  const auto r = move_entry(s2, e2, entry_id{1}, hbm_tier);
+  CHECK_FALSE(r.has_value());
+  CHECK(s2.find(entry_id{1})->tier() == redis);
+  CHECK(e2.storage_pages(redis)->counters().get_failures == 1);
+}
+
+TEST_CASE("redis tier: shared_prefix_store: what one store publishes another finds on the same server") {
+  test::redis_server server;
+  redis_backend<> writer_backend(config_for(server.port(), 64 * mib)), reader_backend(config_for(server.port(), 64 * mib));
+  const shared_prefix_config c{.model = 9, .kv_bytes_per_token = 256, .state_bytes = 4096, .kv_layers = 2, .state_layers = 2};
+  std::vector<token_id> prompt(300);
+  for (std::size_t i = 0; i < prompt.size(); ++i) prompt[i] = static_cast<token_id>(i * 7 % 1000);
+  const auto kv_byte = [](std::size_t i) { return static_cast<std::byte>((i * 13 + 5) & 0xff); };
+  {
+    shared_prefix_store<redis_backend<>> w(writer_backend, c);
+    for (const std::int64_t b : {100, 200})
+      CHECK(w.publish(prompt, cache_salt{3}, b,
+                      [&](std::span<std::byte> o) { for (std::size_t i = 0; i < o.size(); ++i) o[i] = kv_byte(i); },
+                      [&](std::span<std::byte> o) { std::fill(o.begin(), o.end(), static_cast<std::byte>(b)); }));
+  }
+  shared_prefix_store<redis_backend<>> r(reader_backend, c);
+  std::vector<std::byte> kv, state;
+  const std::vector<std::int64_t> at{100, 200, 299};
+  REQUIRE(r.find(prompt, cache_salt{3}, at, 0, kv, state) == 200);
+  REQUIRE(kv.size() == 200u * 256u);
+  for (std::size_t i = 0; i < kv.size(); ++i) REQUIRE(kv[i] == kv_byte(i));
+  CHECK(std::all_of(state.begin(), state.end(), [](std::byte x) { return x == static_cast<std::byte>(200); }));
+  CHECK(r.find(prompt, cache_salt{4}, at, 0, kv, state) == 0);  // another tenant
+  CHECK(reader_backend.counters().round_trips > 0);
 }
