@@ -6,8 +6,6 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
-#include <filesystem>
-#include <fstream>
 #include <map>
 #include <random>
 #include <vector>
@@ -15,6 +13,7 @@
 #include "hybridcache/tiered/disk_backend.hpp"
 #include "hybridcache/tiered/shared_prefix_store.hpp"
 
+#include "../support/damage_file.hpp"
 #include "../support/temp_dir.hpp"
 
 using namespace hybridcache;
@@ -124,20 +123,7 @@ TEST_CASE("shared prefix store: a damaged value is a counted miss; the next posi
     CHECK(publish(w, prompt, std::nullopt, 48));
   }
   // The largest file is the KV of 48 tokens (3,072 B): flip a payload byte.
-  std::filesystem::path biggest;
-  std::uintmax_t size = 0;
-  for (const auto& f : std::filesystem::recursive_directory_iterator(dir.path()))
-    if (f.is_regular_file() && f.file_size() > size) size = f.file_size(), biggest = f.path();
-  REQUIRE(size > 48 * kv_row);
-  {
-    std::fstream f(biggest, std::ios::in | std::ios::out | std::ios::binary);
-    f.seekg(static_cast<std::streamoff>(size - 7));
-    char c = 0;
-    f.read(&c, 1);
-    c = static_cast<char>(c ^ 0x20);
-    f.seekp(static_cast<std::streamoff>(size - 7));
-    f.write(&c, 1);
-  }
+  REQUIRE(test::flip_byte_in_largest_file(dir.path(), 7, 0x20) > static_cast<std::uintmax_t>(48 * kv_row));
   shared_prefix_store<disk_backend<>> r(disk, config());
   std::vector<std::byte> kv, state;
   const std::vector<std::int64_t> at{32, 48};

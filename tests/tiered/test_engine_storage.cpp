@@ -8,8 +8,6 @@
 
 #include <algorithm>
 #include <atomic>
-#include <filesystem>
-#include <fstream>
 #include <map>
 #include <optional>
 #include <random>
@@ -20,6 +18,7 @@
 #include "hybridcache/tiered/storage_page_space.hpp"
 #include "hybridcache/tiered/tiered_store.hpp"
 
+#include "../support/damage_file.hpp"
 #include "../support/temp_dir.hpp"
 
 using namespace hybridcache;
@@ -208,20 +207,7 @@ TEST_CASE("host copy engine with a disk tier: bytes altered at rest fail the cop
 
   // A value file damaged on disk: the backend's own CRC sees it, the copy fails.
   REQUIRE(move_entry(s, e, entry_id{1}, disk).has_value());
-  std::filesystem::path biggest;
-  std::uintmax_t size = 0;
-  for (const auto& f : std::filesystem::recursive_directory_iterator(dir.path()))
-    if (f.is_regular_file() && f.file_size() > size) size = f.file_size(), biggest = f.path();
-  REQUIRE(size > static_cast<std::uintmax_t>(3 * page));
-  {
-    std::fstream f(biggest, std::ios::in | std::ios::out | std::ios::binary);
-    f.seekp(static_cast<std::streamoff>(size - 10));
-    char c = 0;
-    f.read(&c, 1);
-    c = static_cast<char>(c ^ 0x01);
-    f.seekp(static_cast<std::streamoff>(size - 10));
-    f.write(&c, 1);
-  }
+  REQUIRE(test::flip_byte_in_largest_file(dir.path(), 10, 0x01) > static_cast<std::uintmax_t>(3 * page));
   CHECK_FALSE(move_entry(s, e, entry_id{1}, hbm_tier).has_value());
   CHECK(backend.counters().corrupt == 1);
   CHECK(s.find(entry_id{1})->tier() == disk);
