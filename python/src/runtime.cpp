@@ -106,6 +106,19 @@ std::vector<std::int64_t> int_sequence(nb::handle h, const char* what, std::int6
 namespace {
 
 std::vector<token_id> tokens(nb::handle h, const char* what) {
+  // The common case, a 1-D contiguous int32 array (NumPy token ids): one pass that checks the
+  // range, then one copy, instead of int_sequence's per-element dtype switch into int64s.
+  nb::ndarray<nb::ro, const std::int32_t, nb::ndim<1>, nb::c_contig, nb::device::cpu> a;
+  if (!PyList_Check(h.ptr()) && !PyTuple_Check(h.ptr()) && nb::try_cast(h, a, false)) {
+    const std::int32_t* p = a.data();
+    const std::size_t n = a.shape(0);
+    for (std::size_t i = 0; i < n; ++i)
+      if (p[i] < 0)
+        throw hybridcache::invalid_argument(std::string(what) + "[" + std::to_string(i) + "] = " + std::to_string(p[i]) +
+                                            ": expected a value in [0, " +
+                                            std::to_string(std::numeric_limits<token_id>::max()) + "]");
+    return std::vector<token_id>(p, p + n);
+  }
   const auto v = int_sequence(h, what, 0, std::numeric_limits<token_id>::max());
   return {v.begin(), v.end()};
 }

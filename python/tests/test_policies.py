@@ -246,3 +246,18 @@ def test_bad_salts_change_nothing(cache):
 @pytest.fixture
 def cache():
     return hybridcache.PrefixCache(hybridcache.CostModel(tiny_spec()), capacity_bytes=256 << 10, granularity_bytes=32 << 10)
+
+
+def test_token_arrays_of_any_layout_read_alike(cache):
+    """A contiguous int32 array (the fast path), a strided one, an int64 one and a list give the
+    same lookup, and a negative id the same refusal, whichever way it comes."""
+    seq = np.arange(1, 81, dtype=np.int32)
+    t = cache.begin(seq[:40], output_tokens=40)
+    cache.finish(t, seq, [80])
+    wide = np.zeros(160, dtype=np.int32)
+    wide[::2] = seq
+    forms = [seq, wide[::2], seq.astype(np.int64), seq.astype(np.uint16), seq.tolist()]
+    assert [cache.peek(f) for f in forms] == [80] * 5
+    for bad in (np.array([3, -2], dtype=np.int32), np.array([3, 0, -2], dtype=np.int32)[::2], [3, -2]):
+        with pytest.raises(InvalidArgument, match=r"prompt\[1\] = -2: expected a value in \[0, 2147483647\]"):
+            cache.peek(bad)
