@@ -7,7 +7,9 @@
 // does not compile the store.
 #pragma once
 
+#include <algorithm>
 #include <array>
+#include <cstddef>
 #include <cstdint>
 #include <string_view>
 #include <utility>
@@ -111,6 +113,10 @@ struct staged_entry {
   std::int64_t loaded_bytes = 0;  ///< bytes this hit brought over a link (0: joined another load)
 };
 
+/// Slots of `tiered_hit::tier_tokens`: tiers 0..max_hit_tiers-2 have one each, the deeper
+/// ones (a store of more than 8 tiers) share the last.
+inline constexpr std::size_t max_hit_tiers = 8;
+
 /// What `lookup` found for one input below HBM.
 struct tiered_hit {
   std::int64_t reusable_tokens = 0;  ///< prefill starts here (HBM + lower-tier hit)
@@ -136,7 +142,30 @@ struct tiered_hit {
   std::int64_t kv_reach = 0;
   std::uint64_t ticket = 0;          ///< pins to hand back to `settle` / `release_hit` (0 = nothing pinned)
   cache_salt salt = std::nullopt;  ///< the match's namespace: `settle` names the path's entries in it
+  /// `host_tokens` split by the tier each token is read from (index: tier; they sum to
+  /// `host_tokens`): a KV entry's tokens under the tier of the copy the hit reads (0 when that
+  /// copy is still in HBM, a demoted entry not dropped yet); the tokens before `kv_first`
+  /// (their KV in HBM, resumable only through the checkpoint) under the checkpoint's tier.
+  /// A fixed array, filled as lookup walks the entries: no allocation, 64 bytes more to copy.
+  std::array<std::int64_t, max_hit_tiers> tier_tokens{};
+  /// The tier the hit's last token is read from (0: none below HBM): where a caller that
+  /// rounds tokens to blocks takes the rounding off.
+  tier_id end_tier{0};
+
+  /// `host_tokens` read from tier `t` (deeper tiers than the slots share the last one).
+  [[nodiscard]] std::int64_t tokens_from(tier_id t) const noexcept { return tier_tokens[slot_of(t)]; }
+  /// Index of tier `t` in `tier_tokens`.
+  [[nodiscard]] static constexpr std::size_t slot_of(tier_id t) noexcept {
+    return std::min<std::size_t>(t.value, max_hit_tiers - 1);
+  }
 };
+
+/// Σ `hit.tier_tokens`: `hit.host_tokens` (lookup and shorten_hit keep it so).
+[[nodiscard]] inline std::int64_t tier_token_sum(const tiered_hit& hit) noexcept {
+  std::int64_t sum = 0;
+  for (const std::int64_t n : hit.tier_tokens) sum += n;
+  return sum;
+}
 
 /// What a hit below HBM would bring, from `tiered_state_store::probe_hit` (nothing pinned,
 /// nothing counted): for a scheduler or a prefetcher that prices a load before making it.

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <algorithm>
+#include <array>
 #include <cstdint>
 #include <optional>
 #include <span>
@@ -133,16 +134,23 @@ tiered_hit tiered_state_store<H, E, S>::lookup(std::span<const token_id> input, 
     meta_.at(id).holds += 1;
     return &slot.pinned.back();
   };
+  tier_id ckpt_tier = hbm_tier;
   if (ckpt != no_entry) {  // (a model without recurrent layers has none)
     const detail::pinned_source* cp = pin(ckpt, best);
     if (cp == nullptr) {
       hits_.release(slot);
       return h;
     }
+    ckpt_tier = cp->tier;
     if (cp->tier != hbm_tier) {
       h.bytes_to_load += stored_of(*cp);
       h.source_tier = std::max(h.source_tier, cp->tier);
     }
+  }
+  // The tokens before the KV entries (their KV in HBM) come with the checkpoint.
+  if (const std::int64_t head = std::min(slot.covered, best) - m.reusable_tokens; head > 0) {
+    h.tier_tokens[tiered_hit::slot_of(ckpt_tier)] += head;
+    h.end_tier = ckpt_tier;
   }
   auto pin_tier = [&](entry_id id, std::int64_t reach) -> std::optional<tier_id> {
     const detail::pinned_source* src = pin(id, reach);
@@ -155,16 +163,21 @@ tiered_hit tiered_state_store<H, E, S>::lookup(std::span<const token_id> input, 
                             h.source_tier = std::max(h.source_tier, t);
                           }
                           h.kv_entries += 1;
+                          h.tier_tokens[tiered_hit::slot_of(t)] += upto - covered;
+                          h.end_tier = t;
                         });
   if (!whole) {  // a hole in the hit: give it up, pins and all (nothing was counted yet)
     h.bytes_to_load = 0;
     h.source_tier = hbm_tier;
     h.kv_entries = 0;
+    h.tier_tokens = {};
+    h.end_tier = hbm_tier;
     release_holds(slot);
     return h;
   }
   h.reusable_tokens = best;
   h.host_tokens = best - m.reusable_tokens;
+  HYBRIDCACHE_ASSERT(tier_token_sum(h) == h.host_tokens);
   h.host_checkpoint = ckpt != no_entry;
   h.ticket = slot.ticket;
   counters_.host_hits += 1;
@@ -185,6 +198,11 @@ expected<void> tiered_state_store<H, E, S>::shorten_hit(tiered_hit& hit, std::in
   // an entry that adds no token before `tokens` is let go.
   std::int64_t covered = slot->covered, bytes = 0, entries = 0;
   tier_id source = hbm_tier;
+  // Per tier as lookup splits it (a shortened hit has no checkpoint: the tokens before the
+  // KV entries are HBM's).
+  std::array<std::int64_t, max_hit_tiers> by_tier{};
+  tier_id end = hbm_tier;
+  if (const std::int64_t head = std::min(covered, tokens) - hit.hbm_tokens; head > 0) by_tier[0] += head;
   std::size_t kept = 0;
   for (const detail::pinned_source& src : slot->pinned) {
     const meta& e = meta_.at(src.id);
@@ -201,6 +219,8 @@ expected<void> tiered_state_store<H, E, S>::shorten_hit(tiered_hit& hit, std::in
       source = std::max(source, src.tier);
     }
     entries += 1;
+    by_tier[tiered_hit::slot_of(src.tier)] += upto - covered;
+    end = src.tier;
     covered = upto;
     slot->pinned[kept++] = src;
   }
@@ -214,6 +234,9 @@ expected<void> tiered_state_store<H, E, S>::shorten_hit(tiered_hit& hit, std::in
   hit.kv_entries = entries;
   hit.host_checkpoint = false;
   hit.source_tier = source;
+  hit.tier_tokens = by_tier;
+  hit.end_tier = end;
+  HYBRIDCACHE_ASSERT(tier_token_sum(hit) == hit.host_tokens);
   return {};
 }
 

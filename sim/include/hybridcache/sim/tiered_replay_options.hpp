@@ -133,6 +133,9 @@ struct tiered_request_row {
   double ttft_ms = 0.0;
   std::size_t source_tier = 0;    ///< the slowest tier its lower-tier hit read from (0: none)
   double ttet_ms = 0.0;           ///< arrival -> last token: ttft_ms + TPOT x (output tokens - 1)
+  /// Its hit tokens by tier (index: tier; 0: hbm_hit_tokens plus lower-tier hit tokens whose KV
+  /// was still in HBM), summing to hbm_hit_tokens + host_hit_tokens; empty when refused.
+  std::vector<std::int64_t> hit_tokens_by_tier{};
 };
 
 /// Results of a tiered replay.
@@ -141,9 +144,11 @@ struct tiered_replay_result {
   std::int64_t input_tokens = 0;
   std::int64_t hbm_hit_tokens = 0;         ///< reused tokens found in HBM
   std::int64_t host_hit_tokens = 0;        ///< reused tokens loaded from a lower tier
-  /// host_hit_tokens by tier (index: tier, 0 = HBM holds hbm_hit_tokens). A request whose hit
-  /// reads from several lower tiers counts under the slowest of them (its `source_tier`,
-  /// what prices its load), so a disk row is the hits that waited on the disk.
+  /// Hit tokens by tier (index: tier), summing to hbm_hit_tokens + host_hit_tokens: each
+  /// lower-tier hit split by the tier each of its KV entries is read from
+  /// (`stores::tiered_hit::tier_tokens`), so a hit that reads some entries from host and some
+  /// from disk counts each part under its tier. Tier 0 holds hbm_hit_tokens plus the
+  /// lower-tier hit tokens whose KV was still in HBM (a demoted entry's copy not dropped yet).
   std::vector<std::int64_t> hit_tokens_by_tier;
   std::int64_t recomputed_hit_tokens = 0;  ///< lower-tier hit tokens recomputed (declined or split): recomputing was faster
   std::int64_t bytes_loaded = 0;           ///< lower tier -> HBM, for requests

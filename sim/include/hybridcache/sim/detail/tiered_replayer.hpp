@@ -111,6 +111,36 @@ class tiered_replayer {
   [[nodiscard]] std::int64_t tokens_of(const sim::request& q, std::int64_t ids) const noexcept {
     return std::clamp<std::int64_t>(ids * per_id_, 0, q.input_tokens);
   }
+  // A request's hit tokens by tier into `out` (index: tier): HBM's match (`hbm_tok`), then the
+  // lower-tier hit as the store split it (`tiered_hit::tier_tokens`, in ids) scaled to tokens.
+  // What the clamp at the input's length takes off (a last partial block) comes off the tier
+  // the hit ends in first. They sum to `resume_tok`.
+  template <class Hit>
+  void split_by_tier(const Hit& h, std::int64_t hbm_tok, std::int64_t resume_tok,
+                     std::vector<std::int64_t>& out) const {
+    out.assign(std::max<std::size_t>(o_.tiers.size(), 1), 0);
+    out[0] = hbm_tok;
+    const std::int64_t lower = resume_tok - hbm_tok;
+    if (lower <= 0) return;
+    auto tok = h.tier_tokens;  // a copy, scaled to tokens
+    std::int64_t excess = -lower;
+    for (auto& n : tok) excess += n *= per_id_;
+    auto take = [&](std::size_t t) {
+      const std::int64_t off = std::min(excess, tok[t]);
+      tok[t] -= off;
+      excess -= off;
+    };
+    if (excess > 0) take(Hit::slot_of(h.end_tier));
+    for (std::size_t t = tok.size(); excess > 0 && t-- > 0;) take(t);
+    if (excess < 0) tok[Hit::slot_of(h.source_tier)] -= excess;  // not split by the store: its slowest tier
+    if (out.size() < tok.size()) {
+      std::size_t used = 0;
+      for (std::size_t t = 0; t < tok.size(); ++t) used = tok[t] > 0 ? t + 1 : used;
+      if (out.size() < used) out.resize(used, 0);
+    }
+    for (std::size_t t = 0; t < tok.size(); ++t)
+      if (tok[t] > 0) out[t] += tok[t];
+  }
   [[nodiscard]] double arrival_ms(std::size_t i) const { return arrivals_[i]; }
   // Decode time after the first token: TPOT per output token after it.
   [[nodiscard]] double decode_ms(const sim::request& q) const noexcept {
@@ -393,6 +423,7 @@ class tiered_replayer {
   std::deque<std::size_t> fcfs_;
   std::vector<layer_kind> mixers_;
   std::vector<double> compute_ms_, arrive_, layer_bytes_;
+  std::vector<std::int64_t> by_tier_;  // one request's hit tokens by tier (split_by_tier)
   std::span<const sim::request> all_;
   std::vector<double> arrivals_, engine_free_;
   // Colocated: per engine, CaR's timer_i (its request's first token) and len_i (predicted).

@@ -162,9 +162,9 @@ tiered_replay_result tiered_replayer<Cache, Prefill>::run(std::span<const sim::r
     r.hbm_hit_tokens += hbm_tok;
     r.host_hit_tokens += resume_tok - hbm_tok;
     const std::size_t source = resume_tok > hbm_tok ? st.host_hit.source_tier.value : 0;
-    if (r.hit_tokens_by_tier.size() <= source) r.hit_tokens_by_tier.resize(source + 1, 0);
-    r.hit_tokens_by_tier[0] += hbm_tok;
-    r.hit_tokens_by_tier[source] += resume_tok - hbm_tok;
+    split_by_tier(st.host_hit, hbm_tok, resume_tok, by_tier_);
+    if (r.hit_tokens_by_tier.size() < by_tier_.size()) r.hit_tokens_by_tier.resize(by_tier_.size(), 0);
+    for (std::size_t t = 0; t < by_tier_.size(); ++t) r.hit_tokens_by_tier[t] += by_tier_[t];
     r.bytes_loaded += loaded_bytes;
     r.flops_saved += static_cast<double>(m_.prefill_flops(resume_tok));
     // Its last token: TPOT per output token after the first (on the decode pool, or on this
@@ -177,6 +177,7 @@ tiered_replay_result tiered_replayer<Cache, Prefill>::run(std::span<const sim::r
       r.per_request.push_back(
           {i, false, q.input_tokens, hbm_tok, resume_tok - hbm_tok, loaded_bytes, finish - arrival_ms(i), source});
       r.per_request.back().ttet_ms = last_token - arrival_ms(i);
+      r.per_request.back().hit_tokens_by_tier = by_tier_;
     }
     busy += engine_done - t0;
     last_finish = std::max(last_finish, engine_done);
