@@ -239,7 +239,7 @@ const bool registered = hcbench::register_command(
        sub.add_option("--per-request", o.per_request,
                       std::string("write one CSV row per request (replay order) to this file, columns ") +
                           hcbench::fields::per_request_csv + "; with --tiers (dispatch order): " +
-                          hcbench::fields::tiered_per_request_csv);
+                          hcbench::fields::tiered_per_request_csv + hcbench::fields::tiered_per_request_tier_columns);
        sub.add_option("--lru-ties", o.lru_ties,
                       "sglang+/vllm+/lru tie-breaking: reference (CPython heapq order, exact reference victims, "
                       "O(n) per eviction round; default) or node-id (O(log n))");

@@ -22,9 +22,14 @@ inline constexpr const char* per_request_csv = "request,input_tokens,skipped_tok
 /// replay --tiers --per-request: one row per request in dispatch order (`request`: its index in
 /// the trace; refused: 1 when it could not be cached at all; source_tier: the slowest tier its
 /// host_hit_tokens were read from, 0 for none, the index in --tiers; ttet_ms: arrival to the
-/// last token, ttft_ms + --tpot-ms x (output tokens - 1)).
+/// last token, ttft_ms + --tpot-ms x (output tokens - 1); then tier<i>_hit_tokens per tier).
 inline constexpr const char* tiered_per_request_csv =
     "request,refused,input_tokens,hbm_hit_tokens,host_hit_tokens,bytes_loaded,ttft_ms,source_tier,ttet_ms";
+/// What --help says of the columns that follow `tiered_per_request_csv`, one per tier.
+inline constexpr const char* tiered_per_request_tier_columns =
+    ",tier<i>_hit_tokens,... (one per tier i of --tiers, tier0 = HBM): the request's hit tokens read from that tier "
+    "(a lower-tier hit split by the tier each entry was read from; tier0 also holds lower-tier hit tokens still in "
+    "HBM), summing to hbm_hit_tokens + host_hit_tokens";
 
 /// replay --json, single tier (replay_report.hpp's to_json).
 inline constexpr const char* replay_json =
@@ -44,7 +49,7 @@ inline constexpr const char* tiered_json =
     "latency_us, latency_source, probe_write_gbps, probe_read_gbps, probe_method, probe_round_trip_us, "
     "probe_set_gbps, probe_get_gbps, probe_bytes], alpha (marconi; with the selector the followed candidate's, null when it has none), requests, input_tokens, skipped_tokens, "
     "token_hit_rate, hbm_hit_tokens, host_hit_tokens (every tier below HBM), hit_tokens_by_tier [tier, name, hit_tokens] "
-    "(a hit under the slowest tier it read from), recomputed_hit_tokens, recompute_instead_of_reload, "
+    "(each hit split by the tier each entry was read from; hbm: hbm_hit_tokens and lower-tier hit tokens still in HBM), recomputed_hit_tokens, recompute_instead_of_reload, "
     "bytes_loaded, bytes_offloaded, bytes_saved_by_sparsify, prefetches, prefetches_declined_for_room, ttft_p50_ms, "
     "ttft_p95_ms, pipeline_hidden_fraction, load_hidden_fraction, utilization, single_tier_token_hit_rate, "
     "single_tier_ttft_p50_ms, single_tier_ttft_p95_ms, ttft_p50_reduction, service_p50_ms, "

@@ -291,10 +291,15 @@ void run_tiered_replay_command(const std::string& trace, const std::string& form
   if (!per_request.empty()) {
     // One row per request in dispatch order; `request` is its index in the trace's request
     // list (the order of the rows differs from it under --scheduler car), refused ones included.
-    std::string csv = std::string(fields::tiered_per_request_csv) + "\n";
+    std::string csv = fields::tiered_per_request_csv;
+    for (std::size_t t = 0; t < names.size(); ++t) csv += ",tier" + std::to_string(t) + "_hit_tokens";
+    csv += '\n';
     for (const auto& x : r.per_request) {
       csv += std::to_string(x.request) + ',' + (x.refused ? '1' : '0') + ',' + std::to_string(x.input_tokens) + ',' + std::to_string(x.hbm_hit_tokens) + ',' +
-             std::to_string(x.host_hit_tokens) + ',' + std::to_string(x.bytes_loaded) + ',' + json::number(x.ttft_ms) + ',' + std::to_string(x.source_tier) + ',' + json::number(x.ttet_ms) + '\n';
+             std::to_string(x.host_hit_tokens) + ',' + std::to_string(x.bytes_loaded) + ',' + json::number(x.ttft_ms) + ',' + std::to_string(x.source_tier) + ',' + json::number(x.ttet_ms);
+      for (std::size_t t = 0; t < names.size(); ++t)
+        csv += ',' + std::to_string(t < x.hit_tokens_by_tier.size() ? x.hit_tokens_by_tier[t] : 0);
+      csv += '\n';
     }
     write_file_atomic(per_request, csv, "--per-request");
   }
@@ -312,7 +317,7 @@ void run_tiered_replay_command(const std::string& trace, const std::string& form
     o.integer("requests", r.requests).integer("input_tokens", r.input_tokens).integer("skipped_tokens", skipped);
     o.num("token_hit_rate", r.token_hit_rate()).integer("hbm_hit_tokens", r.hbm_hit_tokens);
     o.integer("host_hit_tokens", r.host_hit_tokens);
-    std::string by_tier = "[";  // host_hit_tokens split by the slowest tier each hit read from
+    std::string by_tier = "[";  // hit tokens split by the tier each entry was read from
     for (std::size_t i = 0; i < names.size(); ++i) {
       json::object x;
       x.integer("tier", static_cast<std::int64_t>(i)).str("name", names[i]).integer("hit_tokens", hits_in(r, i));
@@ -381,7 +386,7 @@ void run_tiered_replay_command(const std::string& trace, const std::string& form
   if (real) runs.emplace_back("real bytes", &*real);
   std::printf("%s", tiered_table(names, runs).c_str());
   if (multi.tiers.size() > 2)
-    std::printf("(a hit that reads from several tiers counts under the slowest: the tier its load waited on)\n");
+    std::printf("(a hit that reads from several tiers counts each entry under the tier it is read from)\n");
   const byte_units units = units_of(t.tiers);  // sizes in the family the tiers were given in
   std::printf("\nP50 TTFT %+.1f%% vs single-tier; FLOPs saved %.3g vs %.3g; %s loaded, %s offloaded "
               "(%s, %lld clean copies made ahead); recompute instead of reload in %s (%s)\n",

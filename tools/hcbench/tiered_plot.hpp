@@ -36,7 +36,7 @@ inline hybridcache::sim::chart_series ttft_cdf(const std::string& name, const hy
   return s;
 }
 
-/// Tier `tier`'s hit tokens summed over the rows (a lower-tier hit under its slowest tier).
+/// Tier `tier`'s hit tokens summed over the rows (each hit split by the tier each entry was read from).
 inline hybridcache::sim::chart_series cumulative_hits(const std::string& name, const hybridcache::sim::tiered_replay_result& r,
                                                       std::size_t tier) {
   hybridcache::sim::chart_series s{.name = name};
@@ -45,7 +45,7 @@ inline hybridcache::sim::chart_series cumulative_hits(const std::string& name, c
   s.points.emplace_back(0.0, 0.0);
   for (std::size_t i = 0; i < n; ++i) {
     const auto& row = r.per_request[i];
-    sum += static_cast<double>(tier == 0 ? row.hbm_hit_tokens : row.source_tier == tier ? row.host_hit_tokens : 0);
+    sum += static_cast<double>(tier < row.hit_tokens_by_tier.size() ? row.hit_tokens_by_tier[tier] : 0);
     if ((i + 1) % stride == 0 || i + 1 == n) s.points.emplace_back(static_cast<double>(i + 1), sum);
   }
   return s;
