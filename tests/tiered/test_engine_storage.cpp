@@ -347,11 +347,14 @@ TEST_CASE("host copy engine with a disk tier: random moves, copies, extracts, sp
       REQUIRE(s.complete_move(*tk, ok).has_value());
       ++moves;
       // Every valid copy of every entry holds its bytes.
-      for (const auto& [n, m] : model) {
+      for (const auto& entry : model) {  // not a structured binding: clang 14 cannot capture one in REQUIRE_MESSAGE
+        const std::uint64_t n = entry.first;
         const auto row = s.find(make_entry_id(n));
         REQUIRE(row);
         for (const auto& c : row->copies)
-          if (c.state == copy_state::valid) REQUIRE_MESSAGE(holds(s, e, make_entry_id(n), c.tier, m.seed, m.from), "entry " << n << " in tier " << int(c.tier.value));
+          if (c.state == copy_state::valid)
+            REQUIRE_MESSAGE(holds(s, e, make_entry_id(n), c.tier, entry.second.seed, entry.second.from),
+                            "entry " << n << " in tier " << int(c.tier.value));
       }
       REQUIRE(s.check_invariants().empty());
       const std::string bad = e.storage_pages(disk)->check_invariants();
