@@ -18,22 +18,15 @@
 #include "hybridcache/stores/tiered_state_store.hpp"
 #include "hybridcache/tiered/tier.hpp"
 
+#include "replay_request_support.hpp"
+
 using namespace hybridcache;
 using namespace hybridcache::sim;
 
 namespace {
 
-constexpr std::int64_t B = 512;
-
-sim::request make(double t_s, std::vector<sim::token_id> ids, std::int64_t tokens, std::int32_t per_id = B) {
-  sim::request r;
-  r.arrival_s = t_s;
-  r.input = std::move(ids);
-  r.input_tokens = tokens;
-  r.output_tokens = 100;
-  r.tokens_per_id = per_id;
-  return r;
-}
+using test::tiered_replay::B;
+using test::tiered_replay::make;
 
 tiered_replay_result replay(const std::vector<sim::request>& reqs, const cost_model& m, const char* spec,
                             bool recompute_when_faster = false) {

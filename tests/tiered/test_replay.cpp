@@ -17,23 +17,16 @@
 
 #include "../support/shared_data.hpp"
 
+#include "replay_request_support.hpp"
+
 using namespace hybridcache;
 using namespace hybridcache::tiered;
 using namespace hybridcache::stores;
 using namespace hybridcache::sim;
 
 namespace {
-constexpr std::int64_t B = 512;
-
-sim::request make(double t_s, std::vector<sim::token_id> ids, std::int64_t tokens, std::int32_t per_id = B) {
-  sim::request r;
-  r.arrival_s = t_s;
-  r.input = std::move(ids);
-  r.input_tokens = tokens;
-  r.output_tokens = 100;
-  r.tokens_per_id = per_id;
-  return r;
-}
+using test::tiered_replay::B;
+using test::tiered_replay::make;
 
 // Multi-turn conversations of 512-token ids: each turn extends one session's prompt.
 std::vector<sim::request> conversations(int sessions, int turns, std::uint64_t seed, double gap_s = 0.4) {
