@@ -18,7 +18,12 @@
 // sparsified: they are a fixed-size summary of the whole prefix, with no tokens to drop.
 // `sparsified_node_bytes` keeps the checkpoint bytes as they are.
 //
-// Costs: select_tokens O(T log T) with one allocation; the byte helpers O(layers).
+// Calibration (`sparsity_calibration`): every attention row the model computes on the
+// calibration prompts adds its sparsity to its layer's mean; `profile()` is the measured
+// profile. sparse_kv.hpp stores and serves entries sparsified by such a profile.
+//
+// Costs: select_tokens O(T log T) with one allocation; the byte helpers O(layers);
+// sparsity_calibration::add_row O(row).
 #pragma once
 
 #include <algorithm>
@@ -27,6 +32,7 @@
 #include <cstdint>
 #include <numeric>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "hybridcache/model/cost_model.hpp"
@@ -41,6 +47,15 @@ namespace hybridcache::tiered {
   const double mx = *std::max_element(row.begin(), row.end());
   std::size_t zeros = 0;
   for (double x : row) zeros += x < relative_threshold * mx;
+  return static_cast<double>(zeros) / static_cast<double>(row.size());
+}
+
+/// The same for a row of fp32 attention weights (a runtime's softmax output).
+[[nodiscard]] inline double measure_row_sparsity(std::span<const float> row, double relative_threshold = 0.01) {
+  if (row.empty()) return 0.0;
+  const double mx = *std::max_element(row.begin(), row.end());
+  std::size_t zeros = 0;
+  for (float x : row) zeros += static_cast<double>(x) < relative_threshold * mx;
   return static_cast<double>(zeros) / static_cast<double>(row.size());
 }
 
@@ -74,6 +89,50 @@ struct sparsity_profile {
   [[nodiscard]] double mean_keep() const {
     return sparsity.empty() ? 1.0 : 1.0 - std::accumulate(sparsity.begin(), sparsity.end(), 0.0) / static_cast<double>(sparsity.size());
   }
+};
+
+/// CaR's calibration: the model runs predefined prompts once, and every attention row it
+/// computes (the softmax weights of one query head over its keys) adds its sparsity to
+/// its layer's mean. Rows over fewer than `min_keys` keys are skipped (a first token's row
+/// of one weight says nothing). O(row) per row, no allocation after construction.
+struct calibration_options {
+  double relative_threshold = 0.01;  ///< CaR: below 1 % of the row maximum counts as zero
+  std::int64_t min_keys = 16;        ///< shorter rows are not counted
+  double max_sparsity = 0.99;        ///< `profile` caps a layer here (a profile value must be < 1)
+};
+class sparsity_calibration {
+ public:
+  /// @throws invalid_argument for layers == 0, a threshold outside [0, 1] or a cap outside [0, 1).
+  explicit sparsity_calibration(std::size_t layers, calibration_options o = {}) : o_(o), sum_(layers, 0.0), rows_(layers, 0) {
+    HYBRIDCACHE_EXPECTS(layers > 0, invalid_argument, "sparsity_calibration: layers must be > 0");
+    HYBRIDCACHE_EXPECTS(o.relative_threshold >= 0 && o.relative_threshold <= 1 && o.max_sparsity >= 0 && o.max_sparsity < 1,
+                        invalid_argument, "sparsity_calibration: threshold must be in [0, 1] and the cap in [0, 1)");
+  }
+  /// Counts one attention row of layer `l` (std::out_of_range for an unknown layer).
+  template <class T>
+  void add_row(std::size_t l, std::span<const T> row) {
+    if (static_cast<std::int64_t>(row.size()) < o_.min_keys) return;
+    sum_.at(l) += measure_row_sparsity(row, o_.relative_threshold);
+    rows_[l] += 1;
+  }
+  [[nodiscard]] std::int64_t rows(std::size_t l) const { return rows_.at(l); }
+  /// Mean sparsity of layer l's rows (0 before any).
+  [[nodiscard]] double mean(std::size_t l) const { return rows_.at(l) > 0 ? sum_[l] / static_cast<double>(rows_[l]) : 0.0; }
+  /// The measured profile, each layer capped at max_sparsity.
+  /// @throws invalid_argument naming a layer that counted no row.
+  [[nodiscard]] sparsity_profile profile() const {
+    std::vector<double> s;
+    for (std::size_t l = 0; l < sum_.size(); ++l) {
+      HYBRIDCACHE_EXPECTS(rows_[l] > 0, invalid_argument, "sparsity_calibration: layer " + std::to_string(l) + " counted no row");
+      s.push_back(std::min(mean(l), o_.max_sparsity));
+    }
+    return sparsity_profile::from_measurements(std::move(s));
+  }
+
+ private:
+  calibration_options o_;
+  std::vector<double> sum_;
+  std::vector<std::int64_t> rows_;
 };
 
 /// Knobs of the token selection. Aggregate with defaults.
