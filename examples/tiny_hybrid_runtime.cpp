@@ -63,6 +63,10 @@
 // ("reused" counts the tokens a request did not compute: its pool hit, or its host hit).
 // Exit status 1 unless every request matched (and the cache evicted, the pool rebalanced,
 // every page went back to the pool at the end, and with a host tier, host loads > 0).
+//
+// `--sparsify-eval` (alone) runs something else: CaR's sparsification served for real on this
+// model (section "--sparsify-eval" below, docs/tiered.md): calibration, sparsified demotion
+// through a tiered_store, attention over the kept rows, quality against the dense cache.
 #include <algorithm>
 #include <array>
 #include <chrono>
@@ -82,6 +86,8 @@
 #include <hybridcache/attention/linear_attention_forms.hpp>
 #include <hybridcache/hybridcache.hpp>
 #include <hybridcache/prefix/lifecycle.hpp>
+#include <hybridcache/tiered/host_copy_engine.hpp>
+#include <hybridcache/tiered/sparse_kv.hpp>
 
 namespace {
 
@@ -250,6 +256,14 @@ struct checkpoint_out {
 
 enum class gdn_form { chunked, recurrent };
 
+/// A KV that attends itself (`--sparsify-eval`'s: it reads a sparsified entry's kept rows
+/// through their block table, then its own tokens' slots) and one that wants each token's
+/// attention output. flat_kv and paged_kv are neither: for them `forward` is unchanged.
+template <class KV>
+concept attends_itself = requires(KV& kv, const float* q, float* o) { kv.attend(0, std::int64_t{0}, q, 0, 1.0f, o); };
+template <class KV>
+concept observes_attention = requires(KV& kv, const float* o) { kv.observe(0, std::int64_t{0}, o); };
+
 /// Runs tokens [a, b) of `seq` through the model with the KV of [0, a) in `kv` and the GDN
 /// states after token a in `states` (updated to after b). Writes the K/V of [a, b) into `kv`,
 /// the states at `ck.positions` into `ck.states` (chunked form only) and the logits after
@@ -285,6 +299,10 @@ void forward(const model& m, std::span<const token_id> seq, std::int64_t a, std:
         for (int hd = 0; hd < kHeads; ++hd) {
           const int kvh = hd / (kHeads / kKvHeads);
           const float* qh = q.data() + t * QW + hd * kHeadDim;
+          if constexpr (attends_itself<KV>) {
+            kv.attend(attn, pos, qh, kvh, scale, o.data() + t * QW + hd * kHeadDim);
+            continue;
+          }
           float mx = -INFINITY;
           for (std::int64_t p = 0; p <= pos; ++p) {  // reads every earlier token through the table
             const float* kp = kv.slot(attn, p) + kvh * kHeadDim;
@@ -302,6 +320,7 @@ void forward(const model& m, std::span<const token_id> seq, std::int64_t a, std:
             for (int i = 0; i < kHeadDim; ++i) oh[i] += wgt * vp[i];
           }
         }
+        if constexpr (observes_attention<KV>) kv.observe(attn, pos, o.data() + t * QW);
         matvec(o.data() + t * QW, w.wo, QW, kD, y.data());
         for (int i = 0; i < kD; ++i) x[static_cast<std::size_t>(t * kD + i)] += y[static_cast<std::size_t>(i)];
       }
@@ -532,6 +551,358 @@ double rel_diff(const std::vector<float>& a, const std::vector<float>& b) {
   return den > 0 ? num / den : num;
 }
 
+// ---- --sparsify-eval: CaR's sparsification served for real, and what it costs in quality ----
+//
+// Calibration: prompts of kCalTokens random tokens run through the model once; every
+// attention row (one query head's softmax weights over its keys, >= 16 keys) adds its
+// sparsity (weights below 1 % of the row maximum) to its layer's mean: the measured profile.
+// Evaluation, per prompt: a prefix of kEvalPrefix tokens is prefilled into an entry of a
+// tiered_store (HBM + host, pages of 16 tokens in a host_copy_engine's arenas), H2O scores
+// accumulated on the way (the attention each position received). The dense reference
+// demotes it whole (move_entry), loads it back and continues (kEvalSuffix new prompt tokens,
+// then kEvalDecode greedy tokens) with the runtime's own attention loop through the block
+// table. Each setting prefills the same prefix into a fresh entry, demotes it sparsified
+// (move_sparsified: only the kept rows are copied; the host tier holds the packed pages),
+// loads the packed entry back as it is and continues with the dense run's tokens (teacher
+// forcing), attention reading the kept rows through the packed entry's block table
+// (sparse_kv_view, attend_rows) and the new tokens' own slots. The GDN state at the prefix's
+// end is the checkpoint, never sparsified.
+constexpr int kCalPrompts = 8, kCalTokens = 192;
+constexpr int kEvalPrompts = 24, kEvalPrefix = 160, kEvalSuffix = 16, kEvalDecode = 16;
+constexpr std::int64_t kEvalRecentWindow = 8;
+constexpr double kEvalLinkGbps = 50.0;  // the host tier's link (tier_config's default)
+
+/// What an evaluation's attention saw: H2O scores per position, calibration rows, and each
+/// computed token's attention output (all heads), per attention layer.
+struct attention_record {
+  std::array<std::vector<double>, kAttnLayers> accumulated;
+  hc::tiered::sparsity_calibration* calibration = nullptr;
+  std::array<std::vector<float>, kAttnLayers> outputs;
+};
+
+/// The evaluation's KV: [0, prefix_tokens) are a loaded entry's kept rows (`prefix`, none:
+/// every position is this run's own), later tokens in this run's pages (`pages[l][p / 16]`).
+struct eval_kv {
+  const hc::tiered::sparse_kv_view* prefix = nullptr;
+  std::int64_t prefix_tokens = 0;
+  std::array<std::vector<float*>, kAttnLayers> pages;
+  attention_record* rec = nullptr;
+  std::vector<const float*> rows;
+  std::vector<float> weights;
+
+  float* slot(int layer, std::int64_t p) {
+    const auto& t = pages[static_cast<std::size_t>(layer)];
+    const auto b = static_cast<std::size_t>(p / kTokensPerPage);
+    if (p < (prefix ? prefix_tokens : 0) || b >= t.size() || t[b] == nullptr) throw hc::invalid_argument("eval_kv: no slot for position");
+    return t[b] + (p % kTokensPerPage) * kSlotFloats;
+  }
+  float* write_slot(int layer, std::int64_t p) { return slot(layer, p); }
+  void attend(int layer, std::int64_t pos, const float* q, int kv_head, float scale, float* out) {
+    const auto l = static_cast<std::size_t>(layer);
+    rows.clear();
+    if (prefix != nullptr)
+      for (std::int64_t i = 0; i < prefix->kept(l); ++i) rows.push_back(reinterpret_cast<const float*>(prefix->row(l, i)));
+    for (std::int64_t p = prefix ? prefix_tokens : 0; p <= pos; ++p) rows.push_back(slot(layer, p));
+    weights.resize(rows.size());
+    hc::tiered::attend_rows({q, kHeadDim}, rows, {.kv_heads = kKvHeads, .head_dim = kHeadDim}, kv_head, scale, {out, kHeadDim},
+                            weights);
+    if (rec == nullptr) return;
+    if (rec->calibration != nullptr) rec->calibration->add_row(l, std::span<const float>(weights));
+    if (prefix == nullptr) {  // H2O: the attention each position received, over heads and queries
+      auto& acc = rec->accumulated[l];
+      if (acc.size() < weights.size()) acc.resize(weights.size(), 0.0);
+      for (std::size_t p = 0; p < weights.size(); ++p) acc[p] += weights[p];
+    }
+  }
+  void observe(int layer, std::int64_t, const float* o) {
+    if (rec != nullptr) rec->outputs[static_cast<std::size_t>(layer)].insert(rec->outputs[static_cast<std::size_t>(layer)].end(), o, o + kHeads * kHeadDim);
+  }
+};
+
+/// The dense reference's KV: the runtime's own paged attention, recording each output.
+struct observed_paged_kv : paged_kv {
+  attention_record* rec = nullptr;
+  void observe(int layer, std::int64_t, const float* o) {
+    rec->outputs[static_cast<std::size_t>(layer)].insert(rec->outputs[static_cast<std::size_t>(layer)].end(), o, o + kHeads * kHeadDim);
+  }
+};
+
+std::vector<token_id> random_tokens(prng& r, int n) {
+  std::vector<token_id> v(static_cast<std::size_t>(n));
+  for (auto& t : v) t = static_cast<token_id>(r.below(kVocab));
+  return v;
+}
+
+/// Pages of this run's own tokens: `pages` pages per layer from `buffer` (grown to fit),
+/// placed at block-table entries [first, first + pages).
+void add_own_pages(std::array<std::vector<float*>, kAttnLayers>& table, std::vector<float>& buffer, std::int64_t first,
+                   std::int64_t pages) {
+  buffer.assign(static_cast<std::size_t>(kAttnLayers * pages * kTokensPerPage * kSlotFloats), 0.0f);
+  for (int l = 0; l < kAttnLayers; ++l) {
+    auto& t = table[static_cast<std::size_t>(l)];
+    t.resize(static_cast<std::size_t>(first + pages), nullptr);
+    for (std::int64_t b = 0; b < pages; ++b)
+      t[static_cast<std::size_t>(first + b)] = buffer.data() + ((l * pages + b) * kTokensPerPage * kSlotFloats);
+  }
+}
+
+/// A continuation after the prefix: the suffix prompt, then `decode` tokens (greedy, or the
+/// given ones: teacher forcing). The logits after each step and the tokens fed.
+struct continuation {
+  std::vector<std::vector<float>> logits;
+  std::vector<token_id> sequence;
+};
+template <class KV>
+continuation continue_after(const model& m, std::vector<token_id> sequence, std::span<const token_id> forced, KV& kv,
+                            std::array<std::vector<float>, kGdnLayers> states) {
+  continuation c;
+  std::vector<float> logits;
+  forward(m, sequence, kEvalPrefix, static_cast<std::int64_t>(sequence.size()), gdn_form::chunked, kv, states, nullptr, logits);
+  c.logits.push_back(logits);
+  for (int i = 0; i < kEvalDecode; ++i) {
+    sequence.push_back(forced.empty() ? argmax(logits) : forced[static_cast<std::size_t>(i)]);
+    const auto p = static_cast<std::int64_t>(sequence.size()) - 1;
+    forward(m, sequence, p, p + 1, gdn_form::recurrent, kv, states, nullptr, logits);
+    c.logits.push_back(logits);
+  }
+  c.sequence = std::move(sequence);
+  return c;
+}
+
+/// One setting's totals over the prompts.
+struct sparsify_row {
+  std::string name;
+  std::vector<double> keep;  // per layer (the ratio asked; 1 - sparsity)
+  std::int64_t kept_rows = 0, rows = 0, dense_bytes = 0, packed_bytes = 0, copied_bytes = 0, spans = 0, table_bytes = 0;
+  std::array<double, kAttnLayers> err_num{}, err_den{};
+  std::array<double, kAttnLayers> err_max{};
+  std::int64_t agree = 0, predictions = 0, identical_prompts = 0, bit_identical = 0;
+  double max_logit_rel = 0.0;
+  bool bytes_ok = true;
+};
+
+struct eval_setup {
+  const model& m;
+  hc::tiered::tiered_store<>& store;
+  hc::tiered::host_copy_engine& engine;
+  std::uint64_t next_id = 1;
+};
+
+/// Prefills the prefix into a new HBM entry of the store (layer-major pages); returns its id,
+/// the GDN states after it and the H2O scores.
+hc::entry_id prefill_entry(eval_setup& e, std::span<const token_id> prefix, std::array<std::vector<float>, kGdnLayers>& states,
+                           attention_record& rec) {
+  const std::int64_t per_layer = kEvalPrefix / kTokensPerPage, page = e.engine.page_bytes();
+  const hc::entry_id id = hc::make_entry_id(e.next_id++);
+  if (!e.store.insert(id, kAttnLayers * per_layer * page, hc::hbm_tier)) throw hc::invalid_argument("eval: HBM insert failed");
+  const auto row = e.store.find(id);
+  eval_kv kv;
+  kv.rec = &rec;
+  for (int l = 0; l < kAttnLayers; ++l)
+    for (std::int64_t b = 0; b < per_layer; ++b)
+      kv.pages[static_cast<std::size_t>(l)].push_back(
+          reinterpret_cast<float*>(e.engine.base(hc::hbm_tier) + static_cast<std::int64_t>(row->copies.front().pages.page(l * per_layer + b)) * page));
+  for (auto& s : states) s.assign(kStateFloats, 0.0f);
+  std::vector<float> logits;
+  forward(e.m, prefix, 0, kEvalPrefix, gdn_form::chunked, kv, states, nullptr, logits);
+  return id;
+}
+
+/// The dense reference of one prompt: its prefix demoted whole and loaded back, then the
+/// continuation through the runtime's own attention loop (greedy).
+struct dense_reference {
+  continuation c;
+  attention_record rec;
+  std::int64_t host_bytes = 0;
+};
+
+dense_reference run_dense(eval_setup& e, const std::vector<token_id>& prompt) {
+  namespace ht = hc::tiered;
+  dense_reference d;
+  std::array<std::vector<float>, kGdnLayers> states;
+  attention_record pre;
+  const auto id = prefill_entry(e, std::span(prompt).first(kEvalPrefix), states, pre);
+  const std::int64_t host0 = e.store.usage(hc::tier_id{1}).used_bytes, per_layer = kEvalPrefix / kTokensPerPage;
+  if (!ht::move_entry(e.store, e.engine, id, hc::tier_id{1})) throw hc::invalid_argument("eval: dense demotion failed");
+  d.host_bytes = e.store.usage(hc::tier_id{1}).used_bytes - host0;
+  if (!ht::move_entry(e.store, e.engine, id, hc::hbm_tier)) throw hc::invalid_argument("eval: dense load failed");
+  const auto row = e.store.find(id);
+  observed_paged_kv kv;
+  kv.rec = &d.rec;
+  for (int l = 0; l < kAttnLayers; ++l)
+    for (std::int64_t b = 0; b < per_layer; ++b)
+      kv.pages[static_cast<std::size_t>(l)].push_back(reinterpret_cast<float*>(
+          e.engine.base(hc::hbm_tier) + static_cast<std::int64_t>(row->copies.front().pages.page(l * per_layer + b)) * e.engine.page_bytes()));
+  std::vector<float> own;
+  add_own_pages(kv.pages, own, per_layer, 3);
+  d.c = continue_after(e.m, prompt, {}, kv, states);
+  (void)e.store.erase(id);
+  return d;
+}
+
+/// One prompt under one setting: the prefix prefilled again, demoted sparsified, loaded back
+/// packed, the continuation teacher-forced on the dense run's tokens; adds to `row`.
+void run_sparse(eval_setup& e, const std::vector<token_id>& prompt, const dense_reference& d, sparsify_row& row) {
+  namespace ht = hc::tiered;
+  std::array<std::vector<float>, kGdnLayers> states;
+  attention_record pre;
+  const auto id = prefill_entry(e, std::span(prompt).first(kEvalPrefix), states, pre);
+  const ht::sparse_kv_shape shape{.layers = kAttnLayers, .tokens = kEvalPrefix, .tokens_per_page = kTokensPerPage,
+                                  .row_bytes = kSlotFloats * static_cast<std::int64_t>(sizeof(float))};
+  const std::vector<std::vector<double>> acc(pre.accumulated.begin(), pre.accumulated.end());
+  const auto table = ht::select_sparse_kv(shape, row.keep, acc, {.recent_window = kEvalRecentWindow});
+  const std::int64_t host0 = e.store.usage(hc::tier_id{1}).used_bytes;
+  (void)e.engine.take_stats();
+  if (!ht::move_sparsified(e.store, e.engine, id, hc::tier_id{1}, table)) throw hc::invalid_argument("eval: sparsified demotion failed");
+  const auto copied = e.engine.take_stats();
+  std::int64_t kept = 0;
+  for (int l = 0; l < kAttnLayers; ++l) kept += table.kept(static_cast<std::size_t>(l));
+  const std::int64_t host_bytes = e.store.usage(hc::tier_id{1}).used_bytes - host0;
+  row.bytes_ok = row.bytes_ok && host_bytes == table.packed_bytes() && copied.bytes == kept * shape.row_bytes;
+  row.kept_rows += kept;
+  row.rows += kAttnLayers * kEvalPrefix;
+  row.dense_bytes += d.host_bytes;
+  row.packed_bytes += host_bytes;
+  row.copied_bytes += copied.bytes;
+  row.spans += copied.transfers;
+  row.table_bytes += table.table_bytes();
+  if (!ht::move_entry(e.store, e.engine, id, hc::hbm_tier)) throw hc::invalid_argument("eval: packed load failed");
+  const auto home = e.store.find(id);
+  const ht::sparse_kv_view view(table, ht::page_addresses(e.engine.base(hc::hbm_tier), e.engine.page_bytes(), home->copies.front().pages));
+  eval_kv kv;
+  attention_record rec;
+  kv.prefix = &view;
+  kv.prefix_tokens = kEvalPrefix;
+  kv.rec = &rec;
+  std::vector<float> own;
+  for (auto& t : kv.pages) t.assign(kEvalPrefix / kTokensPerPage, nullptr);  // the prefix is read through the view
+  add_own_pages(kv.pages, own, kEvalPrefix / kTokensPerPage, 3);
+  const auto forced = std::span(d.c.sequence).subspan(prompt.size());
+  const continuation c = continue_after(e.m, prompt, forced, kv, states);
+  (void)e.store.erase(id);
+  // Quality against the dense reference.
+  bool all_agree = true;
+  for (std::size_t i = 0; i < c.logits.size(); ++i) {
+    const bool same = argmax(c.logits[i]) == argmax(d.c.logits[i]);
+    row.agree += same ? 1 : 0;
+    all_agree = all_agree && same;
+    row.max_logit_rel = std::max(row.max_logit_rel, rel_diff(c.logits[i], d.c.logits[i]));
+  }
+  row.predictions += static_cast<std::int64_t>(c.logits.size());
+  row.identical_prompts += all_agree ? 1 : 0;
+  row.bit_identical += c.logits == d.c.logits && rec.outputs == d.rec.outputs ? 1 : 0;
+  for (std::size_t l = 0; l < kAttnLayers; ++l) {
+    double num = 0.0, den = 0.0;
+    const auto& a = rec.outputs[l];
+    const auto& b = d.rec.outputs[l];
+    if (a.size() != b.size()) throw hc::invalid_argument("eval: attention outputs differ in count");
+    for (std::size_t i = 0; i < a.size(); ++i) {
+      num += (static_cast<double>(a[i]) - b[i]) * (static_cast<double>(a[i]) - b[i]);
+      den += static_cast<double>(b[i]) * b[i];
+    }
+    row.err_num[l] += num;
+    row.err_den[l] += den;
+    row.err_max[l] = std::max(row.err_max[l], den > 0 ? std::sqrt(num / den) : 0.0);
+  }
+}
+
+/// The measured profile: every attention row of the calibration prompts.
+hc::tiered::sparsity_profile calibrate(const model& m, std::array<std::int64_t, kAttnLayers>& rows) {
+  hc::tiered::sparsity_calibration cal(kAttnLayers);
+  prng r{0xca11'b4a7'e5u};
+  for (int i = 0; i < kCalPrompts; ++i) {
+    const auto prompt = random_tokens(r, kCalTokens);
+    eval_kv kv;
+    attention_record rec;
+    rec.calibration = &cal;
+    kv.rec = &rec;
+    std::vector<float> own;
+    add_own_pages(kv.pages, own, 0, kCalTokens / kTokensPerPage);
+    std::array<std::vector<float>, kGdnLayers> states;
+    for (auto& s : states) s.assign(kStateFloats, 0.0f);
+    std::vector<float> logits;
+    forward(m, prompt, 0, kCalTokens, gdn_form::chunked, kv, states, nullptr, logits);
+  }
+  for (std::size_t l = 0; l < kAttnLayers; ++l) rows[l] = cal.rows(l);
+  return cal.profile();
+}
+
+void print_sparsify_row(const sparsify_row& r, int prompts) {
+  const double saved = 1.0 - static_cast<double>(r.packed_bytes) / static_cast<double>(r.dense_bytes);
+  const double saved_us = static_cast<double>(r.dense_bytes - r.packed_bytes) / prompts / (kEvalLinkGbps * 1e3);
+  std::printf("  %-26s keep", r.name.c_str());
+  for (double k : r.keep) std::printf(" %.3f", k);
+  std::printf(" | kept %5.1f%% of rows | host bytes/entry %6lld -> %6lld (-%4.1f%%, %.2f us less at %.0f GB/s), %5.1f copies/demotion |"
+              " attn out rel err",
+              100.0 * static_cast<double>(r.kept_rows) / static_cast<double>(r.rows), static_cast<long long>(r.dense_bytes / prompts),
+              static_cast<long long>(r.packed_bytes / prompts), 100.0 * saved, saved_us, kEvalLinkGbps,
+              static_cast<double>(r.spans) / prompts);
+  for (std::size_t l = 0; l < kAttnLayers; ++l)
+    std::printf(" L%zu %.4f (max %.4f)", l, r.err_den[l] > 0 ? std::sqrt(r.err_num[l] / r.err_den[l]) : 0.0, r.err_max[l]);
+  std::printf(" | next-token agreement %5.1f%% (%lld/%lld), %d/%d continuations identical, %lld bit-identical, max logit rel diff %.3g%s\n",
+              100.0 * static_cast<double>(r.agree) / static_cast<double>(r.predictions), static_cast<long long>(r.agree),
+              static_cast<long long>(r.predictions), static_cast<int>(r.identical_prompts), prompts,
+              static_cast<long long>(r.bit_identical), r.max_logit_rel, r.bytes_ok ? "" : " | BYTES WRONG");
+}
+
+bool sparsify_eval_of(const model& m, const char* label) {
+  namespace ht = hc::tiered;
+  const hc::cost_model spec(tiny_spec());
+  const std::int64_t page = hc::memory::kv_page_bytes(spec, kTokensPerPage);
+  const std::vector<ht::tier_config> tiers{{.kind = ht::tier_kind::hbm, .capacity_bytes = 64 * page},
+                                           {.kind = ht::tier_kind::host, .capacity_bytes = 64 * page, .link_gbps = kEvalLinkGbps}};
+  ht::tiered_store<> store(tiers, page);
+  ht::host_copy_engine engine(tiers, page, {.measure_bandwidth = false});
+  eval_setup e{m, store, engine};
+  std::array<std::int64_t, kAttnLayers> cal_rows{};
+  const auto profile = calibrate(m, cal_rows);
+  const auto car = ht::sparsity_profile::car_linear(kAttnLayers);
+  std::vector<sparsify_row> rows;
+  auto add = [&](std::string name, std::vector<double> keep) { rows.push_back({.name = std::move(name), .keep = std::move(keep)}); };
+  add("dense (keep 100%)", {1.0, 1.0});
+  add("keep 50%", {0.5, 0.5});
+  add("keep 25%", {0.25, 0.25});
+  add("keep 10%", {0.10, 0.10});
+  add("measured profile", {profile.keep_ratio(0), profile.keep_ratio(1)});
+  add("CaR linear 60%->95% sparse", {car.keep_ratio(0), car.keep_ratio(1)});
+  prng r{0xe7a1'5eedu};
+  for (int i = 0; i < kEvalPrompts; ++i) {
+    const auto prompt = random_tokens(r, kEvalPrefix + kEvalSuffix);
+    const dense_reference d = run_dense(e, prompt);
+    for (auto& row : rows) run_sparse(e, prompt, d, row);
+  }
+  std::printf("sparsify-eval, %s: %d prompts of %d prefix tokens (demoted to the host tier, loaded back), then %d prompt and %d decoded "
+              "tokens; H2O selection with a recent window of %lld\n",
+              label, kEvalPrompts, kEvalPrefix, kEvalSuffix, kEvalDecode, static_cast<long long>(kEvalRecentWindow));
+  std::printf("calibration: %d prompts x %d tokens, %lld / %lld attention rows; measured sparsity (weights < 1%% of the row max) "
+              "L0 %.3f L1 %.3f\n",
+              kCalPrompts, kCalTokens, static_cast<long long>(cal_rows[0]), static_cast<long long>(cal_rows[1]), profile.sparsity[0],
+              profile.sparsity[1]);
+  for (const auto& row : rows) print_sparsify_row(row, kEvalPrompts);
+  bool ok = rows.front().bit_identical == kEvalPrompts;
+  for (const auto& row : rows) ok = ok && row.bytes_ok;
+  std::printf("sparsify-eval, %s: %s\n", label,
+              ok ? "keep 100% is bit-identical to the dense cache; every packed entry held and copied exactly its kept rows"
+                 : "FAILED (keep 100% differs from the dense cache, or a packed entry's bytes are wrong)");
+  return ok;
+}
+
+/// The runtime's model, whose random weights give nearly uniform attention (the measured
+/// profile keeps every token), and the same model with its attention query weights scaled
+/// by kPeakedQueryScale: peaked attention, as a trained model's heads have (CaR measures
+/// 60-95 % sparsity), so the measured profile drops tokens. The rest of the model is the same.
+constexpr float kPeakedQueryScale = 16.0f;
+int run_sparsify_eval() {
+  const model m(0x5eed'7417'4b1du);  // the runtime's weights
+  model peaked = m;
+  for (int l = 0; l < kLayers; ++l)
+    if (is_attention(l))
+      for (auto& w : peaked.layers[static_cast<std::size_t>(l)].wq) w *= kPeakedQueryScale;
+  const bool a = sparsify_eval_of(m, "the runtime's model");
+  const bool b = sparsify_eval_of(peaked, "query weights x16 (peaked attention)");
+  return a && b ? 0 : 1;
+}
+
 // ---- the workload -------------------------------------------------------------------------------
 struct session {
   std::vector<token_id> history;        // everything said so far (prompts and outputs)
@@ -749,6 +1120,14 @@ static int run(const run_options& options) {
 }
 
 int main(int argc, char** argv) {
+  if (argc == 2 && std::string(argv[1]) == "--sparsify-eval") {  // its own program: docs/tiered.md
+    try {
+      return run_sparsify_eval();
+    } catch (const std::exception& e) {
+      std::printf("tiny_hybrid_runtime --sparsify-eval: %s\n", e.what());
+      return 1;
+    }
+  }
   run_options options;
   for (int i = 1; i < argc; ++i) {  // --threads N (1..16), --requests N (1..100000), --host-tier BYTES (0..1 GiB)
     const std::string arg = argv[i];
