@@ -566,7 +566,8 @@ double rel_diff(const std::vector<float>& a, const std::vector<float>& b) {
 // loads the packed entry back as it is and continues with the dense run's tokens (teacher
 // forcing), attention reading the kept rows through the packed entry's block table
 // (sparse_kv_view, attend_rows) and the new tokens' own slots. The GDN state at the prefix's
-// end is the checkpoint, never sparsified.
+// end is the checkpoint, never sparsified. Two baseline settings keep as many random tokens
+// (the same recent window) instead of H2O's heavy hitters: what the score buys.
 constexpr int kCalPrompts = 8, kCalTokens = 192;
 constexpr int kEvalPrompts = 24, kEvalPrefix = 160, kEvalSuffix = 16, kEvalDecode = 16;
 constexpr std::int64_t kEvalRecentWindow = 8;
@@ -673,6 +674,7 @@ continuation continue_after(const model& m, std::vector<token_id> sequence, std:
 struct sparsify_row {
   std::string name;
   std::vector<double> keep;  // per layer (the ratio asked; 1 - sparsity)
+  bool random_tokens = false;  // the baseline: random tokens instead of H2O's heavy hitters (same window)
   std::int64_t kept_rows = 0, rows = 0, dense_bytes = 0, packed_bytes = 0, copied_bytes = 0, spans = 0, table_bytes = 0;
   std::array<double, kAttnLayers> err_num{}, err_den{};
   std::array<double, kAttnLayers> err_max{};
@@ -749,7 +751,11 @@ void run_sparse(eval_setup& e, const std::vector<token_id>& prompt, const dense_
   const auto id = prefill_entry(e, std::span(prompt).first(kEvalPrefix), states, pre);
   const ht::sparse_kv_shape shape{.layers = kAttnLayers, .tokens = kEvalPrefix, .tokens_per_page = kTokensPerPage,
                                   .row_bytes = kSlotFloats * static_cast<std::int64_t>(sizeof(float))};
-  const std::vector<std::vector<double>> acc(pre.accumulated.begin(), pre.accumulated.end());
+  std::vector<std::vector<double>> acc(pre.accumulated.begin(), pre.accumulated.end());
+  prng pick{0x5e1ec7u + e.next_id};
+  if (row.random_tokens)
+    for (auto& a : acc)
+      for (auto& x : a) x = pick.uniform();
   const auto table = ht::select_sparse_kv(shape, row.keep, acc, {.recent_window = kEvalRecentWindow});
   const std::int64_t host0 = e.store.usage(hc::tier_id{1}).used_bytes;
   (void)e.engine.take_stats();
@@ -863,6 +869,10 @@ bool sparsify_eval_of(const model& m, const char* label) {
   add("keep 50%", {0.5, 0.5});
   add("keep 25%", {0.25, 0.25});
   add("keep 10%", {0.10, 0.10});
+  add("keep 50%, random tokens", {0.5, 0.5});
+  rows.back().random_tokens = true;
+  add("keep 25%, random tokens", {0.25, 0.25});
+  rows.back().random_tokens = true;
   add("measured profile", {profile.keep_ratio(0), profile.keep_ratio(1)});
   add("CaR linear 60%->95% sparse", {car.keep_ratio(0), car.keep_ratio(1)});
   prng r{0xe7a1'5eedu};
