@@ -16,6 +16,7 @@
 #include <utility>
 #include <vector>
 
+#include "hybridcache/core/indexed_heap.hpp"
 #include "hybridcache/prefix/types.hpp"
 
 namespace hybridcache::prefix::detail {
@@ -51,27 +52,11 @@ class basic_node_heap {
   /// Inserts `n` or moves it to `key`. Precondition: reserve() covered n.
   void set(node_id n, Key key) noexcept {
     key_[n] = std::move(key);
-    if (pos_[n] == absent) {
-      pos_[n] = static_cast<std::uint32_t>(heap_.size());
-      heap_.push_back(n);  // capacity reserved
-      up(pos_[n]);
-    } else {
-      up(pos_[n]);
-      down(pos_[n]);
-    }
+    if (pos_[n] == absent) ops().push(n);  // capacity reserved
+    else ops().resift(pos_[n]);
   }
   void erase(node_id n) noexcept {
-    if (!contains(n)) return;
-    const std::uint32_t i = pos_[n];
-    const node_id last = heap_.back();
-    heap_.pop_back();
-    pos_[n] = absent;
-    if (last != n) {
-      heap_[i] = last;
-      pos_[last] = i;
-      up(i);
-      down(pos_[last]);
-    }
+    if (contains(n)) ops().erase(n, absent);
   }
 
  private:
@@ -79,30 +64,9 @@ class basic_node_heap {
   [[nodiscard]] bool less(node_id a, node_id b) const noexcept {
     return key_[a] < key_[b] || (!(key_[b] < key_[a]) && a < b);
   }
-  void up(std::uint32_t i) noexcept {
-    while (i > 0) {
-      const std::uint32_t p = (i - 1) / 2;
-      if (!less(heap_[i], heap_[p])) break;
-      swap_at(i, p);
-      i = p;
-    }
-  }
-  void down(std::uint32_t i) noexcept {
-    const auto n = static_cast<std::uint32_t>(heap_.size());
-    while (true) {
-      const std::uint32_t l = 2 * i + 1, r = l + 1;
-      std::uint32_t m = i;
-      if (l < n && less(heap_[l], heap_[m])) m = l;
-      if (r < n && less(heap_[r], heap_[m])) m = r;
-      if (m == i) break;
-      swap_at(i, m);
-      i = m;
-    }
-  }
-  void swap_at(std::uint32_t i, std::uint32_t j) noexcept {
-    std::swap(heap_[i], heap_[j]);
-    pos_[heap_[i]] = i;
-    pos_[heap_[j]] = j;
+  [[nodiscard]] auto ops() noexcept {
+    return ::hybridcache::detail::indexed_heap_ops{heap_, [this](node_id n) -> std::uint32_t& { return pos_[n]; },
+                                                   [this](node_id a, node_id b) { return less(a, b); }};
   }
 
   std::vector<node_id> heap_;

@@ -63,6 +63,7 @@
 #include "hybridcache/concepts/ids.hpp"
 #include "hybridcache/concepts/utility_scorer.hpp"
 #include "hybridcache/core/error.hpp"
+#include "hybridcache/core/indexed_heap.hpp"
 #include "hybridcache/tiered/demotion_policy.hpp"
 
 namespace hybridcache::tiered {
@@ -87,6 +88,13 @@ struct car_score_config {
 /// CaR's Score per HBM node, its min index over the eviction candidates, and the ledger of
 /// the credits each request in flight gave. See the file comment for the rules and costs.
 class car_score_board {
+  // The candidate heap's steps (core/indexed_heap.hpp) over heap_ and the slots' positions;
+  // first in the class so that its deduced type is known where the members below use it.
+  [[nodiscard]] auto heap() noexcept {
+    return ::hybridcache::detail::indexed_heap_ops{heap_, [this](node_id n) -> std::uint32_t& { return node_[n].pos; },
+                                                   [this](node_id a, node_id b) { return less(a, b); }};
+  }
+
  public:
   using request_id = std::uint64_t;
 
@@ -125,15 +133,7 @@ class car_score_board {
   /// `n` is no longer a candidate (it keeps its score). O(log n).
   void unindex(node_id n) noexcept {
     if (n >= node_.size() || node_[n].pos == absent) return;
-    const std::uint32_t i = node_[n].pos;
-    const node_id last = heap_.back();
-    heap_.pop_back();
-    node_[n].pos = absent;
-    if (last != n) {
-      heap_[i] = last;
-      node_[last].pos = i;
-      resift(i);
-    }
+    heap().erase(n, absent);
   }
   /// `n` is being freed: unindexed, score 0, and credits aimed at it are void. O(log n).
   void forget(node_id n) noexcept {
@@ -244,29 +244,7 @@ class car_score_board {
     if (x.access != y.access) return x.access < y.access;
     return a < b;
   }
-  void resift(std::uint32_t i) noexcept {
-    while (i > 0) {  // up
-      const std::uint32_t p = (i - 1) / 2;
-      if (!less(heap_[i], heap_[p])) break;
-      swap_at(i, p);
-      i = p;
-    }
-    const auto size = static_cast<std::uint32_t>(heap_.size());
-    while (true) {  // down
-      const std::uint32_t l = 2 * i + 1, r = l + 1;
-      std::uint32_t m = i;
-      if (l < size && less(heap_[l], heap_[m])) m = l;
-      if (r < size && less(heap_[r], heap_[m])) m = r;
-      if (m == i) break;
-      swap_at(i, m);
-      i = m;
-    }
-  }
-  void swap_at(std::uint32_t i, std::uint32_t j) noexcept {
-    std::swap(heap_[i], heap_[j]);
-    node_[heap_[i]].pos = i;
-    node_[heap_[j]].pos = j;
-  }
+  void resift(std::uint32_t i) noexcept { heap().resift(i); }
 
   car_score_config cfg_;
   std::vector<slot> node_;
