@@ -50,9 +50,10 @@
 // same 9 % band; docs/prefix-cache.md measures what that costs in FLOPs saved.
 //
 // `flop_index::bounded_walk` (the default) keeps both: the threshold walk runs for at most
-// `walk_limit` steps (64: it ends within 2-4 on every trace measured), so its victim is the
-// exact argmin whenever the walk ends in time; when it does not (anti-correlated recency and
-// efficiency), the victim is the best of the nodes it scored and the class heads.
+// `walk_limit` steps (64 by default; how long walks run on the traces: docs/results/
+// prefix-cache.md), so its victim is the exact argmin whenever the walk ends in time; when it
+// does not (anti-correlated recency and efficiency), the victim is the best of the nodes it
+// scored and the class heads.
 // O(walk_limit · log n + C) worst case; `walks_cut()` counts the victims chosen that way.
 //
 // Suspended index (`rebuildable_scorer`: a switching scorer's part while another part is
@@ -78,6 +79,7 @@
 #include "hybridcache/model/cost_model.hpp"
 #include "hybridcache/concepts/utility_scorer.hpp"
 #include "hybridcache/concepts/state_store.hpp"
+#include "hybridcache/prefix/detail/suspendable_index.hpp"
 #include "hybridcache/prefix/radix_tree.hpp"
 
 namespace hybridcache::prefix {
@@ -220,7 +222,7 @@ inline constexpr std::uint32_t efficiency_classes = 256 * 8;
 }  // namespace detail
 
 /// Marconi FLOP-aware scorer. See the file comment.
-class flop_aware_scorer {
+class flop_aware_scorer : public detail::suspendable_index<flop_aware_scorer> {
  public:
   /// Single-child nodes are candidates (merge or tombstone), so every unpinned checkpoint
   /// can eventually be dropped (prefix_cache's up-front fit check relies on it).
@@ -334,27 +336,8 @@ class flop_aware_scorer {
     if (!suspended_) erase(n);
   }
 
-  /// Stops the indexes' upkeep: the hooks only stamp until resume_index. select_victim
-  /// must not be called meanwhile. O(1).
-  void suspend_index() noexcept { suspended_ = true; }
-  /// Rebuilds the indexes from `tree` (every live candidate) and resumes their upkeep.
-  /// O(id_bound + n log n); index nodes come from the pool the old entries return to.
-  template <class Tree>
-  void resume_index(const Tree& tree) noexcept {
-    by_rec_.clear();
-    by_eff_.clear();
-    for (std::size_t w = 0; w < nonempty_.size(); ++w) {
-      for (std::uint64_t bits = nonempty_[w]; bits != 0; bits &= bits - 1)
-        classes_[w * 64 + static_cast<std::size_t>(std::countr_zero(bits))].clear();
-      nonempty_[w] = 0;
-    }
-    std::fill(in_.begin(), in_.end(), static_cast<unsigned char>(0));
-    suspended_ = false;
-    for (node_id n = 0; n < tree.id_bound(); ++n)  // the root is never a candidate
-      if (tree.live(n)) on_update(tree, n);
-  }
-  /// True while the indexes are suspended.
-  [[nodiscard]] bool index_suspended() const noexcept { return suspended_; }
+  // suspend_index / resume_index / index_suspended: detail::suspendable_index (resume
+  // O(id_bound + n log n); index nodes come from the pool the old entries return to).
 
   template <class Tree>
   [[nodiscard]] node_id select_victim(const Tree& tree, time_point now) noexcept {
@@ -428,6 +411,17 @@ class flop_aware_scorer {
   [[nodiscard]] std::uint64_t walks_cut() const noexcept { return walks_cut_; }
 
  private:
+  friend class detail::suspendable_index<flop_aware_scorer>;
+  void clear_index() noexcept {
+    by_rec_.clear();
+    by_eff_.clear();
+    for (std::size_t w = 0; w < nonempty_.size(); ++w) {
+      for (std::uint64_t bits = nonempty_[w]; bits != 0; bits &= bits - 1)
+        classes_[w * 64 + static_cast<std::size_t>(std::countr_zero(bits))].clear();
+      nonempty_[w] = 0;
+    }
+    std::fill(in_.begin(), in_.end(), static_cast<unsigned char>(0));
+  }
   using extent_key = detail::extent_key;
 
   void erase(node_id n) noexcept {
@@ -456,7 +450,6 @@ class flop_aware_scorer {
   std::vector<std::uint64_t> nonempty_;  // bitmap of non-empty classes
   std::uint64_t visits_ = 0;
   std::uint64_t walks_cut_ = 0;
-  bool suspended_ = false;
 };
 
 static_assert(utility_scorer<flop_aware_scorer, radix_tree<state_store_archetype>>);

@@ -38,6 +38,7 @@
 #include "hybridcache/concepts/utility_scorer.hpp"
 #include "hybridcache/concepts/state_store.hpp"
 #include "hybridcache/core/python_heapq.hpp"
+#include "hybridcache/prefix/detail/suspendable_index.hpp"
 #include "hybridcache/prefix/node_heap.hpp"
 #include "hybridcache/prefix/radix_tree.hpp"
 
@@ -55,7 +56,7 @@ struct lru_config {
 };
 
 /// SGLang+ (Marconi reference V1) leaf LRU. See the file comment.
-class lru_scorer {
+class lru_scorer : public detail::suspendable_index<lru_scorer> {
  public:
   lru_scorer() = default;
   explicit lru_scorer(lru_config cfg) : cfg_(cfg) {}
@@ -100,21 +101,9 @@ class lru_scorer {
     if (!suspended_) heap_.erase(n);
   }
 
-  /// Stops the index's upkeep: the hooks only stamp until resume_index. select_victim must
-  /// not be called meanwhile. O(1).
-  void suspend_index() noexcept { suspended_ = true; }
-  /// Rebuilds the index from `tree` (every live candidate at its time) and resumes its
-  /// upkeep. O(id_bound + n log n); no allocation (reserve() covered the ids).
-  template <class Tree>
-  void resume_index(const Tree& tree) noexcept {
-    heap_.clear();
-    in_round_ = false;  // python_heapq: the next victim starts a round (as after any hook)
-    suspended_ = false;
-    for (node_id n = 0; n < tree.id_bound(); ++n)  // the root is never a candidate
-      if (tree.live(n)) on_update(tree, n);
-  }
-  /// True while the index is suspended.
-  [[nodiscard]] bool index_suspended() const noexcept { return suspended_; }
+  // suspend_index / resume_index / index_suspended: detail::suspendable_index (resume
+  // O(id_bound + n log n); no allocation, reserve() covered the ids).
+
   template <class Tree>
   [[nodiscard]] node_id select_victim(const Tree& tree, time_point now) noexcept {
     if (cfg_.ties == lru_ties::by_node_id) return heap_.top();
@@ -135,6 +124,11 @@ class lru_scorer {
   [[nodiscard]] std::size_t candidates() const noexcept { return heap_.size(); }
 
  private:
+  friend class detail::suspendable_index<lru_scorer>;
+  void clear_index() noexcept {
+    heap_.clear();
+    in_round_ = false;  // python_heapq: the next victim starts a round (as after any hook)
+  }
   template <class Tree>
   void stamp(Tree& tree, node_id n, time_point now) noexcept {
     tree.touch(n, now);
@@ -178,7 +172,6 @@ class lru_scorer {
   std::vector<node_id> round_;
   time_point round_now_ = 0;
   bool in_round_ = false;
-  bool suspended_ = false;
 };
 
 static_assert(utility_scorer<lru_scorer, radix_tree<state_store_archetype>>);
