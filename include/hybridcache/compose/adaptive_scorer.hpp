@@ -34,9 +34,9 @@
 //   Tier-aware shadows decay by 0.9995 by default (a half-life of ~1,400 requests): below
 //   HBM a rule's victims are demoted, not lost, so the rules differ by a few per cent and a
 //   short window's lead is mostly noise; every switch costs while the cache reshapes, so
-//   following that noise lost to both rules (Mooncake jamba: 6 switches, 0.992x SGLang+;
-//   with the longer memory 1 switch, 1.002x; docs/results/tiered.md).
-// - Sampled shadows (issue #36, `adaptive_config::sampling`; SHARDS-style miniature
+//   following that noise lost to both rules (docs/results/tiered.md has the runs, switches
+//   and FLOPs saved with either decay).
+// - Sampled shadows (`adaptive_config::sampling`; SHARDS-style miniature
 //   simulations): below rate 1 each candidate's shadow sees only the conversations whose
 //   key (salt + first `key_ids` ids: compose/detail/shadow_sampling.hpp) hashes into a
 //   fraction R, with every tier's budget x R; only those requests move the scores (and the
@@ -109,7 +109,7 @@ struct candidate_rule {
   double alpha = 0.0;    ///< FLOP weight, for parts with set_alpha (ignored otherwise)
 };
 
-/// Sampled shadows (issue #36; see the file comment and compose/detail/shadow_sampling.hpp).
+/// Sampled shadows (see the file comment and compose/detail/shadow_sampling.hpp).
 struct shadow_sampling_config {
   /// R in (0, 1]: the fraction of conversations the sampled shadows see, each with the live
   /// capacity x R. 1: exact shadows only (bit for bit what the selector did before sampling).

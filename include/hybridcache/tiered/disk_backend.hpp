@@ -22,7 +22,8 @@
 // (one unlink, no segment compaction rewriting live data), a torn or corrupt file costs
 // only itself, and recovery needs no index file. Below 1 MiB the file system's per-file
 // cost dominates: offload small KV grouped into larger values. Plain threads, not
-// io_uring: a cold 9.2 MB load already reaches dd's bandwidth on the same file system.
+// io_uring: a cold load of an MB-sized value is already bound by the file system's
+// bandwidth (docs/results/storage.md compares it with dd).
 //
 // The directory is the tier's alone (LOCK): deleting a file is a miss; truncating one
 // while the tier maps it would raise SIGBUS (the tier itself only renames and unlinks).
@@ -372,7 +373,7 @@ class disk_backend : public backend_base<detail::disk_job, Scorer> {
   /// overshoot the capacity until they finish.
   /// A value already under `key` is being replaced: its row and its file go first, so the
   /// rename never replaces a file (ext4 flushes the new file's data when a rename replaces
-  /// one: auto_da_alloc, 2-3x slower puts of 9.2 MB values here).
+  /// one, auto_da_alloc: a slower put, docs/results/storage.md).
   bool make_room(const storage_key& key, std::int64_t need, bool refit) {
     std::unique_lock lock(mu_);
     if (limited_ && refit) fit_capacity_to_disk();
@@ -537,9 +538,9 @@ class disk_backend : public backend_base<detail::disk_job, Scorer> {
   }
 
   /// Reads and checks one value. Large values are mapped and copied with the CRC computed
-  /// on the way (`crc32c_copy`: each byte read once, ~1.4x faster than pread + CRC from the
-  /// page cache, docs/storage.md); small ones are pread block by block, each block's CRC
-  /// computed while it is in cache.
+  /// on the way (`crc32c_copy`: each byte read once instead of twice, for pread + CRC;
+  /// docs/results/storage.md, "CRC-32C"); small ones are pread block by block, each block's
+  /// CRC computed while it is in cache.
   io_result read_value(int fd, job& j) {
     struct stat st {};
     std::array<std::byte, value_header_bytes> head{};

@@ -21,16 +21,16 @@
 //
 // Helpers: a thread that calls `wait` on a job no worker has started yet takes it off the
 // queue and runs it itself instead of sleeping until a worker wakes up: the same work, two
-// context switches less (a sequential 9.2 MB load from the page cache took twice as long
-// through a woken worker on the 2-core test machine, docs/storage.md). There are `helpers`
+// context switches less (on a loaded machine a woken worker loses whole scheduling slices;
+// docs/results/storage.md). There are `helpers`
 // helper seats; a waiter takes a free one (else it waits as usual) and the handler gets
 // `worker = workers + seat`, so a backend keeps per-seat state (the Redis tier: one pooled
 // connection per seat) exactly as for its workers. `helpers = 0` turns this off. On Linux
 // the workers run under SCHED_BATCH, which only drops wake-up preemption: a worker woken by
 // `submit` no longer preempts the submitting thread on its own core, so a caller that
-// waits at once gets to run its job itself (without it, on the loaded 2-core test machine,
-// workers took ~55 % of such jobs away; with it, none). Asynchronous jobs still start as
-// soon as a core is free.
+// waits at once gets to run its job itself (without it, on a loaded machine, workers take
+// many such jobs away; docs/results/storage.md). Asynchronous jobs still start as soon as a
+// core is free.
 //
 // Costs: submit, complete_now, poll O(1); wait blocks until the job ran; one mutex, two
 // condition variables. Thread-safe: any thread may submit and wait (a ticket is waited on

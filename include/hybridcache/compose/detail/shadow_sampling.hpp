@@ -1,7 +1,7 @@
 // hybridcache/compose/detail/shadow_sampling.hpp
 //
-// The pieces of the adaptive selector's sampled shadows (compose/adaptive_scorer.hpp,
-// issue #36), after the storage-cache literature's miniature simulations (SHARDS,
+// The pieces of the adaptive selector's sampled shadows (compose/adaptive_scorer.hpp),
+// after the storage-cache literature's miniature simulations (SHARDS,
 // Waldspurger et al. FAST 2015; ATC 2017): each candidate's shadow sees only a spatially
 // hashed sample of the request stream, at rate R, with its capacity scaled by R.
 //
