@@ -289,45 +289,46 @@ HYBRIDCACHE_HD_INLINE void load_prepared(const T* raw, const qk_options& opt, bo
   load_slice<D>(raw, f, x, g);
 }
 
-/// Loads this member's slice of column `c` of a state: vector loads for a V-major state whose
-/// rows split evenly (d_k a multiple of 64 for a warp), scalar loads otherwise.
-template <class State, class Group>
-HYBRIDCACHE_HD_INLINE void load_state_row(const State& s, int c, float (&x)[slice_len<State::key_dim, Group::size>],
-                                          const Group& g) {
+/// Walks this member's slice of column `c` of a state: for a V-major state whose rows split
+/// evenly (d_k a multiple of 64 for a warp) `vector(p, e)` once per W-float piece, `p` its
+/// address and `e` its first slice element; otherwise `scalar(i, e)` per slice element, `i`
+/// its state row (>= d_k on padding elements). The one walk behind `load_state_row` and
+/// `store_state_row`.
+template <class State, class Group, class Vector, class Scalar>
+HYBRIDCACHE_HD_INLINE void walk_state_row(const State& s, int c, const Group& g, Vector&& vector, Scalar&& scalar) {
   constexpr int DK = State::key_dim;
   constexpr int W = vec_width<DK, Group::size>;
   if constexpr (State::layout == state_layout::v_major && W > 1 && Group::size > 1) {
-    const float* row = &s(0, c);
+    auto* row = &s(0, c);  // const for a read-only state view
     HYBRIDCACHE_UNROLL
-    for (int e = 0; e < slice_len<DK, Group::size>; e += W)
-      load_vector<W>(row + slice_index<DK, Group::size>(g.rank(), e), x + e);
+    for (int e = 0; e < slice_len<DK, Group::size>; e += W) vector(row + slice_index<DK, Group::size>(g.rank(), e), e);
   } else {
     HYBRIDCACHE_UNROLL
-    for (int e = 0; e < slice_len<DK, Group::size>; ++e) {
-      const int i = slice_index<DK, Group::size>(g.rank(), e);
-      x[e] = i < DK ? s(i, c) : 0.0f;
-    }
+    for (int e = 0; e < slice_len<DK, Group::size>; ++e) scalar(slice_index<DK, Group::size>(g.rank(), e), e);
   }
+}
+
+/// Loads this member's slice of column `c` of a state: vector loads where `walk_state_row`
+/// walks vectors, scalar loads otherwise (padding reads as 0).
+template <class State, class Group>
+HYBRIDCACHE_HD_INLINE void load_state_row(const State& s, int c, float (&x)[slice_len<State::key_dim, Group::size>],
+                                          const Group& g) {
+  constexpr int W = vec_width<State::key_dim, Group::size>;
+  walk_state_row(
+      s, c, g, [&](const float* p, int e) { load_vector<W>(p, x + e); },
+      [&](int i, int e) { x[e] = i < State::key_dim ? s(i, c) : 0.0f; });
 }
 
 /// Stores this member's slice of column `c` of a state (vector stores as `load_state_row`).
 template <class State, class Group>
 HYBRIDCACHE_HD_INLINE void store_state_row(const State& s, int c, const float (&x)[slice_len<State::key_dim, Group::size>],
                                            const Group& g) {
-  constexpr int DK = State::key_dim;
-  constexpr int W = vec_width<DK, Group::size>;
-  if constexpr (State::layout == state_layout::v_major && W > 1 && Group::size > 1) {
-    float* row = &s(0, c);
-    HYBRIDCACHE_UNROLL
-    for (int e = 0; e < slice_len<DK, Group::size>; e += W)
-      store_vector<W>(row + slice_index<DK, Group::size>(g.rank(), e), x + e);
-  } else {
-    HYBRIDCACHE_UNROLL
-    for (int e = 0; e < slice_len<DK, Group::size>; ++e) {
-      const int i = slice_index<DK, Group::size>(g.rank(), e);
-      if (i < DK) s(i, c) = x[e];
-    }
-  }
+  constexpr int W = vec_width<State::key_dim, Group::size>;
+  walk_state_row(
+      s, c, g, [&](float* p, int e) { store_vector<W>(p, x + e); },
+      [&](int i, int e) {
+        if (i < State::key_dim) s(i, c) = x[e];
+      });
 }
 
 /// The corrected value of the delta rule, `u = beta (v - x)`, where the caller has already

@@ -144,15 +144,8 @@ void chunked_head_host(const head_input<In>& in, const head_output<Out>& out, co
     p.solve(0, 1);
     p.export_tables(tables.data() + i * per, 0, 1);
   }
-  chunk_scan_program<Rule, State, In, Out> scan;
-  scan.in = in;
-  scan.out = out;
-  scan.state = s;
-  scan.ck = ck;
-  scan.start = start;
-  scan.chunk = chunk;
-  scan.tables = tables.data();
-  scan.table_stride = per;
+  chunk_scan_program<Rule, State, In, Out> scan{
+      .in = in, .out = out, .state = s, .ck = ck, .start = start, .chunk = chunk, .tables = tables.data(), .table_stride = per};
   for (int c0 = 0; c0 < DV; c0 += scan.block_columns) {
     scan.col_begin = c0;
     scan.col_end = c0 + scan.block_columns < DV ? c0 + scan.block_columns : DV;

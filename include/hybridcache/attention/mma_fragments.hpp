@@ -113,6 +113,19 @@ HYBRIDCACHE_HD_INLINE std::uint32_t load_pair(const T* p) {
 #endif
 }
 
+/// Elements (r, c) and (r, c + 1) of a row-major matrix `m` with row stride `ld` (even) into
+/// `reg`, which holds 0 beforehand: those in rows >= `rows` or columns >= `cols` stay 0 and are
+/// not read (the memory past them may hold anything). One 32-bit load on the device when both
+/// are in. (Assigning only what is in keeps the loaders' register use as it was.)
+template <class T>
+HYBRIDCACHE_HD_INLINE void load_pair_bounded(std::uint32_t& reg, const T* m, int ld, int r, int c, int rows, int cols) {
+  if (r < rows && c + 1 < cols) {
+    reg = load_pair(m + static_cast<std::int64_t>(r) * ld + c);
+  } else if (r < rows && c < cols) {
+    reg = mma_pack(m[static_cast<std::int64_t>(r) * ld + c], T{});
+  }
+}
+
 /// Lane `lane`'s A fragment of the 16x16 tile at (row0, col0) of a row-major matrix `m` with
 /// row stride `ld` (even) elements; rows >= `rows` and columns >= `cols` read as 0 (and are
 /// not read: the memory past them may hold anything).
@@ -121,14 +134,8 @@ HYBRIDCACHE_HD_INLINE mma_fragment_a load_fragment_a(const T* m, int ld, int row
                                                      int lane) {
   mma_fragment_a f;
   HYBRIDCACHE_UNROLL
-  for (int reg = 0; reg < 4; ++reg) {
-    const int r = row0 + a_row(lane, 2 * reg), c = col0 + a_col(lane, 2 * reg);
-    if (r < rows && c + 1 < cols) {
-      f.r[reg] = load_pair(m + static_cast<std::int64_t>(r) * ld + c);
-    } else if (r < rows && c < cols) {
-      f.r[reg] = mma_pack(m[static_cast<std::int64_t>(r) * ld + c], T{});
-    }
-  }
+  for (int reg = 0; reg < 4; ++reg)
+    load_pair_bounded(f.r[reg], m, ld, row0 + a_row(lane, 2 * reg), col0 + a_col(lane, 2 * reg), rows, cols);
   return f;
 }
 
@@ -140,14 +147,8 @@ HYBRIDCACHE_HD_INLINE mma_fragment_b load_fragment_b_t(const T* m, int ld, int r
                                                        int lane) {
   mma_fragment_b f;
   HYBRIDCACHE_UNROLL
-  for (int reg = 0; reg < 2; ++reg) {
-    const int n = col0 + b_col(lane, 2 * reg), k = row0 + b_row(lane, 2 * reg);
-    if (n < rows && k + 1 < cols) {
-      f.r[reg] = load_pair(m + static_cast<std::int64_t>(n) * ld + k);
-    } else if (n < rows && k < cols) {
-      f.r[reg] = mma_pack(m[static_cast<std::int64_t>(n) * ld + k], T{});
-    }
-  }
+  for (int reg = 0; reg < 2; ++reg)  // B's column n is m's row, B's row k m's column
+    load_pair_bounded(f.r[reg], m, ld, col0 + b_col(lane, 2 * reg), row0 + b_row(lane, 2 * reg), rows, cols);
   return f;
 }
 
