@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cmath>
+#include <numeric>
 
 #include "engine.hpp"
 
@@ -268,13 +269,12 @@ class cached_engine final : public engine {
     }
   }
 
-  // Fault injection (cache_options::flip_host_every): one byte of every 7th host page and block.
+  // Fault injection (cache_options::flip_host_every): one byte of every 7th page of host
+  // memory (pages of gcd(KV page, SSM block) bytes: the host tier's allocation unit).
   void flip_host_bytes() {
-    const std::size_t page = pool_.stats(hc::pool_kind::kv).unit_bytes, block = pool_.stats(hc::pool_kind::ssm).unit_bytes;
-    auto kv = cache_.store().host_kv_memory();
-    auto ssm = cache_.store().host_ssm_memory();
-    for (std::size_t at = (admitted_ * 131) % page; at < kv.size(); at += 7 * page) kv[at] ^= std::byte{0x10};
-    for (std::size_t at = (admitted_ * 131) % block; at < ssm.size(); at += 7 * block) ssm[at] ^= std::byte{0x10};
+    const std::size_t unit = std::gcd(pool_.stats(hc::pool_kind::kv).unit_bytes, pool_.stats(hc::pool_kind::ssm).unit_bytes);
+    auto mem = cache_.store().host_memory();
+    for (std::size_t at = (admitted_ * 131) % unit; at < mem.size(); at += 7 * unit) mem[at] ^= std::byte{0x10};
   }
 
   void start(slot& sl, request_input&& r) {

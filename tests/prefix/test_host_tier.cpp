@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <numeric>
 #include <random>
 #include <span>
 #include <vector>
@@ -21,7 +22,9 @@
 #include "hybridcache/prefix/lru_scorer.hpp"
 #include "hybridcache/prefix/prefix_cache.hpp"
 #include "hybridcache/stores/pool_state_store.hpp"
+#include "hybridcache/tiered/disk_backend.hpp"
 #include "../support/random_tokens.hpp"
+#include "../support/temp_dir.hpp"
 #include "../support/tiny_hybrid_model.hpp"
 
 using namespace hybridcache;
@@ -46,8 +49,21 @@ std::uint64_t state_sig(std::span<const token_id> prefix, std::int64_t layer) {
 
 }  // namespace
 
+/// The three runs of the byte-for-byte case: one tenant; two tenants; one tenant with a
+/// small host tier over a disk tier (what the host tier evicts moves down, and lookups bring
+/// it back up through the copy engine).
+struct one_tenant {
+  static constexpr bool value = false, disk = false;
+};
+struct two_tenants {
+  static constexpr bool value = true, disk = false;
+};
+struct host_over_disk {
+  static constexpr bool value = false, disk = true;
+};
+
 TEST_CASE_TEMPLATE("host tier: evicted leaves come back into the reservation byte for byte, through block tables and the resumed state",
-                   Salted, std::false_type, std::true_type) {
+                   Salted, one_tenant, two_tenants, host_over_disk) {
   const cost_model m(test::tiny_gdn_spec("host_tier_test"));
   using pool_t = host_asymmetric_pool<threshold_rebalancer>;
   using store_t = pool_state_store<pool_t>;
@@ -60,9 +76,17 @@ TEST_CASE_TEMPLATE("host tier: evicted leaves come back into the reservation byt
   const std::int64_t layers = m.attention_layers(), rec = m.recurrent_layers();
   const std::uint64_t slot_bytes = kv_page_bytes(m, tpp) / tpp;
   std::int64_t finished = 0, host_loads = 0, loaded_tokens_read = 0, resumed = 0, cross_salt = 0;
+  test::temp_dir dir("hc_host_disk");
+  tiered::disk_backend<> disk({.directory = dir.path().string(), .capacity_bytes = std::int64_t{64} << 20, .io_threads = 2});
   {
-    cache_type c(m, store_t(pool, tpp, layers, rec, host_tier_config{.kv_pages = 256, .checkpoint_blocks = 64}),
-                 lru_scorer{});
+    host_tier_config host{.kv_pages = 256, .checkpoint_blocks = 64};
+    if (Salted::disk) {  // a host tier a quarter the size, over a disk tier that holds the rest
+      host = {.kv_pages = 64,
+              .checkpoint_blocks = 16,
+              .storage_tiers = {{.kind = tiered::tier_kind::disk, .capacity_bytes = std::int64_t{4} << 20, .location = dir.path().string()}},
+              .storage_io = {tiered::storage_io_of(disk)}};
+    }
+    cache_type c(m, store_t(pool, tpp, layers, rec, std::move(host)), lru_scorer{});
     request_lifecycle<cache_type> requests(c);
     std::mt19937 rng(Salted::value ? 17 : 11);
     std::vector<std::vector<token_id>> done;
@@ -197,9 +221,17 @@ TEST_CASE_TEMPLATE("host tier: evicted leaves come back into the reservation byt
     CHECK(host_loads > 10);
     CHECK(loaded_tokens_read > 100);
     CHECK(cross_salt == 0);
+    if (Salted::disk) {  // the disk tier was used both ways, and nothing it held came back damaged
+      CHECK(hc.moved_down > 20);
+      CHECK(hc.brought_up > 2);
+      CHECK(hc.corrupt_dropped == 0);
+    } else {
+      CHECK(hc.moved_down == 0);
+    }
     MESSAGE(finished << " requests, " << c.counters().evictions << " evictions, " << hc.demotions << " demotions ("
-                     << hc.demotions_dropped << " dropped, " << hc.host_evictions << " host evictions), " << host_loads
-                     << " host loads, " << hc.tokens_loaded << " tokens loaded, " << resumed << " resumed states checked");
+                     << hc.demotions_dropped << " dropped, " << hc.host_evictions << " host evictions, " << hc.moved_down
+                     << " moved to disk, " << hc.brought_up << " brought up), " << host_loads << " host loads, "
+                     << hc.tokens_loaded << " tokens loaded, " << resumed << " resumed states checked");
   }
   CHECK(pool.live_handles() == 0);
 }
@@ -236,11 +268,9 @@ TEST_CASE("host tier: a stored byte flipped is detected and the tokens recompute
     if (flip) {
       // Flip one byte of every page and block the host tier holds: whatever entry the next
       // lookup finds has changed at rest.
-      auto kv = c.store().host_kv_memory();
-      auto ssm = c.store().host_ssm_memory();
-      const std::size_t page = pool.stats(pool_kind::kv).unit_bytes, block = pool.stats(pool_kind::ssm).unit_bytes;
-      for (std::size_t at = 5; at < kv.size(); at += page) kv[at] ^= std::byte{0x40};
-      for (std::size_t at = 5; at < ssm.size(); at += block) ssm[at] ^= std::byte{0x40};
+      auto mem = c.store().host_memory();
+      const std::size_t unit = std::gcd(pool.stats(pool_kind::kv).unit_bytes, pool.stats(pool_kind::ssm).unit_bytes);
+      for (std::size_t at = 5; at < mem.size(); at += unit) mem[at] ^= std::byte{0x40};
     }
     auto prompt = a_seq;
     prompt.push_back(11);

@@ -25,7 +25,10 @@
 //
 // Host tier (a host_tier_config with kv_pages > 0; stores/detail/pool_lower_tier.hpp): a
 // leaf the cache evicts is demoted (`demote`: its pages and checkpoint copied to host
-// memory through the copier, keyed by its path's content and the tenant's salt). The store
+// memory through the copier, keyed by its path's content and the tenant's salt). With
+// storage tiers below (host_tier_config::storage_tiers: disk, Redis), what the host tier
+// evicts moves down and a lookup brings it back up; the tiers are one `tiered::tiered_store`
+// over a `tiered::host_copy_engine`, the library's tiered implementation. The store
 // is a `lower_tier_store`, driven by the request lifecycle like every store with tiers below
 // HBM: `lookup` finds a chain of demoted entries that continues a prompt's HBM match up to a
 // checkpoint and pins it, and, once the request's reservation is made, `land` copies it into
@@ -36,9 +39,10 @@
 // Handle lists are std::vector: an extent allocates its list once (the prefix cache keeps
 // extents in tree nodes). With a backing that can throw (CUDA), a failed driver call
 // during an allocation is reported as out_of_capacity, since these calls are noexcept.
-// Host tier: demote O(path + pages + blocks) (+ a CRC of the entry's bytes), lookup
-// O(|prompt| + chain entries + chain bytes: the CRC check), land O(tokens loaded · layers +
-// blocks); its memory is allocated at construction.
+// Host tier: demote O(path + pages + blocks) (+ a CRC of the entry's bytes, a table row, and
+// a copy per entry it moves down), lookup O(|prompt| + chain entries + chain bytes: the CRC
+// check, + a storage read per entry brought up), land O(tokens loaded · layers + blocks);
+// its memory is allocated at construction.
 #pragma once
 
 #include <algorithm>
@@ -112,7 +116,7 @@ class pool_state_store {
   ///         divide, a pool one of whose sides can never hold a page set or a checkpoint,
   ///         or a negative host size; bad_alloc.
   pool_state_store(Pool& pool, std::int64_t tokens_per_page, std::int64_t attention_layers,
-                   std::int64_t recurrent_layers, const host_tier_config& host, Copier copier = {})
+                   std::int64_t recurrent_layers, host_tier_config host, Copier copier = {})
       : pool_(&pool), tpp_(tokens_per_page), layers_(attention_layers), rec_(recurrent_layers), copy_(copier) {
     HYBRIDCACHE_EXPECTS(tokens_per_page > 0, invalid_argument,
                         "pool_state_store: tokens_per_page must be > 0, got " + std::to_string(tokens_per_page));
@@ -137,7 +141,7 @@ class pool_state_store {
     HYBRIDCACHE_EXPECTS(host.kv_pages == 0 || host.checkpoint_blocks >= recurrent_layers, invalid_argument,
                         "pool_state_store: a host tier needs room for at least one checkpoint (" +
                             std::to_string(recurrent_layers) + " blocks), got " + std::to_string(host.checkpoint_blocks));
-    host_ = detail::pool_lower_tier(host, pool.stats(pool_kind::kv).unit_bytes, pool.stats(pool_kind::ssm).unit_bytes);
+    host_ = detail::pool_lower_tier(std::move(host), pool.stats(pool_kind::kv).unit_bytes, pool.stats(pool_kind::ssm).unit_bytes);
   }
 
   /// The store for `model`'s layers, checked against the model (`check_model`): the way to
@@ -423,15 +427,20 @@ class pool_state_store {
   /// Hits looked up and not yet landed, settled or released. O(1).
   [[nodiscard]] std::size_t outstanding_hits() const noexcept { return host_.outstanding_hits(); }
 
-  /// The host tier's memory (KV pages, then SSM blocks), for inspection and for tests that
-  /// flip a stored byte (integrity: `host_counters().corrupt_dropped`). Empty without a host tier.
-  [[nodiscard]] std::span<std::byte> host_kv_memory() noexcept { return host_.storage().kv_memory(); }
-  [[nodiscard]] std::span<std::byte> host_ssm_memory() noexcept { return host_.storage().ssm_memory(); }
+  /// The host tier's memory (its entries' KV pages and SSM blocks, in pages of
+  /// gcd(KV page, SSM block) bytes), for inspection and for tests that flip a stored byte
+  /// (integrity: `host_counters().corrupt_dropped`). Empty without a host tier.
+  [[nodiscard]] std::span<std::byte> host_memory() noexcept { return host_.storage().host_memory(); }
 
-  /// What the host tier did.
+  /// What the lower tiers did.
   [[nodiscard]] const host_tier_counters& host_counters() const noexcept { return host_.storage().counters(); }
   /// Entries in the host tier.
-  [[nodiscard]] std::int64_t host_entries() const noexcept { return host_.storage().live_entries(); }
+  [[nodiscard]] std::int64_t host_entries() const { return host_.storage().host_entries(); }
+  /// Entries in every lower tier (the host tier and the storage tiers below it).
+  [[nodiscard]] std::int64_t lower_tier_entries() const noexcept { return host_.storage().live_entries(); }
+  /// The lower tiers' table (tier 1: host, then the storage tiers; tier 0 is unused: the
+  /// pool is the HBM), for inspection. Requires a host tier.
+  [[nodiscard]] const tiered::tiered_store<>& lower_tier_table() const { return host_.storage().table(); }
 
   [[nodiscard]] const Pool& pool() const noexcept { return *pool_; }
 

@@ -148,6 +148,21 @@ class tiered_store {
     return it->second;
   }
 
+  /// Calls `f(const tier_copy&)` with the entry's copy in `tier`, under the lock, and
+  /// returns true; false (f not called) when there is no such copy. Reads a copy's pages
+  /// without copying the row (a runtime that maps pages to its arena itself: the pool
+  /// store's host tier). `f` must not call back into the store. O(c) + f; no allocation.
+  template <class F>
+  bool visit_copy(entry_id id, tier_id tier, F&& f) const {
+    std::lock_guard lock(mu_);
+    const auto it = entries_.find(id);
+    if (it == entries_.end()) return false;
+    const tier_copy* c = it->second.in(tier);
+    if (c == nullptr) return false;
+    f(*c);
+    return true;
+  }
+
   /// The home tier (fastest valid copy; the first copy's while none is valid) and that
   /// copy's state, or nullopt. No page-list copy.
   [[nodiscard]] std::optional<std::pair<tier_id, copy_state>> locate(entry_id id) const {

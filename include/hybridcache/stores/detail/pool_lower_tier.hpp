@@ -2,12 +2,14 @@
 //
 // The lower-tier protocol of `pool_state_store` (concepts/tier_store.hpp `lower_tier_store`,
 // the one the request lifecycle drives for every store with tiers below HBM) over its host
-// tier's storage (pool_host_tier.hpp):
+// tiers' storage (pool_host_tier.hpp: a host tier, and storage tiers below it, in one
+// `tiered::tiered_store`):
 //
 //   demote(tree, v)          the prefix cache evicts leaf v: its KV pages and checkpoint are
 //                            copied to host slots, keyed by the content of its path
-//   lookup(prompt, m)        the longest chain of host entries continuing HBM's match m up to
-//                            a checkpoint, CRC-checked and pinned: a hit (a ticket)
+//   lookup(prompt, m)        the longest chain of entries continuing HBM's match m up to a
+//                            checkpoint, brought up to the host tier where a storage tier
+//                            holds them, CRC-checked and pinned: a hit (a ticket)
 //   shorten_hit(hit, n)      keeps the chain up to the entry whose checkpoint is at n
 //   load / loaded / wait     nothing to stage: the pool is the HBM, the bytes are copied
 //                            straight into the request's reservation by `land`
@@ -21,10 +23,12 @@
 // `hit_table` (hit_table.hpp, shared with tiered_state_store), so the chain's list keeps its
 // capacity from one request to the next and a stale ticket does nothing.
 //
-// Costs: demote O(path + pages + blocks) (+ a CRC of the entry's bytes); lookup O(|prompt| +
-// Σ chain entries) hash probes and token compares + O(chain bytes) for the CRC check; land
-// O(tokens copied · layers + blocks); shorten / release O(chain entries). Allocation-free in
-// steady state (the walk and the chain lists grow to their largest once).
+// Costs: demote O(path + pages + blocks) (+ a CRC of the entry's bytes, + the table insert
+// and whatever it moves down: pool_host_tier.hpp); lookup O(|prompt| + Σ chain entries) hash
+// probes and token compares + O(chain bytes) for the CRC check + one storage read per entry
+// brought up; land O(tokens copied · layers + blocks); shorten / release O(chain entries).
+// The walk and the chain lists grow to their largest once; the table allocates a row per
+// demotion.
 // Not thread-safe: the prefix cache calls it under its lock.
 #pragma once
 
@@ -32,6 +36,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <span>
+#include <utility>
 #include <vector>
 
 #include "hybridcache/concepts/ids.hpp"
@@ -67,7 +72,7 @@ namespace detail {
 /// The host entries a hit pinned (a `hit_table` slot).
 struct pool_host_hold {
   std::uint64_t ticket = 0;
-  std::vector<std::uint32_t> entries;  ///< the chain, in token order
+  std::vector<std::uint64_t> entries;  ///< the chain's keys, in token order
   void reserve(std::size_t n) { entries.reserve(n); }
   void clear() noexcept { entries.clear(); }
 };
@@ -79,8 +84,8 @@ class pool_lower_tier {
  public:
   pool_lower_tier() = default;
   /// @throws invalid_argument for negative sizes; bad_alloc.
-  pool_lower_tier(const host_tier_config& cfg, std::size_t page_bytes, std::size_t block_bytes)
-      : host_(cfg, page_bytes, block_bytes) {}
+  pool_lower_tier(host_tier_config cfg, std::size_t page_bytes, std::size_t block_bytes)
+      : host_(std::move(cfg), page_bytes, block_bytes) {}
 
   [[nodiscard]] bool enabled() const noexcept { return host_.enabled(); }
   [[nodiscard]] pool_host_tier& storage() noexcept { return host_; }
@@ -107,24 +112,31 @@ class pool_lower_tier {
       for (const auto t : tree.at(*it).tokens) h = content_key::next(h, t);
     const std::uint64_t key = content_key::next(h, nd.tokens.front());
     const std::size_t blocks = nd.has_checkpoint ? nd.checkpoint.blocks.size() : 0;
-    const std::uint32_t id =
-        host_.make_entry(key, nd.begin(), nd.kv.offset, std::span<const token_id>(nd.tokens), nd.kv.pages.size(), blocks);
-    if (id == pool_host_tier::none) return;
-    const auto& e = host_.at(id);
-    const std::size_t page_bytes = pool.stats(pool_kind::kv).unit_bytes, block_bytes = pool.stats(pool_kind::ssm).unit_bytes;
-    for (std::size_t i = 0; i < e.pages.size(); ++i)
-      if (auto src = pool.resolve(nd.kv.pages[i]); src && *src != nullptr) copy(host_.page(e.pages[i]), *src, page_bytes);
-    for (std::size_t i = 0; i < e.blocks.size(); ++i)
+    if (!host_.make_entry(key, nd.begin(), nd.kv.offset, std::span<const token_id>(nd.tokens), nd.kv.pages.size(), blocks))
+      return;
+    const auto& e = host_.at(key);
+    const std::int64_t page_bytes = pool.stats(pool_kind::kv).unit_bytes, block_bytes = pool.stats(pool_kind::ssm).unit_bytes;
+    const auto put = [&](std::int64_t at, std::int64_t n, const std::byte* src) {
+      host_.for_each_piece(key, at, n, [&](std::byte* d, std::int64_t len, std::int64_t done) {
+        copy(d, src + done, static_cast<std::size_t>(len));
+      });
+    };
+    for (std::size_t i = 0; i < e.pages; ++i)
+      if (auto src = pool.resolve(nd.kv.pages[i]); src && *src != nullptr) put(host_.page_offset(i), page_bytes, *src);
+    for (std::size_t i = 0; i < e.blocks; ++i)
       if (auto src = pool.resolve(nd.checkpoint.blocks[i]); src && *src != nullptr)
-        copy(host_.block(e.blocks[i]), *src, block_bytes);
-    host_.publish(id);
+        put(host_.block_offset(e, i), block_bytes, *src);
+    host_.publish(key);
   }
 
-  /// The longest chain of host entries that continues `prompt`'s HBM match `m` (in m's
+  /// The longest chain of entries that continues `prompt`'s HBM match `m` (in m's
   /// namespace) and ends in a checkpoint after m.reusable_tokens and before |prompt| (a
-  /// request computes at least its last prompt token), pinned. The chain's entries are
-  /// checked against their CRC-32C first: a changed entry is dropped (counted in
+  /// request computes at least its last prompt token), brought to the host tier and pinned
+  /// there. Each entry is checked against its CRC-32C first: a changed entry, or one whose
+  /// bytes a storage tier cannot give back intact, is dropped (counted in
   /// `counters().corrupt_dropped`) and never loaded, and the search runs again without it.
+  /// Where the host tier cannot hold the whole chain beside the pinned entries, the hit
+  /// ends at the deepest checkpoint of the part it holds.
   /// @throws bad_alloc (a new hit slot) with nothing pinned.
   pool_host_hit lookup(std::span<const token_id> prompt, const match_result& m) {
     pool_host_hit hit;
@@ -132,23 +144,33 @@ class pool_lower_tier {
     hit.kv_first = hit.kv_reach = m.common_prefix;
     hit.salt = m.salt;
     if (!enabled() || host_.live_entries() == 0) return hit;
-    // Each retry drops one corrupt entry, so this ends.
+    // Each retry drops one entry, so this ends.
     for (;;) {
       const chain c = longest_chain(prompt, m);
       hit.kv_reach = std::max(m.common_prefix, c.reach);
       if (c.entries == 0) return hit;
-      bool intact = true;
-      walk(prompt, m, c, [&](std::uint32_t id) { return intact = host_.verify_or_drop(id); });
-      if (!intact) continue;
       pool_host_hold& hold = hits_.acquire(static_cast<std::size_t>(c.entries));  // may throw: nothing pinned yet
-      walk(prompt, m, c, [&](std::uint32_t id) {
-        host_.pin(id);
-        hold.entries.push_back(id);  // capacity reserved by acquire
-        return true;
-      });
+      if (!gather(prompt, m, c, hold)) {
+        release_hold(hold);
+        continue;
+      }
+      // The deepest usable checkpoint of what the host tier holds now.
+      const auto n = static_cast<std::int64_t>(prompt.size());
+      std::size_t keep = hold.entries.size();
+      while (keep > 0) {
+        const auto& e = host_.at(hold.entries[keep - 1]);
+        if (e.blocks > 0 && e.end() > m.reusable_tokens && e.end() < n) break;
+        --keep;
+      }
+      if (keep == 0) {
+        release_hold(hold);
+        return hit;
+      }
+      for (std::size_t i = keep; i < hold.entries.size(); ++i) host_.unpin(hold.entries[i]);
+      hold.entries.resize(keep);
       hit.kv_first = c.start;
-      hit.reusable_tokens = c.reusable;
-      hit.host_tokens = c.reusable - m.reusable_tokens;
+      hit.reusable_tokens = host_.at(hold.entries.back()).end();
+      hit.host_tokens = hit.reusable_tokens - m.reusable_tokens;
       hit.ticket = hold.ticket;
       return hit;
     }
@@ -164,7 +186,7 @@ class pool_lower_tier {
     std::size_t keep = 0;
     while (keep < hold->entries.size() && host_.at(hold->entries[keep]).end() < tokens) ++keep;
     if (tokens <= hit.hbm_tokens || keep == hold->entries.size() || host_.at(hold->entries[keep]).end() != tokens ||
-        host_.at(hold->entries[keep]).blocks.empty())
+        host_.at(hold->entries[keep]).blocks == 0)
       return unexpected(errc::invalid_argument, "shorten_hit: no host checkpoint at this position", tokens);
     for (std::size_t i = keep + 1; i < hold->entries.size(); ++i) host_.unpin(hold->entries[i]);
     hold->entries.resize(keep + 1);
@@ -192,8 +214,8 @@ class pool_lower_tier {
     const std::int64_t tpp = tokens_per_page, from = dst_first, to = hit.reusable_tokens;
     const auto L = static_cast<std::size_t>(attention_layers);
     const byte_count per_token = pool.stats(pool_kind::kv).unit_bytes / tpp;
-    for (const std::uint32_t id : hold->entries) {
-      const auto& e = host_.at(id);
+    for (const std::uint64_t key : hold->entries) {
+      const auto& e = host_.at(key);
       for (std::int64_t p = std::max(from, e.begin); p < std::min(to, e.end());) {
         const std::int64_t stop = std::min({to, e.end(), (p / tpp + 1) * tpp});  // to the end of p's block
         const auto sb = static_cast<std::size_t>((e.offset + p - e.begin) / tpp);
@@ -202,16 +224,26 @@ class pool_lower_tier {
           auto d = pool.resolve(dst.pages[db * L + l]);
           if (!d || *d == nullptr) continue;
           const byte_count at = p % tpp * per_token;
-          copy(*d + at, host_.page(e.pages[sb * L + l]) + at, static_cast<std::size_t>((stop - p) * per_token));
+          std::byte* out = *d + at;
+          host_.for_each_piece(key, host_.page_offset(sb * L + l) + at, (stop - p) * per_token,
+                               [&](std::byte* src, std::int64_t len, std::int64_t done) {
+                                 copy(out + done, src, static_cast<std::size_t>(len));
+                               });
         }
         p = stop;
       }
-      host_.touch(id);
+      host_.touch(key);
     }
-    const auto& last = host_.at(hold->entries.back());
-    const std::size_t block_bytes = pool.stats(pool_kind::ssm).unit_bytes;
-    for (std::size_t i = 0; i < last.blocks.size() && i < slot.blocks.size(); ++i)
-      if (auto d = pool.resolve(slot.blocks[i]); d && *d != nullptr) copy(*d, host_.block(last.blocks[i]), block_bytes);
+    const std::uint64_t last = hold->entries.back();
+    const auto& le = host_.at(last);
+    const std::int64_t block_bytes = pool.stats(pool_kind::ssm).unit_bytes;
+    for (std::size_t i = 0; i < le.blocks && i < slot.blocks.size(); ++i)
+      if (auto d = pool.resolve(slot.blocks[i]); d && *d != nullptr) {
+        std::byte* out = *d;
+        host_.for_each_piece(last, host_.block_offset(le, i), block_bytes, [&](std::byte* src, std::int64_t len, std::int64_t done) {
+          copy(out + done, src, static_cast<std::size_t>(len));
+        });
+      }
     auto& c = host_.counters_mut();
     ++c.loads;
     c.tokens_loaded += std::max<std::int64_t>(0, to - from);
@@ -222,9 +254,7 @@ class pool_lower_tier {
   /// Lets `hit`'s chain go (unpins it); a stale or empty hit is a no-op. O(chain entries).
   void release(const pool_host_hit& hit) noexcept {
     pool_host_hold* hold = hits_.find(hit.ticket);
-    if (hold == nullptr) return;
-    for (const std::uint32_t id : hold->entries) host_.unpin(id);
-    hits_.release(*hold);
+    if (hold != nullptr) release_hold(*hold);
   }
 
  private:
@@ -242,21 +272,21 @@ class pool_lower_tier {
     chain best{0, 0, m.reusable_tokens, 0};
     for (std::int64_t s = 0; s <= reach; ++s) {
       const std::uint64_t through = content_key::next(h, prompt[static_cast<std::size_t>(s)]);
-      if (host_.find(through) != pool_host_tier::none) {
+      if (host_.find(through) != nullptr) {
         // Follow the chain from s, remembering its deepest usable checkpoint.
         std::int64_t cur = s, len = 0;
         std::uint64_t hc = h;
         while (cur < n) {
-          const std::uint32_t id = host_.find(content_key::next(hc, prompt[static_cast<std::size_t>(cur)]));
-          if (id == pool_host_tier::none) break;
-          const auto& e = host_.at(id);
+          const auto* found = host_.find(content_key::next(hc, prompt[static_cast<std::size_t>(cur)]));
+          if (found == nullptr) break;
+          const auto& e = *found;
           if (e.begin != cur || e.end() > n ||
               !std::equal(e.tokens.begin(), e.tokens.end(), prompt.begin() + static_cast<std::ptrdiff_t>(cur)))
             break;
           for (const auto t : e.tokens) hc = content_key::next(hc, t);
           cur = e.end();
           ++len;
-          if (!e.blocks.empty() && cur > best.reusable && cur < n) {
+          if (e.blocks > 0 && cur > best.reusable && cur < n) {
             best.start = s;
             best.entries = len;
             best.reusable = cur;
@@ -269,18 +299,33 @@ class pool_lower_tier {
     return best;
   }
 
-  /// Calls `f(id)` for each entry of chain `c` in order, while it returns true.
-  template <class F>
-  void walk(std::span<const token_id> prompt, const match_result& m, const chain& c, F&& f) const noexcept {
+  /// Brings chain `c`'s entries to the host tier in order, checks and pins each into
+  /// `hold`; stops early (true) where the host tier has no room for the next one beside the
+  /// pinned entries or an entry went meanwhile (moved out of a full storage tier to make
+  /// room for an earlier one). False when an entry was dropped (changed bytes, or a storage
+  /// read that failed): the caller lets `hold` go and searches again.
+  bool gather(std::span<const token_id> prompt, const match_result& m, const chain& c, pool_host_hold& hold) noexcept {
     std::uint64_t h = content_key::seed(0, m.salt);
     for (std::int64_t s = 0; s < c.start; ++s) h = content_key::next(h, prompt[static_cast<std::size_t>(s)]);
     std::int64_t cur = c.start;
     for (std::int64_t i = 0; i < c.entries; ++i) {
-      const std::uint32_t id = host_.find(content_key::next(h, prompt[static_cast<std::size_t>(cur)]));
-      for (const auto t : host_.at(id).tokens) h = content_key::next(h, t);
-      cur = host_.at(id).end();
-      if (!f(id)) return;
+      const std::uint64_t key = content_key::next(h, prompt[static_cast<std::size_t>(cur)]);
+      const auto* e = host_.find(key);
+      if (e == nullptr || e->begin != cur) return true;
+      const auto brought = host_.bring_to_host(key);
+      if (brought == pool_host_tier::bring::no_room) return true;
+      if (brought == pool_host_tier::bring::dropped || !host_.verify_or_drop(key)) return false;
+      host_.pin(key);
+      hold.entries.push_back(key);  // capacity reserved by acquire
+      for (const auto t : host_.at(key).tokens) h = content_key::next(h, t);
+      cur = host_.at(key).end();
     }
+    return true;
+  }
+
+  void release_hold(pool_host_hold& hold) noexcept {
+    for (const std::uint64_t key : hold.entries) host_.unpin(key);
+    hits_.release(hold);
   }
 
   pool_host_tier host_;
