@@ -35,13 +35,16 @@ inline const hc::cost_model& model() {
 
 /// Times one whole replay of `trace` per iteration at `capacity` bytes (`kv_scale` tokens per
 /// id); `tuning` wraps the cache in Marconi's online alpha tuner (--alpha auto). Reports the
-/// token hit rate and the request count as counters.
+/// token hit rate and the request count as counters, and for the adaptive selector its
+/// shadows' heap bytes against the live cache's metadata (`prefix_cache::memory_bytes`) at the
+/// end: shadow_mem_pct, shadow_kB, live_meta_kB.
 template <class Admission, class MakeScorer>
 void run(benchmark::State& state, const hc::sim::replay_trace& trace, std::int64_t capacity, std::int64_t kv_scale,
          MakeScorer make_scorer, std::optional<hc::compose::tuning_config> tuning = {}) {
   using cache_type = pc::prefix_cache<hc::cost_model, Admission, decltype(make_scorer()), hc::stores::counting_store>;
   double hit = 0;
   double shadow_mem = -1;  // the adaptive selector's shadows' bytes / the live cache's metadata, at the end
+  double shadow_bytes = 0, live_bytes = 0;
   for (auto _ : state) {
     hc::stores::counting_store store = hc::sim::replay_store(model(), {.capacity_bytes = capacity, .tokens_per_id = kv_scale});
     const pc::prefix_cache_config cfg{.admit_oversized = true};
@@ -58,15 +61,18 @@ void run(benchmark::State& state, const hc::sim::replay_trace& trace, std::int64
     cache_type cache(model(), std::move(store), make_scorer(), Admission{}, cfg);
     replay_with(cache);
     if constexpr (requires { cache.scorer().overhead().shadow_bytes; }) {
-      // The live tree estimated as the selector estimates a shadow's (adaptive_overhead::shadow_bytes).
-      const auto& tree = cache.tree();
-      const double live = static_cast<double>(tree.id_bound()) *
-                              static_cast<double>(sizeof(typename std::remove_cvref_t<decltype(tree)>::node) + 64 + 32) +
-                          static_cast<double>(cache.tokens_cached()) * sizeof(hc::token_id);
-      shadow_mem = static_cast<double>(cache.scorer().overhead().shadow_bytes) / live;
+      // The live cache's metadata counted as a shadow's is (prefix_cache::memory_bytes: the tree
+      // with its token buffers, the live switching scorer's indexes and stamps, scratch).
+      live_bytes = static_cast<double>(cache.memory_bytes());
+      shadow_bytes = static_cast<double>(cache.scorer().overhead().shadow_bytes);
+      shadow_mem = shadow_bytes / live_bytes;
     }
   }
-  if (shadow_mem >= 0) state.counters["shadow_mem_pct"] = benchmark::Counter(100.0 * shadow_mem);
+  if (shadow_mem >= 0) {
+    state.counters["shadow_mem_pct"] = benchmark::Counter(100.0 * shadow_mem);
+    state.counters["shadow_kB"] = benchmark::Counter(shadow_bytes / 1e3);
+    state.counters["live_meta_kB"] = benchmark::Counter(live_bytes / 1e3);
+  }
   state.counters["token_hit_pct"] = benchmark::Counter(100.0 * hit);
   state.counters["requests"] = benchmark::Counter(static_cast<double>(trace.size()));
 }

@@ -164,8 +164,10 @@ struct adaptive_overhead {
   bool tier_aware = false;         ///< the shadows model the tiers below HBM
   std::int64_t shadow_nodes = 0;   ///< tree nodes the shadows hold now
   std::int64_t shadow_tokens = 0;  ///< token ids the shadows hold now
-  /// Estimate of the shadows' memory now: node slots, token ids, child tables and scorer
-  /// indexes (capacities, not the allocator's own overhead).
+  /// The shadows' memory now, in heap bytes: each shadow cache's object and its
+  /// prefix_cache::memory_bytes (tree slots with their token buffers, child table, scorer
+  /// index, scratch), the lower tiers' entries of tier-aware shadows (~64 B each, estimated)
+  /// and the warm-up's conversation estimate. Capacities, not the allocator's own overhead.
   std::int64_t shadow_bytes = 0;
   double sample_rate = 1.0;            ///< the shadows' sampling rate now (1: exact)
   std::int64_t sampled_requests = 0;   ///< requests the sampled shadows replayed
@@ -415,17 +417,16 @@ class adaptive_scorer {
           [&](const auto& c) {
             const auto& tree = c->tree();
             o.shadow_nodes += static_cast<std::int64_t>(tree.size());
-            const std::int64_t tokens = c->tokens_cached();
-            o.shadow_tokens += tokens;
-            // Node slots (struct + the scorer's per-node arrays, ~64 B), the token ids
-            // themselves, and the child table (16 B per slot at load <= 1/2).
-            o.shadow_bytes += static_cast<std::int64_t>(tree.id_bound()) *
-                                  static_cast<std::int64_t>(sizeof(typename std::remove_cvref_t<decltype(tree)>::node) + 64 + 32) +
-                              tokens * static_cast<std::int64_t>(sizeof(token_id));
+            o.shadow_tokens += c->tokens_cached();
+            o.shadow_bytes += static_cast<std::int64_t>(sizeof(*c)) + c->memory_bytes();
           },
           s);
+    o.shadow_bytes += estimate_.memory_bytes() + own_bytes();
     return o;
   }
+  /// The live rule's heap bytes (every part's index and stamp table: what the live cache's
+  /// scorer holds; the shadows are in overhead().shadow_bytes). O(1).
+  [[nodiscard]] std::int64_t memory_bytes() const noexcept { return live_.memory_bytes(); }
 
  private:
   template <std::size_t I = 0>
@@ -455,6 +456,14 @@ class adaptive_scorer {
     } else {
       throw invalid_argument("adaptive_scorer: candidate rule out of range");
     }
+  }
+
+  /// The selector's own arrays (scores, the shadow lists): part of what the shadows cost.
+  [[nodiscard]] std::int64_t own_bytes() const noexcept {
+    using prefix::detail::heap_bytes;
+    return heap_bytes(score_) + heap_bytes(total_) + heap_bytes(gained_) + heap_bytes(lead_) + heap_bytes(lead_sq_) +
+           heap_bytes(warm_score_) + heap_bytes(shadows_) + heap_bytes(tiered_) + heap_bytes(sampled_) +
+           heap_bytes(sampled_tiered_) + heap_bytes(cfg_.candidates) + heap_bytes(model_);
   }
 
   /// `bytes` x the sampling rate (a sampled shadow's budget).

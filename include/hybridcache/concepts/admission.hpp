@@ -40,4 +40,14 @@ concept admission_policy = requires(const A& a, const insertion_view& v, std::ve
   { a.select(v, out) } noexcept -> std::same_as<void>;
 };
 
+/// Says how many positions `select(v, out)` appends at most: `a.max_positions(v)`. The cache
+/// reserves that much room before select instead of one slot per token of the sequence
+/// (and sizes the scratch that follows the positions by it), so a policy that keeps a
+/// handful of states does not make every cache hold ~25 B per token of its longest
+/// sequence. Default (no max_positions): one per token.
+template <class A>
+concept bounded_admission = admission_policy<A> && requires(const A& a, const insertion_view& v) {
+  { a.max_positions(v) } noexcept -> std::convertible_to<std::int64_t>;
+};
+
 }  // namespace hybridcache

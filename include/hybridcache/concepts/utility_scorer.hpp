@@ -128,6 +128,13 @@ concept alpha_settable_scorer = requires(S& s, double a) { s.set_alpha(a); };
 template <class S>
 concept reservable_scorer = requires(S& s, std::size_t ids) { s.reserve(ids); };
 
+/// Reports the heap bytes its index holds: `memory_bytes()` (prefix_cache::memory_bytes adds
+/// it to the tree's). Default: counted as 0, so a scorer that holds memory should report it.
+template <class S>
+concept memory_reporting_scorer = requires(const S& s) {
+  { s.memory_bytes() } -> std::convertible_to<std::int64_t>;
+};
+
 /// Can stop keeping its eviction index current and rebuild it later from the tree:
 /// `suspend_index()` (from then on the hooks record only what the rule needs besides its
 /// index, e.g. last-access stamps, and `select_victim` is not called) and

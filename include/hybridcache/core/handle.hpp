@@ -166,6 +166,10 @@ class generation_table {
 
   [[nodiscard]] std::uint32_t pool_tag() const noexcept { return tag_; }
   [[nodiscard]] std::uint64_t capacity() const noexcept { return slots_.size(); }
+  /// Heap bytes of the slot array (its capacity). O(1).
+  [[nodiscard]] std::int64_t memory_bytes() const noexcept {
+    return static_cast<std::int64_t>(slots_.capacity() * sizeof(slot));
+  }
   [[nodiscard]] std::uint64_t free_count() const noexcept { return free_count_; }
   [[nodiscard]] std::uint64_t live_count() const noexcept { return slots_.size() - free_count_; }
   /// True if slot `index` is live (for iteration and tests).

@@ -17,7 +17,9 @@
 //                              apply).
 //
 // Costs: judicious O(1); every_block O(total / B) positions appended (the caller's vector
-// keeps its capacity, so steady state allocates nothing).
+// keeps its capacity, so steady state allocates nothing). Each says how many it appends at
+// most (`max_positions`, concept `bounded_admission`), so the cache's scratch is sized by
+// that, not by the sequence's length.
 #pragma once
 
 #include <cstdint>
@@ -38,8 +40,9 @@ struct judicious_admission {
     // A full hit (reusable == total) computed no state: the concept allows only (reusable, total].
     if (v.total_tokens > v.reusable_tokens) out.push_back(v.total_tokens);
   }
+  [[nodiscard]] std::int64_t max_positions(const insertion_view&) const noexcept { return 3; }
 };
-static_assert(admission_policy<judicious_admission>);
+static_assert(bounded_admission<judicious_admission>);
 
 /// vLLM+-style admission: a checkpoint every `Block` tokens (32 in the Marconi paper) the
 /// request computed, and one at the end of the sequence.
@@ -53,6 +56,9 @@ struct every_block_admission {
     for (std::int64_t p = first; p <= v.total_tokens; p += Block) out.push_back(p);
     if (v.total_tokens > v.reusable_tokens && v.total_tokens % Block != 0) out.push_back(v.total_tokens);
   }
+  [[nodiscard]] std::int64_t max_positions(const insertion_view& v) const noexcept {
+    return v.total_tokens > v.reusable_tokens ? (v.total_tokens - v.reusable_tokens) / Block + 2 : 0;
+  }
 };
 static_assert(admission_policy<every_block_admission<32>>);
 
@@ -61,12 +67,14 @@ struct last_token_admission {
   void select(const insertion_view& v, std::vector<std::int64_t>& out) const noexcept {
     if (v.total_tokens > v.reusable_tokens) out.push_back(v.total_tokens);
   }
+  [[nodiscard]] std::int64_t max_positions(const insertion_view&) const noexcept { return 1; }
 };
 static_assert(admission_policy<last_token_admission>);
 
 /// Keeps no SSM state.
 struct no_admission {
   void select(const insertion_view&, std::vector<std::int64_t>&) const noexcept {}
+  [[nodiscard]] std::int64_t max_positions(const insertion_view&) const noexcept { return 0; }
 };
 static_assert(admission_policy<no_admission>);
 

@@ -39,7 +39,8 @@
 // number of nodes the threshold walk visits — in practice a handful, since low-rec and
 // low-eff nodes come first; worst case O(n) (bench: bm_evict_adversarial_100k, recency and
 // efficiency anti-correlated). Index nodes come from a pooled resource, so steady state
-// allocates nothing.
+// allocates nothing. `memory_bytes()` O(1): what the pool took, the per-node arrays, the
+// class table (2 B per class) and a set per class used so far.
 //
 // `flop_index::efficiency_classes` bounds the worst case: candidates also sit in one of
 // 2,048 efficiency classes (8 per octave of eff, log-spaced), each ordered by last access;
@@ -79,6 +80,7 @@
 #include "hybridcache/model/cost_model.hpp"
 #include "hybridcache/concepts/utility_scorer.hpp"
 #include "hybridcache/concepts/state_store.hpp"
+#include "hybridcache/prefix/detail/memory_bytes.hpp"
 #include "hybridcache/prefix/detail/suspendable_index.hpp"
 #include "hybridcache/prefix/radix_tree.hpp"
 
@@ -231,14 +233,13 @@ class flop_aware_scorer : public detail::suspendable_index<flop_aware_scorer> {
   explicit flop_aware_scorer(cost_model model, flop_aware_config cfg = {})
       : model_(std::move(model)),
         cfg_(cfg),
-        pool_(std::make_unique<std::pmr::unsynchronized_pool_resource>()),
-        by_rec_(pool_.get()),
-        by_eff_(pool_.get()) {
+        pool_(std::make_unique<pool_type>()),
+        by_rec_(&pool_->pool),
+        by_eff_(&pool_->pool) {
     set_alpha(cfg.alpha);
     HYBRIDCACHE_EXPECTS(cfg.walk_limit >= 1, invalid_argument, "flop_aware_scorer: walk_limit must be >= 1");
     if (cfg_.index != flop_index::threshold_walk) {
-      classes_.reserve(detail::efficiency_classes);
-      for (std::uint32_t i = 0; i < detail::efficiency_classes; ++i) classes_.emplace_back(pool_.get());
+      slot_.assign(detail::efficiency_classes, 0);
       nonempty_.assign(detail::efficiency_classes / 64, 0);
     }
   }
@@ -265,6 +266,15 @@ class flop_aware_scorer : public detail::suspendable_index<flop_aware_scorer> {
   /// shadows).
   [[nodiscard]] flop_aware_scorer replica() const { return with_alpha(cfg_.alpha); }
 
+  /// Heap bytes: the index's pool and what it took (it keeps its chunks: the most entries ever
+  /// indexed, not the entries now), the per-node arrays, the class sets and the model's spec.
+  /// O(1).
+  [[nodiscard]] std::int64_t memory_bytes() const noexcept {
+    using detail::heap_bytes;
+    return static_cast<std::int64_t>(sizeof(pool_type)) + pool_->counted.bytes() + heap_bytes(eff_) + heap_bytes(ts_) +
+           heap_bytes(in_) + heap_bytes(class_) + heap_bytes(key_) + heap_bytes(slot_) + heap_bytes(classes_) +
+           heap_bytes(nonempty_) + heap_bytes(model_);
+  }
   void reserve(std::size_t ids) {
     if (eff_.size() < ids) detail::grow_all(ids, eff_, ts_, in_, class_, key_);
   }
@@ -304,13 +314,13 @@ class flop_aware_scorer : public detail::suspendable_index<flop_aware_scorer> {
       if (same_eff && ts == ts_[n]) return;
       if (ts != ts_[n]) detail::rekey(by_rec_, {ts_[n], n}, {ts, n});
       if (!same_eff) detail::rekey(by_eff_, {eff_[n], n}, {eff, n});
-      if (!classes_.empty()) {
+      if (!slot_.empty()) {
         const std::uint32_t c = detail::efficiency_class(eff);
         if (c != class_[n] || ts != ts_[n]) {
-          auto node = classes_[class_[n]].extract({ts_[n], n});
-          if (classes_[class_[n]].empty()) nonempty_[class_[n] / 64] &= ~(std::uint64_t{1} << (class_[n] % 64));
+          auto node = class_set(class_[n]).extract({ts_[n], n});
+          if (class_set(class_[n]).empty()) nonempty_[class_[n] / 64] &= ~(std::uint64_t{1} << (class_[n] % 64));
           node.value() = {ts, n};
-          classes_[c].insert(std::move(node));
+          class_set(c).insert(std::move(node));
           nonempty_[c / 64] |= std::uint64_t{1} << (c % 64);
           class_[n] = c;
         }
@@ -324,10 +334,10 @@ class flop_aware_scorer : public detail::suspendable_index<flop_aware_scorer> {
     in_[n] = 1;
     by_rec_.emplace(ts_[n], n);
     by_eff_.emplace(eff_[n], n);
-    if (!classes_.empty()) {
+    if (!slot_.empty()) {
       const std::uint32_t c = detail::efficiency_class(eff_[n]);
       class_[n] = c;
-      classes_[c].emplace(ts_[n], n);
+      class_set(c).emplace(ts_[n], n);
       nonempty_[c / 64] |= std::uint64_t{1} << (c % 64);
     }
   }
@@ -364,7 +374,7 @@ class flop_aware_scorer : public detail::suspendable_index<flop_aware_scorer> {
     auto class_heads = [&]() noexcept {  // the least recently used node of every non-empty class
       for (std::size_t w = 0; w < nonempty_.size(); ++w)
         for (std::uint64_t bits = nonempty_[w]; bits != 0; bits &= bits - 1)
-          consider(classes_[w * 64 + static_cast<std::size_t>(std::countr_zero(bits))].begin()->second);
+          consider(used_class(w * 64 + static_cast<std::size_t>(std::countr_zero(bits))).begin()->second);
     };
     if (cfg_.index == flop_index::efficiency_classes) {
       class_heads();
@@ -417,19 +427,32 @@ class flop_aware_scorer : public detail::suspendable_index<flop_aware_scorer> {
     by_eff_.clear();
     for (std::size_t w = 0; w < nonempty_.size(); ++w) {
       for (std::uint64_t bits = nonempty_[w]; bits != 0; bits &= bits - 1)
-        classes_[w * 64 + static_cast<std::size_t>(std::countr_zero(bits))].clear();
+        class_set(static_cast<std::uint32_t>(w * 64 + static_cast<std::size_t>(std::countr_zero(bits)))).clear();
       nonempty_[w] = 0;
     }
     std::fill(in_.begin(), in_.end(), static_cast<unsigned char>(0));
   }
   using extent_key = detail::extent_key;
 
+  using class_index = std::pmr::set<std::pair<time_point, node_id>>;
+  /// The set of efficiency class `c`, made the first time the class is used: most of the
+  /// 2,048 classes never are, and an empty set per class would cost ~115 kB per scorer.
+  class_index& class_set(std::uint32_t c) noexcept {
+    if (slot_[c] == 0) {
+      classes_.emplace_back(&pool_->pool);  // grows geometrically, as the per-node arrays
+      slot_[c] = static_cast<std::uint16_t>(classes_.size());
+    }
+    return classes_[slot_[c] - 1u];
+  }
+  /// Precondition: class `c` is in use (its bit in nonempty_ is set).
+  [[nodiscard]] const class_index& used_class(std::size_t c) const noexcept { return classes_[slot_[c] - 1u]; }
+
   void erase(node_id n) noexcept {
     if (n >= in_.size() || !in_[n]) return;
     by_rec_.erase({ts_[n], n});
     by_eff_.erase({eff_[n], n});
-    if (!classes_.empty()) {
-      auto& cls = classes_[class_[n]];
+    if (!slot_.empty()) {
+      auto& cls = class_set(class_[n]);
       cls.erase({ts_[n], n});
       if (cls.empty()) nonempty_[class_[n] / 64] &= ~(std::uint64_t{1} << (class_[n] % 64));
     }
@@ -438,7 +461,11 @@ class flop_aware_scorer : public detail::suspendable_index<flop_aware_scorer> {
 
   cost_model model_;
   flop_aware_config cfg_;
-  std::unique_ptr<std::pmr::unsynchronized_pool_resource> pool_;
+  struct pool_type {  // the index's pool over an upstream that counts its chunks (memory_bytes)
+    detail::counting_resource counted;
+    std::pmr::unsynchronized_pool_resource pool{&counted};
+  };
+  std::unique_ptr<pool_type> pool_;
   std::pmr::set<std::pair<time_point, node_id>> by_rec_;
   std::pmr::set<std::pair<double, node_id>> by_eff_;
   std::vector<double> eff_;
@@ -446,7 +473,8 @@ class flop_aware_scorer : public detail::suspendable_index<flop_aware_scorer> {
   std::vector<unsigned char> in_;
   std::vector<std::uint32_t> class_;  // efficiency class of each indexed node (classes mode)
   std::vector<extent_key> key_;       // what eff_[n] was last computed from (end -1: never)
-  std::vector<std::pmr::set<std::pair<time_point, node_id>>> classes_;  // by last access, per class
+  std::vector<std::uint16_t> slot_;      // class -> 1 + its set's index in classes_ (0: not used yet)
+  std::vector<class_index> classes_;     // by last access, per class used so far
   std::vector<std::uint64_t> nonempty_;  // bitmap of non-empty classes
   std::uint64_t visits_ = 0;
   std::uint64_t walks_cut_ = 0;

@@ -85,6 +85,12 @@ class gdsf_scorer {
   /// selector's shadows).
   [[nodiscard]] gdsf_scorer replica() const { return gdsf_scorer(model_, cfg_); }
 
+  /// Heap bytes of the index and the per-node arrays, and of the model's spec. O(1).
+  [[nodiscard]] std::int64_t memory_bytes() const noexcept {
+    using detail::heap_bytes;
+    return by_priority_.memory_bytes() + heap_bytes(freq_) + heap_bytes(base_) + heap_bytes(eff_) + heap_bytes(key_) +
+           heap_bytes(model_);
+  }
   void reserve(std::size_t ids) {
     if (freq_.size() < ids) detail::grow_all(ids, freq_, base_, eff_, key_);
     by_priority_.reserve(ids);

@@ -63,6 +63,8 @@ class lru_scorer : public detail::suspendable_index<lru_scorer> {
 
   /// Grows the per-node index to cover node ids < `ids` (the cache calls it before it
   /// creates nodes, so the noexcept hooks never allocate).
+  /// Heap bytes of the index and the heapq round's buffer. O(1).
+  [[nodiscard]] std::int64_t memory_bytes() const noexcept { return heap_.memory_bytes() + detail::heap_bytes(round_); }
   void reserve(std::size_t ids) {
     heap_.reserve(ids);
     if (cfg_.ties == lru_ties::python_heapq) detail::reserve_geometric(round_, ids);

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "hybridcache/core/indexed_heap.hpp"
+#include "hybridcache/prefix/detail/memory_bytes.hpp"
 #include "hybridcache/prefix/types.hpp"
 
 namespace hybridcache::prefix::detail {
@@ -43,6 +44,10 @@ class basic_node_heap {
   /// The key of `n`. Precondition: contains(n) (otherwise the last key it had, or Key{}).
   [[nodiscard]] const Key& key(node_id n) const noexcept { return key_[n]; }
   [[nodiscard]] std::size_t size() const noexcept { return heap_.size(); }
+  /// Heap bytes of the three arrays (their capacities). O(1).
+  [[nodiscard]] std::int64_t memory_bytes() const noexcept {
+    return heap_bytes(heap_) + heap_bytes(pos_) + heap_bytes(key_);
+  }
   /// Empties the heap (positions reset). O(size); keeps the capacity.
   void clear() noexcept {
     for (node_id n : heap_) pos_[n] = absent;

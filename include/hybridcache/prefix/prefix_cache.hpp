@@ -42,6 +42,7 @@
 //   evict    per victim: LRU O(log n); FLOP-aware O((k+1) log n), k = nodes the threshold
 //            walk scores (flop_aware_scorer.hpp).
 //   release  O(log n).
+//   memory_bytes  O(id bound) (the heap bytes of the tree, the scorer's index, scratch).
 //
 // Thread safety: `Lock` (lock_policy.hpp); with `mutex_lock` every public call holds one
 // mutex for its whole duration.
@@ -64,6 +65,7 @@
 #include "hybridcache/core/handle.hpp"
 #include "hybridcache/core/logical_clock.hpp"
 #include "hybridcache/prefix/admission.hpp"
+#include "hybridcache/prefix/detail/memory_bytes.hpp"
 #include "hybridcache/prefix/detail/tree_ops.hpp"
 #include "hybridcache/concepts/admission.hpp"
 #include "hybridcache/concepts/cost_model.hpp"
@@ -322,6 +324,22 @@ class prefix_cache {
     tree_.preorder([&](node_id n) { k += tree_.at(n).edge(); });
     return k;
   }
+  /// The cache's metadata on the heap: the tree (radix_tree::memory_bytes), the scorer's
+  /// index (if it reports one: memory_reporting_scorer), the pin table and the scratch
+  /// buffers, the model's spec. Not the store's (KV, states, its own tables) and not the
+  /// cache object itself. O(id bound): every node slot's token buffer is counted.
+  [[nodiscard]] std::int64_t memory_bytes() const {
+    std::int64_t b = tree_.memory_bytes() + pins_.memory_bytes();
+    if constexpr (std::is_same_v<Model, cost_model>) b += detail::heap_bytes(model_);
+    if constexpr (memory_reporting_scorer<Scorer>) b += scorer_.memory_bytes();
+    using detail::heap_bytes;
+    for (const std::int64_t v :
+         {heap_bytes(pin_node_), heap_bytes(path_), heap_bytes(positions_), heap_bytes(pending_kv_),
+          heap_bytes(pending_ckpt_), heap_bytes(marked_), heap_bytes(protect_.mark), heap_bytes(protect_.children),
+          heap_bytes(protect_.marked), heap_bytes(pinned_scratch_), heap_bytes(committed_)})
+      b += v;
+    return b;
+  }
 
  private:
   template <class>
@@ -493,7 +511,9 @@ class prefix_cache {
   /// The admission's positions and `extra`, sorted, unique, in (floor, total].
   void select_positions(const insertion_view& v, std::span<const std::int64_t> extra, std::int64_t floor = 0) {
     positions_.clear();
-    detail::reserve_geometric(positions_, static_cast<std::size_t>(v.total_tokens) + extra.size() + 2);
+    std::int64_t most = v.total_tokens;  // one per token unless the policy says less (bounded_admission)
+    if constexpr (bounded_admission<Admission>) most = std::min<std::int64_t>(most, admission_.max_positions(v));
+    detail::reserve_geometric(positions_, static_cast<std::size_t>(std::max<std::int64_t>(most, 0)) + extra.size() + 2);
     admission_.select(v, positions_);
     positions_.insert(positions_.end(), extra.begin(), extra.end());
     std::sort(positions_.begin(), positions_.end());

@@ -23,15 +23,16 @@
 //   namespace_of(salt)          O(1) average (a hash lookup for a salt; 0 for none)
 //   walk(seq, path, ns)         O(|common prefix| + nodes on the path); allocation-free
 //                               (the caller's path vector keeps its capacity)
-//   add_leaf(parent, tokens)    O(e) (copies the tokens; reuses a freed slot's buffer; the
+//   add_leaf(parent, tokens)    O(e) (copies the tokens; reuses a freed slot's short buffer; the
 //                               first node of a new salt allocates its namespace entry)
-//   split(n, head)              O(e)
-//   merge_into_child(n)         O(e_n + e_child)
+//   split(n, head)              O(e) (the head and the tail each get a buffer of their size)
+//   merge_into_child(n)         O(e_n + e_child) (the joined edge gets a buffer of its size)
 //   remove_leaf(n)              O(1)
 //   touch / pin / unpin         O(1)
 //   bytes()                     O(1): the byte measure of every node (kept by each edit)
 //   dfs_before(a, b)            O(d)
 //   preorder(f)                 O(n) (naive scorers and tests only)
+//   memory_bytes()              O(id bound): every slot's token buffer is counted
 //
 // The tree does not own the store: it moves handles in and out and the cache frees them.
 // Not thread-safe (the cache's lock policy serialises access).
@@ -50,6 +51,7 @@
 #include "hybridcache/core/error.hpp"
 #include "hybridcache/concepts/state_store.hpp"
 #include "hybridcache/concepts/ids.hpp"
+#include "hybridcache/prefix/detail/memory_bytes.hpp"
 #include "hybridcache/prefix/types.hpp"
 
 namespace hybridcache::prefix {
@@ -134,6 +136,8 @@ class child_table {
   }
 
   [[nodiscard]] std::size_t size() const noexcept { return size_; }
+  /// The table's heap bytes (its slots). O(1).
+  [[nodiscard]] std::int64_t memory_bytes() const noexcept { return heap_bytes(table_); }
 
  private:
   static constexpr std::uint64_t empty_key = ~std::uint64_t{0};
@@ -337,14 +341,17 @@ class radix_tree {
   node_id split(node_id n, std::int64_t head, kv_extent&& head_kv, time_point now) {
     ++edits_;
     HYBRIDCACHE_ASSERT(head > 0 && head < nodes_[n].edge());
-    // Reserve before mutating so that a bad_alloc leaves the tree intact.
+    // Reserve before mutating so that a bad_alloc leaves the tree intact. The tail gets a
+    // buffer of its own size: erasing the head in place would leave n holding the whole
+    // edge's room (a shared prefix's split would keep it twice).
     map_.reserve_extra(1);
+    std::vector<token_id> tail(nodes_[n].tokens.begin() + head, nodes_[n].tokens.end());
     const node_id h = acquire();
     node& hn = nodes_[h];
     node& nn = nodes_[n];
     const node_id p = nn.parent;
     hn.tokens.assign(nn.tokens.begin(), nn.tokens.begin() + head);
-    nn.tokens.erase(nn.tokens.begin(), nn.tokens.begin() + head);
+    nn.tokens.swap(tail);
     hn.kv = std::move(head_kv);
     hn.parent = p;
     hn.end = nn.end - nn.edge();
@@ -389,8 +396,12 @@ class radix_tree {
     const node_id c = nn.first_child;
     node& cn = nodes_[c];
     const node_id p = nn.parent;
+    std::vector<token_id> both;  // exactly the joined edge (inserting in front may double the room)
+    both.reserve(nn.tokens.size() + cn.tokens.size());
+    both.insert(both.end(), nn.tokens.begin(), nn.tokens.end());
+    both.insert(both.end(), cn.tokens.begin(), cn.tokens.end());
     bytes_ += kv_measure(nn.edge() + cn.edge()) - kv_measure(nn.edge()) - kv_measure(cn.edge());
-    cn.tokens.insert(cn.tokens.begin(), nn.tokens.begin(), nn.tokens.end());
+    cn.tokens.swap(both);
     map_.erase(detail::child_table::key(n, cn.tokens[static_cast<std::size_t>(nn.edge())]));
     cn.kv = std::move(joined);
     cn.last_access = std::max(cn.last_access, nn.last_access);
@@ -479,6 +490,16 @@ class radix_tree {
     }
   }
 
+  /// The tree's heap bytes: the node slots (live or free, each with the token buffer it
+  /// keeps), the free list, the child table and the namespace tables; the store's handles
+  /// hold nothing on the heap here (their bytes, if any, are the store's). O(id_bound()).
+  [[nodiscard]] std::int64_t memory_bytes() const noexcept {
+    std::int64_t b = detail::heap_bytes(nodes_) + detail::heap_bytes(free_) + map_.memory_bytes() +
+                     detail::heap_bytes(salts_) + detail::heap_bytes(ns_salt_) + detail::heap_bytes(free_ns_);
+    for (const node& n : nodes_) b += detail::heap_bytes(n.tokens);
+    return b;
+  }
+
   /// Reserve room for `n` nodes (benchmarks; avoids growth on the hot path).
   void reserve(std::size_t n) {
     detail::reserve_geometric(nodes_, n + 1);
@@ -495,6 +516,8 @@ class radix_tree {
     while (i < n && a[i] == b[i]) ++i;
     return i;
   }
+
+  static constexpr std::size_t kept_token_buffer = 32;  // ids; see release()
 
   node_id acquire() {
     node_id id;
@@ -517,7 +540,10 @@ class radix_tree {
 
   void release(node_id id) noexcept {
     node& n = nodes_[id];
-    n.tokens.clear();  // keeps capacity for the next node in this slot
+    // A short buffer stays for the next node in this slot; a long one is freed (a free slot
+    // would otherwise hold the longest edge it ever had).
+    if (n.tokens.capacity() > kept_token_buffer) std::vector<token_id>().swap(n.tokens);
+    else n.tokens.clear();
     n.kv = kv_extent{};
     n.checkpoint = checkpoint_handle{};
     n.has_checkpoint = false;

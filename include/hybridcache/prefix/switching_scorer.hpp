@@ -67,6 +67,7 @@
 #include "hybridcache/concepts/state_store.hpp"
 #include "hybridcache/concepts/utility_scorer.hpp"
 #include "hybridcache/core/error.hpp"
+#include "hybridcache/prefix/detail/memory_bytes.hpp"
 #include "hybridcache/prefix/flop_aware_scorer.hpp"
 #include "hybridcache/prefix/gdsf_scorer.hpp"
 #include "hybridcache/prefix/lru_scorer.hpp"
@@ -83,6 +84,7 @@ class stamp_table {
   void reserve(std::size_t ids) {
     if (time_.size() < ids) grow_all(ids, time_, set_);
   }
+  [[nodiscard]] std::int64_t memory_bytes() const noexcept { return heap_bytes(time_) + heap_bytes(set_); }
   /// The part's time of `n`: its own stamp, else the tree's (the node's creation time).
   template <class Tree>
   [[nodiscard]] time_point get(const Tree& tree, node_id n) const noexcept {
@@ -194,6 +196,14 @@ class switching_scorer {
   template <std::size_t I>
   [[nodiscard]] auto& part() noexcept {
     return std::get<I>(parts_);
+  }
+
+  /// Heap bytes of every part's index (suspended ones keep theirs) and the stamp tables. O(1).
+  [[nodiscard]] std::int64_t memory_bytes() const noexcept {
+    std::int64_t b = 0;
+    for (const auto& s : stamps_) b += s.memory_bytes();
+    std::apply([&](const auto&... p) { ((b += part_memory(p)), ...); }, parts_);
+    return b;
   }
 
   // --- utility_scorer ---------------------------------------------------------------------
@@ -335,6 +345,12 @@ class switching_scorer {
     [&]<std::size_t... I>(std::index_sequence<I...>) {
       ((rule == I ? f(std::get<I>(self.parts_), self.stamps_[I]) : void()), ...);
     }(std::make_index_sequence<parts_count>{});
+  }
+
+  template <class P>
+  [[nodiscard]] static std::int64_t part_memory(const P& p) noexcept {
+    if constexpr (memory_reporting_scorer<P>) return p.memory_bytes();
+    else return 0;
   }
 
   std::tuple<Scorers...> parts_;

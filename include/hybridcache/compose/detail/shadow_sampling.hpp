@@ -80,6 +80,13 @@ class conversation_estimate {
       order_.pop_back();
     }
   }
+  /// Heap bytes: one list node and one map node per conversation held, and the buckets. O(1).
+  [[nodiscard]] std::int64_t memory_bytes() const noexcept {
+    using entry = std::pair<std::uint64_t, std::int64_t>;
+    return static_cast<std::int64_t>(order_.size() * (2 * sizeof(void*) + sizeof(entry)) +
+                                     where_.bucket_count() * sizeof(void*) +
+                                     where_.size() * (2 * sizeof(void*) + sizeof(std::uint64_t) + sizeof(void*)));
+  }
   /// Conversations held now.
   [[nodiscard]] std::int64_t held() const noexcept { return static_cast<std::int64_t>(order_.size()); }
 

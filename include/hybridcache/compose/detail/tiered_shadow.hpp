@@ -49,8 +49,8 @@ class tiered_shadow_base {
   virtual std::int64_t replay(std::span<const token_id> sequence, std::int64_t input_tokens, const cache_salt& salt) = 0;
   [[nodiscard]] virtual std::int64_t nodes() const = 0;
   [[nodiscard]] virtual std::int64_t tokens() const = 0;
-  /// Estimate of the shadow's memory: as adaptive_overhead::shadow_bytes, plus the lower
-  /// tiers' findable entries (~64 B of table each).
+  /// The shadow's memory: its object, its cache's memory_bytes and, estimated, ~64 B of
+  /// table per findable entry of the lower tiers (the replica store's own tables).
   [[nodiscard]] virtual std::int64_t bytes() const = 0;
 };
 
@@ -88,10 +88,8 @@ class tiered_shadow final : public tiered_shadow_base {
   [[nodiscard]] std::int64_t nodes() const override { return static_cast<std::int64_t>(cache_.tree().size()); }
   [[nodiscard]] std::int64_t tokens() const override { return cache_.tokens_cached(); }
   [[nodiscard]] std::int64_t bytes() const override {
-    const auto& tree = cache_.tree();
-    using node_t = typename std::remove_cvref_t<decltype(tree)>::node;
-    return static_cast<std::int64_t>(tree.id_bound()) * static_cast<std::int64_t>(sizeof(node_t) + 64 + 32) +
-           tokens() * static_cast<std::int64_t>(sizeof(token_id)) + cache_.store().host_entries() * 64;
+    return static_cast<std::int64_t>(sizeof(*this)) + cache_.memory_bytes() + prefix::detail::heap_bytes(captured_) +
+           cache_.store().host_entries() * 64;
   }
 
  private:
