@@ -292,8 +292,8 @@ class pool_host_tier {
     } catch (...) {
       (void)table_->unpin_in(id, at);
     }
-    // The read failed (missing, short or altered value; no memory): the entry goes.
-    if (table_->locate(id) && table_->locate(id)->first == host) return bring::ready;  // landed after all
+    // The read failed (missing, short or altered value; no memory): move_entry left the
+    // entry where it was, and it goes.
     drop(key);
     ++counters_.corrupt_dropped;
     return bring::dropped;
@@ -315,8 +315,6 @@ class pool_host_tier {
     if (!enabled()) return {};
     return {engine_->base(host), static_cast<std::size_t>(engine_->arena_bytes(host))};
   }
-  /// The engine (its storage tiers' page maps, for inspection).
-  [[nodiscard]] const tiered::host_copy_engine& engine() const { return *engine_; }
 
  private:
   [[nodiscard]] std::uint32_t checksum(const entry& e) noexcept {
