@@ -14,7 +14,8 @@
 //              for slots to finish, or, when no cache of this size could hold it, runs uncached
 //   restore    the hit's tokens [0, r) are written back into the slot's emptied sequence as
 //              one rebuilt llama.cpp state: K/V rows from the pages, the snapshot from the
-//              checkpoint (cells 0..r-1 of the slot's own stream: bit-identical continuation)
+//              checkpoint (cells 0..r-1 of the slot's own stream, the bytes as computed;
+//              verify.hpp: why later logits still move in the last bits)
 //   prefill    [r, |prompt|) in llama_decode batches cut at every planned site, shared with
 //              the other slots' work; after a batch ends at a site, the recurrent snapshot
 //              (PARTIAL_ONLY) is copied into the site's reserved slot
@@ -86,6 +87,9 @@ struct request_input {
   /// Where an earlier request of the conversation ended (`loaded_model::last_turn_start`; 0:
   /// unknown): the shared tier looks there too, since that request stored its prompt's end.
   std::int64_t earlier_end = 0;
+  /// Keep every logit row an output token is chosen from in `request_output::logits` (n_vocab
+  /// floats per output token; for `--verify`, which compares them with the uncached run's).
+  bool keep_logits = false;
 };
 
 /// What became of it.
@@ -99,6 +103,13 @@ struct request_output {
   bool cached = true;                  ///< false: larger than the cache could ever hold; computed uncached
   double ttft_ms = 0, total_ms = 0;
   std::string error;                   ///< set when the request failed
+  std::vector<float> logits;            ///< with `keep_logits`: the row of each output token, in order
+};
+
+/// `run_uncached`'s answer.
+struct uncached_result {
+  std::vector<llama_token> tokens;
+  std::vector<float> logits;  ///< as `request_output::logits`
 };
 
 /// Running totals (all monotone).
@@ -139,9 +150,10 @@ class engine {
 std::unique_ptr<engine> make_engine(session& s, const cache_options& opts);
 
 /// Runs `prompt` from scratch in sequence `seq` of `s` (which must be empty): prefill in one
-/// pass, then greedy decoding as the engine does. The reference of `--verify`.
+/// pass, then greedy decoding as the engine does. The reference of `--verify`: its tokens and
+/// the logit rows they were chosen from (as `request_input::keep_logits`).
 /// @throws hc::invalid_argument when llama_decode fails.
-std::vector<llama_token> run_uncached(session& s, llama_seq_id seq, std::span<const llama_token> prompt, std::int32_t max_tokens);
+uncached_result run_uncached(session& s, llama_seq_id seq, std::span<const llama_token> prompt, std::int32_t max_tokens);
 
 }  // namespace hybridcache_llama
 

@@ -56,12 +56,11 @@ inline std::uint64_t align_block(std::uint64_t b) { return (b + 127) / 128 * 128
 
 }  // namespace detail
 
-inline std::vector<llama_token> run_uncached(session& s, llama_seq_id seq, std::span<const llama_token> prompt,
-                                             std::int32_t max_tokens) {
+inline uncached_result run_uncached(session& s, llama_seq_id seq, std::span<const llama_token> prompt, std::int32_t max_tokens) {
   llama_context* ctx = s.ctx();
   const std::int32_t n_vocab = llama_vocab_n_tokens(s.model().vocab());
   detail::batch b(static_cast<std::int32_t>(s.options().batch));
-  std::vector<llama_token> out;
+  uncached_result out;
   std::int32_t last = -1;
   for (std::size_t at = 0; at < prompt.size();) {
     b.clear();
@@ -73,9 +72,11 @@ inline std::vector<llama_token> run_uncached(session& s, llama_seq_id seq, std::
   }
   llama_pos pos = static_cast<llama_pos>(prompt.size());
   for (;;) {
-    const llama_token t = detail::argmax(llama_get_logits_ith(ctx, last), n_vocab);
-    out.push_back(t);
-    if (static_cast<std::int32_t>(out.size()) >= max_tokens || llama_vocab_is_eog(s.model().vocab(), t)) break;
+    const float* logits = llama_get_logits_ith(ctx, last);
+    out.logits.insert(out.logits.end(), logits, logits + n_vocab);
+    const llama_token t = detail::argmax(logits, n_vocab);
+    out.tokens.push_back(t);
+    if (static_cast<std::int32_t>(out.tokens.size()) >= max_tokens || llama_vocab_is_eog(s.model().vocab(), t)) break;
     b.clear();
     last = b.add(t, pos++, seq, true);
     if (llama_decode(ctx, b.get()) != 0) throw hc::invalid_argument("llama_decode failed during an uncached decode");
@@ -450,7 +451,9 @@ class cached_engine final : public engine {
       ++sl.cur;
     }
     // Logits of the last fed token: the next output.
-    const llama_token t = detail::argmax(llama_get_logits_ith(s_.ctx(), sl.logits_at), n_vocab_);
+    const float* logits = llama_get_logits_ith(s_.ctx(), sl.logits_at);
+    if (sl.in.keep_logits) sl.out.logits.insert(sl.out.logits.end(), logits, logits + n_vocab_);
+    const llama_token t = detail::argmax(logits, n_vocab_);
     sl.out.tokens.push_back(t);
     if (static_cast<std::int32_t>(sl.out.tokens.size()) >= sl.in.max_tokens || llama_vocab_is_eog(s_.model().vocab(), t)) {
       complete(sl, done);

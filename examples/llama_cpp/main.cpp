@@ -38,6 +38,7 @@
 #include "engine.hpp"
 #include "llama_session.hpp"
 #include "server.hpp"
+#include "verify.hpp"
 
 namespace hcl = hybridcache_llama;
 namespace hc = hybridcache;
@@ -122,7 +123,9 @@ int replay(replay_options& o) {
   std::size_t rr = 0, total = 0;
   for (const auto& t : turns) total += t.size();
   std::vector<double> ttft;
-  std::int64_t identical = 0, verified = 0, failed = 0;
+  std::int64_t identical = 0, logits_identical = 0, near_ties = 0, verify_failures = 0, verified = 0, failed = 0;
+  double max_deviation = 0;
+  const std::int32_t n_vocab = llama_vocab_n_tokens(model.vocab());
   std::ofstream per;
   if (!o.per_request.empty()) {
     per.open(o.per_request);
@@ -146,6 +149,7 @@ int replay(replay_options& o) {
       in.checkpoints = model.message_boundaries(msgs, in.prompt);
       if (o.cache.shared.kind != hcl::shared_tier_options::kind_t::none) in.earlier_end = model.last_turn_start(msgs, in.prompt);
       in.max_tokens = o.max_tokens;
+      in.keep_logits = o.verify;
       refs[in.id] = {c, next[c]};
       if (o.verify) prompts[in.id] = in.prompt;
       busy[c] = true;
@@ -168,13 +172,23 @@ int replay(replay_options& o) {
       ttft.push_back(r.ttft_ms);
       bool same = true;
       if (o.verify) {
-        const auto ref_tokens = hcl::run_uncached(*verify, 0, prompts[r.id], o.max_tokens);
-        same = ref_tokens == r.tokens;
+        const auto ref_run = hcl::run_uncached(*verify, 0, prompts[r.id], o.max_tokens);
+        const auto v = hcl::compare_with_reference(r.tokens, r.logits, ref_run.tokens, ref_run.logits, n_vocab);
+        same = v.tokens_identical;
         ++verified;
-        identical += same ? 1 : 0;
-        if (!same)
-          std::fprintf(stderr, "request %llu (conversation %zu, turn %zu): output differs from the uncached run (reused %lld of %lld)\n",
-                       static_cast<unsigned long long>(r.id), ref.conversation, ref.turn,
+        identical += v.tokens_identical ? 1 : 0;
+        logits_identical += v.logits_identical && v.tokens_identical ? 1 : 0;
+        near_ties += v.ok && !v.tokens_identical ? 1 : 0;
+        verify_failures += v.ok ? 0 : 1;
+        max_deviation = std::max(max_deviation, v.max_relative_deviation);
+        if (!v.ok)
+          std::fprintf(stderr, "request %llu (conversation %zu, turn %zu): differs from the uncached run: %s (reused %lld of %lld)\n",
+                       static_cast<unsigned long long>(r.id), ref.conversation, ref.turn, v.why.c_str(),
+                       static_cast<long long>(r.reused_tokens), static_cast<long long>(r.prompt_tokens));
+        else if (!v.tokens_identical)
+          std::fprintf(stderr, "request %llu (conversation %zu, turn %zu): output %d differs from the uncached run's, a near tie "
+                       "(logits within %.2g of the largest; reused %lld of %lld)\n",
+                       static_cast<unsigned long long>(r.id), ref.conversation, ref.turn, v.flip_at, v.max_relative_deviation,
                        static_cast<long long>(r.reused_tokens), static_cast<long long>(r.prompt_tokens));
         prompts.erase(r.id);
       }
@@ -196,7 +210,8 @@ int replay(replay_options& o) {
         "\"shared_lookups\": %lld, \"shared_loaded_tokens\": %lld, \"shared_stores\": %lld, \"shared_store_failures\": %lld, \"shared_dropped\": %lld, "
         "\"shared_lookup_ms\": %.3f, \"shared_store_ms\": %.3f, "
         "\"evictions\": %lld, \"uncached\": %lld, "
-        "\"failed\": %lld, \"verified\": %lld, \"outputs_identical\": %lld, \"ttft_p50_ms\": %.3f, \"wall_s\": %.3f, "
+        "\"failed\": %lld, \"verified\": %lld, \"outputs_identical\": %lld, \"logits_identical\": %lld, \"near_ties\": %lld, \"verify_failures\": %lld, "
+        "\"max_logit_deviation\": %.3g, \"ttft_p50_ms\": %.3f, \"wall_s\": %.3f, "
         "\"peak_rss_bytes\": %lld, \"restore_ms\": %.3f, \"snapshot_ms\": %.3f, \"capture_ms\": %.3f, "
         "\"bookkeeping_ms\": %.3f, \"decode_ms\": %.3f, \"cache\": \"%s\"}\n",
         static_cast<long long>(st.requests), static_cast<long long>(st.prompt_tokens), static_cast<long long>(st.prefilled_tokens),
@@ -205,7 +220,8 @@ int replay(replay_options& o) {
         static_cast<long long>(st.shared_kind == "redis" ? st.shared.loads : 0), static_cast<long long>(st.shared.lookups), static_cast<long long>(st.shared_loaded_tokens),
         static_cast<long long>(st.shared.stores), static_cast<long long>(st.shared.store_failures), static_cast<long long>(st.shared.dropped),
         st.shared.lookup_ms, st.shared.store_ms, static_cast<long long>(st.evictions), static_cast<long long>(st.uncached), static_cast<long long>(failed),
-        static_cast<long long>(verified), static_cast<long long>(identical), p50, wall, static_cast<long long>(peak_rss_bytes()),
+        static_cast<long long>(verified), static_cast<long long>(identical), static_cast<long long>(logits_identical), static_cast<long long>(near_ties),
+        static_cast<long long>(verify_failures), max_deviation, p50, wall, static_cast<long long>(peak_rss_bytes()),
         st.restore_ms, st.snapshot_ms, st.capture_ms, st.bookkeeping_ms, st.decode_ms, engine->describe().c_str());
   } else {
     std::printf("%s\n", engine->describe().c_str());
@@ -217,14 +233,17 @@ int replay(replay_options& o) {
                 static_cast<long long>(st.host_loads), static_cast<long long>(st.host_loaded_tokens),
                 static_cast<long long>(st.evictions), static_cast<long long>(st.uncached), static_cast<long long>(failed));
     if (o.verify)
-      std::printf("outputs identical to uncached: %lld/%lld\n", static_cast<long long>(identical), static_cast<long long>(verified));
+      std::printf("outputs identical to uncached: %lld/%lld (logits bit-identical %lld, near ties %lld, beyond the bound %lld; "
+                  "largest logit deviation %.2g of the row's largest)\n",
+                  static_cast<long long>(identical), static_cast<long long>(verified), static_cast<long long>(logits_identical),
+                  static_cast<long long>(near_ties), static_cast<long long>(verify_failures), max_deviation);
     std::printf("TTFT p50 %.1f ms; wall %.2f s; llama_decode %.0f ms; restore %.1f ms (%lld), snapshots %.1f ms (%lld), "
                 "capture %.1f ms, cache calls %.1f ms; peak RSS %.1f MiB\n",
                 p50, wall, st.decode_ms, st.restore_ms, static_cast<long long>(st.restores), st.snapshot_ms,
                 static_cast<long long>(st.snapshots), st.capture_ms, st.bookkeeping_ms,
                 static_cast<double>(peak_rss_bytes()) / (1 << 20));
   }
-  return failed == 0 && (!o.verify || identical == verified) ? 0 : 1;
+  return failed == 0 && verify_failures == 0 ? 0 : 1;
 }
 
 /// JSON string literal of `s` (the server's escaper, valid UTF-8).

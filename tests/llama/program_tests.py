@@ -39,6 +39,17 @@ from llama_http import free_port, http, stop, wait_healthy  # noqa: E402
 failures = []
 
 
+def verified_ok(j, name):
+    """--verify's verdict (examples/llama_cpp/verify.hpp): every request compared with its
+    uncached run, every logit row within the bound, and a greedy token that differs only at a
+    near tie; few of those (llama.cpp's kernels are not batch-invariant, so logits move in the
+    last bits; a wrong state moves them by whole units and fails the bound)."""
+    return check(j["failed"] == 0 and j["verified"] == j["requests"] and j["verify_failures"] == 0
+                 and j["near_ties"] <= max(1, j["requests"] // 10),
+                 f"{name}: {j['verified']} of {j['requests']} verified, {j['verify_failures']} beyond the logit bound, "
+                 f"{j['near_ties']} near ties, {j['failed']} failed (largest deviation {j['max_logit_deviation']})")
+
+
 def check(cond, what):
     if not cond:
         failures.append(what)
@@ -56,9 +67,8 @@ def replay_case(a, trace, fmt, extra, name, need_host=True):
         return
     j = json.loads(r.stdout)
     print(f"{name}: {json.dumps(j)}", flush=True)
-    check(j["requests"] > 0 and j["failed"] == 0, f"{name}: {j['failed']} failed requests")
-    check(j["verified"] == j["requests"] and j["outputs_identical"] == j["requests"],
-          f"{name}: {j['outputs_identical']} of {j['requests']} outputs identical to uncached")
+    check(j["requests"] > 0, f"{name}: no request")
+    verified_ok(j, name)
     check(j["reused_tokens"] > 0, f"{name}: nothing reused")
     check(j["evictions"] > 0, f"{name}: no eviction (the pool is meant to be too small)")
     if need_host:
@@ -80,8 +90,7 @@ def replay_json(a, args, name):
         return None
     j = json.loads(r.stdout)
     print(f"{name}: {json.dumps(j)}", flush=True)
-    check(j["failed"] == 0 and j["verified"] == j["requests"] and j["outputs_identical"] == j["requests"],
-          f"{name}: {j['outputs_identical']} of {j['requests']} outputs identical to uncached ({j['failed']} failed)")
+    verified_ok(j, name)
     return j
 
 
@@ -262,7 +271,7 @@ def main():
             j = json.loads(r.stdout)
             print(f"flipped host bytes: {json.dumps(j)}", flush=True)
             check(j["host_corrupt_dropped"] > 0, "flipped host bytes: no corrupt entry detected")
-            check(j["outputs_identical"] == j["requests"], "flipped host bytes: an output differs from the uncached run")
+            verified_ok(j, "flipped host bytes")
         shared_tier_cases(a, tmp)
     bad_input_cases(a)
     serve_cases(a)
