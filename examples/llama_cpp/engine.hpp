@@ -67,7 +67,8 @@ struct cache_options {
   std::int64_t flip_host_every = 0;
   /// The tier below the host tier (a directory or a Redis server; shared_tier.hpp): prefixes
   /// at the application's positions, written through, found by content key, so another
-  /// process serving the same model file hits them too.
+  /// process serving the same model file hits them too; with a host tier, also where the host
+  /// tier's victims move down to (and are brought back from for a hit).
   shared_tier_options shared{};
   /// The weights' identity in content keys (`weights_identity` of the model file); required
   /// with a shared tier.
@@ -117,6 +118,9 @@ struct engine_stats {
   std::int64_t requests = 0, prompt_tokens = 0, prefilled_tokens = 0, reused_tokens = 0;
   std::int64_t host_loads = 0, host_loaded_tokens = 0, evictions = 0, uncached = 0, waits = 0;
   std::int64_t host_corrupt_dropped = 0;  ///< host entries whose bytes had changed (never loaded)
+  /// The host tier over the disk or Redis tier: entries it moved down, brought back up for a
+  /// hit, and lost there (evicted by the backend, unreadable or damaged: recomputed).
+  std::int64_t moved_down = 0, brought_up = 0, storage_dropped = 0;
   std::int64_t snapshots = 0, restores = 0;
   double restore_ms = 0, snapshot_ms = 0, capture_ms = 0, bookkeeping_ms = 0, decode_ms = 0;
   std::int64_t shared_loaded_tokens = 0;  ///< prompt tokens loaded from the shared tier beyond the memory tiers' hit

@@ -94,6 +94,7 @@ class cached_engine final : public engine {
         model_(spec),
         opts_(o),
         name_(std::move(name)),
+        lower_(open_lower_backend(o.shared)),
         pool_({.capacity_bytes = o.capacity_bytes,
                .kv_page_bytes = hc::memory::kv_page_bytes(model_, o.tokens_per_page),
                .ssm_block_bytes = hc::memory::checkpoint_block_bytes(model_),
@@ -104,9 +105,9 @@ class cached_engine final : public engine {
         requests_(cache_),
         slots_(s.options().slots),
         batch_(static_cast<std::int32_t>(s.options().batch)) {
-    if (o.shared.kind != shared_tier_options::kind_t::none) {
+    if (lower_) {
       if (o.weights_id.empty()) throw hc::invalid_argument("engine: a shared tier needs the weights' identity (weights_id)");
-      shared_ = make_shared_tier(o.shared, hc::tiered::model_identity(spec, o.weights_id), s_.layout());
+      shared_ = lower_->make_shared_tier(hc::tiered::model_identity(spec, o.weights_id), s_.layout());
     }
     // One token's K and V rows of one layer fill one page slot exactly. (llama.cpp's state
     // format sizes rows as uint64; the library's byte amounts are byte_count.)
@@ -141,6 +142,9 @@ class cached_engine final : public engine {
     out.host_loads = cache_.store().host_counters().loads;
     out.host_loaded_tokens = cache_.store().host_counters().tokens_loaded;
     out.host_corrupt_dropped = cache_.store().host_counters().corrupt_dropped;
+    out.moved_down = cache_.store().host_counters().moved_down;
+    out.brought_up = cache_.store().host_counters().brought_up;
+    out.storage_dropped = cache_.store().host_counters().storage_dropped;
     if (shared_) {
       out.shared = shared_->counters();
       out.shared_kind = opts_.shared.kind == shared_tier_options::kind_t::disk ? "disk" : "redis";
@@ -152,7 +156,8 @@ class cached_engine final : public engine {
     return name_ + ", pool " + std::to_string(opts_.capacity_bytes >> 20) + " MiB (KV page " +
            std::to_string(pool_.stats(hc::pool_kind::kv).unit_bytes) + " B, state block " +
            std::to_string(pool_.stats(hc::pool_kind::ssm).unit_bytes) + " B), host tier " +
-           std::to_string(opts_.host_capacity_bytes >> 20) + " MiB" + (shared_ ? ", " + shared_->describe() : std::string());
+           std::to_string(opts_.host_capacity_bytes >> 20) + " MiB" +
+           (shared_ ? std::string(spills() ? " over " : ", ") + shared_->describe() : std::string());
   }
 
   /// Waits for the shared tier's stores in flight (so another process finds them).
@@ -209,8 +214,15 @@ class cached_engine final : public engine {
     if (h.kv_pages == 0 || h.checkpoint_blocks == 0)
       throw hc::invalid_argument("--tiers host=" + std::to_string(o.host_capacity_bytes) + " B holds no page or no checkpoint (a checkpoint is " +
                                  std::to_string(block * rec) + " B)");
+    if (lower_) {  // the host tier's victims move down into the disk or Redis tier
+      h.storage_tiers.push_back(lower_->storage_tier());
+      h.storage_io.push_back(lower_->storage_io());
+    }
     return h;
   }
+
+  // Whether the host tier moves its victims into the backend below it.
+  [[nodiscard]] bool spills() const { return lower_ && opts_.host_capacity_bytes > 0; }
 
   void admit(std::vector<request_output>& done) {
     for (auto& sl : slots_) {
@@ -591,6 +603,7 @@ class cached_engine final : public engine {
   hc::cost_model model_;
   cache_options opts_;
   std::string name_;
+  std::unique_ptr<lower_backend> lower_;  // disk or Redis below the host tier (none: nullptr); outlives cache_ and shared_
   pool_t pool_;
   Cache cache_;
   hc::prefix::request_lifecycle<Cache> requests_;

@@ -206,7 +206,7 @@ int replay(replay_options& o) {
   if (o.json) {
     std::printf(
         "{\"requests\": %lld, \"prompt_tokens\": %lld, \"prefilled_tokens\": %lld, \"reused_tokens\": %lld, "
-        "\"host_loads\": %lld, \"host_loaded_tokens\": %lld, \"host_corrupt_dropped\": %lld, \"disk_loads\": %lld, \"redis_loads\": %lld, "
+        "\"host_loads\": %lld, \"host_loaded_tokens\": %lld, \"host_corrupt_dropped\": %lld, \"moved_down\": %lld, \"brought_up\": %lld, \"storage_dropped\": %lld, \"disk_loads\": %lld, \"redis_loads\": %lld, "
         "\"shared_lookups\": %lld, \"shared_loaded_tokens\": %lld, \"shared_stores\": %lld, \"shared_store_failures\": %lld, \"shared_dropped\": %lld, "
         "\"shared_lookup_ms\": %.3f, \"shared_store_ms\": %.3f, "
         "\"evictions\": %lld, \"uncached\": %lld, "
@@ -216,7 +216,8 @@ int replay(replay_options& o) {
         "\"bookkeeping_ms\": %.3f, \"decode_ms\": %.3f, \"cache\": \"%s\"}\n",
         static_cast<long long>(st.requests), static_cast<long long>(st.prompt_tokens), static_cast<long long>(st.prefilled_tokens),
         static_cast<long long>(st.reused_tokens), static_cast<long long>(st.host_loads), static_cast<long long>(st.host_loaded_tokens),
-        static_cast<long long>(st.host_corrupt_dropped), static_cast<long long>(st.shared_kind == "disk" ? st.shared.loads : 0),
+        static_cast<long long>(st.host_corrupt_dropped), static_cast<long long>(st.moved_down), static_cast<long long>(st.brought_up),
+        static_cast<long long>(st.storage_dropped), static_cast<long long>(st.shared_kind == "disk" ? st.shared.loads : 0),
         static_cast<long long>(st.shared_kind == "redis" ? st.shared.loads : 0), static_cast<long long>(st.shared.lookups), static_cast<long long>(st.shared_loaded_tokens),
         static_cast<long long>(st.shared.stores), static_cast<long long>(st.shared.store_failures), static_cast<long long>(st.shared.dropped),
         st.shared.lookup_ms, st.shared.store_ms, static_cast<long long>(st.evictions), static_cast<long long>(st.uncached), static_cast<long long>(failed),

@@ -22,6 +22,9 @@
 // checksum, size or layout does not verify is a miss (counted): the request computes those
 // tokens. What is left here is llama.cpp's side: the rows of a sequence state.
 //
+// The backend itself is opened once (`open_lower_backend`, a `lower_backend`): with a host
+// tier, the pool store's host tier also moves its victims down into it (engine_impl.hpp).
+//
 // Costs: a lookup is one `exists` over the candidate positions (one round trip to Redis; the
 // disk tier answers from its index) and two `get`s of the deepest pair found (KV bytes of b
 // tokens plus one snapshot); a store copies the sequence's rows once and hands them to the
@@ -45,6 +48,8 @@
 #include "hybridcache/tiered/disk_backend.hpp"
 #include "hybridcache/tiered/shared_prefix_store.hpp"
 #include "hybridcache/tiered/storage_format.hpp"
+#include "hybridcache/tiered/storage_tier_io.hpp"
+#include "hybridcache/tiered/tier.hpp"
 #include "llama_state.hpp"
 #if HYBRIDCACHE_LLAMA_REDIS
 #include "hybridcache/tiered/redis/redis_backend.hpp"
@@ -88,18 +93,16 @@ class shared_tier {
   [[nodiscard]] virtual std::string describe() const = 0;
 };
 
-/// The shared tier over backend `B` (a `hc::storage_backend`): the library's
-/// `tiered::shared_prefix_store` (keys, exists, verified reads, bounded puts) plus the rows of
-/// a llama.cpp sequence state.
+/// The shared tier over backend `B` (a `hc::storage_backend`, which must outlive it): the
+/// library's `tiered::shared_prefix_store` (keys, exists, verified reads, bounded puts) plus
+/// the rows of a llama.cpp sequence state.
 template <hc::storage_backend B>
 class backend_shared_tier final : public shared_tier {
  public:
   /// `model_id`: `tiered::model_identity` of the model and its weights file; `layout`: the
   /// session's state layout (row sizes); `name`: what `describe` says (e.g. "disk /tmp/x 1 GiB").
-  backend_shared_tier(std::unique_ptr<B> backend, std::uint64_t model_id, const state_layout& layout, std::string name,
-                      std::size_t max_pending = 8)
-      : backend_(std::move(backend)), layout_(layout), name_(std::move(name)),
-        store_(*backend_, config_for(model_id, layout, max_pending)) {}
+  backend_shared_tier(B& backend, std::uint64_t model_id, const state_layout& layout, std::string name, std::size_t max_pending = 8)
+      : backend_(backend), layout_(layout), name_(std::move(name)), store_(backend_, config_for(model_id, layout, max_pending)) {}
   ~backend_shared_tier() override { store_.drain(); }
 
   void lookup(std::span<const llama_token> prompt, hc::cache_salt salt, std::span<const std::int64_t> candidates,
@@ -145,7 +148,7 @@ class backend_shared_tier final : public shared_tier {
     return {.lookups = lookups_, .loads = c.hits, .stores = c.publishes, .store_failures = c.publish_failures,
             .dropped = c.dropped, .lookup_ms = lookup_ms_, .store_ms = store_ms_};
   }
-  [[nodiscard]] hc::backend_counters backend_counters() const override { return backend_->counters(); }
+  [[nodiscard]] hc::backend_counters backend_counters() const override { return backend_.counters(); }
   [[nodiscard]] std::string describe() const override { return name_; }
 
  private:
@@ -159,7 +162,7 @@ class backend_shared_tier final : public shared_tier {
     return c;
   }
 
-  std::unique_ptr<B> backend_;  // before store_: the store drains into it when it goes
+  B& backend_;
   state_layout layout_;
   std::string name_;
   hc::tiered::shared_prefix_store<B> store_;
@@ -193,26 +196,63 @@ inline std::string weights_identity(const std::string& path) {
   return "gguf:" + std::to_string(size) + ":" + std::to_string(h);
 }
 
-/// The shared tier `o` names (nullptr for none). @throws invalid_argument for a directory
+/// The backend below the host tier (`--tiers disk@DIR=SIZE` or `redis@HOST:PORT=SIZE`),
+/// opened once and used twice: the pool store's host tier moves its victims into it
+/// (`storage_tier()` + `storage_io()` in `host_tier_config`; values keyed by a per-process
+/// serial and salt: private to this process), and the shared tier writes prefixes through to it
+/// (`make_shared_tier`; values keyed by content: shared between processes). One capacity and
+/// one LRU (the backend's) for both: a spilled value the backend evicted to make room is a miss
+/// when the host tier asks for it back (counted in `storage_dropped`, recomputed). Outlives the
+/// store and the shared tier that use it.
+class lower_backend {
+ public:
+  virtual ~lower_backend() = default;
+  /// The backend as the pool store's storage tier below its host tier.
+  [[nodiscard]] virtual hc::tiered::tier_config storage_tier() const = 0;
+  /// Its calls (`tiered::storage_io_of`), valid while this object lives.
+  [[nodiscard]] virtual hc::tiered::storage_tier_io storage_io() = 0;
+  /// The shared tier over it.
+  [[nodiscard]] virtual std::unique_ptr<shared_tier> make_shared_tier(std::uint64_t model_id, const state_layout& layout) = 0;
+};
+
+template <hc::storage_backend B>
+class lower_backend_of final : public lower_backend {
+ public:
+  lower_backend_of(std::unique_ptr<B> backend, hc::tiered::tier_config tier, std::string name)
+      : backend_(std::move(backend)), tier_(std::move(tier)), name_(std::move(name)) {}
+  [[nodiscard]] hc::tiered::tier_config storage_tier() const override { return tier_; }
+  [[nodiscard]] hc::tiered::storage_tier_io storage_io() override { return hc::tiered::storage_io_of(*backend_); }
+  [[nodiscard]] std::unique_ptr<shared_tier> make_shared_tier(std::uint64_t model_id, const state_layout& layout) override {
+    return std::make_unique<backend_shared_tier<B>>(*backend_, model_id, layout, name_);
+  }
+
+ private:
+  std::unique_ptr<B> backend_;
+  hc::tiered::tier_config tier_;
+  std::string name_;
+};
+
+/// Opens the backend `o` names (nullptr for none). @throws invalid_argument for a directory
 /// the disk tier cannot own, a Redis tier in a build without hiredis, or a bad endpoint.
-inline std::unique_ptr<shared_tier> make_shared_tier(const shared_tier_options& o, std::uint64_t model_id,
-                                                     const state_layout& layout) {
+inline std::unique_ptr<lower_backend> open_lower_backend(const shared_tier_options& o) {
   using kind_t = shared_tier_options::kind_t;
   const std::string size = std::to_string(o.capacity_bytes >> 20) + " MiB";
   if (o.kind == kind_t::none) return nullptr;
   if (o.kind == kind_t::disk) {
     auto b = std::make_unique<hc::tiered::disk_backend<>>(
         hc::tiered::disk_backend_config{.directory = o.location, .capacity_bytes = o.capacity_bytes});
-    return std::make_unique<backend_shared_tier<hc::tiered::disk_backend<>>>(std::move(b), model_id, layout,
-                                                                            "disk " + o.location + " " + size);
+    return std::make_unique<lower_backend_of<hc::tiered::disk_backend<>>>(
+        std::move(b), hc::tiered::tier_config{.kind = hc::tiered::tier_kind::disk, .capacity_bytes = o.capacity_bytes, .location = o.location},
+        "disk " + o.location + " " + size);
   }
 #if HYBRIDCACHE_LLAMA_REDIS
   const std::size_t colon = o.location.rfind(':');
   hc::tiered::redis_backend_config c{.key_prefix = "hcl:", .capacity_bytes = o.capacity_bytes};
   c.server.endpoints.push_back({o.location.substr(0, colon), std::stoi(o.location.substr(colon + 1))});
   auto b = std::make_unique<hc::tiered::redis_backend<>>(std::move(c));
-  return std::make_unique<backend_shared_tier<hc::tiered::redis_backend<>>>(std::move(b), model_id, layout,
-                                                                           "redis " + o.location + " " + size);
+  return std::make_unique<lower_backend_of<hc::tiered::redis_backend<>>>(
+      std::move(b), hc::tiered::tier_config{.kind = hc::tiered::tier_kind::redis, .capacity_bytes = o.capacity_bytes, .location = o.location},
+      "redis " + o.location + " " + size);
 #else
   throw hc::invalid_argument("--tiers redis@" + o.location + ": this build has no Redis tier (Debian libhiredis-dev)");
 #endif

@@ -105,6 +105,17 @@ def shared_tier_cases(a, tmp):
         check(j["disk_loads"] > 0 and j["shared_loaded_tokens"] > 0, "disk tier: nothing loaded from disk")
         check(j["prefilled_tokens"] < base["prefilled_tokens"],
               f"disk tier: prefilled {j['prefilled_tokens']}, not fewer than the pool alone ({base['prefilled_tokens']})")
+    # A host tier over the disk tier: the host tier's victims move down to disk and a hit
+    # brings them back (the same backend also holds the shared tier's prefixes).
+    small_host = replay_json(a, trace + ["--tiers", "hbm=8MiB,host=4MiB"], "host tier alone")
+    spill = replay_json(a, trace + ["--tiers", f"hbm=8MiB,host=4MiB,disk@{os.path.join(tmp, 'disk2')}=256MiB"], "host tier over the disk tier")
+    if small_host and spill:
+        check(spill["moved_down"] > 0 and spill["brought_up"] > 0,
+              f"host over disk: moved down {spill['moved_down']}, brought up {spill['brought_up']}")
+        check(small_host["moved_down"] == 0, "host tier alone: entries moved down with no tier below")
+        check(spill["host_loads"] > small_host["host_loads"] and spill["prefilled_tokens"] < small_host["prefilled_tokens"],
+              f"host over disk: {spill['host_loads']} host loads, {spill['prefilled_tokens']} prefilled; host alone "
+              f"{small_host['host_loads']}, {small_host['prefilled_tokens']}")
     # Every stored value damaged at rest: found corrupt when read, dropped, recomputed.
     files = [os.path.join(d, f) for d, _, fs in os.walk(disk) for f in fs if f.endswith(".hcv")]
     check(len(files) > 0, "disk tier: no value files written")
