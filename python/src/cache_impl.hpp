@@ -32,6 +32,9 @@
 #include <hybridcache/prefix/prefix_cache.hpp>
 #include <hybridcache/stores/counting_store.hpp>
 #include <hybridcache/stores/pool_state_store.hpp>
+#include <hybridcache/tiered/disk_backend.hpp>
+#include <hybridcache/tiered/storage_tier_io.hpp>
+#include <hybridcache/tiered/tier.hpp>
 
 #include "caches.hpp"
 #include "errors.hpp"
@@ -48,10 +51,18 @@ using pool_t = memory::host_asymmetric_pool<memory::threshold_rebalancer>;
 using pool_store_t = stores::pool_state_store<pool_t>;
 using bytes_store_t = stores::counting_store;
 
-/// The pool behind a pool store: built before the cache, destroyed after it.
+/// The pool behind a pool store, and the disk tier below its host tier (none: nullptr): built
+/// before the cache, destroyed after it.
 struct pool_holder {
   std::unique_ptr<pool_t> pool;
+  std::unique_ptr<tiered::disk_backend<>> disk;
 };
+
+inline std::unique_ptr<tiered::disk_backend<>> open_disk_tier(const cache_options& c) {
+  if (c.disk_tier_dir.empty()) return nullptr;
+  return std::make_unique<tiered::disk_backend<>>(
+      tiered::disk_backend_config{.directory = c.disk_tier_dir, .capacity_bytes = c.disk_tier_bytes});
+}
 
 inline memory::asymmetric_pool_config pool_config(const cost_model& model, const cache_options& c) {
   memory::asymmetric_pool_config p;
@@ -105,7 +116,7 @@ class cache_impl final : private pool_holder, public cache_base {
 
  public:
   cache_impl(const cost_model& model, const cache_options& o)
-      : pool_holder{pooled ? std::make_unique<pool_t>(pool_config(model, o)) : nullptr},
+      : pool_holder{pooled ? std::make_unique<pool_t>(pool_config(model, o)) : nullptr, pooled ? open_disk_tier(o) : nullptr},
         model_(model),
         options_(o),
         cache_(model_, make_store(model_, o), make_scorer<Scorer>(model_, o), Admission{}, prefix::prefix_cache_config{}),
@@ -232,6 +243,9 @@ class cache_impl final : private pool_holder, public cache_base {
       d.emplace_back("host_tokens_loaded", h.tokens_loaded);
       d.emplace_back("host_corrupt_dropped", h.corrupt_dropped);
       d.emplace_back("host_entries", cache_.store().host_entries());
+      d.emplace_back("host_moved_down", h.moved_down);
+      d.emplace_back("host_brought_up", h.brought_up);
+      d.emplace_back("host_storage_dropped", h.storage_dropped);
     }
     return d;
   }
@@ -275,7 +289,12 @@ class cache_impl final : private pool_holder, public cache_base {
  private:
   Store make_store(const cost_model& model, const cache_options& o) {
     if constexpr (pooled) {
-      return Store(*pool, model, {.tokens_per_page = o.tokens_per_page, .host_tier = host_tier(model, o)});
+      stores::host_tier_config h = host_tier(model, o);
+      if (disk) {  // the host tier's victims move down to disk
+        h.storage_tiers.push_back({.kind = tiered::tier_kind::disk, .capacity_bytes = o.disk_tier_bytes, .location = o.disk_tier_dir});
+        h.storage_io.push_back(tiered::storage_io_of(*disk));
+      }
+      return Store(*pool, model, {.tokens_per_page = o.tokens_per_page, .host_tier = std::move(h)});
     } else {
       // hcbench's replay store (sim::replay_store with tokens_per_id 1, strict capacity).
       return Store(o.capacity_bytes, model.kv_bytes_per_token(), model.ssm_checkpoint_bytes());

@@ -41,6 +41,10 @@ struct cache_options {
   double ssm_fraction = 0.5;
   bool compaction = false;
   std::int64_t host_tier_bytes = 0;  ///< 0: no host tier; else half KV pages, half checkpoint blocks
+  /// A disk tier below the host tier (a directory this cache owns; empty: none): the host
+  /// tier's victims move down into it and a begin brings them back. Needs a host tier.
+  std::string disk_tier_dir;
+  std::int64_t disk_tier_bytes = 0;
 };
 
 /// What `state(ticket)` reports.

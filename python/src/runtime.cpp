@@ -199,7 +199,8 @@ std::unique_ptr<cache_base> make_prefix_cache(const cost_model& model, std::int6
                                               std::optional<std::int64_t> tokens_per_page,
                                               std::optional<std::int64_t> granularity_bytes, std::optional<double> ssm_fraction,
                                               std::optional<bool> compaction, std::optional<std::int64_t> host_tier_bytes,
-                                              const std::string& policy, nb::handle alpha, const std::string& store) {
+                                              const std::string& policy, nb::handle alpha, const std::string& store,
+                                              std::optional<std::string> disk_tier_dir, std::optional<std::int64_t> disk_tier_bytes) {
   cache_options o;
   if (capacity_bytes <= 0) throw hybridcache::invalid_argument("capacity_bytes must be > 0, got " + std::to_string(capacity_bytes));
   o.capacity_bytes = capacity_bytes;
@@ -229,7 +230,9 @@ std::unique_ptr<cache_base> make_prefix_cache(const cost_model& model, std::int6
                                     std::pair{"granularity_bytes", granularity_bytes.has_value()},
                                     std::pair{"ssm_fraction", ssm_fraction.has_value()},
                                     std::pair{"compaction", compaction.has_value()},
-                                    std::pair{"host_tier_bytes", host_tier_bytes.has_value()}})
+                                    std::pair{"host_tier_bytes", host_tier_bytes.has_value()},
+                                    std::pair{"disk_tier_dir", disk_tier_dir.has_value()},
+                                    std::pair{"disk_tier_bytes", disk_tier_bytes.has_value()}})
       if (set) given += std::string(given.empty() ? "" : ", ") + name;
     if (!given.empty())
       throw hybridcache::invalid_argument(given + ": not with store='bytes' (they configure the pool; a bytes store has none)");
@@ -244,6 +247,17 @@ std::unique_ptr<cache_base> make_prefix_cache(const cost_model& model, std::int6
   o.ssm_fraction = ssm_fraction.value_or(0.5);
   o.compaction = compaction.value_or(false);
   o.host_tier_bytes = non_negative(host_tier_bytes.value_or(0), "host_tier_bytes");
+  if (disk_tier_dir.has_value() != disk_tier_bytes.has_value())
+    throw hybridcache::invalid_argument("disk_tier_dir and disk_tier_bytes go together (a disk tier needs both)");
+  if (disk_tier_dir) {
+    if (disk_tier_dir->empty()) throw hybridcache::invalid_argument("disk_tier_dir: an empty path");
+    if (*disk_tier_bytes <= 0)
+      throw hybridcache::invalid_argument("disk_tier_bytes must be > 0, got " + std::to_string(*disk_tier_bytes));
+    if (o.host_tier_bytes == 0)
+      throw hybridcache::invalid_argument("a disk tier goes below the host tier: give host_tier_bytes > 0 too");
+    o.disk_tier_dir = *disk_tier_dir;
+    o.disk_tier_bytes = *disk_tier_bytes;
+  }
   return make_pool_cache(model, o);
 }
 
@@ -345,13 +359,16 @@ void bind_runtime(nb::module_& m) {
           "__init__",
           [](prefix_cache_py* self, const cost_model& model, std::int64_t capacity_bytes, std::optional<std::int64_t> tokens_per_page,
              std::optional<std::int64_t> granularity_bytes, std::optional<double> ssm_fraction, std::optional<bool> compaction,
-             std::optional<std::int64_t> host_tier_bytes, const std::string& policy, nb::handle alpha, const std::string& store) {
+             std::optional<std::int64_t> host_tier_bytes, const std::string& policy, nb::handle alpha, const std::string& store,
+             std::optional<std::string> disk_tier_dir, std::optional<std::int64_t> disk_tier_bytes) {
             new (self) prefix_cache_py(make_prefix_cache(model, capacity_bytes, tokens_per_page, granularity_bytes, ssm_fraction,
-                                                         compaction, host_tier_bytes, policy, alpha, store));
+                                                         compaction, host_tier_bytes, policy, alpha, store, disk_tier_dir,
+                                                         disk_tier_bytes));
           },
           "model"_a, "capacity_bytes"_a, "tokens_per_page"_a = nb::none(), "granularity_bytes"_a = nb::none(),
           "ssm_fraction"_a = nb::none(), "compaction"_a = nb::none(), "host_tier_bytes"_a = nb::none(), nb::kw_only(),
-          "policy"_a = "sglang+", "alpha"_a = nb::none(), "store"_a = "pool",
+          "policy"_a = "sglang+", "alpha"_a = nb::none(), "store"_a = "pool", "disk_tier_dir"_a = nb::none(),
+          "disk_tier_bytes"_a = nb::none(),
           "A cache of `capacity_bytes`. policy: hcbench's names: 'sglang+' (judicious admission + LRU, the "
           "default), 'marconi' (+ FLOP-aware eviction with `alpha`; alpha None or 'auto': the adaptive "
           "selector), 'gdsf', 'lru' (only the last token's state), 'vllm+' (a checkpoint every 32 tokens). "
@@ -359,7 +376,8 @@ void bind_runtime(nb::module_& m) {
           "page) split between KV pages of `tokens_per_page` tokens (16) and checkpoint blocks (`ssm_fraction` "
           "0.5, `compaction` False); `host_tier_bytes` > 0 adds a host tier (half KV pages, half checkpoint "
           "blocks) that what the cache evicts is demoted to and a later begin loads back "
-          "(state()['loaded_at']). store='bytes': one byte budget for KV and checkpoints and no memory, "
+          "(state()['loaded_at']); `disk_tier_dir` + `disk_tier_bytes` put a disk tier (a directory this cache "
+          "owns) below the host tier: its victims move down there and a begin brings them back. store='bytes': one byte budget for KV and checkpoints and no memory, "
           "hcbench's replay store; the pool's arguments are refused with it.")
       .def_prop_ro("model", [](prefix_cache_py& c) { return c->model(); })
       .def_prop_ro("policy", [](prefix_cache_py& c) { return c->options().policy; }, "The policy's hcbench name.")

@@ -234,3 +234,44 @@ def test_host_tier_brings_evicted_bytes_back():
     plain = hybridcache.PrefixCache(model, capacity_bytes=256 << 10, granularity_bytes=32 << 10)
     run_request(plain, np.arange(1, 50), [3])
     assert all(plain.counters[n] == 0 for n in ("host_demotions", "host_loads", "host_entries"))
+
+
+def test_disk_tier_below_the_host_tier(tmp_path):
+    """A host tier too small for the conversations moves its victims down to a disk tier; a
+    continuation brings them back and reads the same KV and state, as if never evicted."""
+    model = hybridcache.CostModel(tiny_spec())
+    base = dict(capacity_bytes=256 << 10, granularity_bytes=32 << 10)
+    for bad in (dict(disk_tier_dir=str(tmp_path / "a")),                                  # no size
+                dict(host_tier_bytes=128 << 10, disk_tier_dir=str(tmp_path / "b"), disk_tier_bytes=0),
+                dict(disk_tier_dir=str(tmp_path / "c"), disk_tier_bytes=1 << 20),          # no host tier
+                dict(host_tier_bytes=128 << 10, disk_tier_dir="", disk_tier_bytes=1 << 20)):
+        with pytest.raises(InvalidArgument):
+            hybridcache.PrefixCache(model, **base, **bad)
+    with pytest.raises(InvalidArgument):  # the pool's arguments with a bytes store
+        hybridcache.PrefixCache(model, 1 << 20, store="bytes", disk_tier_dir=str(tmp_path / "d"), disk_tier_bytes=1 << 20)
+    c = hybridcache.PrefixCache(model, **base, host_tier_bytes=128 << 10, disk_tier_dir=str(tmp_path / "disk"),
+                                disk_tier_bytes=8 << 20)
+    rng = np.random.default_rng(5)
+    first = run_request(c, rng.integers(1, 30000, 60), [7, 8])
+    for i in range(80):  # other conversations push it out of the pool, then out of the host tier
+        run_request(c, rng.integers(1, 30000, 90), [9])
+        if c.counters["host_moved_down"] > 12:
+            break
+    k = c.counters
+    assert k["host_demotions"] > 0 and k["host_moved_down"] > 0 and k["host_storage_dropped"] == 0
+    assert any(f.suffix == ".hcv" for f in (tmp_path / "disk").rglob("*"))
+    prompt = np.concatenate([first, np.array([11, 12], dtype=np.int32)])
+    t = c.begin(prompt, output_tokens=1)
+    st = c.state(t)
+    at = st["loaded_at"]
+    assert st["reusable_tokens"] == 0 and at in (60, len(first)) and st["prefill_start"] == at
+    assert c.counters["host_brought_up"] > 0 and c.counters["host_loads"] == k["host_loads"] + 1
+    P = c.tokens_per_page
+    view = c.kv_pages.view(np.float32).reshape(len(c.kv_pages), P, -1)
+    for layer in range(2):
+        table = c.block_table(t, layer)
+        for p in range(at):
+            assert view[table[p // P], p % P, 0] == p + 1000 * layer and view[table[p // P], p % P, 1] == first[p]
+    resume = c.resume_checkpoint(t)
+    assert [tuple(b.view(np.float32)[:2]) for b in resume] == [(at + 0.5 * r, first[:at].sum()) for r in range(2)]
+    c.abort(t)
