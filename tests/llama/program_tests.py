@@ -160,6 +160,11 @@ def shared_tier_cases(a, tmp):
             check(second["redis_loads"] > 0, "redis: the second process loaded nothing")
             check(second["prefilled_tokens"] <= 0.1 * second["prompt_tokens"],
                   f"redis: the second process prefilled {second['prefilled_tokens']} of {second['prompt_tokens']} prompt tokens (> 10 %)")
+        # The host tier over the Redis tier: its victims move down to Redis and come back.
+        spill = replay_json(a, trace + ["--tiers", f"hbm=8MiB,host=4MiB,redis@127.0.0.1:{port}=1GiB"], "host tier over redis")
+        if spill:
+            check(spill["moved_down"] > 0 and spill["brought_up"] > 0,
+                  f"host over redis: moved down {spill['moved_down']}, brought up {spill['brought_up']}")
         # The same through serve: one server answers a conversation and is stopped; a second
         # one, started afterwards on the same Redis, reuses all of it but the last token; a
         # request of another tenant reuses nothing.
