@@ -196,6 +196,19 @@ def run_request(c, prompt, out):
     return seq
 
 
+
+def assert_loaded_bytes(c, t, first, at):
+    """Request `t` holds conversation `first`'s KV rows for [0, at) (as run_request wrote them)
+    through its block tables, and the recurrent state after them as its resume checkpoint."""
+    P = c.tokens_per_page
+    view = c.kv_pages.view(np.float32).reshape(len(c.kv_pages), P, -1)
+    for layer in range(2):
+        table = c.block_table(t, layer)
+        for p in range(at):
+            assert view[table[p // P], p % P, 0] == p + 1000 * layer and view[table[p // P], p % P, 1] == first[p]
+    resume = c.resume_checkpoint(t)
+    assert [tuple(b.view(np.float32)[:2]) for b in resume] == [(at + 0.5 * r, first[:at].sum()) for r in range(2)]
+
 def test_host_tier_brings_evicted_bytes_back():
     """What the pool evicts is demoted to the host tier; a continuation loads it back into its
     reservation: the same KV through the block table and the same state, as if never evicted."""
@@ -221,14 +234,7 @@ def test_host_tier_brings_evicted_bytes_back():
     at = st["loaded_at"]
     assert at in (60, len(first)) and st["prefill_start"] == at
     assert c.counters["host_loads"] == 1 and c.counters["host_tokens_loaded"] == at
-    P = c.tokens_per_page
-    view = c.kv_pages.view(np.float32).reshape(len(c.kv_pages), P, -1)
-    for layer in range(2):
-        table = c.block_table(t, layer)
-        for p in range(at):
-            assert view[table[p // P], p % P, 0] == p + 1000 * layer and view[table[p // P], p % P, 1] == first[p]
-    resume = c.resume_checkpoint(t)
-    assert [tuple(b.view(np.float32)[:2]) for b in resume] == [(at + 0.5 * r, first[:at].sum()) for r in range(2)]
+    assert_loaded_bytes(c, t, first, at)
     c.abort(t)
     # Without a host tier the same run recomputes it: no host counters move.
     plain = hybridcache.PrefixCache(model, capacity_bytes=256 << 10, granularity_bytes=32 << 10)
@@ -266,12 +272,5 @@ def test_disk_tier_below_the_host_tier(tmp_path):
     at = st["loaded_at"]
     assert st["reusable_tokens"] == 0 and at in (60, len(first)) and st["prefill_start"] == at
     assert c.counters["host_brought_up"] > 0 and c.counters["host_loads"] == k["host_loads"] + 1
-    P = c.tokens_per_page
-    view = c.kv_pages.view(np.float32).reshape(len(c.kv_pages), P, -1)
-    for layer in range(2):
-        table = c.block_table(t, layer)
-        for p in range(at):
-            assert view[table[p // P], p % P, 0] == p + 1000 * layer and view[table[p // P], p % P, 1] == first[p]
-    resume = c.resume_checkpoint(t)
-    assert [tuple(b.view(np.float32)[:2]) for b in resume] == [(at + 0.5 * r, first[:at].sum()) for r in range(2)]
+    assert_loaded_bytes(c, t, first, at)
     c.abort(t)
