@@ -119,7 +119,8 @@ struct engine_stats {
   std::int64_t host_loads = 0, host_loaded_tokens = 0, evictions = 0, uncached = 0, waits = 0;
   std::int64_t host_corrupt_dropped = 0;  ///< host entries whose bytes had changed (never loaded)
   /// The host tier over the disk or Redis tier: entries it moved down, brought back up for a
-  /// hit, and lost there (evicted by the backend, unreadable or damaged: recomputed).
+  /// hit, and dropped from that tier to make room there. (A value that cannot be read back
+  /// intact is a miss counted in `host_corrupt_dropped`.)
   std::int64_t moved_down = 0, brought_up = 0, storage_dropped = 0;
   std::int64_t snapshots = 0, restores = 0;
   double restore_ms = 0, snapshot_ms = 0, capture_ms = 0, bookkeeping_ms = 0, decode_ms = 0;

@@ -139,12 +139,13 @@ class cached_engine final : public engine {
   [[nodiscard]] engine_stats stats() const override {
     engine_stats out = stats_;
     out.evictions = cache_.counters().evictions;
-    out.host_loads = cache_.store().host_counters().loads;
-    out.host_loaded_tokens = cache_.store().host_counters().tokens_loaded;
-    out.host_corrupt_dropped = cache_.store().host_counters().corrupt_dropped;
-    out.moved_down = cache_.store().host_counters().moved_down;
-    out.brought_up = cache_.store().host_counters().brought_up;
-    out.storage_dropped = cache_.store().host_counters().storage_dropped;
+    const auto& h = cache_.store().host_counters();
+    out.host_loads = h.loads;
+    out.host_loaded_tokens = h.tokens_loaded;
+    out.host_corrupt_dropped = h.corrupt_dropped;
+    out.moved_down = h.moved_down;
+    out.brought_up = h.brought_up;
+    out.storage_dropped = h.storage_dropped;
     if (shared_) {
       out.shared = shared_->counters();
       out.shared_kind = opts_.shared.kind == shared_tier_options::kind_t::disk ? "disk" : "redis";

@@ -355,7 +355,7 @@ class server {
     add("shared_dropped_total", "shared-tier values found damaged or unreadable (recomputed)", s.shared.dropped);
     add("moved_down_total", "host-tier entries moved down to the disk or Redis tier", s.moved_down);
     add("brought_up_total", "entries brought back from the disk or Redis tier to the host tier for a hit", s.brought_up);
-    add("storage_dropped_total", "moved-down entries lost there (evicted by the backend, unreadable or damaged)", s.storage_dropped);
+    add("storage_dropped_total", "moved-down entries dropped from the disk or Redis tier to make room there", s.storage_dropped);
     // Where the time went: what the cache costs (restoring hits, snapshotting recurrent states at
     // checkpoint sites, capturing new KV rows, the cache's own calls) beside llama_decode.
     auto seconds = [&](const char* name, const char* help, double ms) {

@@ -202,7 +202,7 @@ inline std::string weights_identity(const std::string& path) {
 /// serial and salt: private to this process), and the shared tier writes prefixes through to it
 /// (`make_shared_tier`; values keyed by content: shared between processes). One capacity and
 /// one LRU (the backend's) for both: a spilled value the backend evicted to make room is a miss
-/// when the host tier asks for it back (counted in `storage_dropped`, recomputed). Outlives the
+/// when the host tier asks for it back (counted in `host_corrupt_dropped`, recomputed). Outlives the
 /// store and the shared tier that use it.
 class lower_backend {
  public:

@@ -116,16 +116,11 @@ class pool_lower_tier {
       return;
     const auto& e = host_.at(key);
     const std::int64_t page_bytes = pool.stats(pool_kind::kv).unit_bytes, block_bytes = pool.stats(pool_kind::ssm).unit_bytes;
-    const auto put = [&](std::int64_t at, std::int64_t n, const std::byte* src) {
-      host_.for_each_piece(key, at, n, [&](std::byte* d, std::int64_t len, std::int64_t done) {
-        copy(d, src + done, static_cast<std::size_t>(len));
-      });
-    };
     for (std::size_t i = 0; i < e.pages; ++i)
-      if (auto src = pool.resolve(nd.kv.pages[i]); src && *src != nullptr) put(host_.page_offset(i), page_bytes, *src);
+      if (auto src = pool.resolve(nd.kv.pages[i]); src && *src != nullptr) write_entry(key, host_.page_offset(i), page_bytes, *src, copy);
     for (std::size_t i = 0; i < e.blocks; ++i)
       if (auto src = pool.resolve(nd.checkpoint.blocks[i]); src && *src != nullptr)
-        put(host_.block_offset(e, i), block_bytes, *src);
+        write_entry(key, host_.block_offset(e, i), block_bytes, *src, copy);
     host_.publish(key);
   }
 
@@ -224,11 +219,7 @@ class pool_lower_tier {
           auto d = pool.resolve(dst.pages[db * L + l]);
           if (!d || *d == nullptr) continue;
           const byte_count at = p % tpp * per_token;
-          std::byte* out = *d + at;
-          host_.for_each_piece(key, host_.page_offset(sb * L + l) + at, (stop - p) * per_token,
-                               [&](std::byte* src, std::int64_t len, std::int64_t done) {
-                                 copy(out + done, src, static_cast<std::size_t>(len));
-                               });
+          read_entry(key, host_.page_offset(sb * L + l) + at, (stop - p) * per_token, *d + at, copy);
         }
         p = stop;
       }
@@ -238,12 +229,7 @@ class pool_lower_tier {
     const auto& le = host_.at(last);
     const std::int64_t block_bytes = pool.stats(pool_kind::ssm).unit_bytes;
     for (std::size_t i = 0; i < le.blocks && i < slot.blocks.size(); ++i)
-      if (auto d = pool.resolve(slot.blocks[i]); d && *d != nullptr) {
-        std::byte* out = *d;
-        host_.for_each_piece(last, host_.block_offset(le, i), block_bytes, [&](std::byte* src, std::int64_t len, std::int64_t done) {
-          copy(out + done, src, static_cast<std::size_t>(len));
-        });
-      }
+      if (auto d = pool.resolve(slot.blocks[i]); d && *d != nullptr) read_entry(last, host_.block_offset(le, i), block_bytes, *d, copy);
     auto& c = host_.counters_mut();
     ++c.loads;
     c.tokens_loaded += std::max<std::int64_t>(0, to - from);
@@ -321,6 +307,21 @@ class pool_lower_tier {
       cur = host_.at(key).end();
     }
     return true;
+  }
+
+  // Bytes [at, at + n) of host entry `key` from `src` / into `dst`, piece by piece (an
+  // entry's host pages need not be contiguous).
+  template <class Copier>
+  void write_entry(std::uint64_t key, std::int64_t at, std::int64_t n, const std::byte* src, Copier& copy) {
+    host_.for_each_piece(key, at, n, [&](std::byte* piece, std::int64_t len, std::int64_t done) {
+      copy(piece, src + done, static_cast<std::size_t>(len));
+    });
+  }
+  template <class Copier>
+  void read_entry(std::uint64_t key, std::int64_t at, std::int64_t n, std::byte* dst, Copier& copy) {
+    host_.for_each_piece(key, at, n, [&](std::byte* piece, std::int64_t len, std::int64_t done) {
+      copy(dst + done, piece, static_cast<std::size_t>(len));
+    });
   }
 
   void release_hold(pool_host_hold& hold) noexcept {
