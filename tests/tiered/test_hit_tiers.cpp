@@ -188,3 +188,34 @@ TEST_CASE("hit tiers: over random runs, the tiers sum to every hit and match a r
   CHECK(below > 0);
   CHECK(multi > 0);
 }
+
+TEST_CASE("hit tiers: a store of eight tiers splits exactly down to the last; a ninth tier is refused") {
+  // One conversation, then sixteen others that push it down through HBM, the host tier and
+  // five small disk tiers to the eighth tier; then the conversation continues and reads its
+  // prefix from deep down. Before, tiers 7 and deeper shared one slot of `tier_tokens` (a
+  // store took up to 255 tiers); now every tier has its own and a longer list is refused.
+  const cost_model m(presets::jamba_1_5_mini());
+  std::vector<sim::request> reqs{make(0, {1, 2}, 2 * B)};
+  for (int other = 1; other <= 16; ++other) {
+    const token_id base = 1000 * other;
+    reqs.push_back(make(other, {base, base + 1}, 2 * B));
+  }
+  reqs.push_back(make(17, {1, 2, 3}, 3 * B));
+  std::string spec = "hbm=200MB,host=50MB";
+  for (int d = 1; d <= 5; ++d) spec += ",disk@/unused" + std::to_string(d) + "=50MB:gbps=2:lat_us=50";
+  const auto r = replay(reqs, m, (spec + ",disk@/unused6=10GB:gbps=1:lat_us=80").c_str());
+  REQUIRE(r.hit_tokens_by_tier.size() == 8);
+  const auto& last = r.per_request.back();
+  std::string split;
+  for (const auto n : last.hit_tokens_by_tier) split += " " + std::to_string(n);
+  MESSAGE("last request: below HBM " << last.host_hit_tokens << ", source tier " << last.source_tier << ", by tier"
+                                     << split << "; cascades " << r.cascades);
+  CHECK(r.cascades > 0);
+  CHECK(last.host_hit_tokens == 2 * B);  // its whole first turn, from the eighth tier
+  CHECK(last.source_tier == 7);
+  CHECK(last.hit_tokens_by_tier == std::vector<std::int64_t>{0, 0, 0, 0, 0, 0, 0, 2 * B});
+  check_split(r);
+  // Nine tiers: refused with the limit in the message.
+  CHECK_THROWS_WITH_AS(replay(reqs, m, (spec + ",disk@/unused6=50MB,disk@/unused7=10GB").c_str()),
+                       doctest::Contains("at most 8"), invalid_argument);
+}

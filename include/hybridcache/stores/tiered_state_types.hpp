@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cassert>
 #include <cstddef>
 #include <cstdint>
 #include <string_view>
@@ -49,7 +50,7 @@ struct tiered_state_store_config {
   /// (`capacity_bytes`). 0: `load` is unavailable (the runtime loads on its own).
   byte_count staging_bytes = 0;
   /// Tiers below HBM, fastest first (host, CXL, ...), each with its size and link. Empty:
-  /// one host tier of `host_capacity_bytes` at `link_gbps`.
+  /// one host tier of `host_capacity_bytes` at `link_gbps`. At most `max_hit_tiers` - 1 (7).
   std::vector<tiered::tier_config> lower_tiers{};
   /// Layer segments of an entry (layer-major layout): KV entries have one segment per
   /// attention layer, checkpoints one per recurrent layer; each must divide its byte size.
@@ -113,8 +114,9 @@ struct staged_entry {
   std::int64_t loaded_bytes = 0;  ///< bytes this hit brought over a link (0: joined another load)
 };
 
-/// Slots of `tiered_hit::tier_tokens`: tiers 0..max_hit_tiers-2 have one each, the deeper
-/// ones (a store of more than 8 tiers) share the last.
+/// The most tiers a `tiered_state_store` takes (HBM and up to seven below it: host, CXL, local
+/// and remote disks, Redis): `tiered_hit::tier_tokens` has a slot per tier, so a hit's split
+/// is exact without an allocation. A longer tier list is refused at construction.
 inline constexpr std::size_t max_hit_tiers = 8;
 
 /// What `lookup` found for one input below HBM.
@@ -152,11 +154,14 @@ struct tiered_hit {
   /// rounds tokens to blocks takes the rounding off.
   tier_id end_tier{0};
 
-  /// `host_tokens` read from tier `t` (deeper tiers than the slots share the last one).
-  [[nodiscard]] std::int64_t tokens_from(tier_id t) const noexcept { return tier_tokens[slot_of(t)]; }
-  /// Index of tier `t` in `tier_tokens`.
+  /// `host_tokens` read from tier `t` (0 for a tier the store does not have).
+  [[nodiscard]] std::int64_t tokens_from(tier_id t) const noexcept {
+    return t.value < max_hit_tiers ? tier_tokens[t.value] : 0;
+  }
+  /// Index of tier `t` in `tier_tokens` (the store has at most `max_hit_tiers` tiers).
   [[nodiscard]] static constexpr std::size_t slot_of(tier_id t) noexcept {
-    return std::min<std::size_t>(t.value, max_hit_tiers - 1);
+    assert(t.value < max_hit_tiers);
+    return t.value;
   }
 };
 

@@ -103,6 +103,10 @@ std::vector<tiered::tier_config> tiered_state_store<H, E, S>::tiers_for(const ti
     }
   }
   tiered::validate_tiers(out, page);  // names the bad tier and field
+  if (out.size() > max_hit_tiers)     // a hit counts its tokens per tier in a fixed array
+    throw invalid_argument("tiered_state_store: " + std::to_string(out.size()) + " tiers; at most " +
+                           std::to_string(max_hit_tiers) + " (hbm and " + std::to_string(max_hit_tiers - 1) +
+                           " below it) are supported");
   return out;
 }
 
