@@ -40,6 +40,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "hybridcache/compose/bundles.hpp"
@@ -91,6 +92,16 @@ struct request_input {
   /// Keep every logit row an output token is chosen from in `request_output::logits` (n_vocab
   /// floats per output token; for `--verify`, which compares them with the uncached run's).
   bool keep_logits = false;
+  /// Report each output token's log-probability and the `top_logprobs` most likely tokens'
+  /// (log-softmax of the row it was chosen from, as llama-server's `n_probs` / OpenAI's
+  /// `logprobs`); -1: none. O(n_vocab log top) per output token.
+  std::int32_t top_logprobs = -1;
+};
+
+/// One output token's log-probability and its row's most likely tokens (`top_logprobs`).
+struct token_logprobs {
+  float logprob = 0;
+  std::vector<std::pair<llama_token, float>> top;  ///< most likely first (ties: lower id first)
 };
 
 /// What became of it.
@@ -105,6 +116,7 @@ struct request_output {
   double ttft_ms = 0, total_ms = 0;
   std::string error;                   ///< set when the request failed
   std::vector<float> logits;            ///< with `keep_logits`: the row of each output token, in order
+  std::vector<token_logprobs> logprobs; ///< with `top_logprobs` >= 0: one per output token
 };
 
 /// `run_uncached`'s answer.

@@ -25,6 +25,31 @@ inline llama_token argmax(const float* logits, std::int32_t n) {
   return best;
 }
 
+/// Log-softmax of `token` and the `top` most likely tokens of a logit row (sums in double).
+inline token_logprobs logprobs_of(const float* logits, std::int32_t n, llama_token token, std::int32_t top) {
+  float max = logits[0];
+  for (std::int32_t i = 1; i < n; ++i) max = std::max(max, logits[i]);
+  double sum = 0;
+  for (std::int32_t i = 0; i < n; ++i) sum += std::exp(static_cast<double>(logits[i]) - max);
+  const double log_z = static_cast<double>(max) + std::log(sum);
+  token_logprobs out;
+  out.logprob = static_cast<float>(logits[token] - log_z);
+  // The best `top`, kept in a small vector sorted best first (top is at most a few dozen).
+  auto better = [](const std::pair<llama_token, float>& a, const std::pair<llama_token, float>& b) {
+    return a.second > b.second || (a.second == b.second && a.first < b.first);
+  };
+  const auto k = static_cast<std::size_t>(std::min(top, n));
+  out.top.reserve(k + 1);
+  for (std::int32_t i = 0; i < n && k > 0; ++i) {
+    const std::pair<llama_token, float> c{i, logits[i]};
+    if (out.top.size() == k && !better(c, out.top.back())) continue;
+    out.top.insert(std::upper_bound(out.top.begin(), out.top.end(), c, better), c);
+    if (out.top.size() > k) out.top.pop_back();
+  }
+  for (auto& [id, v] : out.top) v = static_cast<float>(v - log_z);
+  return out;
+}
+
 /// A llama_batch that owns its arrays (one sequence id per token).
 class batch {
  public:
@@ -467,6 +492,7 @@ class cached_engine final : public engine {
     const float* logits = llama_get_logits_ith(s_.ctx(), sl.logits_at);
     if (sl.in.keep_logits) sl.out.logits.insert(sl.out.logits.end(), logits, logits + n_vocab_);
     const llama_token t = detail::argmax(logits, n_vocab_);
+    if (sl.in.top_logprobs >= 0) sl.out.logprobs.push_back(detail::logprobs_of(logits, n_vocab_, t, sl.in.top_logprobs));
     sl.out.tokens.push_back(t);
     if (static_cast<std::int32_t>(sl.out.tokens.size()) >= sl.in.max_tokens || llama_vocab_is_eog(s_.model().vocab(), t)) {
       complete(sl, done);

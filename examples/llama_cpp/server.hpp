@@ -5,11 +5,15 @@
 //
 //   POST /v1/chat/completions  {"messages": [{"role", "content"}...], "max_tokens" | "n_predict"
 //                              | "max_completion_tokens", "temperature": 0, "cache_salt", "stream":
-//                              false, "model"} -> an OpenAI chat.completion with llama-server's
-//                              "usage" and "timings" (prompt_n: tokens prefilled, cache_n: reused)
+//                              false, "model", "logprobs", "top_logprobs"} -> an OpenAI
+//                              chat.completion with llama-server's "usage" and "timings"
+//                              (prompt_n: tokens prefilled, cache_n: reused); with "logprobs":
+//                              true, choices[0].logprobs.content: per output token its "id",
+//                              "token", "bytes", "logprob" and "top_logprobs" (0-20 of them)
 //   POST /completion           {"prompt": text, "n_predict", "temperature": 0, "cache_prompt",
-//                              "cache_salt", "stream": false} -> {"content", "tokens_predicted",
-//                              "tokens_evaluated", "timings", "stop"}
+//                              "cache_salt", "stream": false, "n_probs"} -> {"content",
+//                              "tokens_predicted", "tokens_evaluated", "timings", "stop"}; with
+//                              "n_probs" > 0, "completion_probabilities" (as above, n_probs each)
 //   GET  /health               {"status": "ok"}
 //   GET  /metrics              Prometheus text: requests, tokens prompted / prefilled / reused,
 //                              host-tier loads, evictions
@@ -36,6 +40,7 @@
 #include <future>
 #include <map>
 #include <mutex>
+#include <span>
 #include <string>
 #include <thread>
 #include <vector>
@@ -145,6 +150,7 @@ class server {
     std::string prompt;                                          ///< completion: tokenized as is
     std::vector<llama_token> ids;                                ///< completion: token ids given
     bool chat = true;
+    bool logprobs = false;  ///< chat: "logprobs": true (top_logprobs may then be given)
     request_input in;
     std::promise<std::pair<request_output, std::string>> done;   ///< output, or an error message
   };
@@ -230,6 +236,13 @@ class server {
           if (v.kind() != sim::json_kind::string || v.as_string().empty())
             throw detail::http_error{400, "cache_salt must be a non-empty string"};
           j->in.salt = hc::make_cache_salt(v.as_string());
+        } else if (chat && key == "logprobs") {
+          j->logprobs = v.as_bool();
+        } else if ((chat && key == "top_logprobs") || (!chat && key == "n_probs")) {
+          const std::int64_t n = v.as_int();
+          if (n < 0 || n > max_top_logprobs)
+            throw detail::http_error{400, key + " must lie in [0, " + std::to_string(max_top_logprobs) + "], got " + std::to_string(n)};
+          j->in.top_logprobs = static_cast<std::int32_t>(n);
         } else if (key == "model") {
           // one model is served; the name is echoed, as llama-server does
         } else {
@@ -242,6 +255,12 @@ class server {
       }
     }
     if (!have_input) throw detail::http_error{400, chat ? "messages: missing" : "prompt: missing"};
+    if (chat) {  // OpenAI's rule: top_logprobs only with logprobs true; logprobs alone: the token's own
+      if (j->in.top_logprobs >= 0 && !j->logprobs) throw detail::http_error{400, "top_logprobs needs \"logprobs\": true"};
+      if (j->logprobs && j->in.top_logprobs < 0) j->in.top_logprobs = 0;
+    } else if (j->in.top_logprobs == 0) {
+      j->in.top_logprobs = -1;  // llama-server: n_probs 0 reports nothing
+    }
     // No salt given: the API key's namespace (when keys are configured).
     if (!j->in.salt && !opts_.api_keys.empty()) j->in.salt = hc::make_cache_salt("api-key:" + q.get_header_value("Authorization"));
     return j;
@@ -256,6 +275,7 @@ class server {
       return refuse(r, e.status, e.message);
     }
     auto answer = j->done.get_future();
+    const bool logprobs = j->logprobs;
     {
       std::lock_guard<std::mutex> g(mu_);
       inbox_.push_back(std::move(j));
@@ -269,20 +289,49 @@ class server {
     const std::string timings = "{\"prompt_n\": " + std::to_string(out.prompt_tokens - out.reused_tokens) +
                                 ", \"prompt_ms\": " + std::to_string(out.ttft_ms) + ", \"cache_n\": " + std::to_string(out.reused_tokens) +
                                 ", \"predicted_n\": " + std::to_string(n_out) + ", \"predicted_ms\": " + std::to_string(out.total_ms - out.ttft_ms) + "}";
+    const std::string probs = logprobs_json(out);
     std::string body;
     if (chat) {
       body = "{\"id\": \"chatcmpl-" + std::to_string(out.id) + "\", \"object\": \"chat.completion\", \"created\": " +
              std::to_string(std::time(nullptr)) + ", \"model\": \"hybridcache-llama\", \"choices\": [{\"index\": 0, \"message\": " +
              "{\"role\": \"assistant\", \"content\": " + detail::json_string(text) + "}, \"finish_reason\": \"" +
-             (stopped ? "stop" : "length") + "\"}], \"usage\": {\"prompt_tokens\": " + std::to_string(out.prompt_tokens) +
+             (stopped ? "stop" : "length") + "\"" + (logprobs ? ", \"logprobs\": {\"content\": " + probs + "}" : "") +
+             "}], \"usage\": {\"prompt_tokens\": " + std::to_string(out.prompt_tokens) +
              ", \"completion_tokens\": " + std::to_string(n_out) + ", \"total_tokens\": " + std::to_string(out.prompt_tokens + n_out) +
              "}, \"timings\": " + timings + "}";
     } else {
       body = "{\"content\": " + detail::json_string(text) + ", \"tokens_predicted\": " + std::to_string(n_out) +
              ", \"tokens_evaluated\": " + std::to_string(out.prompt_tokens) + ", \"stop\": true, \"stopped_eos\": " +
-             (stopped ? "true" : "false") + ", \"stopped_limit\": " + (stopped ? "false" : "true") + ", \"timings\": " + timings + "}";
+             (stopped ? "true" : "false") + ", \"stopped_limit\": " + (stopped ? "false" : "true") + ", \"timings\": " + timings +
+             (out.logprobs.empty() ? "" : ", \"completion_probabilities\": " + probs) + "}";
     }
     r.set_content(body, "application/json");
+  }
+
+  static constexpr std::int64_t max_top_logprobs = 20;  // OpenAI's bound
+
+  // One token as llama-server writes it in logprobs: id, text, bytes, log-probability (the
+  // object left open for the caller to close or extend).
+  std::string token_json(llama_token id, float logprob) const {
+    const std::string piece = model_.detokenize(std::span<const llama_token>(&id, 1));
+    std::string bytes;
+    for (const char c : piece) bytes += (bytes.empty() ? "" : ", ") + std::to_string(static_cast<unsigned char>(c));
+    char lp[32];
+    std::snprintf(lp, sizeof lp, "%.9g", static_cast<double>(logprob));
+    return "{\"id\": " + std::to_string(id) + ", \"token\": " + detail::json_string(piece) + ", \"bytes\": [" + bytes +
+           "], \"logprob\": " + lp;
+  }
+
+  // The output's logprobs as a JSON array ("[]" without them).
+  std::string logprobs_json(const request_output& out) const {
+    std::string a = "[";
+    for (std::size_t i = 0; i < out.logprobs.size() && i < out.tokens.size(); ++i) {
+      a += (i ? ", " : "") + token_json(out.tokens[i], out.logprobs[i].logprob) + ", \"top_logprobs\": [";
+      for (std::size_t k = 0; k < out.logprobs[i].top.size(); ++k)
+        a += (k ? ", " : "") + token_json(out.logprobs[i].top[k].first, out.logprobs[i].top[k].second) + "}";
+      a += "]}";
+    }
+    return a + "]";
   }
 
   // The engine thread: takes jobs, renders and tokenizes them, steps the engine, answers.

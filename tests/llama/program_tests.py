@@ -9,7 +9,9 @@ Checks, each with a failure that names what went wrong:
   shared     a disk tier below a pool too small for the trace: loads, fewer tokens prefilled,
              identical outputs; every value file damaged: nothing loaded, all recomputed; bad
              tier specs refused; two processes on one redis-server (started here on loopback):
-             the second prefills at most 10 % of its prompt tokens
+             the second prefills at most 10 % of its prompt tokens; through serve, the
+             second server's answer equals the first's (logprobs within 0.05; a token may
+             differ only at a near tie, see same_answer)
   replay     a branching multi-turn trace (ShareGPT conversations: every turn continues the
              history) through a small pool with a host tier below it, 3 slots: every request's
              greedy output equals the uncached run's (--verify), with evictions and host-tier
@@ -18,13 +20,17 @@ Checks, each with a failure that names what went wrong:
              context: a clear error and a non-zero exit
   serve      /health; /v1/chat/completions and /completion answer with llama-server's fields
              (usage.prompt_tokens, timings.prompt_n, timings.cache_n); a repeated conversation
-             reuses its prefix; another cache_salt (tenant) reuses nothing of it; a missing API
+             reuses its prefix; another cache_salt (tenant) reuses nothing of it; logprobs
+             (chat's logprobs / top_logprobs, /completion's n_probs) sorted, the chosen token
+             the most likely, log-probabilities that sum to at most 1; a missing API
              key -> 401; bad JSON, an unknown field, sampling, streaming, a token id outside the
-             vocabulary, a prompt longer than the context -> 400 with a message; after the
+             vocabulary, a prompt longer than the context, top_logprobs without logprobs or
+             over 20 -> 400 with a message; after the
              refusals the cache's counters (/metrics) are as they were
 """
 import argparse
 import json
+import math
 import os
 import shutil
 import socket
@@ -55,6 +61,23 @@ def check(cond, what):
         failures.append(what)
         print(f"FAIL: {what}", flush=True)
     return cond
+
+
+def same_answer(first, second, name, bound=0.05):
+    """Two servers' greedy answers to one prompt, with their logprobs: equal tokens, or the
+    first difference at a near tie (the first server's two best within `bound` of each other,
+    and the second's choice among them). Each shared token's logprob within `bound`: llama.cpp's
+    CPU kernels are not batch-invariant, so a server that computes the prompt's last token alone
+    (a hit) sees logits that differ in the last bits from one that prefilled it whole."""
+    a, b = (x["choices"][0]["logprobs"]["content"] for x in (first, second))
+    for i, (ta, tb) in enumerate(zip(a, b)):
+        if ta["id"] != tb["id"]:
+            top = ta["top_logprobs"]
+            near = len(top) >= 2 and top[0]["logprob"] - top[1]["logprob"] <= bound and tb["id"] in (top[0]["id"], top[1]["id"])
+            return check(near, f"{name}: token {i} differs ({ta['id']} vs {tb['id']}) and is no near tie: {top[:2]}")
+        if not check(abs(ta["logprob"] - tb["logprob"]) <= bound, f"{name}: token {i}'s logprob {ta['logprob']} vs {tb['logprob']}"):
+            return False
+    return check(len(a) == len(b), f"{name}: {len(a)} vs {len(b)} tokens")
 
 
 def run(args, timeout=900):
@@ -178,7 +201,8 @@ def shared_tier_cases(a, tmp):
             try:
                 wait_healthy(f"http://127.0.0.1:{sport}", sp)
                 status, body = http(f"http://127.0.0.1:{sport}/v1/chat/completions",
-                                    {"messages": conv, "max_tokens": 3, "temperature": 0, "cache_salt": "redis-test"})
+                                    {"messages": conv, "max_tokens": 3, "temperature": 0, "cache_salt": "redis-test",
+                                     "logprobs": True, "top_logprobs": 2})
                 check(status == 200, f"redis, {name}: {status} {body[:200]}")
                 served.append(json.loads(body) if status == 200 else None)
                 if name == "second server":
@@ -192,8 +216,7 @@ def shared_tier_cases(a, tmp):
             first_s, second_s = served
             check(second_s["timings"]["cache_n"] == second_s["usage"]["prompt_tokens"] - 1,
                   f"redis, serve: the second server reused {second_s['timings']['cache_n']} of {second_s['usage']['prompt_tokens']} tokens")
-            check(second_s["choices"][0]["message"]["content"] == first_s["choices"][0]["message"]["content"],
-                  "redis, serve: the second server's answer differs from the first's")
+            same_answer(first_s, second_s, "redis, serve: the second server's answer against the first's")
     finally:
         proc.terminate()
         proc.wait(timeout=10)
@@ -238,6 +261,25 @@ def serve_cases(a):
         check(status == 200 and "content" in json.loads(body) and "tokens_evaluated" in json.loads(body), f"/completion: {status} {body[:200]}")
         status, body = http(base + "/completion", {"prompt": [1, 2, 3, 4], "n_predict": 2, "temperature": 0}, key)
         check(status == 200, f"/completion with token ids: {status} {body[:200]}")
+        # Logprobs, as llama-server reports them: the chosen token is the most likely one, the
+        # alternatives are sorted and are log-probabilities (<= 0, and e^x sums to at most 1).
+        status, body = http(chat, {"messages": turn2, "max_tokens": 3, "temperature": 0, "logprobs": True, "top_logprobs": 5}, key)
+        check(status == 200, f"chat logprobs: {status} {body[:200]}")
+        if status == 200:
+            content = json.loads(body)["choices"][0]["logprobs"]["content"]
+            check(len(content) == json.loads(body)["usage"]["completion_tokens"], f"chat logprobs: {len(content)} entries")
+            for t in content:
+                top = t["top_logprobs"]
+                check(len(top) == 5 and top[0]["id"] == t["id"] and abs(top[0]["logprob"] - t["logprob"]) < 1e-6
+                      and all(x["logprob"] >= y["logprob"] for x, y in zip(top, top[1:])) and top[0]["logprob"] <= 0
+                      and sum(math.exp(x["logprob"]) for x in top) <= 1 + 1e-5 and all(0 <= b < 256 for b in t["bytes"]),
+                      f"chat logprobs: {t}")
+        status, body = http(chat, {"messages": turn2, "max_tokens": 2, "temperature": 0, "logprobs": True}, key)
+        check(status == 200 and all(t["top_logprobs"] == [] for t in json.loads(body)["choices"][0]["logprobs"]["content"]),
+              f"chat logprobs without top_logprobs: {body[:300]}")
+        status, body = http(base + "/completion", {"prompt": "Once upon a time there was", "n_predict": 2, "temperature": 0, "n_probs": 3}, key)
+        check(status == 200 and all(len(t["top_logprobs"]) == 3 for t in json.loads(body)["completion_probabilities"]),
+              f"/completion n_probs: {status} {body[:300]}")
         # Refusals: each a clear error, nothing cached changes.
         _, metrics_before = http(base + "/metrics", key=key)
         cases = [
@@ -247,6 +289,8 @@ def serve_cases(a):
             ("sampling", key, {"messages": conv, "temperature": 0.7}, None, 400, "temperature"),
             ("streaming", key, {"messages": conv, "stream": True}, None, 400, "stream"),
             ("empty messages", key, {"messages": []}, None, 400, "messages"),
+            ("top_logprobs without logprobs", key, {"messages": conv, "top_logprobs": 2}, None, 400, "logprobs"),
+            ("top_logprobs out of range", key, {"messages": conv, "logprobs": True, "top_logprobs": 21}, None, 400, "top_logprobs"),
             ("prompt longer than the context", key, {"messages": [{"role": "user", "content": "word " * 4000}]}, None, 400, "context"),
         ]
         for name, k, body, raw, want, text in cases:
