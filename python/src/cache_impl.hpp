@@ -208,6 +208,10 @@ class cache_impl final : private pool_holder, public cache_base {
     if constexpr (pooled) return pool->arena().reserved_bytes();
     return 0;
   }
+  std::span<std::byte> host_memory() override {
+    if constexpr (pooled) return cache_.store().host_memory();
+    return {};
+  }
   std::int64_t page_bytes() const override { return page_bytes_; }
   std::int64_t block_bytes() const override { return block_bytes_; }
 

@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <utility>
 #include <vector>
@@ -81,6 +82,8 @@ class cache_base {
   [[nodiscard]] virtual std::vector<std::byte*> checkpoint_slot(prefix::request_ticket t, std::int64_t index) = 0;
   [[nodiscard]] virtual std::byte* arena_base() = 0;
   [[nodiscard]] virtual std::uint64_t arena_bytes() = 0;
+  /// The host tier's arena (empty without one): its entries' KV pages and SSM blocks.
+  [[nodiscard]] virtual std::span<std::byte> host_memory() = 0;
   [[nodiscard]] virtual std::int64_t page_bytes() const = 0;
   [[nodiscard]] virtual std::int64_t block_bytes() const = 0;
 

@@ -410,6 +410,17 @@ void bind_runtime(nb::module_& m) {
           },
           "The pool's memory as (pages, page_bytes) uint8, no copy: block_table's numbers index its rows. Read and "
           "write only the pages of your own tickets.")
+      .def_prop_ro(
+          "host_memory",
+          [](nb::handle self) {
+            const std::span<std::byte> h = cache_of(self).memory("host_memory").host_memory();
+            return nb::ndarray<nb::numpy, nb::ro, std::uint8_t, nb::ndim<1>>(reinterpret_cast<std::uint8_t*>(h.data()),
+                                                                             {h.size()}, self);
+          },
+          "The host tier's memory as read-only uint8, no copy (empty without a host tier): the KV pages and SSM "
+          "blocks of the entries the pool demoted, in pages of gcd(page_bytes, block_bytes) bytes. Read-only: every "
+          "entry is CRC-checked when loaded, so a write would only get it dropped. For inspection, or to register "
+          "the memory with a copy engine.")
       .def(
           "begin",
           [](nb::handle self, nb::handle prompt, std::int64_t output_tokens, nb::handle extra_checkpoints, nb::handle salt) {

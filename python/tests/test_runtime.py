@@ -226,6 +226,14 @@ def test_host_tier_brings_evicted_bytes_back():
             break
     k = c.counters
     assert k["host_demotions"] > 0 and k["host_entries"] > 0
+    # The host tier's memory, read-only and not a copy (two reads see one buffer; it changes
+    # under the view as the cache demotes), holding what was demoted.
+    host = c.host_memory
+    assert host.dtype == np.uint8 and host.ndim == 1 and host.nbytes >= 256 << 10 and not host.flags.writeable
+    assert host.__array_interface__["data"][0] == c.host_memory.__array_interface__["data"][0]
+    with pytest.raises(ValueError):
+        host[0] = 1
+    held = host.copy()
     prompt = np.concatenate([first, np.array([11, 12], dtype=np.int32)])
     t = c.begin(prompt, output_tokens=1)
     st = c.state(t)
@@ -233,6 +241,10 @@ def test_host_tier_brings_evicted_bytes_back():
     # Loaded up to the deepest state the conversation kept (its prompt's end, or its end).
     at = st["loaded_at"]
     assert at in (60, len(first)) and st["prefill_start"] == at
+    # Every KV row it loaded was in the host tier's memory before the load: (p + 1000 * layer, token).
+    floats = held.view(np.float32)
+    pairs = set(zip(floats[:-1].tolist(), floats[1:].tolist()))
+    assert all((float(p + 1000 * layer), float(first[p])) in pairs for layer in range(2) for p in range(at))
     assert c.counters["host_loads"] == 1 and c.counters["host_tokens_loaded"] == at
     assert_loaded_bytes(c, t, first, at)
     c.abort(t)
@@ -240,6 +252,9 @@ def test_host_tier_brings_evicted_bytes_back():
     plain = hybridcache.PrefixCache(model, capacity_bytes=256 << 10, granularity_bytes=32 << 10)
     run_request(plain, np.arange(1, 50), [3])
     assert all(plain.counters[n] == 0 for n in ("host_demotions", "host_loads", "host_entries"))
+    assert plain.host_memory.size == 0
+    with pytest.raises(InvalidArgument):  # a bytes-only store holds no memory
+        hybridcache.PrefixCache(model, capacity_bytes=256 << 10, store="bytes").host_memory
 
 
 def test_disk_tier_below_the_host_tier(tmp_path):
