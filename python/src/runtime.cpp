@@ -15,8 +15,12 @@
 #include <cstring>
 #include <limits>
 #include <memory>
+#include <mutex>
 #include <optional>
+#include <shared_mutex>
 #include <string>
+#include <thread>
+#include <utility>
 #include <vector>
 
 #include <nanobind/nanobind.h>
@@ -149,11 +153,67 @@ cache_salt salt_of(nb::handle h) {
 
 // ---- the cache ------------------------------------------------------------------------------
 /// The Python object: a cache of the chosen policy and store (caches.hpp) with its lifecycle.
+// The memory lock. The calls that may move or free pool memory (begin, grow, finish, abort,
+// clear: an asymmetric pool moves live pages when it rebalances or compacts) take it
+// exclusively; `memory_read_lock()` takes it shared, so arrays resolved inside its `with` block
+// stay where they are until the block ends, whatever other threads call. It is the binding's
+// own (the lifecycle's memory lock, taken inside those calls, is then never contended), so
+// that no thread waits for it while holding the GIL: each first tries the lock and, only
+// when that fails, waits with the GIL released (a reader in its block needs the GIL to leave
+// it). Which caches this thread holds a read lock of (and how deeply): a call that would wait
+// for this thread's own read lock raises instead of deadlocking.
+thread_local std::vector<std::pair<const void*, int>> reads_held_by_this_thread;
+
+int reads_held_here(const void* cache) {
+  for (const auto& [c, n] : reads_held_by_this_thread)
+    if (c == cache) return n;
+  return 0;
+}
+
 class prefix_cache_py {
  public:
   explicit prefix_cache_py(std::unique_ptr<cache_base> c) : c_(std::move(c)) {}
   cache_base& operator*() { return *c_; }
   cache_base* operator->() { return c_.get(); }
+
+  /// The memory lock, exclusively, for `call` (one of the calls that may move or free memory).
+  /// Uncontended: one try_lock. Else it waits with the GIL released.
+  [[nodiscard]] std::unique_lock<std::shared_mutex> exclusive(const char* call) {
+    if (reads_held_here(this) > 0)
+      throw hybridcache::invalid_argument(std::string(call) +
+                                          ": this thread holds the cache's memory_read_lock(); leave its with block "
+                                          "first (the call may move pages, so it would wait for that lock forever)");
+    std::unique_lock<std::shared_mutex> lock(memory_, std::try_to_lock);
+    if (!lock.owns_lock()) {
+      nb::gil_scoped_release release;
+      lock.lock();
+    }
+    return lock;
+  }
+  /// Shared, for memory_read_lock()'s `with` block (re-entered by this thread: counted only).
+  void lock_shared() {
+    for (auto& [c, n] : reads_held_by_this_thread)
+      if (c == this) {
+        ++n;
+        return;
+      }
+    if (!memory_.try_lock_shared()) {
+      nb::gil_scoped_release release;
+      memory_.lock_shared();
+    }
+    reads_held_by_this_thread.emplace_back(this, 1);
+  }
+  void unlock_shared() {
+    auto& held = reads_held_by_this_thread;
+    for (auto it = held.begin(); it != held.end(); ++it)
+      if (it->first == this) {
+        if (--it->second == 0) {
+          held.erase(it);
+          memory_.unlock_shared();
+        }
+        return;
+      }
+  }
 
   /// The pool's memory, or InvalidArgument naming `what` for a bytes-only cache.
   cache_base& memory(const char* what) {
@@ -165,6 +225,23 @@ class prefix_cache_py {
 
  private:
   std::unique_ptr<cache_base> c_;
+  std::shared_mutex memory_;
+};
+
+/// `PrefixCache.memory_read_lock()`'s object: a context manager over the memory lock, shared.
+/// Entered and left by one thread; keeps its cache alive.
+struct memory_read_lock_py {
+  nb::object owner;
+  std::thread::id holder{};
+  bool held = false;
+
+  explicit memory_read_lock_py(nb::object cache) : owner(std::move(cache)) {}
+  memory_read_lock_py(memory_read_lock_py&&) = default;
+  memory_read_lock_py& operator=(memory_read_lock_py&&) = delete;
+  prefix_cache_py& cache() { return nb::cast<prefix_cache_py&>(owner); }
+  ~memory_read_lock_py() {  // dropped inside its block by the thread that holds it: let go
+    if (held && holder == std::this_thread::get_id()) cache().unlock_shared();
+  }
 };
 
 /// A request in flight. Generation-checked by the library: after finish/abort (or clear) every
@@ -350,6 +427,32 @@ void bind_runtime(nb::module_& m) {
         return "<hybridcache.Ticket of a " + std::to_string(t.prompt_tokens) + "-token prompt>";
       });
 
+  nb::class_<memory_read_lock_py>(m, "MemoryReadLock",
+                                  "PrefixCache.memory_read_lock()'s context manager: while its with block runs, no "
+                                  "call moves or frees the pool's memory (begin, grow, finish, abort and clear of "
+                                  "other threads wait for the block to end).")
+      .def("__enter__",
+           [](nb::handle self) {
+             auto& l = nb::cast<memory_read_lock_py&>(self);
+             if (l.held) throw hybridcache::invalid_argument("memory_read_lock: already entered (one with block per lock object)");
+             l.cache().lock_shared();
+             l.held = true;
+             l.holder = std::this_thread::get_id();
+             return nb::borrow(self);
+           })
+      .def(
+          "__exit__",
+          [](memory_read_lock_py& l, nb::handle, nb::handle, nb::handle) {
+            if (!l.held) throw hybridcache::invalid_argument("memory_read_lock: not entered");
+            if (l.holder != std::this_thread::get_id())
+              throw hybridcache::invalid_argument("memory_read_lock: left by another thread than the one that entered it");
+            l.held = false;
+            l.cache().unlock_shared();
+            return false;
+          },
+          "exc_type"_a.none(), "exc"_a.none(), "traceback"_a.none())
+      .def_prop_ro("held", [](const memory_read_lock_py& l) { return l.held; });
+
   nb::class_<prefix_cache_py>(
       m, "PrefixCache",
       "A prefix cache with the request lifecycle (docs/runtime.md, docs/python.md): hcbench's policies "
@@ -431,6 +534,7 @@ void bind_runtime(nb::module_& m) {
               extra = int_sequence(extra_checkpoints, "extra_checkpoints", std::numeric_limits<std::int64_t>::min(),
                                    std::numeric_limits<std::int64_t>::max());
             const prefix::begin_options o{.output_tokens = output_tokens, .extra_checkpoints = extra, .salt = salt_of(salt)};
+            const auto lock = c.exclusive("begin");
             const prefix::request_ticket t = c->begin(p, o);
             return ticket_py{t, nb::borrow(self), static_cast<std::int64_t>(p.size())};
           },
@@ -504,7 +608,13 @@ void bind_runtime(nb::module_& m) {
           "Reserved slot `index` (state(ticket)['slots'][index] is its position; sites first, then the end slot): "
           "one uint8 array per recurrent layer to write the captured state into.")
       .def(
-          "grow", [](nb::handle self, const ticket_py& t, std::int64_t tokens) { cache_of(self)->grow(own_ticket(self, t), tokens); },
+          "grow",
+          [](nb::handle self, const ticket_py& t, std::int64_t tokens) {
+            auto& c = cache_of(self);
+            const prefix::request_ticket ticket = own_ticket(self, t);
+            const auto lock = c.exclusive("grow");
+            c->grow(ticket, tokens);
+          },
           "ticket"_a, "tokens"_a, "Reserves KV for `tokens` more tokens; fetch the block tables again after it.")
       .def(
           "finish",
@@ -513,6 +623,7 @@ void bind_runtime(nb::module_& m) {
             const prefix::request_ticket ticket = own_ticket(self, t);
             const std::vector<token_id> seq = tokens(sequence, "sequence");
             const std::vector<std::int64_t> cap = int_sequence(captured, "captured", 0, std::numeric_limits<std::int64_t>::max());
+            const auto lock = c.exclusive("finish");
             const prefix::finish_result r = c->finish(ticket, seq, cap);
             nb::dict d;
             d["checkpoints_kept"] = r.checkpoints_kept;
@@ -524,10 +635,29 @@ void bind_runtime(nb::module_& m) {
           "Inserts `sequence` (prompt + output) keeping checkpoints exactly at `captured` (planned sites or "
           "len(sequence)). A refused finish leaves the request in flight.")
       .def(
-          "abort", [](nb::handle self, const ticket_py& t) { cache_of(self)->abort(own_ticket(self, t)); }, "ticket"_a,
+          "abort",
+          [](nb::handle self, const ticket_py& t) {
+            auto& c = cache_of(self);
+            const prefix::request_ticket ticket = own_ticket(self, t);
+            const auto lock = c.exclusive("abort");
+            c->abort(ticket);
+          },
+          "ticket"_a,
           "Ends a request without inserting: the reservation goes back, the pin is released.")
-      .def("clear", [](prefix_cache_py& c) { c->clear(); },
+      .def(
+          "clear",
+          [](prefix_cache_py& c) {
+            const auto lock = c.exclusive("clear");
+            c->clear();
+          },
            "Ends every request in flight (their tickets raise HandleError) and empties the cache.")
+      .def(
+          "memory_read_lock", [](nb::handle self) { return memory_read_lock_py{nb::borrow(self)}; },
+          "A context manager: inside `with cache.memory_read_lock():` no call moves or frees the pool's memory "
+          "(begin, grow, finish, abort and clear of other threads wait for the block to end; the same thread's "
+          "raise InvalidArgument), so the block tables, checkpoint arrays and kv_pages rows resolved inside it "
+          "stay valid until it ends. Needed when several threads share the cache, or with compaction=True. "
+          "state, block_table, resume_checkpoint, checkpoint_slot and peek may be called inside it.")
       .def_prop_ro("in_flight", [](prefix_cache_py& c) { return c->in_flight(); })
       .def_prop_ro("tokens_cached", [](prefix_cache_py& c) { return c->tokens_cached(); })
       .def_prop_ro("checkpoints_cached", [](prefix_cache_py& c) { return c->checkpoints_cached(); })
@@ -548,6 +678,7 @@ void bind_runtime(nb::module_& m) {
       [](prefix_cache_py& c, const nb::list& prompts, std::int64_t rounds) {
         std::vector<std::vector<token_id>> ps;
         for (nb::handle p : prompts) ps.push_back(tokens(p, "prompts[i]"));
+        const auto lock = c.exclusive("_bench_begin_finish");
         nb::gil_scoped_release release;
         return c->bench_begin_finish(ps, rounds);
       },

@@ -1,5 +1,8 @@
 """The runtime from Python: cost models, the prefix cache over a pool with the request
 lifecycle, pool memory as NumPy arrays without a copy, and bad input that changes nothing."""
+import threading
+import time
+
 import numpy as np
 import pytest
 
@@ -289,3 +292,52 @@ def test_disk_tier_below_the_host_tier(tmp_path):
     assert c.counters["host_brought_up"] > 0 and c.counters["host_loads"] == k["host_loads"] + 1
     assert_loaded_bytes(c, t, first, at)
     c.abort(t)
+
+
+def test_memory_read_lock_holds_back_the_calls_that_move_memory():
+    """Inside `with cache.memory_read_lock():` another thread's begin waits for the block to end
+    (its arrays stay where they are); the same thread's grow raises instead of deadlocking."""
+    model = hybridcache.CostModel(tiny_spec())
+    c = hybridcache.PrefixCache(model, capacity_bytes=256 << 10, granularity_bytes=32 << 10, compaction=True)
+    rng = np.random.default_rng(11)
+    t = c.begin(rng.integers(1, 30000, 40), output_tokens=2)
+    events, entered = [], threading.Event()
+
+    def other_thread():
+        entered.wait(5)
+        events.append("begin called")
+        t2 = c.begin(rng.integers(1, 30000, 30), output_tokens=1)
+        events.append("begin returned")
+        c.abort(t2)
+
+    worker = threading.Thread(target=other_thread)
+    worker.start()
+    with c.memory_read_lock() as lock:
+        assert lock.held
+        table = c.block_table(t, 0)  # reads are allowed inside
+        assert c.state(t)["prompt_tokens"] == 40 and len(table) > 0
+        with c.memory_read_lock():  # a second lock object on the same thread: counted, no wait
+            pass
+        with pytest.raises(InvalidArgument, match="memory_read_lock"):
+            c.grow(t, 4)
+        with pytest.raises(InvalidArgument, match="already entered"):
+            lock.__enter__()
+        entered.set()
+        time.sleep(0.3)  # the other thread's begin is waiting now
+        events.append("block ends")
+    worker.join(10)
+    assert not worker.is_alive()
+    assert events == ["begin called", "block ends", "begin returned"]
+    assert not lock.held
+    c.grow(t, 4)  # outside the block the same call goes through
+    # Left by another thread than the one that entered: refused (the lock stays held), then left.
+    lock2 = c.memory_read_lock()
+    lock2.__enter__()
+    errors = []
+    leaver = threading.Thread(target=lambda: errors.append(pytest.raises(InvalidArgument, lock2.__exit__, None, None, None)))
+    leaver.start()
+    leaver.join(5)
+    assert len(errors) == 1 and lock2.held
+    lock2.__exit__(None, None, None)
+    c.abort(t)
+    assert c.in_flight == 0
