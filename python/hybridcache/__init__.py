@@ -25,6 +25,7 @@ from ._hybridcache import (
     FormatError,
     HandleError,
     InvalidArgument,
+    MemoryReadLock,
     ModelSpec,
     OutOfCapacity,
     PrefixCache,
@@ -37,9 +38,11 @@ from ._hybridcache import (
 __version__: str = _hybridcache.__version__
 #: What ``hcbench --version`` prints after "hcbench ": the version and the build's git describe.
 build_version: str = _hybridcache.build_version
+#: Whether this build has the Redis tier (``PrefixCache(redis_tier=...)``; hiredis at build time).
+has_redis_tier: bool = _hybridcache.has_redis_tier
 
 
 __all__ = [
     "__version__", "build_version", "replay", "compare", "command_line", "Tokenizer", "ModelSpec", "CostModel",
-    "preset_names", "PrefixCache", "Ticket", "Error", "InvalidArgument", "FormatError", "OutOfCapacity", "HandleError",
+    "preset_names", "PrefixCache", "Ticket", "MemoryReadLock", "has_redis_tier", "Error", "InvalidArgument", "FormatError", "OutOfCapacity", "HandleError",
 ]

@@ -33,6 +33,10 @@
 #include <hybridcache/stores/counting_store.hpp>
 #include <hybridcache/stores/pool_state_store.hpp>
 #include <hybridcache/tiered/disk_backend.hpp>
+#if HCBENCH_HAS_REDIS
+#include <hybridcache/tiered/redis/redis_backend.hpp>
+#include <hybridcache/tiered/redis/redis_probe.hpp>
+#endif
 #include <hybridcache/tiered/storage_tier_io.hpp>
 #include <hybridcache/tiered/tier.hpp>
 
@@ -56,6 +60,9 @@ using bytes_store_t = stores::counting_store;
 struct pool_holder {
   std::unique_ptr<pool_t> pool;
   std::unique_ptr<tiered::disk_backend<>> disk;
+#if HCBENCH_HAS_REDIS
+  std::unique_ptr<tiered::redis_backend<>> redis;
+#endif
 };
 
 inline std::unique_ptr<tiered::disk_backend<>> open_disk_tier(const cache_options& c) {
@@ -63,6 +70,7 @@ inline std::unique_ptr<tiered::disk_backend<>> open_disk_tier(const cache_option
   return std::make_unique<tiered::disk_backend<>>(
       tiered::disk_backend_config{.directory = c.disk_tier_dir, .capacity_bytes = c.disk_tier_bytes});
 }
+
 
 inline memory::asymmetric_pool_config pool_config(const cost_model& model, const cache_options& c) {
   memory::asymmetric_pool_config p;
@@ -73,6 +81,27 @@ inline memory::asymmetric_pool_config pool_config(const cost_model& model, const
   p.ssm_fraction = c.ssm_fraction;
   p.compaction = c.compaction;
   return p;
+}
+
+/// The pool and its storage tiers, opened in that order (a failure closes what was opened).
+inline pool_holder open_pool(const cost_model& model, const cache_options& c) {
+  pool_holder h;
+  h.pool = std::make_unique<pool_t>(pool_config(model, c));
+  h.disk = open_disk_tier(c);
+  if (!c.redis_tier.empty()) {
+#if HCBENCH_HAS_REDIS
+    const std::size_t colon = c.redis_tier.rfind(':');  // checked by the argument parser
+    tiered::redis_backend_config r{.key_prefix = "hcpy:", .capacity_bytes = c.redis_tier_bytes};
+    r.server.endpoints.push_back({c.redis_tier.substr(0, colon), std::stoi(c.redis_tier.substr(colon + 1))});
+    // A server that cannot be reached is refused here, naming the endpoint (the backend
+    // itself connects lazily and would only count every write as failed).
+    (void)tiered::probe_redis(c.redis_tier, {.pings = 1, .rounds = 1, .value_bytes = 1, .timeout = std::chrono::milliseconds(1000)});
+    h.redis = std::make_unique<tiered::redis_backend<>>(std::move(r));
+#else
+    throw hybridcache::invalid_argument("redis_tier: this build has no Redis tier (hiredis, Debian libhiredis-dev, was not found)");
+#endif
+  }
+  return h;
 }
 
 /// The host tier's slots: half of `host_tier_bytes` in KV pages, half in checkpoint blocks
@@ -116,7 +145,7 @@ class cache_impl final : private pool_holder, public cache_base {
 
  public:
   cache_impl(const cost_model& model, const cache_options& o)
-      : pool_holder{pooled ? std::make_unique<pool_t>(pool_config(model, o)) : nullptr, pooled ? open_disk_tier(o) : nullptr},
+      : pool_holder{pooled ? open_pool(model, o) : pool_holder{}},
         model_(model),
         options_(o),
         cache_(model_, make_store(model_, o), make_scorer<Scorer>(model_, o), Admission{}, prefix::prefix_cache_config{}),
@@ -298,6 +327,12 @@ class cache_impl final : private pool_holder, public cache_base {
         h.storage_tiers.push_back({.kind = tiered::tier_kind::disk, .capacity_bytes = o.disk_tier_bytes, .location = o.disk_tier_dir});
         h.storage_io.push_back(tiered::storage_io_of(*disk));
       }
+#if HCBENCH_HAS_REDIS
+      if (redis) {  // below the disk tier when both are there: the slower tier last
+        h.storage_tiers.push_back({.kind = tiered::tier_kind::redis, .capacity_bytes = o.redis_tier_bytes, .location = o.redis_tier});
+        h.storage_io.push_back(tiered::storage_io_of(*redis));
+      }
+#endif
       return Store(*pool, model, {.tokens_per_page = o.tokens_per_page, .host_tier = std::move(h)});
     } else {
       // hcbench's replay store (sim::replay_store with tokens_per_id 1, strict capacity).

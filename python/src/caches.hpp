@@ -46,7 +46,15 @@ struct cache_options {
   /// tier's victims move down into it and a begin brings them back. Needs a host tier.
   std::string disk_tier_dir;
   std::int64_t disk_tier_bytes = 0;
+  /// A Redis tier below the host tier (and below the disk tier when both are given):
+  /// "HOST:PORT" of a redis-server (empty: none). Values are keyed by a random per-cache salt,
+  /// so caches sharing one server do not see each other's entries.
+  std::string redis_tier;
+  std::int64_t redis_tier_bytes = 0;
 };
+
+/// Whether this build has the Redis tier (hiredis was found: hybridcache::redis).
+inline constexpr bool has_redis_tier() { return HCBENCH_HAS_REDIS != 0; }
 
 /// What `state(ticket)` reports.
 struct request_view {

@@ -309,6 +309,8 @@ NB_MODULE(_hybridcache, m) {
   m.doc() = "hybridcache's C++ core (nanobind). Use the package `hybridcache`; docs/python.md.";
   m.attr("__version__") = HYBRIDCACHE_VERSION;
   m.attr("build_version") = hcbench::version_string();  // `hcbench --version` without "hcbench "
+  // PrefixCache(redis_tier=...) needs hiredis at build time (Debian libhiredis-dev).
+  m.attr("has_redis_tier") = HCBENCH_HAS_REDIS != 0;
 
   {
     using namespace py;

@@ -277,7 +277,8 @@ std::unique_ptr<cache_base> make_prefix_cache(const cost_model& model, std::int6
                                               std::optional<std::int64_t> granularity_bytes, std::optional<double> ssm_fraction,
                                               std::optional<bool> compaction, std::optional<std::int64_t> host_tier_bytes,
                                               const std::string& policy, nb::handle alpha, const std::string& store,
-                                              std::optional<std::string> disk_tier_dir, std::optional<std::int64_t> disk_tier_bytes) {
+                                              std::optional<std::string> disk_tier_dir, std::optional<std::int64_t> disk_tier_bytes,
+                                              std::optional<std::string> redis_tier, std::optional<std::int64_t> redis_tier_bytes) {
   cache_options o;
   if (capacity_bytes <= 0) throw hybridcache::invalid_argument("capacity_bytes must be > 0, got " + std::to_string(capacity_bytes));
   o.capacity_bytes = capacity_bytes;
@@ -309,7 +310,9 @@ std::unique_ptr<cache_base> make_prefix_cache(const cost_model& model, std::int6
                                     std::pair{"compaction", compaction.has_value()},
                                     std::pair{"host_tier_bytes", host_tier_bytes.has_value()},
                                     std::pair{"disk_tier_dir", disk_tier_dir.has_value()},
-                                    std::pair{"disk_tier_bytes", disk_tier_bytes.has_value()}})
+                                    std::pair{"disk_tier_bytes", disk_tier_bytes.has_value()},
+                                    std::pair{"redis_tier", redis_tier.has_value()},
+                                    std::pair{"redis_tier_bytes", redis_tier_bytes.has_value()}})
       if (set) given += std::string(given.empty() ? "" : ", ") + name;
     if (!given.empty())
       throw hybridcache::invalid_argument(given + ": not with store='bytes' (they configure the pool; a bytes store has none)");
@@ -334,6 +337,24 @@ std::unique_ptr<cache_base> make_prefix_cache(const cost_model& model, std::int6
       throw hybridcache::invalid_argument("a disk tier goes below the host tier: give host_tier_bytes > 0 too");
     o.disk_tier_dir = *disk_tier_dir;
     o.disk_tier_bytes = *disk_tier_bytes;
+  }
+  if (redis_tier.has_value() != redis_tier_bytes.has_value())
+    throw hybridcache::invalid_argument("redis_tier and redis_tier_bytes go together (a Redis tier needs both)");
+  if (redis_tier) {
+    const std::size_t colon = redis_tier->rfind(':');
+    const std::string port = colon == std::string::npos ? "" : redis_tier->substr(colon + 1);
+    if (colon == std::string::npos || colon == 0 || port.empty() || port.size() > 5 ||
+        !std::all_of(port.begin(), port.end(), [](char ch) { return ch >= '0' && ch <= '9'; }) || std::stoi(port) < 1 ||
+        std::stoi(port) > 65535)
+      throw hybridcache::invalid_argument("redis_tier: expected 'HOST:PORT' (port 1-65535), got '" + *redis_tier + "'");
+    if (*redis_tier_bytes <= 0)
+      throw hybridcache::invalid_argument("redis_tier_bytes must be > 0, got " + std::to_string(*redis_tier_bytes));
+    if (o.host_tier_bytes == 0)
+      throw hybridcache::invalid_argument("a Redis tier goes below the host tier: give host_tier_bytes > 0 too");
+    if (!has_redis_tier())
+      throw hybridcache::invalid_argument("redis_tier: this build has no Redis tier (hiredis, Debian libhiredis-dev, was not found)");
+    o.redis_tier = *redis_tier;
+    o.redis_tier_bytes = *redis_tier_bytes;
   }
   return make_pool_cache(model, o);
 }
@@ -463,15 +484,16 @@ void bind_runtime(nb::module_& m) {
           [](prefix_cache_py* self, const cost_model& model, std::int64_t capacity_bytes, std::optional<std::int64_t> tokens_per_page,
              std::optional<std::int64_t> granularity_bytes, std::optional<double> ssm_fraction, std::optional<bool> compaction,
              std::optional<std::int64_t> host_tier_bytes, const std::string& policy, nb::handle alpha, const std::string& store,
-             std::optional<std::string> disk_tier_dir, std::optional<std::int64_t> disk_tier_bytes) {
+             std::optional<std::string> disk_tier_dir, std::optional<std::int64_t> disk_tier_bytes,
+             std::optional<std::string> redis_tier, std::optional<std::int64_t> redis_tier_bytes) {
             new (self) prefix_cache_py(make_prefix_cache(model, capacity_bytes, tokens_per_page, granularity_bytes, ssm_fraction,
                                                          compaction, host_tier_bytes, policy, alpha, store, disk_tier_dir,
-                                                         disk_tier_bytes));
+                                                         disk_tier_bytes, redis_tier, redis_tier_bytes));
           },
           "model"_a, "capacity_bytes"_a, "tokens_per_page"_a = nb::none(), "granularity_bytes"_a = nb::none(),
           "ssm_fraction"_a = nb::none(), "compaction"_a = nb::none(), "host_tier_bytes"_a = nb::none(), nb::kw_only(),
           "policy"_a = "sglang+", "alpha"_a = nb::none(), "store"_a = "pool", "disk_tier_dir"_a = nb::none(),
-          "disk_tier_bytes"_a = nb::none(),
+          "disk_tier_bytes"_a = nb::none(), "redis_tier"_a = nb::none(), "redis_tier_bytes"_a = nb::none(),
           "A cache of `capacity_bytes`. policy: hcbench's names: 'sglang+' (judicious admission + LRU, the "
           "default), 'marconi' (+ FLOP-aware eviction with `alpha`; alpha None or 'auto': the adaptive "
           "selector), 'gdsf', 'lru' (only the last token's state), 'vllm+' (a checkpoint every 32 tokens). "
@@ -480,7 +502,9 @@ void bind_runtime(nb::module_& m) {
           "0.5, `compaction` False); `host_tier_bytes` > 0 adds a host tier (half KV pages, half checkpoint "
           "blocks) that what the cache evicts is demoted to and a later begin loads back "
           "(state()['loaded_at']); `disk_tier_dir` + `disk_tier_bytes` put a disk tier (a directory this cache "
-          "owns) below the host tier: its victims move down there and a begin brings them back. store='bytes': one byte budget for KV and checkpoints and no memory, "
+          "owns) below the host tier: its victims move down there and a begin brings them back; `redis_tier` "
+          "('HOST:PORT' of a redis-server) + `redis_tier_bytes` a Redis tier below it (below the disk tier when both "
+          "are given; values keyed by a random per-cache salt). store='bytes': one byte budget for KV and checkpoints and no memory, "
           "hcbench's replay store; the pool's arguments are refused with it.")
       .def_prop_ro("model", [](prefix_cache_py& c) { return c->model(); })
       .def_prop_ro("policy", [](prefix_cache_py& c) { return c->options().policy; }, "The policy's hcbench name.")

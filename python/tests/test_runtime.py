@@ -1,5 +1,8 @@
 """The runtime from Python: cost models, the prefix cache over a pool with the request
 lifecycle, pool memory as NumPy arrays without a copy, and bad input that changes nothing."""
+import shutil
+import socket
+import subprocess
 import threading
 import time
 
@@ -275,6 +278,13 @@ def test_disk_tier_below_the_host_tier(tmp_path):
         hybridcache.PrefixCache(model, 1 << 20, store="bytes", disk_tier_dir=str(tmp_path / "d"), disk_tier_bytes=1 << 20)
     c = hybridcache.PrefixCache(model, **base, host_tier_bytes=128 << 10, disk_tier_dir=str(tmp_path / "disk"),
                                 disk_tier_bytes=8 << 20)
+    push_down_and_bring_back(c)
+    assert any(f.suffix == ".hcv" for f in (tmp_path / "disk").rglob("*"))
+
+
+def push_down_and_bring_back(c):
+    """Pushes a conversation out of the pool, then out of `c`'s host tier into the storage tier
+    below it; continues it: brought back up, loaded, its KV and state as written."""
     rng = np.random.default_rng(5)
     first = run_request(c, rng.integers(1, 30000, 60), [7, 8])
     for i in range(80):  # other conversations push it out of the pool, then out of the host tier
@@ -283,7 +293,6 @@ def test_disk_tier_below_the_host_tier(tmp_path):
             break
     k = c.counters
     assert k["host_demotions"] > 0 and k["host_moved_down"] > 0 and k["host_storage_dropped"] == 0
-    assert any(f.suffix == ".hcv" for f in (tmp_path / "disk").rglob("*"))
     prompt = np.concatenate([first, np.array([11, 12], dtype=np.int32)])
     t = c.begin(prompt, output_tokens=1)
     st = c.state(t)
@@ -292,6 +301,60 @@ def test_disk_tier_below_the_host_tier(tmp_path):
     assert c.counters["host_brought_up"] > 0 and c.counters["host_loads"] == k["host_loads"] + 1
     assert_loaded_bytes(c, t, first, at)
     c.abort(t)
+    return first
+
+
+def redis_command(port, *args):
+    """One command to the redis-server on 127.0.0.1:port (RESP over a socket); its reply line."""
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
+        s.sendall(b"".join([f"*{len(args)}\r\n".encode()] + [f"${len(a)}\r\n{a}\r\n".encode() for a in args]))
+        return s.recv(4096).split(b"\r\n")[0].decode()
+
+
+def test_redis_tier_below_the_host_tier(tmp_path):
+    """The same through a Redis tier (a redis-server started here on loopback): victims move
+    down into it and come back; a second cache on the same server sees none of them (each
+    cache keys its values by its own random salt); bad endpoints are refused."""
+    model = hybridcache.CostModel(tiny_spec())
+    base = dict(capacity_bytes=256 << 10, granularity_bytes=32 << 10)
+    for bad in (dict(host_tier_bytes=128 << 10, redis_tier="localhost", redis_tier_bytes=1 << 20),      # no port
+                dict(host_tier_bytes=128 << 10, redis_tier="127.0.0.1:0", redis_tier_bytes=1 << 20),
+                dict(host_tier_bytes=128 << 10, redis_tier="127.0.0.1:6379", redis_tier_bytes=0),
+                dict(host_tier_bytes=128 << 10, redis_tier="127.0.0.1:6379"),                            # no size
+                dict(redis_tier="127.0.0.1:6379", redis_tier_bytes=1 << 20)):                           # no host tier
+        with pytest.raises(InvalidArgument):
+            hybridcache.PrefixCache(model, **base, **bad)
+    if not hybridcache.has_redis_tier:
+        pytest.skip("this build has no Redis tier (hiredis)")
+    server = shutil.which("redis-server")
+    if server is None:
+        pytest.skip("redis-server is not installed (Debian redis-server)")
+    with socket.socket() as s:  # a free loopback port
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    with pytest.raises(hybridcache.Error, match=f"127.0.0.1:{port}"):  # nothing listens there yet
+        hybridcache.PrefixCache(model, **base, host_tier_bytes=128 << 10, redis_tier=f"127.0.0.1:{port}", redis_tier_bytes=8 << 20)
+    proc = subprocess.Popen([server, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+                             "--dir", str(tmp_path)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        for _ in range(100):
+            try:
+                if redis_command(port, "PING") == "+PONG":
+                    break
+            except OSError:
+                time.sleep(0.05)
+        tiers = dict(host_tier_bytes=128 << 10, redis_tier=f"127.0.0.1:{port}", redis_tier_bytes=8 << 20)
+        c = hybridcache.PrefixCache(model, **base, **tiers)
+        first = push_down_and_bring_back(c)
+        assert int(redis_command(port, "DBSIZE")[1:]) > 0
+        other = hybridcache.PrefixCache(model, **base, **tiers)
+        t = other.begin(np.concatenate([first, np.array([11, 12], dtype=np.int32)]), output_tokens=1)
+        assert other.state(t)["reusable_tokens"] == 0 and other.state(t)["loaded_at"] == 0
+        assert other.counters["host_brought_up"] == 0
+        other.abort(t)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
 
 
 def test_memory_read_lock_holds_back_the_calls_that_move_memory():
