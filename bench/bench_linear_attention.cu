@@ -295,9 +295,13 @@ int main(int argc, char** argv) try {
     const double t_pre = time_kernel(o, [&] { hc::launch_chunked_prefill<hc::delta_rule, V, D, D>(pio, pool, host); });
     const rb::work w_pre = rb::chunked_prefill(shape, seqs, T, 64);
     std::printf("prefill %dx%d: %.1f us, %.1f TFLOP/s", seqs, T, t_pre * 1e6, w_pre.flops / t_pre / 1e12);
-    if (peaks != nullptr)
+    if (peaks != nullptr) {
       std::printf(", roofline %.1f us at %s (FP32-bound): eta_peak %.3f", rb::roofline_seconds(w_pre, *peaks) * 1e6,
                   peaks->name, rb::roofline_seconds(w_pre, *peaks) / t_pre);
+      const double t_tc = rb::roofline_seconds(rb::chunked_prefill_tensor_cores(shape, seqs, T, 64), *peaks);
+      std::printf("; tensor-core roofline %.1f us: %.1fx it (goal <= %.0fx: %s)", t_tc * 1e6, t_pre / t_tc,
+                  rb::prefill_tensor_roofline_goal, t_pre <= rb::prefill_tensor_roofline_goal * t_tc ? "met" : "NOT met");
+    }
     std::printf("\n");
   }
   if (peaks != nullptr)

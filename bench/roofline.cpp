@@ -54,6 +54,15 @@ int main() {
     std::printf("| %d | %.1f | %.1f | %.1f | %.1f |\n", b, t1, t1 / rb::decode_bandwidth_goal, t2,
                 t2 / rb::decode_bandwidth_goal);
   }
+  std::printf("\nChunked prefill on tensor cores (dense BF16 peak; the solve and the decay in FP32), the bound issue #37\n"
+              "holds the kernels to within %.0fx of:\n\n", rb::prefill_tensor_roofline_goal);
+  std::printf("| shape | tensor-core GFLOP | FP32 GFLOP | MB | H100 SXM us | H200 us | bound by |\n|---|---|---|---|---|---|---|\n");
+  for (auto [seqs, T] : {std::pair{1, 8192}, std::pair{8, 2048}, std::pair{64, 512}}) {
+    const auto w = rb::chunked_prefill_tensor_cores(s, seqs, T, 64);
+    std::printf("| %d x %d tokens, chunk 64 | %.1f | %.2f | %.0f | %.1f | %.1f | %s |\n", seqs, T, w.tensor_flops / 1e9,
+                w.fp32_flops / 1e9, w.bytes / 1e6, rb::roofline_seconds(w, rb::h100_sxm) * 1e6,
+                rb::roofline_seconds(w, rb::h200) * 1e6, rb::memory_bound(w, rb::h200) ? "memory" : "compute");
+  }
   const auto p = rb::chunked_prefill(s, 1, 8192, 64);
   std::printf("\nChunked prefill workspace (chunk tables written then read) for 1 x 8192 tokens: %.1f MB on top of %.1f MB.\n",
               rb::chunked_prefill_workspace_bytes(s, 1, 8192, 64) / 1e6, p.bytes / 1e6);

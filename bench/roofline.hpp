@@ -15,14 +15,16 @@
 
 namespace hybridcache::bench {
 
-/// Published peaks (NVIDIA data sheets): HBM bandwidth and non-tensor FP32 throughput.
+/// Published peaks (NVIDIA data sheets): HBM bandwidth, non-tensor FP32 throughput and dense
+/// BF16 tensor-core throughput (the sheets' 1,979 TFLOP/s is with 2:4 sparsity; dense is half).
 struct device_peaks {
   const char* name;
   double hbm_bytes_per_s;
   double fp32_flops_per_s;
+  double tensor_bf16_flops_per_s;
 };
-inline constexpr device_peaks h100_sxm{"H100 SXM", 3.35e12, 66.9e12};
-inline constexpr device_peaks h200{"H200", 4.8e12, 66.9e12};
+inline constexpr device_peaks h100_sxm{"H100 SXM", 3.35e12, 66.9e12, 989.5e12};
+inline constexpr device_peaks h200{"H200", 4.8e12, 66.9e12, 989.5e12};
 
 /// The fraction of peak HBM bandwidth recurrent GDN decode must reach at batch >= 64.
 inline constexpr double decode_bandwidth_goal = 0.8;
@@ -121,6 +123,40 @@ inline work chunked_prefill(const layer_shape& s, int seqs, std::int64_t T, int 
   return {seqs * (static_cast<double>(T) * token_io_bytes(s) + 2 * state_bytes(s)),
           seqs * chunks * s.HV * per_head_chunk};
 }
+/// Bytes and FLOPs of one launch whose products may run on tensor cores: `tensor_flops` at
+/// the tensor-core peak, `fp32_flops` (what has no matrix form) at the FP32 one.
+struct tensor_work {
+  double bytes = 0;
+  double tensor_flops = 0;
+  double fp32_flops = 0;
+};
+
+/// Seconds at the device's peaks with tensor cores: the memory time, or the two kinds of
+/// FLOPs one after the other (they share the SM's issue slots), whichever is larger.
+inline double roofline_seconds(const tensor_work& w, const device_peaks& d) {
+  return std::max(w.bytes / d.hbm_bytes_per_s,
+                  w.tensor_flops / d.tensor_bf16_flops_per_s + w.fp32_flops / d.fp32_flops_per_s);
+}
+/// True when the memory time dominates.
+inline bool memory_bound(const tensor_work& w, const device_peaks& d) {
+  return w.bytes / d.hbm_bytes_per_s >= w.tensor_flops / d.tensor_bf16_flops_per_s + w.fp32_flops / d.fp32_flops_per_s;
+}
+
+/// `chunked_prefill` as a tensor-core implementation must do it at least (issue #37's
+/// "tensor-core roofline"; flash-linear-attention's form): the same bytes; on tensor cores the
+/// Gram K K^T and Q K^T (2 C^2 d_k), per value column K S and Q S (4 C d_k), T w and P u
+/// (2 C^2) and the state update K^T u as a product (2 C d_k, where the FP32 form's
+/// token-by-token roll is 3 C d_k); in FP32 the triangular solve (C^3 / 3) and the state's
+/// decay (d_k per column).
+inline tensor_work chunked_prefill_tensor_cores(const layer_shape& s, int seqs, std::int64_t T, int C) {
+  const double chunks = static_cast<double>((T + C - 1) / C);
+  const double tensor = 2.0 * C * C * s.dk + s.dv * (6.0 * C * s.dk + 2.0 * C * C);
+  const double fp32 = C * C * C / 3.0 + static_cast<double>(s.dv) * s.dk;
+  return {chunked_prefill(s, seqs, T, C).bytes, seqs * chunks * s.HV * tensor, seqs * chunks * s.HV * fp32};
+}
+/// The goal of issue #37 for the chunked prefill: within this factor of its tensor-core roofline.
+inline constexpr double prefill_tensor_roofline_goal = 3.0;
+
 /// What this implementation adds to `chunked_prefill`: the chunk tables written by
 /// chunk_prepare and read back by chunk_scan (4 C + 2 C (C + 1) floats per chunk and head).
 inline double chunked_prefill_workspace_bytes(const layer_shape& s, int seqs, std::int64_t T, int C) {

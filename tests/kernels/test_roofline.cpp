@@ -41,6 +41,20 @@ TEST_CASE("roofline: chunked prefill without tensor cores is FP32-bound; verific
   const auto p = rb::chunked_prefill(s, 1, 8192, 64);
   CHECK_FALSE(rb::memory_bound(p, rb::h100_sxm));
   CHECK(p.flops / p.bytes > 20.0);  // past H100's FP32 ridge (66.9 TFLOP/s / 3.35 TB/s = 20 FLOP/B)
+  // On tensor cores the same prefill is memory-bound: its products at the dense BF16 peak take
+  // less than its bytes at HBM bandwidth. Hand count: per (chunk, head) 2 x 64^2 x 128 + 128 x
+  // (6 x 64 x 128 + 2 x 64^2) = 8,388,608 tensor FLOPs, x 4,096 pairs = 34.4 GFLOP -> 34.7 us,
+  // and 64^3 / 3 + 128^2 FP32 FLOPs -> 6.4 us; 8192 tokens x 33,024 B + 2 states of 2 MiB =
+  // 274.7 MB -> 57.2 us on H200, 82.0 us on H100 SXM.
+  const auto tc = rb::chunked_prefill_tensor_cores(s, 1, 8192, 64);
+  CHECK(tc.bytes == p.bytes);
+  CHECK(tc.bytes == doctest::Approx(8192.0 * 33024 + 2.0 * 4 * 32 * 128 * 128));
+  CHECK(tc.tensor_flops == doctest::Approx(4096.0 * 8388608.0));
+  CHECK(tc.fp32_flops == doctest::Approx(4096.0 * (64.0 * 64 * 64 / 3 + 128.0 * 128)));
+  CHECK(rb::memory_bound(tc, rb::h200));
+  CHECK(rb::roofline_seconds(tc, rb::h200) * 1e6 == doctest::Approx(57.2).epsilon(0.01));
+  CHECK(rb::roofline_seconds(tc, rb::h100_sxm) * 1e6 == doctest::Approx(82.0).epsilon(0.01));
+  CHECK(rb::roofline_seconds(p, rb::h200) / rb::roofline_seconds(tc, rb::h200) > 10.0);
   const auto per_draft = rb::verify_per_draft_states(s, 256, 4), kvb = rb::verify_kvbuffer(s, 256, 8, 4);
   CHECK(per_draft.bytes / kvb.bytes > 4.0);  // the anchor's 4.57x at m = 8 (bf16 u there)
 }
