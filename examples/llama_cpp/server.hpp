@@ -33,6 +33,7 @@
 #include <httplib.h>
 
 #include <atomic>
+#include <cmath>
 #include <condition_variable>
 #include <cstdint>
 #include <cstdio>
@@ -316,8 +317,8 @@ class server {
     const std::string piece = model_.detokenize(std::span<const llama_token>(&id, 1));
     std::string bytes;
     for (const char c : piece) bytes += (bytes.empty() ? "" : ", ") + std::to_string(static_cast<unsigned char>(c));
-    char lp[32];
-    std::snprintf(lp, sizeof lp, "%.9g", static_cast<double>(logprob));
+    char lp[32];  // a masked token's -inf is no JSON number: OpenAI's -9999.0 stands for it
+    std::snprintf(lp, sizeof lp, "%.9g", std::isfinite(logprob) ? static_cast<double>(logprob) : -9999.0);
     return "{\"id\": " + std::to_string(id) + ", \"token\": " + detail::json_string(piece) + ", \"bytes\": [" + bytes +
            "], \"logprob\": " + lp;
   }
