@@ -25,10 +25,10 @@ inline llama_token argmax(const float* logits, std::int32_t n) {
   return best;
 }
 
-/// Log-softmax of `token` and the `top` most likely tokens of a logit row (sums in double).
+/// Log-softmax of `token`, the row's greedy choice (`argmax`: its logit is the row's maximum),
+/// and of the `top` most likely tokens of the row (sums in double).
 inline token_logprobs logprobs_of(const float* logits, std::int32_t n, llama_token token, std::int32_t top) {
-  float max = logits[0];
-  for (std::int32_t i = 1; i < n; ++i) max = std::max(max, logits[i]);
+  const float max = logits[token];
   double sum = 0;
   for (std::int32_t i = 0; i < n; ++i) sum += std::exp(static_cast<double>(logits[i]) - max);
   const double log_z = static_cast<double>(max) + std::log(sum);

@@ -246,9 +246,9 @@ inline std::unique_ptr<lower_backend> open_lower_backend(const shared_tier_optio
         "disk " + o.location + " " + size);
   }
 #if HYBRIDCACHE_LLAMA_REDIS
-  const std::size_t colon = o.location.rfind(':');
+  const hc::tiered::redis_host_port ep = hc::tiered::parse_redis_endpoint(o.location, "--tiers redis@");
   hc::tiered::redis_backend_config c{.key_prefix = "hcl:", .capacity_bytes = o.capacity_bytes};
-  c.server.endpoints.push_back({o.location.substr(0, colon), std::stoi(o.location.substr(colon + 1))});
+  c.server.endpoints.push_back({ep.host, ep.port});
   auto b = std::make_unique<hc::tiered::redis_backend<>>(std::move(c));
   return std::make_unique<lower_backend_of<hc::tiered::redis_backend<>>>(
       std::move(b), hc::tiered::tier_config{.kind = hc::tiered::tier_kind::redis, .capacity_bytes = o.capacity_bytes, .location = o.location},

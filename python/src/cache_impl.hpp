@@ -90,9 +90,9 @@ inline pool_holder open_pool(const cost_model& model, const cache_options& c) {
   h.disk = open_disk_tier(c);
   if (!c.redis_tier.empty()) {
 #if HCBENCH_HAS_REDIS
-    const std::size_t colon = c.redis_tier.rfind(':');  // checked by the argument parser
+    const tiered::redis_host_port ep = tiered::parse_redis_endpoint(c.redis_tier, "redis_tier");
     tiered::redis_backend_config r{.key_prefix = "hcpy:", .capacity_bytes = c.redis_tier_bytes};
-    r.server.endpoints.push_back({c.redis_tier.substr(0, colon), std::stoi(c.redis_tier.substr(colon + 1))});
+    r.server.endpoints.push_back({ep.host, ep.port});
     // A server that cannot be reached is refused here, naming the endpoint (the backend
     // itself connects lazily and would only count every write as failed).
     (void)tiered::probe_redis(c.redis_tier, {.pings = 1, .rounds = 1, .value_bytes = 1, .timeout = std::chrono::milliseconds(1000)});

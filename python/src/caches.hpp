@@ -53,8 +53,6 @@ struct cache_options {
   std::int64_t redis_tier_bytes = 0;
 };
 
-/// Whether this build has the Redis tier (hiredis was found: hybridcache::redis).
-inline constexpr bool has_redis_tier() { return HCBENCH_HAS_REDIS != 0; }
 
 /// What `state(ticket)` reports.
 struct request_view {

@@ -31,6 +31,7 @@
 
 #include <hybridcache/hybridcache.hpp>
 #include <hybridcache/prefix/lifecycle.hpp>
+#include <hybridcache/tiered/tier.hpp>
 
 #include "caches.hpp"
 #include "errors.hpp"
@@ -270,6 +271,21 @@ nb::list checkpoint_arrays(nb::handle self, cache_base& c, const std::vector<std
   return out;
 }
 
+// A storage tier below the host tier from its two keyword arguments, where (a directory, an
+// endpoint) and size: both or neither, a non-empty where, a size > 0, a host tier above it.
+// Returns whether the tier was given.
+static bool storage_tier_arguments(const char* where_name, const std::optional<std::string>& where, const char* bytes_name,
+                            const std::optional<std::int64_t>& bytes, std::int64_t host_tier_bytes) {
+  if (where.has_value() != bytes.has_value())
+    throw hybridcache::invalid_argument(std::string(where_name) + " and " + bytes_name + " go together (the tier needs both)");
+  if (!where) return false;
+  if (where->empty()) throw hybridcache::invalid_argument(std::string(where_name) + ": empty");
+  if (*bytes <= 0) throw hybridcache::invalid_argument(std::string(bytes_name) + " must be > 0, got " + std::to_string(*bytes));
+  if (host_tier_bytes == 0)
+    throw hybridcache::invalid_argument(std::string(where_name) + ": a storage tier goes below the host tier: give host_tier_bytes > 0 too");
+  return true;
+}
+
 /// PrefixCache's arguments, checked before anything is built. Pool-only arguments given
 /// with store="bytes", or alpha with a policy other than marconi, are refused.
 std::unique_ptr<cache_base> make_prefix_cache(const cost_model& model, std::int64_t capacity_bytes,
@@ -327,32 +343,12 @@ std::unique_ptr<cache_base> make_prefix_cache(const cost_model& model, std::int6
   o.ssm_fraction = ssm_fraction.value_or(0.5);
   o.compaction = compaction.value_or(false);
   o.host_tier_bytes = non_negative(host_tier_bytes.value_or(0), "host_tier_bytes");
-  if (disk_tier_dir.has_value() != disk_tier_bytes.has_value())
-    throw hybridcache::invalid_argument("disk_tier_dir and disk_tier_bytes go together (a disk tier needs both)");
-  if (disk_tier_dir) {
-    if (disk_tier_dir->empty()) throw hybridcache::invalid_argument("disk_tier_dir: an empty path");
-    if (*disk_tier_bytes <= 0)
-      throw hybridcache::invalid_argument("disk_tier_bytes must be > 0, got " + std::to_string(*disk_tier_bytes));
-    if (o.host_tier_bytes == 0)
-      throw hybridcache::invalid_argument("a disk tier goes below the host tier: give host_tier_bytes > 0 too");
+  if (storage_tier_arguments("disk_tier_dir", disk_tier_dir, "disk_tier_bytes", disk_tier_bytes, o.host_tier_bytes)) {
     o.disk_tier_dir = *disk_tier_dir;
     o.disk_tier_bytes = *disk_tier_bytes;
   }
-  if (redis_tier.has_value() != redis_tier_bytes.has_value())
-    throw hybridcache::invalid_argument("redis_tier and redis_tier_bytes go together (a Redis tier needs both)");
-  if (redis_tier) {
-    const std::size_t colon = redis_tier->rfind(':');
-    const std::string port = colon == std::string::npos ? "" : redis_tier->substr(colon + 1);
-    if (colon == std::string::npos || colon == 0 || port.empty() || port.size() > 5 ||
-        !std::all_of(port.begin(), port.end(), [](char ch) { return ch >= '0' && ch <= '9'; }) || std::stoi(port) < 1 ||
-        std::stoi(port) > 65535)
-      throw hybridcache::invalid_argument("redis_tier: expected 'HOST:PORT' (port 1-65535), got '" + *redis_tier + "'");
-    if (*redis_tier_bytes <= 0)
-      throw hybridcache::invalid_argument("redis_tier_bytes must be > 0, got " + std::to_string(*redis_tier_bytes));
-    if (o.host_tier_bytes == 0)
-      throw hybridcache::invalid_argument("a Redis tier goes below the host tier: give host_tier_bytes > 0 too");
-    if (!has_redis_tier())
-      throw hybridcache::invalid_argument("redis_tier: this build has no Redis tier (hiredis, Debian libhiredis-dev, was not found)");
+  if (storage_tier_arguments("redis_tier", redis_tier, "redis_tier_bytes", redis_tier_bytes, o.host_tier_bytes)) {
+    (void)tiered::parse_redis_endpoint(*redis_tier, "redis_tier");
     o.redis_tier = *redis_tier;
     o.redis_tier_bytes = *redis_tier_bytes;
   }

@@ -112,6 +112,17 @@ TEST_CASE("parse_tiers: every bad storage spec is one clear error naming the pro
   t[1] = {.kind = tier_kind::redis, .capacity_bytes = 8192, .latency_us = -3, .location = "h:1"};
   CHECK_THROWS_WITH_AS(validate_tiers(t, 4096), "hybridcache: tier 1 (redis): field 'latency_us' must be >= 0 and finite",
                        invalid_argument);
+  // A redis location built in code gets the check `--tiers` gives (it was taken unchecked and
+  // split by each backend's caller).
+  t[1] = {.kind = tier_kind::redis, .capacity_bytes = 8192, .location = "localhost"};
+  CHECK_THROWS_WITH_AS(validate_tiers(t, 4096), "hybridcache: tier 1 (redis): field 'location': redis needs HOST:PORT, got 'localhost'",
+                       invalid_argument);
+  t[1].location = "h:70000";
+  CHECK_THROWS_WITH_AS(validate_tiers(t, 4096), "hybridcache: tier 1 (redis): field 'location': bad redis port '70000' (1..65535)",
+                       invalid_argument);
+  const auto ep = parse_redis_endpoint("::1:6380", "x");  // the last colon splits: an IPv6 host keeps its own
+  CHECK(ep.host == "::1");
+  CHECK(ep.port == 6380);
 }
 
 TEST_CASE("timed copy engine: a copy takes bytes over the slower link plus both ends' latency, on the slower tier's "

@@ -74,9 +74,9 @@ real_bytes_backends::real_bytes_backends(const std::vector<tr::tier_config>& tie
       continue;
     }
 #if HCBENCH_HAS_REDIS
-    const std::size_t colon = t.location.rfind(':');
+    const tr::redis_host_port ep = tr::parse_redis_endpoint(t.location, who);
     tr::redis_backend_config c;
-    c.server.endpoints = {{t.location.substr(0, colon), std::stoi(t.location.substr(colon + 1))}};
+    c.server.endpoints = {{ep.host, ep.port}};
     c.key_prefix = tag + ":";
     c.capacity_bytes = cap;
     try {

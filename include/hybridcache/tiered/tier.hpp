@@ -92,6 +92,26 @@ struct tier_config {
   bool latency_given = false;
 };
 
+/// A redis tier's server: `location` split into its host and port.
+struct redis_host_port {
+  std::string host;
+  int port = 0;
+};
+
+/// Splits `HOST:PORT` (a non-empty host, a port in 1..65535; the last colon separates them,
+/// so an IPv6 host keeps its own); throws `invalid_argument` beginning with `who` otherwise.
+/// Every reader of a redis location goes through this one check. O(|ep|).
+[[nodiscard]] inline redis_host_port parse_redis_endpoint(std::string_view ep, const std::string& who) {
+  const std::size_t colon = ep.rfind(':');
+  if (colon == std::string_view::npos || colon == 0)
+    throw invalid_argument(who + ": redis needs HOST:PORT, got '" + std::string(ep) + "'");
+  const std::string_view port = ep.substr(colon + 1);
+  if (port.empty() || port.size() > 5 || port.find_first_not_of("0123456789") != std::string_view::npos ||
+      std::stoi(std::string(port)) < 1 || std::stoi(std::string(port)) > 65535)
+    throw invalid_argument(who + ": bad redis port '" + std::string(port) + "' (1..65535)");
+  return {std::string(ep.substr(0, colon)), std::stoi(std::string(port))};
+}
+
 /// Validates one tier against the page size; throws `invalid_argument` naming the tier.
 inline void validate_tier(const tier_config& t, std::size_t index, std::int64_t page_bytes) {
   const std::string who = "tier " + std::to_string(index) + " (" + std::string(to_string(t.kind)) + ")";
@@ -111,6 +131,7 @@ inline void validate_tier(const tier_config& t, std::size_t index, std::int64_t 
                            std::string(t.kind == tier_kind::disk ? "directory" : "HOST:PORT") + ") is required");
   if (!is_storage(t.kind) && !t.location.empty())
     throw invalid_argument(who + ": field 'location' is only for disk and redis tiers");
+  if (t.kind == tier_kind::redis) (void)parse_redis_endpoint(t.location, who + ": field 'location'");
   if (is_storage(t.kind) && t.numa_node != -1)
     throw invalid_argument(who + ": field 'numa_node' is only for host and cxl tiers");
 }
@@ -149,17 +170,6 @@ inline double parse_tier_number(std::string_view text, const std::string& who) {
                                          v < std::numeric_limits<double>::infinity()))
     throw invalid_argument(who + " '" + s + "' is not a number");
   return v;
-}
-
-// `HOST:PORT` of a redis tier: a host and a port in 1..65535.
-inline void check_endpoint(std::string_view ep, const std::string& who) {
-  const std::size_t colon = ep.rfind(':');
-  if (colon == std::string_view::npos || colon == 0)
-    throw invalid_argument(who + ": redis needs HOST:PORT, got '" + std::string(ep) + "'");
-  const std::string_view port = ep.substr(colon + 1);
-  if (port.empty() || port.size() > 5 || port.find_first_not_of("0123456789") != std::string_view::npos ||
-      std::stoi(std::string(port)) < 1 || std::stoi(std::string(port)) > 65535)
-    throw invalid_argument(who + ": bad redis port '" + std::string(port) + "' (1..65535)");
 }
 
 }  // namespace detail
@@ -215,7 +225,7 @@ inline void check_endpoint(std::string_view ep, const std::string& who) {
       t.latency_us = default_disk_latency_us;
     } else if (t.kind == tier_kind::redis) {
       if (where.empty()) throw invalid_argument(who + ": a redis tier needs its server: redis@HOST:PORT=SIZE");
-      detail::check_endpoint(where, who);
+      (void)parse_redis_endpoint(where, who);
       t.location = std::string(where);
       t.link_gbps = default_redis_link_gbps;
       t.latency_us = default_redis_latency_us;
