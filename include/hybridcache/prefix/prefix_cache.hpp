@@ -120,18 +120,18 @@ class prefix_cache {
         scorer_(std::move(scorer)),
         admission_(std::move(admission)),
         cfg_(cfg),
-        pins_(next_pin_tag(), 64) {
+        pins_(next_pin_tag(), initial_ids) {
     if constexpr (model_checked_store<Store, Model>) store_.check_model(model_);
     if (store_.capacity_bytes() < store_.checkpoint_bytes())
       throw capacity_error("prefix_cache: store capacity " + std::to_string(store_.capacity_bytes()) +
                            " B is smaller than one SSM checkpoint (" + std::to_string(store_.checkpoint_bytes()) +
                            " B)");
-    pin_node_.assign(64, no_node);
-    pinned_scratch_.reserve(64);
+    pin_node_.assign(initial_ids, no_node);
+    pinned_scratch_.reserve(initial_ids);
     tree_.set_byte_measure(
         &store_, [](const void* st, std::int64_t tokens) noexcept { return static_cast<const Store*>(st)->kv_bytes(tokens); },
         store_.checkpoint_bytes());
-    reserve_indexes(64);
+    reserve_indexes(initial_ids);
     // A scorer that runs shadow caches (compose/adaptive_scorer.hpp) sizes them like the store.
     if constexpr (store_aware_scorer<Scorer, Store, prefix_cache_config>) scorer_.attach_store(store_, cfg_);
   }
@@ -748,6 +748,12 @@ class prefix_cache {
     pinned_scratch_.reserve(cap);
     pins_.reserve(cap);
   }
+
+  // Node ids and pins an empty cache has room for; every table grows geometrically from here,
+  // before a call changes anything. Small: the adaptive selector's shadows are six
+  // metadata-only caches per live one, and an empty one's tables were most of a small
+  // shadow's memory (docs/prefix-cache.md, "Memory, counted").
+  static constexpr std::size_t initial_ids = 8;
 
   void reserve_indexes(std::size_t ids) {
     tree_.reserve(ids);

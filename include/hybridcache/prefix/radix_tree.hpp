@@ -63,7 +63,9 @@ namespace detail {
 /// allocates only when it grows.
 class child_table {
  public:
-  child_table() { rehash(64); }
+  // 16 slots: an empty tree's table is 256 B (the adaptive selector builds six metadata-only
+  // caches per live one, and sampled, most stay small); it doubles as it fills.
+  child_table() { rehash(16); }
 
   [[nodiscard]] static std::uint64_t key(node_id parent, token_id first) noexcept {
     return (static_cast<std::uint64_t>(parent) << 32) | static_cast<std::uint32_t>(first);
