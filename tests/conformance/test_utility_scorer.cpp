@@ -164,6 +164,11 @@ class checked_scorer {
   {
     inner_.observe_request(seq, n, salt);
   }
+  void observe_request(std::span<const token_id> seq, std::int64_t n, const cache_salt& salt, std::int64_t live_reused)
+    requires live_hit_observer<Inner>
+  {
+    inner_.observe_request(seq, n, salt, live_reused);
+  }
 
   [[nodiscard]] const scorer_report& report() const noexcept { return report_; }
   [[nodiscard]] const Inner& inner() const noexcept { return inner_; }
@@ -494,6 +499,21 @@ static_assert(!switchable_scorer<full_scorer, tree_t>);
 static_assert(!switchable_scorer<switch_may_throw, tree_t>);
 static_assert(!switchable_scorer<switch_returns_void, tree_t>);
 static_assert(!request_observer<full_scorer>);
+// A live_hit_observer takes the live cache's hit too, and is a request_observer first.
+struct observer_shape : full_scorer {
+  void observe_request(std::span<const token_id>, std::int64_t, const cache_salt&) {}
+};
+struct hit_observer_shape : observer_shape {
+  using observer_shape::observe_request;
+  void observe_request(std::span<const token_id>, std::int64_t, const cache_salt&, std::int64_t) {}
+};
+struct hit_only_shape : full_scorer {
+  void observe_request(std::span<const token_id>, std::int64_t, const cache_salt&, std::int64_t) {}
+};
+static_assert(request_observer<observer_shape> && !live_hit_observer<observer_shape>);
+static_assert(live_hit_observer<hit_observer_shape>);
+static_assert(!live_hit_observer<hit_only_shape> && !live_hit_observer<full_scorer>);
+static_assert(live_hit_observer<marconi_adaptive_scorer> && live_hit_observer<checked_scorer<marconi_adaptive_scorer>>);
 static_assert(!replicable_scorer<full_scorer>);
 
 // The optional capabilities: the bare shape has none; each is one member away, and the

@@ -15,6 +15,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <optional>
 #include <random>
 #include <utility>
 #include <span>
@@ -53,15 +54,17 @@ seq_t branching_seq(std::mt19937_64& rng, const std::vector<seq_t>& seen, std::s
 }
 
 /// Drives two caches with the same request (match, then commit) and requires identical
-/// answers. Returns the evictions of the commit (0 when both refused it).
-template <class A, class B>
-std::int64_t same_request(A& a, B& b, const seq_t& s, std::int64_t in) {
+/// answers; `between(reused)` runs after the matches, before the commits (where the live
+/// cache's selector decides). Returns the evictions of the commit (0 when both refused it).
+template <class A, class B, class Between>
+std::int64_t same_request(A& a, B& b, const seq_t& s, std::int64_t in, Between&& between) {
   const std::span<const token_id> input(s.data(), static_cast<std::size_t>(in));
   auto ma = a.match(input);
   auto mb = b.match(input);
   REQUIRE(ma);
   REQUIRE(mb);
   REQUIRE(ma->reusable_tokens == mb->reusable_tokens);
+  between(ma->reusable_tokens);
   auto ca = a.commit(s, in, &*ma);
   auto cb = b.commit(s, in, &*mb);
   REQUIRE(ca.has_value() == cb.has_value());
@@ -74,6 +77,10 @@ std::int64_t same_request(A& a, B& b, const seq_t& s, std::int64_t in) {
   REQUIRE(a.store().used_bytes() == b.store().used_bytes());
   REQUIRE(a.tree().size() == b.tree().size());
   return ca->evictions;
+}
+template <class A, class B>
+std::int64_t same_request(A& a, B& b, const seq_t& s, std::int64_t in) {
+  return same_request(a, b, s, in, [](std::int64_t) {});
 }
 
 const cost_model& model() {
@@ -262,12 +269,14 @@ TEST_CASE("switching_scorer: switch_to refuses a rule out of range or a bad alph
 
 namespace {
 
-/// The naive selector: one plain cache per candidate, the decision rule written out.
+/// The naive selector: one plain cache per candidate, the decision rule written out, the
+/// baseline guard too.
 struct naive_selector {
   adaptive_config cfg;
   std::vector<double> score, lead, lead_sq, total;
   std::size_t followed = 0;
-  std::int64_t requests = 0, last_switch = 0;
+  std::int64_t requests = 0, last_switch = 0, reverts = 0;
+  double live = 0.0, base = 0.0;  // the guard's sums
 
   explicit naive_selector(adaptive_config c) : cfg(std::move(c)) {
     const std::size_t k = cfg.candidates.size();
@@ -276,8 +285,15 @@ struct naive_selector {
     lead_sq.assign(k, 0.0);
     total.assign(k, 0.0);
   }
-  /// Takes this request's FLOPs per candidate; true when the live cache switches now.
-  bool observe(const std::vector<double>& gain) {
+  /// Following candidate c is allowed while this is >= 0 (always without a guard).
+  double budget(std::size_t c) const {
+    if (!cfg.baseline_slack) return 1.0;
+    const double lead_over_base = score[c] - 1.05 * score[0];  // guard_lead_margin = 0.05
+    return live - (1.0 - *cfg.baseline_slack) * base + (lead_over_base > 0.0 ? lead_over_base : 0.0);
+  }
+  /// Takes this request's FLOPs per candidate and the live cache's; true when the live cache
+  /// switches now.
+  bool observe(const std::vector<double>& gain, double live_gain) {
     for (std::size_t i = 0; i < gain.size(); ++i) {
       score[i] = score[i] * *cfg.decay + gain[i];
       total[i] += gain[i];
@@ -285,21 +301,40 @@ struct naive_selector {
       lead[i] = lead[i] * *cfg.decay + d;
       lead_sq[i] = lead_sq[i] * *cfg.decay * *cfg.decay + d * d;
     }
+    if (cfg.baseline_slack) {
+      live += live_gain;
+      base += gain[0];
+    }
     ++requests;
-    std::size_t best = followed;
-    for (std::size_t i = 0; i < score.size(); ++i)
-      if (score[i] > score[best]) best = i;
-    const bool go = best != followed && requests - last_switch >= cfg.min_dwell &&
-                    score[best] > score[followed] * (1.0 + cfg.switch_margin) &&
-                    lead[best] > cfg.confidence * std::sqrt(lead_sq[best]);
-    if (!go) return false;
-    followed = best;
+    if (followed != 0 && budget(followed) < 0.0) {  // back to the baseline, no hysteresis
+      followed = 0;
+      ++reverts;
+    } else {
+      std::size_t best = followed;
+      for (std::size_t i = 0; i < score.size(); ++i)
+        if (score[i] > score[best]) best = i;
+      const bool go = best != followed && requests - last_switch >= cfg.min_dwell &&
+                      score[best] > score[followed] * (1.0 + cfg.switch_margin) &&
+                      lead[best] > cfg.confidence * std::sqrt(lead_sq[best]) && (best == 0 || budget(best) >= 0.0);
+      if (!go) return false;
+      followed = best;
+    }
     last_switch = requests;
     std::fill(lead.begin(), lead.end(), 0.0);
     std::fill(lead_sq.begin(), lead_sq.end(), 0.0);
     return true;
   }
 };
+
+/// A random guard for the equivalence tests: none, zero slack, the default, a loose one.
+std::optional<double> random_slack(std::mt19937_64& rng) {
+  switch (rng() % 4) {
+    case 0: return std::nullopt;
+    case 1: return 0.0;
+    case 2: return 0.02;
+    default: return 0.1;
+  }
+}
 
 template <class Scorer>
 using plain_cache = prefix_cache<cost_model, judicious_admission, Scorer, counting_store>;
@@ -319,7 +354,7 @@ std::int64_t shadow_step(Cache& c, const seq_t& s, std::int64_t in) {
 TEST_CASE("adaptive_scorer equals a naive selector built from independent caches") {
   const cost_model& m = model();
   const std::int64_t kv = m.kv_bytes_per_token(), ck = m.ssm_checkpoint_bytes();
-  std::int64_t switches = 0, evictions = 0;
+  std::int64_t switches = 0, evictions = 0, reverts = 0;
   for (std::uint64_t seed = 1; seed <= 40; ++seed) {
     CAPTURE(seed);
     std::mt19937_64 rng(seed * 1000003);
@@ -329,6 +364,7 @@ TEST_CASE("adaptive_scorer equals a naive selector built from independent caches
     cfg.switch_margin = static_cast<double>(rng() % 3) / 100.0;
     cfg.confidence = seed % 3 == 0 ? 0.0 : 0.5;
     cfg.min_dwell = static_cast<std::int64_t>(rng() % 4);
+    cfg.baseline_slack = random_slack(rng);
     const std::int64_t cap = 5 * ck + 200 * kv;
     marconi_adaptive_cache<> live(m, counting_store(cap, kv, ck), make_marconi_adaptive_scorer(m, cfg));
     // The naive model's three parts: the candidates' own caches, the rule, and the live cache.
@@ -348,12 +384,14 @@ TEST_CASE("adaptive_scorer equals a naive selector built from independent caches
           static_cast<double>(m.hit_flops(shadow_step(s0, s, in))), static_cast<double>(m.hit_flops(shadow_step(s1, s, in))),
           static_cast<double>(m.hit_flops(shadow_step(s2, s, in))), static_cast<double>(m.hit_flops(shadow_step(s3, s, in))),
           static_cast<double>(m.hit_flops(shadow_step(s4, s, in)))};
-      if (rule.observe(gain)) {
-        const candidate_rule& c = cfg.candidates[rule.followed];
-        REQUIRE(follower.switch_rule(c.rule, c.alpha));
-        ++switches;
-      }
-      evictions += same_request(live, follower, s, in);
+      // The live cache's selector decides between its match and its commit, knowing the hit.
+      evictions += same_request(live, follower, s, in, [&](std::int64_t reused) {
+        if (rule.observe(gain, static_cast<double>(m.hit_flops(reused)))) {
+          const candidate_rule& c = cfg.candidates[rule.followed];
+          REQUIRE(follower.switch_rule(c.rule, c.alpha));
+          ++switches;
+        }
+      });
       REQUIRE(live.scorer().followed() == rule.followed);
       seen.push_back(s);
     }
@@ -362,6 +400,10 @@ TEST_CASE("adaptive_scorer equals a naive selector built from independent caches
       CHECK(live.scorer().shadow_flops()[i] == rule.total[i]);
     }
     const adaptive_overhead o = live.scorer().overhead();
+    CHECK(o.live_flops == rule.live);
+    CHECK(o.baseline_flops == rule.base);
+    CHECK(o.guard_reverts == rule.reverts);
+    reverts += rule.reverts;
     CHECK(o.requests == 120);
     CHECK(o.shadows == 5);
     CHECK(o.shadow_nodes > 0);
@@ -370,6 +412,7 @@ TEST_CASE("adaptive_scorer equals a naive selector built from independent caches
   }
   CHECK(switches > 60);
   CHECK(evictions > 2000);
+  CHECK(reverts > 5);  // the guard acted, so its rule was compared, not only its absence
 }
 
 TEST_CASE("adaptive_scorer under request_lifecycle: every finished request reaches the shadows, capacity holds") {
@@ -418,7 +461,11 @@ TEST_CASE("adaptive_scorer refuses bad options") {
   CHECK_THROWS_AS(make({.confidence = std::nan("")}), invalid_argument);
   CHECK_THROWS_AS(make({.min_dwell = -1}), invalid_argument);
   CHECK_THROWS_AS(make({.tokens_per_id = 0}), invalid_argument);
+  CHECK_THROWS_AS(make({.baseline_slack = -0.01}), invalid_argument);
+  CHECK_THROWS_AS(make({.baseline_slack = 1.0}), invalid_argument);
+  CHECK_THROWS_AS(make({.baseline_slack = std::nan("")}), invalid_argument);
   const marconi_adaptive_scorer d = make({});
+  CHECK(d.config().baseline_slack == default_baseline_slack);
   CHECK(d.config().candidates.size() == default_candidates().size());
   CHECK(d.followed() == 0);  // SGLang+'s rule first
 }
@@ -558,6 +605,7 @@ TEST_CASE("sampled shadows equal exact plain caches of the sampled conversations
     cfg.switch_margin = 0.0;
     cfg.confidence = seed % 2 == 0 ? 0.0 : 0.5;
     cfg.min_dwell = static_cast<std::int64_t>(rng() % 3);
+    cfg.baseline_slack = random_slack(rng);
     const double rate = seed % 3 == 0 ? 0.25 : 0.5;
     // Floors: 0 (sampled from the start), reached part-way, never reached.
     const double floor = seed % 4 == 0 ? 0.0 : seed % 4 == 3 ? 1e6 : 1.0 + static_cast<double>(rng() % 3);
@@ -587,9 +635,17 @@ TEST_CASE("sampled shadows equal exact plain caches of the sampled conversations
       const std::uint64_t key = compose::detail::conversation_key(s, std::nullopt, 2);
       const bool is_in = compose::detail::sampled(key, rate);
       bool go = false;
+      // The live cache's match comes first; its selector decides before the commit.
+      const std::span<const token_id> input(s.data(), static_cast<std::size_t>(in));
+      auto ml = live.match(input);
+      auto mf = follower.match(input);
+      REQUIRE(ml);
+      REQUIRE(mf);
+      REQUIRE(ml->reusable_tokens == mf->reusable_tokens);
+      const auto live_gain = static_cast<double>(m.hit_flops(ml->reusable_tokens));
       if (!sampling) {
         const std::vector<double> g = gains(exact, s, in);
-        go = rule.observe(g);
+        go = rule.observe(g, live_gain);
         for (std::size_t i = 0; i < g.size(); ++i) total[i] += g[i];
         if (is_in) {
           const std::vector<double> w = gains(sampled, s, in);
@@ -607,7 +663,7 @@ TEST_CASE("sampled shadows equal exact plain caches of the sampled conversations
         }
       } else if (is_in) {
         const std::vector<double> g = gains(sampled, s, in);
-        go = rule.observe(g);
+        go = rule.observe(g, live_gain);
         for (std::size_t i = 0; i < g.size(); ++i) total[i] += g[i] / rate;
         ++n_sampled;
       } else {
@@ -618,7 +674,16 @@ TEST_CASE("sampled shadows equal exact plain caches of the sampled conversations
         REQUIRE(follower.switch_rule(c.rule, c.alpha));
         ++switches;
       }
-      (void)same_request(live, follower, s, in);
+      auto cl = live.commit(s, in, &*ml);
+      auto cf = follower.commit(s, in, &*mf);
+      REQUIRE(cl.has_value() == cf.has_value());
+      if (!cl) {
+        REQUIRE(live.release(*ml));
+        REQUIRE(follower.release(*mf));
+      } else {
+        REQUIRE(cl->evictions == cf->evictions);
+        REQUIRE(live.store().used_bytes() == follower.store().used_bytes());
+      }
       REQUIRE(live.scorer().followed() == rule.followed);
       seen.push_back(s);
     }
@@ -627,6 +692,9 @@ TEST_CASE("sampled shadows equal exact plain caches of the sampled conversations
       CHECK(live.scorer().scores()[i] == rule.score[i]);
       CHECK(live.scorer().shadow_flops()[i] == total[i]);
     }
+    CHECK(o.live_flops == rule.live);
+    CHECK(o.baseline_flops == rule.base);
+    CHECK(o.guard_reverts == rule.reverts);
     CHECK(o.sampled_requests == n_sampled);
     CHECK(o.sampling_since == since);
     CHECK(o.sample_rate == (sampling ? rate : 1.0));

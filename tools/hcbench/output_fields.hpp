@@ -41,7 +41,8 @@ inline constexpr const char* replay_json =
     "marconi --alpha auto: tuner; with the selector: selector_shadows, selector_switches, selector_followed, "
     "selector_shadow_seconds, selector_shadow_fraction, selector_shadow_nodes, selector_shadow_tokens, "
     "selector_shadow_bytes, selector_sample_rate (1: exact shadows), selector_sampled_requests, "
-    "selector_sampling_since (-1: never sampled), selector_candidates [candidate, shadow_flops_saved]; command, version, date";
+    "selector_sampling_since (-1: never sampled), selector_guard_reverts (switches back to the first candidate the "
+    "baseline guard forced), selector_candidates [candidate, shadow_flops_saved]; command, version, date";
 
 /// replay --tiers --json (replay_tiered.cpp).
 inline constexpr const char* tiered_json =

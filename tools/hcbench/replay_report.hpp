@@ -86,6 +86,7 @@ inline std::string json_number(double v) { return json::number(v); }
     kv("selector_sample_rate", json_number(s.sample_rate));
     kv("selector_sampled_requests", i(s.sampled_requests));
     kv("selector_sampling_since", i(s.sampling_since));
+    kv("selector_guard_reverts", i(s.guard_reverts));
     std::string list = "[";
     for (const auto& [name, flops] : r.selector_candidates)
       list += (list.size() > 1 ? ", " : "") + std::string("{\"candidate\": ") + json_string(name) +

@@ -9,6 +9,7 @@
 //   --switch-confidence Z     the paired test's threshold, in standard deviations
 //   --shadow-sample R         sampled shadows: the fraction of conversations they see (1: exact)
 //   --shadow-sample-floor N   sample only once R x (conversations the cache holds) >= N
+//   --baseline-slack X|off    the baseline guard: the live cache kept >= (1 - X) x the first candidate's shadow
 // Each applies to marconi with --alpha auto only (the selector flags to --tuner shadow only);
 // given elsewhere it is an error. --reference-quirks with --alpha auto runs the reference's
 // own one-shot tuning (an explicit --tuner shadow with it is an error).
@@ -16,6 +17,7 @@
 
 #include <cstdint>
 #include <cstdio>
+#include <exception>
 #include <string>
 
 #include <CLI/CLI.hpp>
@@ -45,6 +47,7 @@ struct selector_cli {
   double confidence = hybridcache::compose::adaptive_config{}.confidence;
   double sample = hybridcache::compose::shadow_sampling_config{}.rate;
   double sample_floor = hybridcache::compose::shadow_sampling_config{}.min_sampled_conversations;
+  std::string baseline_slack;  // empty: the library's default
 };
 
 /// `tiers`: the command has --tiers, whose tier-aware shadows decay more slowly by default.
@@ -71,6 +74,10 @@ inline void add_selector_options(CLI::App& sub, selector_cli& o, bool tiers = fa
   sub.add_option("--shadow-sample-floor", o.sample_floor,
                  "--tuner shadow with --shadow-sample < 1: sample only once R x (conversations the cache holds, "
                  "estimated) reaches this; until then the exact shadows decide (0: sample from the start)");
+  sub.add_option("--baseline-slack", o.baseline_slack,
+                 "--tuner shadow: the baseline guard: the live cache's FLOPs saved are kept >= (1 - X) x the first "
+                 "candidate's shadow's, going back to it when they fall below; X in [0, 1), or off (default " +
+                     format_number(hybridcache::compose::default_baseline_slack) + ")");
 }
 
 /// Checks the flags against the mode and fills the job's tuner and selector options.
@@ -79,7 +86,7 @@ inline void add_selector_options(CLI::App& sub, selector_cli& o, bool tiers = fa
 inline void apply_selector_options(const selector_cli& o, const CLI::App& sub, bool auto_marconi, bool quirks,
                                    replay_job& job, const std::string& why = "without --policy marconi and --alpha auto") {
   for (const char* name : {"--tuner", "--candidates", "--selector-decay", "--switch-margin", "--min-dwell",
-                           "--switch-confidence", "--shadow-sample", "--shadow-sample-floor"})
+                           "--switch-confidence", "--shadow-sample", "--shadow-sample-floor", "--baseline-slack"})
     reject_unless(auto_marconi, sub, name, why);
   const CLI::Option* tuner_opt = sub.get_option_no_throw("--tuner");
   const bool tuner_given = tuner_opt != nullptr && tuner_opt->count() > 0;
@@ -93,7 +100,7 @@ inline void apply_selector_options(const selector_cli& o, const CLI::App& sub, b
     throw hybridcache::invalid_argument("--tuner: expected shadow or one-shot, got '" + o.tuner + "'");
   }
   for (const char* name : {"--candidates", "--selector-decay", "--switch-margin", "--min-dwell", "--switch-confidence",
-                           "--shadow-sample", "--shadow-sample-floor"})
+                           "--shadow-sample", "--shadow-sample-floor", "--baseline-slack"})
     reject_unless(job.tuner == alpha_tuner::shadow, sub, name, "with --tuner one-shot");
   if (!o.candidates.empty()) job.selector.candidates = parse_candidates(o.candidates);
   if (const CLI::Option* d = sub.get_option_no_throw("--selector-decay"); d != nullptr && d->count() > 0)
@@ -110,6 +117,20 @@ inline void apply_selector_options(const selector_cli& o, const CLI::App& sub, b
   // A floor only matters below rate 1: given at rate 1 it would be ignored, so it is an error.
   if (const CLI::Option* f = sub.get_option_no_throw("--shadow-sample-floor"); f != nullptr && f->count() > 0 && o.sample >= 1.0)
     throw hybridcache::invalid_argument("--shadow-sample-floor needs --shadow-sample below 1 (rate 1 is exact: nothing is sampled)");
+  if (o.baseline_slack == "off") {
+    job.selector.baseline_slack.reset();
+  } else if (!o.baseline_slack.empty()) {
+    std::size_t used = 0;
+    double x = -1;
+    try {
+      x = std::stod(o.baseline_slack, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used != o.baseline_slack.size() || !(x >= 0.0 && x < 1.0))
+      throw hybridcache::invalid_argument("--baseline-slack: expected a fraction in [0, 1) or off, got " + o.baseline_slack);
+    job.selector.baseline_slack = x;
+  }
 }
 
 }  // namespace hcbench

@@ -48,6 +48,19 @@
 //   freed and the sampled ones decide (their warm scores carried over). Once sampled, it
 //   stays sampled. Rate 1 (the default) builds no sampled shadow: bit for bit the exact
 //   selector.
+// - The baseline guard (`adaptive_config::baseline_slack`, default 0.02; after conservative
+//   bandits, Wu et al., ICML 2016): switching has a price the shadows cannot see (right after a
+//   switch the live cache holds what the old rule kept), and on traces where the rules nearly
+//   tie, the selector paid it over and over and ended below the rule it started from. So the
+//   cache reports its own hit with every request (`live_hit_observer`), and the selector sums
+//   the FLOPs the live cache saved (L) and the first candidate's shadow saved (B, the baseline)
+//   over the requests that move the scores. Following candidate c needs a budget
+//   L - (1 - slack) B + max(0, score_c - (1 + guard_lead_margin) score_baseline) >= 0: when it
+//   goes negative the live cache returns to the baseline at once (hysteresis skipped), and
+//   leaves it only for a candidate whose recent lead covers the deficit. A lead over the
+//   baseline counts only beyond 5 %, so a large, recent advantage (GDSF at 2-3x on small chat
+//   caches) still buys a switch while near-ties do not. Not a hard floor: the guard acts after
+//   the loss, so one bad stretch can take the live cache below (1 - slack) B before it returns.
 // - Switching: the live cache follows the leader only when the leader's score exceeds the
 //   followed candidate's by `switch_margin` (a fraction) and `min_dwell` requests have
 //   passed since the last switch. Why the hysteresis: a cache's contents are shaped by the
@@ -56,7 +69,8 @@
 //   loses to both. The first candidate (the library's: SGLang+'s rule) is followed until
 //   another leads, so the selector starts at the baseline.
 //
-// Costs: each hook is the switching scorer's (the followed part's and GDSF's, O(log n) each,
+// Costs: the baseline guard adds two sums per observed request and an O(1) budget per
+// switch decision. Each hook is the switching scorer's (the followed part's and GDSF's, O(log n) each,
 // plus O(1) stamps per node for the suspended parts; a victim costs the followed part's
 // select_victim; a switch one O(N + n log n) rebuild of the newly followed index). `observe_request` replays one request per
 // shadow: K shadows cost about K times a metadata-only replay of the same request (the
@@ -77,6 +91,7 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <span>
@@ -122,6 +137,14 @@ struct shadow_sampling_config {
   double min_sampled_conversations = 0.0;
 };
 
+/// The selector's default baseline guard (`adaptive_config::baseline_slack`).
+inline constexpr double default_baseline_slack = 0.02;
+/// The part of a candidate's decayed score over the baseline's that the guard does not count
+/// toward its budget: leads of a few per cent are what the rules' noise and a switch's
+/// reshaping of the cache cost, so only a lead beyond 5 % buys a switch the guard's sums do not
+/// cover (docs/prefix-cache.md, "The baseline guard").
+inline constexpr double guard_lead_margin = 0.05;
+
 /// Options of `adaptive_scorer` (aggregate; checked by its constructor).
 struct adaptive_config {
   /// One shadow per entry; the first is followed until another leads. Empty: the library's
@@ -147,6 +170,10 @@ struct adaptive_config {
   std::optional<std::int64_t> shadow_host_capacity_bytes{};
   /// Sampled shadows: rate, conversation key, floor. The default (rate 1) is exact.
   shadow_sampling_config sampling{};
+  /// The baseline guard (conservative switching; see the file comment), in [0, 1): the live
+  /// cache's FLOPs saved, summed over the requests observed, is kept at or above (1 - this) x
+  /// the first candidate's shadow's over the same requests. Unset: no guard.
+  std::optional<double> baseline_slack = default_baseline_slack;
 };
 
 /// The selector's default decays (`adaptive_config::decay` unset): single-tier shadows
@@ -172,6 +199,12 @@ struct adaptive_overhead {
   double sample_rate = 1.0;            ///< the shadows' sampling rate now (1: exact)
   std::int64_t sampled_requests = 0;   ///< requests the sampled shadows replayed
   std::int64_t sampling_since = -1;    ///< request count when sampling took over (-1: not yet)
+  /// The baseline guard: FLOPs the live cache saved on the requests it counts, what the
+  /// baseline's shadow saved on them (sampled shadows: the sampled requests, unscaled), and the
+  /// switches back to the baseline it forced (counted in `switches` too).
+  double live_flops = 0.0;
+  double baseline_flops = 0.0;
+  std::int64_t guard_reverts = 0;
 };
 
 /// The library's candidates over `lru_flop_gdsf_scorer`: SGLang+'s rule first (the
@@ -215,6 +248,8 @@ class adaptive_scorer {
     HYBRIDCACHE_EXPECTS(smp.key_ids >= 1, invalid_argument, "adaptive_scorer: sampling.key_ids must be >= 1");
     HYBRIDCACHE_EXPECTS(smp.min_sampled_conversations >= 0.0 && std::isfinite(smp.min_sampled_conversations),
                         invalid_argument, "adaptive_scorer: sampling.min_sampled_conversations must be finite and >= 0");
+    HYBRIDCACHE_EXPECTS(!cfg_.baseline_slack || (*cfg_.baseline_slack >= 0.0 && *cfg_.baseline_slack < 1.0),
+                        invalid_argument, "adaptive_scorer: baseline_slack must be in [0, 1)");
     score_.assign(cfg_.candidates.size(), 0.0);
     total_.assign(cfg_.candidates.size(), 0.0);
     gained_.assign(cfg_.candidates.size(), 0.0);
@@ -296,44 +331,16 @@ class adaptive_scorer {
   /// request outside the sample costs one hash. Before the floor is reached the exact
   /// shadows decide as above, the sampled ones warming up beside them; from then on the
   /// sampled ones alone (their warm scores carried over, the paired test restarted).
+  ///
+  /// `live_reused`: the ids the live cache's own prefill skipped on this request (the cache
+  /// passes it; `live_hit_observer`), which the baseline guard counts. The three-argument
+  /// form is for a caller that does not know it: that request moves the scores, not the guard.
+  void observe_request(std::span<const token_id> sequence, std::int64_t input_tokens, const cache_salt& salt,
+                       std::int64_t live_reused) {
+    observe(sequence, input_tokens, salt, live_reused);
+  }
   void observe_request(std::span<const token_id> sequence, std::int64_t input_tokens, const cache_salt& salt) {
-    if (phase_ == phase::none || sequence.empty()) return;
-    const auto input = sequence.first(static_cast<std::size_t>(std::clamp<std::int64_t>(
-        input_tokens, 1, static_cast<std::int64_t>(sequence.size()))));
-    if (phase_ == phase::sampled) {  // outside the sample: one hash, not even a clock read
-      ++requests_;
-      if (!detail::sampled(detail::conversation_key(sequence, salt, cfg_.sampling.key_ids), cfg_.sampling.rate)) return;
-      const auto t0 = std::chrono::steady_clock::now();
-      replay_all(sampled_, sampled_tiered_, sequence, input, input_tokens, salt);
-      account(score_, cfg_.sampling.rate);
-      ++sampled_requests_;
-      follow_leader();
-      shadow_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      return;
-    }
-    const auto t0 = std::chrono::steady_clock::now();
-    if (phase_ == phase::warming) {
-      const std::uint64_t key = detail::conversation_key(sequence, salt, cfg_.sampling.key_ids);
-      const bool in = detail::sampled(key, cfg_.sampling.rate);
-      replay_all(shadows_, tiered_, sequence, input, input_tokens, salt);
-      account(score_, 1.0);
-      ++requests_;
-      follow_leader();
-      if (in) {
-        replay_all(sampled_, sampled_tiered_, sequence, input, input_tokens, salt);
-        for (std::size_t i = 0; i < warm_score_.size(); ++i) warm_score_[i] = warm_score_[i] * decay() + gained_[i];
-        ++sampled_requests_;
-      }
-      estimate_.observe(key, static_cast<std::int64_t>(sequence.size()) * kv_per_id_ + checkpoint_bytes_);
-      if (static_cast<double>(estimate_.held()) * cfg_.sampling.rate >= cfg_.sampling.min_sampled_conversations)
-        begin_sampling();
-    } else {
-      replay_all(shadows_, tiered_, sequence, input, input_tokens, salt);
-      account(score_, 1.0);
-      ++requests_;
-      follow_leader();
-    }
-    shadow_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    observe(sequence, input_tokens, salt, -1);
   }
 
   /// A request the live lifecycle refused at begin (too large beside what was pinned; the
@@ -343,7 +350,7 @@ class adaptive_scorer {
   /// came, and the ranking depends on the rule followed). Single-tier shadows, which model
   /// the commit path (whose refused requests `observe_request` already sees), ignore it.
   void observe_refused(std::span<const token_id> sequence, std::int64_t input_tokens, const cache_salt& salt) {
-    if (tier_aware_) observe_request(sequence, input_tokens, salt);
+    if (tier_aware_) observe(sequence, input_tokens, salt, 0);  // computed uncached: the live cache saved nothing
   }
 
   // --- utility_scorer: the live rule ------------------------------------------------------
@@ -405,6 +412,9 @@ class adaptive_scorer {
     o.sample_rate = phase_ == phase::sampled ? cfg_.sampling.rate : 1.0;
     o.sampled_requests = sampled_requests_;
     o.sampling_since = sampling_since_;
+    o.live_flops = live_flops_;
+    o.baseline_flops = baseline_flops_;
+    o.guard_reverts = guard_reverts_;
     for (const auto* v : {&tiered_, &sampled_tiered_})
       for (const auto& t : *v) {
         o.shadow_nodes += t->nodes();
@@ -456,6 +466,68 @@ class adaptive_scorer {
     } else {
       throw invalid_argument("adaptive_scorer: candidate rule out of range");
     }
+  }
+
+  /// observe_request's body (live_reused < 0: not known).
+  void observe(std::span<const token_id> sequence, std::int64_t input_tokens, const cache_salt& salt,
+               std::int64_t live_reused) {
+    if (phase_ == phase::none || sequence.empty()) return;
+    const auto input = sequence.first(static_cast<std::size_t>(std::clamp<std::int64_t>(
+        input_tokens, 1, static_cast<std::int64_t>(sequence.size()))));
+    if (phase_ == phase::sampled) {  // outside the sample: one hash, not even a clock read
+      ++requests_;
+      if (!detail::sampled(detail::conversation_key(sequence, salt, cfg_.sampling.key_ids), cfg_.sampling.rate)) return;
+      const auto t0 = std::chrono::steady_clock::now();
+      replay_all(sampled_, sampled_tiered_, sequence, input, input_tokens, salt);
+      account(score_, cfg_.sampling.rate);
+      count_for_guard(live_reused);
+      ++sampled_requests_;
+      follow_leader();
+      shadow_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      return;
+    }
+    const auto t0 = std::chrono::steady_clock::now();
+    if (phase_ == phase::warming) {
+      const std::uint64_t key = detail::conversation_key(sequence, salt, cfg_.sampling.key_ids);
+      const bool in = detail::sampled(key, cfg_.sampling.rate);
+      replay_all(shadows_, tiered_, sequence, input, input_tokens, salt);
+      account(score_, 1.0);
+      count_for_guard(live_reused);
+      ++requests_;
+      follow_leader();
+      if (in) {
+        replay_all(sampled_, sampled_tiered_, sequence, input, input_tokens, salt);
+        for (std::size_t i = 0; i < warm_score_.size(); ++i) warm_score_[i] = warm_score_[i] * decay() + gained_[i];
+        ++sampled_requests_;
+      }
+      estimate_.observe(key, static_cast<std::int64_t>(sequence.size()) * kv_per_id_ + checkpoint_bytes_);
+      if (static_cast<double>(estimate_.held()) * cfg_.sampling.rate >= cfg_.sampling.min_sampled_conversations)
+        begin_sampling();
+    } else {
+      replay_all(shadows_, tiered_, sequence, input, input_tokens, salt);
+      account(score_, 1.0);
+      count_for_guard(live_reused);
+      ++requests_;
+      follow_leader();
+    }
+    shadow_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  }
+
+  /// The baseline guard's sums, once gained_ holds the deciding shadows' gains for this request.
+  void count_for_guard(std::int64_t live_reused) noexcept {
+    if (!cfg_.baseline_slack || live_reused < 0) return;
+    live_flops_ += hit_flops(live_reused);
+    baseline_flops_ += gained_[0];
+  }
+
+  /// The baseline guard's budget for following candidate `c`: how far the live cache is above
+  /// (1 - slack) x the baseline shadow's FLOPs saved, plus c's recent lead over the baseline
+  /// beyond `guard_lead_margin` (what following c is expected to win back). Without a guard,
+  /// +infinity.
+  [[nodiscard]] double guard_budget(std::size_t c) const noexcept {
+    if (!cfg_.baseline_slack) return std::numeric_limits<double>::infinity();
+    return live_flops_ - (1.0 - *cfg_.baseline_slack) * baseline_flops_ +
+           std::max(0.0, score_[c] - (1.0 + guard_lead_margin) * score_[0]);
   }
 
   /// The selector's own arrays (scores, the shadow lists): part of what the shadows cost.
@@ -553,6 +625,19 @@ class adaptive_scorer {
   }
 
   void follow_leader() noexcept {
+    if (followed_ != 0 && guard_budget(followed_) < 0.0) {
+      // The followed rule's recent lead over the baseline no longer covers how far the live
+      // cache is behind the baseline's floor: back to the baseline at once.
+      if (live_.switch_to(cfg_.candidates[0].rule, cfg_.candidates[0].alpha)) {
+        followed_ = 0;
+        last_switch_ = requests_;
+        ++switches_;
+        ++guard_reverts_;
+        std::fill(lead_.begin(), lead_.end(), 0.0);
+        std::fill(lead_sq_.begin(), lead_sq_.end(), 0.0);
+      }
+      return;
+    }
     std::size_t lead = followed_;
     for (std::size_t i = 0; i < score_.size(); ++i)
       if (score_[i] > score_[lead]) lead = i;
@@ -560,6 +645,7 @@ class adaptive_scorer {
     if (requests_ - last_switch_ < cfg_.min_dwell) return;
     if (!(score_[lead] > score_[followed_] * (1.0 + cfg_.switch_margin))) return;
     if (!(lead_[lead] > cfg_.confidence * std::sqrt(lead_sq_[lead]))) return;
+    if (lead != 0 && guard_budget(lead) < 0.0) return;  // a switch the guard cannot afford
     if (!live_.switch_to(cfg_.candidates[lead].rule, cfg_.candidates[lead].alpha)) return;
     followed_ = lead;
     last_switch_ = requests_;
@@ -597,6 +683,9 @@ class adaptive_scorer {
   std::int64_t last_switch_ = 0;
   std::int64_t switches_ = 0;
   double shadow_seconds_ = 0.0;
+  double live_flops_ = 0.0;      // the baseline guard: the live cache's FLOPs saved
+  double baseline_flops_ = 0.0;  // ... and the baseline shadow's, on the same requests
+  std::int64_t guard_reverts_ = 0;
 };
 
 /// The library's adaptive Marconi scorer: judicious admission's shadows over SGLang+'s LRU,
@@ -616,7 +705,7 @@ using marconi_adaptive_scorer = adaptive_scorer<prefix::judicious_admission, pre
 }
 
 static_assert(utility_scorer<marconi_adaptive_scorer, prefix::radix_tree<state_store_archetype>>);
-static_assert(request_observer<marconi_adaptive_scorer>);
+static_assert(request_observer<marconi_adaptive_scorer> && live_hit_observer<marconi_adaptive_scorer>);
 static_assert(refusal_observer<marconi_adaptive_scorer> && inner_node_reporting_scorer<marconi_adaptive_scorer> &&
               branch_protecting_scorer<marconi_adaptive_scorer> && reservable_scorer<marconi_adaptive_scorer> &&
               store_aware_scorer<marconi_adaptive_scorer, stores::counting_store, prefix::prefix_cache_config>);

@@ -97,6 +97,17 @@ concept request_observer = requires(S& s, std::span<const token_id> seq, std::in
 
 // --- Optional capabilities. A scorer without one gets the default the comment names. ---
 
+/// A `request_observer` that also takes the live cache's own hit on the request:
+/// `observe_request(sequence, input_tokens, salt, live_reused)`, `live_reused` the ids before
+/// which the live cache's prefill resumed (its HBM match, or a lower tier's hit it loaded;
+/// 0 for a miss). The cache calls this form when the scorer has it (the adaptive selector's
+/// baseline guard compares the live cache with its baseline shadow).
+template <class S>
+concept live_hit_observer =
+    request_observer<S> && requires(S& s, std::span<const token_id> seq, std::int64_t n, const cache_salt& salt) {
+      s.observe_request(seq, n, salt, n);
+    };
+
 /// `S::evicts_inner_nodes` is true: single-child nodes are victims too (merged into their
 /// child or tombstoned), so the cache's fit check may count every unpinned checkpoint as
 /// freeable. Default: leaves only.

@@ -425,9 +425,13 @@ class prefix_cache {
   }
 
   /// Shows a request about to be inserted to a scorer that watches the stream
-  /// (`request_observer`: the adaptive selector's shadows). Nothing of the cache changes.
-  void observe(std::span<const token_id> sequence, std::int64_t input_tokens) {
-    if constexpr (request_observer<Scorer>) scorer_.observe_request(sequence, input_tokens, salt_);
+  /// (`request_observer`: the adaptive selector's shadows), with the ids this cache's own
+  /// prefill skipped (`live_hit_observer`). Nothing of the cache changes.
+  void observe(std::span<const token_id> sequence, std::int64_t input_tokens, std::int64_t live_reused) {
+    if constexpr (live_hit_observer<Scorer>)
+      scorer_.observe_request(sequence, input_tokens, salt_, live_reused);
+    else if constexpr (request_observer<Scorer>)
+      scorer_.observe_request(sequence, input_tokens, salt_);
   }
 
   /// Follows `seq` in the current operation's namespace; the path goes to `path_`. Within

@@ -319,7 +319,8 @@ request_lifecycle<Cache>::finish(request_ticket t, std::span<const token_id> seq
       return unexpected(errc::invalid_argument, "finish: a captured position has no reserved slot (not a planned site)", p);
   }
   cache_->salt_ = s.match.salt;
-  cache_->observe(sequence, s.prompt_tokens);  // before anything changes (may throw bad_alloc)
+  // Before anything changes (may throw bad_alloc); this request's prefill resumed at prefill_start.
+  cache_->observe(sequence, s.prompt_tokens, s.plan.prefill_start);
   finish_result out;
   const errc e = adopt(s, sequence, captured, out);
   if constexpr (lower_tier) {

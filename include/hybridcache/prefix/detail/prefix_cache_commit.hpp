@@ -70,7 +70,8 @@ prefix_cache<Model, Admission, Scorer, Store, Lock>::commit(std::span<const toke
   const errc checked = validate_commit(sequence, input_tokens, m, extra, reusable, placement_step::prepare);
   // A well-formed request reaches a stream observer even when this cache cannot fit it
   // (the shadows of other rules may); before anything changes (it may throw bad_alloc).
-  if (checked == errc::ok || checked == errc::out_of_capacity) observe(sequence, input_tokens);
+  if (checked == errc::ok || checked == errc::out_of_capacity)
+    observe(sequence, input_tokens, m != nullptr ? m->reusable_tokens : 0);
   if (checked != errc::ok) return unexpected(checked);
   const std::int64_t floor = computed_from(reusable);
   reserve_indexes(tree_.id_bound() + positions_.size() + 4);  // may throw: nothing changed yet
