@@ -61,7 +61,7 @@ inline constexpr const char* tiered_json =
     "length_predictor, ttet_p50_ms, ttet_p95_ms, ttet_mean_ms, single_tier_ttet_p50_ms, single_tier_ttet_p95_ms, "
     "single_tier_ttet_mean_ms, output_length_mae_tokens (the length predictor's mean absolute error); with the "
     "selector: selector_shadow_seconds, selector_shadow_bytes, selector_switches, selector_tier_aware, "
-    "single_tier_selector_shadow_seconds, single_tier_selector_switches, selector_followed, "
+    "single_tier_selector_shadow_seconds, single_tier_selector_switches, selector_guard_reverts, selector_followed, "
     "single_tier_selector_followed (--candidates syntax); --real-bytes: real_bytes [agrees, "
     "hbm_hit_tokens, host_hit_tokens, bytes_loaded, copies, bytes, verified_copies, partial_copies, storage_puts, "
     "storage_gets, storage_misses, storage_put_failures, verify_failures, failed_copies, real_copy_wall_ms, "

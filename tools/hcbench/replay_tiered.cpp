@@ -351,6 +351,7 @@ void run_tiered_replay_command(const std::string& trace, const std::string& form
       o.integer("selector_switches", r.selector_switches).raw("selector_tier_aware", r.selector_tier_aware ? "true" : "false");
       o.num("single_tier_selector_shadow_seconds", b.selector_shadow_seconds);
       o.integer("single_tier_selector_switches", b.selector_switches);
+      o.integer("selector_guard_reverts", r.selector_guard_reverts);
       o.str("selector_followed", followed_of(r)).str("single_tier_selector_followed", followed_of(b));
     }
     if (real) {

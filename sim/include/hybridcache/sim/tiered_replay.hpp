@@ -179,6 +179,7 @@ tiered_replay_result replay_with(std::span<const sim::request> requests, const c
     r.selector_shadow_seconds = sel.shadow_seconds;
     r.selector_shadow_bytes = sel.shadow_bytes;
     r.selector_switches = sel.switches;
+    r.selector_guard_reverts = sel.guard_reverts;
     r.selector_tier_aware = sel.tier_aware;
     const auto& followed = cache.scorer().config().candidates[cache.scorer().followed()];
     r.selector_followed_rule = followed.rule;

@@ -196,6 +196,7 @@ struct tiered_replay_result {
   double selector_shadow_seconds = 0.0;
   std::int64_t selector_shadow_bytes = 0;
   std::int64_t selector_switches = 0;
+  std::int64_t selector_guard_reverts = 0;  ///< switches back to the baseline the guard forced
   bool selector_tier_aware = false;
   /// The candidate it followed at the end (compose::candidate_rule's part index and alpha);
   /// nullopt for a fixed rule.
