@@ -634,56 +634,42 @@ TEST_CASE("sampled shadows equal exact plain caches of the sampled conversations
       const auto in = static_cast<std::int64_t>(1 + rng() % s.size());
       const std::uint64_t key = compose::detail::conversation_key(s, std::nullopt, 2);
       const bool is_in = compose::detail::sampled(key, rate);
-      bool go = false;
       // The live cache's match comes first; its selector decides before the commit.
-      const std::span<const token_id> input(s.data(), static_cast<std::size_t>(in));
-      auto ml = live.match(input);
-      auto mf = follower.match(input);
-      REQUIRE(ml);
-      REQUIRE(mf);
-      REQUIRE(ml->reusable_tokens == mf->reusable_tokens);
-      const auto live_gain = static_cast<double>(m.hit_flops(ml->reusable_tokens));
-      if (!sampling) {
-        const std::vector<double> g = gains(exact, s, in);
-        go = rule.observe(g, live_gain);
-        for (std::size_t i = 0; i < g.size(); ++i) total[i] += g[i];
-        if (is_in) {
-          const std::vector<double> w = gains(sampled, s, in);
-          for (std::size_t i = 0; i < w.size(); ++i) warm[i] = warm[i] * *cfg.decay + w[i];
+      (void)same_request(live, follower, s, in, [&](std::int64_t reused) {
+        const auto live_gain = static_cast<double>(m.hit_flops(reused));
+        bool go = false;
+        if (!sampling) {
+          const std::vector<double> g = gains(exact, s, in);
+          go = rule.observe(g, live_gain);
+          for (std::size_t i = 0; i < g.size(); ++i) total[i] += g[i];
+          if (is_in) {
+            const std::vector<double> w = gains(sampled, s, in);
+            for (std::size_t i = 0; i < w.size(); ++i) warm[i] = warm[i] * *cfg.decay + w[i];
+            ++n_sampled;
+          }
+          estimate.observe(key, static_cast<std::int64_t>(s.size()) * kv + ck);
+          if (static_cast<double>(estimate.order.size()) * rate >= floor) {  // the sampled shadows take over
+            sampling = true;
+            since = op + 1;
+            rule.score = warm;
+            std::fill(rule.lead.begin(), rule.lead.end(), 0.0);
+            std::fill(rule.lead_sq.begin(), rule.lead_sq.end(), 0.0);
+            ++transitions;
+          }
+        } else if (is_in) {
+          const std::vector<double> g = gains(sampled, s, in);
+          go = rule.observe(g, live_gain);
+          for (std::size_t i = 0; i < g.size(); ++i) total[i] += g[i] / rate;
           ++n_sampled;
+        } else {
+          ++rule.requests;  // counts toward min_dwell, moves no score
         }
-        estimate.observe(key, static_cast<std::int64_t>(s.size()) * kv + ck);
-        if (static_cast<double>(estimate.order.size()) * rate >= floor) {  // the sampled shadows take over
-          sampling = true;
-          since = op + 1;
-          rule.score = warm;
-          std::fill(rule.lead.begin(), rule.lead.end(), 0.0);
-          std::fill(rule.lead_sq.begin(), rule.lead_sq.end(), 0.0);
-          ++transitions;
+        if (go) {
+          const candidate_rule& c = cfg.candidates[rule.followed];
+          REQUIRE(follower.switch_rule(c.rule, c.alpha));
+          ++switches;
         }
-      } else if (is_in) {
-        const std::vector<double> g = gains(sampled, s, in);
-        go = rule.observe(g, live_gain);
-        for (std::size_t i = 0; i < g.size(); ++i) total[i] += g[i] / rate;
-        ++n_sampled;
-      } else {
-        ++rule.requests;  // counts toward min_dwell, moves no score
-      }
-      if (go) {
-        const candidate_rule& c = cfg.candidates[rule.followed];
-        REQUIRE(follower.switch_rule(c.rule, c.alpha));
-        ++switches;
-      }
-      auto cl = live.commit(s, in, &*ml);
-      auto cf = follower.commit(s, in, &*mf);
-      REQUIRE(cl.has_value() == cf.has_value());
-      if (!cl) {
-        REQUIRE(live.release(*ml));
-        REQUIRE(follower.release(*mf));
-      } else {
-        REQUIRE(cl->evictions == cf->evictions);
-        REQUIRE(live.store().used_bytes() == follower.store().used_bytes());
-      }
+      });
       REQUIRE(live.scorer().followed() == rule.followed);
       seen.push_back(s);
     }
