@@ -485,8 +485,7 @@ class adaptive_scorer {
       if (!detail::sampled(detail::conversation_key(sequence, salt, cfg_.sampling.key_ids), cfg_.sampling.rate)) return;
       const auto t0 = std::chrono::steady_clock::now();
       replay_all(sampled_, sampled_tiered_, sequence, input, input_tokens, salt);
-      account(score_, cfg_.sampling.rate);
-      count_for_guard(live_reused);
+      account(score_, cfg_.sampling.rate, live_reused);
       ++sampled_requests_;
       follow_leader();
       shadow_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -497,8 +496,7 @@ class adaptive_scorer {
       const std::uint64_t key = detail::conversation_key(sequence, salt, cfg_.sampling.key_ids);
       const bool in = detail::sampled(key, cfg_.sampling.rate);
       replay_all(shadows_, tiered_, sequence, input, input_tokens, salt);
-      account(score_, 1.0);
-      count_for_guard(live_reused);
+      account(score_, 1.0, live_reused);
       ++requests_;
       follow_leader();
       if (in) {
@@ -511,19 +509,11 @@ class adaptive_scorer {
         begin_sampling();
     } else {
       replay_all(shadows_, tiered_, sequence, input, input_tokens, salt);
-      account(score_, 1.0);
-      count_for_guard(live_reused);
+      account(score_, 1.0, live_reused);
       ++requests_;
       follow_leader();
     }
     shadow_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  }
-
-  /// The baseline guard's sums, once gained_ holds the deciding shadows' gains for this request.
-  void count_for_guard(std::int64_t live_reused) noexcept {
-    if (!cfg_.baseline_slack || live_reused < 0) return;
-    live_flops_ += hit_flops(live_reused);
-    baseline_flops_ += gained_[0];
   }
 
   /// The baseline guard's budget for following candidate `c`: how far the live cache is above
@@ -594,7 +584,9 @@ class adaptive_scorer {
 
   /// gained_ into the scores and the paired test; `rate` scales shadow_flops() to the whole
   /// stream (1 for exact shadows: x / 1.0 is x, so the exact path is bit for bit as before).
-  void account(std::vector<double>& score, double rate) {
+  /// With a guard, the live cache's hit (`live_reused` ids; < 0: not known, not counted) and
+  /// the baseline shadow's go into its sums.
+  void account(std::vector<double>& score, double rate, std::int64_t live_reused) {
     const double keep = decay();  // per request (per sampled request for sampled shadows)
     for (std::size_t i = 0; i < score.size(); ++i) {
       score[i] = score[i] * keep + gained_[i];
@@ -604,6 +596,10 @@ class adaptive_scorer {
       const double d = (gained_[i] - gained_[followed_]) * 1e-12;  // scaled: squares stay finite
       lead_[i] = lead_[i] * keep + d;
       lead_sq_[i] = lead_sq_[i] * keep * keep + d * d;
+    }
+    if (cfg_.baseline_slack && live_reused >= 0) {  // the baseline guard's sums, same requests
+      live_flops_ += hit_flops(live_reused);
+      baseline_flops_ += gained_[0];
     }
   }
 
@@ -634,14 +630,7 @@ class adaptive_scorer {
     if (followed_ != 0 && guard_budget(followed_) < 0.0) {
       // The followed rule's recent lead over the baseline no longer covers how far the live
       // cache is behind the baseline's floor: back to the baseline at once.
-      if (live_.switch_to(cfg_.candidates[0].rule, cfg_.candidates[0].alpha)) {
-        followed_ = 0;
-        last_switch_ = requests_;
-        ++switches_;
-        ++guard_reverts_;
-        std::fill(lead_.begin(), lead_.end(), 0.0);
-        std::fill(lead_sq_.begin(), lead_sq_.end(), 0.0);
-      }
+      if (follow(0)) ++guard_reverts_;
       return;
     }
     std::size_t lead = followed_;
@@ -652,12 +641,19 @@ class adaptive_scorer {
     if (!(score_[lead] > score_[followed_] * (1.0 + cfg_.switch_margin))) return;
     if (!(lead_[lead] > cfg_.confidence * std::sqrt(lead_sq_[lead]))) return;
     if (lead != 0 && guard_budget(lead) < 0.0) return;  // a switch the guard cannot afford
-    if (!live_.switch_to(cfg_.candidates[lead].rule, cfg_.candidates[lead].alpha)) return;
-    followed_ = lead;
+    (void)follow(lead);
+  }
+
+  /// Switches the live rule to candidate `c`; false (nothing changed) when the switching scorer
+  /// refuses it.
+  bool follow(std::size_t c) noexcept {
+    if (!live_.switch_to(cfg_.candidates[c].rule, cfg_.candidates[c].alpha)) return false;
+    followed_ = c;
     last_switch_ = requests_;
     ++switches_;
     std::fill(lead_.begin(), lead_.end(), 0.0);  // a new test against the new followed one
     std::fill(lead_sq_.begin(), lead_sq_.end(), 0.0);
+    return true;
   }
 
   cost_model model_;

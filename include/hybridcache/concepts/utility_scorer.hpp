@@ -104,8 +104,9 @@ concept request_observer = requires(S& s, std::span<const token_id> seq, std::in
 /// baseline guard compares the live cache with its baseline shadow).
 template <class S>
 concept live_hit_observer =
-    request_observer<S> && requires(S& s, std::span<const token_id> seq, std::int64_t n, const cache_salt& salt) {
-      s.observe_request(seq, n, salt, n);
+    request_observer<S> &&
+    requires(S& s, std::span<const token_id> seq, std::int64_t n, const cache_salt& salt, std::int64_t live_reused) {
+      s.observe_request(seq, n, salt, live_reused);
     };
 
 /// `S::evicts_inner_nodes` is true: single-child nodes are victims too (merged into their
