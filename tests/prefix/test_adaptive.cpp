@@ -275,8 +275,9 @@ struct naive_selector {
   adaptive_config cfg;
   std::vector<double> score, lead, lead_sq, total;
   std::size_t followed = 0;
-  std::int64_t requests = 0, last_switch = 0, reverts = 0;
+  std::int64_t requests = 0, last_switch = 0, reverts = 0, switched = 0;
   double live = 0.0, base = 0.0;  // the guard's sums
+  bool standing = true;           // the guard has not stood down
 
   explicit naive_selector(adaptive_config c) : cfg(std::move(c)) {
     const std::size_t k = cfg.candidates.size();
@@ -287,13 +288,14 @@ struct naive_selector {
   }
   /// Following candidate c is allowed while this is >= 0 (always without a guard).
   double budget(std::size_t c) const {
-    if (!cfg.baseline_slack) return 1.0;
+    if (!cfg.baseline_slack || !standing) return 1.0;
     const double lead_over_base = score[c] - 1.05 * score[0];  // guard_lead_margin = 0.05
     return live - (1.0 - *cfg.baseline_slack) * base + (lead_over_base > 0.0 ? lead_over_base : 0.0);
   }
   /// Takes this request's FLOPs per candidate and the live cache's; true when the live cache
-  /// switches now.
-  bool observe(const std::vector<double>& gain, double live_gain) {
+  /// switches now. `exact`: the gains are the exact shadows' (only those can disagree with
+  /// the live cache before the first switch: the guard then stands down).
+  bool observe(const std::vector<double>& gain, double live_gain, bool exact = true) {
     for (std::size_t i = 0; i < gain.size(); ++i) {
       score[i] = score[i] * *cfg.decay + gain[i];
       total[i] += gain[i];
@@ -301,9 +303,13 @@ struct naive_selector {
       lead[i] = lead[i] * *cfg.decay + d;
       lead_sq[i] = lead_sq[i] * *cfg.decay * *cfg.decay + d * d;
     }
-    if (cfg.baseline_slack) {
-      live += live_gain;
-      base += gain[0];
+    if (cfg.baseline_slack && standing) {
+      if (exact && switched == 0 && live_gain != gain[0]) {  // the shadow does not model the live cache
+        standing = false;
+      } else {
+        live += live_gain;
+        base += gain[0];
+      }
     }
     ++requests;
     if (followed != 0 && budget(followed) < 0.0) {  // back to the baseline, no hysteresis
@@ -320,6 +326,7 @@ struct naive_selector {
       followed = best;
     }
     last_switch = requests;
+    ++switched;
     std::fill(lead.begin(), lead.end(), 0.0);
     std::fill(lead_sq.begin(), lead_sq.end(), 0.0);
     return true;
@@ -403,6 +410,7 @@ TEST_CASE("adaptive_scorer equals a naive selector built from independent caches
     CHECK(o.live_flops == rule.live);
     CHECK(o.baseline_flops == rule.base);
     CHECK(o.guard_reverts == rule.reverts);
+    CHECK(o.guard == (!cfg.baseline_slack ? guard_state::off : rule.standing ? guard_state::on : guard_state::mismatch));
     reverts += rule.reverts;
     CHECK(o.requests == 120);
     CHECK(o.shadows == 5);
@@ -450,6 +458,135 @@ TEST_CASE("adaptive_scorer under request_lifecycle: every finished request reach
   CHECK(cache.scorer().overhead().switches > 0);
 }
 
+namespace {
+
+/// `n` fresh ids from a large vocabulary (requests that share nothing by chance).
+seq_t fresh_seq(std::mt19937_64& rng, std::size_t n) {
+  seq_t s(n);
+  for (auto& t : s) t = static_cast<token_id>(1 + rng() % 100000);
+  return s;
+}
+
+/// One request on `c`, alone: match, then commit (refused: released).
+template <class Cache>
+void one_request(Cache& c, const seq_t& s, std::int64_t in) {
+  auto mm = c.match(std::span<const token_id>(s.data(), static_cast<std::size_t>(in)));
+  REQUIRE(mm);
+  if (!c.commit(s, in, &*mm)) REQUIRE(c.release(*mm));
+}
+
+}  // namespace
+
+TEST_CASE("the baseline guard stands down for good when requests overlap; the selector then decides as without one") {
+  const cost_model& m = model();
+  const std::int64_t kv = m.kv_bytes_per_token(), ck = m.ssm_checkpoint_bytes();
+  const std::int64_t cap = 5 * ck + 200 * kv;
+  const adaptive_config base{.decay = 0.9, .switch_margin = 0.0, .confidence = 0.0};
+  adaptive_config unguarded = base;
+  unguarded.baseline_slack.reset();
+  std::int64_t differs = 0;
+  for (std::uint64_t seed = 1; seed <= 12; ++seed) {
+    CAPTURE(seed);
+    // Three caches on one stream: guarded one request at a time (the control: the guard acts
+    // there), guarded with two requests in flight at request `at`, and no guard at all.
+    marconi_adaptive_cache<> control(m, counting_store(cap, kv, ck), make_marconi_adaptive_scorer(m, base));
+    marconi_adaptive_cache<> overlapped(m, counting_store(cap, kv, ck), make_marconi_adaptive_scorer(m, base));
+    marconi_adaptive_cache<> none(m, counting_store(cap, kv, ck), make_marconi_adaptive_scorer(m, unguarded));
+    std::mt19937_64 rng(seed * 31337);
+    std::vector<seq_t> seen;
+    const int at = static_cast<int>(seed % 3);  // before any switch: the sums had no say yet
+    for (int op = 0; op < 150; ++op) {
+      const seq_t s = branching_seq(rng, seen, 60);
+      const auto in = static_cast<std::int64_t>(1 + rng() % s.size());
+      const std::span<const token_id> input(s.data(), static_cast<std::size_t>(in));
+      if (op == at) {  // this request and the previous one's twin in flight together
+        const seq_t& other = seen.empty() ? s : seen.back();
+        auto a = overlapped.match(input);
+        auto b = overlapped.match(std::span<const token_id>(other.data(), 1));
+        REQUIRE((a && b));
+        CHECK(overlapped.scorer().overhead().guard == guard_state::on);
+        if (!overlapped.commit(s, in, &*a)) REQUIRE(overlapped.release(*a));
+        CHECK(overlapped.scorer().overhead().guard == guard_state::overlap);
+        CHECK(overlapped.scorer().overhead().guard_suspended_at == op);
+        REQUIRE(overlapped.release(*b));
+        one_request(none, s, in);
+        one_request(control, s, in);
+      } else {
+        one_request(overlapped, s, in);
+        one_request(none, s, in);
+        one_request(control, s, in);
+      }
+      REQUIRE(overlapped.scorer().followed() == none.scorer().followed());
+      differs += control.scorer().followed() != none.scorer().followed() ? 1 : 0;
+      seen.push_back(s);
+    }
+    const adaptive_overhead o = overlapped.scorer().overhead();
+    CHECK(o.guard == guard_state::overlap);
+    CHECK(o.guard_reverts == 0);
+    CHECK(o.switches == none.scorer().overhead().switches);
+    CHECK(control.scorer().overhead().guard == guard_state::on);  // one at a time, the shadows agree
+  }
+  CHECK(differs > 0);  // the guard changes decisions where it stands: standing down is not a no-op
+}
+
+TEST_CASE("the baseline guard stands down when the baseline shadow disagrees with the live cache before a switch") {
+  const cost_model& m = model();
+  const std::int64_t kv = m.kv_bytes_per_token(), ck = m.ssm_checkpoint_bytes();
+  const std::int64_t cap = 5 * ck + 200 * kv;
+  marconi_adaptive_cache<> cache(m, counting_store(cap, kv, ck), make_marconi_adaptive_scorer(m, {}));
+  std::mt19937_64 rng(9);
+  const seq_t a = fresh_seq(rng, 40);
+  auto turn = [&](const seq_t& head) {  // a next turn: head ++ 20 fresh ids, its input 45 ids
+    seq_t s = head;
+    for (const token_id t : fresh_seq(rng, 20)) s.push_back(t);
+    return s;
+  };
+  one_request(cache, a, 30);
+  one_request(cache, turn(a), 45);  // resumes after a's state at 40, on the live cache and the shadow alike
+  CHECK(cache.scorer().overhead().guard == guard_state::on);
+  CHECK(cache.scorer().overhead().live_flops > 0.0);
+  CHECK(cache.scorer().overhead().live_flops == cache.scorer().overhead().baseline_flops);
+  // A commit without a match: the runtime computed it uncached (the live cache saved
+  // nothing), where the baseline shadow, which matches every request, resumes at 40.
+  REQUIRE(cache.commit(turn(a), 45));
+  const adaptive_overhead o = cache.scorer().overhead();
+  CHECK(o.guard == guard_state::mismatch);
+  CHECK(o.guard_suspended_at == 2);
+  CHECK(o.live_flops == o.baseline_flops);  // the disagreeing request was not summed
+  CHECK(o.switches == 0);
+}
+
+TEST_CASE("the baseline guard under request_lifecycle: two requests in flight suspend it for good") {
+  const cost_model& m = model();
+  const std::int64_t kv = m.kv_bytes_per_token(), ck = m.ssm_checkpoint_bytes();
+  const std::int64_t cap = 5 * ck + 200 * kv;
+  marconi_adaptive_cache<> cache(m, counting_store(cap, kv, ck), make_marconi_adaptive_scorer(m, {}));
+  request_lifecycle<marconi_adaptive_cache<>> requests(cache);
+  std::mt19937_64 rng(11);
+  const seq_t a = fresh_seq(rng, 40), b = fresh_seq(rng, 40);
+  auto run = [&](const seq_t& s) {
+    auto t = requests.begin(std::span<const token_id>(s.data(), 30), {.output_tokens = 10});
+    REQUIRE(t);
+    return *t;
+  };
+  auto end = [&](request_ticket t, const seq_t& s) {  // every planned state captured, and the end
+    std::vector<std::int64_t> captured;
+    for (const auto& site : (*requests.state(t))->plan.sites) captured.push_back(site.position);
+    if (captured.empty() || captured.back() != 40) captured.push_back(40);
+    REQUIRE(requests.finish(t, s, captured));
+  };
+  end(run(a), a);  // one at a time: not an overlap (fresh ids: both miss, alike)
+  CHECK(cache.scorer().overhead().guard == guard_state::on);
+  const request_ticket tb = run(b), ta = run(a);
+  end(tb, b);
+  CHECK(cache.scorer().overhead().guard == guard_state::overlap);
+  CHECK(cache.scorer().overhead().guard_suspended_at == 1);
+  end(ta, a);
+  end(run(b), b);  // for good, though one at a time again
+  CHECK(cache.scorer().overhead().guard == guard_state::overlap);
+  CHECK(cache.scorer().overhead().requests == 4);
+}
+
 TEST_CASE("adaptive_scorer refuses bad options") {
   const cost_model& m = model();
   auto make = [&](adaptive_config c) { return make_marconi_adaptive_scorer(m, std::move(c)); };
@@ -465,7 +602,9 @@ TEST_CASE("adaptive_scorer refuses bad options") {
   CHECK_THROWS_AS(make({.baseline_slack = 1.0}), invalid_argument);
   CHECK_THROWS_AS(make({.baseline_slack = std::nan("")}), invalid_argument);
   const marconi_adaptive_scorer d = make({});
-  CHECK_FALSE(d.config().baseline_slack.has_value());  // the guard is opt-in
+  CHECK(d.config().baseline_slack == recommended_baseline_slack);  // the guard is on by default
+  CHECK(d.overhead().guard == guard_state::on);
+  CHECK(make({.baseline_slack = std::nullopt}).overhead().guard == guard_state::off);
   CHECK(d.config().candidates.size() == default_candidates().size());
   CHECK(d.followed() == 0);  // SGLang+'s rule first
 }
@@ -658,7 +797,7 @@ TEST_CASE("sampled shadows equal exact plain caches of the sampled conversations
           }
         } else if (is_in) {
           const std::vector<double> g = gains(sampled, s, in);
-          go = rule.observe(g, live_gain);
+          go = rule.observe(g, live_gain, /*exact=*/false);
           for (std::size_t i = 0; i < g.size(); ++i) total[i] += g[i] / rate;
           ++n_sampled;
         } else {
@@ -681,6 +820,7 @@ TEST_CASE("sampled shadows equal exact plain caches of the sampled conversations
     CHECK(o.live_flops == rule.live);
     CHECK(o.baseline_flops == rule.base);
     CHECK(o.guard_reverts == rule.reverts);
+    CHECK(o.guard == (!cfg.baseline_slack ? guard_state::off : rule.standing ? guard_state::on : guard_state::mismatch));
     CHECK(o.sampled_requests == n_sampled);
     CHECK(o.sampling_since == since);
     CHECK(o.sample_rate == (sampling ? rate : 1.0));

@@ -42,7 +42,8 @@ inline constexpr const char* replay_json =
     "selector_shadow_seconds, selector_shadow_fraction, selector_shadow_nodes, selector_shadow_tokens, "
     "selector_shadow_bytes, selector_sample_rate (1: exact shadows), selector_sampled_requests, "
     "selector_sampling_since (-1: never sampled), selector_guard_reverts (switches back to the first candidate the "
-    "baseline guard forced), selector_candidates [candidate, shadow_flops_saved]; command, version, date";
+    "baseline guard forced), selector_guard (on, off, or why it stood down: overlap, mismatch), "
+    "selector_guard_suspended_at (requests observed when it stood down; -1: it did not), selector_candidates [candidate, shadow_flops_saved]; command, version, date";
 
 /// replay --tiers --json (replay_tiered.cpp).
 inline constexpr const char* tiered_json =
@@ -61,7 +62,10 @@ inline constexpr const char* tiered_json =
     "length_predictor, ttet_p50_ms, ttet_p95_ms, ttet_mean_ms, single_tier_ttet_p50_ms, single_tier_ttet_p95_ms, "
     "single_tier_ttet_mean_ms, output_length_mae_tokens (the length predictor's mean absolute error); with the "
     "selector: selector_shadow_seconds, selector_shadow_bytes, selector_switches, selector_tier_aware, "
-    "single_tier_selector_shadow_seconds, single_tier_selector_switches, selector_guard_reverts, selector_followed, "
+    "single_tier_selector_shadow_seconds, single_tier_selector_switches, selector_guard_reverts, "
+    "selector_guard, single_tier_selector_guard (on, off, overlap, mismatch), selector_guard_suspended_at, "
+    "single_tier_selector_guard_suspended_at (-1: the guard did not stand down), "
+    "selector_followed, "
     "single_tier_selector_followed (--candidates syntax); --real-bytes: real_bytes [agrees, "
     "hbm_hit_tokens, host_hit_tokens, bytes_loaded, copies, bytes, verified_copies, partial_copies, storage_puts, "
     "storage_gets, storage_misses, storage_put_failures, verify_failures, failed_copies, real_copy_wall_ms, "

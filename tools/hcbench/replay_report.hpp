@@ -87,6 +87,8 @@ inline std::string json_number(double v) { return json::number(v); }
     kv("selector_sampled_requests", i(s.sampled_requests));
     kv("selector_sampling_since", i(s.sampling_since));
     kv("selector_guard_reverts", i(s.guard_reverts));
+    kv("selector_guard", json_string(to_string(s.guard)));
+    kv("selector_guard_suspended_at", i(s.guard_suspended_at));
     std::string list = "[";
     for (const auto& [name, flops] : r.selector_candidates)
       list += (list.size() > 1 ? ", " : "") + std::string("{\"candidate\": ") + json_string(name) +
@@ -111,7 +113,13 @@ inline std::string json_number(double v) { return json::number(v); }
                 r.metrics.wall_seconds > 0 ? 100.0 * s.shadow_seconds / r.metrics.wall_seconds : 0.0,
                 r.metrics.wall_seconds, static_cast<long long>(s.shadow_nodes), static_cast<long long>(s.shadow_tokens),
                 format_bytes(s.shadow_bytes).c_str());
-  return b;
+  std::string line = b;
+  using hybridcache::compose::guard_state;
+  if (s.guard == guard_state::overlap || s.guard == guard_state::mismatch)  // say why, or it looks on
+    line += "selector: the baseline guard stood down at request " + std::to_string(s.guard_suspended_at) +
+            (s.guard == guard_state::overlap ? " (requests in flight together: the live hits no longer compare with the shadows')\n"
+                                             : " (the baseline shadow found another hit than the live cache on the same rule)\n");
+  return line;
 }
 
 /// CSV header matching csv_row() (output_fields.hpp).

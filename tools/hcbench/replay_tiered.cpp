@@ -352,6 +352,9 @@ void run_tiered_replay_command(const std::string& trace, const std::string& form
       o.num("single_tier_selector_shadow_seconds", b.selector_shadow_seconds);
       o.integer("single_tier_selector_switches", b.selector_switches);
       o.integer("selector_guard_reverts", r.selector_guard_reverts);
+      o.str("selector_guard", to_string(r.selector_guard)).str("single_tier_selector_guard", to_string(b.selector_guard));
+      o.integer("selector_guard_suspended_at", r.selector_guard_suspended_at);
+      o.integer("single_tier_selector_guard_suspended_at", b.selector_guard_suspended_at);
       o.str("selector_followed", followed_of(r)).str("single_tier_selector_followed", followed_of(b));
     }
     if (real) {

@@ -9,7 +9,8 @@
 //   --switch-confidence Z     the paired test's threshold, in standard deviations
 //   --shadow-sample R         sampled shadows: the fraction of conversations they see (1: exact)
 //   --shadow-sample-floor N   sample only once R x (conversations the cache holds) >= N
-//   --baseline-slack X|off    the baseline guard (off by default): the live cache kept >= (1 - X) x the first candidate's shadow
+//   --baseline-slack X|off    the baseline guard (0.02 by default): the live cache kept >= (1 - X) x the first candidate's
+//                             shadow while requests run one at a time (suspended at the first overlap)
 // Each applies to marconi with --alpha auto only (the selector flags to --tuner shadow only);
 // given elsewhere it is an error. --reference-quirks with --alpha auto runs the reference's
 // own one-shot tuning (an explicit --tuner shadow with it is an error).
@@ -78,7 +79,7 @@ inline void add_selector_options(CLI::App& sub, selector_cli& o, bool tiers = fa
                  "--tuner shadow: the baseline guard: the live cache's FLOPs saved are kept >= (1 - X) x the first "
                  "candidate's shadow's, going back to it when they fall below; X in [0, 1) (" +
                      format_number(hybridcache::compose::recommended_baseline_slack) +
-                     " measured, for replays without --tiers), or off (the default)");
+                     ", the default), or off; suspended for good once two requests are in flight together");
 }
 
 /// Checks the flags against the mode and fills the job's tuner and selector options.

@@ -48,7 +48,7 @@
 //   freed and the sampled ones decide (their warm scores carried over). Once sampled, it
 //   stays sampled. Rate 1 (the default) builds no sampled shadow: bit for bit the exact
 //   selector.
-// - The baseline guard (`adaptive_config::baseline_slack`, off by default, 0.02 measured; after
+// - The baseline guard (`adaptive_config::baseline_slack`, 0.02 by default; after
 //   conservative bandits, Wu et al., ICML 2016): switching has a price the shadows cannot see (right after a
 //   switch the live cache holds what the old rule kept), and on traces where the rules nearly
 //   tie, the selector paid it over and over and ended below the rule it started from. So the
@@ -61,11 +61,16 @@
 //   baseline counts only beyond 5 %, so a large, recent advantage (GDSF at 2-3x on small chat
 //   caches) still buys a switch while near-ties do not. Not a hard floor: the guard acts after
 //   the loss, so one bad stretch can take the live cache below (1 - slack) B before it returns.
-//   Why off by default: L and B agree only when requests go through the cache one at a time.
-//   With requests in flight the live cache's hit is taken at begin, under the reservations of
-//   the others, and a shadow's at finish, after the requests that finished in between, so L
-//   runs below B while both follow the same rule, and the guard then holds the live cache on
-//   the baseline (docs/prefix-cache.md, "The baseline guard", has the measurement).
+//   When it stands down (for good; `guard_state`): L and B agree only where the baseline
+//   shadow models the live cache exactly, and then, until the first switch, they agree on
+//   every request. So the first request whose live hit differs from the exact baseline
+//   shadow's before any switch suspends the guard (`mismatch`: a live store the shadows only
+//   approximate, as a tiered store of one tier whose pages and reservations single-tier
+//   shadows do not model, where L ran 11 % below B on the same rule, ShareGPT at 1 GiB), and
+//   so does a request that was in flight beside another (`overlap`: the cache passes a
+//   negative live hit; a shadow replays each request whole, one at a time, while the live
+//   cache's hit was taken before the others finished). Suspended, the selector switches as
+//   it would without a guard (docs/prefix-cache.md, "The baseline guard", has the measurements).
 // - Switching: the live cache follows the leader only when the leader's score exceeds the
 //   followed candidate's by `switch_margin` (a fraction) and `min_dwell` requests have
 //   passed since the last switch. Why the hysteresis: a cache's contents are shaped by the
@@ -105,6 +110,7 @@
 #include <variant>
 #include <vector>
 
+#include "hybridcache/compose/adaptive_config.hpp"
 #include "hybridcache/compose/detail/shadow_sampling.hpp"
 #include "hybridcache/compose/detail/tiered_shadow.hpp"
 #include "hybridcache/concepts/admission.hpp"
@@ -121,103 +127,6 @@
 #include "hybridcache/stores/counting_store.hpp"
 
 namespace hybridcache::compose {
-
-/// One candidate of the adaptive selector: a part of the switching scorer and, for a part
-/// with a FLOP weight, its alpha.
-struct candidate_rule {
-  std::size_t rule = 0;  ///< index of the part (lru_flop_gdsf: 0 LRU, 1 FLOP-aware, 2 GDSF)
-  double alpha = 0.0;    ///< FLOP weight, for parts with set_alpha (ignored otherwise)
-};
-
-/// Sampled shadows (see the file comment and compose/detail/shadow_sampling.hpp).
-struct shadow_sampling_config {
-  /// R in (0, 1]: the fraction of conversations the sampled shadows see, each with the live
-  /// capacity x R. 1: exact shadows only (bit for bit what the selector did before sampling).
-  double rate = 1.0;
-  /// Leading ids of a request that name its conversation (>= 1); see the file comment.
-  std::int64_t key_ids = 2;
-  /// Sample only once R x (conversations the live capacity holds, estimated) reaches this
-  /// (>= 0); until then the exact shadows decide and the sampled ones warm up beside them.
-  /// 0: sampled shadows only, from the first request.
-  double min_sampled_conversations = 0.0;
-};
-
-/// The baseline guard's measured slack (`adaptive_config::baseline_slack`; off by default).
-inline constexpr double recommended_baseline_slack = 0.02;
-/// The part of a candidate's decayed score over the baseline's that the guard does not count
-/// toward its budget: leads of a few per cent are what the rules' noise and a switch's
-/// reshaping of the cache cost, so only a lead beyond 5 % buys a switch the guard's sums do not
-/// cover (docs/prefix-cache.md, "The baseline guard").
-inline constexpr double guard_lead_margin = 0.05;
-
-/// Options of `adaptive_scorer` (aggregate; checked by its constructor).
-struct adaptive_config {
-  /// One shadow per entry; the first is followed until another leads. Empty: the library's
-  /// set for `lru_flop_gdsf_scorer` (default_candidates()).
-  std::vector<candidate_rule> candidates{};
-  /// Per request, in (0, 1]: weight of older requests' FLOPs. Unset: `single_tier_decay`
-  /// with single-tier shadows, `tier_aware_decay` with tier-aware ones (see the file comment).
-  std::optional<double> decay{};
-  double switch_margin = 0.02;  ///< the leader must beat the followed score by this fraction
-  /// ... and its decayed lead over the followed candidate, summed per request, must exceed
-  /// `confidence` standard deviations of those per-request differences (a paired test:
-  /// requests that every shadow serves alike add nothing, so one lucky hit does not switch).
-  double confidence = 0.5;
-  std::int64_t min_dwell = 0;  ///< requests between two switches (>= 0)
-  /// Tokens each id of the request stream stands for (1 for token ids; a block-hash trace's
-  /// block size), so that a shadow's hit is scored in the FLOPs of its real tokens.
-  std::int64_t tokens_per_id = 1;
-  /// What the shadows model below HBM. Unset: the live store's tiers (a tiered store with
-  /// a tier below HBM gets tier-aware shadows, any other store single-tier ones). 0:
-  /// single-tier shadows of the HBM budget whatever the store.
-  /// > 0: tier-aware shadows whose first tier below HBM holds this many bytes (the live
-  /// store must have one: invalid_argument at attach_store otherwise). < 0: invalid_argument.
-  std::optional<std::int64_t> shadow_host_capacity_bytes{};
-  /// Sampled shadows: rate, conversation key, floor. The default (rate 1) is exact.
-  shadow_sampling_config sampling{};
-  /// The baseline guard (conservative switching; see the file comment), in [0, 1): the live
-  /// cache's FLOPs saved, summed over the requests observed, is kept at or above (1 - this) x
-  /// the first candidate's shadow's over the same requests. Unset (the default): no guard.
-  /// `recommended_baseline_slack` (0.02) is the measured setting for one request at a time.
-  std::optional<double> baseline_slack{};
-};
-
-/// The selector's default decays (`adaptive_config::decay` unset): single-tier shadows
-/// (half-life ~140 requests) and tier-aware ones (~1,400 requests).
-inline constexpr double single_tier_decay = 0.995;
-inline constexpr double tier_aware_decay = 0.9995;
-
-/// What the selector costs and did (`adaptive_scorer::overhead()`).
-struct adaptive_overhead {
-  std::int64_t requests = 0;       ///< requests observed (each replayed on every shadow)
-  std::int64_t switches = 0;       ///< times the live cache changed rule
-  std::size_t followed = 0;        ///< the candidate followed now
-  std::size_t shadows = 0;         ///< shadow caches
-  double shadow_seconds = 0.0;     ///< wall time spent replaying requests on the shadows
-  bool tier_aware = false;         ///< the shadows model the tiers below HBM
-  std::int64_t shadow_nodes = 0;   ///< tree nodes the shadows hold now
-  std::int64_t shadow_tokens = 0;  ///< token ids the shadows hold now
-  /// The shadows' memory now, in heap bytes: each shadow cache's object and its
-  /// prefix_cache::memory_bytes (tree slots with their token buffers, child table, scorer
-  /// index, scratch), the lower tiers' entries of tier-aware shadows (~64 B each, estimated)
-  /// and the warm-up's conversation estimate. Capacities, not the allocator's own overhead.
-  std::int64_t shadow_bytes = 0;
-  double sample_rate = 1.0;            ///< the shadows' sampling rate now (1: exact)
-  std::int64_t sampled_requests = 0;   ///< requests the sampled shadows replayed
-  std::int64_t sampling_since = -1;    ///< request count when sampling took over (-1: not yet)
-  /// The baseline guard: FLOPs the live cache saved on the requests it counts, what the
-  /// baseline's shadow saved on them (sampled shadows: the sampled requests, unscaled), and the
-  /// switches back to the baseline it forced (counted in `switches` too).
-  double live_flops = 0.0;
-  double baseline_flops = 0.0;
-  std::int64_t guard_reverts = 0;
-};
-
-/// The library's candidates over `lru_flop_gdsf_scorer`: SGLang+'s rule first (the
-/// baseline, followed from the start), Marconi's FLOP-aware rule at alpha 0, 0.5, 1, 2, GDSF.
-[[nodiscard]] inline std::vector<candidate_rule> default_candidates() {
-  return {{0, 0.0}, {1, 0.0}, {1, 0.5}, {1, 1.0}, {1, 2.0}, {2, 0.0}};
-}
 
 /// Eviction following the candidate rule whose shadow saved the most FLOPs recently. See
 /// the file comment.
@@ -339,14 +248,17 @@ class adaptive_scorer {
   /// sampled ones alone (their warm scores carried over, the paired test restarted).
   ///
   /// `live_reused`: the ids the live cache's own prefill skipped on this request (the cache
-  /// passes it; `live_hit_observer`), which the baseline guard counts. The three-argument
-  /// form is for a caller that does not know it: that request moves the scores, not the guard.
+  /// passes it; `live_hit_observer`), which the baseline guard counts; negative
+  /// (`live_hit_not_comparable`): another request was in flight, and the guard is suspended
+  /// for good. The three-argument form is for a caller that does not know the hit: that
+  /// request moves the scores, not the guard.
   void observe_request(std::span<const token_id> sequence, std::int64_t input_tokens, const cache_salt& salt,
                        std::int64_t live_reused) {
-    observe(sequence, input_tokens, salt, live_reused);
+    if (live_reused < 0 && cfg_.baseline_slack && guard_ == guard_state::on) suspend_guard(guard_state::overlap);
+    observe(sequence, input_tokens, salt, live_reused < 0 ? live_hit_unknown : live_reused);
   }
   void observe_request(std::span<const token_id> sequence, std::int64_t input_tokens, const cache_salt& salt) {
-    observe(sequence, input_tokens, salt, -1);
+    observe(sequence, input_tokens, salt, live_hit_unknown);
   }
 
   /// A request the live lifecycle refused at begin (too large beside what was pinned; the
@@ -421,6 +333,8 @@ class adaptive_scorer {
     o.live_flops = live_flops_;
     o.baseline_flops = baseline_flops_;
     o.guard_reverts = guard_reverts_;
+    o.guard = cfg_.baseline_slack ? guard_ : guard_state::off;
+    o.guard_suspended_at = guard_suspended_at_;
     for (const auto* v : {&tiered_, &sampled_tiered_})
       for (const auto& t : *v) {
         o.shadow_nodes += t->nodes();
@@ -521,7 +435,7 @@ class adaptive_scorer {
   /// beyond `guard_lead_margin` (what following c is expected to win back). Without a guard,
   /// +infinity.
   [[nodiscard]] double guard_budget(std::size_t c) const noexcept {
-    if (!cfg_.baseline_slack) return std::numeric_limits<double>::infinity();
+    if (!cfg_.baseline_slack || guard_ != guard_state::on) return std::numeric_limits<double>::infinity();
     return live_flops_ - (1.0 - *cfg_.baseline_slack) * baseline_flops_ +
            std::max(0.0, score_[c] - (1.0 + guard_lead_margin) * score_[0]);
   }
@@ -597,8 +511,14 @@ class adaptive_scorer {
       lead_[i] = lead_[i] * keep + d;
       lead_sq_[i] = lead_sq_[i] * keep * keep + d * d;
     }
-    if (cfg_.baseline_slack && live_reused >= 0) {  // the baseline guard's sums, same requests
-      live_flops_ += hit_flops(live_reused);
+    if (cfg_.baseline_slack && guard_ == guard_state::on && live_reused >= 0) {  // the guard's sums, same requests
+      const double live = hit_flops(live_reused);
+      // Until the first switch the live cache has followed the baseline's rule throughout,
+      // so an exact baseline shadow that models it finds the same hit on every request.
+      // One that does not (another store: pages, reservations, one tier of a tiered store)
+      // would bias the sums: the guard stands down.
+      if (switches_ == 0 && rate == 1.0 && live != gained_[0]) return suspend_guard(guard_state::mismatch);
+      live_flops_ += live;
       baseline_flops_ += gained_[0];
     }
   }
@@ -642,6 +562,12 @@ class adaptive_scorer {
     if (!(lead_[lead] > cfg_.confidence * std::sqrt(lead_sq_[lead]))) return;
     if (lead != 0 && guard_budget(lead) < 0.0) return;  // a switch the guard cannot afford
     (void)follow(lead);
+  }
+
+  /// The guard stands down for good: its sums stop, its budget is unbounded.
+  void suspend_guard(guard_state why) noexcept {
+    guard_ = why;
+    guard_suspended_at_ = requests_;
   }
 
   /// Switches the live rule to candidate `c`; false (nothing changed) when the switching scorer
@@ -688,6 +614,9 @@ class adaptive_scorer {
   double live_flops_ = 0.0;      // the baseline guard: the live cache's FLOPs saved
   double baseline_flops_ = 0.0;  // ... and the baseline shadow's, on the same requests
   std::int64_t guard_reverts_ = 0;
+  guard_state guard_ = guard_state::on;  // with a slack; once suspended, no guard from then on
+  std::int64_t guard_suspended_at_ = -1;
+  static constexpr std::int64_t live_hit_unknown = -1;  // observe(): the live hit is not counted
 };
 
 /// The library's adaptive Marconi scorer: judicious admission's shadows over SGLang+'s LRU,

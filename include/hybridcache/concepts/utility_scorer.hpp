@@ -101,7 +101,13 @@ concept request_observer = requires(S& s, std::span<const token_id> seq, std::in
 /// `observe_request(sequence, input_tokens, salt, live_reused)`, `live_reused` the ids before
 /// which the live cache's prefill resumed (its HBM match, or a lower tier's hit it loaded;
 /// 0 for a miss). The cache calls this form when the scorer has it (the adaptive selector's
-/// baseline guard compares the live cache with its baseline shadow).
+/// baseline guard compares the live cache with its baseline shadow). A negative
+/// `live_reused` (`live_hit_not_comparable`) says the hit cannot be compared with a
+/// shadow's: another request was in flight between the live cache's match and this insert
+/// (a shadow replays each request whole, one at a time), so from then on the live cache's
+/// hits and contents differ from a shadow's for reasons that are not its rule.
+inline constexpr std::int64_t live_hit_not_comparable = -1;
+
 template <class S>
 concept live_hit_observer =
     request_observer<S> &&

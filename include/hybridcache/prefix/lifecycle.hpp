@@ -766,6 +766,9 @@ class request_lifecycle {
   mutable memory_mutex memory_;
   typename Cache::clear_listener clear_link_;
   std::vector<node_id> candidates_;  // reserve_reusing_less's shallower states
+  // Two requests were ever in flight together: the live hits finish reports to a scorer
+  // that compares them with its shadows' are not comparable from then on.
+  bool overlapped_ = false;
   generation_table tickets_;
   // A deque: growing it never moves a request's state, so the pointer `state()` hands out
   // stays valid while other threads begin requests.

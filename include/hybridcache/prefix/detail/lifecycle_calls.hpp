@@ -108,6 +108,7 @@ request_lifecycle<Cache>::begin(std::span<const token_id> prompt, const begin_op
       cache_->store_.land(s.host_hit, s.kv.front(), s.kv_from, slot->handle);
     }
   }
+  overlapped_ = overlapped_ || tickets_.live_count() > 1;  // another request is in flight beside this one
   return request_ticket{h};
 }
 
@@ -319,8 +320,9 @@ request_lifecycle<Cache>::finish(request_ticket t, std::span<const token_id> seq
       return unexpected(errc::invalid_argument, "finish: a captured position has no reserved slot (not a planned site)", p);
   }
   cache_->salt_ = s.match.salt;
-  // Before anything changes (may throw bad_alloc); this request's prefill resumed at prefill_start.
-  cache_->observe(sequence, s.prompt_tokens, s.plan.prefill_start);
+  // Before anything changes (may throw bad_alloc); this request's prefill resumed at
+  // prefill_start, a hit a shadow's compares with only while requests have run one at a time.
+  cache_->observe(sequence, s.prompt_tokens, overlapped_ ? live_hit_not_comparable : s.plan.prefill_start);
   finish_result out;
   const errc e = adopt(s, sequence, captured, out);
   if constexpr (lower_tier) {

@@ -69,9 +69,15 @@ prefix_cache<Model, Admission, Scorer, Store, Lock>::commit(std::span<const toke
   std::int64_t reusable = -1;
   const errc checked = validate_commit(sequence, input_tokens, m, extra, reusable, placement_step::prepare);
   // A well-formed request reaches a stream observer even when this cache cannot fit it
-  // (the shadows of other rules may); before anything changes (it may throw bad_alloc).
-  if (checked == errc::ok || checked == errc::out_of_capacity)
-    observe(sequence, input_tokens, m != nullptr ? m->reusable_tokens : 0);
+  // (the shadows of other rules may); before anything changes (it may throw bad_alloc). Its
+  // hit compares with a shadow's only if no other request was matched or inserted since its
+  // match (the clock has not moved): a shadow replays each request whole.
+  if (checked == errc::ok || checked == errc::out_of_capacity) {
+    const std::int64_t live = m == nullptr              ? 0
+                              : m->at != clock_.now() ? live_hit_not_comparable
+                                                      : m->reusable_tokens;
+    observe(sequence, input_tokens, live);
+  }
   if (checked != errc::ok) return unexpected(checked);
   const std::int64_t floor = computed_from(reusable);
   reserve_indexes(tree_.id_bound() + positions_.size() + 4);  // may throw: nothing changed yet

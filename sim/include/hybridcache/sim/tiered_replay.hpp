@@ -180,6 +180,8 @@ tiered_replay_result replay_with(std::span<const sim::request> requests, const c
     r.selector_shadow_bytes = sel.shadow_bytes;
     r.selector_switches = sel.switches;
     r.selector_guard_reverts = sel.guard_reverts;
+    r.selector_guard = sel.guard;
+    r.selector_guard_suspended_at = sel.guard_suspended_at;
     r.selector_tier_aware = sel.tier_aware;
     const auto& followed = cache.scorer().config().candidates[cache.scorer().followed()];
     r.selector_followed_rule = followed.rule;

@@ -15,6 +15,7 @@
 #include <span>
 #include <vector>
 
+#include "hybridcache/compose/adaptive_config.hpp"
 #include "hybridcache/model/cost_model.hpp"
 #include "hybridcache/model/prefill_time.hpp"
 #include "hybridcache/sim/request.hpp"
@@ -197,6 +198,8 @@ struct tiered_replay_result {
   std::int64_t selector_shadow_bytes = 0;
   std::int64_t selector_switches = 0;
   std::int64_t selector_guard_reverts = 0;  ///< switches back to the baseline the guard forced
+  compose::guard_state selector_guard = compose::guard_state::off;  ///< the baseline guard: on, off, why it stood down
+  std::int64_t selector_guard_suspended_at = -1;  ///< requests observed when it stood down (-1: it did not)
   bool selector_tier_aware = false;
   /// The candidate it followed at the end (compose::candidate_rule's part index and alpha);
   /// nullopt for a fixed rule.
