@@ -69,8 +69,9 @@ struct adaptive_config {
   shadow_sampling_config sampling{};
   /// The baseline guard (conservative switching; see adaptive_scorer.hpp's file comment), in [0, 1): the live
   /// cache's FLOPs saved, summed over the requests observed, is kept at or above (1 - this) x
-  /// the first candidate's shadow's over the same requests, while requests go through the
-  /// cache one at a time (it is suspended at the first overlap). Unset: no guard.
+  /// the first candidate's shadow's over the same requests. It stands down for good where
+  /// the two stop comparing (`guard_state`: requests in flight together, or a baseline shadow
+  /// that disagrees with the live cache before the first switch). Unset: no guard.
   std::optional<double> baseline_slack = recommended_baseline_slack;
 };
 
