@@ -467,14 +467,6 @@ seq_t fresh_seq(std::mt19937_64& rng, std::size_t n) {
   return s;
 }
 
-/// One request on `c`, alone: match, then commit (refused: released).
-template <class Cache>
-void one_request(Cache& c, const seq_t& s, std::int64_t in) {
-  auto mm = c.match(std::span<const token_id>(s.data(), static_cast<std::size_t>(in)));
-  REQUIRE(mm);
-  if (!c.commit(s, in, &*mm)) REQUIRE(c.release(*mm));
-}
-
 }  // namespace
 
 TEST_CASE("the baseline guard stands down for good when requests overlap; the selector then decides as without one") {
@@ -509,12 +501,12 @@ TEST_CASE("the baseline guard stands down for good when requests overlap; the se
         CHECK(overlapped.scorer().overhead().guard == guard_state::overlap);
         CHECK(overlapped.scorer().overhead().guard_suspended_at == op);
         REQUIRE(overlapped.release(*b));
-        one_request(none, s, in);
-        one_request(control, s, in);
+        (void)shadow_step(none, s, in);
+        (void)shadow_step(control, s, in);
       } else {
-        one_request(overlapped, s, in);
-        one_request(none, s, in);
-        one_request(control, s, in);
+        (void)shadow_step(overlapped, s, in);
+        (void)shadow_step(none, s, in);
+        (void)shadow_step(control, s, in);
       }
       REQUIRE(overlapped.scorer().followed() == none.scorer().followed());
       differs += control.scorer().followed() != none.scorer().followed() ? 1 : 0;
@@ -541,8 +533,8 @@ TEST_CASE("the baseline guard stands down when the baseline shadow disagrees wit
     for (const token_id t : fresh_seq(rng, 20)) s.push_back(t);
     return s;
   };
-  one_request(cache, a, 30);
-  one_request(cache, turn(a), 45);  // resumes after a's state at 40, on the live cache and the shadow alike
+  (void)shadow_step(cache, a, 30);
+  (void)shadow_step(cache, turn(a), 45);  // resumes after a's state at 40, on the live cache and the shadow alike
   CHECK(cache.scorer().overhead().guard == guard_state::on);
   CHECK(cache.scorer().overhead().live_flops > 0.0);
   CHECK(cache.scorer().overhead().live_flops == cache.scorer().overhead().baseline_flops);

@@ -165,6 +165,7 @@ class adaptive_scorer {
                         invalid_argument, "adaptive_scorer: sampling.min_sampled_conversations must be finite and >= 0");
     HYBRIDCACHE_EXPECTS(!cfg_.baseline_slack || (*cfg_.baseline_slack >= 0.0 && *cfg_.baseline_slack < 1.0),
                         invalid_argument, "adaptive_scorer: baseline_slack must be in [0, 1)");
+    guard_ = cfg_.baseline_slack ? guard_state::on : guard_state::off;
     score_.assign(cfg_.candidates.size(), 0.0);
     total_.assign(cfg_.candidates.size(), 0.0);
     gained_.assign(cfg_.candidates.size(), 0.0);
@@ -254,7 +255,7 @@ class adaptive_scorer {
   /// request moves the scores, not the guard.
   void observe_request(std::span<const token_id> sequence, std::int64_t input_tokens, const cache_salt& salt,
                        std::int64_t live_reused) {
-    if (live_reused < 0 && cfg_.baseline_slack && guard_ == guard_state::on) suspend_guard(guard_state::overlap);
+    if (live_reused < 0 && guard_ == guard_state::on) suspend_guard(guard_state::overlap);
     observe(sequence, input_tokens, salt, live_reused < 0 ? live_hit_unknown : live_reused);
   }
   void observe_request(std::span<const token_id> sequence, std::int64_t input_tokens, const cache_salt& salt) {
@@ -333,7 +334,7 @@ class adaptive_scorer {
     o.live_flops = live_flops_;
     o.baseline_flops = baseline_flops_;
     o.guard_reverts = guard_reverts_;
-    o.guard = cfg_.baseline_slack ? guard_ : guard_state::off;
+    o.guard = guard_;
     o.guard_suspended_at = guard_suspended_at_;
     for (const auto* v : {&tiered_, &sampled_tiered_})
       for (const auto& t : *v) {
@@ -435,7 +436,7 @@ class adaptive_scorer {
   /// beyond `guard_lead_margin` (what following c is expected to win back). Without a guard,
   /// +infinity.
   [[nodiscard]] double guard_budget(std::size_t c) const noexcept {
-    if (!cfg_.baseline_slack || guard_ != guard_state::on) return std::numeric_limits<double>::infinity();
+    if (guard_ != guard_state::on) return std::numeric_limits<double>::infinity();
     return live_flops_ - (1.0 - *cfg_.baseline_slack) * baseline_flops_ +
            std::max(0.0, score_[c] - (1.0 + guard_lead_margin) * score_[0]);
   }
@@ -511,7 +512,7 @@ class adaptive_scorer {
       lead_[i] = lead_[i] * keep + d;
       lead_sq_[i] = lead_sq_[i] * keep * keep + d * d;
     }
-    if (cfg_.baseline_slack && guard_ == guard_state::on && live_reused >= 0) {  // the guard's sums, same requests
+    if (guard_ == guard_state::on && live_reused >= 0) {  // the guard's sums, same requests
       const double live = hit_flops(live_reused);
       // Until the first switch the live cache has followed the baseline's rule throughout,
       // so an exact baseline shadow that models it finds the same hit on every request.
@@ -614,7 +615,7 @@ class adaptive_scorer {
   double live_flops_ = 0.0;      // the baseline guard: the live cache's FLOPs saved
   double baseline_flops_ = 0.0;  // ... and the baseline shadow's, on the same requests
   std::int64_t guard_reverts_ = 0;
-  guard_state guard_ = guard_state::on;  // with a slack; once suspended, no guard from then on
+  guard_state guard_ = guard_state::off;  // on with a slack; once it stands down, for good
   std::int64_t guard_suspended_at_ = -1;
   static constexpr std::int64_t live_hit_unknown = -1;  // observe(): the live hit is not counted
 };
