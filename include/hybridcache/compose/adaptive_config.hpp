@@ -71,7 +71,10 @@ struct adaptive_config {
   /// cache's FLOPs saved, summed over the requests observed, is kept at or above (1 - this) x
   /// the first candidate's shadow's over the same requests. It stands down for good where
   /// the two stop comparing (`guard_state`: requests in flight together, or a baseline shadow
-  /// that disagrees with the live cache before the first switch). Unset: no guard.
+  /// that disagrees with the live cache before the first switch). With sampled shadows it
+  /// compares the live cache with the baseline's miniature on the sampled requests, which can
+  /// save far less than the live cache on the same rule; then it rarely acts (measured in
+  /// docs/prefix-cache.md, "Where the cost and memory bars stop"). Unset: no guard.
   std::optional<double> baseline_slack = recommended_baseline_slack;
 };
 
