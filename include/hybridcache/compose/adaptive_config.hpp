@@ -72,9 +72,10 @@ struct adaptive_config {
   /// the first candidate's shadow's over the same requests. It stands down for good where
   /// the two stop comparing (`guard_state`: requests in flight together, or a baseline shadow
   /// that disagrees with the live cache before the first switch). With sampled shadows it
-  /// compares the live cache with the baseline's miniature on the sampled requests, which can
-  /// save far less than the live cache on the same rule; then it rarely acts (measured in
-  /// docs/prefix-cache.md, "Where the cost and memory bars stop"). Unset: no guard.
+  /// compares the live cache with the baseline's miniature on the sampled requests, scaled by
+  /// what the live cache saved over that miniature while it followed the baseline before the
+  /// first switch (`adaptive_overhead::guard_calibration`): a miniature cache saves less than
+  /// the live cache on the same rule (docs/prefix-cache.md, "The baseline guard"). Unset: no guard.
   std::optional<double> baseline_slack = recommended_baseline_slack;
 };
 
@@ -125,6 +126,10 @@ struct adaptive_overhead {
   double live_flops = 0.0;
   double baseline_flops = 0.0;
   std::int64_t guard_reverts = 0;
+  /// Sampled shadows: the live cache's FLOPs saved over the baseline miniature's on the sampled
+  /// requests before the first switch; the guard compares the live cache with the miniature
+  /// x this (1 until measured, and with exact shadows).
+  double guard_calibration = 1.0;
   guard_state guard = guard_state::off;
   std::int64_t guard_suspended_at = -1;
 };

@@ -61,6 +61,10 @@
 //   baseline counts only beyond 5 %, so a large, recent advantage (GDSF at 2-3x on small chat
 //   caches) still buys a switch while near-ties do not. Not a hard floor: the guard acts after
 //   the loss, so one bad stretch can take the live cache below (1 - slack) B before it returns.
+//   Sampled, B is the baseline's miniature's, which saves less than the live cache on the same
+//   rule: the guard compares L with k B and a lead with k x the miniatures' scores, k the live
+//   cache's FLOPs over the miniature's on the sampled requests before the first switch
+//   (`guard_calibration`; 1 until measured).
 //   When it stands down (for good; `guard_state`): L and B agree only where the baseline
 //   shadow models the live cache exactly, and then, until the first switch, they agree on
 //   every request. So the first request whose live hit differs from the exact baseline
@@ -79,7 +83,8 @@
 //   loses to both. The first candidate (the library's: SGLang+'s rule) is followed until
 //   another leads, so the selector starts at the baseline.
 //
-// Costs: the baseline guard adds two sums per observed request and an O(1) budget per
+// Costs: the baseline guard adds two sums per observed request (four for a sampled one
+// before the first switch: the calibration's) and an O(1) budget per
 // switch decision. Each hook is the switching scorer's (the followed part's and GDSF's, O(log n) each,
 // plus O(1) stamps per node for the suspended parts; a victim costs the followed part's
 // select_victim; a switch one O(N + n log n) rebuild of the newly followed index). `observe_request` replays one request per
@@ -331,8 +336,9 @@ class adaptive_scorer {
     o.sample_rate = phase_ == phase::sampled ? cfg_.sampling.rate : 1.0;
     o.sampled_requests = sampled_requests_;
     o.sampling_since = sampling_since_;
-    o.live_flops = live_flops_;
-    o.baseline_flops = baseline_flops_;
+    o.live_flops = live_flops_ + sampled_live_flops_;
+    o.baseline_flops = baseline_flops_ + sampled_baseline_flops_;
+    o.guard_calibration = calibration();
     o.guard_reverts = guard_reverts_;
     o.guard = guard_;
     o.guard_suspended_at = guard_suspended_at_;
@@ -418,6 +424,7 @@ class adaptive_scorer {
         replay_all(sampled_, sampled_tiered_, sequence, input, input_tokens, salt);
         for (std::size_t i = 0; i < warm_score_.size(); ++i) warm_score_[i] = warm_score_[i] * decay() + gained_[i];
         ++sampled_requests_;
+        calibrate(live_reused);
       }
       estimate_.observe(key, static_cast<std::int64_t>(sequence.size()) * kv_per_id_ + checkpoint_bytes_);
       if (static_cast<double>(estimate_.held()) * cfg_.sampling.rate >= cfg_.sampling.min_sampled_conversations)
@@ -432,13 +439,32 @@ class adaptive_scorer {
   }
 
   /// The baseline guard's budget for following candidate `c`: how far the live cache is above
-  /// (1 - slack) x the baseline shadow's FLOPs saved, plus c's recent lead over the baseline
-  /// beyond `guard_lead_margin` (what following c is expected to win back). Without a guard,
-  /// +infinity.
+  /// (1 - slack) x the baseline shadow's FLOPs saved (its miniature's x calibration() on the
+  /// sampled requests), plus c's recent lead over the baseline beyond `guard_lead_margin`
+  /// (what following c is expected to win back). Without a guard, +infinity.
   [[nodiscard]] double guard_budget(std::size_t c) const noexcept {
     if (guard_ != guard_state::on) return std::numeric_limits<double>::infinity();
-    return live_flops_ - (1.0 - *cfg_.baseline_slack) * baseline_flops_ +
-           std::max(0.0, score_[c] - (1.0 + guard_lead_margin) * score_[0]);
+    const double keep = 1.0 - *cfg_.baseline_slack;
+    const double scale = calibration();
+    // The scores are the miniatures' once sampling decides: in the live cache's units, x scale.
+    const double lead_units = phase_ == phase::sampled ? scale : 1.0;
+    return live_flops_ - keep * baseline_flops_ + sampled_live_flops_ - keep * scale * sampled_baseline_flops_ +
+           lead_units * std::max(0.0, score_[c] - (1.0 + guard_lead_margin) * score_[0]);
+  }
+
+  /// The sampled baseline's calibration: the live cache's FLOPs saved over its miniature's on
+  /// the sampled requests observed while the live cache followed the baseline's rule from the
+  /// start (before the first switch); 1 until that miniature saved anything.
+  [[nodiscard]] double calibration() const noexcept {
+    return calibration_baseline_ > 0.0 ? calibration_live_ / calibration_baseline_ : 1.0;
+  }
+
+  /// A sampled request's live hit against the baseline miniature's (gained_[0]), before the
+  /// first switch: the calibration's sums.
+  void calibrate(std::int64_t live_reused) noexcept {
+    if (guard_ != guard_state::on || live_reused < 0 || switches_ != 0) return;
+    calibration_live_ += hit_flops(live_reused);
+    calibration_baseline_ += gained_[0];
   }
 
   /// The selector's own arrays (scores, the shadow lists): part of what the shadows cost.
@@ -514,11 +540,17 @@ class adaptive_scorer {
     }
     if (guard_ == guard_state::on && live_reused >= 0) {  // the guard's sums, same requests
       const double live = hit_flops(live_reused);
+      if (rate < 1.0) {  // the baseline's miniature: compared x calibration() (guard_budget)
+        sampled_live_flops_ += live;
+        sampled_baseline_flops_ += gained_[0];
+        calibrate(live_reused);
+        return;
+      }
       // Until the first switch the live cache has followed the baseline's rule throughout,
       // so an exact baseline shadow that models it finds the same hit on every request.
       // One that does not (another store: pages, reservations, one tier of a tiered store)
       // would bias the sums: the guard stands down.
-      if (switches_ == 0 && rate == 1.0 && live != gained_[0]) return suspend_guard(guard_state::mismatch);
+      if (switches_ == 0 && live != gained_[0]) return suspend_guard(guard_state::mismatch);
       live_flops_ += live;
       baseline_flops_ += gained_[0];
     }
@@ -614,6 +646,10 @@ class adaptive_scorer {
   double shadow_seconds_ = 0.0;
   double live_flops_ = 0.0;      // the baseline guard: the live cache's FLOPs saved
   double baseline_flops_ = 0.0;  // ... and the baseline shadow's, on the same requests
+  double sampled_live_flops_ = 0.0;      // the same once sampled shadows decide: the live
+  double sampled_baseline_flops_ = 0.0;  // cache's, and the baseline miniature's (unscaled)
+  double calibration_live_ = 0.0;        // calibration(): sampled requests before the first
+  double calibration_baseline_ = 0.0;    // switch, the live cache's and the miniature's
   std::int64_t guard_reverts_ = 0;
   guard_state guard_ = guard_state::off;  // on with a slack; once it stands down, for good
   std::int64_t guard_suspended_at_ = -1;
