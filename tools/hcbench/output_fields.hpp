@@ -42,7 +42,8 @@ inline constexpr const char* replay_json =
     "selector_shadow_seconds, selector_shadow_fraction, selector_shadow_nodes, selector_shadow_tokens, "
     "selector_shadow_bytes, selector_sample_rate (1: exact shadows), selector_sampled_requests, "
     "selector_sampling_since (-1: never sampled), selector_guard_reverts (switches back to the first candidate the "
-    "baseline guard forced), selector_guard (on, off, or why it stood down: overlap, mismatch), "
+    "baseline guard forced), selector_guard_calibration (sampled shadows: the live cache's FLOPs over the baseline "
+    "miniature's before the first switch; 1: not measured, or exact shadows), selector_guard (on, off, or why it stood down: overlap, mismatch), "
     "selector_guard_suspended_at (requests observed when it stood down; -1: it did not), selector_candidates [candidate, shadow_flops_saved]; command, version, date";
 
 /// replay --tiers --json (replay_tiered.cpp).

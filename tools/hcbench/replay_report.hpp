@@ -87,6 +87,7 @@ inline std::string json_number(double v) { return json::number(v); }
     kv("selector_sampled_requests", i(s.sampled_requests));
     kv("selector_sampling_since", i(s.sampling_since));
     kv("selector_guard_reverts", i(s.guard_reverts));
+    kv("selector_guard_calibration", json_number(s.guard_calibration));
     kv("selector_guard", json_string(to_string(s.guard)));
     kv("selector_guard_suspended_at", i(s.guard_suspended_at));
     std::string list = "[";
